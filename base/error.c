@@ -1,0 +1,52 @@
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "skv_base.h"
+
+static __thread char g_detail[1024];
+
+const char *skv_strerror(int err)
+{
+    switch (err) {
+    case SKV_OK: return "success";
+    case SKV_ERR_NOMEM: return "out of memory";
+    case SKV_ERR_IO: return "I/O error";
+    case SKV_ERR_ARG: return "invalid argument";
+    case SKV_ERR_FORMAT: return "malformed input";
+    case SKV_ERR_VERSION: return "written by a newer format version";
+    case SKV_ERR_RANGE: return "offset or size out of range";
+    case SKV_ERR_SHAPE: return "shape, dtype or size mismatch";
+    case SKV_ERR_UNSUPPORTED: return "unsupported";
+    case SKV_ERR_NOT_FOUND: return "not found";
+    case SKV_ERR_CORRUPT: return "corrupted data (checksum mismatch)";
+    case SKV_ERR_TOO_LARGE: return "input exceeds a limit";
+    case SKV_ERR_NO_DEVICE: return "no usable GPU";
+    default: return "unknown error";
+    }
+}
+
+int skv_error_at(int err, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    int n = 0;
+    va_start(ap, fmt);
+    n = vsnprintf(g_detail, sizeof g_detail, fmt, ap);
+    va_end(ap);
+    if (file && n >= 0 && (size_t)n < sizeof g_detail) {
+        const char *base = strrchr(file, '/');
+        snprintf(g_detail + n, sizeof g_detail - (size_t)n, " [%s:%d]",
+                 base ? base + 1 : file, line);
+    }
+    return err;
+}
+
+const char *skv_error_detail(void)
+{
+    return g_detail;
+}
+
+void skv_error_clear(void)
+{
+    g_detail[0] = 0;
+}

@@ -1,0 +1,30 @@
+/* The seqkv command line: shared helpers of the subcommands. */
+#ifndef SKV_CLI_H
+#define SKV_CLI_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skv_model.h"
+
+/* Print "seqkv: <what>: <strerror> (<detail>)" to stderr; returns 1. */
+int cli_fail(int rc, const char *what);
+/* Print a usage error and a pointer to --help; returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Strict number parsing; 0 on success. */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+int cli_parse_float(const char *s, float lo, float hi, float *out);
+/* Monotonic seconds. */
+double cli_now(void);
+
+/* Token sequences: one per non-empty line of whitespace-separated ids
+ * ('#' starts a comment line). */
+typedef struct {
+    size_t n;
+    int32_t **seq;
+    size_t *len;
+} cli_tokens;
+int cli_tokens_read(const char *path, int vocab, cli_tokens *out);
+void cli_tokens_free(cli_tokens *t);
+
+int cmd_model(int argc, char **argv);
+#endif

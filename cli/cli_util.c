@@ -1,0 +1,149 @@
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+int cli_fail(int rc, const char *what)
+{
+    const char *d = skv_error_detail();
+    if (d && *d)
+        fprintf(stderr, "seqkv: %s: %s (%s)\n", what, skv_strerror(rc), d);
+    else
+        fprintf(stderr, "seqkv: %s: %s\n", what, skv_strerror(rc));
+    return 1;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "seqkv %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'seqkv %s --help'.\n", cmd);
+    return 2;
+}
+
+int cli_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *s, float lo, float hi, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cli_tokens_free(cli_tokens *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        free(t->seq[i]);
+    free(t->seq);
+    free(t->len);
+    memset(t, 0, sizeof *t);
+}
+
+int cli_tokens_read(const char *path, int vocab, cli_tokens *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+    if (!f)
+        return skv_error(SKV_ERR_IO, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0, lineno = 0, seq_cap = 0;
+    ssize_t got;
+    int rc = SKV_OK;
+    while (rc == SKV_OK && (got = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '\n' || *p == '\r' || *p == 0 || *p == '#')
+            continue;
+        size_t n = 0, ncap = 64;
+        int32_t *ids = malloc(ncap * sizeof *ids);
+        if (!ids) {
+            rc = skv_error(SKV_ERR_NOMEM, "token buffer");
+            break;
+        }
+        while (*p && *p != '\n' && *p != '\r') {
+            char *end;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
+                rc = skv_error(SKV_ERR_FORMAT, "%s:%zu: not a token id near \"%.20s\"", path, lineno, p);
+                break;
+            }
+            if (v < 0 || v >= vocab) {
+                rc = skv_error(SKV_ERR_ARG, "%s:%zu: token id %ld outside the vocabulary [0, %d)",
+                               path, lineno, v, vocab);
+                break;
+            }
+            if (n == ncap) {
+                int32_t *g = realloc(ids, 2 * ncap * sizeof *ids);
+                if (!g) {
+                    rc = skv_error(SKV_ERR_NOMEM, "token buffer");
+                    break;
+                }
+                ids = g;
+                ncap *= 2;
+            }
+            ids[n++] = (int32_t)v;
+            p = end;
+            while (*p == ' ' || *p == '\t')
+                p++;
+        }
+        if (rc) {
+            free(ids);
+            break;
+        }
+        if (out->n == seq_cap) {
+            seq_cap = seq_cap ? 2 * seq_cap : 16;
+            int32_t **s = realloc(out->seq, seq_cap * sizeof *s);
+            size_t *l = s ? realloc(out->len, seq_cap * sizeof *l) : NULL;
+            if (s)
+                out->seq = s;
+            if (!s || !l) {
+                free(ids);
+                rc = skv_error(SKV_ERR_NOMEM, "token sequences");
+                break;
+            }
+            out->len = l;
+        }
+        out->seq[out->n] = ids;
+        out->len[out->n] = n;
+        out->n++;
+    }
+    free(line);
+    if (f != stdin)
+        fclose(f);
+    if (rc == SKV_OK && out->n == 0)
+        rc = skv_error(SKV_ERR_FORMAT, "%s: no token sequences", path);
+    if (rc)
+        cli_tokens_free(out);
+    return rc;
+}

@@ -1,0 +1,37 @@
+/* seqkv: one binary, subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage[] =
+    "usage: seqkv <command> [<args>]\n"
+    "\n"
+    "seqkv stores LLM key/value caches losslessly, spending bits only on what\n"
+    "the model could not predict.\n"
+    "\n"
+    "commands:\n"
+    "  model info      describe a model checkpoint\n"
+    "  model greedy    greedy-decode after BOS, print the ids\n"
+    "  model sample    sample token sequences (seeded)\n"
+    "  model kv        compute the KV caches of token sequences\n"
+    "  model convert   write a checkpoint as Hugging Face safetensors\n"
+    "\n"
+    "Run 'seqkv <command> --help' for the options of each.\n";
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("seqkv %s\n", SEQKV_VERSION);
+        return 0;
+    }
+    if (strcmp(argv[1], "model") == 0)
+        return cmd_model(argc - 1, argv + 1);
+    fprintf(stderr, "seqkv: unknown command '%s'\n\n%s", argv[1], usage);
+    return 2;
+}

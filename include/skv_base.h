@@ -1,0 +1,224 @@
+/*
+ * skv_base.h - the bottom of seqkv: one error space, the heap wrapper,
+ * little-endian access, storage dtypes and their exact casts, a fixed-
+ * partition thread pool and a seeded RNG.
+ *
+ * Every other module depends on this one; it depends on nothing but libc,
+ * libm and pthreads.
+ */
+#ifndef SKV_BASE_H
+#define SKV_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------
+ * Errors. Fallible calls return int: 0 on success, a negative SKV_ERR_*.
+ * skv_strerror() names the code; skv_error_detail() returns the message
+ * recorded by the most recent failure on this thread (what was wrong, and
+ * in debug builds where it was detected).
+ * ---------------------------------------------------------------------- */
+enum {
+    SKV_OK = 0,
+    SKV_ERR_NOMEM = -1,       /* an allocation failed */
+    SKV_ERR_IO = -2,          /* a read/write/open failed (errno in detail) */
+    SKV_ERR_ARG = -3,         /* invalid argument from the caller */
+    SKV_ERR_FORMAT = -4,      /* malformed input: bad magic, header, JSON */
+    SKV_ERR_VERSION = -5,     /* input written by a newer format version */
+    SKV_ERR_RANGE = -6,       /* an offset or size points outside its buffer */
+    SKV_ERR_SHAPE = -7,       /* shape, dtype or size mismatch */
+    SKV_ERR_UNSUPPORTED = -8, /* valid input this build cannot handle */
+    SKV_ERR_NOT_FOUND = -9,   /* a named item does not exist */
+    SKV_ERR_CORRUPT = -10,    /* checksum mismatch or inconsistent data */
+    SKV_ERR_TOO_LARGE = -11,  /* input exceeds a documented limit */
+    SKV_ERR_NO_DEVICE = -12,  /* no usable GPU at run time */
+};
+#define SKV_ERR_MIN_ (-12)
+
+/* Static string naming an error code; never NULL. */
+const char *skv_strerror(int err);
+
+/* Record `err` with a printf-style detail for this thread; returns err so
+ * callers can write `return skv_error(SKV_ERR_FORMAT, "...")`. */
+int skv_error_at(int err, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#ifdef NDEBUG
+#define skv_error(err, ...) skv_error_at((err), NULL, 0, __VA_ARGS__)
+#else
+#define skv_error(err, ...) skv_error_at((err), __FILE__, __LINE__, __VA_ARGS__)
+#endif
+/* The detail of the last skv_error() on this thread ("" if none). */
+const char *skv_error_detail(void);
+/* Forget the recorded detail. */
+void skv_error_clear(void);
+
+/* ------------------------------------------------------------------------
+ * Heap. All seqkv heap use goes through these so tests can make the n-th
+ * allocation fail. skv_free(NULL) is a no-op. Sizes that overflow fail.
+ * ---------------------------------------------------------------------- */
+void *skv_malloc(size_t n);
+void *skv_calloc(size_t count, size_t size);
+void *skv_realloc(void *p, size_t n);
+void skv_free(void *p);
+/* Make the allocation `n` calls from now fail (n = 0: the next one), and
+ * every later one while `sticky` is set; n < 0 turns injection off. */
+void skv_alloc_fail_after(long n, int sticky);
+
+/* ------------------------------------------------------------------------
+ * Little-endian access. Formats are read and written through these, never
+ * by copying structs.
+ * ---------------------------------------------------------------------- */
+static inline uint16_t skv_load16_le(const void *p)
+{
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint16_t)(b[0] | (b[1] << 8));
+}
+static inline uint32_t skv_load32_le(const void *p)
+{
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) |
+           ((uint32_t)b[3] << 24);
+}
+static inline uint64_t skv_load64_le(const void *p)
+{
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint64_t)skv_load32_le(b) | ((uint64_t)skv_load32_le(b + 4) << 32);
+}
+static inline void skv_store16_le(void *p, uint16_t v)
+{
+    uint8_t *b = (uint8_t *)p;
+    b[0] = (uint8_t)v;
+    b[1] = (uint8_t)(v >> 8);
+}
+static inline void skv_store32_le(void *p, uint32_t v)
+{
+    uint8_t *b = (uint8_t *)p;
+    b[0] = (uint8_t)v;
+    b[1] = (uint8_t)(v >> 8);
+    b[2] = (uint8_t)(v >> 16);
+    b[3] = (uint8_t)(v >> 24);
+}
+static inline void skv_store64_le(void *p, uint64_t v)
+{
+    skv_store32_le(p, (uint32_t)v);
+    skv_store32_le((uint8_t *)p + 4, (uint32_t)(v >> 32));
+}
+static inline uint32_t skv_f32_bits(float f)
+{
+    union { float f; uint32_t u; } c;
+    c.f = f;
+    return c.u;
+}
+static inline float skv_bits_f32(uint32_t u)
+{
+    union { float f; uint32_t u; } c;
+    c.u = u;
+    return c.f;
+}
+
+/* ------------------------------------------------------------------------
+ * Storage dtypes. Values are stored little-endian. The casts from float32
+ * round to nearest, ties to even; their overflow and NaN rules are in
+ * FORMAT.md ("Storage dtypes") and summarised here:
+ *   bf16  : overflow rounds to +-inf as IEEE does; NaN stays NaN, sign and
+ *           top 7 payload bits kept, quiet bit forced.
+ *   fp16  : overflow (|x| >= 65520) gives +-inf; subnormals kept exactly
+ *           rounded; NaN stays NaN, sign and top 10 payload bits kept,
+ *           quiet bit forced.
+ *   fp8   : OCP E4M3 ("e4m3fn": bias 7, no infinities, max 448, NaN is
+ *           S.1111.111). Saturating: finite values beyond 448 and +-inf
+ *           give +-448; NaN gives 0x7F with the sign of the input.
+ * The casts to float32 are exact.
+ * ---------------------------------------------------------------------- */
+typedef enum {
+    SKV_DT_F32 = 0,
+    SKV_DT_BF16 = 1,
+    SKV_DT_F16 = 2,
+    SKV_DT_F8E4M3 = 3,
+    SKV_DT_I32 = 4,
+} skv_dtype;
+#define SKV_DT_COUNT 5
+
+/* Bytes per element (0 for an unknown dtype). */
+size_t skv_dtype_size(skv_dtype dt);
+/* safetensors spelling: "F32", "BF16", "F16", "F8_E4M3", "I32". */
+const char *skv_dtype_name(skv_dtype dt);
+/* Parse a safetensors dtype name (not NUL-terminated); SKV_ERR_UNSUPPORTED
+ * for a valid but unhandled name. */
+int skv_dtype_from_name(const char *name, size_t len, skv_dtype *out);
+/* Parse a user spelling: bf16, fp16/f16, fp8/f8_e4m3, fp32/f32 (any case). */
+int skv_dtype_from_user(const char *name, skv_dtype *out);
+
+uint16_t skv_f32_to_bf16(float x);
+float skv_bf16_to_f32(uint16_t h);
+uint16_t skv_f32_to_f16(float x);
+float skv_f16_to_f32(uint16_t h);
+uint8_t skv_f32_to_f8e4m3(float x);
+float skv_f8e4m3_to_f32(uint8_t b);
+
+/* Cast n float32 values to dtype `dt` (F32, BF16, F16 or F8E4M3), writing
+ * n * skv_dtype_size(dt) little-endian bytes to dst. */
+int skv_cast_from_f32(skv_dtype dt, void *dst, const float *src, size_t n);
+/* The inverse, exact. */
+int skv_cast_to_f32(skv_dtype dt, float *dst, const void *src, size_t n);
+
+/* ------------------------------------------------------------------------
+ * Optional GPU (CUDA). Present only when built with -Dcuda and a device is
+ * usable at run time; every call otherwise returns SKV_ERR_NO_DEVICE.
+ * ---------------------------------------------------------------------- */
+/* 1 if this build has CUDA code and a device answers, else 0. */
+int skv_gpu_available(void);
+/* Human-readable device name or reason it is unavailable. */
+const char *skv_gpu_describe(void);
+/* Same contract and bit-identical results as skv_cast_from_f32. */
+int skv_gpu_cast_from_f32(skv_dtype dt, void *dst, const float *src, size_t n);
+
+/* ------------------------------------------------------------------------
+ * Thread pool with a fixed partition: skv_pool_run(pool, n, fn, ctx)
+ * splits [0, n) into one contiguous range per thread, by index only, so
+ * which thread computes an item never depends on timing. Work items must
+ * be independent; results then do not depend on the thread count.
+ * ---------------------------------------------------------------------- */
+typedef struct skv_pool skv_pool;
+/* `worker` is the index (0..threads-1) of the thread running the range,
+ * for per-thread scratch; results must not depend on it. */
+typedef void (*skv_task_fn)(void *ctx, size_t begin, size_t end, int worker);
+
+/* nthreads <= 0: use the number of online CPUs. */
+int skv_pool_create(skv_pool **out, int nthreads);
+void skv_pool_free(skv_pool *pool);
+int skv_pool_threads(const skv_pool *pool);
+/* Run fn over [0, n) and wait. pool may be NULL (runs inline). */
+void skv_pool_run(skv_pool *pool, size_t n, skv_task_fn fn, void *ctx);
+
+/* ------------------------------------------------------------------------
+ * Seeded RNG: xoshiro256** seeded by splitmix64. Same seed, same stream,
+ * on every machine.
+ * ---------------------------------------------------------------------- */
+typedef struct {
+    uint64_t s[4];
+} skv_rng;
+void skv_rng_seed(skv_rng *rng, uint64_t seed);
+uint64_t skv_rng_next(skv_rng *rng);
+/* Uniform in [0, 1) with 24 random bits. */
+float skv_rng_uniform(skv_rng *rng);
+/* Standard normal (Box-Muller on two uniforms; uses libm). */
+float skv_rng_normal(skv_rng *rng);
+
+/* ------------------------------------------------------------------------
+ * Files.
+ * ---------------------------------------------------------------------- */
+/* Read a whole file into a fresh buffer (skv_free it); refuses files over
+ * max_len bytes with SKV_ERR_TOO_LARGE. */
+int skv_file_read(const char *path, size_t max_len, uint8_t **out, size_t *out_len);
+/* Write atomically: to path.tmp, fsync, rename over path. */
+int skv_file_write(const char *path, const void *data, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SKV_BASE_H */

@@ -1,0 +1,18 @@
+/* Helpers shared by the Criterion suites. */
+#ifndef SKV_TESTUTIL_H
+#define SKV_TESTUTIL_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* The source tree root (SEQKV_SOURCE_ROOT, set by meson test; else "."). */
+const char *tu_source_root(void);
+/* Path of ../shared/models/<name> next to the source tree, or NULL when the
+ * file is absent (callers cr_skip with a message). Static buffer. */
+const char *tu_shared_model(const char *name);
+/* A fresh directory under $TMPDIR (or /tmp); static buffer. */
+const char *tu_tmpdir(void);
+/* Path join into a static rotating buffer. */
+const char *tu_path(const char *dir, const char *name);
+/* Read a whole file (malloc'd), or NULL. */
+uint8_t *tu_read(const char *path, size_t *len);
+#endif
