@@ -25,7 +25,7 @@ extern "C" int skv_gpu_available(void)
         } else {
             cudaDeviceProp p;
             if (cudaGetDeviceProperties(&p, 0) == cudaSuccess)
-                snprintf(g_desc, sizeof g_desc, "%s (sm_%d%d, %zu MiB)", p.name, p.major,
+                snprintf(g_desc, sizeof g_desc, "%.160s (sm_%d%d, %zu MiB)", p.name, p.major,
                          p.minor, (size_t)(p.totalGlobalMem >> 20));
             else
                 snprintf(g_desc, sizeof g_desc, "CUDA device 0");

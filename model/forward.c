@@ -155,6 +155,9 @@ int skv_kvcache_export(const skv_kvcache *c, size_t p0, size_t n, skv_dtype dtyp
 
 /* y[i][r] = W[r] . x[i] (* scale[r]) (+ bias[r]) for i < n, rows split
  * across threads. */
+/* Below this many multiply-adds a parallel region is not worth waking. */
+#define SMALL_WORK ((size_t)1 << 17)
+
 typedef struct {
     const skv_mat *W;
     const float *x;
@@ -206,6 +209,10 @@ static void matmul(skv_pool *pool, float *rowbuf, size_t widest, const skv_mat *
                    float *y, int ldy, size_t n)
 {
     matmul_ctx c = {W, x, y, bias, rowbuf, widest, n, ldx, ldy};
+    /* Waking the pool costs more than a small product; which thread runs
+     * a row never changes its result, so small ones run inline. */
+    if ((size_t)W->rows * (size_t)W->cols * n < SMALL_WORK)
+        pool = NULL;
     skv_pool_run(pool, (size_t)W->rows, matmul_task, &c);
 }
 
@@ -286,7 +293,7 @@ static void attn_task(void *vctx, size_t b, size_t e, int worker)
         }
         float sum = 0.0f;
         for (size_t t = 0; t < upto; t++) {
-            sc[t] = skv_expf(sc[t] - mx);
+            sc[t] = skv__expf(sc[t] - mx);
             sum += sc[t];
         }
         float *o = a->out + i * (size_t)(nh * hd) + (size_t)h * hd;
@@ -321,7 +328,7 @@ void skv_log_softmax(float *out, const float *logits, size_t n, int vocab)
 
 static float silu(float x)
 {
-    return x / (1.0f + skv_expf(-x));
+    return x / (1.0f + skv__expf(-x));
 }
 
 /* ---- the forward pass --------------------------------------------------- */
@@ -394,7 +401,8 @@ int skv_model_forward(const skv_model *m, skv_kvcache *cache, const int32_t *tok
         memcpy(skv_kvcache_v(cache, l, pos0), v, n * kv_dim * sizeof(float));
 
         attn_ctx ac = {m, cache, l, pos0, n, q, att, scores, ctx};
-        skv_pool_run(opts->pool, n * (size_t)nh, attn_task, &ac);
+        skv_pool_run(n * (size_t)nh * ctx * (size_t)hd < SMALL_WORK ? NULL : opts->pool,
+                     n * (size_t)nh, attn_task, &ac);
         matmul(opts->pool, rowbuf, widest, &L->wo, NULL, att, nq, xb, d, n);
         for (size_t j = 0; j < n * (size_t)d; j++)
             x[j] += xb[j];

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "skv_model.h"
+#include "model_int.h"
 
 static const double LN2_HI = 6.93147180369123816490e-01; /* 0x3fe62e42fee00000 */
 static const double LN2_LO = 1.90821492927058770002e-10;
@@ -57,39 +57,9 @@ double skv_exp(double x)
     return (p * pow2i(ki + 1000)) * pow2i(-1000);
 }
 
-static inline float pow2f(int k) /* 2^k for -126 <= k <= 127 */
-{
-    union { float f; uint32_t u; } c;
-    c.u = (uint32_t)(k + 127) << 23;
-    return c.f;
-}
-
-/* Float exp for the hot paths (softmax, SiLU): Cody-Waite reduction by
- * ln2 and a degree-7 Taylor polynomial; within 2 ulp of exp(x). */
 float skv_expf(float x)
 {
-    if (x != x)
-        return x;
-    if (x > 88.7228f)
-        return HUGE_VALF;
-    if (x < -103.973f)
-        return 0.0f;
-    float kf = x * 1.44269504f;
-    int k = kf >= 0.0f ? (int)(kf + 0.5f) : -(int)(0.5f - kf);
-    float r = (x - (float)k * 0.693145751953125f) - (float)k * 1.428606765330187e-06f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    if (k >= -126 && k <= 127)
-        return p * pow2f(k);
-    if (k > 127)
-        return (p * pow2f(127)) * 2.0f;
-    return (p * pow2f(k + 100)) * pow2f(-100);
+    return skv__expf(x);
 }
 
 double skv_log(double x)

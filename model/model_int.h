@@ -46,4 +46,43 @@ int skv__model_finish(skv_model *m);
 /* fp8-e4m3 byte -> float32, all 256 codes. */
 const float *skv__fp8_lut(void);
 
+/* The engine's float exp, inline for the softmax and SiLU loops; see
+ * mathx.c for why seqkv has its own. */
+#include <math.h>
+#include <stdint.h>
+static inline float pow2f(int k) /* 2^k for -126 <= k <= 127 */
+{
+    union { float f; uint32_t u; } c;
+    c.u = (uint32_t)(k + 127) << 23;
+    return c.f;
+}
+
+/* Float exp for the hot paths (softmax, SiLU): Cody-Waite reduction by
+ * ln2 and a degree-7 Taylor polynomial; within 2 ulp of exp(x). */
+static inline float skv__expf(float x)
+{
+    if (x != x)
+        return x;
+    if (x > 88.7228f)
+        return HUGE_VALF;
+    if (x < -103.973f)
+        return 0.0f;
+    float kf = x * 1.44269504f;
+    int k = kf >= 0.0f ? (int)(kf + 0.5f) : -(int)(0.5f - kf);
+    float r = (x - (float)k * 0.693145751953125f) - (float)k * 1.428606765330187e-06f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    if (k >= -126 && k <= 127)
+        return p * pow2f(k);
+    if (k > 127)
+        return (p * pow2f(127)) * 2.0f;
+    return (p * pow2f(k + 100)) * pow2f(-100);
+}
+
 #endif

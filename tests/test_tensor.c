@@ -957,16 +957,16 @@ Test(golden, bad_files_fail_with_the_expected_error)
         cr_assert_lt(n, 128);
         snprintf(listed[n++], sizeof listed[0], "%s", fname);
         int want = err_from_name(ename);
-        snprintf(path, sizeof path, "%s/%s", golden_dir(), fname);
+        const char *fpath = tu_path(golden_dir(), fname);
         skv_st *st = NULL;
-        int rc = skv_st_open(path, &st);
+        int rc = skv_st_open(fpath, &st);
         cr_expect_eq(rc, want, "%s: expected %s, got %s (%s)", fname, ename,
                      skv_strerror(rc), skv_error_detail());
         if (rc == 0)
             skv_st_free(st);
         /* the same bytes through skv_st_parse give the same answer */
         size_t len;
-        uint8_t *b = tu_read(path, &len);
+        uint8_t *b = tu_read(fpath, &len);
         cr_assert_not_null(b);
         rc = skv_st_parse(b, len, &st);
         cr_expect_eq(rc, want, "%s via parse", fname);

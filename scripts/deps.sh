@@ -1,0 +1,19 @@
+# Sourced by the other scripts: install the Debian packages seqkv needs when
+# any is missing (as root, or through sudo).
+seqkv_need_packages() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "seqkv: installing Debian packages: ${missing[*]}" >&2
+    local SUDO=
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || { echo "seqkv: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+        SUDO=sudo
+    fi
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+SEQKV_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config liblmdb-dev libsodium-dev libcriterion-dev)
