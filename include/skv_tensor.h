@@ -72,7 +72,8 @@ const skv_json *skv_json_at(const skv_json *arr, size_t i);
  * shapes whose byte size differs from e - b (or overflows), offsets past
  * the data region, overlapping tensors, and duplicate names.
  * ---------------------------------------------------------------------- */
-#define SKV_ST_MAX_HEADER (100u << 20)
+/* Header cap: a hostile header costs up to ~48x its size in JSON nodes. */
+#define SKV_ST_MAX_HEADER (16u << 20)
 #define SKV_ST_MAX_DIMS 8
 
 typedef struct {

@@ -52,6 +52,31 @@ static float dot_f32(const float *a, const float *b, int n)
     return lanes_sum(s0, s1, a + i, b + i, n - i);
 }
 
+/* dot_f32 of four vectors x0..x3 (stride ldx) with the same w: each
+ * result is computed exactly as dot_f32 computes it (same lanes, same
+ * order); sharing the loads of w is the only difference. */
+static void dot_f32_x4(const float *x, size_t ldx, const float *w, int n, float *out)
+{
+    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
+    v4f a0 = {0, 0, 0, 0}, b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const v4f w0 = ld4(w + i), w1 = ld4(w + i + 4);
+        a0 += ld4(x0 + i) * w0;
+        b0 += ld4(x0 + i + 4) * w1;
+        a1 += ld4(x1 + i) * w0;
+        b1 += ld4(x1 + i + 4) * w1;
+        a2 += ld4(x2 + i) * w0;
+        b2 += ld4(x2 + i + 4) * w1;
+        a3 += ld4(x3 + i) * w0;
+        b3 += ld4(x3 + i + 4) * w1;
+    }
+    out[0] = lanes_sum(a0, b0, x0 + i, w + i, n - i);
+    out[1] = lanes_sum(a1, b1, x1 + i, w + i, n - i);
+    out[2] = lanes_sum(a2, b2, x2 + i, w + i, n - i);
+    out[3] = lanes_sum(a3, b3, x3 + i, w + i, n - i);
+}
+
 /* ---- KV cache ----------------------------------------------------------- */
 
 int skv_kvcache_create(const skv_model_config *cfg, size_t capacity, skv_kvcache **out)
@@ -169,6 +194,15 @@ typedef struct {
     int ldx, ldy;
 } matmul_ctx;
 
+static inline void store_out(const matmul_ctx *c, size_t i, size_t r, float y, float scale)
+{
+    if (c->W->q != SKV_WQ_F32)
+        y *= scale;
+    if (c->bias)
+        y += c->bias[r];
+    c->y[i * (size_t)c->ldy + r] = y;
+}
+
 static void matmul_task(void *vctx, size_t r0, size_t r1, int worker)
 {
     const matmul_ctx *c = vctx;
@@ -193,14 +227,15 @@ static void matmul_task(void *vctx, size_t r0, size_t r1, int worker)
             w = tmp;
             scale = W->scale[r];
         }
-        for (size_t i = 0; i < c->n; i++) {
-            float y = dot_f32(c->x + i * (size_t)c->ldx, w, cols);
-            if (W->q != SKV_WQ_F32)
-                y *= scale;
-            if (c->bias)
-                y += c->bias[r];
-            c->y[i * (size_t)c->ldy + r] = y;
+        size_t i = 0;
+        float y4[4];
+        for (; i + 4 <= c->n; i += 4) {
+            dot_f32_x4(c->x + i * (size_t)c->ldx, (size_t)c->ldx, w, cols, y4);
+            for (int k = 0; k < 4; k++)
+                store_out(c, i + (size_t)k, r, y4[k], scale);
         }
+        for (; i < c->n; i++)
+            store_out(c, i, r, dot_f32(c->x + i * (size_t)c->ldx, w, cols), scale);
     }
 }
 

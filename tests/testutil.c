@@ -51,7 +51,9 @@ uint8_t *tu_read(const char *path, size_t *len)
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
+    uint8_t *b = malloc(n > 0 ? (size_t)n + 1 : 1);
+    if (b)
+        b[n > 0 ? n : 0] = 0; /* NUL-terminated for text files */
     if (b && n > 0 && fread(b, 1, (size_t)n, f) != (size_t)n) {
         free(b);
         b = NULL;

@@ -13,6 +13,6 @@ const char *tu_shared_model(const char *name);
 const char *tu_tmpdir(void);
 /* Path join into a static rotating buffer. */
 const char *tu_path(const char *dir, const char *name);
-/* Read a whole file (malloc'd), or NULL. */
+/* Read a whole file (malloc'd, with a NUL after the last byte), or NULL. */
 uint8_t *tu_read(const char *path, size_t *len);
 #endif
