@@ -27,4 +27,5 @@ int cli_tokens_read(const char *path, int vocab, cli_tokens *out);
 void cli_tokens_free(cli_tokens *t);
 
 int cmd_model(int argc, char **argv);
+int cmd_codec(int argc, char **argv);
 #endif

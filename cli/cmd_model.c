@@ -369,6 +369,15 @@ static int do_kv(int argc, char **argv)
         snprintf(buf, sizeof buf, "%s", c->rope_layout == SKV_ROPE_PAIR ? "pair" : "half");
         if (!rc)
             rc = skv_stw_meta(w, "seqkv.rope_layout", buf);
+        snprintf(buf, sizeof buf, "%.9g", (double)c->rope_theta);
+        if (!rc)
+            rc = skv_stw_meta(w, "seqkv.rope_theta", buf);
+        snprintf(buf, sizeof buf, "%d", c->rope_dim);
+        if (!rc)
+            rc = skv_stw_meta(w, "seqkv.rope_dim", buf);
+        snprintf(buf, sizeof buf, "%d", c->vocab_size);
+        if (!rc)
+            rc = skv_stw_meta(w, "seqkv.vocab", buf);
         if (!rc)
             rc = skv_stw_write(w, a.out);
     }

@@ -16,6 +16,10 @@ static const char usage[] =
     "  model sample    sample token sequences (seeded)\n"
     "  model kv        compute the KV caches of token sequences\n"
     "  model convert   write a checkpoint as Hugging Face safetensors\n"
+    "  codec calibrate learn the predictors' calibration from KV files\n"
+    "  codec encode    code a KV file losslessly\n"
+    "  codec decode    decode it back, bit-exact\n"
+    "  codec bench     bits per scalar and speed of every level vs zstd\n"
     "\n"
     "Run 'seqkv <command> --help' for the options of each.\n";
 
@@ -32,6 +36,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "model") == 0)
         return cmd_model(argc - 1, argv + 1);
+    if (strcmp(argv[1], "codec") == 0)
+        return cmd_codec(argc - 1, argv + 1);
     fprintf(stderr, "seqkv: unknown command '%s'\n\n%s", argv[1], usage);
     return 2;
 }

@@ -210,6 +210,17 @@ float skv_rng_uniform(skv_rng *rng);
 float skv_rng_normal(skv_rng *rng);
 
 /* ------------------------------------------------------------------------
+ * Deterministic elementary functions in double precision, built from IEEE
+ * basic operations and exact scaling only: the same bits on every IEEE-754
+ * machine (libm's differ between versions). Relative error ~1e-16.
+ * ---------------------------------------------------------------------- */
+double skv_exp(double x);
+double skv_log(double x);
+void skv_sincos(double x, double *s, double *c);
+/* Standard normal CDF, from skv_exp (relative error < 2e-7 in the tails). */
+double skv_normal_cdf(double z);
+
+/* ------------------------------------------------------------------------
  * Files.
  * ---------------------------------------------------------------------- */
 /* Read a whole file into a fresh buffer (skv_free it); refuses files over

@@ -182,11 +182,9 @@ int skv_model_generate(const skv_model *m, skv_pool *pool, const int32_t *prompt
                        size_t n_prompt, size_t total, float temp, float top_p,
                        skv_rng *rng, int32_t *out);
 
-/* Deterministic math used by the engine (IEEE basic operations only). */
+/* The engine's float exp (within 2 ulp; IEEE basic operations only). The
+ * double-precision skv_exp, skv_log and skv_sincos are in skv_base.h. */
 float skv_expf(float x);
-double skv_exp(double x);
-double skv_log(double x);
-void skv_sincos(double x, double *s, double *c);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,11 @@ struct skv_kvcache {
     float *k, *v; /* [layer][cap][kv_dim] */
 };
 
+float skv_expf(float x)
+{
+    return skv__expf(x);
+}
+
 /* ---- fixed-order dot products ------------------------------------------
  * Eight lanes: lane j sums elements j, j+8, j+16, ... in order (the tail
  * goes to lanes 0..); the lanes are then added as ((0+1)+(2+3))+((4+5)+

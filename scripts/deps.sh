@@ -16,4 +16,4 @@ seqkv_need_packages() {
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-SEQKV_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config liblmdb-dev libsodium-dev libcriterion-dev)
+SEQKV_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config liblmdb-dev libsodium-dev libcriterion-dev libzstd-dev)

@@ -1,0 +1,617 @@
+/* seqkv codec calibrate|encode|decode|bench */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "cli.h"
+#include "skv_delta.h"
+
+static const char codec_usage[] =
+    "usage: seqkv codec <calibrate|encode|decode|bench> [options]\n"
+    "Run 'seqkv codec <subcommand> --help' for each one's options.\n";
+
+static const char calibrate_usage[] =
+    "usage: seqkv codec calibrate --calib CAL.safetensors [--model PATH] --out C.cal\n"
+    "\n"
+    "Learn the predictors' calibration from the sequences of a KV file:\n"
+    "per-channel means and spreads (s chosen by measured code length), the\n"
+    "per-(layer, token) codebook, least-squares blend weights and the dtype's\n"
+    "empirical marginal. With --model the spec (int8 copy) and full levels are\n"
+    "calibrated too. Progress on stderr.\n";
+
+static const char encode_usage[] =
+    "usage: seqkv codec encode --cal C.cal --kv KV.safetensors --out OUT.skv\n"
+    "                          [--level stat|ctx|spec|full] [--model PATH] [--chunk N]\n"
+    "\n"
+    "Code every sequence of a KV file losslessly (default level ctx, chunks of\n"
+    "256 tokens; spec and full need the model the calibration was made with).\n";
+
+static const char decode_usage[] =
+    "usage: seqkv codec decode --cal C.cal --in IN.skv --out KV.safetensors [--model PATH]\n"
+    "\n"
+    "Decode a coded file back to the exact KV file layout.\n";
+
+static const char bench_usage[] =
+    "usage: seqkv codec bench --calib CAL.safetensors --test TEST.safetensors\n"
+    "                         [--model PATH] [--level stat|ctx|spec|full|all] [--json]\n"
+    "                         [--chunk N] [--cal C.cal]\n"
+    "\n"
+    "Calibrate on CAL (or load --cal), then code TEST at each level: actual and\n"
+    "ideal bits per scalar (overall, per layer and k/v), encode and decode\n"
+    "M scalars/s on one thread (spec/full also tokens/s), a bit-exact round\n"
+    "trip check, and in the same run zstd -3 and -19 on the raw bytes and on\n"
+    "byte planes.\n";
+
+enum { O_CALIB = 2000, O_MODEL, O_OUT, O_CAL, O_KV, O_IN, O_LEVEL, O_CHUNK, O_TEST, O_JSON, O_HELP };
+static const struct option opts[] = {
+    {"calib", required_argument, NULL, O_CALIB}, {"model", required_argument, NULL, O_MODEL},
+    {"out", required_argument, NULL, O_OUT},     {"cal", required_argument, NULL, O_CAL},
+    {"kv", required_argument, NULL, O_KV},       {"in", required_argument, NULL, O_IN},
+    {"level", required_argument, NULL, O_LEVEL}, {"chunk", required_argument, NULL, O_CHUNK},
+    {"test", required_argument, NULL, O_TEST},   {"json", no_argument, NULL, O_JSON},
+    {"help", no_argument, NULL, O_HELP},         {NULL, 0, NULL, 0},
+};
+
+typedef struct {
+    const char *calib, *model, *out, *cal, *kv, *in, *level, *test;
+    long chunk;
+    int json;
+} cargs;
+
+static int cparse(const char *cmd, int argc, char **argv, cargs *a, const char *usage,
+                  unsigned allowed)
+{
+    memset(a, 0, sizeof *a);
+    a->chunk = 256;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        if (c == 'h' || c == O_HELP) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (c == '?')
+            return cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+        if (c == ':')
+            return cli_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
+        if (!(allowed & (1u << (c - O_CALIB))))
+            return cli_usage_error(cmd, "option '%s' does not apply here", argv[optind - 1]);
+        switch (c) {
+        case O_CALIB: a->calib = optarg; break;
+        case O_MODEL: a->model = optarg; break;
+        case O_OUT: a->out = optarg; break;
+        case O_CAL: a->cal = optarg; break;
+        case O_KV: a->kv = optarg; break;
+        case O_IN: a->in = optarg; break;
+        case O_LEVEL: a->level = optarg; break;
+        case O_TEST: a->test = optarg; break;
+        case O_JSON: a->json = 1; break;
+        case O_CHUNK:
+            if (cli_parse_long(optarg, 1, 1 << 20, &a->chunk))
+                return cli_usage_error(cmd, "--chunk wants a positive integer");
+            break;
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    return 0;
+}
+#define A(o) (1u << ((o) - O_CALIB))
+
+static int open_model(const char *path, skv_model **m)
+{
+    *m = NULL;
+    if (!path)
+        return 0;
+    int rc = skv_model_load(path, m);
+    return rc ? cli_fail(rc, path) : 0;
+}
+
+static int learn(const char *calib_path, skv_model *m, skv_pool *pool, int quiet, skv_calib **out)
+{
+    skv_st *st;
+    int rc = skv_st_open(calib_path, &st);
+    if (rc)
+        return cli_fail(rc, calib_path);
+    skv_calib_opts o = {.model = m, .pool = pool, .quiet = quiet};
+    rc = skv_calib_learn(st, &o, out);
+    skv_st_free(st);
+    return rc ? cli_fail(rc, "calibrate") : 0;
+}
+
+static int do_calibrate(int argc, char **argv)
+{
+    cargs a;
+    int r = cparse("codec calibrate", argc, argv, &a, calibrate_usage, A(O_CALIB) | A(O_MODEL) | A(O_OUT));
+    if (r)
+        return r;
+    if (!a.calib || !a.out)
+        return cli_usage_error("codec calibrate", "--calib and --out are required");
+    skv_model *m;
+    skv_pool *pool = NULL;
+    if ((r = open_model(a.model, &m)))
+        return r;
+    skv_pool_create(&pool, 0);
+    skv_calib *c = NULL;
+    double t0 = cli_now();
+    r = learn(a.calib, m, pool, 0, &c);
+    if (!r) {
+        int rc = skv_calib_save(c, a.out);
+        if (rc)
+            r = cli_fail(rc, a.out);
+        else
+            fprintf(stderr, "calibrate: wrote %s (levels:%s%s%s%s) in %.1f s\n", a.out,
+                    skv_calib_has_level(c, SKV_LEVEL_STAT) ? " stat" : "",
+                    skv_calib_has_level(c, SKV_LEVEL_CTX) ? " ctx" : "",
+                    skv_calib_has_level(c, SKV_LEVEL_SPEC) ? " spec" : "",
+                    skv_calib_has_level(c, SKV_LEVEL_FULL) ? " full" : "", cli_now() - t0);
+    }
+    skv_calib_free(c);
+    skv_pool_free(pool);
+    skv_model_free(m);
+    return r;
+}
+
+/* ---- the coded file ("SKVF") ------------------------------------------------
+ * header 40 bytes: magic "SKVF", u16 version 1, u8 level, u8 dtype,
+ * u32 n_seq, u32 chunk, u8 calib_id[16], u32 reserved (0); then per
+ * sequence: u32 T, T x i32 tokens, u32 n_streams, n_streams x u32 sizes,
+ * the streams. */
+#define SKVF_MAGIC 0x46564b53u
+
+static void put32(FILE *f, uint32_t v)
+{
+    uint8_t b[4];
+    skv_store32_le(b, v);
+    fwrite(b, 1, 4, f);
+}
+
+static int do_encode(int argc, char **argv)
+{
+    cargs a;
+    int r = cparse("codec encode", argc, argv, &a, encode_usage,
+                   A(O_CAL) | A(O_KV) | A(O_OUT) | A(O_LEVEL) | A(O_MODEL) | A(O_CHUNK));
+    if (r)
+        return r;
+    if (!a.cal || !a.kv || !a.out)
+        return cli_usage_error("codec encode", "--cal, --kv and --out are required");
+    skv_level lvl = SKV_LEVEL_CTX;
+    if (a.level && skv_level_from_name(a.level, &lvl))
+        return cli_usage_error("codec encode", "--level wants stat, ctx, spec or full");
+    skv_calib *c;
+    int rc = skv_calib_load(a.cal, &c);
+    if (rc)
+        return cli_fail(rc, a.cal);
+    skv_model *m;
+    if ((r = open_model(a.model, &m))) {
+        skv_calib_free(c);
+        return r;
+    }
+    skv_st *st = NULL;
+    skv_delta *d = NULL;
+    skv_streams s = {0};
+    FILE *f = NULL;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", a.out);
+    size_t n_seq = 0, raw = 0;
+    rc = skv_st_open(a.kv, &st);
+    if (!rc)
+        rc = skv_kvfile_count(st, &n_seq);
+    if (!rc)
+        rc = skv_delta_create(c, lvl, m, NULL, &d);
+    if (!rc && !(f = fopen(tmp, "wb")))
+        rc = skv_error(SKV_ERR_IO, "%s: cannot create", tmp);
+    if (!rc) {
+        uint8_t h[40] = {0};
+        skv_store32_le(h, SKVF_MAGIC);
+        skv_store16_le(h + 4, 1);
+        h[6] = (uint8_t)lvl;
+        h[7] = (uint8_t)skv_calib_shape(c)->dtype;
+        skv_store32_le(h + 8, (uint32_t)n_seq);
+        skv_store32_le(h + 12, (uint32_t)a.chunk);
+        memcpy(h + 16, skv_calib_id(c), 16);
+        fwrite(h, 1, 40, f);
+    }
+    for (size_t i = 0; i < n_seq && !rc; i++) {
+        skv_kvseq q;
+        if ((rc = skv_kvfile_get(st, i, &q)))
+            break;
+        const skv_kvshape *sh = skv_calib_shape(c);
+        if (q.layers != sh->layers || q.kv_heads != sh->kv_heads || q.head_dim != sh->head_dim ||
+            q.dtype != sh->dtype) {
+            rc = skv_error(SKV_ERR_SHAPE, "sequence %zu does not match the calibration's shape/dtype", i);
+            break;
+        }
+        int32_t *tok = malloc((q.T ? q.T : 1) * sizeof *tok);
+        size_t nb = (size_t)q.layers * q.T * q.kv_heads * q.head_dim * skv_dtype_size(q.dtype);
+        uint8_t *k = malloc(nb ? nb : 1), *v = malloc(nb ? nb : 1);
+        if (!tok || !k || !v) {
+            rc = skv_error(SKV_ERR_NOMEM, "sequence %zu", i);
+        } else {
+            for (size_t t = 0; t < q.T; t++)
+                tok[t] = (int32_t)skv_load32_le((const uint8_t *)q.tokens + 4 * t);
+            memcpy(k, q.k, nb);
+            memcpy(v, q.v, nb);
+            s.len = 0;
+            s.nstreams = 0;
+            rc = skv_delta_encode(d, tok, q.T, k, v, (size_t)a.chunk, &s);
+            raw += 2 * nb;
+        }
+        if (!rc) {
+            put32(f, (uint32_t)q.T);
+            for (size_t t = 0; t < q.T; t++)
+                put32(f, (uint32_t)tok[t]);
+            put32(f, (uint32_t)s.nstreams);
+            for (size_t j = 0; j < s.nstreams; j++)
+                put32(f, (uint32_t)(s.offs[j + 1] - s.offs[j]));
+            fwrite(s.data, 1, s.len, f);
+        }
+        free(tok);
+        free(k);
+        free(v);
+    }
+    if (f) {
+        if (fflush(f) || ferror(f))
+            rc = rc ? rc : skv_error(SKV_ERR_IO, "%s: write failed", tmp);
+        long sz = ftell(f);
+        fclose(f);
+        if (!rc && rename(tmp, a.out) != 0)
+            rc = skv_error(SKV_ERR_IO, "rename %s", tmp);
+        if (rc)
+            remove(tmp);
+        else
+            fprintf(stderr, "encode: %zu sequences, %zu raw bytes -> %ld bytes (%.3f bits/scalar, level %s)\n",
+                    n_seq, raw, sz, raw ? 8.0 * (double)sz / ((double)raw / skv_dtype_size(skv_calib_shape(c)->dtype)) : 0.0,
+                    skv_level_name(lvl));
+    }
+    skv_streams_free(&s);
+    skv_delta_free(d);
+    skv_st_free(st);
+    skv_model_free(m);
+    skv_calib_free(c);
+    return rc ? cli_fail(rc, "encode") : 0;
+}
+
+static int do_decode(int argc, char **argv)
+{
+    cargs a;
+    int r = cparse("codec decode", argc, argv, &a, decode_usage, A(O_CAL) | A(O_IN) | A(O_OUT) | A(O_MODEL));
+    if (r)
+        return r;
+    if (!a.cal || !a.in || !a.out)
+        return cli_usage_error("codec decode", "--cal, --in and --out are required");
+    skv_calib *c;
+    int rc = skv_calib_load(a.cal, &c);
+    if (rc)
+        return cli_fail(rc, a.cal);
+    skv_model *m;
+    if ((r = open_model(a.model, &m))) {
+        skv_calib_free(c);
+        return r;
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    skv_delta *d = NULL;
+    skv_st_writer *w = NULL;
+    rc = skv_file_read(a.in, (size_t)1 << 40, &buf, &len);
+    const skv_kvshape *sh = skv_calib_shape(c);
+    size_t p = 40, n_seq = 0, chunk = 0;
+    skv_level lvl = SKV_LEVEL_STAT;
+    if (!rc) {
+        if (len < 40 || skv_load32_le(buf) != SKVF_MAGIC)
+            rc = skv_error(SKV_ERR_FORMAT, "%s: not a seqkv coded file", a.in);
+        else if (skv_load16_le(buf + 4) != 1)
+            rc = skv_error(SKV_ERR_VERSION, "%s: version %u", a.in, skv_load16_le(buf + 4));
+        else if (buf[6] >= SKV_LEVEL_COUNT || buf[7] != (uint8_t)sh->dtype)
+            rc = skv_error(SKV_ERR_FORMAT, "%s: bad level or dtype", a.in);
+        else if (memcmp(buf + 16, skv_calib_id(c), 16) != 0)
+            rc = skv_error(SKV_ERR_ARG, "%s was coded with another calibration than %s", a.in, a.cal);
+        lvl = rc ? lvl : (skv_level)buf[6];
+        n_seq = rc ? 0 : skv_load32_le(buf + 8);
+        chunk = rc ? 0 : skv_load32_le(buf + 12);
+        if (!rc && chunk == 0)
+            rc = skv_error(SKV_ERR_FORMAT, "%s: chunk length 0", a.in);
+    }
+    if (!rc)
+        rc = skv_delta_create(c, lvl, m, NULL, &d);
+    if (!rc)
+        rc = skv_stw_create(&w);
+    skv_streams s = {0};
+    for (size_t i = 0; i < n_seq && !rc; i++) {
+        if (len - p < 4) {
+            rc = skv_error(SKV_ERR_FORMAT, "%s: truncated at sequence %zu", a.in, i);
+            break;
+        }
+        uint32_t T = skv_load32_le(buf + p);
+        p += 4;
+        if ((len - p) / 4 < (size_t)T + 1) {
+            rc = skv_error(SKV_ERR_FORMAT, "%s: truncated tokens of sequence %zu", a.in, i);
+            break;
+        }
+        int32_t *tok = malloc(((size_t)T + 1) * sizeof *tok);
+        for (size_t t = 0; tok && t < T; t++)
+            tok[t] = (int32_t)skv_load32_le(buf + p + 4 * t);
+        p += 4 * (size_t)T;
+        uint32_t ns = skv_load32_le(buf + p);
+        p += 4;
+        if (!tok || (len - p) / 4 < ns) {
+            free(tok);
+            rc = skv_error(SKV_ERR_FORMAT, "%s: truncated stream table of sequence %zu", a.in, i);
+            break;
+        }
+        s.nstreams = ns;
+        s.offs = realloc(s.offs, ((size_t)ns + 1) * sizeof *s.offs);
+        s.offs[0] = 0;
+        for (size_t j = 0; j < ns; j++)
+            s.offs[j + 1] = s.offs[j] + skv_load32_le(buf + p + 4 * j);
+        p += 4 * (size_t)ns;
+        if (s.offs[ns] > len - p) {
+            free(tok);
+            rc = skv_error(SKV_ERR_FORMAT, "%s: truncated streams of sequence %zu", a.in, i);
+            break;
+        }
+        s.data = buf + p;
+        s.len = s.offs[ns];
+        p += s.len;
+        size_t nb = (size_t)sh->layers * T * sh->kv_heads * sh->head_dim * skv_dtype_size(sh->dtype);
+        uint8_t *k = malloc(nb ? nb : 1), *v = malloc(nb ? nb : 1);
+        if (!k || !v)
+            rc = skv_error(SKV_ERR_NOMEM, "sequence %zu", i);
+        if (!rc)
+            rc = skv_delta_decode(d, tok, T, &s, 0, chunk, k, v);
+        if (!rc) {
+            skv_kvseq q = {T, tok, sh->dtype, sh->layers, sh->kv_heads, sh->head_dim, k, v};
+            rc = skv_kvfile_add(w, i, &q);
+        }
+        free(tok);
+        free(k);
+        free(v);
+    }
+    s.data = NULL;
+    free(s.offs);
+    if (!rc && p != len)
+        rc = skv_error(SKV_ERR_FORMAT, "%s: %zu trailing bytes", a.in, len - p);
+    if (!rc)
+        rc = skv_stw_write(w, a.out);
+    if (!rc)
+        fprintf(stderr, "decode: %zu sequences -> %s\n", n_seq, a.out);
+    skv_stw_free(w);
+    skv_delta_free(d);
+    skv_free(buf);
+    skv_model_free(m);
+    skv_calib_free(c);
+    return rc ? cli_fail(rc, "decode") : 0;
+}
+
+/* ---- bench ------------------------------------------------------------------ */
+
+static size_t zstd_size(const void *src, size_t n, int level)
+{
+    size_t cap = ZSTD_compressBound(n);
+    void *dst = malloc(cap);
+    size_t r = dst ? ZSTD_compress(dst, cap, src, n, level) : 0;
+    free(dst);
+    return ZSTD_isError(r) ? 0 : r;
+}
+
+/* zstd of each byte plane (byte i of every element together). */
+static size_t zstd_planes(const uint8_t *src, size_t n_elem, size_t es, int level)
+{
+    uint8_t *plane = malloc(n_elem ? n_elem : 1);
+    size_t tot = 0;
+    for (size_t b = 0; plane && b < es; b++) {
+        for (size_t i = 0; i < n_elem; i++)
+            plane[i] = src[i * es + b];
+        tot += zstd_size(plane, n_elem, level);
+    }
+    free(plane);
+    return tot;
+}
+
+static int do_bench(int argc, char **argv)
+{
+    cargs a;
+    int r = cparse("codec bench", argc, argv, &a, bench_usage,
+                   A(O_CALIB) | A(O_TEST) | A(O_MODEL) | A(O_LEVEL) | A(O_JSON) | A(O_CHUNK) | A(O_CAL));
+    if (r)
+        return r;
+    if ((!a.calib && !a.cal) || !a.test)
+        return cli_usage_error("codec bench", "--calib (or --cal) and --test are required");
+    int want[SKV_LEVEL_COUNT] = {1, 1, 1, 1};
+    if (a.level && strcmp(a.level, "all") != 0) {
+        skv_level l;
+        if (skv_level_from_name(a.level, &l))
+            return cli_usage_error("codec bench", "--level wants stat, ctx, spec, full or all");
+        memset(want, 0, sizeof want);
+        want[l] = 1;
+    }
+    skv_model *m;
+    if ((r = open_model(a.model, &m)))
+        return r;
+    skv_pool *pool = NULL;
+    skv_pool_create(&pool, 0);
+    skv_calib *c = NULL;
+    int rc = SKV_OK;
+    double tc = cli_now();
+    if (a.cal) {
+        rc = skv_calib_load(a.cal, &c);
+        r = rc ? cli_fail(rc, a.cal) : 0;
+    } else {
+        r = learn(a.calib, m, pool, a.json, &c);
+    }
+    if (r) {
+        skv_pool_free(pool);
+        skv_model_free(m);
+        return r;
+    }
+    tc = cli_now() - tc;
+    skv_st *st = NULL;
+    size_t n_seq = 0;
+    rc = skv_st_open(a.test, &st);
+    if (!rc)
+        rc = skv_kvfile_count(st, &n_seq);
+    if (rc) {
+        skv_calib_free(c);
+        skv_pool_free(pool);
+        skv_model_free(m);
+        return cli_fail(rc, a.test);
+    }
+    const skv_kvshape *sh = skv_calib_shape(c);
+    const size_t es = skv_dtype_size(sh->dtype);
+    /* gather the test set: tokens and raw K/V per sequence */
+    size_t tot_tok = 0, tot_sc = 0;
+    skv_kvseq *seqs = calloc(n_seq, sizeof *seqs);
+    int32_t **toks = calloc(n_seq, sizeof *toks);
+    for (size_t i = 0; i < n_seq && !rc; i++) {
+        rc = skv_kvfile_get(st, i, &seqs[i]);
+        if (!rc && (seqs[i].layers != sh->layers || seqs[i].kv_heads != sh->kv_heads ||
+                    seqs[i].head_dim != sh->head_dim || seqs[i].dtype != sh->dtype))
+            rc = skv_error(SKV_ERR_SHAPE, "test sequence %zu does not match the calibration", i);
+        if (rc)
+            break;
+        toks[i] = malloc((seqs[i].T + 1) * sizeof(int32_t));
+        for (size_t t = 0; t < seqs[i].T; t++)
+            toks[i][t] = (int32_t)skv_load32_le((const uint8_t *)seqs[i].tokens + 4 * t);
+        tot_tok += seqs[i].T;
+        tot_sc += 2 * (size_t)sh->layers * seqs[i].T * sh->kv_heads * sh->head_dim;
+    }
+    if (!a.json && !rc)
+        printf("codec bench: %zu test sequences, %zu tokens, %zu scalars of %s; calibration %.1f s\n",
+               n_seq, tot_tok, tot_sc, skv_dtype_name(sh->dtype), tc);
+    /* baselines on the raw bytes of all K and V */
+    if (!rc) {
+        uint8_t *all = malloc(tot_sc * es + 1);
+        size_t o = 0;
+        for (size_t i = 0; i < n_seq; i++) {
+            size_t nb = tot_sc ? (size_t)sh->layers * seqs[i].T * sh->kv_heads * sh->head_dim * es : 0;
+            memcpy(all + o, seqs[i].k, nb);
+            memcpy(all + o + nb, seqs[i].v, nb);
+            o += 2 * nb;
+        }
+        struct { const char *name; size_t bytes; } b[4] = {
+            {"zstd-3", zstd_size(all, o, 3)},
+            {"zstd-19", zstd_size(all, o, 19)},
+            {"zstd-3-planes", zstd_planes(all, tot_sc, es, 3)},
+            {"zstd-19-planes", zstd_planes(all, tot_sc, es, 19)},
+        };
+        for (int i = 0; i < 4; i++) {
+            double bps = 8.0 * (double)b[i].bytes / (double)tot_sc;
+            if (a.json)
+                printf("{\"level\":\"%s\",\"dtype\":\"%s\",\"bits_per_scalar\":%.4f,\"ratio\":%.3f,\"baseline\":true}\n",
+                       b[i].name, skv_dtype_name(sh->dtype), bps, 8.0 * es / bps);
+            else
+                printf("%-15s %7.3f bits/scalar (%.2fx)\n", b[i].name, bps, 8.0 * es / bps);
+        }
+        free(all);
+    }
+    for (int lv = 0; lv < SKV_LEVEL_COUNT && !rc; lv++) {
+        if (!want[lv])
+            continue;
+        if (!skv_calib_has_level(c, (skv_level)lv)) {
+            if (!a.json)
+                printf("%-15s (not calibrated%s)\n", skv_level_name((skv_level)lv),
+                       lv >= SKV_LEVEL_SPEC ? ": give --model" : "");
+            continue;
+        }
+        skv_delta *d;
+        if ((rc = skv_delta_create(c, (skv_level)lv, m, NULL, &d)))
+            break;
+        skv_streams *ss = calloc(n_seq, sizeof *ss);
+        double t0 = cli_now();
+        for (size_t i = 0; i < n_seq && !rc; i++)
+            rc = skv_delta_encode(d, toks[i], seqs[i].T, seqs[i].k, seqs[i].v, (size_t)a.chunk, &ss[i]);
+        double te = cli_now() - t0;
+        int ok = 1;
+        t0 = cli_now();
+        for (size_t i = 0; i < n_seq && !rc; i++) {
+            size_t nb = (size_t)sh->layers * seqs[i].T * sh->kv_heads * sh->head_dim * es;
+            uint8_t *k = malloc(nb + 1), *v = malloc(nb + 1);
+            rc = skv_delta_decode(d, toks[i], seqs[i].T, &ss[i], 0, (size_t)a.chunk, k, v);
+            if (!rc && (memcmp(k, seqs[i].k, nb) || memcmp(v, seqs[i].v, nb)))
+                ok = 0;
+            free(k);
+            free(v);
+        }
+        double td = cli_now() - t0;
+        if (rc) {
+            for (size_t i = 0; i < n_seq; i++)
+                skv_streams_free(&ss[i]);
+            free(ss);
+            skv_delta_free(d);
+            break;
+        }
+        const double *ideal, *bytes;
+        const uint64_t *nsc;
+        skv_delta_costs(d, &ideal, &bytes, &nsc);
+        double ti = 0, tb = 0;
+        uint64_t tn = 0;
+        for (int j = 0; j < 2 * sh->layers; j++) {
+            ti += ideal[j];
+            tb += bytes[j];
+            tn += nsc[j];
+        }
+        double bps = 8.0 * tb / (double)tn, ibps = ti / (double)tn;
+        if (a.json) {
+            printf("{\"level\":\"%s\",\"dtype\":\"%s\",\"bits_per_scalar\":%.4f,\"ideal_bits_per_scalar\":%.4f,"
+                   "\"encode_msps\":%.2f,\"decode_msps\":%.2f,\"encode_tokens_per_s\":%.0f,"
+                   "\"decode_tokens_per_s\":%.0f,\"roundtrip\":\"%s\",\"per_layer\":[",
+                   skv_level_name((skv_level)lv), skv_dtype_name(sh->dtype), bps, ibps,
+                   (double)tn / te / 1e6, (double)tn / td / 1e6, (double)tot_tok / te,
+                   (double)tot_tok / td, ok ? "ok" : "MISMATCH");
+            for (int j = 0; j < 2 * sh->layers; j++)
+                printf("%s{\"layer\":%d,\"kv\":\"%s\",\"bits_per_scalar\":%.4f,\"ideal_bits_per_scalar\":%.4f}",
+                       j ? "," : "", j / 2, j & 1 ? "v" : "k", 8.0 * bytes[j] / (double)nsc[j],
+                       ideal[j] / (double)nsc[j]);
+            printf("]}\n");
+        } else {
+            printf("%-15s %7.3f bits/scalar (%.2fx), ideal %.3f (+%.2f%%); encode %.1f M/s, decode %.1f M/s "
+                   "(%.0f / %.0f tokens/s); round trip %s\n",
+                   skv_level_name((skv_level)lv), bps, 8.0 * es / bps, ibps, 100.0 * (bps / ibps - 1),
+                   (double)tn / te / 1e6, (double)tn / td / 1e6, (double)tot_tok / te,
+                   (double)tot_tok / td, ok ? "ok" : "MISMATCH");
+            printf("    per layer k/v:");
+            for (int j = 0; j < 2 * sh->layers; j++)
+                printf(" L%d%s %.2f", j / 2, j & 1 ? "v" : "k", 8.0 * bytes[j] / (double)nsc[j]);
+            printf("\n");
+        }
+        if (!ok)
+            rc = skv_error(SKV_ERR_CORRUPT, "round trip mismatch at level %s", skv_level_name((skv_level)lv));
+        for (size_t i = 0; i < n_seq; i++)
+            skv_streams_free(&ss[i]);
+        free(ss);
+        skv_delta_free(d);
+    }
+    for (size_t i = 0; i < n_seq; i++)
+        free(toks ? toks[i] : NULL);
+    free(toks);
+    free(seqs);
+    skv_st_free(st);
+    skv_calib_free(c);
+    skv_pool_free(pool);
+    skv_model_free(m);
+    return rc ? cli_fail(rc, "bench") : 0;
+}
+
+int cmd_codec(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(codec_usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *sub = argv[1];
+    argc--;
+    argv++;
+    if (strcmp(sub, "calibrate") == 0)
+        return do_calibrate(argc, argv);
+    if (strcmp(sub, "encode") == 0)
+        return do_encode(argc, argv);
+    if (strcmp(sub, "decode") == 0)
+        return do_decode(argc, argv);
+    if (strcmp(sub, "bench") == 0)
+        return do_bench(argc, argv);
+    fprintf(stderr, "seqkv codec: unknown subcommand '%s'\n\n%s", sub, codec_usage);
+    return 2;
+}

@@ -1,0 +1,580 @@
+/* The coding model: dtype lattices, mixture frequency tables, and the
+ * mapping of one scalar to a short sequence of rANS operations ("ops").
+ * Encoder and decoder both go through classify() and the same tables, so
+ * they agree to the bit. Everything that decides a symbol is integer
+ * arithmetic or exact double arithmetic (power-of-two scaling, floor,
+ * subtraction of nearby floats); tables come from skv_normal_cdf. */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "codec_int.h"
+
+/* ---- lattices ----------------------------------------------------------- */
+
+int skv__lat_init(skv_lat *L, skv_dtype dt)
+{
+    memset(L, 0, sizeof *L);
+    L->dt = dt;
+    switch (dt) {
+    case SKV_DT_BF16: L->nbits = 16; L->mbits = 7; L->bias = 127; L->inf_mag = 0x7f80; break;
+    case SKV_DT_F16: L->nbits = 16; L->mbits = 10; L->bias = 15; L->inf_mag = 0x7c00; break;
+    case SKV_DT_F8E4M3: L->nbits = 8; L->mbits = 3; L->bias = 7; L->inf_mag = 0x7f; break;
+    case SKV_DT_F32: L->nbits = 32; L->mbits = 23; L->bias = 127; L->inf_mag = 0x7f800000u; break;
+    default: return skv_error(SKV_ERR_ARG, "codec: dtype %s is not a float type", skv_dtype_name(dt));
+    }
+    L->sign = 1u << (L->nbits - 1);
+    return SKV_OK;
+}
+
+/* value of a finite magnitude code: mant * 2^ex */
+static inline void mag_parts(const skv_lat *L, uint32_t m, uint64_t *mant, int *ex)
+{
+    uint32_t E = m >> L->mbits, F = m & ((1u << L->mbits) - 1u);
+    *mant = E ? ((1ull << L->mbits) | F) : F;
+    *ex = (int)(E ? E : 1) - L->bias - L->mbits;
+}
+
+double skv__lat_value(const skv_lat *L, uint32_t x)
+{
+    uint32_t m = x & (L->sign - 1u);
+    uint64_t mant;
+    int ex;
+    mag_parts(L, m, &mant, &ex);
+    double v = ldexp((double)mant, ex);
+    return (x & L->sign) ? -v : v;
+}
+
+/* exponent of the lattice step at a finite magnitude code */
+static inline int ulp_exp(const skv_lat *L, uint32_t m)
+{
+    uint32_t E = m >> L->mbits;
+    return (int)(E ? E : 1) - L->bias - L->mbits;
+}
+
+/* Smallest finite magnitude code whose value is >= j * 2^G, or inf_mag
+ * when there is none. Integer arithmetic only. */
+static uint32_t ceil_lat(const skv_lat *L, uint64_t j, int G)
+{
+    if (j == 0)
+        return 0;
+    int nb = 64 - __builtin_clzll(j);
+    int e = nb - 1 + G; /* j*2^G in [2^e, 2^(e+1)) */
+    int emin = 1 - L->bias;
+    int emax = (int)((L->inf_mag - 1u) >> L->mbits) - L->bias; /* exponent of max finite */
+    if (e > emax)
+        return L->inf_mag;
+    uint32_t code;
+    if (e >= emin) {
+        /* significand with mbits fraction bits, rounded up */
+        uint64_t sig;
+        int drop = (nb - 1) - L->mbits;
+        if (drop <= 0) {
+            sig = j << (-drop);
+        } else {
+            sig = j >> drop;
+            if (drop >= 64 || (j & ((1ull << drop) - 1)))
+                sig++;
+        }
+        uint32_t E = (uint32_t)(e + L->bias);
+        if (sig >> (L->mbits + 1)) { /* rounded up past the binade */
+            sig >>= 1;
+            E++;
+        }
+        code = (E << L->mbits) | (uint32_t)(sig & ((1ull << L->mbits) - 1));
+    } else {
+        /* subnormal units of 2^(emin - mbits) */
+        int sh = G - (emin - L->mbits);
+        uint64_t q;
+        if (sh >= 0) {
+            q = sh >= 64 ? ~0ull : j << sh;
+        } else {
+            int r = -sh;
+            q = r >= 64 ? 1 : (j >> r) + ((j & ((1ull << r) - 1)) != 0);
+        }
+        code = q > (1ull << L->mbits) ? (1u << L->mbits) : (uint32_t)q;
+    }
+    return code >= L->inf_mag ? L->inf_mag : code;
+}
+
+/* floor(|x| / 2^G) for a finite magnitude code; *big when it exceeds 2^40 */
+static uint64_t bucket_of(const skv_lat *L, uint32_t m, int G, int *big)
+{
+    uint64_t mant;
+    int ex;
+    mag_parts(L, m, &mant, &ex);
+    int sh = ex - G;
+    *big = 0;
+    if (mant == 0)
+        return 0;
+    if (sh >= 0) {
+        if (sh > 40) {
+            *big = 1;
+            return 0;
+        }
+        uint64_t j = mant << sh;
+        if (j >> 40)
+            *big = 1;
+        return j;
+    }
+    return -sh >= 64 ? 0 : mant >> (-sh);
+}
+
+static inline int is_finite(const skv_lat *L, uint32_t x)
+{
+    return (x & (L->sign - 1u)) < L->inf_mag;
+}
+
+/* signed ordinal: +v -> mag, -v -> -mag - 1 (so -0 sits just below +0) */
+static inline int64_t ordinal(const skv_lat *L, uint32_t x)
+{
+    int64_t m = (int64_t)(x & (L->sign - 1u));
+    return (x & L->sign) ? -m - 1 : m;
+}
+
+static inline uint32_t from_ordinal(const skv_lat *L, int64_t o)
+{
+    return o >= 0 ? (uint32_t)o : (L->sign | (uint32_t)(-o - 1));
+}
+
+/* nearest finite lattice point to mu (dtype bits) */
+static uint32_t nearest(const skv_lat *L, float mu)
+{
+    uint32_t c;
+    switch (L->dt) {
+    case SKV_DT_BF16: c = skv_f32_to_bf16(mu); break;
+    case SKV_DT_F16: c = skv_f32_to_f16(mu); break;
+    case SKV_DT_F8E4M3: c = skv_f32_to_f8e4m3(mu); break;
+    default: c = skv_f32_bits(mu); break;
+    }
+    if (!is_finite(L, c)) /* overflowed: the largest finite of that sign */
+        c = (c & L->sign) | (L->inf_mag - 1u);
+    return c;
+}
+
+/* ---- tables ---------------------------------------------------------------- */
+
+/* Mass of [a, b] (in units of the component's sd) of N(0,1), computed on
+ * the side where the CDF is small so tails keep their precision. */
+static double nmass(double a, double b)
+{
+    if (a >= 0)
+        return skv_normal_cdf(-a) - skv_normal_cdf(-b);
+    if (b <= 0)
+        return skv_normal_cdf(b) - skv_normal_cdf(a);
+    return 1.0 - skv_normal_cdf(a) - skv_normal_cdf(-b);
+}
+
+/* Quantize probabilities p[0..n) (summing to ~1) to integer frequencies
+ * summing to 2^16, each >= 1: f = 1 + floor(p * (2^16 - n)), the rest to
+ * the most probable symbol. Deterministic. */
+static void quantize(const double *p, uint32_t n, uint32_t *cum)
+{
+    const uint32_t M = 1u << SKV_CODEC_PREC;
+    uint32_t sum = 0, best = 0;
+    cum[0] = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        double q = p[i] < 0 ? 0 : p[i];
+        uint32_t f = 1u + (uint32_t)(q * (double)(M - n));
+        if (f > M - n + 1)
+            f = M - n + 1;
+        cum[i + 1] = f; /* temporarily the frequency */
+        sum += f;
+        if (p[i] > p[best])
+            best = i;
+    }
+    if (sum > M) { /* cannot happen: sum <= n + (M - n) */
+        cum[best + 1] -= sum - M;
+    } else {
+        cum[best + 1] += M - sum;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        cum[i + 1] += cum[i];
+}
+
+static int table_alloc(skv_ftab *t, uint32_t n)
+{
+    t->n = n;
+    t->cum = skv_malloc((n + 1) * sizeof *t->cum);
+    t->lp = skv_malloc(n * sizeof *t->lp);
+    if (!t->cum || !t->lp) {
+        skv_free(t->cum);
+        skv_free(t->lp);
+        return skv_error(SKV_ERR_NOMEM, "codec table");
+    }
+    return SKV_OK;
+}
+
+/* Symbol r in [-R, R] covers [r + lo_off, r + lo_off + 1) around mean
+ * `mean` in units where the primary component has sd sigma. Symbol 2R+1 is
+ * the escape. */
+static int build_mix(const skv_cmodel *cm, skv_ftab *t, int R, double sigma, double mean,
+                     double lo_off)
+{
+    uint32_t n = (uint32_t)(2 * R + 2);
+    int rc = table_alloc(t, n);
+    if (rc)
+        return rc;
+    t->R = R;
+    double *p = skv_malloc(n * sizeof *p);
+    if (!p) {
+        skv_free(t->cum);
+        skv_free(t->lp);
+        return skv_error(SKV_ERR_NOMEM, "codec table");
+    }
+    const double w1 = cm->mix.w1 / 65536.0, w2 = cm->mix.w2 / 65536.0, w0 = 1.0 - w1 - w2;
+    double inwin = 0;
+    for (int r = -R; r <= R; r++) {
+        double a = (double)r + lo_off - mean, b = a + 1.0;
+        double q = w0 * nmass(a / sigma, b / sigma) + w1 * nmass(a / (3 * sigma), b / (3 * sigma));
+        p[r + R] = q;
+        inwin += q;
+    }
+    double esc = w2 + ((w0 + w1) - inwin);
+    p[n - 1] = esc > 0 ? esc : 0;
+    quantize(p, n, t->cum);
+    for (uint32_t i = 0; i < n; i++)
+        t->lp[i] = (float)(p[i] > 1e-300 ? -skv_log(p[i]) / 0.69314718055994530942 : 1000.0);
+    skv_free(p);
+    return SKV_OK;
+}
+
+static int build_pemp(skv_cmodel *cm, const uint32_t *hist)
+{
+    double p[256], tot = 0;
+    for (int i = 0; i < 256; i++)
+        tot += (p[i] = (hist ? (double)hist[i] : 0.0) + 1.0);
+    for (int i = 0; i < 256; i++)
+        p[i] /= tot;
+    int rc = table_alloc(&cm->pemp, 256);
+    if (rc)
+        return rc;
+    cm->pemp.R = -1;
+    quantize(p, 256, cm->pemp.cum);
+    for (int i = 0; i < 256; i++)
+        cm->pemp.lp[i] = (float)(-skv_log(p[i]) / 0.69314718055994530942);
+    return SKV_OK;
+}
+
+/* Zero bucket: level t in 1..ZLEVELS covers [g/2^t, g/2^(t-1)) with mass
+ * 2^-t; the last symbol is everything below g/2^ZLEVELS (mass 2^-ZLEVELS). */
+static int build_zero(skv_cmodel *cm)
+{
+    double p[ZLEVELS + 1];
+    for (int t = 1; t <= ZLEVELS; t++)
+        p[t - 1] = ldexp(1.0, -t);
+    p[ZLEVELS] = ldexp(1.0, -ZLEVELS);
+    int rc = table_alloc(&cm->zero, ZLEVELS + 1);
+    if (rc)
+        return rc;
+    cm->zero.R = -1;
+    quantize(p, ZLEVELS + 1, cm->zero.cum);
+    for (int i = 0; i <= ZLEVELS; i++)
+        cm->zero.lp[i] = (float)(i < ZLEVELS ? i + 1 : ZLEVELS);
+    return SKV_OK;
+}
+
+int skv_cmodel_create(skv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256], skv_cmodel **out)
+{
+    *out = NULL;
+    if (mix.w1 + mix.w2 >= 65536u - 64u || mix.w2 == 0)
+        return skv_error(SKV_ERR_ARG, "codec: mixture weights w1=%u w2=%u (of 65536) leave no room, or w2 is 0",
+                         mix.w1, mix.w2);
+    skv_cmodel *m = skv_calloc(1, sizeof *m);
+    if (!m)
+        return skv_error(SKV_ERR_NOMEM, "codec model");
+    int rc = skv__lat_init(&m->lat, dt);
+    m->mix = mix;
+    pthread_mutex_init(&m->mu, NULL);
+    if (!rc)
+        rc = build_pemp(m, pemp_hist);
+    if (!rc)
+        rc = build_zero(m);
+    if (rc) {
+        skv_cmodel_free(m);
+        return rc;
+    }
+    /* identity: dtype, weights, p_emp frequencies, construction version */
+    uint8_t buf[16 + 4 * 257];
+    skv_store32_le(buf, (uint32_t)dt);
+    skv_store32_le(buf + 4, mix.w1);
+    skv_store32_le(buf + 8, mix.w2);
+    skv_store32_le(buf + 12, SKV_CODEC_TABLES_VERSION);
+    for (int i = 0; i <= 256; i++)
+        skv_store32_le(buf + 16 + 4 * i, m->pemp.cum[i]);
+    m->id = (uint32_t)skv_checksum64(buf, sizeof buf, 0x5eed);
+    *out = m;
+    return SKV_OK;
+}
+
+static void ftab_free(skv_ftab *t)
+{
+    if (!t)
+        return;
+    skv_free(t->cum);
+    skv_free(t->lp);
+}
+
+void skv_cmodel_free(skv_cmodel *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < N_STEP_TABS; i++)
+        if (m->step[i]) {
+            ftab_free(m->step[i]);
+            skv_free(m->step[i]);
+        }
+    for (size_t i = 0; i < N_BUCKET_TABS; i++)
+        if (m->bucket[i]) {
+            ftab_free(m->bucket[i]);
+            skv_free(m->bucket[i]);
+        }
+    ftab_free(&m->pemp);
+    ftab_free(&m->zero);
+    pthread_mutex_destroy(&m->mu);
+    skv_free(m);
+}
+
+skv_dtype skv_cmodel_dtype(const skv_cmodel *m) { return m->lat.dt; }
+uint32_t skv_cmodel_id(const skv_cmodel *m) { return m->id; }
+
+/* phase classes by STEP octave: fine phases matter only for small sigma */
+static inline int step_phases(int oct)
+{
+    return oct < 0 ? 16 : oct < 2 ? 4 : 1;
+}
+
+static const skv_ftab *get_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
+                                 int ph, int nph)
+{
+    skv_ftab *const *slot = bucket_mode ? &m->bucket[idx] : &m->step[idx];
+    skv_ftab *t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (t)
+        return t;
+    pthread_mutex_lock(&m->mu);
+    t = *slot;
+    if (!t) {
+        t = skv_calloc(1, sizeof *t);
+        int rc = t ? SKV_OK : SKV_ERR_NOMEM;
+        if (!rc) {
+            double phase = ((double)ph + 0.5) / (double)nph;
+            if (bucket_mode) {
+                double sigma = 8.0 * (1.0 + ((double)sub + 0.5) / 8.0);
+                rc = build_mix(m, t, BUCKET_R, sigma, phase, 0.0);
+            } else {
+                double sigma = ldexp(1.0 + ((double)sub + 0.5) / 8.0, oct);
+                int R = (int)ceil(ldexp(1.0 + ((double)sub + 1.0) / 8.0, oct) * 21.0) + 1;
+                if (R < 2)
+                    R = 2;
+                rc = build_mix(m, t, R, sigma, phase - 0.5, -0.5);
+            }
+        }
+        if (rc) {
+            skv_free(t);
+            t = NULL;
+        } else {
+            __atomic_store_n((skv_ftab **)slot, t, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return t;
+}
+
+/* ---- classification ------------------------------------------------------ */
+
+int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c)
+{
+    const skv_lat *L = &m->lat;
+    if (mu != mu || isinf(mu))
+        mu = 0.0f;
+    if (!(s >= 0x1p-120f))
+        s = 0x1p-120f; /* also catches NaN */
+    if (s > 0x1p100f)
+        s = 0x1p100f;
+    uint32_t sb = skv_f32_bits(s);
+    int Es = (int)((sb >> 23) & 0xff) - 127;
+    int sub = (int)((sb >> 20) & 7);
+    c->c = nearest(L, mu);
+    uint32_t cm = c->c & (L->sign - 1u);
+    int U = ulp_exp(L, cm);
+    int G = Es - 3;
+    if (U >= G) {
+        /* STEP: sigma = s / 2^U, octave Es - U in [-inf, 3] */
+        int oct = Es - U;
+        if (oct < STEP_OCT_MIN) {
+            oct = STEP_OCT_MIN;
+            sub = 0;
+        }
+        int nph = step_phases(oct);
+        double phi = ldexp((double)mu - skv__lat_value(L, c->c), -U); /* exact */
+        int ph = (int)floor((phi + 0.5) * nph);
+        ph = ph < 0 ? 0 : ph >= nph ? nph - 1 : ph;
+        int idx = ((oct - STEP_OCT_MIN) * 8 + sub) * 16 + ph;
+        c->bucket = 0;
+        c->tab = get_table(m, 0, idx, oct, sub, ph, nph);
+    } else {
+        double y = ldexp((double)mu, -G); /* mu / g, exact */
+        double b0 = floor(y);
+        int ph = (int)floor((y - b0) * 4.0);
+        ph = ph < 0 ? 0 : ph > 3 ? 3 : ph;
+        c->bucket = 1;
+        c->G = G;
+        c->b0 = (int64_t)b0;
+        c->tab = get_table(m, 1, sub * 4 + ph, 0, sub, ph, 4);
+    }
+    return c->tab ? SKV_OK : skv_error(SKV_ERR_NOMEM, "codec table");
+}
+
+/* ---- scalar <-> ops --------------------------------------------------------- */
+
+static inline void op_sym(skv_op *o, const skv_ftab *t, uint32_t sym)
+{
+    o->start = t->cum[sym];
+    o->freq = t->cum[sym + 1] - t->cum[sym];
+    o->bits = SKV_CODEC_PREC;
+    o->lp = t->lp[sym];
+}
+
+/* plain bits: value v of nb bits (nb <= 32), split into <= 16-bit ops */
+static int op_raw(skv_op *o, uint32_t v, int nb)
+{
+    int k = 0;
+    while (nb > 0) {
+        int b = nb > 16 ? 16 : nb;
+        nb -= b;
+        o[k].start = (v >> nb) & ((1u << b) - 1u);
+        o[k].freq = 1;
+        o[k].bits = (uint8_t)b;
+        o[k].lp = (float)b;
+        k++;
+    }
+    return k;
+}
+
+static inline int bits_for(uint64_t n) /* ceil(log2 n), n >= 1 */
+{
+    return n <= 1 ? 0 : 64 - __builtin_clzll(n - 1);
+}
+
+static int plan_escape(skv_cmodel *m, const skv_cls *c, uint32_t x, skv_op *o)
+{
+    const skv_lat *L = &m->lat;
+    int k = 0;
+    op_sym(&o[k++], c->tab, c->tab->n - 1);
+    uint32_t hi = x >> (L->nbits - 8);
+    op_sym(&o[k++], &m->pemp, hi);
+    if (L->nbits > 8)
+        k += op_raw(o + k, x & ((1u << (L->nbits - 8)) - 1u), L->nbits - 8);
+    return k;
+}
+
+int skv__plan(skv_cmodel *m, const skv_cls *c, uint32_t x, skv_op *o)
+{
+    const skv_lat *L = &m->lat;
+    const skv_ftab *t = c->tab;
+    if (!is_finite(L, x))
+        return plan_escape(m, c, x, o);
+    if (!c->bucket) {
+        int64_t r = ordinal(L, x) - ordinal(L, c->c);
+        if (r < -t->R || r > t->R)
+            return plan_escape(m, c, x, o);
+        op_sym(o, t, (uint32_t)(r + t->R));
+        return 1;
+    }
+    uint32_t mag = x & (L->sign - 1u);
+    int big;
+    uint64_t j = bucket_of(L, mag, c->G, &big);
+    if (big)
+        return plan_escape(m, c, x, o);
+    int64_t kb = (x & L->sign) ? -1 - (int64_t)j : (int64_t)j;
+    int64_t r = kb - c->b0;
+    if (r < -t->R || r > t->R)
+        return plan_escape(m, c, x, o);
+    int k = 0;
+    op_sym(&o[k++], t, (uint32_t)(r + t->R));
+    if (j > 0) {
+        uint32_t lo = ceil_lat(L, j, c->G), hi = ceil_lat(L, j + 1, c->G);
+        uint64_t n = hi - lo;
+        int nb = bits_for(n);
+        k += op_raw(o + k, mag - lo, nb);
+        /* ideal: uniform in value inside one binade is uniform in index */
+        return k;
+    }
+    /* zero bucket: the sub-binade level, then the index inside it */
+    int lvl = ZLEVELS; /* "below" */
+    for (int tl = 1; tl <= ZLEVELS; tl++) {
+        uint32_t lo = ceil_lat(L, 1, c->G - tl);
+        if (mag >= lo) {
+            lvl = tl - 1;
+            break;
+        }
+    }
+    op_sym(&o[k++], &m->zero, (uint32_t)lvl);
+    uint32_t lo, hi;
+    skv__zero_range(L, c->G, lvl, &lo, &hi);
+    k += op_raw(o + k, mag - lo, bits_for((uint64_t)hi - lo));
+    return k;
+}
+
+/* Magnitude codes [lo, hi) of zero-bucket level `lvl` (symbol index):
+ * lvl < ZLEVELS covers [g/2^(lvl+1), g/2^lvl), lvl == ZLEVELS [0, g/2^ZLEVELS). */
+void skv__zero_range(const skv_lat *L, int G, int lvl, uint32_t *lo, uint32_t *hi)
+{
+    *lo = lvl < ZLEVELS ? ceil_lat(L, 1, G - lvl - 1) : 0;
+    *hi = ceil_lat(L, 1, G - (lvl < ZLEVELS ? lvl : ZLEVELS));
+}
+
+uint32_t skv__ceil_lat(const skv_lat *L, uint64_t j, int G)
+{
+    return ceil_lat(L, j, G);
+}
+
+int skv__bits_for(uint64_t n)
+{
+    return bits_for(n);
+}
+
+int64_t skv__ordinal(const skv_lat *L, uint32_t x)
+{
+    return ordinal(L, x);
+}
+
+uint32_t skv__from_ordinal(const skv_lat *L, int64_t o)
+{
+    return from_ordinal(L, o);
+}
+
+/* Decoding side: symbol lookup by binary search over the cumulative
+ * frequencies. */
+uint32_t skv__find(const skv_ftab *t, uint32_t slot)
+{
+    uint32_t lo = 0, hi = t->n; /* cum[lo] <= slot < cum[hi] */
+    while (hi - lo > 1) {
+        uint32_t mid = (lo + hi) >> 1;
+        if (t->cum[mid] <= slot)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void skv_cmodel_cost(skv_cmodel *m, uint32_t x, float mu, float s, double *actual, double *ideal)
+{
+    skv_cls c;
+    skv_op o[8];
+    double a = 0, id = 0;
+    if (skv__classify(m, mu, s, &c) == SKV_OK) {
+        int n = skv__plan(m, &c, x, o);
+        for (int i = 0; i < n; i++) {
+            a += (double)o[i].bits - skv_log((double)o[i].freq) / 0.69314718055994530942;
+            id += (double)o[i].lp;
+        }
+    } else {
+        a = id = (double)m->lat.nbits + 32;
+    }
+    if (actual)
+        *actual = a;
+    if (ideal)
+        *ideal = id;
+}

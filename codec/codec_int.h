@@ -1,0 +1,75 @@
+/* Internals of the codec module. */
+#ifndef SKV_CODEC_INT_H
+#define SKV_CODEC_INT_H
+
+#include <pthread.h>
+
+#include "skv_codec.h"
+
+/* Bumped whenever table construction changes: part of skv_cmodel_id, so a
+ * decoder never pairs a stream with tables built differently. */
+#define SKV_CODEC_TABLES_VERSION 1
+
+#define STEP_OCT_MIN (-12)
+#define N_STEP_TABS (16 * 8 * 16)
+#define N_BUCKET_TABS 32
+#define BUCKET_R 337
+#define ZLEVELS 24
+
+typedef struct {
+    skv_dtype dt;
+    int nbits, mbits, bias;
+    uint32_t sign;
+    uint32_t inf_mag; /* first magnitude code that is not finite */
+} skv_lat;
+
+/* A frequency table: symbols 0..n-1 with cumulative frequencies cum[0..n]
+ * (cum[n] = 2^16) and -log2 of the unquantized probability per symbol. For
+ * mixture tables, symbol r + R is the residual r and n - 1 the escape. */
+typedef struct {
+    uint32_t n;
+    int R;
+    uint32_t *cum;
+    float *lp;
+} skv_ftab;
+
+struct skv_cmodel {
+    skv_lat lat;
+    skv_mix mix;
+    uint32_t id;
+    skv_ftab pemp, zero;
+    skv_ftab *step[N_STEP_TABS];
+    skv_ftab *bucket[N_BUCKET_TABS];
+    pthread_mutex_t mu;
+};
+
+/* How one scalar is coded, from (mu, s). */
+typedef struct {
+    int bucket;          /* 0: STEP, 1: BUCKET */
+    uint32_t c;          /* STEP: nearest lattice point (dtype bits) */
+    int G;               /* BUCKET: g = 2^G */
+    int64_t b0;          /* BUCKET: floor(mu / g) */
+    const skv_ftab *tab;
+} skv_cls;
+
+/* One rANS operation: a symbol of frequency freq at start, in a total of
+ * 2^bits (tables: bits = 16; plain bits: freq = 1). lp: ideal cost. */
+typedef struct {
+    uint32_t start, freq;
+    uint8_t bits;
+    float lp;
+} skv_op;
+#define SKV_MAX_OPS 6
+
+int skv__lat_init(skv_lat *L, skv_dtype dt);
+double skv__lat_value(const skv_lat *L, uint32_t x);
+int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c);
+int skv__plan(skv_cmodel *m, const skv_cls *c, uint32_t x, skv_op *o);
+uint32_t skv__find(const skv_ftab *t, uint32_t slot);
+void skv__zero_range(const skv_lat *L, int G, int lvl, uint32_t *lo, uint32_t *hi);
+uint32_t skv__ceil_lat(const skv_lat *L, uint64_t j, int G);
+int skv__bits_for(uint64_t n);
+int64_t skv__ordinal(const skv_lat *L, uint32_t x);
+uint32_t skv__from_ordinal(const skv_lat *L, int64_t o);
+
+#endif

@@ -1,0 +1,1164 @@
+/* Predictors, calibration and the per-sequence coder.
+ *
+ * Prediction of scalar (layer l, kv, position t, channel c = head*D + d):
+ *   mu = w0*f_model + w1*f_prev + w2*f_cb + w3*f_mean      (float, in order)
+ * f_model: the model's K/V for (l, t) computed over exact earlier KV
+ *          (spec: int8 copy, full: float32; 0 for stat and ctx)
+ * f_prev:  the exact value at t-1 in the same channel (f_mean at t = 0)
+ * f_cb:    codebook mean of (l, token_t, kv, c); K is learned before RoPE
+ *          and rotated to t; f_mean for tokens never seen in calibration
+ * f_mean:  calibrated channel mean
+ * Weights per (level, l, kv, head) by least squares; stat uses (0,0,0,1).
+ * s per (level, l, kv, c) minimises the measured code length. */
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "skv_delta.h"
+
+#define NF 4
+
+static const char *const level_names[SKV_LEVEL_COUNT] = {"stat", "ctx", "spec", "full"};
+
+const char *skv_level_name(skv_level l)
+{
+    return (unsigned)l < SKV_LEVEL_COUNT ? level_names[l] : "?";
+}
+
+int skv_level_from_name(const char *s, skv_level *out)
+{
+    for (int i = 0; i < SKV_LEVEL_COUNT; i++)
+        if (strcmp(s, level_names[i]) == 0) {
+            *out = (skv_level)i;
+            return SKV_OK;
+        }
+    return skv_error(SKV_ERR_ARG, "unknown level \"%s\" (stat, ctx, spec or full)", s);
+}
+
+struct skv_calib {
+    skv_kvshape sh;
+    unsigned levels;     /* bit mask */
+    float *mean;         /* [L][2][C] */
+    float *s[SKV_LEVEL_COUNT];  /* [L][2][C] */
+    float *w[SKV_LEVEL_COUNT];  /* [L][2][H][NF] */
+    float *cb;           /* [L][V][2][C], K before RoPE */
+    int32_t *cb_n;       /* [V] */
+    uint32_t pemp[256];
+    float *inv_freq;     /* [rope_dim/2] */
+    int rope_known;
+    char model_fp[33];
+    uint8_t id[16];
+};
+
+/* Mixture weights per level: near-exact predictors must not pay a fixed
+ * 2% escape floor (0.029 bits), so full escapes at 2^-10. */
+static skv_mix level_mix(skv_level l)
+{
+    if (l == SKV_LEVEL_FULL)
+        return (skv_mix){655u, 64u};
+    return SKV_MIX_DEFAULT;
+}
+
+static size_t chan_count(const skv_kvshape *s)
+{
+    return (size_t)s->kv_heads * (size_t)s->head_dim;
+}
+
+const skv_kvshape *skv_calib_shape(const skv_calib *c) { return &c->sh; }
+const uint8_t *skv_calib_id(const skv_calib *c) { return c->id; }
+int skv_calib_has_level(const skv_calib *c, skv_level l) { return (c->levels >> l) & 1; }
+const char *skv_calib_model(const skv_calib *c) { return c->model_fp; }
+
+void skv_calib_free(skv_calib *c)
+{
+    if (!c)
+        return;
+    skv_free(c->mean);
+    for (int i = 0; i < SKV_LEVEL_COUNT; i++) {
+        skv_free(c->s[i]);
+        skv_free(c->w[i]);
+    }
+    skv_free(c->cb);
+    skv_free(c->cb_n);
+    skv_free(c->inv_freq);
+    skv_free(c);
+}
+
+static int calib_alloc(skv_calib *c)
+{
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads,
+                 V = (size_t)c->sh.vocab;
+    c->mean = skv_calloc(L * 2 * C, sizeof(float));
+    for (int i = 0; i < SKV_LEVEL_COUNT; i++) {
+        c->s[i] = skv_calloc(L * 2 * C, sizeof(float));
+        c->w[i] = skv_calloc(L * 2 * H * NF, sizeof(float));
+        if (!c->s[i] || !c->w[i])
+            return skv_error(SKV_ERR_NOMEM, "calibration");
+    }
+    c->cb = skv_calloc(L * V * 2 * C, sizeof(float));
+    c->cb_n = skv_calloc(V, sizeof(int32_t));
+    c->inv_freq = skv_calloc((size_t)(c->sh.rope_dim > 0 ? c->sh.rope_dim : 2), sizeof(float));
+    if (!c->mean || !c->cb || !c->cb_n || !c->inv_freq)
+        return skv_error(SKV_ERR_NOMEM, "calibration (codebook of %zu tokens)", V);
+    return SKV_OK;
+}
+
+static void rope_init(skv_calib *c)
+{
+    c->rope_known = c->sh.rope_dim >= 2 && c->sh.rope_theta > 1.0f;
+    if (!c->rope_known)
+        return;
+    double lt = skv_log((double)c->sh.rope_theta);
+    for (int i = 0; i < c->sh.rope_dim / 2; i++)
+        c->inv_freq[i] = (float)skv_exp(-lt * (double)(2 * i) / (double)c->sh.rope_dim);
+}
+
+/* Rotate every head of a K row (C channels) to position pos (sign = +1) or
+ * back from it (sign = -1), as the engine does. */
+static void rope_row(const skv_calib *c, float *v, size_t pos, int sign)
+{
+    if (!c->rope_known)
+        return;
+    const int half = c->sh.rope_dim / 2, D = c->sh.head_dim;
+    for (int i = 0; i < half; i++) {
+        float ang = (float)pos * c->inv_freq[i];
+        double sd, cd;
+        skv_sincos((double)ang, &sd, &cd);
+        const float s = sign > 0 ? (float)sd : -(float)sd, co = (float)cd;
+        for (int h = 0; h < c->sh.kv_heads; h++) {
+            float *x = v + (size_t)h * D;
+            const int a = c->sh.rope_layout == SKV_ROPE_PAIR ? 2 * i : i;
+            const int b = c->sh.rope_layout == SKV_ROPE_PAIR ? 2 * i + 1 : i + half;
+            const float x0 = x[a], x1 = x[b];
+            x[a] = x0 * co - x1 * s;
+            x[b] = x0 * s + x1 * co;
+        }
+    }
+}
+
+static void compute_id(skv_calib *c)
+{
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads,
+                 V = (size_t)c->sh.vocab;
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, 16);
+    int32_t hdr[] = {SKV_CALIB_VERSION, c->sh.layers, c->sh.kv_heads, c->sh.head_dim, c->sh.vocab,
+                     (int32_t)c->sh.dtype, c->sh.rope_dim, (int32_t)c->sh.rope_layout,
+                     (int32_t)c->levels, c->rope_known};
+    uint8_t b[4];
+    for (size_t i = 0; i < sizeof hdr / 4; i++) {
+        skv_store32_le(b, (uint32_t)hdr[i]);
+        crypto_generichash_update(&st, b, 4);
+    }
+#define HASHF(p, n)                                                                              \
+    for (size_t i_ = 0; i_ < (n); i_++) {                                                        \
+        skv_store32_le(b, skv_f32_bits((p)[i_]));                                                \
+        crypto_generichash_update(&st, b, 4);                                                    \
+    }
+    float th = c->sh.rope_theta;
+    HASHF(&th, 1);
+    HASHF(c->mean, L * 2 * C);
+    for (int l = 0; l < SKV_LEVEL_COUNT; l++) {
+        HASHF(c->s[l], L * 2 * C);
+        HASHF(c->w[l], L * 2 * H * NF);
+    }
+    HASHF(c->cb, L * V * 2 * C);
+#undef HASHF
+    for (size_t i = 0; i < V; i++) {
+        skv_store32_le(b, (uint32_t)c->cb_n[i]);
+        crypto_generichash_update(&st, b, 4);
+    }
+    for (int i = 0; i < 256; i++) {
+        skv_store32_le(b, c->pemp[i]);
+        crypto_generichash_update(&st, b, 4);
+    }
+    crypto_generichash_update(&st, (const uint8_t *)c->model_fp, 32);
+    crypto_generichash_final(&st, c->id, 16);
+}
+
+/* ---- features ----------------------------------------------------------- */
+
+/* Codebook feature row for (l, kv, token, position): C floats into out.
+ * `loo` removes one occurrence (the value `self`, pre-RoPE for K) for
+ * leave-one-out fitting. */
+static void cb_feature(const skv_calib *c, int l, int kv, int32_t tok, size_t pos,
+                       const float *self, float *out)
+{
+    const size_t C = chan_count(&c->sh);
+    const float *mean = c->mean + ((size_t)l * 2 + kv) * C;
+    int32_t n = c->cb_n[tok];
+    if (n - (self ? 1 : 0) <= 0) {
+        memcpy(out, mean, C * sizeof(float));
+        return;
+    }
+    const float *e = c->cb + (((size_t)l * c->sh.vocab + (size_t)tok) * 2 + kv) * C;
+    if (self) {
+        for (size_t i = 0; i < C; i++)
+            out[i] = (e[i] * (float)n - self[i]) / (float)(n - 1);
+    } else {
+        memcpy(out, e, C * sizeof(float));
+    }
+    if (kv == 0)
+        rope_row(c, out, pos, +1);
+}
+
+static inline float predict(const float *w, float fm, float fp, float fc, float fmean)
+{
+    return ((w[0] * fm + w[1] * fp) + w[2] * fc) + w[3] * fmean;
+}
+
+/* ---- calibration ----------------------------------------------------------- */
+
+typedef struct {
+    size_t n_seq;
+    size_t *T;
+    int32_t **tok;
+    float **kv[2];   /* per sequence [L][T][C] */
+    uint32_t **bits[2];
+} calib_data;
+
+static void data_free(calib_data *d)
+{
+    for (size_t i = 0; i < d->n_seq; i++) {
+        if (d->tok)
+            skv_free(d->tok[i]);
+        for (int k = 0; k < 2; k++) {
+            if (d->kv[k])
+                skv_free(d->kv[k][i]);
+            if (d->bits[k])
+                skv_free(d->bits[k][i]);
+        }
+    }
+    skv_free(d->T);
+    skv_free(d->tok);
+    for (int k = 0; k < 2; k++) {
+        skv_free(d->kv[k]);
+        skv_free(d->bits[k]);
+    }
+}
+
+static uint32_t load_bits(skv_dtype dt, const uint8_t *p)
+{
+    switch (dt) {
+    case SKV_DT_F32: return skv_load32_le(p);
+    case SKV_DT_F8E4M3: return p[0];
+    default: return skv_load16_le(p);
+    }
+}
+
+/* Model features for one sequence: run `m` with a hook that records its
+ * K/V and substitutes the exact values. pred: [2][L][T][C]. */
+typedef struct {
+    const float *exact[2]; /* [L][T][C] */
+    float *pred[2];
+    size_t T, C;
+    size_t off; /* position of this pass's first token */
+} rec_hook_ctx;
+
+static void rec_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, float *v)
+{
+    rec_hook_ctx *h = vctx;
+    for (int kv = 0; kv < 2; kv++) {
+        float *x = kv ? v : k;
+        size_t o = ((size_t)layer * h->T + pos0) * h->C;
+        memcpy(h->pred[kv] + o, x, n * h->C * sizeof(float));
+        memcpy(x, h->exact[kv] + o, n * h->C * sizeof(float));
+    }
+}
+
+static int model_features(const skv_model *m, skv_pool *pool, const int32_t *tok, size_t T,
+                          const float *ek, const float *ev, float *pk, float *pv)
+{
+    skv_kvcache *cache;
+    int rc = skv_kvcache_create(skv_model_cfg(m), T, &cache);
+    if (rc)
+        return rc;
+    const skv_model_config *mc = skv_model_cfg(m);
+    rec_hook_ctx h = {{ek, ev}, {pk, pv}, T, (size_t)mc->n_kv_heads * mc->head_dim, 0};
+    skv_forward_opts o = {.pool = pool, .hook = rec_hook, .hook_ctx = &h};
+    rc = skv_model_forward(m, cache, tok, T, &o);
+    skv_kvcache_free(cache);
+    return rc;
+}
+
+/* Solve the NF x NF system A w = b (A symmetric) by Gaussian elimination
+ * with partial pivoting; unused features have zero rows and get w = 0. */
+static void solve(double A[NF][NF], double b[NF], const int *use, float *w)
+{
+    double M[NF][NF + 1];
+    int idx[NF], n = 0;
+    for (int i = 0; i < NF; i++)
+        if (use[i])
+            idx[n++] = i;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < n; j++)
+            M[i][j] = A[idx[i]][idx[j]] + (i == j ? 1e-6 * (A[idx[i]][idx[i]] + 1e-12) : 0);
+        M[i][n] = b[idx[i]];
+    }
+    for (int col = 0; col < n; col++) {
+        int piv = col;
+        for (int r = col + 1; r < n; r++)
+            if (fabs(M[r][col]) > fabs(M[piv][col]))
+                piv = r;
+        for (int j = 0; j <= n; j++) {
+            double t = M[col][j];
+            M[col][j] = M[piv][j];
+            M[piv][j] = t;
+        }
+        if (fabs(M[col][col]) < 1e-300)
+            continue;
+        for (int r = 0; r < n; r++) {
+            if (r == col)
+                continue;
+            double f = M[r][col] / M[col][col];
+            for (int j = col; j <= n; j++)
+                M[r][j] -= f * M[col][j];
+        }
+    }
+    for (int i = 0; i < NF; i++)
+        w[i] = 0.0f;
+    for (int i = 0; i < n; i++)
+        w[idx[i]] = fabs(M[i][i]) < 1e-300 ? 0.0f : (float)(M[i][n] / M[i][i]);
+}
+
+/* Choose s for one channel: the candidate with the smallest total coded
+ * size over the samples (x bits, mu). */
+static float fit_s(skv_cmodel *cm, const uint32_t *x, const float *mu, size_t n, double rms,
+                   double typical)
+{
+    double base = rms > 0 ? rms : typical;
+    if (!(base > 0))
+        base = 1e-3;
+    double best = INFINITY;
+    float best_s = (float)base;
+    /* coarse: 2^(k/2) for k in [-40, 8]; then refine by 2^(1/8) steps */
+    for (int k = -40; k <= 8; k++) {
+        float s = (float)(base * ldexp(1.0, 0) * skv_exp(0.34657359 * k));
+        double tot = 0;
+        for (size_t i = 0; i < n; i++) {
+            double a;
+            skv_cmodel_cost(cm, x[i], mu[i], s, &a, NULL);
+            tot += a;
+        }
+        if (tot < best) {
+            best = tot;
+            best_s = s;
+        }
+    }
+    float center = best_s;
+    for (int k = -3; k <= 3; k++) {
+        if (k == 0)
+            continue;
+        float s = (float)((double)center * skv_exp(0.08664339 * k));
+        double tot = 0;
+        for (size_t i = 0; i < n; i++) {
+            double a;
+            skv_cmodel_cost(cm, x[i], mu[i], s, &a, NULL);
+            tot += a;
+        }
+        if (tot < best) {
+            best = tot;
+            best_s = s;
+        }
+    }
+    return best_s;
+}
+
+static int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *const *model_pred[2],
+                     int max_samples, int quiet)
+{
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads,
+                 D = (size_t)c->sh.head_dim;
+    int use[NF] = {lvl >= SKV_LEVEL_SPEC, lvl >= SKV_LEVEL_CTX, lvl >= SKV_LEVEL_CTX, 1};
+    skv_cmodel *cm;
+    int rc = skv_cmodel_create(c->sh.dtype, level_mix(lvl), c->pemp, &cm);
+    if (rc)
+        return rc;
+    size_t total = 0;
+    for (size_t i = 0; i < d->n_seq; i++)
+        total += d->T[i];
+    size_t stride = total > (size_t)max_samples ? (total + (size_t)max_samples - 1) / (size_t)max_samples : 1;
+    size_t ns = total / stride + 2;
+    uint32_t *xs = skv_malloc(ns * D * sizeof *xs);
+    float *mus = skv_malloc(ns * D * sizeof *mus);
+    float *cbf = skv_malloc(C * sizeof *cbf), *self = skv_malloc(C * sizeof *self);
+    double *res2 = skv_calloc(D, sizeof *res2), *mag = skv_calloc(D, sizeof *mag);
+    size_t *cnt = skv_calloc(D, sizeof *cnt);
+    if (!xs || !mus || !cbf || !self || !res2 || !mag || !cnt) {
+        rc = skv_error(SKV_ERR_NOMEM, "calibration samples");
+        goto done;
+    }
+    for (size_t l = 0; l < L && !rc; l++) {
+        for (int kv = 0; kv < 2; kv++) {
+            const float *mean = c->mean + (l * 2 + (size_t)kv) * C;
+            for (size_t h = 0; h < H; h++) {
+                float *w = c->w[lvl] + ((l * 2 + (size_t)kv) * H + h) * NF;
+                /* 1) least squares over all positions (leave-one-out codebook) */
+                double A[NF][NF] = {{0}}, bvec[NF] = {0};
+                if (lvl == SKV_LEVEL_STAT) {
+                    w[3] = 1.0f;
+                } else {
+                    for (size_t s = 0; s < d->n_seq; s++) {
+                        const float *X = d->kv[kv][s];
+                        size_t T = d->T[s];
+                        for (size_t t = 0; t < T; t++) {
+                            const float *row = X + (l * T + t) * C;
+                            memcpy(self, row, C * sizeof(float));
+                            if (kv == 0)
+                                rope_row(c, self, t, -1);
+                            cb_feature(c, (int)l, kv, d->tok[s][t], t, self, cbf);
+                            for (size_t dd = 0; dd < D; dd++) {
+                                size_t ch = h * D + dd;
+                                double f[NF] = {model_pred[kv] ? model_pred[kv][s][(l * T + t) * C + ch] : 0.0,
+                                                t ? X[(l * T + t - 1) * C + ch] : mean[ch], cbf[ch], mean[ch]};
+                                for (int i = 0; i < NF; i++) {
+                                    for (int j = 0; j < NF; j++)
+                                        A[i][j] += f[i] * f[j];
+                                    bvec[i] += f[i] * row[ch];
+                                }
+                            }
+                        }
+                    }
+                    solve(A, bvec, use, w);
+                }
+                /* 2) s per channel by measured code length on a subsample */
+                for (size_t dd = 0; dd < D; dd++)
+                    res2[dd] = mag[dd] = 0, cnt[dd] = 0;
+                size_t g = 0;
+                for (size_t s = 0; s < d->n_seq; s++) {
+                    const float *X = d->kv[kv][s];
+                    size_t T = d->T[s];
+                    for (size_t t = 0; t < T; t++, g++) {
+                        if (g % stride)
+                            continue;
+                        const float *row = X + (l * T + t) * C;
+                        memcpy(self, row, C * sizeof(float));
+                        if (kv == 0)
+                            rope_row(c, self, t, -1);
+                        cb_feature(c, (int)l, kv, d->tok[s][t], t, self, cbf);
+                        for (size_t dd = 0; dd < D; dd++) {
+                            size_t ch = h * D + dd;
+                            float fm = model_pred[kv] ? model_pred[kv][s][(l * T + t) * C + ch] : 0.0f;
+                            float fp = t ? X[(l * T + t - 1) * C + ch] : mean[ch];
+                            float mu = predict(w, fm, fp, cbf[ch], mean[ch]);
+                            size_t k = cnt[dd]++;
+                            xs[dd * ns + k] = d->bits[kv][s][(l * T + t) * C + ch];
+                            mus[dd * ns + k] = mu;
+                            double e = (double)row[ch] - mu;
+                            res2[dd] += e * e;
+                            mag[dd] += fabs((double)row[ch]);
+                        }
+                    }
+                }
+                for (size_t dd = 0; dd < D; dd++) {
+                    size_t n = cnt[dd];
+                    double rms = n ? sqrt(res2[dd] / (double)n) : 0;
+                    double typ = n ? mag[dd] / (double)n / 128.0 : 1e-3;
+                    c->s[lvl][(l * 2 + (size_t)kv) * C + h * D + dd] =
+                        fit_s(cm, xs + dd * ns, mus + dd * ns, n, rms, typ);
+                }
+            }
+        }
+        if (!quiet)
+            fprintf(stderr, "\rcalibrate: %s layer %zu/%zu", skv_level_name(lvl), l + 1, L);
+    }
+    if (!quiet)
+        fprintf(stderr, "\n");
+done:
+    skv_free(xs);
+    skv_free(mus);
+    skv_free(cbf);
+    skv_free(self);
+    skv_free(res2);
+    skv_free(mag);
+    skv_free(cnt);
+    skv_cmodel_free(cm);
+    return rc;
+}
+
+static int parse_float_meta(const skv_st *st, const char *key, float *out)
+{
+    const char *v = skv_st_meta(st, key);
+    if (!v)
+        return -1;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end)
+        return -1;
+    *out = (float)x;
+    return 0;
+}
+
+int skv_calib_learn(const skv_st *kvfile, const skv_calib_opts *opts, skv_calib **out)
+{
+    *out = NULL;
+    size_t n_seq;
+    int rc = skv_kvfile_count(kvfile, &n_seq);
+    if (rc)
+        return rc;
+    if (n_seq == 0)
+        return skv_error(SKV_ERR_ARG, "calibration file holds no sequences");
+    skv_kvseq s0;
+    if ((rc = skv_kvfile_get(kvfile, 0, &s0)))
+        return rc;
+    skv_calib *c = skv_calloc(1, sizeof *c);
+    if (!c)
+        return skv_error(SKV_ERR_NOMEM, "calibration");
+    c->sh.layers = s0.layers;
+    c->sh.kv_heads = s0.kv_heads;
+    c->sh.head_dim = s0.head_dim;
+    c->sh.dtype = s0.dtype;
+    c->sh.vocab = 0;
+    const skv_model *model = opts ? opts->model : NULL;
+    if (model) {
+        const skv_model_config *mc = skv_model_cfg(model);
+        if (mc->n_layers != s0.layers || mc->n_kv_heads != s0.kv_heads || mc->head_dim != s0.head_dim) {
+            skv_free(c);
+            return skv_error(SKV_ERR_SHAPE, "model shape (%d layers, %d kv heads, head_dim %d) does not match the KV (%d, %d, %d)",
+                             mc->n_layers, mc->n_kv_heads, mc->head_dim, s0.layers, s0.kv_heads, s0.head_dim);
+        }
+        c->sh.vocab = mc->vocab_size;
+        c->sh.rope_theta = mc->rope_theta;
+        c->sh.rope_dim = mc->rope_dim;
+        c->sh.rope_layout = mc->rope_layout;
+        snprintf(c->model_fp, sizeof c->model_fp, "%s", skv_model_fingerprint(model));
+    } else {
+        float th = 0, rd = 0;
+        const char *lay = skv_st_meta(kvfile, "seqkv.rope_layout");
+        if (!parse_float_meta(kvfile, "seqkv.rope_theta", &th) &&
+            !parse_float_meta(kvfile, "seqkv.rope_dim", &rd) && lay) {
+            c->sh.rope_theta = th;
+            c->sh.rope_dim = (int)rd;
+            c->sh.rope_layout = strcmp(lay, "half") == 0 ? SKV_ROPE_HALF : SKV_ROPE_PAIR;
+        }
+        float vv;
+        if (!parse_float_meta(kvfile, "seqkv.vocab", &vv))
+            c->sh.vocab = (int)vv;
+    }
+    if (c->sh.rope_dim > c->sh.head_dim || (c->sh.rope_dim & 1))
+        c->sh.rope_dim = 0;
+    calib_data d;
+    memset(&d, 0, sizeof d);
+    d.n_seq = n_seq;
+    d.T = skv_calloc(n_seq, sizeof *d.T);
+    d.tok = skv_calloc(n_seq, sizeof *d.tok);
+    for (int k = 0; k < 2; k++) {
+        d.kv[k] = skv_calloc(n_seq, sizeof *d.kv[k]);
+        d.bits[k] = skv_calloc(n_seq, sizeof *d.bits[k]);
+    }
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh);
+    int32_t max_tok = 0;
+    if (!d.T || !d.tok || !d.kv[0] || !d.kv[1] || !d.bits[0] || !d.bits[1])
+        rc = skv_error(SKV_ERR_NOMEM, "calibration data");
+    for (size_t i = 0; i < n_seq && !rc; i++) {
+        skv_kvseq s;
+        if ((rc = skv_kvfile_get(kvfile, i, &s)))
+            break;
+        if (s.layers != c->sh.layers || s.kv_heads != c->sh.kv_heads || s.head_dim != c->sh.head_dim ||
+            s.dtype != c->sh.dtype) {
+            rc = skv_error(SKV_ERR_SHAPE, "sequence %zu has another shape or dtype than sequence 0", i);
+            break;
+        }
+        size_t T = s.T, n = L * T * C;
+        d.T[i] = T;
+        d.tok[i] = skv_malloc((T ? T : 1) * sizeof(int32_t));
+        for (int k = 0; k < 2; k++) {
+            d.kv[k][i] = skv_malloc((n ? n : 1) * sizeof(float));
+            d.bits[k][i] = skv_malloc((n ? n : 1) * sizeof(uint32_t));
+        }
+        if (!d.tok[i] || !d.kv[0][i] || !d.kv[1][i] || !d.bits[0][i] || !d.bits[1][i]) {
+            rc = skv_error(SKV_ERR_NOMEM, "calibration data");
+            break;
+        }
+        for (size_t t = 0; t < T; t++) {
+            d.tok[i][t] = (int32_t)skv_load32_le((const uint8_t *)s.tokens + 4 * t);
+            if (d.tok[i][t] < 0) {
+                rc = skv_error(SKV_ERR_FORMAT, "sequence %zu: negative token id", i);
+                break;
+            }
+            if (d.tok[i][t] > max_tok)
+                max_tok = d.tok[i][t];
+        }
+        size_t es = skv_dtype_size(s.dtype);
+        for (int k = 0; k < 2 && !rc; k++) {
+            const uint8_t *src = k ? s.v : s.k;
+            skv_cast_to_f32(s.dtype, d.kv[k][i], src, n);
+            for (size_t j = 0; j < n; j++)
+                d.bits[k][i][j] = load_bits(s.dtype, src + j * es);
+        }
+    }
+    if (!rc && c->sh.vocab <= max_tok)
+        c->sh.vocab = max_tok + 1;
+    if (!rc)
+        rc = calib_alloc(c);
+    if (rc)
+        goto fail;
+    rope_init(c);
+    /* means, codebook sums, p_emp */
+    size_t tot = 0;
+    for (size_t i = 0; i < n_seq; i++) {
+        size_t T = d.T[i];
+        tot += T;
+        float *row = skv_malloc(C * sizeof(float));
+        if (!row) {
+            rc = skv_error(SKV_ERR_NOMEM, "calibration");
+            goto fail;
+        }
+        for (int k = 0; k < 2; k++)
+            for (size_t l = 0; l < L; l++)
+                for (size_t t = 0; t < T; t++) {
+                    const float *x = d.kv[k][i] + (l * T + t) * C;
+                    memcpy(row, x, C * sizeof(float));
+                    if (k == 0)
+                        rope_row(c, row, t, -1);
+                    float *e = c->cb + ((l * (size_t)c->sh.vocab + (size_t)d.tok[i][t]) * 2 + (size_t)k) * C;
+                    float *mn = c->mean + (l * 2 + (size_t)k) * C;
+                    for (size_t ch = 0; ch < C; ch++) {
+                        e[ch] += row[ch];
+                        mn[ch] += x[ch];
+                        c->pemp[d.bits[k][i][(l * T + t) * C + ch] >> (8 * skv_dtype_size(c->sh.dtype) - 8)]++;
+                    }
+                }
+        for (size_t t = 0; t < T; t++)
+            c->cb_n[d.tok[i][t]]++;
+        skv_free(row);
+    }
+    for (size_t j = 0; j < L * 2 * C; j++)
+        c->mean[j] = tot ? c->mean[j] / (float)tot : 0.0f;
+    for (size_t l = 0; l < L; l++)
+        for (size_t v = 0; v < (size_t)c->sh.vocab; v++)
+            for (size_t j = 0; j < 2 * C; j++)
+                if (c->cb_n[v])
+                    c->cb[(l * (size_t)c->sh.vocab + v) * 2 * C + j] /= (float)c->cb_n[v];
+    int max_s = opts && opts->max_fit_samples > 0 ? opts->max_fit_samples : 4096;
+    int quiet = opts ? opts->quiet : 1;
+    float *const *none[2] = {NULL, NULL};
+    if ((rc = fit_level(c, &d, SKV_LEVEL_STAT, none, max_s, quiet)))
+        goto fail;
+    if ((rc = fit_level(c, &d, SKV_LEVEL_CTX, none, max_s, quiet)))
+        goto fail;
+    c->levels = 1u << SKV_LEVEL_STAT | 1u << SKV_LEVEL_CTX;
+    if (model) {
+        skv_model *q8 = NULL;
+        if ((rc = skv_model_quantize(model, SKV_WQ_INT8, &q8)))
+            goto fail;
+        for (int lv = SKV_LEVEL_SPEC; lv <= SKV_LEVEL_FULL && !rc; lv++) {
+            const skv_model *pm = lv == SKV_LEVEL_SPEC ? q8 : model;
+            float **pred[2] = {skv_calloc(n_seq, sizeof(float *)), skv_calloc(n_seq, sizeof(float *))};
+            if (!pred[0] || !pred[1])
+                rc = skv_error(SKV_ERR_NOMEM, "model features");
+            for (size_t i = 0; i < n_seq && !rc; i++) {
+                size_t n = L * d.T[i] * C;
+                pred[0][i] = skv_malloc((n ? n : 1) * sizeof(float));
+                pred[1][i] = skv_malloc((n ? n : 1) * sizeof(float));
+                if (!pred[0][i] || !pred[1][i])
+                    rc = skv_error(SKV_ERR_NOMEM, "model features");
+                else if (d.T[i])
+                    rc = model_features(pm, opts->pool, d.tok[i], d.T[i], d.kv[0][i], d.kv[1][i],
+                                        pred[0][i], pred[1][i]);
+            }
+            if (!rc) {
+                float *const *pp[2] = {pred[0], pred[1]};
+                rc = fit_level(c, &d, (skv_level)lv, pp, max_s, quiet);
+            }
+            for (size_t i = 0; i < n_seq; i++) {
+                if (pred[0])
+                    skv_free(pred[0][i]);
+                if (pred[1])
+                    skv_free(pred[1][i]);
+            }
+            skv_free(pred[0]);
+            skv_free(pred[1]);
+            if (!rc)
+                c->levels |= 1u << lv;
+        }
+        skv_model_free(q8);
+        if (rc)
+            goto fail;
+    }
+    compute_id(c);
+    data_free(&d);
+    *out = c;
+    return SKV_OK;
+fail:
+    data_free(&d);
+    skv_calib_free(c);
+    return rc;
+}
+
+/* ---- persistence: a safetensors file ---------------------------------------- */
+
+int skv_calib_save(const skv_calib *c, const char *path)
+{
+    const int64_t L = c->sh.layers, C = (int64_t)chan_count(&c->sh), H = c->sh.kv_heads,
+                  V = c->sh.vocab;
+    skv_st_writer *w;
+    int rc = skv_stw_create(&w);
+    if (rc)
+        return rc;
+    char buf[64], hex[33];
+#define META(k, fmt, ...) (snprintf(buf, sizeof buf, fmt, __VA_ARGS__), rc = rc ? rc : skv_stw_meta(w, k, buf))
+    META("seqkv.kind", "%s", "calibration");
+    META("seqkv.calib_version", "%d", SKV_CALIB_VERSION);
+    META("seqkv.dtype", "%s", skv_dtype_name(c->sh.dtype));
+    META("seqkv.rope_theta", "%.9g", (double)c->sh.rope_theta);
+    META("seqkv.rope_dim", "%d", c->sh.rope_dim);
+    META("seqkv.rope_layout", "%s", c->sh.rope_layout == SKV_ROPE_HALF ? "half" : "pair");
+    META("seqkv.levels", "%u", c->levels);
+    META("seqkv.model", "%s", c->model_fp[0] ? c->model_fp : "-");
+    sodium_bin2hex(hex, sizeof hex, c->id, 16);
+    META("seqkv.calib_id", "%s", hex);
+#undef META
+    int64_t sh_mean[3] = {L, 2, C}, sh_w[4] = {L, 2, H, NF}, sh_cb[4] = {L, V, 2, C}, sh_v[1] = {V},
+            sh_p[1] = {256};
+    if (!rc)
+        rc = skv_stw_add(w, "mean", SKV_DT_F32, 3, sh_mean, c->mean, (size_t)(L * 2 * C) * 4);
+    for (int l = 0; l < SKV_LEVEL_COUNT && !rc; l++) {
+        char n[32];
+        snprintf(n, sizeof n, "s.%s", skv_level_name((skv_level)l));
+        rc = skv_stw_add(w, n, SKV_DT_F32, 3, sh_mean, c->s[l], (size_t)(L * 2 * C) * 4);
+        snprintf(n, sizeof n, "w.%s", skv_level_name((skv_level)l));
+        if (!rc)
+            rc = skv_stw_add(w, n, SKV_DT_F32, 4, sh_w, c->w[l], (size_t)(L * 2 * H * NF) * 4);
+    }
+    if (!rc)
+        rc = skv_stw_add(w, "codebook", SKV_DT_F32, 4, sh_cb, c->cb, (size_t)(L * V * 2 * C) * 4);
+    if (!rc)
+        rc = skv_stw_add(w, "codebook.count", SKV_DT_I32, 1, sh_v, c->cb_n, (size_t)V * 4);
+    if (!rc)
+        rc = skv_stw_add(w, "pemp", SKV_DT_I32, 1, sh_p, c->pemp, 256 * 4);
+    if (!rc)
+        rc = skv_stw_write(w, path);
+    skv_stw_free(w);
+    return rc;
+}
+
+static int get_f32(const skv_st *st, const char *name, float *dst, size_t n)
+{
+    const skv_tensor *t = skv_st_find(st, name);
+    if (!t)
+        return skv_error(SKV_ERR_FORMAT, "calibration: no tensor \"%s\"", name);
+    if ((t->dtype != SKV_DT_F32 && t->dtype != SKV_DT_I32) || t->nelem != n)
+        return skv_error(SKV_ERR_SHAPE, "calibration: tensor \"%s\" has the wrong shape", name);
+    for (size_t i = 0; i < n; i++)
+        skv_store32_le(&dst[i], skv_load32_le(t->data + 4 * i));
+    return SKV_OK;
+}
+
+int skv_calib_load(const char *path, skv_calib **out)
+{
+    *out = NULL;
+    skv_st *st;
+    int rc = skv_st_open(path, &st);
+    if (rc)
+        return rc;
+    skv_calib *c = skv_calloc(1, sizeof *c);
+    if (!c) {
+        skv_st_free(st);
+        return skv_error(SKV_ERR_NOMEM, "calibration");
+    }
+    const char *kind = skv_st_meta(st, "seqkv.kind"), *ver = skv_st_meta(st, "seqkv.calib_version");
+    const char *dt = skv_st_meta(st, "seqkv.dtype"), *lay = skv_st_meta(st, "seqkv.rope_layout");
+    const char *lv = skv_st_meta(st, "seqkv.levels"), *mfp = skv_st_meta(st, "seqkv.model");
+    const char *idh = skv_st_meta(st, "seqkv.calib_id");
+    const skv_tensor *cb = skv_st_find(st, "codebook"), *mean = skv_st_find(st, "mean");
+    if (!kind || strcmp(kind, "calibration") || !ver || !dt || !lay || !lv || !mfp || !idh || !cb ||
+        !mean || cb->ndim != 4 || mean->ndim != 3) {
+        rc = skv_error(SKV_ERR_FORMAT, "%s: not a seqkv calibration file", path);
+        goto fail;
+    }
+    if (atoi(ver) > SKV_CALIB_VERSION) {
+        rc = skv_error(SKV_ERR_VERSION, "%s: calibration version %s, this build reads %d", path, ver,
+                       SKV_CALIB_VERSION);
+        goto fail;
+    }
+    if ((rc = skv_dtype_from_name(dt, strlen(dt), &c->sh.dtype)))
+        goto fail;
+    c->sh.layers = (int)cb->shape[0];
+    c->sh.vocab = (int)cb->shape[1];
+    int64_t C = cb->shape[3];
+    const skv_tensor *wt = skv_st_find(st, "w.stat");
+    if (!wt || wt->ndim != 4 || wt->shape[2] < 1 || C % wt->shape[2] || cb->shape[2] != 2 ||
+        c->sh.layers < 1 || c->sh.vocab < 1) {
+        rc = skv_error(SKV_ERR_FORMAT, "%s: inconsistent calibration shapes", path);
+        goto fail;
+    }
+    c->sh.kv_heads = (int)wt->shape[2];
+    c->sh.head_dim = (int)(C / wt->shape[2]);
+    float th, rd;
+    if (parse_float_meta(st, "seqkv.rope_theta", &th) || parse_float_meta(st, "seqkv.rope_dim", &rd)) {
+        rc = skv_error(SKV_ERR_FORMAT, "%s: bad RoPE metadata", path);
+        goto fail;
+    }
+    c->sh.rope_theta = th;
+    c->sh.rope_dim = (int)rd;
+    if (c->sh.rope_dim < 0 || c->sh.rope_dim > c->sh.head_dim || (c->sh.rope_dim & 1)) {
+        rc = skv_error(SKV_ERR_FORMAT, "%s: bad rotary dim", path);
+        goto fail;
+    }
+    c->sh.rope_layout = strcmp(lay, "half") == 0 ? SKV_ROPE_HALF : SKV_ROPE_PAIR;
+    c->levels = (unsigned)atoi(lv) & 15u;
+    snprintf(c->model_fp, sizeof c->model_fp, "%s", strcmp(mfp, "-") ? mfp : "");
+    if ((rc = calib_alloc(c)))
+        goto fail;
+    rope_init(c);
+    const size_t L = (size_t)c->sh.layers, H = (size_t)c->sh.kv_heads, V = (size_t)c->sh.vocab;
+    rc = get_f32(st, "mean", c->mean, L * 2 * (size_t)C);
+    for (int l = 0; l < SKV_LEVEL_COUNT && !rc; l++) {
+        char n[32];
+        snprintf(n, sizeof n, "s.%s", skv_level_name((skv_level)l));
+        rc = get_f32(st, n, c->s[l], L * 2 * (size_t)C);
+        snprintf(n, sizeof n, "w.%s", skv_level_name((skv_level)l));
+        if (!rc)
+            rc = get_f32(st, n, c->w[l], L * 2 * H * NF);
+    }
+    if (!rc)
+        rc = get_f32(st, "codebook", c->cb, L * V * 2 * (size_t)C);
+    if (!rc)
+        rc = get_f32(st, "codebook.count", (float *)c->cb_n, V);
+    if (!rc)
+        rc = get_f32(st, "pemp", (float *)c->pemp, 256);
+    if (rc)
+        goto fail;
+    for (size_t v = 0; v < V; v++)
+        if (c->cb_n[v] < 0) {
+            rc = skv_error(SKV_ERR_FORMAT, "%s: negative codebook count", path);
+            goto fail;
+        }
+    compute_id(c);
+    char hex[33];
+    sodium_bin2hex(hex, sizeof hex, c->id, 16);
+    if (strcmp(hex, idh) != 0) {
+        rc = skv_error(SKV_ERR_CORRUPT, "%s: content hash %s does not match the recorded id %s", path, hex, idh);
+        goto fail;
+    }
+    skv_st_free(st);
+    *out = c;
+    return SKV_OK;
+fail:
+    skv_st_free(st);
+    skv_calib_free(c);
+    return rc;
+}
+
+/* ---- coding ------------------------------------------------------------------- */
+
+struct skv_delta {
+    const skv_calib *cal;
+    skv_level level;
+    const skv_model *model; /* the predictor actually run (int8 copy or float32) */
+    skv_model *owned;
+    skv_pool *pool;
+    skv_cmodel *cm;
+    skv_encoder *enc;
+    skv_decoder *dec;
+    double *ideal, *bytes;
+    uint64_t *nsc;
+    uint8_t *tmp;
+    size_t tmp_cap;
+};
+
+int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *model, skv_pool *pool,
+                     skv_delta **out)
+{
+    *out = NULL;
+    if (!skv_calib_has_level(cal, level))
+        return skv_error(SKV_ERR_ARG, "the calibration has no \"%s\" level%s", skv_level_name(level),
+                         level >= SKV_LEVEL_SPEC ? " (calibrate with --model)" : "");
+    if (level >= SKV_LEVEL_SPEC) {
+        if (!model)
+            return skv_error(SKV_ERR_ARG, "level %s needs the model", skv_level_name(level));
+        if (strcmp(skv_model_fingerprint(model), cal->model_fp) != 0)
+            return skv_error(SKV_ERR_SHAPE, "model %s is not the one the calibration was made with (%s)",
+                             skv_model_fingerprint(model), cal->model_fp);
+    }
+    skv_delta *d = skv_calloc(1, sizeof *d);
+    if (!d)
+        return skv_error(SKV_ERR_NOMEM, "delta coder");
+    d->cal = cal;
+    d->level = level;
+    d->pool = pool;
+    size_t n = (size_t)cal->sh.layers * 2;
+    d->ideal = skv_calloc(n, sizeof *d->ideal);
+    d->bytes = skv_calloc(n, sizeof *d->bytes);
+    d->nsc = skv_calloc(n, sizeof *d->nsc);
+    int rc = (d->ideal && d->bytes && d->nsc) ? SKV_OK : skv_error(SKV_ERR_NOMEM, "delta coder");
+    if (!rc)
+        rc = skv_cmodel_create(cal->sh.dtype, level_mix(level), cal->pemp, &d->cm);
+    if (!rc)
+        rc = skv_encoder_create(d->cm, &d->enc);
+    if (!rc)
+        rc = skv_decoder_create(d->cm, &d->dec);
+    if (!rc && level == SKV_LEVEL_SPEC) {
+        rc = skv_model_quantize(model, SKV_WQ_INT8, &d->owned);
+        d->model = d->owned;
+    } else if (!rc && level == SKV_LEVEL_FULL) {
+        d->model = model;
+    }
+    if (rc) {
+        skv_delta_free(d);
+        return rc;
+    }
+    *out = d;
+    return SKV_OK;
+}
+
+void skv_delta_free(skv_delta *d)
+{
+    if (!d)
+        return;
+    skv_encoder_free(d->enc);
+    skv_decoder_free(d->dec);
+    skv_cmodel_free(d->cm);
+    skv_model_free(d->owned);
+    skv_free(d->ideal);
+    skv_free(d->bytes);
+    skv_free(d->nsc);
+    skv_free(d->tmp);
+    skv_free(d);
+}
+
+void skv_delta_costs(const skv_delta *d, const double **ideal_bits, const double **coded_bytes,
+                     const uint64_t **scalars)
+{
+    *ideal_bits = d->ideal;
+    *coded_bytes = d->bytes;
+    *scalars = d->nsc;
+}
+
+void skv_delta_reset_costs(skv_delta *d)
+{
+    size_t n = (size_t)d->cal->sh.layers * 2;
+    memset(d->ideal, 0, n * sizeof *d->ideal);
+    memset(d->bytes, 0, n * sizeof *d->bytes);
+    memset(d->nsc, 0, n * sizeof *d->nsc);
+}
+
+void skv_streams_free(skv_streams *s)
+{
+    skv_free(s->data);
+    skv_free(s->offs);
+    memset(s, 0, sizeof *s);
+}
+
+static int streams_append(skv_streams *s, const uint8_t *p, size_t n)
+{
+    if (s->nstreams + 2 > s->ncap) {
+        size_t nc = s->ncap ? 2 * s->ncap : 64;
+        size_t *o = skv_realloc(s->offs, nc * sizeof *o);
+        if (!o)
+            return skv_error(SKV_ERR_NOMEM, "streams");
+        s->offs = o;
+        s->ncap = nc;
+        if (s->nstreams == 0)
+            s->offs[0] = 0;
+    }
+    if (s->len + n > s->cap) {
+        size_t nc = s->cap ? 2 * s->cap : 65536;
+        while (nc < s->len + n)
+            nc *= 2;
+        uint8_t *b = skv_realloc(s->data, nc);
+        if (!b)
+            return skv_error(SKV_ERR_NOMEM, "streams");
+        s->data = b;
+        s->cap = nc;
+    }
+    if (s->nstreams == 0)
+        s->offs[0] = 0;
+    memcpy(s->data + s->len, p, n);
+    s->len += n;
+    s->offs[++s->nstreams] = s->len;
+    return SKV_OK;
+}
+
+/* The state of coding one sequence: exact values as floats (what the
+ * predictors read) and as dtype bytes (what is coded). */
+typedef struct {
+    skv_delta *d;
+    const int32_t *tok;
+    size_t T;
+    uint8_t *kvb[2];        /* dtype bytes [L][T][C] (encode: input; decode: output) */
+    float *kvf[2];          /* exact floats [L][T][C], filled as decoded */
+    size_t t0, t1;
+    int decode;
+    const skv_streams *in;
+    size_t next_stream;
+    skv_streams *out;
+    int rc;
+    float *cbf;
+} seq_ctx;
+
+static int code_stream(seq_ctx *q, int l, int kv, const float *model_pred)
+{
+    skv_delta *d = q->d;
+    const skv_calib *c = d->cal;
+    const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads, D = (size_t)c->sh.head_dim,
+                 T = q->T, es = skv_dtype_size(c->sh.dtype);
+    const float *mean = c->mean + ((size_t)l * 2 + (size_t)kv) * C;
+    const float *sv = c->s[d->level] + ((size_t)l * 2 + (size_t)kv) * C;
+    const float *W = c->w[d->level] + ((size_t)l * 2 + (size_t)kv) * H * NF;
+    float *X = q->kvf[kv] + (size_t)l * T * C;
+    uint8_t *B = q->kvb[kv] + (size_t)l * T * C * es;
+    int rc = SKV_OK;
+    if (q->decode) {
+        if (q->next_stream >= q->in->nstreams)
+            return skv_error(SKV_ERR_FORMAT, "missing stream for layer %d %s", l, kv ? "V" : "K");
+        size_t a = q->in->offs[q->next_stream], b = q->in->offs[q->next_stream + 1];
+        q->next_stream++;
+        skv_stream_info info;
+        if ((rc = skv_decoder_begin(d->dec, q->in->data + a, b - a, &info)))
+            return rc;
+        if (info.n != (q->t1 - q->t0) * C)
+            return skv_error(SKV_ERR_CORRUPT, "stream holds %u scalars, the chunk has %zu", info.n,
+                             (q->t1 - q->t0) * C);
+        if (memcmp(info.calib_id, c->id, 16) != 0)
+            return skv_error(SKV_ERR_CORRUPT, "stream was coded with another calibration");
+    } else {
+        skv_encoder_reset(d->enc, c->id);
+    }
+    for (size_t t = q->t0; t < q->t1 && !rc; t++) {
+        cb_feature(c, l, kv, q->tok[t], t, NULL, q->cbf);
+        float *row = X + t * C;
+        const float *prev = t ? X + (t - 1) * C : mean;
+        for (size_t h = 0; h < H && !rc; h++) {
+            const float *w = W + h * NF;
+            for (size_t dd = 0; dd < D; dd++) {
+                size_t ch = h * D + dd;
+                float fm = model_pred ? model_pred[(t - q->t0) * C + ch] : 0.0f;
+                float mu = predict(w, fm, prev[ch], q->cbf[ch], mean[ch]);
+                uint8_t *p = B + (t * C + ch) * es;
+                uint32_t x;
+                if (q->decode) {
+                    if ((rc = skv_decoder_get(d->dec, mu, sv[ch], &x)))
+                        break;
+                    if (es == 1)
+                        p[0] = (uint8_t)x;
+                    else if (es == 2)
+                        skv_store16_le(p, (uint16_t)x);
+                    else
+                        skv_store32_le(p, x);
+                    skv_cast_to_f32(c->sh.dtype, &row[ch], p, 1);
+                } else {
+                    x = load_bits(c->sh.dtype, p);
+                    if ((rc = skv_encoder_put(d->enc, x, mu, sv[ch])))
+                        break;
+                }
+            }
+        }
+    }
+    if (rc)
+        return rc;
+    size_t idx = (size_t)l * 2 + (size_t)kv;
+    if (q->decode)
+        return skv_decoder_end(d->dec);
+    size_t need = skv_encoder_bound(d->enc), len;
+    if (need > d->tmp_cap) {
+        uint8_t *t = skv_realloc(d->tmp, need);
+        if (!t)
+            return skv_error(SKV_ERR_NOMEM, "stream buffer");
+        d->tmp = t;
+        d->tmp_cap = need;
+    }
+    if ((rc = skv_encoder_finish(d->enc, d->tmp, d->tmp_cap, &len)))
+        return rc;
+    d->ideal[idx] += skv_encoder_ideal_bits(d->enc);
+    d->bytes[idx] += (double)len;
+    d->nsc[idx] += (q->t1 - q->t0) * C;
+    return streams_append(q->out, d->tmp, len);
+}
+
+/* KV hook: code layer l of the chunk with the model's predictions, then
+ * hand the exact values to the engine. */
+static void coder_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, float *v)
+{
+    seq_ctx *q = vctx;
+    const size_t C = chan_count(&q->d->cal->sh), T = q->T;
+    (void)pos0;
+    if (q->rc)
+        return;
+    for (int kv = 0; kv < 2 && !q->rc; kv++) {
+        float *x = kv ? v : k;
+        q->rc = code_stream(q, layer, kv, x);
+        if (!q->rc)
+            memcpy(x, q->kvf[kv] + ((size_t)layer * T + q->t0) * C, n * C * sizeof(float));
+    }
+}
+
+static int code_seq(seq_ctx *q, size_t chunk)
+{
+    skv_delta *d = q->d;
+    const skv_calib *c = d->cal;
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), T = q->T;
+    int rc = SKV_OK;
+    if (chunk == 0)
+        return skv_error(SKV_ERR_ARG, "chunk length 0");
+    for (size_t t = 0; t < T; t++)
+        if (q->tok[t] < 0 || q->tok[t] >= c->sh.vocab)
+            return skv_error(SKV_ERR_ARG, "token id %d at %zu outside the calibration's vocabulary [0, %d)",
+                             q->tok[t], t, c->sh.vocab);
+    q->cbf = skv_malloc(C * sizeof(float));
+    for (int kv = 0; kv < 2; kv++)
+        q->kvf[kv] = skv_malloc((L * T * C > 0 ? L * T * C : 1) * sizeof(float));
+    if (!q->cbf || !q->kvf[0] || !q->kvf[1]) {
+        rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
+        goto done;
+    }
+    if (!q->decode)
+        for (int kv = 0; kv < 2; kv++)
+            skv_cast_to_f32(c->sh.dtype, q->kvf[kv], q->kvb[kv], L * T * C);
+    skv_kvcache *cache = NULL;
+    if (d->model && T && (rc = skv_kvcache_create(skv_model_cfg(d->model), T, &cache)))
+        goto done;
+    for (q->t0 = 0; q->t0 < T && !rc; q->t0 = q->t1) {
+        q->t1 = q->t0 + chunk < T ? q->t0 + chunk : T;
+        if (d->model) {
+            q->rc = SKV_OK;
+            skv_forward_opts o = {.pool = d->pool, .hook = coder_hook, .hook_ctx = q};
+            rc = skv_model_forward(d->model, cache, q->tok + q->t0, q->t1 - q->t0, &o);
+            if (!rc)
+                rc = q->rc;
+        } else {
+            for (size_t l = 0; l < L && !rc; l++)
+                for (int kv = 0; kv < 2 && !rc; kv++)
+                    rc = code_stream(q, (int)l, kv, NULL);
+        }
+    }
+    skv_kvcache_free(cache);
+done:
+    skv_free(q->cbf);
+    skv_free(q->kvf[0]);
+    skv_free(q->kvf[1]);
+    return rc;
+}
+
+int skv_delta_encode(skv_delta *d, const int32_t *tokens, size_t T, const void *k, const void *v,
+                     size_t chunk, skv_streams *out)
+{
+    seq_ctx q;
+    memset(&q, 0, sizeof q);
+    q.d = d;
+    q.tok = tokens;
+    q.T = T;
+    q.kvb[0] = (uint8_t *)k;
+    q.kvb[1] = (uint8_t *)v;
+    q.out = out;
+    return code_seq(&q, chunk);
+}
+
+int skv_delta_decode(skv_delta *d, const int32_t *tokens, size_t T, const skv_streams *in,
+                     size_t first_stream, size_t chunk, void *k, void *v)
+{
+    seq_ctx q;
+    memset(&q, 0, sizeof q);
+    q.d = d;
+    q.tok = tokens;
+    q.T = T;
+    q.kvb[0] = k;
+    q.kvb[1] = v;
+    q.decode = 1;
+    q.in = in;
+    q.next_stream = first_stream;
+    return code_seq(&q, chunk);
+}

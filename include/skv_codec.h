@@ -1,0 +1,126 @@
+/*
+ * skv_codec.h - the lossless entropy stage. Each scalar x of a storage
+ * dtype is coded against a prediction mu and a spread s (value units)
+ * under the mixture
+ *     q(x) = w0 N(mu, s^2) + w1 N(mu, (3s)^2)  (integrated over x's cell)
+ *            + w2 p_emp(x)                       (escape path)
+ * with interleaved rANS (4 states, 16-bit frequencies) into self-checking
+ * streams. Encoder and decoder derive identical integer frequency tables
+ * from identical inputs: tables are built with integer arithmetic from
+ * skv_normal_cdf (IEEE basic operations only), never libm.
+ *
+ * How a scalar is coded (FORMAT.md, "Coded streams"):
+ *  - STEP mode, when the dtype's lattice at mu is at least as coarse as
+ *    s/8: the signed distance r, in lattice steps, between x and the
+ *    lattice point nearest mu, under the mixture in step units (classes of
+ *    s/step, 8 per octave, and of mu's offset inside its cell).
+ *  - BUCKET mode otherwise (the lattice is fine relative to s): x's bucket
+ *    of width g = 2^floor(log2 s - 3) in value space, under the mixture in
+ *    bucket units (8 classes of s/g, 4 of mu's phase), then x's place in
+ *    the bucket, uniform in value: plain bits inside one binade, a
+ *    geometric sub-binade code in the bucket at zero.
+ *  - ESCAPE, for anything else (outside the table window, inf, NaN, -0 in
+ *    odd places): the high byte of x under the calibrated empirical
+ *    marginal p_emp, the rest as plain bits. Every bit pattern survives.
+ *
+ * Depends on skv_base only.
+ */
+#ifndef SKV_CODEC_H
+#define SKV_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skv_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SKV_CODEC_PREC 16 /* frequency precision, bits */
+
+/* Mixture weights in units of 2^-16: w0 (N(mu, s^2)) is what w1 and w2
+ * leave. Defaults: w1 = 0.03, w2 = 0.02. */
+typedef struct {
+    uint32_t w1;  /* N(mu, (3s)^2) */
+    uint32_t w2;  /* escape (p_emp) */
+} skv_mix;
+#define SKV_MIX_DEFAULT ((skv_mix){1966u, 1311u})
+
+/* A coding model: dtype, mixture weights and p_emp (a histogram of the
+ * high byte of the dtype's bit patterns; NULL means uniform). Tables are
+ * built lazily, thread-safely. */
+typedef struct skv_cmodel skv_cmodel;
+
+int skv_cmodel_create(skv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256],
+                      skv_cmodel **out);
+void skv_cmodel_free(skv_cmodel *m);
+skv_dtype skv_cmodel_dtype(const skv_cmodel *m);
+/* 32-bit identity of (dtype, mixture, p_emp, table construction version);
+ * recorded in every stream, checked by the decoder. */
+uint32_t skv_cmodel_id(const skv_cmodel *m);
+
+/* Code length of x (dtype bits) given (mu, s): `actual` is -log2 of the
+ * quantized 16-bit frequencies (what the coder spends, before the few
+ * bytes of rANS overhead); `ideal` is -log2 of the unquantized model
+ * probability. Either pointer may be NULL. */
+void skv_cmodel_cost(skv_cmodel *m, uint32_t x, float mu, float s, double *actual,
+                     double *ideal);
+
+/* ------------------------------------------------------------------------
+ * Streams. One stream codes n scalars in order; the caller supplies each
+ * scalar's (mu, s), which may depend on the scalars before it (the decoder
+ * hands them back in the same order).
+ * ---------------------------------------------------------------------- */
+#define SKV_STREAM_MAGIC 0x52564b53u /* "SKVR" */
+#define SKV_STREAM_VERSION 1
+#define SKV_STREAM_HEADER 48
+#define SKV_STREAM_MAX_SCALARS (1u << 30)
+
+typedef struct skv_encoder skv_encoder;
+int skv_encoder_create(skv_cmodel *m, skv_encoder **out);
+void skv_encoder_free(skv_encoder *e);
+/* Start a stream; calib_id is recorded in its header (16 bytes, may be
+ * NULL for zeros). */
+void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16]);
+/* Queue one scalar. */
+int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s);
+/* Ideal code length (bits, unquantized model) of the scalars queued since
+ * the last reset. */
+double skv_encoder_ideal_bits(const skv_encoder *e);
+/* Upper bound of the stream size for n queued scalars. */
+size_t skv_encoder_bound(const skv_encoder *e);
+/* Write the stream; SKV_ERR_TOO_LARGE if cap is too small. */
+int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len);
+
+typedef struct {
+    skv_dtype dtype;
+    uint32_t n;          /* scalars */
+    uint32_t payload;    /* bytes after the header */
+    uint32_t cmodel_id;
+    uint64_t checksum;   /* of the decoded scalars as LE dtype bytes */
+    uint8_t calib_id[16];
+} skv_stream_info;
+
+/* Parse and check a stream header (magic, version, sizes against len). */
+int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info);
+
+typedef struct skv_decoder skv_decoder;
+int skv_decoder_create(skv_cmodel *m, skv_decoder **out);
+void skv_decoder_free(skv_decoder *d);
+/* Begin decoding src[0..len): checks header, model id and sizes. */
+int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream_info *info);
+/* Next scalar given its (mu, s). Errors: SKV_ERR_CORRUPT (an impossible
+ * symbol, reading past the payload), SKV_ERR_ARG (more than n). */
+int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *x);
+/* After n scalars: the payload must be fully consumed and the checksum
+ * must match (SKV_ERR_CORRUPT otherwise). */
+int skv_decoder_end(skv_decoder *d);
+
+/* 64-bit checksum used by streams (a fixed multiply-xorshift hash). */
+uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SKV_CODEC_H */

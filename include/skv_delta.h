@@ -1,0 +1,118 @@
+/*
+ * skv_delta.h - predictors and calibration: every KV scalar is coded as a
+ * residual against a prediction mu with a calibrated spread s, losslessly,
+ * through skv_codec. Encoder and decoder run the same predictor code on the
+ * same already-decoded data.
+ *
+ * Levels (ARCHITECTURE.md, "Predictors"):
+ *   stat  calibrated per-(layer, k/v, head, channel) mean
+ *   ctx   least-squares blend per (layer, k/v, head) of: the previous
+ *         position in the same channel, a per-(layer, token) codebook of
+ *         mean K (learned before RoPE, rotated to the position) and V, and
+ *         the channel mean  -- the "top-k expected KV"
+ *   spec  the int8 copy of the model attending over the exact, already
+ *         decoded KV (layer by layer through the engine's KV hook), blended
+ *         with the ctx candidates
+ *   full  the float32 model the same way: the recompute end
+ *
+ * Streams: a sequence is cut into chunks of `chunk` tokens; each chunk has
+ * one stream per (layer, K|V), scalars in [position][kv_head][head_dim]
+ * order. Depends on skv_codec, skv_model, skv_tensor, skv_base.
+ */
+#ifndef SKV_DELTA_H
+#define SKV_DELTA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skv_codec.h"
+#include "skv_model.h"
+#include "skv_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    SKV_LEVEL_STAT = 0,
+    SKV_LEVEL_CTX = 1,
+    SKV_LEVEL_SPEC = 2,
+    SKV_LEVEL_FULL = 3,
+} skv_level;
+#define SKV_LEVEL_COUNT 4
+const char *skv_level_name(skv_level l);
+int skv_level_from_name(const char *s, skv_level *out);
+
+#define SKV_CALIB_VERSION 1
+
+/* Shape and RoPE of the KV a calibration describes. */
+typedef struct {
+    int layers, kv_heads, head_dim, vocab;
+    skv_dtype dtype;
+    float rope_theta;
+    int rope_dim;
+    skv_rope_layout rope_layout;
+} skv_kvshape;
+
+typedef struct skv_calib skv_calib;
+
+typedef struct {
+    const skv_model *model;   /* float32 model: needed for spec and full */
+    skv_pool *pool;           /* threads for the model's forward passes */
+    int max_fit_samples;      /* per channel, for fitting s (0: 4096) */
+    int quiet;                /* no progress on stderr */
+} skv_calib_opts;
+
+/* Learn a calibration from the sequences of a KV file (skv_kvfile_*).
+ * Levels spec and full are calibrated only when opts->model is given and
+ * matches the KV shape. RoPE parameters come from the model, else from the
+ * file's metadata (seqkv.rope_*), else K's codebook is learned after RoPE. */
+int skv_calib_learn(const skv_st *kvfile, const skv_calib_opts *opts, skv_calib **out);
+void skv_calib_free(skv_calib *c);
+int skv_calib_save(const skv_calib *c, const char *path);
+/* Load and verify (version, content hash). */
+int skv_calib_load(const char *path, skv_calib **out);
+const skv_kvshape *skv_calib_shape(const skv_calib *c);
+/* 16-byte content hash (BLAKE2b-128 of the calibration's tensors). */
+const uint8_t *skv_calib_id(const skv_calib *c);
+int skv_calib_has_level(const skv_calib *c, skv_level l);
+/* Model fingerprint the spec/full levels were calibrated with ("" if none). */
+const char *skv_calib_model(const skv_calib *c);
+
+/* ------------------------------------------------------------------------
+ * Coding one sequence.
+ * ---------------------------------------------------------------------- */
+typedef struct skv_delta skv_delta;
+
+/* A coder for one level. spec and full need the float32 model (the int8
+ * copy is made inside); its fingerprint must match the calibration's. */
+int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *model,
+                     skv_pool *pool, skv_delta **out);
+void skv_delta_free(skv_delta *d);
+
+typedef struct {
+    uint8_t *data;   /* concatenated streams */
+    size_t len, cap;
+    size_t *offs;    /* stream i occupies [offs[i], offs[i+1]) */
+    size_t nstreams, ncap;
+} skv_streams;
+void skv_streams_free(skv_streams *s);
+
+/* Encode a sequence: k and v in the calibration's dtype, KV file layout
+ * [layers][T][kv_heads][head_dim]. Appends chunks*layers*2 streams. */
+int skv_delta_encode(skv_delta *d, const int32_t *tokens, size_t T, const void *k,
+                     const void *v, size_t chunk, skv_streams *out);
+/* Decode the same; k and v receive the exact bytes. */
+int skv_delta_decode(skv_delta *d, const int32_t *tokens, size_t T, const skv_streams *in,
+                     size_t first_stream, size_t chunk, void *k, void *v);
+
+/* Cost accounting of the last encode: ideal and actual bits per layer and
+ * k/v (arrays of layers*2, index layer*2 + kv). */
+void skv_delta_costs(const skv_delta *d, const double **ideal_bits, const double **coded_bytes,
+                     const uint64_t **scalars);
+void skv_delta_reset_costs(skv_delta *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SKV_DELTA_H */
