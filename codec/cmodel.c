@@ -166,28 +166,56 @@ static double nmass(double a, double b)
 }
 
 /* Quantize probabilities p[0..n) (summing to ~1) to integer frequencies
- * summing to 2^16, each >= 1: f = 1 + floor(p * (2^16 - n)), the rest to
- * the most probable symbol. Deterministic. */
+ * summing to 2^16, each >= 1: round p * 2^16 (at least 1), then take the
+ * difference from (or give it to) the most probable symbols in turn.
+ * Deterministic: integer steps after one rounding per symbol. */
 static void quantize(const double *p, uint32_t n, uint32_t *cum)
 {
-    const uint32_t M = 1u << SKV_CODEC_PREC;
-    uint32_t sum = 0, best = 0;
-    cum[0] = 0;
+    const int64_t M = 1 << SKV_CODEC_PREC;
+    int64_t sum = 0;
+    uint32_t best = 0;
     for (uint32_t i = 0; i < n; i++) {
-        double q = p[i] < 0 ? 0 : p[i];
-        uint32_t f = 1u + (uint32_t)(q * (double)(M - n));
-        if (f > M - n + 1)
-            f = M - n + 1;
-        cum[i + 1] = f; /* temporarily the frequency */
+        double q = p[i] > 0 ? p[i] : 0;
+        int64_t f = (int64_t)(q * (double)M + 0.5);
+        if (f < 1)
+            f = 1;
+        if (f > M)
+            f = M;
+        cum[i + 1] = (uint32_t)f; /* temporarily the frequency */
         sum += f;
         if (p[i] > p[best])
             best = i;
     }
-    if (sum > M) { /* cannot happen: sum <= n + (M - n) */
-        cum[best + 1] -= sum - M;
-    } else {
-        cum[best + 1] += M - sum;
+    /* adjust the largest frequencies, one count at a time round-robin over
+     * those within 1/8 of the largest (usually a single symbol) */
+    while (sum != M) {
+        int moved = 0;
+        for (uint32_t i = 0; i < n && sum != M; i++) {
+            if (cum[i + 1] * 8u < cum[best + 1] * 7u && i != best)
+                continue;
+            if (sum > M && cum[i + 1] > 1) {
+                int64_t take = sum - M < (int64_t)cum[i + 1] - 1 ? sum - M : (int64_t)cum[i + 1] - 1;
+                if (take > (int64_t)(cum[i + 1] / 4 + 1))
+                    take = cum[i + 1] / 4 + 1;
+                cum[i + 1] -= (uint32_t)take;
+                sum -= take;
+                moved = 1;
+            } else if (sum < M) {
+                cum[i + 1]++;
+                sum++;
+                moved = 1;
+            }
+        }
+        if (!moved) { /* every frequency is 1 and still too many: cannot happen for n < M */
+            for (uint32_t i = 0; i < n && sum > M; i++)
+                if (cum[i + 1] > 1) {
+                    cum[i + 1]--;
+                    sum--;
+                }
+            break;
+        }
     }
+    cum[0] = 0;
     for (uint32_t i = 0; i < n; i++)
         cum[i + 1] += cum[i];
 }

@@ -41,8 +41,8 @@ struct skv_calib {
     skv_kvshape sh;
     unsigned levels;     /* bit mask */
     float *mean;         /* [L][2][C] */
-    float *s[SKV_LEVEL_COUNT];  /* [L][2][C] */
-    float *w[SKV_LEVEL_COUNT];  /* [L][2][H][NF] */
+    float *s[SKV_LEVEL_COUNT];  /* [L][2][seen][C] */
+    float *w[SKV_LEVEL_COUNT];  /* [L][2][H][seen][NF] */
     float *cb;           /* [L][V][2][C], K before RoPE */
     int32_t *cb_n;       /* [V] */
     uint32_t pemp[256];
@@ -52,13 +52,17 @@ struct skv_calib {
     uint8_t id[16];
 };
 
-/* Mixture weights per level: near-exact predictors must not pay a fixed
- * 2% escape floor (0.029 bits), so full escapes at 2^-10. */
+/* Mixture weights per level. An escape weight w2 costs a floor of
+ * -log2(1 - w2) bits per scalar, and real KV residuals are light-tailed
+ * (on stories260K, w1 = 0.009 / w2 = 0.0015 beat the 0.03 / 0.02 default
+ * by 0.013 bits at stat and tie at spec), so the statistical levels use
+ * those; full, whose predictions are near exact, escapes at 2^-10. The
+ * 3s component and the escape still carry outliers, inf and NaN. */
 static skv_mix level_mix(skv_level l)
 {
     if (l == SKV_LEVEL_FULL)
         return (skv_mix){655u, 64u};
-    return SKV_MIX_DEFAULT;
+    return (skv_mix){600u, 100u}; /* 0.009, 0.0015: KV residuals are light-tailed */
 }
 
 static size_t chan_count(const skv_kvshape *s)
@@ -92,8 +96,8 @@ static int calib_alloc(skv_calib *c)
                  V = (size_t)c->sh.vocab;
     c->mean = skv_calloc(L * 2 * C, sizeof(float));
     for (int i = 0; i < SKV_LEVEL_COUNT; i++) {
-        c->s[i] = skv_calloc(L * 2 * C, sizeof(float));
-        c->w[i] = skv_calloc(L * 2 * H * NF, sizeof(float));
+        c->s[i] = skv_calloc(L * 2 * 2 * C, sizeof(float));
+        c->w[i] = skv_calloc(L * 2 * H * 2 * NF, sizeof(float));
         if (!c->s[i] || !c->w[i])
             return skv_error(SKV_ERR_NOMEM, "calibration");
     }
@@ -161,8 +165,8 @@ static void compute_id(skv_calib *c)
     HASHF(&th, 1);
     HASHF(c->mean, L * 2 * C);
     for (int l = 0; l < SKV_LEVEL_COUNT; l++) {
-        HASHF(c->s[l], L * 2 * C);
-        HASHF(c->w[l], L * 2 * H * NF);
+        HASHF(c->s[l], L * 2 * 2 * C);
+        HASHF(c->w[l], L * 2 * H * 2 * NF);
     }
     HASHF(c->cb, L * V * 2 * C);
 #undef HASHF
@@ -254,7 +258,7 @@ typedef struct {
     const float *exact[2]; /* [L][T][C] */
     float *pred[2];
     size_t T, C;
-    size_t off; /* position of this pass's first token */
+    int subst; /* hand the exact values to the engine (spec) or not (full) */
 } rec_hook_ctx;
 
 static void rec_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, float *v)
@@ -264,19 +268,20 @@ static void rec_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, flo
         float *x = kv ? v : k;
         size_t o = ((size_t)layer * h->T + pos0) * h->C;
         memcpy(h->pred[kv] + o, x, n * h->C * sizeof(float));
-        memcpy(x, h->exact[kv] + o, n * h->C * sizeof(float));
+        if (h->subst)
+            memcpy(x, h->exact[kv] + o, n * h->C * sizeof(float));
     }
 }
 
 static int model_features(const skv_model *m, skv_pool *pool, const int32_t *tok, size_t T,
-                          const float *ek, const float *ev, float *pk, float *pv)
+                          const float *ek, const float *ev, float *pk, float *pv, int subst)
 {
     skv_kvcache *cache;
     int rc = skv_kvcache_create(skv_model_cfg(m), T, &cache);
     if (rc)
         return rc;
     const skv_model_config *mc = skv_model_cfg(m);
-    rec_hook_ctx h = {{ek, ev}, {pk, pv}, T, (size_t)mc->n_kv_heads * mc->head_dim, 0};
+    rec_hook_ctx h = {{ek, ev}, {pk, pv}, T, (size_t)mc->n_kv_heads * mc->head_dim, subst};
     skv_forward_opts o = {.pool = pool, .hook = rec_hook, .hook_ctx = &h};
     rc = skv_model_forward(m, cache, tok, T, &o);
     skv_kvcache_free(cache);
@@ -379,8 +384,7 @@ static int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *co
     size_t total = 0;
     for (size_t i = 0; i < d->n_seq; i++)
         total += d->T[i];
-    size_t stride = total > (size_t)max_samples ? (total + (size_t)max_samples - 1) / (size_t)max_samples : 1;
-    size_t ns = total / stride + 2;
+    size_t ns = (total < (size_t)max_samples ? total : (size_t)max_samples) + 2;
     uint32_t *xs = skv_malloc(ns * D * sizeof *xs);
     float *mus = skv_malloc(ns * D * sizeof *mus);
     float *cbf = skv_malloc(C * sizeof *cbf), *self = skv_malloc(C * sizeof *self);
@@ -394,24 +398,32 @@ static int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *co
         for (int kv = 0; kv < 2; kv++) {
             const float *mean = c->mean + (l * 2 + (size_t)kv) * C;
             for (size_t h = 0; h < H; h++) {
-                float *w = c->w[lvl] + ((l * 2 + (size_t)kv) * H + h) * NF;
-                /* 1) least squares over all positions (leave-one-out codebook) */
-                double A[NF][NF] = {{0}}, bvec[NF] = {0};
-                if (lvl == SKV_LEVEL_STAT) {
-                    w[3] = 1.0f;
-                } else {
-                    for (size_t s = 0; s < d->n_seq; s++) {
-                        const float *X = d->kv[kv][s];
-                        size_t T = d->T[s];
+                /* Separate parameters for tokens the codebook has seen and
+                 * for the rest (leave-one-out: "seen" means another
+                 * occurrence exists), so exact codebook hits cost ~0 bits
+                 * without pricing unseen tokens as outliers. */
+                for (size_t seen = 0; seen < 2; seen++) {
+                    float *w = c->w[lvl] + (((l * 2 + (size_t)kv) * H + h) * 2 + seen) * NF;
+                    double A[NF][NF] = {{0}}, bvec[NF] = {0};
+                    size_t nsamp = 0;
+                    /* 1) least squares (leave-one-out codebook) */
+                    for (size_t sq = 0; sq < d->n_seq; sq++) {
+                        const float *X = d->kv[kv][sq];
+                        size_t T = d->T[sq];
                         for (size_t t = 0; t < T; t++) {
+                            if ((size_t)(c->cb_n[d->tok[sq][t]] > 1) != seen)
+                                continue;
+                            nsamp++;
+                            if (lvl == SKV_LEVEL_STAT)
+                                continue;
                             const float *row = X + (l * T + t) * C;
                             memcpy(self, row, C * sizeof(float));
                             if (kv == 0)
                                 rope_row(c, self, t, -1);
-                            cb_feature(c, (int)l, kv, d->tok[s][t], t, self, cbf);
+                            cb_feature(c, (int)l, kv, d->tok[sq][t], t, self, cbf);
                             for (size_t dd = 0; dd < D; dd++) {
                                 size_t ch = h * D + dd;
-                                double f[NF] = {model_pred[kv] ? model_pred[kv][s][(l * T + t) * C + ch] : 0.0,
+                                double f[NF] = {model_pred[kv] ? model_pred[kv][sq][(l * T + t) * C + ch] : 0.0,
                                                 t ? X[(l * T + t - 1) * C + ch] : mean[ch], cbf[ch], mean[ch]};
                                 for (int i = 0; i < NF; i++) {
                                     for (int j = 0; j < NF; j++)
@@ -421,43 +433,56 @@ static int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *co
                             }
                         }
                     }
-                    solve(A, bvec, use, w);
-                }
-                /* 2) s per channel by measured code length on a subsample */
-                for (size_t dd = 0; dd < D; dd++)
-                    res2[dd] = mag[dd] = 0, cnt[dd] = 0;
-                size_t g = 0;
-                for (size_t s = 0; s < d->n_seq; s++) {
-                    const float *X = d->kv[kv][s];
-                    size_t T = d->T[s];
-                    for (size_t t = 0; t < T; t++, g++) {
-                        if (g % stride)
-                            continue;
-                        const float *row = X + (l * T + t) * C;
-                        memcpy(self, row, C * sizeof(float));
-                        if (kv == 0)
-                            rope_row(c, self, t, -1);
-                        cb_feature(c, (int)l, kv, d->tok[s][t], t, self, cbf);
-                        for (size_t dd = 0; dd < D; dd++) {
-                            size_t ch = h * D + dd;
-                            float fm = model_pred[kv] ? model_pred[kv][s][(l * T + t) * C + ch] : 0.0f;
-                            float fp = t ? X[(l * T + t - 1) * C + ch] : mean[ch];
-                            float mu = predict(w, fm, fp, cbf[ch], mean[ch]);
-                            size_t k = cnt[dd]++;
-                            xs[dd * ns + k] = d->bits[kv][s][(l * T + t) * C + ch];
-                            mus[dd * ns + k] = mu;
-                            double e = (double)row[ch] - mu;
-                            res2[dd] += e * e;
-                            mag[dd] += fabs((double)row[ch]);
+                    if (lvl == SKV_LEVEL_STAT || nsamp == 0) {
+                        memset(w, 0, NF * sizeof *w);
+                        w[3] = 1.0f;
+                        if (nsamp == 0 && lvl != SKV_LEVEL_STAT && seen == 1)
+                            memcpy(w, w - NF, NF * sizeof *w); /* no seen samples: as unseen */
+                    } else {
+                        solve(A, bvec, use, w);
+                    }
+                    /* 2) s per channel by measured code length on a subsample */
+                    size_t st = nsamp > (size_t)max_samples ? (nsamp + (size_t)max_samples - 1) / (size_t)max_samples : 1;
+                    for (size_t dd = 0; dd < D; dd++)
+                        res2[dd] = mag[dd] = 0, cnt[dd] = 0;
+                    size_t g = 0;
+                    for (size_t sq = 0; sq < d->n_seq; sq++) {
+                        const float *X = d->kv[kv][sq];
+                        size_t T = d->T[sq];
+                        for (size_t t = 0; t < T; t++) {
+                            if ((size_t)(c->cb_n[d->tok[sq][t]] > 1) != seen)
+                                continue;
+                            if (g++ % st || cnt[0] >= ns)
+                                continue;
+                            const float *row = X + (l * T + t) * C;
+                            memcpy(self, row, C * sizeof(float));
+                            if (kv == 0)
+                                rope_row(c, self, t, -1);
+                            cb_feature(c, (int)l, kv, d->tok[sq][t], t, self, cbf);
+                            for (size_t dd = 0; dd < D; dd++) {
+                                size_t ch = h * D + dd;
+                                float fm = model_pred[kv] ? model_pred[kv][sq][(l * T + t) * C + ch] : 0.0f;
+                                float fp = t ? X[(l * T + t - 1) * C + ch] : mean[ch];
+                                float mu = predict(w, fm, fp, cbf[ch], mean[ch]);
+                                size_t k = cnt[dd]++;
+                                xs[dd * ns + k] = d->bits[kv][sq][(l * T + t) * C + ch];
+                                mus[dd * ns + k] = mu;
+                                double e = (double)row[ch] - mu;
+                                res2[dd] += e * e;
+                                mag[dd] += fabs((double)row[ch]);
+                            }
                         }
                     }
-                }
-                for (size_t dd = 0; dd < D; dd++) {
-                    size_t n = cnt[dd];
-                    double rms = n ? sqrt(res2[dd] / (double)n) : 0;
-                    double typ = n ? mag[dd] / (double)n / 128.0 : 1e-3;
-                    c->s[lvl][(l * 2 + (size_t)kv) * C + h * D + dd] =
-                        fit_s(cm, xs + dd * ns, mus + dd * ns, n, rms, typ);
+                    float *sv = c->s[lvl] + ((l * 2 + (size_t)kv) * 2 + seen) * C;
+                    for (size_t dd = 0; dd < D; dd++) {
+                        size_t n = cnt[dd];
+                        double rms = n ? sqrt(res2[dd] / (double)n) : 0;
+                        double typ = n ? mag[dd] / (double)n / 128.0 : 1e-3;
+                        if (n == 0 && seen == 1)
+                            sv[h * D + dd] = sv[h * D + dd - C]; /* as unseen */
+                        else
+                            sv[h * D + dd] = n ? fit_s(cm, xs + dd * ns, mus + dd * ns, n, rms, typ) : 1.0f;
+                    }
                 }
             }
         }
@@ -657,7 +682,7 @@ int skv_calib_learn(const skv_st *kvfile, const skv_calib_opts *opts, skv_calib 
                     rc = skv_error(SKV_ERR_NOMEM, "model features");
                 else if (d.T[i])
                     rc = model_features(pm, opts->pool, d.tok[i], d.T[i], d.kv[0][i], d.kv[1][i],
-                                        pred[0][i], pred[1][i]);
+                                        pred[0][i], pred[1][i], lv == SKV_LEVEL_SPEC);
             }
             if (!rc) {
                 float *const *pp[2] = {pred[0], pred[1]};
@@ -711,17 +736,17 @@ int skv_calib_save(const skv_calib *c, const char *path)
     sodium_bin2hex(hex, sizeof hex, c->id, 16);
     META("seqkv.calib_id", "%s", hex);
 #undef META
-    int64_t sh_mean[3] = {L, 2, C}, sh_w[4] = {L, 2, H, NF}, sh_cb[4] = {L, V, 2, C}, sh_v[1] = {V},
-            sh_p[1] = {256};
+    int64_t sh_mean[3] = {L, 2, C}, sh_s[4] = {L, 2, 2, C}, sh_w[5] = {L, 2, H, 2, NF},
+            sh_cb[4] = {L, V, 2, C}, sh_v[1] = {V}, sh_p[1] = {256};
     if (!rc)
         rc = skv_stw_add(w, "mean", SKV_DT_F32, 3, sh_mean, c->mean, (size_t)(L * 2 * C) * 4);
     for (int l = 0; l < SKV_LEVEL_COUNT && !rc; l++) {
         char n[32];
         snprintf(n, sizeof n, "s.%s", skv_level_name((skv_level)l));
-        rc = skv_stw_add(w, n, SKV_DT_F32, 3, sh_mean, c->s[l], (size_t)(L * 2 * C) * 4);
+        rc = skv_stw_add(w, n, SKV_DT_F32, 4, sh_s, c->s[l], (size_t)(L * 2 * 2 * C) * 4);
         snprintf(n, sizeof n, "w.%s", skv_level_name((skv_level)l));
         if (!rc)
-            rc = skv_stw_add(w, n, SKV_DT_F32, 4, sh_w, c->w[l], (size_t)(L * 2 * H * NF) * 4);
+            rc = skv_stw_add(w, n, SKV_DT_F32, 5, sh_w, c->w[l], (size_t)(L * 2 * H * 2 * NF) * 4);
     }
     if (!rc)
         rc = skv_stw_add(w, "codebook", SKV_DT_F32, 4, sh_cb, c->cb, (size_t)(L * V * 2 * C) * 4);
@@ -780,7 +805,7 @@ int skv_calib_load(const char *path, skv_calib **out)
     c->sh.vocab = (int)cb->shape[1];
     int64_t C = cb->shape[3];
     const skv_tensor *wt = skv_st_find(st, "w.stat");
-    if (!wt || wt->ndim != 4 || wt->shape[2] < 1 || C % wt->shape[2] || cb->shape[2] != 2 ||
+    if (!wt || wt->ndim != 5 || wt->shape[2] < 1 || C % wt->shape[2] || cb->shape[2] != 2 ||
         c->sh.layers < 1 || c->sh.vocab < 1) {
         rc = skv_error(SKV_ERR_FORMAT, "%s: inconsistent calibration shapes", path);
         goto fail;
@@ -809,10 +834,10 @@ int skv_calib_load(const char *path, skv_calib **out)
     for (int l = 0; l < SKV_LEVEL_COUNT && !rc; l++) {
         char n[32];
         snprintf(n, sizeof n, "s.%s", skv_level_name((skv_level)l));
-        rc = get_f32(st, n, c->s[l], L * 2 * (size_t)C);
+        rc = get_f32(st, n, c->s[l], L * 2 * 2 * (size_t)C);
         snprintf(n, sizeof n, "w.%s", skv_level_name((skv_level)l));
         if (!rc)
-            rc = get_f32(st, n, c->w[l], L * 2 * H * NF);
+            rc = get_f32(st, n, c->w[l], L * 2 * H * 2 * NF);
     }
     if (!rc)
         rc = get_f32(st, "codebook", c->cb, L * V * 2 * (size_t)C);
@@ -997,8 +1022,8 @@ static int code_stream(seq_ctx *q, int l, int kv, const float *model_pred)
     const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads, D = (size_t)c->sh.head_dim,
                  T = q->T, es = skv_dtype_size(c->sh.dtype);
     const float *mean = c->mean + ((size_t)l * 2 + (size_t)kv) * C;
-    const float *sv = c->s[d->level] + ((size_t)l * 2 + (size_t)kv) * C;
-    const float *W = c->w[d->level] + ((size_t)l * 2 + (size_t)kv) * H * NF;
+    const float *S = c->s[d->level] + ((size_t)l * 2 + (size_t)kv) * 2 * C;
+    const float *W = c->w[d->level] + ((size_t)l * 2 + (size_t)kv) * H * 2 * NF;
     float *X = q->kvf[kv] + (size_t)l * T * C;
     uint8_t *B = q->kvb[kv] + (size_t)l * T * C * es;
     int rc = SKV_OK;
@@ -1020,10 +1045,12 @@ static int code_stream(seq_ctx *q, int l, int kv, const float *model_pred)
     }
     for (size_t t = q->t0; t < q->t1 && !rc; t++) {
         cb_feature(c, l, kv, q->tok[t], t, NULL, q->cbf);
+        const size_t seen = c->cb_n[q->tok[t]] > 0;
+        const float *sv = S + seen * C;
         float *row = X + t * C;
         const float *prev = t ? X + (t - 1) * C : mean;
         for (size_t h = 0; h < H && !rc; h++) {
-            const float *w = W + h * NF;
+            const float *w = W + (h * 2 + seen) * NF;
             for (size_t dd = 0; dd < D; dd++) {
                 size_t ch = h * D + dd;
                 float fm = model_pred ? model_pred[(t - q->t0) * C + ch] : 0.0f;
@@ -1069,8 +1096,10 @@ static int code_stream(seq_ctx *q, int l, int kv, const float *model_pred)
     return streams_append(q->out, d->tmp, len);
 }
 
-/* KV hook: code layer l of the chunk with the model's predictions, then
- * hand the exact values to the engine. */
+/* KV hook: code layer l of the chunk with the model's predictions; for
+ * spec, then hand the exact values to the engine. full is the recompute
+ * end: the float32 model runs on its own KV, so on KV from seqkv's own
+ * engine its predictions are the original values. */
 static void coder_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, float *v)
 {
     seq_ctx *q = vctx;
@@ -1081,7 +1110,8 @@ static void coder_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, f
     for (int kv = 0; kv < 2 && !q->rc; kv++) {
         float *x = kv ? v : k;
         q->rc = code_stream(q, layer, kv, x);
-        if (!q->rc)
+        /* spec attends over the exact KV; full recomputes on its own */
+        if (!q->rc && q->d->level == SKV_LEVEL_SPEC)
             memcpy(x, q->kvf[kv] + ((size_t)layer * T + q->t0) * C, n * C * sizeof(float));
     }
 }
