@@ -2,7 +2,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "dtype_impl.h"
+#include "skv_dtype_impl.h"
 #include "skv_base.h"
 
 size_t skv_dtype_size(skv_dtype dt)

@@ -8,7 +8,7 @@
 extern "C" {
 #include "skv_base.h"
 }
-#include "dtype_impl.h"
+#include "skv_dtype_impl.h"
 
 static int g_state = -1; /* -1 unknown, 0 none, 1 available */
 static char g_desc[256] = "not probed";

@@ -553,12 +553,18 @@ static int do_bench(int argc, char **argv)
             tb += bytes[j];
             tn += nsc[j];
         }
+        size_t nstreams = 0;
+        for (size_t i = 0; i < n_seq; i++)
+            nstreams += ss[i].nstreams;
+        /* the coder's own output, without the fixed 64 bytes per stream of
+         * header and final rANS states */
+        double pbps = 8.0 * (tb - (double)nstreams * (SKV_STREAM_HEADER + 16)) / (double)tn;
         double bps = 8.0 * tb / (double)tn, ibps = ti / (double)tn;
         if (a.json) {
             printf("{\"level\":\"%s\",\"dtype\":\"%s\",\"bits_per_scalar\":%.4f,\"ideal_bits_per_scalar\":%.4f,"
-                   "\"encode_msps\":%.2f,\"decode_msps\":%.2f,\"encode_tokens_per_s\":%.0f,"
+                   "\"payload_bits_per_scalar\":%.4f,\"streams\":%zu,\"encode_msps\":%.2f,\"decode_msps\":%.2f,\"encode_tokens_per_s\":%.0f,"
                    "\"decode_tokens_per_s\":%.0f,\"roundtrip\":\"%s\",\"per_layer\":[",
-                   skv_level_name((skv_level)lv), skv_dtype_name(sh->dtype), bps, ibps,
+                   skv_level_name((skv_level)lv), skv_dtype_name(sh->dtype), bps, ibps, pbps, nstreams,
                    (double)tn / te / 1e6, (double)tn / td / 1e6, (double)tot_tok / te,
                    (double)tot_tok / td, ok ? "ok" : "MISMATCH");
             for (int j = 0; j < 2 * sh->layers; j++)
@@ -567,9 +573,10 @@ static int do_bench(int argc, char **argv)
                        ideal[j] / (double)nsc[j]);
             printf("]}\n");
         } else {
-            printf("%-15s %7.3f bits/scalar (%.2fx), ideal %.3f (+%.2f%%); encode %.1f M/s, decode %.1f M/s "
-                   "(%.0f / %.0f tokens/s); round trip %s\n",
-                   skv_level_name((skv_level)lv), bps, 8.0 * es / bps, ibps, 100.0 * (bps / ibps - 1),
+            printf("%-15s %7.3f bits/scalar (%.2fx), ideal %.3f; payload %.3f (%+.2f%% of ideal) + %zu stream "
+                   "headers; encode %.1f M/s, decode %.1f M/s (%.0f / %.0f tokens/s); round trip %s\n",
+                   skv_level_name((skv_level)lv), bps, 8.0 * es / bps, ibps, pbps, 100.0 * (pbps / ibps - 1),
+                   nstreams,
                    (double)tn / te / 1e6, (double)tn / td / 1e6, (double)tot_tok / te,
                    (double)tot_tok / td, ok ? "ok" : "MISMATCH");
             printf("    per layer k/v:");

@@ -9,8 +9,24 @@
 #include <string.h>
 
 #include "codec_int.h"
+#include "skv_dtype_impl.h"
 
 /* ---- lattices ----------------------------------------------------------- */
+
+/* 2^e as a double, for -1022 <= e <= 1023: exact scaling without libm */
+static inline double pow2d(int e)
+{
+    union { double d; uint64_t u; } c;
+    c.u = (uint64_t)(e + 1023) << 52;
+    return c.d;
+}
+
+/* floor for |y| < 2^62 */
+static inline int64_t floor_i64(double y)
+{
+    int64_t i = (int64_t)y;
+    return i - (int64_t)((double)i > y); /* branchless: the sign is unpredictable */
+}
 
 int skv__lat_init(skv_lat *L, skv_dtype dt)
 {
@@ -41,7 +57,7 @@ double skv__lat_value(const skv_lat *L, uint32_t x)
     uint64_t mant;
     int ex;
     mag_parts(L, m, &mant, &ex);
-    double v = ldexp((double)mant, ex);
+    double v = (double)mant * pow2d(ex);
     return (x & L->sign) ? -v : v;
 }
 
@@ -142,9 +158,9 @@ static uint32_t nearest(const skv_lat *L, float mu)
 {
     uint32_t c;
     switch (L->dt) {
-    case SKV_DT_BF16: c = skv_f32_to_bf16(mu); break;
-    case SKV_DT_F16: c = skv_f32_to_f16(mu); break;
-    case SKV_DT_F8E4M3: c = skv_f32_to_f8e4m3(mu); break;
+    case SKV_DT_BF16: c = skv__f32_to_bf16(mu); break;
+    case SKV_DT_F16: c = skv__f32_to_f16(mu); break;
+    case SKV_DT_F8E4M3: c = skv__f32_to_f8e4m3(mu); break;
     default: c = skv_f32_bits(mu); break;
     }
     if (!is_finite(L, c)) /* overflowed: the largest finite of that sign */
@@ -228,9 +244,22 @@ static int table_alloc(skv_ftab *t, uint32_t n)
     if (!t->cum || !t->lp) {
         skv_free(t->cum);
         skv_free(t->lp);
+        t->cum = NULL, t->lp = NULL;
         return skv_error(SKV_ERR_NOMEM, "codec table");
     }
     return SKV_OK;
+}
+
+/* Decoder index: lut[j] = the symbol holding slot j << LUT_SHIFT. */
+static void build_lut(skv_ftab *t)
+{
+    uint32_t sym = 0;
+    for (uint32_t j = 0; j < (1u << (SKV_CODEC_PREC - LUT_SHIFT)); j++) {
+        uint32_t slot = j << LUT_SHIFT;
+        while (t->cum[sym + 1] <= slot)
+            sym++;
+        t->lut[j] = (uint16_t)sym;
+    }
 }
 
 /* Symbol r in [-R, R] covers [r + lo_off, r + lo_off + 1) around mean
@@ -261,6 +290,7 @@ static int build_mix(const skv_cmodel *cm, skv_ftab *t, int R, double sigma, dou
     double esc = w2 + ((w0 + w1) - inwin);
     p[n - 1] = esc > 0 ? esc : 0;
     quantize(p, n, t->cum);
+    build_lut(t);
     for (uint32_t i = 0; i < n; i++)
         t->lp[i] = (float)(p[i] > 1e-300 ? -skv_log(p[i]) / 0.69314718055994530942 : 1000.0);
     skv_free(p);
@@ -279,6 +309,7 @@ static int build_pemp(skv_cmodel *cm, const uint32_t *hist)
         return rc;
     cm->pemp.R = -1;
     quantize(p, 256, cm->pemp.cum);
+    build_lut(&cm->pemp);
     for (int i = 0; i < 256; i++)
         cm->pemp.lp[i] = (float)(-skv_log(p[i]) / 0.69314718055994530942);
     return SKV_OK;
@@ -297,6 +328,7 @@ static int build_zero(skv_cmodel *cm)
         return rc;
     cm->zero.R = -1;
     quantize(p, ZLEVELS + 1, cm->zero.cum);
+    build_lut(&cm->zero);
     for (int i = 0; i <= ZLEVELS; i++)
         cm->zero.lp[i] = (float)(i < ZLEVELS ? i + 1 : ZLEVELS);
     return SKV_OK;
@@ -305,7 +337,7 @@ static int build_zero(skv_cmodel *cm)
 int skv_cmodel_create(skv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256], skv_cmodel **out)
 {
     *out = NULL;
-    if (mix.w1 + mix.w2 >= 65536u - 64u || mix.w2 == 0)
+    if ((uint64_t)mix.w1 + mix.w2 >= 65536u - 64u || mix.w2 == 0)
         return skv_error(SKV_ERR_ARG, "codec: mixture weights w1=%u w2=%u (of 65536) leave no room, or w2 is 0",
                          mix.w1, mix.w2);
     skv_cmodel *m = skv_calloc(1, sizeof *m);
@@ -372,13 +404,22 @@ static inline int step_phases(int oct)
     return oct < 0 ? 16 : oct < 2 ? 4 : 1;
 }
 
-static const skv_ftab *get_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
-                                 int ph, int nph)
+static const skv_ftab *build_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
+                                   int ph, int nph);
+
+static inline const skv_ftab *get_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
+                                        int ph, int nph)
 {
     skv_ftab *const *slot = bucket_mode ? &m->bucket[idx] : &m->step[idx];
     skv_ftab *t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-    if (t)
-        return t;
+    return t ? t : build_table(m, bucket_mode, idx, oct, sub, ph, nph);
+}
+
+static const skv_ftab *build_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
+                                   int ph, int nph)
+{
+    skv_ftab *const *slot = bucket_mode ? &m->bucket[idx] : &m->step[idx];
+    skv_ftab *t;
     pthread_mutex_lock(&m->mu);
     t = *slot;
     if (!t) {
@@ -434,20 +475,21 @@ int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c)
             sub = 0;
         }
         int nph = step_phases(oct);
-        double phi = ldexp((double)mu - skv__lat_value(L, c->c), -U); /* exact */
-        int ph = (int)floor((phi + 0.5) * nph);
+        double phi = ((double)mu - skv__lat_value(L, c->c)) * pow2d(-U); /* exact */
+        int ph = (int)floor_i64((phi + 0.5) * nph);
         ph = ph < 0 ? 0 : ph >= nph ? nph - 1 : ph;
         int idx = ((oct - STEP_OCT_MIN) * 8 + sub) * 16 + ph;
         c->bucket = 0;
         c->tab = get_table(m, 0, idx, oct, sub, ph, nph);
     } else {
-        double y = ldexp((double)mu, -G); /* mu / g, exact */
-        double b0 = floor(y);
-        int ph = (int)floor((y - b0) * 4.0);
+        double y = (double)mu * pow2d(-G); /* mu / g, exact */
+        int64_t bi = floor_i64(y);
+        double b0 = (double)bi;
+        int ph = (int)floor_i64((y - b0) * 4.0);
         ph = ph < 0 ? 0 : ph > 3 ? 3 : ph;
         c->bucket = 1;
         c->G = G;
-        c->b0 = (int64_t)b0;
+        c->b0 = b0 >= 0x1p62 ? INT64_C(1) << 62 : b0 <= -0x1p62 ? -(INT64_C(1) << 62) : (int64_t)b0;
         c->tab = get_table(m, 1, sub * 4 + ph, 0, sub, ph, 4);
     }
     return c->tab ? SKV_OK : skv_error(SKV_ERR_NOMEM, "codec table");
@@ -576,15 +618,10 @@ uint32_t skv__from_ordinal(const skv_lat *L, int64_t o)
  * frequencies. */
 uint32_t skv__find(const skv_ftab *t, uint32_t slot)
 {
-    uint32_t lo = 0, hi = t->n; /* cum[lo] <= slot < cum[hi] */
-    while (hi - lo > 1) {
-        uint32_t mid = (lo + hi) >> 1;
-        if (t->cum[mid] <= slot)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
+    uint32_t sym = t->lut[slot >> LUT_SHIFT];
+    while (t->cum[sym + 1] <= slot)
+        sym++;
+    return sym;
 }
 
 void skv_cmodel_cost(skv_cmodel *m, uint32_t x, float mu, float s, double *actual, double *ideal)

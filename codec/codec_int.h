@@ -26,11 +26,13 @@ typedef struct {
 /* A frequency table: symbols 0..n-1 with cumulative frequencies cum[0..n]
  * (cum[n] = 2^16) and -log2 of the unquantized probability per symbol. For
  * mixture tables, symbol r + R is the residual r and n - 1 the escape. */
+#define LUT_SHIFT 6
 typedef struct {
     uint32_t n;
     int R;
     uint32_t *cum;
     float *lp;
+    uint16_t lut[1u << (SKV_CODEC_PREC - LUT_SHIFT)]; /* slot >> 6 -> first symbol */
 } skv_ftab;
 
 struct skv_cmodel {

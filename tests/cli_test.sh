@@ -22,6 +22,12 @@ expect_rc() { # rc, description, command...
 
 expect_rc 0 "top-level --help" "$bin" --help
 grep -q "model kv" "$tmp/out" || bad "top-level help lists model kv"
+for sub in calibrate encode decode bench; do
+    expect_rc 0 "codec $sub --help" "$bin" codec "$sub" --help
+    grep -q "usage: seqkv codec $sub" "$tmp/out" || bad "codec $sub --help prints its usage"
+done
+expect_rc 2 "codec bench without --test" "$bin" codec bench --calib x
+expect_rc 2 "codec encode with a bad level" "$bin" codec encode --cal a --kv b --out c --level turbo
 for sub in info greedy sample kv convert; do
     expect_rc 0 "model $sub --help" "$bin" model "$sub" --help
     grep -q "usage: seqkv model $sub" "$tmp/out" || bad "model $sub --help prints its usage"
@@ -64,6 +70,25 @@ if [ -r "$models/stories260K.bin" ]; then
     grep -q '"rope_layout":"half"' "$tmp/out" && ok || bad "converted model uses the half layout"
     expect_rc 0 "greedy of converted" "$bin" model greedy --model "$tmp/hf" --steps 256
     cmp -s "$tmp/out" "$models/stories260K.greedy.txt" && ok || bad "converted greedy differs"
+    # codec: calibrate, encode, decode; re-encoding the decoded file gives the
+    # same bytes (the coder is deterministic and injective, so the decoded
+    # KV is the original)
+    "$bin" model sample --model "$m" --n-seq 4 --len 48 --seed 3 > "$tmp/cal.txt"
+    "$bin" model kv --model "$m" --tokens "$tmp/cal.txt" --dtype bf16 --out "$tmp/cal.safetensors" --quiet
+    expect_rc 0 "codec calibrate" "$bin" codec calibrate --calib "$tmp/cal.safetensors" --model "$m" --out "$tmp/c.cal"
+    for lvl in stat ctx spec full; do
+        expect_rc 0 "codec encode $lvl" "$bin" codec encode --cal "$tmp/c.cal" --kv "$tmp/kv.safetensors" --out "$tmp/kv.$lvl.skv" --level "$lvl" --model "$m" --chunk 16
+        expect_rc 0 "codec decode $lvl" "$bin" codec decode --cal "$tmp/c.cal" --in "$tmp/kv.$lvl.skv" --out "$tmp/kv.$lvl.dec" --model "$m"
+        expect_rc 0 "codec re-encode $lvl" "$bin" codec encode --cal "$tmp/c.cal" --kv "$tmp/kv.$lvl.dec" --out "$tmp/kv.$lvl.skv2" --level "$lvl" --model "$m" --chunk 16
+        cmp -s "$tmp/kv.$lvl.skv" "$tmp/kv.$lvl.skv2" && ok || bad "$lvl: decode(encode(kv)) re-encodes differently"
+    done
+    s_full=$(stat -c %s "$tmp/kv.full.skv"); s_stat=$(stat -c %s "$tmp/kv.stat.skv")
+    [ "$s_full" -lt "$s_stat" ] && ok || bad "full ($s_full bytes) smaller than stat ($s_stat)"
+    expect_rc 1 "decode needs the model for spec" "$bin" codec decode --cal "$tmp/c.cal" --in "$tmp/kv.spec.skv" --out "$tmp/x.dec"
+    head -c 200 "$tmp/kv.ctx.skv" > "$tmp/trunc.skv"
+    expect_rc 1 "decode rejects a truncated file" "$bin" codec decode --cal "$tmp/c.cal" --in "$tmp/trunc.skv" --out "$tmp/x.dec"
+    expect_rc 0 "codec bench --json" "$bin" codec bench --cal "$tmp/c.cal" --test "$tmp/kv.safetensors" --model "$m" --json
+    [ "$(grep -c '"roundtrip":"ok"' "$tmp/out")" -eq 4 ] && ok || bad "bench: 4 levels round-trip ok: $(cat "$tmp/out")"
 else
     echo "cli_test: SKIP model cases: $models/stories260K.bin not present"
 fi

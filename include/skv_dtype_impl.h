@@ -2,8 +2,8 @@
  * (SKV_HD marks them __host__ __device__ under nvcc) so the GPU path is
  * bit-identical to the CPU path by construction. Integer-only rounding:
  * round to nearest, ties to even. Rules: FORMAT.md "Storage dtypes". */
-#ifndef SKV_DTYPE_IMPL_H
-#define SKV_DTYPE_IMPL_H
+#ifndef SKV_DTYPE_IMPL_H_
+#define SKV_DTYPE_IMPL_H_
 #include <stdint.h>
 
 #ifdef __CUDACC__

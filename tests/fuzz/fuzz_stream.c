@@ -1,0 +1,259 @@
+/* libFuzzer target for the coded-stream decoder (and a round trip through
+ * the encoder).
+ *
+ * Input: one selector byte, then a stream. Selector bits 0-1 pick the dtype
+ * (bf16, f16, f8e4m3, f32), bits 2-3 the model (0: SKV_MIX_DEFAULT with a
+ * uniform p_emp; 1: the golden histogram model of tests/golden/codec;
+ * 2: w1 = 0, w2 = 1; 3: w1 = w2 = 30000), bits 4-7 how each scalar's
+ * (mu, s) is derived: 0 is the golden input formula of
+ * tests/golden/codec/make_golden.c (so the golden streams, prefixed with
+ * their selector byte, decode to the end), 1-15 a hash of the scalar index,
+ * the selector and stream bytes 32..35 (the calib_id, free to mutate), with
+ * mu and s drawn from zero, NaN/inf, any bit pattern and dtype-scale values
+ * so the decoder meets STEP, BUCKET and escape classes alike.
+ *
+ * The stream is decoded with skv_decoder_begin/get (up to min(n, 2^16)
+ * scalars)/end; every decoded scalar must fit the dtype width. Inputs of at
+ * most 4 KiB are also taken as raw little-endian scalars of the dtype and
+ * encoded twice (identical bytes, within skv_encoder_bound) and decoded:
+ * the scalars must come back exactly. Any violation aborts. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "skv_codec.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CHECK(c)                                                                          \
+    do {                                                                                  \
+        if (!(c)) {                                                                       \
+            fprintf(stderr, "fuzz_stream: check failed: %s (line %d): %s\n", #c, __LINE__, \
+                    skv_error_detail());                                                  \
+            abort();                                                                      \
+        }                                                                                 \
+    } while (0)
+
+/* ---- the golden input formula (a copy of tests/golden/codec/make_golden.c) */
+static const skv_dtype GOLD_DT[4] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_F32};
+static const int GOLD_EMIN[4] = {-40, -16, -8, -60};
+static const int GOLD_EMAX[4] = {40, 14, 7, 60};
+static const uint32_t GOLD_SPECIAL[4][8] = {
+    {0x0000, 0x8000, 0x0001, 0x807f, 0xff7f, 0x7f80, 0x7fc1, 0xff81},
+    {0x0000, 0x8000, 0x0001, 0x83ff, 0xfbff, 0x7c00, 0x7e01, 0xfc01},
+    {0x00, 0x80, 0x01, 0x87, 0xfe, 0x7e, 0x7f, 0xff},
+    {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0xff7fffffu, 0x7f800000u,
+     0x7fc00001u, 0xff800001u},
+};
+
+static uint32_t gold_hash(uint32_t k)
+{
+    k ^= k >> 16;
+    k *= 0x7feb352du;
+    k ^= k >> 15;
+    k *= 0x846ca68bu;
+    k ^= k >> 16;
+    return k;
+}
+
+static void gold_input(int di, uint32_t i, uint32_t *x, float *mu, float *s)
+{
+    uint32_t h1 = gold_hash(3 * i), h2 = gold_hash(3 * i + 1), h3 = gold_hash(3 * i + 2);
+    int e = GOLD_EMIN[di] + (int)(h1 % (uint32_t)(GOLD_EMAX[di] - GOLD_EMIN[di] + 1));
+    float m = ldexpf(1.0f + (float)((h1 >> 8) & 255) / 256.0f, e);
+    if (h1 >> 31)
+        m = -m;
+    if (i % 16 == 0)
+        m = 0.0f;
+    float sv = ldexpf(1.0f + (float)((h2 >> 8) & 7) / 8.0f, e + (int)(h2 % 41) - 30);
+    float z = (float)((int)(h3 & 63) - 32) / 8.0f;
+    float v = m + sv * z;
+    uint32_t xv;
+    switch (GOLD_DT[di]) {
+    case SKV_DT_BF16: xv = skv_f32_to_bf16(v); break;
+    case SKV_DT_F16: xv = skv_f32_to_f16(v); break;
+    case SKV_DT_F8E4M3: xv = skv_f32_to_f8e4m3(v); break;
+    default: xv = skv_f32_bits(v); break;
+    }
+    if (i % 25 == 7)
+        xv = GOLD_DT[di] == SKV_DT_F32 ? h3 : GOLD_DT[di] == SKV_DT_F8E4M3 ? (h3 & 0xff) : (h3 & 0xffff);
+    else if (i % 25 == 13)
+        xv = GOLD_SPECIAL[di][(i / 25) % 8];
+    if (i % 50 == 21)
+        m *= 4096.0f;
+    *x = xv;
+    *mu = m;
+    *s = sv;
+}
+/* ---- end of the golden input formula -------------------------------------- */
+
+/* (mu, s) of scalar i: see the file comment. */
+static void fuzz_param(int di, unsigned mode, uint32_t key, uint32_t i, float *mu, float *s)
+{
+    if (mode == 0) {
+        uint32_t x;
+        gold_input(di, i, &x, mu, s);
+        return;
+    }
+    uint32_t h1 = gold_hash(i * 0x9e3779b9u ^ key), h2 = gold_hash(h1 + mode);
+    int e = GOLD_EMIN[di] + (int)(h2 % (uint32_t)(GOLD_EMAX[di] - GOLD_EMIN[di] + 1));
+    float scale = ldexpf(1.0f + (float)((h2 >> 8) & 255) / 256.0f, e);
+    switch (h1 & 15) {
+    case 0: *mu = 0.0f; break;
+    case 1: *mu = (h2 & 1) ? NAN : (h2 & 2) ? -INFINITY : INFINITY; break;
+    case 2: *mu = skv_bits_f32(h2); break;                      /* any pattern */
+    case 3: *mu = scale * 1e12f * ((h2 >> 31) ? -1.0f : 1.0f); break; /* far out */
+    default: *mu = (h2 >> 31) ? -scale : scale; break;
+    }
+    uint32_t h3 = gold_hash(h2 ^ 0x5bd1e995u);
+    switch ((h1 >> 4) & 15) {
+    case 0: *s = skv_bits_f32(h3); break; /* any pattern, NaN and negative too */
+    case 1: *s = 0.0f; break;
+    case 2: *s = ldexpf(1.0f, -(int)(h3 % 150)); break;
+    default: /* relative to the scale, shifted by the mode: STEP for small
+              * s, BUCKET for large */
+        *s = ldexpf(1.0f + (float)(h3 & 7) / 8.0f, e + (int)((h3 >> 3) % 41) - 30 + (int)mode - 8);
+        break;
+    }
+}
+
+static skv_cmodel *g_models[4][4];
+
+static skv_cmodel *model_for(int di, int mi)
+{
+    if (g_models[di][mi])
+        return g_models[di][mi];
+    static const skv_mix mixes[4] = {{1966u, 1311u}, {3000u, 5000u}, {0u, 1u}, {30000u, 30000u}};
+    uint32_t hist[256];
+    for (uint32_t b = 0; b < 256; b++)
+        hist[b] = ((37u * b) % 256u) * 16u; /* the golden histogram */
+    CHECK(skv_cmodel_create(GOLD_DT[di], mixes[mi], mi == 1 ? hist : NULL, &g_models[di][mi]) == 0);
+    return g_models[di][mi];
+}
+
+static uint32_t width_mask(skv_dtype dt)
+{
+    return dt == SKV_DT_F32 ? 0xffffffffu : dt == SKV_DT_F8E4M3 ? 0xffu : 0xffffu;
+}
+
+static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, const uint8_t *src,
+                         size_t len)
+{
+    skv_decoder *d = NULL;
+    CHECK(skv_decoder_create(m, &d) == 0);
+    skv_stream_info info;
+    int rc = skv_decoder_begin(d, src, len, &info);
+    if (rc == 0) {
+        CHECK(info.dtype == GOLD_DT[di]);
+        CHECK((uint64_t)SKV_STREAM_HEADER + info.payload <= len);
+        CHECK(info.n <= SKV_STREAM_MAX_SCALARS);
+        uint32_t lim = info.n < (1u << 16) ? info.n : (1u << 16);
+        uint32_t i = 0;
+        for (; i < lim; i++) {
+            float mu, s;
+            uint32_t x = 0;
+            fuzz_param(di, mode, key, i, &mu, &s);
+            rc = skv_decoder_get(d, mu, s, &x);
+            if (rc) {
+                CHECK(rc == SKV_ERR_CORRUPT);
+                break;
+            }
+            CHECK((x & ~width_mask(GOLD_DT[di])) == 0);
+        }
+        if (rc == 0 && i == info.n) {
+            uint32_t x;
+            CHECK(skv_decoder_get(d, 0.0f, 1.0f, &x) == SKV_ERR_ARG);
+            rc = skv_decoder_end(d);
+            CHECK(rc == 0 || rc == SKV_ERR_CORRUPT);
+        }
+    } else {
+        CHECK(rc == SKV_ERR_FORMAT || rc == SKV_ERR_VERSION || rc == SKV_ERR_RANGE ||
+              rc == SKV_ERR_SHAPE || rc == SKV_ERR_CORRUPT || rc == SKV_ERR_TOO_LARGE);
+    }
+    skv_decoder_free(d);
+}
+
+static uint8_t *encode(skv_cmodel *m, int di, unsigned mode, uint32_t key, const uint32_t *xs,
+                       size_t n, const uint8_t *calib, size_t *len)
+{
+    skv_encoder *e = NULL;
+    CHECK(skv_encoder_create(m, &e) == 0);
+    skv_encoder_reset(e, calib);
+    for (size_t i = 0; i < n; i++) {
+        float mu, s;
+        fuzz_param(di, mode, key, (uint32_t)i, &mu, &s);
+        CHECK(skv_encoder_put(e, xs[i], mu, s) == 0);
+    }
+    size_t cap = skv_encoder_bound(e);
+    uint8_t *buf = malloc(cap);
+    CHECK(buf != NULL);
+    CHECK(skv_encoder_finish(e, buf, cap, len) == 0);
+    CHECK(*len <= cap);
+    skv_encoder_free(e);
+    return buf;
+}
+
+static void round_trip(skv_cmodel *m, int di, unsigned mode, uint32_t key, const uint8_t *src,
+                       size_t len)
+{
+    skv_dtype dt = GOLD_DT[di];
+    size_t nb = dt == SKV_DT_F32 ? 4 : dt == SKV_DT_F8E4M3 ? 1 : 2;
+    size_t n = len / nb;
+    uint32_t *xs = malloc((n ? n : 1) * sizeof *xs);
+    CHECK(xs != NULL);
+    for (size_t i = 0; i < n; i++)
+        xs[i] = nb == 4 ? skv_load32_le(src + 4 * i) : nb == 2 ? skv_load16_le(src + 2 * i) : src[i];
+    uint8_t calib[16] = {0};
+    memcpy(calib, src, len < 16 ? len : 16);
+    size_t l1, l2;
+    uint8_t *b1 = encode(m, di, mode, key, xs, n, calib, &l1);
+    uint8_t *b2 = encode(m, di, mode, key, xs, n, calib, &l2);
+    CHECK(l1 == l2 && memcmp(b1, b2, l1) == 0);
+
+    skv_decoder *d = NULL;
+    CHECK(skv_decoder_create(m, &d) == 0);
+    skv_stream_info info;
+    CHECK(skv_decoder_begin(d, b1, l1, &info) == 0);
+    CHECK(info.n == n && info.dtype == dt && memcmp(info.calib_id, calib, 16) == 0);
+    for (size_t i = 0; i < n; i++) {
+        float mu, s;
+        uint32_t x = 0;
+        fuzz_param(di, mode, key, (uint32_t)i, &mu, &s);
+        CHECK(skv_decoder_get(d, mu, s, &x) == 0);
+        if (x != xs[i]) {
+            fprintf(stderr, "fuzz_stream: scalar %zu: coded 0x%x decoded 0x%x (mu %a s %a)\n", i,
+                    xs[i], x, (double)mu, (double)s);
+            abort();
+        }
+    }
+    CHECK(skv_decoder_end(d) == 0);
+    skv_decoder_free(d);
+    free(b1);
+    free(b2);
+    free(xs);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    int di = data[0] & 3, mi = (data[0] >> 2) & 3;
+    unsigned mode = data[0] >> 4;
+    const uint8_t *src = data + 1;
+    size_t len = size - 1;
+    uint32_t key = len >= 36 ? skv_load32_le(src + 32) : 0;
+    skv_cmodel *m = model_for(di, mi);
+
+    /* a private copy of exactly len bytes: reads past it are caught */
+    uint8_t *buf = malloc(len ? len : 1);
+    CHECK(buf != NULL);
+    if (len)
+        memcpy(buf, src, len);
+    decode_input(m, di, mode, key, buf, len);
+    if (len <= 4096)
+        round_trip(m, di, mode, key, buf, len);
+    free(buf);
+    return 0;
+}

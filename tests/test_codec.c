@@ -1,0 +1,1316 @@
+/* Criterion suite for the codec module: bit-exact round trips of every
+ * dtype (model-like data, every bit pattern, edge values under hostile
+ * (mu, s)), code length against skv_cmodel_cost, determinism and model
+ * identity, truncation and corruption of every byte, header errors,
+ * allocation failure, and the stream-version-1 golden files of
+ * tests/golden/codec (decoded and re-encoded byte for byte forever). */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codec/codec_int.h" /* only to count STEP/BUCKET/escape coverage */
+#include "skv_codec.h"
+#include "testutil.h"
+
+/* ========================================================================
+ * Helpers
+ * ====================================================================== */
+
+static const skv_dtype DTYPES[4] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_F32};
+
+static int nbits(skv_dtype dt)
+{
+    return dt == SKV_DT_F32 ? 32 : dt == SKV_DT_F8E4M3 ? 8 : 16;
+}
+
+static uint32_t width_mask(skv_dtype dt)
+{
+    return dt == SKV_DT_F32 ? 0xffffffffu : (1u << nbits(dt)) - 1u;
+}
+
+/* first magnitude code that is not finite (fp8: the NaN 0x7f) */
+static uint32_t inf_mag(skv_dtype dt)
+{
+    switch (dt) {
+    case SKV_DT_BF16: return 0x7f80;
+    case SKV_DT_F16: return 0x7c00;
+    case SKV_DT_F8E4M3: return 0x7f;
+    default: return 0x7f800000u;
+    }
+}
+
+static int is_finite_bits(skv_dtype dt, uint32_t x)
+{
+    uint32_t sign = 1u << (nbits(dt) - 1);
+    return (x & (sign - 1u)) < inf_mag(dt);
+}
+
+static uint32_t to_dt(skv_dtype dt, float v)
+{
+    switch (dt) {
+    case SKV_DT_BF16: return skv_f32_to_bf16(v);
+    case SKV_DT_F16: return skv_f32_to_f16(v);
+    case SKV_DT_F8E4M3: return skv_f32_to_f8e4m3(v);
+    default: return skv_f32_bits(v);
+    }
+}
+
+static float from_dt(skv_dtype dt, uint32_t x)
+{
+    switch (dt) {
+    case SKV_DT_BF16: return skv_bf16_to_f32((uint16_t)x);
+    case SKV_DT_F16: return skv_f16_to_f32((uint16_t)x);
+    case SKV_DT_F8E4M3: return skv_f8e4m3_to_f32((uint8_t)x);
+    default: return skv_bits_f32(x);
+    }
+}
+
+static skv_cmodel *model_new(skv_dtype dt, skv_mix mix, const uint32_t *hist)
+{
+    skv_cmodel *m = NULL;
+    int rc = skv_cmodel_create(dt, mix, hist, &m);
+    cr_assert_eq(rc, 0, "cmodel_create(%s): %s (%s)", skv_dtype_name(dt), skv_strerror(rc),
+                 skv_error_detail());
+    cr_assert_not_null(m);
+    cr_assert_eq(skv_cmodel_dtype(m), dt);
+    return m;
+}
+
+/* A sequence of scalars with their (mu, s). */
+typedef struct {
+    skv_dtype dt;
+    size_t n, cap;
+    uint32_t *x;
+    float *mu, *s;
+} seq_t;
+
+static void seq_init(seq_t *q, skv_dtype dt, size_t cap)
+{
+    q->dt = dt;
+    q->n = 0;
+    q->cap = cap ? cap : 1;
+    q->x = malloc(q->cap * sizeof *q->x);
+    q->mu = malloc(q->cap * sizeof *q->mu);
+    q->s = malloc(q->cap * sizeof *q->s);
+    cr_assert(q->x && q->mu && q->s);
+}
+
+static void seq_push(seq_t *q, uint32_t x, float mu, float s)
+{
+    cr_assert_lt(q->n, q->cap);
+    q->x[q->n] = x & width_mask(q->dt);
+    q->mu[q->n] = mu;
+    q->s[q->n] = s;
+    q->n++;
+}
+
+static void seq_free(seq_t *q)
+{
+    free(q->x);
+    free(q->mu);
+    free(q->s);
+}
+
+/* (mu, s) of scalar i; past the end (a damaged n) the sequence repeats. */
+static void seq_param(const seq_t *q, size_t i, float *mu, float *s)
+{
+    if (q->n == 0) {
+        *mu = 0.0f;
+        *s = 1.0f;
+        return;
+    }
+    *mu = q->mu[i % q->n];
+    *s = q->s[i % q->n];
+}
+
+/* Encode q with a fresh encoder; returns an exact-size malloc'd copy so
+ * that ASan sees any read past the end of the stream. */
+static uint8_t *encode_with(skv_encoder *e, const seq_t *q, const uint8_t *calib, size_t *len)
+{
+    skv_encoder_reset(e, calib);
+    for (size_t i = 0; i < q->n; i++) {
+        int rc = skv_encoder_put(e, q->x[i], q->mu[i], q->s[i]);
+        cr_assert_eq(rc, 0, "put #%zu: %s (%s)", i, skv_strerror(rc), skv_error_detail());
+    }
+    size_t cap = skv_encoder_bound(e);
+    uint8_t *tmp = malloc(cap);
+    cr_assert_not_null(tmp);
+    int rc = skv_encoder_finish(e, tmp, cap, len);
+    cr_assert_eq(rc, 0, "finish: %s (%s)", skv_strerror(rc), skv_error_detail());
+    cr_assert_leq(*len, cap, "stream of %zu bytes exceeds its bound %zu", *len, cap);
+    uint8_t *out = malloc(*len);
+    cr_assert_not_null(out);
+    memcpy(out, tmp, *len);
+    free(tmp);
+    return out;
+}
+
+static uint8_t *encode_seq(skv_cmodel *m, const seq_t *q, const uint8_t *calib, size_t *len)
+{
+    skv_encoder *e = NULL;
+    cr_assert_eq(skv_encoder_create(m, &e), 0);
+    uint8_t *out = encode_with(e, q, calib, len);
+    skv_encoder_free(e);
+    return out;
+}
+
+/* Decode with q's (mu, s): the first error of begin, get (i < n) and end,
+ * or 0. Scalars i < q->n land in out (if not NULL). Never asks for more
+ * than max_get scalars (a damaged n), in which case end reports. */
+static int decode_with(skv_decoder *d, const uint8_t *buf, size_t len, const seq_t *q,
+                       uint32_t *out, skv_stream_info *info_out)
+{
+    const uint32_t max_get = 1u << 22;
+    skv_stream_info info;
+    memset(&info, 0, sizeof info);
+    int rc = skv_decoder_begin(d, buf, len, &info);
+    if (info_out)
+        *info_out = info;
+    if (rc)
+        return rc;
+    for (uint32_t i = 0; i < info.n && i < max_get; i++) {
+        float mu, s;
+        uint32_t x = 0xdeadbeefu;
+        seq_param(q, i, &mu, &s);
+        rc = skv_decoder_get(d, mu, s, &x);
+        if (rc)
+            return rc;
+        if (out && i < q->n)
+            out[i] = x;
+    }
+    return skv_decoder_end(d);
+}
+
+static int decode_seq(skv_cmodel *m, const uint8_t *buf, size_t len, const seq_t *q,
+                      uint32_t *out, skv_stream_info *info)
+{
+    skv_decoder *d = NULL;
+    cr_assert_eq(skv_decoder_create(m, &d), 0);
+    int rc = decode_with(d, buf, len, q, out, info);
+    skv_decoder_free(d);
+    return rc;
+}
+
+/* Encode, decode, compare every scalar's bits. Returns the stream size. */
+static size_t assert_round_trip(skv_cmodel *m, const seq_t *q, const char *what)
+{
+    size_t len;
+    uint8_t *buf = encode_seq(m, q, NULL, &len);
+    uint32_t *got = malloc((q->n ? q->n : 1) * sizeof *got);
+    cr_assert_not_null(got);
+    skv_stream_info info;
+    int rc = decode_seq(m, buf, len, q, got, &info);
+    cr_assert_eq(rc, 0, "%s %s: decode failed: %s (%s)", skv_dtype_name(q->dt), what,
+                 skv_strerror(rc), skv_error_detail());
+    cr_assert_eq(info.n, q->n);
+    cr_assert_eq(info.dtype, q->dt);
+    cr_assert_eq(info.cmodel_id, skv_cmodel_id(m));
+    cr_assert_eq((size_t)info.payload + SKV_STREAM_HEADER, len);
+    for (size_t i = 0; i < q->n; i++)
+        cr_assert_eq(got[i], q->x[i],
+                     "%s %s: scalar %zu: coded 0x%x, decoded 0x%x (mu %a = %g, s %a = %g)",
+                     skv_dtype_name(q->dt), what, i, q->x[i], got[i], (double)q->mu[i],
+                     (double)q->mu[i], (double)q->s[i], (double)q->s[i]);
+    free(got);
+    free(buf);
+    return len;
+}
+
+/* How scalar x is coded under (mu, s): 0 STEP, 1 BUCKET, 2 escape. */
+static int coding_mode(skv_cmodel *m, uint32_t x, float mu, float s)
+{
+    skv_cls c;
+    skv_op o[8];
+    cr_assert_eq(skv__classify(m, mu, s, &c), 0);
+    skv__plan(m, &c, x, o);
+    const skv_ftab *t = c.tab;
+    if (o[0].bits == SKV_CODEC_PREC && o[0].start == t->cum[t->n - 1] &&
+        o[0].freq == t->cum[t->n] - t->cum[t->n - 1])
+        return 2;
+    return c.bucket;
+}
+
+/* Log-uniform in [10^lo, 10^hi). */
+static float log_uniform(skv_rng *r, float lo, float hi)
+{
+    return powf(10.0f, lo + (hi - lo) * skv_rng_uniform(r));
+}
+
+static const struct {
+    const char *name;
+    int code;
+} ERR_NAMES[] = {
+    {"SKV_OK", SKV_OK},
+    {"SKV_ERR_NOMEM", SKV_ERR_NOMEM},
+    {"SKV_ERR_IO", SKV_ERR_IO},
+    {"SKV_ERR_ARG", SKV_ERR_ARG},
+    {"SKV_ERR_FORMAT", SKV_ERR_FORMAT},
+    {"SKV_ERR_VERSION", SKV_ERR_VERSION},
+    {"SKV_ERR_RANGE", SKV_ERR_RANGE},
+    {"SKV_ERR_SHAPE", SKV_ERR_SHAPE},
+    {"SKV_ERR_UNSUPPORTED", SKV_ERR_UNSUPPORTED},
+    {"SKV_ERR_NOT_FOUND", SKV_ERR_NOT_FOUND},
+    {"SKV_ERR_CORRUPT", SKV_ERR_CORRUPT},
+    {"SKV_ERR_TOO_LARGE", SKV_ERR_TOO_LARGE},
+    {"SKV_ERR_NO_DEVICE", SKV_ERR_NO_DEVICE},
+};
+
+static int err_from_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof ERR_NAMES / sizeof ERR_NAMES[0]; i++)
+        if (strcmp(ERR_NAMES[i].name, name) == 0)
+            return ERR_NAMES[i].code;
+    cr_assert_fail("unknown error name %s", name);
+    return 1;
+}
+
+/* ========================================================================
+ * The golden input formula of tests/golden/codec/make_golden.c (a copy;
+ * keep the two, and tests/fuzz/fuzz_stream.c, in step).
+ * ====================================================================== */
+
+static const skv_dtype GOLD_DT[4] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_F32};
+static const int GOLD_EMIN[4] = {-40, -16, -8, -60};
+static const int GOLD_EMAX[4] = {40, 14, 7, 60};
+static const uint32_t GOLD_SPECIAL[4][8] = {
+    {0x0000, 0x8000, 0x0001, 0x807f, 0xff7f, 0x7f80, 0x7fc1, 0xff81},
+    {0x0000, 0x8000, 0x0001, 0x83ff, 0xfbff, 0x7c00, 0x7e01, 0xfc01},
+    {0x00, 0x80, 0x01, 0x87, 0xfe, 0x7e, 0x7f, 0xff},
+    {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0xff7fffffu, 0x7f800000u,
+     0x7fc00001u, 0xff800001u},
+};
+static const uint8_t GOLD_CALIB[16] = "seqkv-golden-v1";
+static const skv_mix GOLD_HIST_MIX = {3000u, 5000u};
+#define N_GOLD 300
+
+static uint32_t gold_hash(uint32_t k)
+{
+    k ^= k >> 16;
+    k *= 0x7feb352du;
+    k ^= k >> 15;
+    k *= 0x846ca68bu;
+    k ^= k >> 16;
+    return k;
+}
+
+static void gold_input(int di, uint32_t i, uint32_t *x, float *mu, float *s)
+{
+    uint32_t h1 = gold_hash(3 * i), h2 = gold_hash(3 * i + 1), h3 = gold_hash(3 * i + 2);
+    int e = GOLD_EMIN[di] + (int)(h1 % (uint32_t)(GOLD_EMAX[di] - GOLD_EMIN[di] + 1));
+    float m = ldexpf(1.0f + (float)((h1 >> 8) & 255) / 256.0f, e);
+    if (h1 >> 31)
+        m = -m;
+    if (i % 16 == 0)
+        m = 0.0f;
+    float sv = ldexpf(1.0f + (float)((h2 >> 8) & 7) / 8.0f, e + (int)(h2 % 41) - 30);
+    float z = (float)((int)(h3 & 63) - 32) / 8.0f;
+    float v = m + sv * z;
+    uint32_t xv;
+    switch (GOLD_DT[di]) {
+    case SKV_DT_BF16: xv = skv_f32_to_bf16(v); break;
+    case SKV_DT_F16: xv = skv_f32_to_f16(v); break;
+    case SKV_DT_F8E4M3: xv = skv_f32_to_f8e4m3(v); break;
+    default: xv = skv_f32_bits(v); break;
+    }
+    if (i % 25 == 7)
+        xv = GOLD_DT[di] == SKV_DT_F32 ? h3 : GOLD_DT[di] == SKV_DT_F8E4M3 ? (h3 & 0xff) : (h3 & 0xffff);
+    else if (i % 25 == 13)
+        xv = GOLD_SPECIAL[di][(i / 25) % 8];
+    if (i % 50 == 21)
+        m *= 4096.0f;
+    *x = xv;
+    *mu = m;
+    *s = sv;
+}
+
+static void gold_hist(uint32_t *hist)
+{
+    for (uint32_t b = 0; b < 256; b++)
+        hist[b] = ((37u * b) % 256u) * 16u;
+}
+
+static void gold_seq(seq_t *q, int di, size_t n)
+{
+    seq_init(q, GOLD_DT[di], n);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t x;
+        float mu, s;
+        gold_input(di, i, &x, &mu, &s);
+        seq_push(q, x, mu, s);
+    }
+}
+
+/* ========================================================================
+ * Round trips
+ * ====================================================================== */
+
+/* Gaussian scalars around mu with s from 1e-8 to 1e4 and |mu| from 1e-10 to
+ * 1e6 (and 0); one in five drawn far from mu, a few hundred-fold outliers. */
+static void gaussian_seq(seq_t *q, skv_dtype dt, size_t n, uint64_t seed)
+{
+    skv_rng r;
+    skv_rng_seed(&r, seed);
+    seq_init(q, dt, n);
+    for (size_t i = 0; i < n; i++) {
+        float s = log_uniform(&r, -8.0f, 4.0f);
+        float mu = log_uniform(&r, -10.0f, 6.0f);
+        uint64_t k = skv_rng_next(&r);
+        if (k & 1)
+            mu = -mu;
+        if ((k >> 1) % 16 == 0)
+            mu = 0.0f;
+        float z = skv_rng_normal(&r);
+        float v;
+        switch ((k >> 8) % 10) {
+        case 0: v = mu + s * z * 1000.0f; break;                  /* far: escapes */
+        case 1: v = log_uniform(&r, -12.0f, 8.0f) * (z < 0 ? -1.0f : 1.0f); break; /* unrelated */
+        default: v = mu + s * z; break;                           /* near */
+        }
+        seq_push(q, to_dt(dt, v), mu, s);
+    }
+}
+
+Test(round_trip, gaussian_data_with_any_mu_and_s_is_bit_exact_for_every_dtype)
+{
+    for (int d = 0; d < 4; d++) {
+        skv_dtype dt = DTYPES[d];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        seq_t q;
+        gaussian_seq(&q, dt, 20000, 100 + (uint64_t)d);
+        int modes[3] = {0, 0, 0};
+        for (size_t i = 0; i < q.n; i++)
+            modes[coding_mode(m, q.x[i], q.mu[i], q.s[i])]++;
+        /* the data reach every way of coding a scalar */
+        cr_expect_gt(modes[0], 1000, "%s: %d STEP", skv_dtype_name(dt), modes[0]);
+        cr_expect_gt(modes[1], 1000, "%s: %d BUCKET", skv_dtype_name(dt), modes[1]);
+        cr_expect_gt(modes[2], 1000, "%s: %d escapes", skv_dtype_name(dt), modes[2]);
+        assert_round_trip(m, &q, "gaussian");
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+Test(round_trip, every_bit_pattern_survives)
+{
+    skv_rng r;
+    skv_rng_seed(&r, 7);
+    for (int d = 0; d < 4; d++) {
+        skv_dtype dt = DTYPES[d];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        seq_t q;
+        /* 8- and 16-bit dtypes: every pattern, each under a random (mu, s),
+         * and under (mu, s) near the pattern itself; f32: random patterns */
+        size_t n = dt == SKV_DT_F32 ? 60000 : dt == SKV_DT_F8E4M3 ? 256 * 40 : 2 * 65536;
+        seq_init(&q, dt, n);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t x = dt == SKV_DT_F32 ? (uint32_t)skv_rng_next(&r) : (uint32_t)i & width_mask(dt);
+            float mu, s;
+            if (i & (1u << (nbits(dt) == 32 ? 0 : nbits(dt)))) {
+                mu = from_dt(dt, x);
+                s = log_uniform(&r, -30.0f, 2.0f) * (isfinite(mu) ? fabsf(mu) + 1e-30f : 1.0f);
+            } else if (i % 3 == 0) { /* any float bits, NaN and inf included */
+                mu = skv_bits_f32((uint32_t)skv_rng_next(&r));
+                s = skv_bits_f32((uint32_t)skv_rng_next(&r));
+            } else {
+                mu = log_uniform(&r, -6.0f, 3.0f) * (skv_rng_next(&r) & 1 ? -1.0f : 1.0f);
+                s = log_uniform(&r, -8.0f, 4.0f);
+            }
+            seq_push(&q, x, mu, s);
+        }
+        assert_round_trip(m, &q, "bit patterns");
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+/* Edge values per dtype (dtype bits). */
+static size_t edge_values(skv_dtype dt, uint32_t *v)
+{
+    static const uint32_t bf16[] = {
+        0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x807f, 0x0080, 0x8080, 0x7f7f, 0xff7f,
+        0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7fc5, 0x7f81, 0xff81, 0x7fff, 0xffff, 0x3f80, 0xbf80,
+    };
+    static const uint32_t f16[] = {
+        0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x83ff, 0x0400, 0x8400, 0x7bff, 0xfbff,
+        0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7e05, 0x7c01, 0xfd55, 0x7fff, 0xffff, 0x3c00, 0xbc00,
+    };
+    static const uint32_t f8[] = {
+        0x00, 0x80, 0x01, 0x81, 0x07, 0x87, 0x08, 0x88, 0x7e, 0xfe, 0x7f, 0xff, 0x38, 0xb8,
+    };
+    static const uint32_t f32[] = {
+        0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x007fffffu, 0x807fffffu,
+        0x00800000u, 0x80800000u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u,
+        0x7fc00000u, 0xffc00000u, 0x7fc12345u, 0x7f800001u, 0xff80beefu, 0x7fffffffu,
+        0xffffffffu, 0x3f800000u, 0xbf800000u,
+    };
+    const uint32_t *src;
+    size_t n;
+    switch (dt) {
+    case SKV_DT_BF16: src = bf16; n = sizeof bf16 / sizeof *bf16; break;
+    case SKV_DT_F16: src = f16; n = sizeof f16 / sizeof *f16; break;
+    case SKV_DT_F8E4M3: src = f8; n = sizeof f8 / sizeof *f8; break;
+    default: src = f32; n = sizeof f32 / sizeof *f32; break;
+    }
+    memcpy(v, src, n * sizeof *v);
+    return n;
+}
+
+Test(round_trip, edge_values_survive_every_hostile_mu_and_s)
+{
+    for (int d = 0; d < 4; d++) {
+        skv_dtype dt = DTYPES[d];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        skv_encoder *e = NULL;
+        skv_decoder *dec = NULL;
+        cr_assert_eq(skv_encoder_create(m, &e), 0);
+        cr_assert_eq(skv_decoder_create(m, &dec), 0);
+        uint32_t ev[32];
+        size_t ne = edge_values(dt, ev);
+        seq_t all;
+        seq_init(&all, dt, ne * 16 * 16);
+        for (size_t a = 0; a < ne; a++) {
+            float val = from_dt(dt, ev[a]);
+            float next = is_finite_bits(dt, ev[a] + 1) ? from_dt(dt, ev[a] + 1) : val;
+            const float mus[] = {0.0f, -0.0f, val, NAN, -NAN, INFINITY, -INFINITY, next,
+                                 FLT_MAX, -FLT_MAX, 0x1p-149f, 1.0f, -val, val * 1e3f};
+            const float ss[] = {0.0f, -1.0f, NAN, INFINITY, 1e30f, 1e-30f, 0x1p-149f, 1.0f,
+                                1e3f, FLT_MAX, isfinite(val) ? fabsf(val) * 1e-3f : 1.0f, 1e-8f};
+            for (size_t i = 0; i < sizeof mus / sizeof *mus; i++)
+                for (size_t j = 0; j < sizeof ss / sizeof *ss; j++) {
+                    seq_push(&all, ev[a], mus[i], ss[j]);
+                    /* and each alone, as a one-scalar stream */
+                    seq_t one = {dt, 1, 1, &all.x[all.n - 1], &all.mu[all.n - 1],
+                                 &all.s[all.n - 1]};
+                    size_t len;
+                    uint8_t *buf = encode_with(e, &one, NULL, &len);
+                    uint32_t got = 0;
+                    int rc = decode_with(dec, buf, len, &one, &got, NULL);
+                    cr_assert_eq(rc, 0, "%s 0x%x mu %a s %a: %s (%s)", skv_dtype_name(dt), ev[a],
+                                 (double)mus[i], (double)ss[j], skv_strerror(rc),
+                                 skv_error_detail());
+                    cr_assert_eq(got, ev[a], "%s 0x%x mu %a s %a: decoded 0x%x",
+                                 skv_dtype_name(dt), ev[a], (double)mus[i], (double)ss[j], got);
+                    free(buf);
+                }
+        }
+        assert_round_trip(m, &all, "edge values");
+        seq_free(&all);
+        skv_encoder_free(e);
+        skv_decoder_free(dec);
+        skv_cmodel_free(m);
+    }
+}
+
+/* mu far outside a narrow dtype's range (f16 max 65504, fp8 max 448): the
+ * lattice saturates, mu / g overflows int64 in BUCKET mode; every finite
+ * x must escape cleanly (no signed overflow: run under UBSan). */
+Test(round_trip, mu_far_beyond_the_dtype_range_escapes_without_overflow)
+{
+    const float mus[] = {1e30f, -1e30f, FLT_MAX, -FLT_MAX, 0x1p70f, -0x1p64f, 1e20f};
+    const float ss[] = {1e-30f, 1e-3f, 1.0f, 1e3f, 1e6f, 1e12f, 1e20f, 1e30f, FLT_MAX};
+    const skv_dtype dts[] = {SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_BF16};
+    for (size_t d = 0; d < 3; d++) {
+        skv_cmodel *m = model_new(dts[d], SKV_MIX_DEFAULT, NULL);
+        uint32_t ev[32];
+        size_t ne = edge_values(dts[d], ev);
+        seq_t q;
+        seq_init(&q, dts[d], ne * 7 * 9);
+        int escapes = 0;
+        for (size_t a = 0; a < ne; a++)
+            for (size_t i = 0; i < 7; i++)
+                for (size_t j = 0; j < 9; j++) {
+                    seq_push(&q, ev[a], mus[i], ss[j]);
+                    escapes += coding_mode(m, ev[a], mus[i], ss[j]) == 2;
+                }
+        if (dts[d] != SKV_DT_BF16) /* nothing representable is near mu */
+            cr_expect_gt(escapes, (int)q.n / 2, "%s: %d of %zu escape", skv_dtype_name(dts[d]),
+                         escapes, q.n);
+        assert_round_trip(m, &q, "huge mu");
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+Test(round_trip, empty_stream_holds_no_scalars_and_refuses_get)
+{
+    for (int d = 0; d < 4; d++) {
+        skv_cmodel *m = model_new(DTYPES[d], SKV_MIX_DEFAULT, NULL);
+        seq_t q;
+        seq_init(&q, DTYPES[d], 0);
+        size_t len;
+        uint8_t *buf = encode_seq(m, &q, NULL, &len);
+        cr_expect_eq(len, SKV_STREAM_HEADER + 16, "four rANS states and nothing else");
+        skv_decoder *dec = NULL;
+        cr_assert_eq(skv_decoder_create(m, &dec), 0);
+        skv_stream_info info;
+        cr_assert_eq(skv_decoder_begin(dec, buf, len, &info), 0, "%s", skv_error_detail());
+        cr_expect_eq(info.n, 0);
+        cr_expect_eq(info.payload, 16);
+        uint32_t x;
+        cr_expect_eq(skv_decoder_get(dec, 0.0f, 1.0f, &x), SKV_ERR_ARG);
+        cr_expect_eq(skv_decoder_end(dec), 0, "%s", skv_error_detail());
+        skv_decoder_free(dec);
+        free(buf);
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+Test(round_trip, single_scalar_streams_round_trip)
+{
+    for (int d = 0; d < 4; d++) {
+        skv_dtype dt = DTYPES[d];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        const float vals[] = {0.0f, 1.0f, -3.5f, 1e-3f, 100.0f};
+        for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
+            seq_t q;
+            seq_init(&q, dt, 1);
+            seq_push(&q, to_dt(dt, vals[i]), vals[i] * 0.99f, 0.1f);
+            size_t len = assert_round_trip(m, &q, "one scalar");
+            cr_expect_lt(len, SKV_STREAM_HEADER + 16 + 16, "%zu bytes for one scalar", len);
+            seq_free(&q);
+        }
+        skv_cmodel_free(m);
+    }
+}
+
+Test(round_trip, non_default_mixtures_and_histograms_round_trip)
+{
+    uint32_t hist[256];
+    gold_hist(hist);
+    const skv_mix mixes[] = {{0u, 1u}, {0u, 65471u}, {30000u, 30000u}, {65000u, 400u}};
+    for (int d = 0; d < 4; d++)
+        for (size_t k = 0; k < sizeof mixes / sizeof *mixes; k++) {
+            skv_cmodel *m = model_new(DTYPES[d], mixes[k], k & 1 ? hist : NULL);
+            seq_t q;
+            gaussian_seq(&q, DTYPES[d], 3000, 500 + k);
+            assert_round_trip(m, &q, "mixture");
+            seq_free(&q);
+            skv_cmodel_free(m);
+        }
+}
+
+/* ========================================================================
+ * Code length
+ * ====================================================================== */
+
+Test(code_length, stream_size_matches_the_sum_of_actual_costs)
+{
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_rng r;
+    skv_rng_seed(&r, 42);
+    seq_t q;
+    seq_init(&q, SKV_DT_BF16, 100000);
+    double actual = 0, ideal = 0;
+    for (size_t i = 0; i < q.cap; i++) {
+        float mu = skv_rng_normal(&r) * 2.0f;
+        float s = log_uniform(&r, -3.0f, 0.0f);
+        float v = i % 50 == 0 ? skv_rng_normal(&r) * 1e4f : mu + s * skv_rng_normal(&r);
+        seq_push(&q, skv_f32_to_bf16(v), mu, s);
+        double a, id;
+        skv_cmodel_cost(m, q.x[i], mu, s, &a, &id);
+        cr_assert(a > 0 && id > 0, "scalar %zu: costs %g %g", i, a, id);
+        actual += a;
+        ideal += id;
+    }
+    skv_encoder *e = NULL;
+    cr_assert_eq(skv_encoder_create(m, &e), 0);
+    size_t len;
+    uint8_t *buf = encode_with(e, &q, NULL, &len);
+    double want = actual / 8.0;
+    cr_expect_leq(fabs((double)len - want), 0.005 * want + 80.0,
+                  "stream %zu bytes, actual costs sum to %.1f bytes", len, want);
+    /* the encoder's ideal total is the sum of the per-scalar ideal costs */
+    cr_expect_leq(fabs(skv_encoder_ideal_bits(e) - ideal), 1e-9 * ideal, "%.3f vs %.3f",
+                  skv_encoder_ideal_bits(e), ideal);
+    /* and rounding frequencies to 16 bits costs little */
+    cr_expect_leq(fabs(actual - ideal), 0.01 * ideal, "actual %.0f ideal %.0f bits", actual, ideal);
+    /* the data were model-like: well under the 16 raw bits per scalar */
+    cr_expect_lt(want, 100000 * 1.0, "%.0f bytes", want);
+    free(buf);
+    skv_encoder_free(e);
+    seq_free(&q);
+    skv_cmodel_free(m);
+}
+
+Test(code_length, an_exact_prediction_costs_almost_nothing)
+{
+    const float mus[] = {1.0f, -1.5f, 3.140625f, 1e-3f, -250.0f, 6.0e4f, 1e20f, -1e-20f};
+    for (int d = 0; d < 4; d++) {
+        skv_dtype dt = DTYPES[d];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        for (size_t i = 0; i < sizeof mus / sizeof *mus; i++) {
+            uint32_t x = to_dt(dt, mus[i]);
+            float mu = from_dt(dt, x); /* exactly on the lattice */
+            if (!isfinite(mu) || (dt == SKV_DT_F8E4M3 && fabsf(mu) != fabsf(mus[i])))
+                continue; /* fp8 saturates: not an exact value any more */
+            /* tiny against the lattice: 2^-12 of a step at mu */
+            const float ss[] = {ldexpf(fabsf(mu), -(nbits(dt) == 32 ? 23 : nbits(dt) == 8 ? 3 : dt == SKV_DT_F16 ? 10 : 7) - 12),
+                                1e-30f, 0.0f};
+            for (size_t j = 0; j < 3; j++) {
+                double a, id;
+                skv_cmodel_cost(m, x, mu, ss[j], &a, &id);
+                cr_expect_lt(a, 0.05, "%s x 0x%x = mu %g s %g: %g bits", skv_dtype_name(dt), x,
+                             (double)mu, (double)ss[j], a);
+                cr_expect_lt(id, 0.05);
+            }
+        }
+        skv_cmodel_free(m);
+    }
+}
+
+Test(code_length, costs_grow_with_distance_and_reach_the_escape)
+{
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    double prev = 0;
+    for (int k = 0; k < 8; k++) {
+        double a;
+        /* x = mu + k s, on a fine lattice (BUCKET mode) */
+        skv_cmodel_cost(m, skv_f32_to_bf16(100.0f + 8.0f * (float)k), 100.0f, 8.0f, &a, NULL);
+        cr_expect_geq(a, prev - 1e-9, "k=%d: %g < %g", k, a, prev);
+        prev = a;
+    }
+    double nan_cost;
+    skv_cmodel_cost(m, 0x7fc1, 100.0f, 8.0f, &nan_cost, NULL);
+    cr_expect_gt(nan_cost, 8.0, "an escape codes at least the plain low byte: %g", nan_cost);
+    skv_cmodel_free(m);
+}
+
+/* ========================================================================
+ * Determinism and model identity
+ * ====================================================================== */
+
+Test(determinism, two_encoders_give_identical_bytes)
+{
+    for (int d = 0; d < 4; d++) {
+        skv_cmodel *m1 = model_new(DTYPES[d], SKV_MIX_DEFAULT, NULL);
+        skv_cmodel *m2 = model_new(DTYPES[d], SKV_MIX_DEFAULT, NULL);
+        seq_t q, other;
+        gaussian_seq(&q, DTYPES[d], 5000, 900 + (uint64_t)d);
+        gaussian_seq(&other, DTYPES[d], 3000, 999);
+        /* m2 builds its tables in another order first */
+        size_t l0;
+        free(encode_seq(m2, &other, NULL, &l0));
+        size_t l1, l2, l3;
+        uint8_t *b1 = encode_seq(m1, &q, GOLD_CALIB, &l1);
+        uint8_t *b2 = encode_seq(m2, &q, GOLD_CALIB, &l2);
+        /* a reused encoder, reset, gives the same bytes too */
+        skv_encoder *e = NULL;
+        cr_assert_eq(skv_encoder_create(m1, &e), 0);
+        free(encode_with(e, &other, NULL, &l0));
+        uint8_t *b3 = encode_with(e, &q, GOLD_CALIB, &l3);
+        cr_assert_eq(l1, l2);
+        cr_assert_eq(l1, l3);
+        cr_expect_eq(memcmp(b1, b2, l1), 0, "%s: encoders disagree", skv_dtype_name(DTYPES[d]));
+        cr_expect_eq(memcmp(b1, b3, l1), 0, "%s: reset encoder differs", skv_dtype_name(DTYPES[d]));
+        cr_expect_eq(memcmp(b1 + 32, GOLD_CALIB, 16), 0, "calib_id recorded at offset 32");
+        skv_encoder_free(e);
+        free(b1);
+        free(b2);
+        free(b3);
+        seq_free(&q);
+        seq_free(&other);
+        skv_cmodel_free(m1);
+        skv_cmodel_free(m2);
+    }
+}
+
+typedef struct {
+    skv_cmodel *m;
+    const seq_t *q;
+    uint8_t *buf;
+    size_t len;
+} enc_job;
+
+static void *enc_thread(void *arg)
+{
+    enc_job *j = arg;
+    skv_encoder *e = NULL;
+    if (skv_encoder_create(j->m, &e))
+        return NULL;
+    skv_encoder_reset(e, NULL);
+    for (size_t i = 0; i < j->q->n; i++)
+        if (skv_encoder_put(e, j->q->x[i], j->q->mu[i], j->q->s[i])) {
+            skv_encoder_free(e);
+            return NULL;
+        }
+    size_t cap = skv_encoder_bound(e);
+    j->buf = malloc(cap);
+    if (j->buf && skv_encoder_finish(e, j->buf, cap, &j->len)) {
+        free(j->buf);
+        j->buf = NULL;
+    }
+    skv_encoder_free(e);
+    return NULL;
+}
+
+Test(determinism, threads_sharing_one_model_build_the_same_tables)
+{
+    skv_cmodel *ref = model_new(SKV_DT_F16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *shared = model_new(SKV_DT_F16, SKV_MIX_DEFAULT, NULL);
+    seq_t q;
+    gaussian_seq(&q, SKV_DT_F16, 4000, 31337);
+    size_t rlen;
+    uint8_t *rbuf = encode_seq(ref, &q, NULL, &rlen);
+    enc_job jobs[4];
+    pthread_t th[4];
+    for (int t = 0; t < 4; t++) {
+        jobs[t] = (enc_job){shared, &q, NULL, 0};
+        cr_assert_eq(pthread_create(&th[t], NULL, enc_thread, &jobs[t]), 0);
+    }
+    for (int t = 0; t < 4; t++) {
+        pthread_join(th[t], NULL);
+        cr_assert_not_null(jobs[t].buf, "thread %d failed", t);
+        cr_expect_eq(jobs[t].len, rlen);
+        cr_expect_eq(memcmp(jobs[t].buf, rbuf, rlen), 0, "thread %d differs", t);
+        free(jobs[t].buf);
+    }
+    free(rbuf);
+    seq_free(&q);
+    skv_cmodel_free(ref);
+    skv_cmodel_free(shared);
+}
+
+Test(model, id_is_stable_and_depends_on_dtype_mix_and_histogram)
+{
+    uint32_t h1[256], h2[256];
+    gold_hist(h1);
+    memcpy(h2, h1, sizeof h2);
+    h2[0x3f] += 5000; /* a clearly different p_emp */
+    skv_cmodel *a = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *b = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *c = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, h1);
+    skv_cmodel *c2 = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, h1);
+    skv_cmodel *dd = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, h2);
+    skv_cmodel *w1 = model_new(SKV_DT_BF16, (skv_mix){1967u, 1311u}, NULL);
+    skv_cmodel *w2 = model_new(SKV_DT_BF16, (skv_mix){1966u, 1312u}, NULL);
+    skv_cmodel *f16 = model_new(SKV_DT_F16, SKV_MIX_DEFAULT, NULL);
+    cr_expect_eq(skv_cmodel_id(a), skv_cmodel_id(b));
+    cr_expect_eq(skv_cmodel_id(c), skv_cmodel_id(c2));
+    /* a flat histogram is the uniform p_emp */
+    uint32_t flat[256];
+    for (int i = 0; i < 256; i++)
+        flat[i] = 0;
+    skv_cmodel *fl = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, flat);
+    cr_expect_eq(skv_cmodel_id(a), skv_cmodel_id(fl));
+    const skv_cmodel *all[] = {a, c, dd, w1, w2, f16};
+    for (size_t i = 0; i < 6; i++)
+        for (size_t j = i + 1; j < 6; j++)
+            cr_expect_neq(skv_cmodel_id(all[i]), skv_cmodel_id(all[j]), "models %zu and %zu", i, j);
+    /* ids are computed at creation: using a model does not change it */
+    uint32_t before = skv_cmodel_id(a);
+    double cost;
+    skv_cmodel_cost(a, 0x3f80, 1.0f, 0.1f, &cost, NULL);
+    cr_expect_eq(skv_cmodel_id(a), before);
+    skv_cmodel *ms[] = {a, b, c, c2, dd, w1, w2, f16, fl};
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+        skv_cmodel_free(ms[i]);
+    skv_cmodel_free(NULL);
+}
+
+Test(model, create_rejects_impossible_mixtures_and_non_float_dtypes)
+{
+    skv_cmodel *m = (skv_cmodel *)&m;
+    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){1966u, 0u}, NULL, &m), SKV_ERR_ARG);
+    cr_expect_null(m);
+    m = (skv_cmodel *)&m;
+    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){65536u - 64u - 1u, 1u}, NULL, &m),
+                 SKV_ERR_ARG);
+    cr_expect_null(m);
+    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){40000u, 40000u}, NULL, &m), SKV_ERR_ARG);
+    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){0u, 70000u}, NULL, &m), SKV_ERR_ARG);
+    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){0xffffffffu, 2u}, NULL, &m), SKV_ERR_ARG,
+                 "w1 + w2 must not wrap around");
+    skv_cmodel_free(m); /* in case it was wrongly accepted */
+    cr_expect_eq(skv_cmodel_create(SKV_DT_I32, SKV_MIX_DEFAULT, NULL, &m), SKV_ERR_ARG);
+    cr_expect_null(m);
+    cr_expect_eq(skv_cmodel_create((skv_dtype)77, SKV_MIX_DEFAULT, NULL, &m), SKV_ERR_ARG);
+    /* the largest legal weights are accepted */
+    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){65536u - 64u - 2u, 1u}, NULL, &m), 0);
+    skv_cmodel_free(m);
+}
+
+/* ========================================================================
+ * Damaged streams
+ * ====================================================================== */
+
+static uint8_t *gold_stream(skv_cmodel **m, seq_t *q, int di, size_t *len)
+{
+    *m = model_new(GOLD_DT[di], SKV_MIX_DEFAULT, NULL);
+    gold_seq(q, di, N_GOLD);
+    return encode_seq(*m, q, GOLD_CALIB, len);
+}
+
+Test(damage, every_truncated_prefix_fails)
+{
+    for (int di = 0; di < 4; di++) {
+        skv_cmodel *m;
+        seq_t q;
+        size_t len;
+        uint8_t *full = gold_stream(&m, &q, di, &len);
+        skv_decoder *d = NULL;
+        cr_assert_eq(skv_decoder_create(m, &d), 0);
+        for (size_t k = 0; k < len; k++) {
+            uint8_t *b = malloc(k ? k : 1); /* exact size: ASan sees any over-read */
+            memcpy(b, full, k);
+            int rc = decode_with(d, b, k, &q, NULL, NULL);
+            cr_assert_lt(rc, 0, "%s: a %zu-byte prefix of %zu decoded", skv_dtype_name(q.dt), k, len);
+            cr_expect(rc == (k < SKV_STREAM_HEADER ? SKV_ERR_FORMAT : SKV_ERR_RANGE),
+                      "prefix %zu: %s", k, skv_strerror(rc));
+            free(b);
+        }
+        cr_assert_eq(decode_with(d, full, len, &q, NULL, NULL), 0);
+        skv_decoder_free(d);
+        free(full);
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+/* Flip each byte of [lo, hi) with several masks; returns how many of the
+ * `tried` variants were detected. */
+static size_t flip_sweep(skv_cmodel *m, const seq_t *q, const uint8_t *full, size_t len,
+                         size_t lo, size_t hi, size_t *tried, size_t *first_missed)
+{
+    static const uint8_t masks[] = {0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0xff, 0x5a};
+    skv_decoder *d = NULL;
+    cr_assert_eq(skv_decoder_create(m, &d), 0);
+    size_t caught = 0;
+    *tried = 0;
+    *first_missed = (size_t)-1;
+    uint8_t *b = malloc(len);
+    cr_assert_not_null(b);
+    for (size_t i = lo; i < hi; i++)
+        for (size_t k = 0; k < sizeof masks; k++) {
+            memcpy(b, full, len);
+            b[i] ^= masks[k];
+            int rc = decode_with(d, b, len, q, NULL, NULL);
+            (*tried)++;
+            if (rc < 0)
+                caught++;
+            else if (*first_missed == (size_t)-1)
+                *first_missed = i;
+        }
+    free(b);
+    skv_decoder_free(d);
+    return caught;
+}
+
+Test(damage, every_payload_byte_flip_is_detected)
+{
+    for (int di = 0; di < 4; di++) {
+        skv_cmodel *m;
+        seq_t q;
+        size_t len;
+        uint8_t *full = gold_stream(&m, &q, di, &len);
+        size_t tried, missed_at;
+        size_t caught = flip_sweep(m, &q, full, len, SKV_STREAM_HEADER, len, &tried, &missed_at);
+        cr_expect_geq(caught, tried - tried / 100, "%s: %zu of %zu flips detected",
+                      skv_dtype_name(q.dt), caught, tried);
+        cr_expect_eq(caught, tried, "%s: %zu of %zu payload flips undetected, first at byte %zu",
+                     skv_dtype_name(q.dt), tried - caught, tried, missed_at);
+        free(full);
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+Test(damage, every_header_byte_flip_is_detected_or_visible)
+{
+    for (int di = 0; di < 4; di++) {
+        skv_cmodel *m;
+        seq_t q;
+        size_t len;
+        uint8_t *full = gold_stream(&m, &q, di, &len);
+        /* bytes 0..31: magic, version, dtype, reserved, n, payload, cmodel
+         * id, reserved, checksum: every change is an error */
+        size_t tried, missed_at;
+        size_t caught = flip_sweep(m, &q, full, len, 0, 32, &tried, &missed_at);
+        cr_expect_eq(caught, tried, "%s: %zu header flips undetected, first at byte %zu",
+                     skv_dtype_name(q.dt), tried - caught, missed_at);
+        /* bytes 32..47: calib_id is opaque to the codec, not covered by the
+         * checksum; it is handed back exactly so the caller can check it */
+        for (size_t i = 32; i < SKV_STREAM_HEADER; i++) {
+            uint8_t *b = malloc(len);
+            memcpy(b, full, len);
+            b[i] ^= 0x20;
+            skv_stream_info info;
+            cr_expect_eq(decode_seq(m, b, len, &q, NULL, &info), 0);
+            cr_expect_eq(info.calib_id[i - 32], GOLD_CALIB[i - 32] ^ 0x20);
+            free(b);
+        }
+        free(full);
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+Test(damage, random_garbage_after_a_valid_header_is_rejected)
+{
+    skv_rng r;
+    skv_rng_seed(&r, 2024);
+    for (int di = 0; di < 4; di++) {
+        skv_cmodel *m;
+        seq_t q;
+        size_t len;
+        uint8_t *full = gold_stream(&m, &q, di, &len);
+        uint8_t *b = malloc(len);
+        for (int t = 0; t < 300; t++) {
+            memcpy(b, full, len);
+            /* keep the header; overwrite a random span (or everything) of the payload */
+            size_t from = SKV_STREAM_HEADER + (size_t)(skv_rng_next(&r) % (len - SKV_STREAM_HEADER));
+            size_t to = t % 3 == 0 ? len : from + 1 + (size_t)(skv_rng_next(&r) % 8);
+            if (to > len)
+                to = len;
+            int changed = 0;
+            for (size_t i = from; i < to; i++) {
+                uint8_t v = (uint8_t)skv_rng_next(&r);
+                changed |= v != b[i];
+                b[i] = v;
+            }
+            if (!changed)
+                continue;
+            cr_expect_lt(decode_seq(m, b, len, &q, NULL, NULL), 0, "%s trial %d",
+                         skv_dtype_name(q.dt), t);
+        }
+        free(b);
+        free(full);
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+/* ========================================================================
+ * Header errors
+ * ====================================================================== */
+
+Test(header, each_malformation_has_its_own_error)
+{
+    skv_cmodel *m;
+    seq_t q;
+    size_t len;
+    uint8_t *full = gold_stream(&m, &q, 0, &len);
+    uint8_t *b = malloc(len + 8);
+    skv_stream_info info;
+
+    cr_assert_eq(skv_stream_info_read(full, len, &info), 0);
+    cr_expect_eq(info.dtype, SKV_DT_BF16);
+    cr_expect_eq(info.n, N_GOLD);
+    cr_expect_eq(info.payload + SKV_STREAM_HEADER, len);
+    cr_expect_eq(info.cmodel_id, skv_cmodel_id(m));
+    cr_expect_eq(memcmp(info.calib_id, GOLD_CALIB, 16), 0);
+    cr_expect_eq(skv_load32_le(full), SKV_STREAM_MAGIC);
+    cr_expect_eq(memcmp(full, "SKVR", 4), 0);
+    cr_expect_eq(skv_load16_le(full + 4), SKV_STREAM_VERSION);
+
+    memcpy(b, full, len);
+    b[3] = 'Q';
+    cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_FORMAT, "bad magic");
+    memcpy(b, full, len);
+    skv_store16_le(b + 4, 2);
+    cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_VERSION, "version 2");
+    skv_store16_le(b + 4, 0xffff);
+    cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_VERSION, "version 65535");
+    memcpy(b, full, len);
+    b[6] = SKV_DT_F32;
+    cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_SHAPE, "f32 stream, bf16 model");
+    b[6] = 200;
+    cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_FORMAT, "dtype 200");
+    memcpy(b, full, len);
+    skv_store32_le(b + 12, (uint32_t)(len - SKV_STREAM_HEADER + 2));
+    cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_RANGE, "payload past the end");
+    skv_store32_le(b + 12, 0xfffffffeu);
+    cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_RANGE, "payload 4 GiB");
+
+    /* another model's stream */
+    skv_cmodel *other = model_new(SKV_DT_BF16, (skv_mix){1966u, 1312u}, NULL);
+    cr_expect_eq(decode_seq(other, full, len, &q, NULL, NULL), SKV_ERR_CORRUPT, "cmodel id");
+    skv_cmodel_free(other);
+
+    /* a stream inside a larger buffer: only header + payload are read */
+    memcpy(b, full, len);
+    memset(b + len, 0xa5, 8);
+    cr_expect_eq(decode_seq(m, b, len + 8, &q, NULL, NULL), 0, "%s", skv_error_detail());
+
+    /* more scalars than n, and end before all of them */
+    skv_decoder *d = NULL;
+    cr_assert_eq(skv_decoder_create(m, &d), 0);
+    cr_assert_eq(decode_with(d, full, len, &q, NULL, NULL), 0);
+    uint32_t x;
+    cr_expect_eq(skv_decoder_get(d, 0.0f, 1.0f, &x), SKV_ERR_ARG, "scalar n+1");
+    cr_assert_eq(skv_decoder_begin(d, full, len, NULL), 0);
+    for (uint32_t i = 0; i < 10; i++) {
+        float mu, s;
+        seq_param(&q, i, &mu, &s);
+        cr_assert_eq(skv_decoder_get(d, mu, s, &x), 0);
+        cr_expect_eq(x, q.x[i]);
+    }
+    int rc = skv_decoder_end(d);
+    cr_expect_lt(rc, 0, "end after 10 of %d scalars", N_GOLD);
+    cr_expect_eq(rc, SKV_ERR_ARG);
+    /* a decoder is reusable after an error */
+    cr_expect_eq(decode_with(d, full, len, &q, NULL, NULL), 0);
+    skv_decoder_free(d);
+    skv_decoder_free(NULL);
+    skv_encoder_free(NULL);
+
+    free(b);
+    free(full);
+    seq_free(&q);
+    skv_cmodel_free(m);
+}
+
+Test(header, finish_reports_a_buffer_that_is_too_small)
+{
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    seq_t q;
+    gold_seq(&q, 0, N_GOLD);
+    skv_encoder *e = NULL;
+    cr_assert_eq(skv_encoder_create(m, &e), 0);
+    size_t len;
+    uint8_t *full = encode_with(e, &q, NULL, &len);
+    uint8_t *b = malloc(len);
+    size_t got = 123;
+    cr_expect_eq(skv_encoder_finish(e, b, len - 1, &got), SKV_ERR_TOO_LARGE);
+    cr_expect_eq(got, 0);
+    cr_expect_eq(skv_encoder_finish(e, b, len, &got), 0, "finishing again after a failure");
+    cr_expect_eq(got, len);
+    cr_expect_eq(memcmp(b, full, len), 0);
+    free(b);
+    free(full);
+    skv_encoder_free(e);
+    seq_free(&q);
+    skv_cmodel_free(m);
+}
+
+/* ========================================================================
+ * Allocation failure
+ * ====================================================================== */
+
+/* Create a model, an encoder, code q, decode it with a fresh model and
+ * decoder; the first error, or 0 (and the round trip checked). */
+static int alloc_pass(const seq_t *q)
+{
+    skv_cmodel *m = NULL, *m2 = NULL;
+    skv_encoder *e = NULL;
+    skv_decoder *d = NULL;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = skv_cmodel_create(q->dt, SKV_MIX_DEFAULT, NULL, &m);
+    if (rc) {
+        cr_expect_null(m);
+        goto out;
+    }
+    if ((rc = skv_encoder_create(m, &e))) {
+        cr_expect_null(e);
+        goto out;
+    }
+    skv_encoder_reset(e, NULL);
+    for (size_t i = 0; i < q->n; i++)
+        if ((rc = skv_encoder_put(e, q->x[i], q->mu[i], q->s[i])))
+            goto out;
+    size_t cap = skv_encoder_bound(e);
+    buf = malloc(cap);
+    if ((rc = skv_encoder_finish(e, buf, cap, &len)))
+        goto out;
+    if ((rc = skv_cmodel_create(q->dt, SKV_MIX_DEFAULT, NULL, &m2)))
+        goto out;
+    if ((rc = skv_decoder_create(m2, &d))) {
+        cr_expect_null(d);
+        goto out;
+    }
+    if ((rc = skv_decoder_begin(d, buf, len, NULL)))
+        goto out;
+    for (size_t i = 0; i < q->n; i++) {
+        uint32_t x;
+        if ((rc = skv_decoder_get(d, q->mu[i], q->s[i], &x)))
+            goto out;
+        cr_assert_eq(x, q->x[i]);
+    }
+    rc = skv_decoder_end(d);
+out:
+    free(buf);
+    skv_decoder_free(d);
+    skv_encoder_free(e);
+    skv_cmodel_free(m);
+    skv_cmodel_free(m2);
+    return rc;
+}
+
+Test(alloc_failure, every_failure_is_nomem_and_frees_everything)
+{
+    /* enough scalars to grow the op queue past its first 4096 entries,
+     * with few distinct (mu, s) classes so the table count stays small */
+    seq_t q;
+    seq_init(&q, SKV_DT_BF16, 5000);
+    skv_rng r;
+    skv_rng_seed(&r, 5);
+    const float ss[] = {0.01f, 0.5f, 1e-6f};
+    for (size_t i = 0; i < q.cap; i++) {
+        float mu = 1.0f + (float)(i % 3);
+        float s = ss[i % 3];
+        float v = i % 97 == 0 ? 1e30f : mu + s * skv_rng_normal(&r);
+        seq_push(&q, skv_f32_to_bf16(v), mu, s);
+    }
+    long fails = 0;
+    for (long k = 0;; k++) {
+        skv_alloc_fail_after(k, 0);
+        int rc = alloc_pass(&q);
+        skv_alloc_fail_after(-1, 0);
+        if (rc == 0)
+            break;
+        cr_assert_eq(rc, SKV_ERR_NOMEM, "allocation %ld: %s (%s)", k, skv_strerror(rc),
+                     skv_error_detail());
+        fails++;
+        cr_assert_lt(k, 2000);
+    }
+    cr_expect_geq(fails, 10, "%ld injected failures", fails);
+    /* sticky failure from some point on: still NOMEM, never a crash */
+    for (long k = 0; k < fails; k += 3) {
+        skv_alloc_fail_after(k, 1);
+        int rc = alloc_pass(&q);
+        skv_alloc_fail_after(-1, 0);
+        cr_expect_eq(rc, SKV_ERR_NOMEM, "sticky from %ld: %s", k, skv_strerror(rc));
+    }
+    /* and everything works again afterwards */
+    cr_expect_eq(alloc_pass(&q), 0);
+    seq_free(&q);
+}
+
+/* ========================================================================
+ * Golden files (stream version 1)
+ * ====================================================================== */
+
+static const char *golden_dir(void)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/tests/golden/codec", tu_source_root());
+    return buf;
+}
+
+static const struct {
+    const char *file;
+    int di;       /* index into GOLD_DT */
+    int hist;     /* GOLD_HIST_MIX and gold_hist() instead of the defaults */
+    uint32_t n;
+} GOOD[] = {
+    {"good_bf16.skvr", 0, 0, N_GOLD},     {"good_f16.skvr", 1, 0, N_GOLD},
+    {"good_f8e4m3.skvr", 2, 0, N_GOLD},   {"good_f32.skvr", 3, 0, N_GOLD},
+    {"good_bf16_hist.skvr", 0, 1, N_GOLD}, {"good_f32_empty.skvr", 3, 0, 0},
+};
+#define N_GOOD (sizeof GOOD / sizeof GOOD[0])
+
+static skv_cmodel *good_model(size_t g)
+{
+    uint32_t hist[256];
+    gold_hist(hist);
+    return model_new(GOLD_DT[GOOD[g].di], GOOD[g].hist ? GOLD_HIST_MIX : SKV_MIX_DEFAULT,
+                     GOOD[g].hist ? hist : NULL);
+}
+
+Test(golden, good_streams_decode_to_the_formula_and_re_encode_byte_for_byte)
+{
+    for (size_t g = 0; g < N_GOOD; g++) {
+        size_t len;
+        uint8_t *file = tu_read(tu_path(golden_dir(), GOOD[g].file), &len);
+        cr_assert_not_null(file, "%s/%s missing", golden_dir(), GOOD[g].file);
+        skv_cmodel *m = good_model(g);
+        seq_t q;
+        gold_seq(&q, GOOD[g].di, GOOD[g].n);
+        uint32_t *got = malloc((q.n ? q.n : 1) * sizeof *got);
+        skv_stream_info info;
+        int rc = decode_seq(m, file, len, &q, got, &info);
+        cr_assert_eq(rc, 0, "%s: %s (%s)", GOOD[g].file, skv_strerror(rc), skv_error_detail());
+        cr_expect_eq(info.n, GOOD[g].n);
+        cr_expect_eq(info.dtype, GOLD_DT[GOOD[g].di]);
+        cr_expect_eq(memcmp(info.calib_id, GOLD_CALIB, 16), 0);
+        for (size_t i = 0; i < q.n; i++)
+            cr_assert_eq(got[i], q.x[i], "%s: scalar %zu decoded 0x%x, the formula gives 0x%x",
+                         GOOD[g].file, i, got[i], q.x[i]);
+        /* format stability: today's encoder writes the same bytes */
+        size_t elen;
+        uint8_t *enc = encode_seq(m, &q, GOLD_CALIB, &elen);
+        cr_assert_eq(elen, len,
+                     "%s: the encoder now writes %zu bytes, the version-1 golden file has %zu: "
+                     "an encoding change breaks stream version 1",
+                     GOOD[g].file, elen, len);
+        size_t diff = 0;
+        while (diff < len && enc[diff] == file[diff])
+            diff++;
+        cr_assert_eq(diff, len,
+                     "%s: re-encoding differs from the version-1 golden file at byte %zu: "
+                     "an encoding change breaks stream version 1",
+                     GOOD[g].file, diff);
+        free(enc);
+        free(got);
+        free(file);
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+Test(golden, bad_streams_fail_with_the_expected_error)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/EXPECTED", golden_dir());
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s missing", path);
+    skv_cmodel *m = good_model(0); /* good_bf16's model and inputs */
+    seq_t q;
+    gold_seq(&q, 0, N_GOLD);
+    char line[512];
+    char listed[128][256];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        char fname[256], ename[64];
+        if (line[0] == '#' || line[0] == '\n')
+            continue;
+        cr_assert_eq(sscanf(line, "%255s %63s", fname, ename), 2, "bad line: %s", line);
+        cr_assert_lt(n, 128);
+        snprintf(listed[n++], sizeof listed[0], "%s", fname);
+        int want = err_from_name(ename);
+        cr_expect_neq(want, 0, "%s: a bad file must fail", fname);
+        size_t len = 0;
+        uint8_t *b = tu_read(tu_path(golden_dir(), fname), &len);
+        cr_assert_not_null(b, "%s unreadable", fname);
+        uint8_t *exact = malloc(len ? len : 1);
+        memcpy(exact, b, len);
+        int rc = decode_seq(m, exact, len, &q, NULL, NULL);
+        cr_expect_eq(rc, want, "%s: expected %s, got %s (%s)", fname, ename, skv_strerror(rc),
+                     skv_error_detail());
+        free(exact);
+        free(b);
+    }
+    fclose(f);
+    cr_expect_geq(n, 20);
+
+    DIR *d = opendir(golden_dir());
+    cr_assert_not_null(d);
+    struct dirent *e;
+    int goods = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "good_", 5) == 0) {
+            int found = 0;
+            for (size_t g = 0; g < N_GOOD; g++)
+                found |= strcmp(GOOD[g].file, e->d_name) == 0;
+            cr_expect(found, "%s is not decoded by the golden test", e->d_name);
+            goods++;
+        }
+        if (strncmp(e->d_name, "bad_", 4) != 0)
+            continue;
+        int found = 0;
+        for (int i = 0; i < n; i++)
+            found |= strcmp(listed[i], e->d_name) == 0;
+        cr_expect(found, "%s is not listed in EXPECTED", e->d_name);
+    }
+    closedir(d);
+    cr_expect_eq(goods, (int)N_GOOD);
+    seq_free(&q);
+    skv_cmodel_free(m);
+}

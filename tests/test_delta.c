@@ -1,0 +1,259 @@
+/* Predictors and calibration: every level round-trips bit-exactly on real
+ * model KV (a seeded random model always; stories260K when present) in
+ * every dtype; levels are ordered as they should be; calibration files
+ * round-trip and reject corruption; mismatched inputs are refused. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "randmodel.h"
+#include "skv_delta.h"
+#include "testutil.h"
+
+typedef struct {
+    size_t n;
+    size_t T[16];
+    int32_t *tok[16];
+    uint8_t *k[16], *v[16];
+} kvset;
+
+/* Sample n sequences of T tokens from m and compute their KV in dtype. */
+static void make_kv(const skv_model *m, size_t n, size_t T, uint64_t seed, skv_dtype dt, kvset *s)
+{
+    const skv_model_config *c = skv_model_cfg(m);
+    s->n = n;
+    size_t per = skv_model_kv_per_token(m) / 2 * skv_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) {
+        skv_rng r;
+        skv_rng_seed(&r, seed + i);
+        int32_t bos = c->bos_id;
+        s->T[i] = T - (i % 3); /* ragged lengths */
+        s->tok[i] = malloc(T * sizeof(int32_t));
+        cr_assert_eq(skv_model_generate(m, NULL, &bos, 1, s->T[i], 1.0f, 0.9f, &r, s->tok[i]), 0);
+        skv_kvcache *kc;
+        cr_assert_eq(skv_kvcache_create(c, s->T[i], &kc), 0);
+        cr_assert_eq(skv_model_forward(m, kc, s->tok[i], s->T[i], NULL), 0);
+        s->k[i] = malloc(s->T[i] * per);
+        s->v[i] = malloc(s->T[i] * per);
+        cr_assert_eq(skv_kvcache_export(kc, 0, s->T[i], dt, s->k[i], s->v[i]), 0);
+        skv_kvcache_free(kc);
+    }
+}
+
+static void free_kv(kvset *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        free(s->tok[i]);
+        free(s->k[i]);
+        free(s->v[i]);
+    }
+}
+
+/* The set as a parsed KV file (buffer returned for freeing). */
+static skv_st *as_file(const skv_model *m, const kvset *s, skv_dtype dt, uint8_t **buf)
+{
+    const skv_model_config *c = skv_model_cfg(m);
+    skv_st_writer *w;
+    cr_assert_eq(skv_stw_create(&w), 0);
+    for (size_t i = 0; i < s->n; i++) {
+        skv_kvseq q = {s->T[i], s->tok[i], dt, c->n_layers, c->n_kv_heads, c->head_dim, s->k[i], s->v[i]};
+        cr_assert_eq(skv_kvfile_add(w, i, &q), 0);
+    }
+    size_t len;
+    cr_assert_eq(skv_stw_serialize(w, buf, &len), 0);
+    skv_stw_free(w);
+    skv_st *st;
+    cr_assert_eq(skv_st_parse(*buf, len, &st), 0);
+    return st;
+}
+
+/* Encode and decode every test sequence at `lvl`; returns bits/scalar. */
+static double round_trip(const skv_calib *cal, skv_level lvl, const skv_model *m, const kvset *t,
+                         skv_dtype dt, size_t chunk)
+{
+    skv_delta *d;
+    cr_assert_eq(skv_delta_create(cal, lvl, m, NULL, &d), 0, "%s", skv_error_detail());
+    size_t per = skv_model_kv_per_token(m) / 2 * skv_dtype_size(dt), bytes = 0, scalars = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        skv_streams s = {0};
+        cr_assert_eq(skv_delta_encode(d, t->tok[i], t->T[i], t->k[i], t->v[i], chunk, &s), 0, "%s",
+                     skv_error_detail());
+        size_t L = (size_t)skv_model_cfg(m)->n_layers, chunks = (t->T[i] + chunk - 1) / chunk;
+        cr_assert_eq(s.nstreams, chunks * L * 2);
+        uint8_t *k = malloc(t->T[i] * per + 1), *v = malloc(t->T[i] * per + 1);
+        cr_assert_eq(skv_delta_decode(d, t->tok[i], t->T[i], &s, 0, chunk, k, v), 0, "%s %s",
+                     skv_level_name(lvl), skv_error_detail());
+        cr_assert_eq(memcmp(k, t->k[i], t->T[i] * per), 0, "K bit-exact (%s, seq %zu)", skv_level_name(lvl), i);
+        cr_assert_eq(memcmp(v, t->v[i], t->T[i] * per), 0, "V bit-exact (%s, seq %zu)", skv_level_name(lvl), i);
+        /* a corrupted stream is detected, never decoded into wrong bytes */
+        s.data[s.offs[1] - 3] ^= 0x5a;
+        int rc = skv_delta_decode(d, t->tok[i], t->T[i], &s, 0, chunk, k, v);
+        cr_assert_neq(rc, 0, "corruption detected (%s)", skv_level_name(lvl));
+        bytes += s.len;
+        scalars += 2 * t->T[i] * per / skv_dtype_size(dt);
+        free(k);
+        free(v);
+        skv_streams_free(&s);
+    }
+    skv_delta_free(d);
+    return 8.0 * (double)bytes / (double)scalars;
+}
+
+static void levels_case(const skv_model *m, skv_dtype dt, size_t ncal, size_t T, size_t chunk,
+                        double bits[SKV_LEVEL_COUNT])
+{
+    kvset cal = {0}, test = {0};
+    make_kv(m, ncal, T, 1000, dt, &cal);
+    make_kv(m, 3, T, 5000, dt, &test);
+    uint8_t *buf;
+    skv_st *st = as_file(m, &cal, dt, &buf);
+    skv_calib *c;
+    skv_calib_opts o = {.model = m, .max_fit_samples = 256, .quiet = 1};
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    for (int l = 0; l < SKV_LEVEL_COUNT; l++) {
+        cr_assert(skv_calib_has_level(c, (skv_level)l));
+        bits[l] = round_trip(c, (skv_level)l, m, &test, dt, chunk);
+    }
+    skv_calib_free(c);
+    skv_st_free(st);
+    free(buf);
+    free_kv(&cal);
+    free_kv(&test);
+}
+
+static skv_model *random_model(void)
+{
+    rm_shape s = {0, 32, 64, 2, 4, 2, 8, 40, 64, 1, 10000.0f, 1e-5f};
+    size_t len;
+    uint8_t *img = rm_llama2c(&s, 42, &len);
+    skv_model *m;
+    cr_assert_eq(skv_model_load_llama2c_mem(img, len, &m), 0);
+    free(img);
+    return m;
+}
+
+Test(delta, every_level_and_dtype_round_trips_on_random_model_kv)
+{
+    skv_model *m = random_model();
+    skv_dtype dts[4] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_F32};
+    for (int i = 0; i < 4; i++) {
+        double b[SKV_LEVEL_COUNT];
+        levels_case(m, dts[i], 6, 48, 20, b);
+        cr_assert_lt(b[SKV_LEVEL_FULL], b[SKV_LEVEL_STAT], "%s: full %.3f < stat %.3f",
+                     skv_dtype_name(dts[i]), b[SKV_LEVEL_FULL], b[SKV_LEVEL_STAT]);
+    }
+    skv_model_free(m);
+}
+
+Test(delta, stories260k_levels_round_trip_and_rank)
+{
+    const char *p = tu_shared_model("stories260K.bin");
+    if (!p)
+        cr_skip("../shared/models/stories260K.bin not present");
+    skv_model *m;
+    cr_assert_eq(skv_model_load(p, &m), 0);
+    double b[SKV_LEVEL_COUNT];
+    levels_case(m, SKV_DT_BF16, 8, 96, 64, b);
+    cr_assert_lt(b[SKV_LEVEL_CTX], b[SKV_LEVEL_STAT], "ctx %.3f < stat %.3f", b[1], b[0]);
+    cr_assert_lt(b[SKV_LEVEL_SPEC], b[SKV_LEVEL_CTX], "spec %.3f < ctx %.3f", b[2], b[1]);
+    cr_assert_lt(b[SKV_LEVEL_FULL], 0.5, "full %.3f bits: seqkv's own KV is nearly free", b[3]);
+    cr_assert_lt(b[SKV_LEVEL_STAT], 12.0, "stat %.3f beats raw 16 bits", b[0]);
+    double b8[SKV_LEVEL_COUNT];
+    levels_case(m, SKV_DT_F8E4M3, 8, 64, 64, b8);
+    cr_assert_lt(b8[SKV_LEVEL_SPEC], 8.0);
+    skv_model_free(m);
+}
+
+Test(delta, calibration_file_round_trips_and_rejects_corruption)
+{
+    skv_model *m = random_model();
+    kvset cal = {0};
+    make_kv(m, 4, 32, 7, SKV_DT_BF16, &cal);
+    uint8_t *buf;
+    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_calib *c, *c2;
+    skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    cr_assert(skv_calib_has_level(c, SKV_LEVEL_CTX));
+    cr_assert(!skv_calib_has_level(c, SKV_LEVEL_SPEC), "no model, no spec level");
+    skv_delta *d;
+    cr_assert_eq(skv_delta_create(c, SKV_LEVEL_SPEC, m, NULL, &d), SKV_ERR_ARG);
+    const char *dir = tu_tmpdir(), *path = tu_path(dir, "c.cal");
+    cr_assert_eq(skv_calib_save(c, path), 0);
+    cr_assert_eq(skv_calib_load(path, &c2), 0, "%s", skv_error_detail());
+    cr_assert_eq(memcmp(skv_calib_id(c), skv_calib_id(c2), 16), 0, "same content, same id");
+    /* streams coded with one load decode with the other */
+    kvset t = {0};
+    make_kv(m, 1, 32, 99, SKV_DT_BF16, &t);
+    cr_assert_lt(round_trip(c2, SKV_LEVEL_CTX, m, &t, SKV_DT_BF16, 16), 16.0);
+    /* flip one byte of the codebook: the content hash catches it */
+    size_t len;
+    uint8_t *f = tu_read(path, &len);
+    f[len - 2000] ^= 1;
+    cr_assert_eq(skv_file_write(path, f, len), 0);
+    skv_calib_free(c2);
+    cr_assert_eq(skv_calib_load(path, &c2), SKV_ERR_CORRUPT);
+    cr_assert_null(c2);
+    free(f);
+    skv_calib_free(c);
+    skv_st_free(st);
+    free(buf);
+    free_kv(&cal);
+    free_kv(&t);
+    skv_model_free(m);
+}
+
+Test(delta, refuses_mismatched_inputs)
+{
+    skv_model *m = random_model();
+    kvset cal = {0};
+    make_kv(m, 3, 24, 3, SKV_DT_BF16, &cal);
+    uint8_t *buf;
+    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_calib *c;
+    skv_calib_opts o = {.model = m, .max_fit_samples = 64, .quiet = 1};
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0);
+    /* another model for spec: fingerprint mismatch */
+    rm_shape s2 = {0, 32, 64, 2, 4, 2, 8, 40, 64, 1, 10000.0f, 1e-5f};
+    size_t len;
+    uint8_t *img = rm_llama2c(&s2, 43, &len);
+    skv_model *m2;
+    cr_assert_eq(skv_model_load_llama2c_mem(img, len, &m2), 0);
+    skv_delta *d;
+    cr_assert_eq(skv_delta_create(c, SKV_LEVEL_SPEC, m2, NULL, &d), SKV_ERR_SHAPE);
+    cr_assert_eq(skv_delta_create(c, SKV_LEVEL_FULL, NULL, NULL, &d), SKV_ERR_ARG);
+    cr_assert_eq(skv_delta_create(c, SKV_LEVEL_CTX, NULL, NULL, &d), 0);
+    /* token outside the vocabulary */
+    int32_t bad[2] = {1, 40};
+    skv_streams ss = {0};
+    uint8_t kv[2 * 2 * 16 * 2];
+    cr_assert_eq(skv_delta_encode(d, bad, 2, kv, kv, 16, &ss), SKV_ERR_ARG);
+    /* streams of another calibration are refused */
+    skv_streams good = {0};
+    cr_assert_eq(skv_delta_encode(d, cal.tok[0], cal.T[0], cal.k[0], cal.v[0], 8, &good), 0);
+    skv_calib *c3;
+    skv_calib_opts o3 = {.model = NULL, .max_fit_samples = 32, .quiet = 1};
+    cr_assert_eq(skv_calib_learn(st, &o3, &c3), 0);
+    skv_delta *d3;
+    cr_assert_eq(skv_delta_create(c3, SKV_LEVEL_CTX, NULL, NULL, &d3), 0);
+    uint8_t *k = malloc(cal.T[0] * 2 * 16 * 2), *v = malloc(cal.T[0] * 2 * 16 * 2);
+    int rc = skv_delta_decode(d3, cal.tok[0], cal.T[0], &good, 0, 8, k, v);
+    cr_assert_eq(rc, SKV_ERR_CORRUPT, "%s", skv_error_detail());
+    /* truncated stream list */
+    good.nstreams = 3;
+    cr_assert_eq(skv_delta_decode(d, cal.tok[0], cal.T[0], &good, 0, 8, k, v), SKV_ERR_FORMAT);
+    free(k);
+    free(v);
+    skv_streams_free(&good);
+    skv_delta_free(d3);
+    skv_calib_free(c3);
+    skv_delta_free(d);
+    skv_model_free(m2);
+    free(img);
+    skv_calib_free(c);
+    skv_st_free(st);
+    free(buf);
+    free_kv(&cal);
+    skv_model_free(m);
+}
