@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The seqkv main job. Today (the model engine milestone): on the real model,
-# sample token sequences, compute their KV caches in bf16 and fp8, check
-# the engine against llama2.c's reference, and print a summary.
+# The seqkv main job. Today (model engine + codec milestones): on the real
+# model, check the engine against llama2.c's reference, sample token
+# sequences, compute their KV caches in bf16 and fp8, calibrate the codec on
+# one half and code the other half losslessly at every predictor level,
+# against zstd, and print a summary.
 # Model: $SEQKV_MODEL, else ../shared/models/stories260K.bin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +51,15 @@ for dt in bf16 fp8; do
     "$seqkv" model kv --model "$model" --tokens "$out/tokens.txt" --dtype "$dt" --out "$out/kv_$dt.safetensors" 2>&1 | tail -1
 done
 echo
+echo "== codec: calibrate on $n_seq other sequences, code these at every level (bit-exact round trip checked)"
+"$seqkv" model sample --model "$model" --n-seq "$n_seq" --len "$len" --seed 2 --temp 1.0 --top-p 0.9 > "$out/calib_tokens.txt"
+"$seqkv" model kv --model "$model" --tokens "$out/calib_tokens.txt" --dtype bf16 --out "$out/calib_bf16.safetensors" --quiet
+"$seqkv" codec calibrate --calib "$out/calib_bf16.safetensors" --model "$model" --out "$out/stories_bf16.cal" 2>&1 | tail -1
+"$seqkv" codec bench --cal "$out/stories_bf16.cal" --test "$out/kv_bf16.safetensors" --model "$model" | tee "$out/codec_bench.txt"
+"$seqkv" codec encode --cal "$out/stories_bf16.cal" --kv "$out/kv_bf16.safetensors" --out "$out/kv_bf16.spec.skv" --level spec --model "$model"
+"$seqkv" codec decode --cal "$out/stories_bf16.cal" --in "$out/kv_bf16.spec.skv" --out "$out/kv_bf16.decoded.safetensors" --model "$model"
+
+echo
 echo "== summary"
 tokens=$(awk '{n += NF} END {print n}' "$out/tokens.txt")
 per_tok=$("$seqkv" model info --model "$model" --json | sed -n 's/.*"kv_scalars_per_token":\([0-9]*\).*/\1/p')
@@ -57,4 +68,5 @@ printf 'KV scalars   %s (%s per token)\n' "$((tokens * per_tok))" "$per_tok"
 for dt in bf16 fp8; do
     printf 'kv_%-9s %s bytes (%s)\n' "$dt" "$(stat -c %s "$out/kv_$dt.safetensors")" "$out/kv_$dt.safetensors"
 done
-echo "outputs in $out/ (tokens.txt, kv_bf16.safetensors, kv_fp8.safetensors)"
+printf 'coded (spec)  %s bytes (%s)\n' "$(stat -c %s "$out/kv_bf16.spec.skv")" "$out/kv_bf16.spec.skv"
+echo "outputs in $out/ (tokens, KV files, calibration, coded file, codec_bench.txt)"
