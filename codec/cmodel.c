@@ -21,7 +21,7 @@ static inline double pow2d(int e)
     return c.d;
 }
 
-/* floor for |y| < 2^62 */
+/* floor for |y| <= 2^60 */
 static inline int64_t floor_i64(double y)
 {
     int64_t i = (int64_t)y;
@@ -476,13 +476,20 @@ int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c)
         }
         int nph = step_phases(oct);
         double phi = ((double)mu - skv__lat_value(L, c->c)) * pow2d(-U); /* exact */
-        int ph = (int)floor_i64((phi + 0.5) * nph);
-        ph = ph < 0 ? 0 : ph >= nph ? nph - 1 : ph;
+        double t = (phi + 0.5) * nph; /* huge when mu is far past the dtype's range */
+        int ph = t < 1.0 ? 0 : t >= nph ? nph - 1 : (int)t;
         int idx = ((oct - STEP_OCT_MIN) * 8 + sub) * 16 + ph;
         c->bucket = 0;
         c->tab = get_table(m, 0, idx, oct, sub, ph, nph);
     } else {
         double y = (double)mu * pow2d(-G); /* mu / g, exact */
+        /* A prediction far outside the dtype's range (mu saturated to the
+         * largest finite c, s wide): clamp; every x then escapes, since
+         * bucket indices of real values stay below 2^41. */
+        if (y > 0x1p60)
+            y = 0x1p60;
+        else if (y < -0x1p60)
+            y = -0x1p60;
         int64_t bi = floor_i64(y);
         double b0 = (double)bi;
         int ph = (int)floor_i64((y - b0) * 4.0);

@@ -6,8 +6,10 @@
 
 #include "skv_codec.h"
 
-/* Bumped whenever table construction changes: part of skv_cmodel_id, so a
- * decoder never pairs a stream with tables built differently. */
+/* Bumped whenever table construction or classification changes (the
+ * quantiser, class boundaries, windows): part of skv_cmodel_id, so a
+ * decoder never pairs a stream with tables built differently. The golden
+ * streams in tests/golden/codec/ fail loudly if this is forgotten. */
 #define SKV_CODEC_TABLES_VERSION 1
 
 #define STEP_OCT_MIN (-12)

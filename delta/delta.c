@@ -328,8 +328,21 @@ static void solve(double A[NF][NF], double b[NF], const int *use, float *w)
         w[idx[i]] = fabs(M[i][i]) < 1e-300 ? 0.0f : (float)(M[i][n] / M[i][i]);
 }
 
+/* Total coded size (bits) of the samples under spread s. */
+static double total_cost(skv_cmodel *cm, const uint32_t *x, const float *mu, size_t n, float s)
+{
+    double tot = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a;
+        skv_cmodel_cost(cm, x[i], mu[i], s, &a, NULL);
+        tot += a;
+    }
+    return tot;
+}
+
 /* Choose s for one channel: the candidate with the smallest total coded
- * size over the samples (x bits, mu). */
+ * size over the samples (x bits, mu): a coarse sweep by 2^(1/2) over
+ * 2^-20..2^4 times the residual RMS, then steps of 2^(1/8) around the best. */
 static float fit_s(skv_cmodel *cm, const uint32_t *x, const float *mu, size_t n, double rms,
                    double typical)
 {
@@ -338,31 +351,18 @@ static float fit_s(skv_cmodel *cm, const uint32_t *x, const float *mu, size_t n,
         base = 1e-3;
     double best = INFINITY;
     float best_s = (float)base;
-    /* coarse: 2^(k/2) for k in [-40, 8]; then refine by 2^(1/8) steps */
     for (int k = -40; k <= 8; k++) {
-        float s = (float)(base * ldexp(1.0, 0) * skv_exp(0.34657359 * k));
-        double tot = 0;
-        for (size_t i = 0; i < n; i++) {
-            double a;
-            skv_cmodel_cost(cm, x[i], mu[i], s, &a, NULL);
-            tot += a;
-        }
+        float s = (float)(base * skv_exp(0.34657359 * k));
+        double tot = total_cost(cm, x, mu, n, s);
         if (tot < best) {
             best = tot;
             best_s = s;
         }
     }
-    float center = best_s;
+    const float center = best_s;
     for (int k = -3; k <= 3; k++) {
-        if (k == 0)
-            continue;
         float s = (float)((double)center * skv_exp(0.08664339 * k));
-        double tot = 0;
-        for (size_t i = 0; i < n; i++) {
-            double a;
-            skv_cmodel_cost(cm, x[i], mu[i], s, &a, NULL);
-            tot += a;
-        }
+        double tot = k ? total_cost(cm, x, mu, n, s) : INFINITY;
         if (tot < best) {
             best = tot;
             best_s = s;
