@@ -502,6 +502,28 @@ int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c)
     return c->tab ? SKV_OK : skv_error(SKV_ERR_NOMEM, "codec table");
 }
 
+void skv__cls_cache_clear(skv_cls_cache *cc)
+{
+    memset(cc->key, 0xff, sizeof cc->key); /* no (mu, s) pair has these bits: NaN s */
+}
+
+int skv__classify_cached(skv_cmodel *m, skv_cls_cache *cc, float mu, float s, skv_cls *c)
+{
+    uint64_t key = (uint64_t)skv_f32_bits(mu) << 32 | skv_f32_bits(s);
+    uint64_t h = key * 0x9e3779b97f4a7c15ull;
+    unsigned slot = (unsigned)(h >> 56); /* 8 bits: CLS_CACHE */
+    if (cc->key[slot] == key) {
+        *c = cc->cls[slot];
+        return SKV_OK;
+    }
+    int rc = skv__classify(m, mu, s, c);
+    if (rc == SKV_OK) {
+        cc->key[slot] = key;
+        cc->cls[slot] = *c;
+    }
+    return rc;
+}
+
 /* ---- scalar <-> ops --------------------------------------------------------- */
 
 static inline void op_sym(skv_op *o, const skv_ftab *t, uint32_t sym)

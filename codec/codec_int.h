@@ -65,6 +65,18 @@ typedef struct {
 } skv_op;
 #define SKV_MAX_OPS 6
 
+/* A direct-mapped cache of classifications keyed by the exact bits of
+ * (mu, s): predictors that repeat a (mu, s) pair (stat: one per channel)
+ * skip the classification. Purely a speed-up: a hit returns exactly what
+ * skv__classify would. */
+#define CLS_CACHE 256
+typedef struct {
+    uint64_t key[CLS_CACHE];
+    skv_cls cls[CLS_CACHE];
+} skv_cls_cache;
+void skv__cls_cache_clear(skv_cls_cache *cc);
+int skv__classify_cached(skv_cmodel *m, skv_cls_cache *cc, float mu, float s, skv_cls *c);
+
 int skv__lat_init(skv_lat *L, skv_dtype dt);
 double skv__lat_value(const skv_lat *L, uint32_t x);
 int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c);

@@ -45,6 +45,7 @@ struct skv_encoder {
     uint8_t calib[16];
     uint16_t *words;
     size_t wcap;
+    skv_cls_cache cc;
 };
 
 int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
@@ -72,6 +73,7 @@ void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16])
 {
     e->nops = 0;
     e->n = 0;
+    skv__cls_cache_clear(&e->cc);
     e->ideal = 0;
     e->h = 0x243f6a8885a308d3ull;
     if (calib_id)
@@ -94,7 +96,7 @@ int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s)
     }
     x &= e->m->lat.nbits == 32 ? 0xffffffffu : ((1u << e->m->lat.nbits) - 1u);
     skv_cls c;
-    int rc = skv__classify(e->m, mu, s, &c);
+    int rc = skv__classify_cached(e->m, &e->cc, mu, s, &c);
     if (rc)
         return rc;
     int k = skv__plan(e->m, &c, x, e->ops + e->nops);
@@ -216,6 +218,7 @@ struct skv_decoder {
     uint32_t n, got;
     uint64_t h, want;
     int bad;                 /* sticky: a read past the end or an impossible symbol */
+    skv_cls_cache cc;
 };
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -260,6 +263,7 @@ int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream
     d->h = 0x243f6a8885a308d3ull;
     d->want = info->checksum;
     d->bad = 0;
+    skv__cls_cache_clear(&d->cc);
     return SKV_OK;
 }
 
@@ -315,7 +319,7 @@ int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *out)
     skv_cmodel *m = d->m;
     const skv_lat *L = &m->lat;
     skv_cls c;
-    int rc = skv__classify(m, mu, s, &c);
+    int rc = skv__classify_cached(m, &d->cc, mu, s, &c);
     if (rc)
         return rc;
     const skv_ftab *t = c.tab;
