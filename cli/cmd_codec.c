@@ -155,12 +155,7 @@ static int do_calibrate(int argc, char **argv)
     return r;
 }
 
-/* ---- the coded file ("SKVF") ------------------------------------------------
- * header 40 bytes: magic "SKVF", u16 version 1, u8 level, u8 dtype,
- * u32 n_seq, u32 chunk, u8 calib_id[16], u32 reserved (0); then per
- * sequence: u32 T, T x i32 tokens, u32 n_streams, n_streams x u32 sizes,
- * the streams. */
-#define SKVF_MAGIC 0x46564b53u
+/* ---- coded files (format: skv_delta.h, FORMAT.md) ---------------------- */
 
 static void put32(FILE *f, uint32_t v)
 {
@@ -205,15 +200,11 @@ static int do_encode(int argc, char **argv)
     if (!rc && !(f = fopen(tmp, "wb")))
         rc = skv_error(SKV_ERR_IO, "%s: cannot create", tmp);
     if (!rc) {
-        uint8_t h[40] = {0};
-        skv_store32_le(h, SKVF_MAGIC);
-        skv_store16_le(h + 4, 1);
-        h[6] = (uint8_t)lvl;
-        h[7] = (uint8_t)skv_calib_shape(c)->dtype;
-        skv_store32_le(h + 8, (uint32_t)n_seq);
-        skv_store32_le(h + 12, (uint32_t)a.chunk);
-        memcpy(h + 16, skv_calib_id(c), 16);
-        fwrite(h, 1, 40, f);
+        uint8_t h[SKV_CODED_HEADER];
+        skv_coded_info ci = {lvl, skv_calib_shape(c)->dtype, (uint32_t)n_seq, (uint32_t)a.chunk, {0}};
+        memcpy(ci.calib_id, skv_calib_id(c), 16);
+        skv_coded_write_header(h, &ci);
+        fwrite(h, 1, sizeof h, f);
     }
     for (size_t i = 0; i < n_seq && !rc; i++) {
         skv_kvseq q;
@@ -298,70 +289,34 @@ static int do_decode(int argc, char **argv)
     skv_st_writer *w = NULL;
     rc = skv_file_read(a.in, (size_t)1 << 40, &buf, &len);
     const skv_kvshape *sh = skv_calib_shape(c);
-    size_t p = 40, n_seq = 0, chunk = 0;
-    skv_level lvl = SKV_LEVEL_STAT;
-    if (!rc) {
-        if (len < 40 || skv_load32_le(buf) != SKVF_MAGIC)
-            rc = skv_error(SKV_ERR_FORMAT, "%s: not a seqkv coded file", a.in);
-        else if (skv_load16_le(buf + 4) != 1)
-            rc = skv_error(SKV_ERR_VERSION, "%s: version %u", a.in, skv_load16_le(buf + 4));
-        else if (buf[6] >= SKV_LEVEL_COUNT || buf[7] != (uint8_t)sh->dtype)
-            rc = skv_error(SKV_ERR_FORMAT, "%s: bad level or dtype", a.in);
-        else if (memcmp(buf + 16, skv_calib_id(c), 16) != 0)
-            rc = skv_error(SKV_ERR_ARG, "%s was coded with another calibration than %s", a.in, a.cal);
-        lvl = rc ? lvl : (skv_level)buf[6];
-        n_seq = rc ? 0 : skv_load32_le(buf + 8);
-        chunk = rc ? 0 : skv_load32_le(buf + 12);
-        if (!rc && chunk == 0)
-            rc = skv_error(SKV_ERR_FORMAT, "%s: chunk length 0", a.in);
-    }
+    skv_coded_info ci = {SKV_LEVEL_STAT, SKV_DT_F32, 0, 0, {0}};
     if (!rc)
-        rc = skv_delta_create(c, lvl, m, NULL, &d);
+        rc = skv_coded_read_header(buf, len, &ci);
+    if (!rc && ci.dtype != sh->dtype)
+        rc = skv_error(SKV_ERR_SHAPE, "%s holds %s, the calibration is for %s", a.in,
+                       skv_dtype_name(ci.dtype), skv_dtype_name(sh->dtype));
+    if (!rc && memcmp(ci.calib_id, skv_calib_id(c), 16) != 0)
+        rc = skv_error(SKV_ERR_ARG, "%s was coded with another calibration than %s", a.in, a.cal);
+    if (!rc)
+        rc = skv_delta_create(c, ci.level, m, NULL, &d);
     if (!rc)
         rc = skv_stw_create(&w);
     skv_streams s = {0};
-    for (size_t i = 0; i < n_seq && !rc; i++) {
-        if (len - p < 4) {
-            rc = skv_error(SKV_ERR_FORMAT, "%s: truncated at sequence %zu", a.in, i);
+    size_t p = SKV_CODED_HEADER;
+    for (size_t i = 0; i < ci.n_seq && !rc; i++) {
+        uint32_t T;
+        const uint8_t *tb;
+        if ((rc = skv_coded_read_seq(buf, len, &p, &T, &tb, &s)))
             break;
-        }
-        uint32_t T = skv_load32_le(buf + p);
-        p += 4;
-        if ((len - p) / 4 < (size_t)T + 1) {
-            rc = skv_error(SKV_ERR_FORMAT, "%s: truncated tokens of sequence %zu", a.in, i);
-            break;
-        }
-        int32_t *tok = malloc(((size_t)T + 1) * sizeof *tok);
-        for (size_t t = 0; tok && t < T; t++)
-            tok[t] = (int32_t)skv_load32_le(buf + p + 4 * t);
-        p += 4 * (size_t)T;
-        uint32_t ns = skv_load32_le(buf + p);
-        p += 4;
-        if (!tok || (len - p) / 4 < ns) {
-            free(tok);
-            rc = skv_error(SKV_ERR_FORMAT, "%s: truncated stream table of sequence %zu", a.in, i);
-            break;
-        }
-        s.nstreams = ns;
-        s.offs = realloc(s.offs, ((size_t)ns + 1) * sizeof *s.offs);
-        s.offs[0] = 0;
-        for (size_t j = 0; j < ns; j++)
-            s.offs[j + 1] = s.offs[j] + skv_load32_le(buf + p + 4 * j);
-        p += 4 * (size_t)ns;
-        if (s.offs[ns] > len - p) {
-            free(tok);
-            rc = skv_error(SKV_ERR_FORMAT, "%s: truncated streams of sequence %zu", a.in, i);
-            break;
-        }
-        s.data = buf + p;
-        s.len = s.offs[ns];
-        p += s.len;
         size_t nb = (size_t)sh->layers * T * sh->kv_heads * sh->head_dim * skv_dtype_size(sh->dtype);
+        int32_t *tok = malloc(((size_t)T + 1) * sizeof *tok);
         uint8_t *k = malloc(nb ? nb : 1), *v = malloc(nb ? nb : 1);
-        if (!k || !v)
+        if (!tok || !k || !v)
             rc = skv_error(SKV_ERR_NOMEM, "sequence %zu", i);
+        for (size_t t = 0; !rc && t < T; t++)
+            tok[t] = (int32_t)skv_load32_le(tb + 4 * t);
         if (!rc)
-            rc = skv_delta_decode(d, tok, T, &s, 0, chunk, k, v);
+            rc = skv_delta_decode(d, tok, T, &s, 0, ci.chunk, k, v);
         if (!rc) {
             skv_kvseq q = {T, tok, sh->dtype, sh->layers, sh->kv_heads, sh->head_dim, k, v};
             rc = skv_kvfile_add(w, i, &q);
@@ -370,14 +325,13 @@ static int do_decode(int argc, char **argv)
         free(k);
         free(v);
     }
-    s.data = NULL;
-    free(s.offs);
+    skv_streams_free(&s);
     if (!rc && p != len)
         rc = skv_error(SKV_ERR_FORMAT, "%s: %zu trailing bytes", a.in, len - p);
     if (!rc)
         rc = skv_stw_write(w, a.out);
     if (!rc)
-        fprintf(stderr, "decode: %zu sequences -> %s\n", n_seq, a.out);
+        fprintf(stderr, "decode: %u sequences -> %s\n", ci.n_seq, a.out);
     skv_stw_free(w);
     skv_delta_free(d);
     skv_free(buf);

@@ -772,18 +772,15 @@ static int get_f32(const skv_st *st, const char *name, float *dst, size_t n)
     return SKV_OK;
 }
 
-int skv_calib_load(const char *path, skv_calib **out)
+/* Build a calibration from a parsed safetensors image; `path` names it in
+ * errors. Does not take ownership of st. */
+static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
 {
     *out = NULL;
-    skv_st *st;
-    int rc = skv_st_open(path, &st);
-    if (rc)
-        return rc;
+    int rc;
     skv_calib *c = skv_calloc(1, sizeof *c);
-    if (!c) {
-        skv_st_free(st);
+    if (!c)
         return skv_error(SKV_ERR_NOMEM, "calibration");
-    }
     const char *kind = skv_st_meta(st, "seqkv.kind"), *ver = skv_st_meta(st, "seqkv.calib_version");
     const char *dt = skv_st_meta(st, "seqkv.dtype"), *lay = skv_st_meta(st, "seqkv.rope_layout");
     const char *lv = skv_st_meta(st, "seqkv.levels"), *mfp = skv_st_meta(st, "seqkv.model");
@@ -805,8 +802,9 @@ int skv_calib_load(const char *path, skv_calib **out)
     c->sh.vocab = (int)cb->shape[1];
     int64_t C = cb->shape[3];
     const skv_tensor *wt = skv_st_find(st, "w.stat");
-    if (!wt || wt->ndim != 5 || wt->shape[2] < 1 || C % wt->shape[2] || cb->shape[2] != 2 ||
-        c->sh.layers < 1 || c->sh.vocab < 1) {
+    if (!wt || wt->ndim != 5 || wt->shape[2] < 1 || C < 1 || C % wt->shape[2] || cb->shape[2] != 2 ||
+        cb->shape[0] < 1 || cb->shape[0] > 4096 || cb->shape[1] < 1 || cb->shape[1] > (1 << 24) ||
+        C > (1 << 20)) {
         rc = skv_error(SKV_ERR_FORMAT, "%s: inconsistent calibration shapes", path);
         goto fail;
     }
@@ -859,12 +857,34 @@ int skv_calib_load(const char *path, skv_calib **out)
         rc = skv_error(SKV_ERR_CORRUPT, "%s: content hash %s does not match the recorded id %s", path, hex, idh);
         goto fail;
     }
-    skv_st_free(st);
     *out = c;
     return SKV_OK;
 fail:
-    skv_st_free(st);
     skv_calib_free(c);
+    return rc;
+}
+
+int skv_calib_parse(const uint8_t *buf, size_t len, skv_calib **out)
+{
+    *out = NULL;
+    skv_st *st;
+    int rc = skv_st_parse(buf, len, &st);
+    if (rc)
+        return rc;
+    rc = calib_from_st(st, "calibration", out);
+    skv_st_free(st);
+    return rc;
+}
+
+int skv_calib_load(const char *path, skv_calib **out)
+{
+    *out = NULL;
+    skv_st *st;
+    int rc = skv_st_open(path, &st);
+    if (rc)
+        return rc;
+    rc = calib_from_st(st, path, out);
+    skv_st_free(st);
     return rc;
 }
 
@@ -963,7 +983,8 @@ void skv_delta_reset_costs(skv_delta *d)
 
 void skv_streams_free(skv_streams *s)
 {
-    skv_free(s->data);
+    if (s->cap)
+        skv_free(s->data); /* cap == 0: data is borrowed (skv_coded_read_seq) */
     skv_free(s->offs);
     memset(s, 0, sizeof *s);
 }
@@ -1191,4 +1212,85 @@ int skv_delta_decode(skv_delta *d, const int32_t *tokens, size_t T, const skv_st
     q.in = in;
     q.next_stream = first_stream;
     return code_seq(&q, chunk);
+}
+
+/* ---- coded KV files ("SKVF") -------------------------------------------------- */
+
+int skv_coded_write_header(uint8_t out[SKV_CODED_HEADER], const skv_coded_info *info)
+{
+    memset(out, 0, SKV_CODED_HEADER);
+    skv_store32_le(out, SKV_CODED_MAGIC);
+    skv_store16_le(out + 4, SKV_CODED_VERSION);
+    out[6] = (uint8_t)info->level;
+    out[7] = (uint8_t)info->dtype;
+    skv_store32_le(out + 8, info->n_seq);
+    skv_store32_le(out + 12, info->chunk);
+    memcpy(out + 16, info->calib_id, 16);
+    return SKV_OK;
+}
+
+int skv_coded_read_header(const uint8_t *buf, size_t len, skv_coded_info *info)
+{
+    if (len < SKV_CODED_HEADER)
+        return skv_error(SKV_ERR_FORMAT, "coded file: %zu bytes, shorter than its header", len);
+    if (skv_load32_le(buf) != SKV_CODED_MAGIC)
+        return skv_error(SKV_ERR_FORMAT, "not a seqkv coded file (bad magic)");
+    unsigned v = skv_load16_le(buf + 4);
+    if (v > SKV_CODED_VERSION)
+        return skv_error(SKV_ERR_VERSION, "coded file version %u; this build reads %d", v, SKV_CODED_VERSION);
+    if (v == 0)
+        return skv_error(SKV_ERR_FORMAT, "coded file version 0");
+    if (buf[6] >= SKV_LEVEL_COUNT || buf[7] > SKV_DT_F8E4M3)
+        return skv_error(SKV_ERR_FORMAT, "coded file: bad level %u or dtype %u", buf[6], buf[7]);
+    if (skv_load64_le(buf + 32) != 0)
+        return skv_error(SKV_ERR_FORMAT, "coded file: reserved bytes are not zero");
+    info->level = (skv_level)buf[6];
+    info->dtype = (skv_dtype)buf[7];
+    info->n_seq = skv_load32_le(buf + 8);
+    info->chunk = skv_load32_le(buf + 12);
+    memcpy(info->calib_id, buf + 16, 16);
+    if (info->chunk == 0)
+        return skv_error(SKV_ERR_FORMAT, "coded file: chunk length 0");
+    return SKV_OK;
+}
+
+int skv_coded_read_seq(const uint8_t *buf, size_t len, size_t *pos, uint32_t *T,
+                       const uint8_t **tokens, skv_streams *s)
+{
+    size_t p = *pos;
+    if (p > len || len - p < 4)
+        return skv_error(SKV_ERR_FORMAT, "coded file: truncated at byte %zu (sequence length)", p);
+    uint32_t t = skv_load32_le(buf + p);
+    p += 4;
+    if ((len - p) / 4 < (size_t)t + 1)
+        return skv_error(SKV_ERR_FORMAT, "coded file: truncated tokens (%u claimed)", t);
+    *tokens = buf + p;
+    p += 4 * (size_t)t;
+    uint32_t ns = skv_load32_le(buf + p);
+    p += 4;
+    if ((len - p) / 4 < ns)
+        return skv_error(SKV_ERR_FORMAT, "coded file: truncated stream table (%u streams claimed)", ns);
+    if (s->cap)
+        skv_free(s->data);
+    size_t *o = skv_realloc(s->offs, ((size_t)ns + 1) * sizeof *o);
+    if (!o)
+        return skv_error(SKV_ERR_NOMEM, "stream table");
+    s->offs = o;
+    s->ncap = (size_t)ns + 1;
+    s->offs[0] = 0;
+    for (size_t j = 0; j < ns; j++) {
+        uint32_t sz = skv_load32_le(buf + p + 4 * j);
+        s->offs[j + 1] = s->offs[j] + sz;
+    }
+    p += 4 * (size_t)ns;
+    if (s->offs[ns] > len - p)
+        return skv_error(SKV_ERR_FORMAT, "coded file: streams run past the end");
+    s->data = (uint8_t *)(uintptr_t)(buf + p); /* borrowed: cap stays 0 */
+    s->cap = 0;
+    s->len = s->offs[ns];
+    s->nstreams = ns;
+    p += s->len;
+    *T = t;
+    *pos = p;
+    return SKV_OK;
 }

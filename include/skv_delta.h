@@ -70,8 +70,12 @@ typedef struct {
 int skv_calib_learn(const skv_st *kvfile, const skv_calib_opts *opts, skv_calib **out);
 void skv_calib_free(skv_calib *c);
 int skv_calib_save(const skv_calib *c, const char *path);
-/* Load and verify (version, content hash). */
+/* Load and verify (version, shapes, content hash). Errors: SKV_ERR_IO,
+ * SKV_ERR_FORMAT (not a calibration / bad shapes), SKV_ERR_VERSION,
+ * SKV_ERR_CORRUPT (content hash mismatch), SKV_ERR_NOMEM. */
 int skv_calib_load(const char *path, skv_calib **out);
+/* The same from a file image in memory (borrowed). */
+int skv_calib_parse(const uint8_t *buf, size_t len, skv_calib **out);
 const skv_kvshape *skv_calib_shape(const skv_calib *c);
 /* 16-byte content hash (BLAKE2b-128 of the calibration's tensors). */
 const uint8_t *skv_calib_id(const skv_calib *c);
@@ -91,7 +95,7 @@ int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *mod
 void skv_delta_free(skv_delta *d);
 
 typedef struct {
-    uint8_t *data;   /* concatenated streams */
+    uint8_t *data;   /* concatenated streams (borrowed when cap == 0) */
     size_t len, cap;
     size_t *offs;    /* stream i occupies [offs[i], offs[i+1]) */
     size_t nstreams, ncap;
@@ -111,6 +115,30 @@ int skv_delta_decode(skv_delta *d, const int32_t *tokens, size_t T, const skv_st
 void skv_delta_costs(const skv_delta *d, const double **ideal_bits, const double **coded_bytes,
                      const uint64_t **scalars);
 void skv_delta_reset_costs(skv_delta *d);
+
+/* ------------------------------------------------------------------------
+ * Coded KV files ("SKVF", FORMAT.md): a 40-byte header, then per sequence
+ * u32 T, T x i32 tokens, u32 stream count, u32 sizes, the streams.
+ * ---------------------------------------------------------------------- */
+#define SKV_CODED_MAGIC 0x46564b53u /* "SKVF" */
+#define SKV_CODED_VERSION 1
+#define SKV_CODED_HEADER 40
+
+typedef struct {
+    skv_level level;
+    skv_dtype dtype;
+    uint32_t n_seq, chunk;
+    uint8_t calib_id[16];
+} skv_coded_info;
+
+int skv_coded_write_header(uint8_t out[SKV_CODED_HEADER], const skv_coded_info *info);
+/* Errors: SKV_ERR_FORMAT (short, bad magic, bad fields), SKV_ERR_VERSION. */
+int skv_coded_read_header(const uint8_t *buf, size_t len, skv_coded_info *info);
+/* Read the sequence at *pos (advanced past it): T, its tokens (LE int32,
+ * unaligned, into buf) and its streams (data borrowed from buf; free the
+ * struct with skv_streams_free). SKV_ERR_FORMAT when anything is cut. */
+int skv_coded_read_seq(const uint8_t *buf, size_t len, size_t *pos, uint32_t *T,
+                       const uint8_t **tokens, skv_streams *s);
 
 #ifdef __cplusplus
 }
