@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "skv_delta.h"
+#include "skv_dtype_impl.h"
 
 #define NF 4
 
@@ -206,6 +207,25 @@ static void cb_feature(const skv_calib *c, int l, int kv, int32_t tok, size_t po
     }
     if (kv == 0)
         rope_row(c, out, pos, +1);
+}
+
+/* Store dtype bits x at p (LE) and return their float value. */
+static inline float store_bits(skv_dtype dt, uint8_t *p, uint32_t x)
+{
+    switch (dt) {
+    case SKV_DT_BF16:
+        skv_store16_le(p, (uint16_t)x);
+        return skv__bf16_to_f32((uint16_t)x);
+    case SKV_DT_F16:
+        skv_store16_le(p, (uint16_t)x);
+        return skv__f16_to_f32((uint16_t)x);
+    case SKV_DT_F8E4M3:
+        p[0] = (uint8_t)x;
+        return skv__f8e4m3_to_f32((uint8_t)x);
+    default:
+        skv_store32_le(p, x);
+        return skv_bits_f32(x);
+    }
 }
 
 static inline float predict(const float *w, float fm, float fp, float fc, float fmean)
@@ -1081,13 +1101,7 @@ static int code_stream(seq_ctx *q, int l, int kv, const float *model_pred)
                 if (q->decode) {
                     if ((rc = skv_decoder_get(d->dec, mu, sv[ch], &x)))
                         break;
-                    if (es == 1)
-                        p[0] = (uint8_t)x;
-                    else if (es == 2)
-                        skv_store16_le(p, (uint16_t)x);
-                    else
-                        skv_store32_le(p, x);
-                    skv_cast_to_f32(c->sh.dtype, &row[ch], p, 1);
+                    row[ch] = store_bits(c->sh.dtype, p, x);
                 } else {
                     x = load_bits(c->sh.dtype, p);
                     if ((rc = skv_encoder_put(d->enc, x, mu, sv[ch])))
