@@ -917,12 +917,14 @@ struct skv_delta {
     skv_model *owned;
     skv_pool *pool;
     skv_cmodel *cm;
-    skv_encoder *enc;
-    skv_decoder *dec;
+    int nws;
+    struct coder_ws {
+        skv_encoder *enc;
+        skv_decoder *dec;
+        float *cbf;
+    } *ws;                  /* one per pool thread */
     double *ideal, *bytes;
     uint64_t *nsc;
-    uint8_t *tmp;
-    size_t tmp_cap;
 };
 
 int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *model, skv_pool *pool,
@@ -952,10 +954,18 @@ int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *mod
     int rc = (d->ideal && d->bytes && d->nsc) ? SKV_OK : skv_error(SKV_ERR_NOMEM, "delta coder");
     if (!rc)
         rc = skv_cmodel_create(cal->sh.dtype, level_mix(level), cal->pemp, &d->cm);
-    if (!rc)
-        rc = skv_encoder_create(d->cm, &d->enc);
-    if (!rc)
-        rc = skv_decoder_create(d->cm, &d->dec);
+    d->nws = skv_pool_threads(pool);
+    d->ws = rc ? NULL : skv_calloc((size_t)d->nws, sizeof *d->ws);
+    if (!rc && !d->ws)
+        rc = skv_error(SKV_ERR_NOMEM, "delta coder");
+    for (int i = 0; !rc && i < d->nws; i++) {
+        rc = skv_encoder_create(d->cm, &d->ws[i].enc);
+        if (!rc)
+            rc = skv_decoder_create(d->cm, &d->ws[i].dec);
+        d->ws[i].cbf = rc ? NULL : skv_malloc(chan_count(&cal->sh) * sizeof(float));
+        if (!rc && !d->ws[i].cbf)
+            rc = skv_error(SKV_ERR_NOMEM, "delta coder");
+    }
     if (!rc && level == SKV_LEVEL_SPEC) {
         rc = skv_model_quantize(model, SKV_WQ_INT8, &d->owned);
         d->model = d->owned;
@@ -974,14 +984,17 @@ void skv_delta_free(skv_delta *d)
 {
     if (!d)
         return;
-    skv_encoder_free(d->enc);
-    skv_decoder_free(d->dec);
+    for (int i = 0; d->ws && i < d->nws; i++) {
+        skv_encoder_free(d->ws[i].enc);
+        skv_decoder_free(d->ws[i].dec);
+        skv_free(d->ws[i].cbf);
+    }
+    skv_free(d->ws);
     skv_cmodel_free(d->cm);
     skv_model_free(d->owned);
     skv_free(d->ideal);
     skv_free(d->bytes);
     skv_free(d->nsc);
-    skv_free(d->tmp);
     skv_free(d);
 }
 
@@ -1050,31 +1063,37 @@ typedef struct {
     size_t t0, t1;
     int decode;
     const skv_streams *in;
-    size_t next_stream;
+    size_t first_stream;
+    size_t chunk_index;
     skv_streams *out;
     int rc;
-    float *cbf;
 } seq_ctx;
 
-static int code_stream(seq_ctx *q, int l, int kv, const float *model_pred)
+/* Code the stream of (layer l, kv) for the current chunk with workspace ws.
+ * Decoding reads stream first_stream + chunk_index * 2L + 2l + kv;
+ * encoding returns the finished stream in *out_buf (skv_free it). Streams
+ * of different (l, kv) touch disjoint data, so they may run in parallel. */
+static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const float *model_pred,
+                       uint8_t **out_buf, size_t *out_len)
 {
     skv_delta *d = q->d;
     const skv_calib *c = d->cal;
     const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads, D = (size_t)c->sh.head_dim,
-                 T = q->T, es = skv_dtype_size(c->sh.dtype);
+                 T = q->T, es = skv_dtype_size(c->sh.dtype), L = (size_t)c->sh.layers;
     const float *mean = c->mean + ((size_t)l * 2 + (size_t)kv) * C;
     const float *S = c->s[d->level] + ((size_t)l * 2 + (size_t)kv) * 2 * C;
     const float *W = c->w[d->level] + ((size_t)l * 2 + (size_t)kv) * H * 2 * NF;
     float *X = q->kvf[kv] + (size_t)l * T * C;
     uint8_t *B = q->kvb[kv] + (size_t)l * T * C * es;
+    float *cbf = ws->cbf;
     int rc = SKV_OK;
     if (q->decode) {
-        if (q->next_stream >= q->in->nstreams)
+        size_t si = q->first_stream + q->chunk_index * 2 * L + (size_t)l * 2 + (size_t)kv;
+        if (si >= q->in->nstreams)
             return skv_error(SKV_ERR_FORMAT, "missing stream for layer %d %s", l, kv ? "V" : "K");
-        size_t a = q->in->offs[q->next_stream], b = q->in->offs[q->next_stream + 1];
-        q->next_stream++;
+        size_t a = q->in->offs[si], b = q->in->offs[si + 1];
         skv_stream_info info;
-        if ((rc = skv_decoder_begin(d->dec, q->in->data + a, b - a, &info)))
+        if ((rc = skv_decoder_begin(ws->dec, q->in->data + a, b - a, &info)))
             return rc;
         if (info.n != (q->t1 - q->t0) * C)
             return skv_error(SKV_ERR_CORRUPT, "stream holds %u scalars, the chunk has %zu", info.n,
@@ -1082,10 +1101,10 @@ static int code_stream(seq_ctx *q, int l, int kv, const float *model_pred)
         if (memcmp(info.calib_id, c->id, 16) != 0)
             return skv_error(SKV_ERR_CORRUPT, "stream was coded with another calibration");
     } else {
-        skv_encoder_reset(d->enc, c->id);
+        skv_encoder_reset(ws->enc, c->id);
     }
     for (size_t t = q->t0; t < q->t1 && !rc; t++) {
-        cb_feature(c, l, kv, q->tok[t], t, NULL, q->cbf);
+        cb_feature(c, l, kv, q->tok[t], t, NULL, cbf);
         const size_t seen = c->cb_n[q->tok[t]] > 0;
         const float *sv = S + seen * C;
         float *row = X + t * C;
@@ -1095,16 +1114,16 @@ static int code_stream(seq_ctx *q, int l, int kv, const float *model_pred)
             for (size_t dd = 0; dd < D; dd++) {
                 size_t ch = h * D + dd;
                 float fm = model_pred ? model_pred[(t - q->t0) * C + ch] : 0.0f;
-                float mu = predict(w, fm, prev[ch], q->cbf[ch], mean[ch]);
+                float mu = predict(w, fm, prev[ch], cbf[ch], mean[ch]);
                 uint8_t *p = B + (t * C + ch) * es;
                 uint32_t x;
                 if (q->decode) {
-                    if ((rc = skv_decoder_get(d->dec, mu, sv[ch], &x)))
+                    if ((rc = skv_decoder_get(ws->dec, mu, sv[ch], &x)))
                         break;
                     row[ch] = store_bits(c->sh.dtype, p, x);
                 } else {
                     x = load_bits(c->sh.dtype, p);
-                    if ((rc = skv_encoder_put(d->enc, x, mu, sv[ch])))
+                    if ((rc = skv_encoder_put(ws->enc, x, mu, sv[ch])))
                         break;
                 }
             }
@@ -1114,21 +1133,70 @@ static int code_stream(seq_ctx *q, int l, int kv, const float *model_pred)
         return rc;
     size_t idx = (size_t)l * 2 + (size_t)kv;
     if (q->decode)
-        return skv_decoder_end(d->dec);
-    size_t need = skv_encoder_bound(d->enc), len;
-    if (need > d->tmp_cap) {
-        uint8_t *t = skv_realloc(d->tmp, need);
-        if (!t)
-            return skv_error(SKV_ERR_NOMEM, "stream buffer");
-        d->tmp = t;
-        d->tmp_cap = need;
-    }
-    if ((rc = skv_encoder_finish(d->enc, d->tmp, d->tmp_cap, &len)))
+        return skv_decoder_end(ws->dec);
+    size_t need = skv_encoder_bound(ws->enc), len;
+    uint8_t *buf = skv_malloc(need);
+    if (!buf)
+        return skv_error(SKV_ERR_NOMEM, "stream buffer");
+    if ((rc = skv_encoder_finish(ws->enc, buf, need, &len))) {
+        skv_free(buf);
         return rc;
-    d->ideal[idx] += skv_encoder_ideal_bits(d->enc);
+    }
+    d->ideal[idx] += skv_encoder_ideal_bits(ws->enc);
     d->bytes[idx] += (double)len;
     d->nsc[idx] += (q->t1 - q->t0) * C;
-    return streams_append(q->out, d->tmp, len);
+    *out_buf = buf;
+    *out_len = len;
+    return SKV_OK;
+}
+
+/* Code stream (l, kv) and, when encoding, append it to the output. */
+static int code_and_append(seq_ctx *q, struct coder_ws *ws, int l, int kv, const float *model_pred)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = code_stream(q, ws, l, kv, model_pred, &buf, &len);
+    if (!rc && !q->decode)
+        rc = streams_append(q->out, buf, len);
+    skv_free(buf);
+    return rc;
+}
+
+/* The streams of one chunk of a model-free level, in parallel over
+ * (layer, kv); encoded streams are appended afterwards in order. */
+typedef struct {
+    seq_ctx *q;
+    uint8_t **bufs;
+    size_t *lens;
+    int *rcs;
+} par_ctx;
+
+static void par_task(void *vctx, size_t b, size_t e, int worker)
+{
+    par_ctx *p = vctx;
+    for (size_t j = b; j < e; j++)
+        p->rcs[j] = code_stream(p->q, &p->q->d->ws[worker], (int)(j / 2), (int)(j & 1), NULL,
+                                &p->bufs[j], &p->lens[j]);
+}
+
+static int code_chunk_parallel(seq_ctx *q)
+{
+    const size_t n = (size_t)q->d->cal->sh.layers * 2;
+    par_ctx p = {q, skv_calloc(n, sizeof(uint8_t *)), skv_calloc(n, sizeof(size_t)),
+                 skv_calloc(n, sizeof(int))};
+    int rc = (p.bufs && p.lens && p.rcs) ? SKV_OK : skv_error(SKV_ERR_NOMEM, "chunk jobs");
+    if (!rc)
+        skv_pool_run(q->d->nws > 1 ? q->d->pool : NULL, n, par_task, &p);
+    for (size_t j = 0; !rc && j < n; j++)
+        rc = p.rcs[j];
+    for (size_t j = 0; !rc && !q->decode && j < n; j++)
+        rc = streams_append(q->out, p.bufs[j], p.lens[j]);
+    for (size_t j = 0; p.bufs && j < n; j++)
+        skv_free(p.bufs[j]);
+    skv_free(p.bufs);
+    skv_free(p.lens);
+    skv_free(p.rcs);
+    return rc;
 }
 
 /* KV hook: code layer l of the chunk with the model's predictions; for
@@ -1144,7 +1212,7 @@ static void coder_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, f
         return;
     for (int kv = 0; kv < 2 && !q->rc; kv++) {
         float *x = kv ? v : k;
-        q->rc = code_stream(q, layer, kv, x);
+        q->rc = code_and_append(q, &q->d->ws[0], layer, kv, x);
         /* spec attends over the exact KV; full recomputes on its own */
         if (!q->rc && q->d->level == SKV_LEVEL_SPEC)
             memcpy(x, q->kvf[kv] + ((size_t)layer * T + q->t0) * C, n * C * sizeof(float));
@@ -1163,10 +1231,9 @@ static int code_seq(seq_ctx *q, size_t chunk)
         if (q->tok[t] < 0 || q->tok[t] >= c->sh.vocab)
             return skv_error(SKV_ERR_ARG, "token id %d at %zu outside the calibration's vocabulary [0, %d)",
                              q->tok[t], t, c->sh.vocab);
-    q->cbf = skv_malloc(C * sizeof(float));
     for (int kv = 0; kv < 2; kv++)
         q->kvf[kv] = skv_malloc((L * T * C > 0 ? L * T * C : 1) * sizeof(float));
-    if (!q->cbf || !q->kvf[0] || !q->kvf[1]) {
+    if (!q->kvf[0] || !q->kvf[1]) {
         rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
         goto done;
     }
@@ -1176,7 +1243,7 @@ static int code_seq(seq_ctx *q, size_t chunk)
     skv_kvcache *cache = NULL;
     if (d->model && T && (rc = skv_kvcache_create(skv_model_cfg(d->model), T, &cache)))
         goto done;
-    for (q->t0 = 0; q->t0 < T && !rc; q->t0 = q->t1) {
+    for (q->t0 = 0, q->chunk_index = 0; q->t0 < T && !rc; q->t0 = q->t1, q->chunk_index++) {
         q->t1 = q->t0 + chunk < T ? q->t0 + chunk : T;
         if (d->model) {
             q->rc = SKV_OK;
@@ -1185,14 +1252,11 @@ static int code_seq(seq_ctx *q, size_t chunk)
             if (!rc)
                 rc = q->rc;
         } else {
-            for (size_t l = 0; l < L && !rc; l++)
-                for (int kv = 0; kv < 2 && !rc; kv++)
-                    rc = code_stream(q, (int)l, kv, NULL);
+            rc = code_chunk_parallel(q);
         }
     }
     skv_kvcache_free(cache);
 done:
-    skv_free(q->cbf);
     skv_free(q->kvf[0]);
     skv_free(q->kvf[1]);
     return rc;
@@ -1224,7 +1288,7 @@ int skv_delta_decode(skv_delta *d, const int32_t *tokens, size_t T, const skv_st
     q.kvb[1] = v;
     q.decode = 1;
     q.in = in;
-    q.next_stream = first_stream;
+    q.first_stream = first_stream;
     return code_seq(&q, chunk);
 }
 

@@ -257,3 +257,49 @@ Test(delta, refuses_mismatched_inputs)
     free_kv(&cal);
     skv_model_free(m);
 }
+
+Test(delta, parallel_layers_give_the_same_streams_and_bytes)
+{
+    skv_model *m = random_model();
+    kvset cal = {0}, t = {0};
+    make_kv(m, 4, 40, 11, SKV_DT_BF16, &cal);
+    make_kv(m, 2, 40, 12, SKV_DT_BF16, &t);
+    uint8_t *buf;
+    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_calib *c;
+    skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0);
+    skv_pool *pool;
+    cr_assert_eq(skv_pool_create(&pool, 2), 0);
+    size_t per = skv_model_kv_per_token(m) / 2 * 2;
+    for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++) {
+        skv_delta *d1, *d2;
+        cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &d1), 0);
+        cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, pool, &d2), 0);
+        for (size_t i = 0; i < t.n; i++) {
+            skv_streams a = {0}, b = {0};
+            cr_assert_eq(skv_delta_encode(d1, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &a), 0);
+            cr_assert_eq(skv_delta_encode(d2, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &b), 0);
+            cr_assert_eq(a.nstreams, b.nstreams);
+            cr_assert_eq(a.len, b.len);
+            cr_assert_eq(memcmp(a.data, b.data, a.len), 0, "same bytes with 1 and 2 threads");
+            uint8_t *k = malloc(t.T[i] * per), *v = malloc(t.T[i] * per);
+            cr_assert_eq(skv_delta_decode(d2, t.tok[i], t.T[i], &a, 0, 16, k, v), 0, "%s", skv_error_detail());
+            cr_assert_eq(memcmp(k, t.k[i], t.T[i] * per), 0);
+            cr_assert_eq(memcmp(v, t.v[i], t.T[i] * per), 0);
+            free(k);
+            free(v);
+            skv_streams_free(&a);
+            skv_streams_free(&b);
+        }
+        skv_delta_free(d1);
+        skv_delta_free(d2);
+    }
+    skv_pool_free(pool);
+    skv_calib_free(c);
+    skv_st_free(st);
+    free(buf);
+    free_kv(&cal);
+    free_kv(&t);
+    skv_model_free(m);
+}
