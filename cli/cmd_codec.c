@@ -213,7 +213,10 @@ static int do_encode(int argc, char **argv)
         const skv_kvshape *sh = skv_calib_shape(c);
         if (q.layers != sh->layers || q.kv_heads != sh->kv_heads || q.head_dim != sh->head_dim ||
             q.dtype != sh->dtype) {
-            rc = skv_error(SKV_ERR_SHAPE, "sequence %zu does not match the calibration's shape/dtype", i);
+            rc = skv_error(SKV_ERR_SHAPE,
+                           "sequence %zu is %s [%d layers, %d kv heads, head_dim %d]; the calibration is for %s [%d, %d, %d]",
+                           i, skv_dtype_name(q.dtype), q.layers, q.kv_heads, q.head_dim,
+                           skv_dtype_name(sh->dtype), sh->layers, sh->kv_heads, sh->head_dim);
             break;
         }
         int32_t *tok = malloc((q.T ? q.T : 1) * sizeof *tok);
