@@ -26,6 +26,16 @@ const char *skv_strerror(int err)
     }
 }
 
+const char *skv_error_name(int err)
+{
+    static const char *const names[] = {
+        "SKV_OK", "SKV_ERR_NOMEM", "SKV_ERR_IO", "SKV_ERR_ARG", "SKV_ERR_FORMAT",
+        "SKV_ERR_VERSION", "SKV_ERR_RANGE", "SKV_ERR_SHAPE", "SKV_ERR_UNSUPPORTED",
+        "SKV_ERR_NOT_FOUND", "SKV_ERR_CORRUPT", "SKV_ERR_TOO_LARGE", "SKV_ERR_NO_DEVICE",
+    };
+    return err <= 0 && err >= SKV_ERR_MIN_ ? names[-err] : NULL;
+}
+
 int skv_error_at(int err, const char *file, int line, const char *fmt, ...)
 {
     va_list ap;

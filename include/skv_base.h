@@ -41,6 +41,8 @@ enum {
 
 /* Static string naming an error code; never NULL. */
 const char *skv_strerror(int err);
+/* The code's identifier ("SKV_ERR_FORMAT"), or NULL for an unknown code. */
+const char *skv_error_name(int err);
 
 /* Record `err` with a printf-style detail for this thread; returns err so
  * callers can write `return skv_error(SKV_ERR_FORMAT, "...")`. */

@@ -330,3 +330,13 @@ Test(rng, same_seed_same_stream)
     }
     cr_assert(fabs(sum / 100000 - 0.5) < 0.01, "mean %f", sum / 100000);
 }
+
+Test(error, every_code_has_its_identifier)
+{
+    cr_assert_str_eq(skv_error_name(SKV_ERR_CORRUPT), "SKV_ERR_CORRUPT");
+    cr_assert_str_eq(skv_error_name(SKV_OK), "SKV_OK");
+    for (int e = 0; e >= SKV_ERR_MIN_; e--)
+        cr_assert_not_null(skv_error_name(e), "code %d", e);
+    cr_assert_null(skv_error_name(SKV_ERR_MIN_ - 1));
+    cr_assert_null(skv_error_name(1));
+}

@@ -242,32 +242,11 @@ static float log_uniform(skv_rng *r, float lo, float hi)
     return powf(10.0f, lo + (hi - lo) * skv_rng_uniform(r));
 }
 
-static const struct {
-    const char *name;
-    int code;
-} ERR_NAMES[] = {
-    {"SKV_OK", SKV_OK},
-    {"SKV_ERR_NOMEM", SKV_ERR_NOMEM},
-    {"SKV_ERR_IO", SKV_ERR_IO},
-    {"SKV_ERR_ARG", SKV_ERR_ARG},
-    {"SKV_ERR_FORMAT", SKV_ERR_FORMAT},
-    {"SKV_ERR_VERSION", SKV_ERR_VERSION},
-    {"SKV_ERR_RANGE", SKV_ERR_RANGE},
-    {"SKV_ERR_SHAPE", SKV_ERR_SHAPE},
-    {"SKV_ERR_UNSUPPORTED", SKV_ERR_UNSUPPORTED},
-    {"SKV_ERR_NOT_FOUND", SKV_ERR_NOT_FOUND},
-    {"SKV_ERR_CORRUPT", SKV_ERR_CORRUPT},
-    {"SKV_ERR_TOO_LARGE", SKV_ERR_TOO_LARGE},
-    {"SKV_ERR_NO_DEVICE", SKV_ERR_NO_DEVICE},
-};
-
 static int err_from_name(const char *name)
 {
-    for (size_t i = 0; i < sizeof ERR_NAMES / sizeof ERR_NAMES[0]; i++)
-        if (strcmp(ERR_NAMES[i].name, name) == 0)
-            return ERR_NAMES[i].code;
-    cr_assert_fail("unknown error name %s", name);
-    return 1;
+    int e = tu_err_from_name(name);
+    cr_assert_neq(e, 1, "unknown error name %s", name);
+    return e;
 }
 
 /* ========================================================================

@@ -67,32 +67,11 @@ static int st_rc(const char *header, size_t data_len)
     return rc;
 }
 
-static const struct {
-    const char *name;
-    int code;
-} err_names[] = {
-    {"SKV_OK", SKV_OK},
-    {"SKV_ERR_NOMEM", SKV_ERR_NOMEM},
-    {"SKV_ERR_IO", SKV_ERR_IO},
-    {"SKV_ERR_ARG", SKV_ERR_ARG},
-    {"SKV_ERR_FORMAT", SKV_ERR_FORMAT},
-    {"SKV_ERR_VERSION", SKV_ERR_VERSION},
-    {"SKV_ERR_RANGE", SKV_ERR_RANGE},
-    {"SKV_ERR_SHAPE", SKV_ERR_SHAPE},
-    {"SKV_ERR_UNSUPPORTED", SKV_ERR_UNSUPPORTED},
-    {"SKV_ERR_NOT_FOUND", SKV_ERR_NOT_FOUND},
-    {"SKV_ERR_CORRUPT", SKV_ERR_CORRUPT},
-    {"SKV_ERR_TOO_LARGE", SKV_ERR_TOO_LARGE},
-    {"SKV_ERR_NO_DEVICE", SKV_ERR_NO_DEVICE},
-};
-
 static int err_from_name(const char *name)
 {
-    for (size_t i = 0; i < sizeof err_names / sizeof err_names[0]; i++)
-        if (strcmp(err_names[i].name, name) == 0)
-            return err_names[i].code;
-    cr_assert_fail("unknown error name %s", name);
-    return 1;
+    int e = tu_err_from_name(name);
+    cr_assert_neq(e, 1, "unknown error name %s", name);
+    return e;
 }
 
 static const char *golden_dir(void)

@@ -1,5 +1,7 @@
 #include "testutil.h"
 
+#include "skv_base.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,4 +64,12 @@ uint8_t *tu_read(const char *path, size_t *len)
     if (b && len)
         *len = (size_t)n;
     return b;
+}
+
+int tu_err_from_name(const char *name)
+{
+    for (int e = 0; e >= SKV_ERR_MIN_; e--)
+        if (strcmp(skv_error_name(e), name) == 0)
+            return e;
+    return 1;
 }

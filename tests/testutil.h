@@ -15,4 +15,7 @@ const char *tu_tmpdir(void);
 const char *tu_path(const char *dir, const char *name);
 /* Read a whole file (malloc'd, with a NUL after the last byte), or NULL. */
 uint8_t *tu_read(const char *path, size_t *len);
+/* The code named by an SKV_* identifier (as in golden EXPECTED files), or 1
+ * when the name is unknown. */
+int tu_err_from_name(const char *name);
 #endif
