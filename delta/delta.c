@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "skv_delta.h"
 #include "skv_dtype_impl.h"
@@ -391,6 +392,35 @@ static float fit_s(skv_cmodel *cm, const uint32_t *x, const float *mu, size_t n,
     return best_s;
 }
 
+/* Calibration sample (sequence sq, layer l, kv, position t): its exact row
+ * (returned) and the leave-one-out codebook row (into cbf; self is
+ * scratch for the row before RoPE). */
+static const float *loo_features(const skv_calib *c, const calib_data *d, size_t sq, size_t l,
+                                 int kv, size_t t, float *self, float *cbf)
+{
+    const size_t C = chan_count(&c->sh), T = d->T[sq];
+    const float *row = d->kv[kv][sq] + (l * T + t) * C;
+    memcpy(self, row, C * sizeof(float));
+    if (kv == 0)
+        rope_row(c, self, t, -1);
+    cb_feature(c, (int)l, kv, d->tok[sq][t], t, self, cbf);
+    return row;
+}
+
+/* The four features of channel ch of that sample, as the coder sees them:
+ * model, previous position, codebook, mean. */
+static inline void features(const skv_calib *c, const calib_data *d, float *const *model_pred,
+                            size_t sq, size_t l, int kv, size_t t, size_t ch, const float *cbf,
+                            float f[NF])
+{
+    const size_t C = chan_count(&c->sh), T = d->T[sq];
+    const float *mean = c->mean + (l * 2 + (size_t)kv) * C;
+    f[0] = model_pred ? model_pred[sq][(l * T + t) * C + ch] : 0.0f;
+    f[1] = t ? d->kv[kv][sq][(l * T + t - 1) * C + ch] : mean[ch];
+    f[2] = cbf[ch];
+    f[3] = mean[ch];
+}
+
 static int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *const *model_pred[2],
                      int max_samples, int quiet)
 {
@@ -416,7 +446,6 @@ static int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *co
     }
     for (size_t l = 0; l < L && !rc; l++) {
         for (int kv = 0; kv < 2; kv++) {
-            const float *mean = c->mean + (l * 2 + (size_t)kv) * C;
             for (size_t h = 0; h < H; h++) {
                 /* Separate parameters for tokens the codebook has seen and
                  * for the rest (leave-one-out: "seen" means another
@@ -428,7 +457,6 @@ static int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *co
                     size_t nsamp = 0;
                     /* 1) least squares (leave-one-out codebook) */
                     for (size_t sq = 0; sq < d->n_seq; sq++) {
-                        const float *X = d->kv[kv][sq];
                         size_t T = d->T[sq];
                         for (size_t t = 0; t < T; t++) {
                             if ((size_t)(c->cb_n[d->tok[sq][t]] > 1) != seen)
@@ -436,15 +464,12 @@ static int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *co
                             nsamp++;
                             if (lvl == SKV_LEVEL_STAT)
                                 continue;
-                            const float *row = X + (l * T + t) * C;
-                            memcpy(self, row, C * sizeof(float));
-                            if (kv == 0)
-                                rope_row(c, self, t, -1);
-                            cb_feature(c, (int)l, kv, d->tok[sq][t], t, self, cbf);
+                            const float *row = loo_features(c, d, sq, l, kv, t, self, cbf);
                             for (size_t dd = 0; dd < D; dd++) {
                                 size_t ch = h * D + dd;
-                                double f[NF] = {model_pred[kv] ? model_pred[kv][sq][(l * T + t) * C + ch] : 0.0,
-                                                t ? X[(l * T + t - 1) * C + ch] : mean[ch], cbf[ch], mean[ch]};
+                                float f4[NF];
+                                features(c, d, model_pred[kv], sq, l, kv, t, ch, cbf, f4);
+                                double f[NF] = {f4[0], f4[1], f4[2], f4[3]};
                                 for (int i = 0; i < NF; i++) {
                                     for (int j = 0; j < NF; j++)
                                         A[i][j] += f[i] * f[j];
@@ -467,23 +492,18 @@ static int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *co
                         res2[dd] = mag[dd] = 0, cnt[dd] = 0;
                     size_t g = 0;
                     for (size_t sq = 0; sq < d->n_seq; sq++) {
-                        const float *X = d->kv[kv][sq];
                         size_t T = d->T[sq];
                         for (size_t t = 0; t < T; t++) {
                             if ((size_t)(c->cb_n[d->tok[sq][t]] > 1) != seen)
                                 continue;
                             if (g++ % st || cnt[0] >= ns)
                                 continue;
-                            const float *row = X + (l * T + t) * C;
-                            memcpy(self, row, C * sizeof(float));
-                            if (kv == 0)
-                                rope_row(c, self, t, -1);
-                            cb_feature(c, (int)l, kv, d->tok[sq][t], t, self, cbf);
+                            const float *row = loo_features(c, d, sq, l, kv, t, self, cbf);
                             for (size_t dd = 0; dd < D; dd++) {
                                 size_t ch = h * D + dd;
-                                float fm = model_pred[kv] ? model_pred[kv][sq][(l * T + t) * C + ch] : 0.0f;
-                                float fp = t ? X[(l * T + t - 1) * C + ch] : mean[ch];
-                                float mu = predict(w, fm, fp, cbf[ch], mean[ch]);
+                                float f4[NF];
+                                features(c, d, model_pred[kv], sq, l, kv, t, ch, cbf, f4);
+                                float mu = predict(w, f4[0], f4[1], f4[2], f4[3]);
                                 size_t k = cnt[dd]++;
                                 xs[dd * ns + k] = d->bits[kv][sq][(l * T + t) * C + ch];
                                 mus[dd * ns + k] = mu;
@@ -507,9 +527,10 @@ static int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *co
             }
         }
         if (!quiet)
-            fprintf(stderr, "\rcalibrate: %s layer %zu/%zu", skv_level_name(lvl), l + 1, L);
+            fprintf(stderr, isatty(2) ? "\rcalibrate: %s layer %zu/%zu" : "calibrate: %s layer %zu/%zu\n",
+                    skv_level_name(lvl), l + 1, L);
     }
-    if (!quiet)
+    if (!quiet && isatty(2))
         fprintf(stderr, "\n");
 done:
     skv_free(xs);
