@@ -26,6 +26,10 @@ extern "C" {
  * fraction or exponent and within int64, their exact integer value.
  * ---------------------------------------------------------------------- */
 #define SKV_JSON_MAX_DEPTH 64
+/* At most this many values per document (SKV_ERR_TOO_LARGE beyond): bounds
+ * the memory a hostile input can claim (~100 bytes a value) whatever its
+ * length. A safetensors header needs about 10 per tensor. */
+#define SKV_JSON_MAX_NODES (1u << 21)
 
 typedef enum {
     SKV_JSON_NULL,
@@ -54,7 +58,8 @@ struct skv_json {
 
 /* Parse text[0..len). On success *out owns every node (one allocation
  * arena); free with skv_json_free. Errors: SKV_ERR_FORMAT (with the byte
- * offset in the detail), SKV_ERR_TOO_LARGE (nesting), SKV_ERR_NOMEM. */
+ * offset in the detail), SKV_ERR_TOO_LARGE (nesting deeper than
+ * SKV_JSON_MAX_DEPTH or more than SKV_JSON_MAX_NODES values), SKV_ERR_NOMEM. */
 int skv_json_parse(const char *text, size_t len, skv_json **out);
 void skv_json_free(skv_json *root);
 /* Member of an object by key (first match), or NULL. */

@@ -86,6 +86,7 @@ typedef struct {
     const char *p;
     const char *end;
     json_doc *doc;
+    size_t nodes_left; /* SKV_JSON_MAX_NODES budget */
 } json_parser;
 
 static size_t off_of(const json_parser *ps, const char *at)
@@ -426,6 +427,10 @@ static int parse_container(json_parser *ps, skv_json *node, int depth)
     }
     skv_json *tail = NULL;
     for (;;) {
+        if (ps->nodes_left == 0)
+            return skv_error(SKV_ERR_TOO_LARGE, "json: byte %zu: more than %u values",
+                             off_of(ps, ps->p), SKV_JSON_MAX_NODES);
+        ps->nodes_left--;
         skv_json *child = new_node(ps);
         if (!child)
             return skv_error(SKV_ERR_NOMEM, "json: out of memory for a node");
@@ -518,7 +523,7 @@ int skv_json_parse(const char *text, size_t len, skv_json **out)
     memset(doc, 0, sizeof *doc);
     /* Chunks start at 4 KiB (one chunk for a typical header) and double. */
     doc->next_cap = ARENA_FIRST_CHUNK;
-    json_parser ps = { text, text, text + len, doc };
+    json_parser ps = { text, text, text + len, doc, SKV_JSON_MAX_NODES };
     skip_ws(&ps);
     int rc = parse_value(&ps, &doc->root, 0);
     if (rc == 0) {

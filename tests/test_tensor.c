@@ -1309,3 +1309,24 @@ Test(kvfile, add_rejects_bad_sequences)
     free(f.k);
     free(f.v);
 }
+
+Test(json, value_count_is_bounded)
+{
+    /* 2^21 + 1 zeros in one array: refused before it can claim ~200 MB */
+    size_t n = (1u << 21) + 1, len = 2 * n + 1;
+    char *t = malloc(len + 1);
+    t[0] = '[';
+    for (size_t i = 0; i < n; i++) {
+        t[1 + 2 * i] = '0';
+        t[2 + 2 * i] = i + 1 < n ? ',' : ']';
+    }
+    skv_json *j = NULL;
+    cr_assert_eq(skv_json_parse(t, len, &j), SKV_ERR_TOO_LARGE);
+    cr_assert_null(j);
+    /* one fewer value parses */
+    t[2 * (n - 1)] = ']';
+    cr_assert_eq(skv_json_parse(t, 2 * (n - 1) + 1, &j), 0, "%s", skv_error_detail());
+    cr_assert_eq(j->count, n - 1);
+    skv_json_free(j);
+    free(t);
+}
