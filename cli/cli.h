@@ -13,6 +13,10 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 /* Strict number parsing; 0 on success. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *s, float lo, float hi, float *out);
+/* "what: done/total sequences" on stderr at most once a second, and at the
+ * end, when there is more than a moment of work; a terminal gets one line
+ * rewritten in place. */
+void cli_progress(const char *what, size_t done, size_t total);
 /* Monotonic seconds. */
 double cli_now(void);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -49,6 +50,20 @@ int cli_parse_float(const char *s, float lo, float hi, float *out)
         return -1;
     *out = v;
     return 0;
+}
+
+void cli_progress(const char *what, size_t done, size_t total)
+{
+    static double start, last;
+    double now = cli_now();
+    if (done <= 1 || start == 0)
+        start = last = now;
+    if (now - start < 2.0 || (now - last < 1.0 && done < total))
+        return;
+    last = now;
+    int tty = isatty(2);
+    fprintf(stderr, "%s%s: %zu/%zu sequences (%.0f/s)%s", tty ? "\r" : "", what, done, total,
+            (double)done / (now - start), tty && done < total ? "" : "\n");
 }
 
 double cli_now(void)

@@ -233,6 +233,7 @@ static int do_encode(int argc, char **argv)
             s.nstreams = 0;
             rc = skv_delta_encode(d, tok, q.T, k, v, (size_t)a.chunk, &s);
             raw += 2 * nb;
+            cli_progress("encode", i + 1, n_seq);
         }
         if (!rc) {
             put32(f, (uint32_t)q.T);
@@ -323,6 +324,7 @@ static int do_decode(int argc, char **argv)
         if (!rc) {
             skv_kvseq q = {T, tok, sh->dtype, sh->layers, sh->kv_heads, sh->head_dim, k, v};
             rc = skv_kvfile_add(w, i, &q);
+            cli_progress("decode", i + 1, ci.n_seq);
         }
         free(tok);
         free(k);
