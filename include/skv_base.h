@@ -194,7 +194,9 @@ typedef void (*skv_task_fn)(void *ctx, size_t begin, size_t end, int worker);
 int skv_pool_create(skv_pool **out, int nthreads);
 void skv_pool_free(skv_pool *pool);
 int skv_pool_threads(const skv_pool *pool);
-/* Run fn over [0, n) and wait. pool may be NULL (runs inline). */
+/* Run fn over [0, n) and wait. pool may be NULL (runs inline). A pool runs
+ * one region at a time: do not call skv_pool_run on the same pool from two
+ * threads at once, or from inside fn. */
 void skv_pool_run(skv_pool *pool, size_t n, skv_task_fn fn, void *ctx);
 
 /* ------------------------------------------------------------------------

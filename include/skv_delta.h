@@ -89,7 +89,10 @@ const char *skv_calib_model(const skv_calib *c);
 typedef struct skv_delta skv_delta;
 
 /* A coder for one level. spec and full need the float32 model (the int8
- * copy is made inside); its fingerprint must match the calibration's. */
+ * copy is made inside); its fingerprint must match the calibration's.
+ * pool (may be NULL) runs the model's forward passes and, for stat and
+ * ctx, the (layer, k/v) streams of a chunk in parallel; the bytes do not
+ * depend on it. One coder codes one sequence at a time. */
 int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *model,
                      skv_pool *pool, skv_delta **out);
 void skv_delta_free(skv_delta *d);
