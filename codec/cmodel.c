@@ -505,14 +505,21 @@ int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c)
 void skv__cls_cache_clear(skv_cls_cache *cc)
 {
     memset(cc->key, 0xff, sizeof cc->key); /* no (mu, s) pair has these bits: NaN s */
+    cc->lookups = cc->hits = 0;
 }
 
 int skv__classify_cached(skv_cmodel *m, skv_cls_cache *cc, float mu, float s, skv_cls *c)
 {
+    /* after 4096 lookups with under a quarter hits (predictions that vary per
+     * scalar, as at ctx and spec), classify directly for the rest */
+    if (cc->lookups >= 4096 && cc->hits < cc->lookups / 4)
+        return skv__classify(m, mu, s, c);
+    cc->lookups++;
     uint64_t key = (uint64_t)skv_f32_bits(mu) << 32 | skv_f32_bits(s);
     uint64_t h = key * 0x9e3779b97f4a7c15ull;
     unsigned slot = (unsigned)(h >> 56); /* 8 bits: CLS_CACHE */
     if (cc->key[slot] == key) {
+        cc->hits++;
         *c = cc->cls[slot];
         return SKV_OK;
     }

@@ -73,6 +73,7 @@ typedef struct {
 typedef struct {
     uint64_t key[CLS_CACHE];
     skv_cls cls[CLS_CACHE];
+    uint32_t lookups, hits; /* the cache turns itself off when pairs do not repeat */
 } skv_cls_cache;
 void skv__cls_cache_clear(skv_cls_cache *cc);
 int skv__classify_cached(skv_cmodel *m, skv_cls_cache *cc, float mu, float s, skv_cls *c);
