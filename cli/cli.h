@@ -30,6 +30,16 @@ typedef struct {
 int cli_tokens_read(const char *path, int vocab, cli_tokens *out);
 void cli_tokens_free(cli_tokens *t);
 
+/* Subcommand dispatch: argv[1] names one of subs (called with argc - 1,
+ * argv + 1); no name or --help prints usage (to stderr with status 2 when
+ * missing), an unknown name is status 2. */
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+} cli_sub;
+int cli_dispatch(const char *group, const char *usage, const cli_sub *subs, size_t n, int argc,
+                 char **argv);
+
 int cmd_model(int argc, char **argv);
 int cmd_codec(int argc, char **argv);
 #endif

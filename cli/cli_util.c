@@ -162,3 +162,17 @@ int cli_tokens_read(const char *path, int vocab, cli_tokens *out)
         cli_tokens_free(out);
     return rc;
 }
+
+int cli_dispatch(const char *group, const char *usage, const cli_sub *subs, size_t n, int argc,
+                 char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(argv[1], subs[i].name) == 0)
+            return subs[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "seqkv %s: unknown subcommand '%s'\n\n%s", group, argv[1], usage);
+    return 2;
+}

@@ -110,6 +110,20 @@ static int open_model(const char *path, skv_model **m)
     return rc ? cli_fail(rc, path) : 0;
 }
 
+/* The calibration and (optional) model every coding command starts from. */
+static int open_cal_model(const char *cal, const char *model, skv_calib **c, skv_model **m)
+{
+    int rc = skv_calib_load(cal, c);
+    if (rc)
+        return cli_fail(rc, cal);
+    int r = open_model(model, m);
+    if (r) {
+        skv_calib_free(*c);
+        *c = NULL;
+    }
+    return r;
+}
+
 static int learn(const char *calib_path, skv_model *m, skv_pool *pool, int quiet, skv_calib **out)
 {
     skv_st *st;
@@ -177,14 +191,10 @@ static int do_encode(int argc, char **argv)
     if (a.level && skv_level_from_name(a.level, &lvl))
         return cli_usage_error("codec encode", "--level wants stat, ctx, spec or full");
     skv_calib *c;
-    int rc = skv_calib_load(a.cal, &c);
-    if (rc)
-        return cli_fail(rc, a.cal);
     skv_model *m;
-    if ((r = open_model(a.model, &m))) {
-        skv_calib_free(c);
+    if ((r = open_cal_model(a.cal, a.model, &c, &m)))
         return r;
-    }
+    int rc;
     skv_st *st = NULL;
     skv_delta *d = NULL;
     skv_streams s = {0};
@@ -279,14 +289,10 @@ static int do_decode(int argc, char **argv)
     if (!a.cal || !a.in || !a.out)
         return cli_usage_error("codec decode", "--cal, --in and --out are required");
     skv_calib *c;
-    int rc = skv_calib_load(a.cal, &c);
-    if (rc)
-        return cli_fail(rc, a.cal);
     skv_model *m;
-    if ((r = open_model(a.model, &m))) {
-        skv_calib_free(c);
+    if ((r = open_cal_model(a.cal, a.model, &c, &m)))
         return r;
-    }
+    int rc;
     uint8_t *buf = NULL;
     size_t len = 0;
     skv_delta *d = NULL;
@@ -586,21 +592,11 @@ static int do_bench(int argc, char **argv)
 
 int cmd_codec(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(codec_usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    const char *sub = argv[1];
-    argc--;
-    argv++;
-    if (strcmp(sub, "calibrate") == 0)
-        return do_calibrate(argc, argv);
-    if (strcmp(sub, "encode") == 0)
-        return do_encode(argc, argv);
-    if (strcmp(sub, "decode") == 0)
-        return do_decode(argc, argv);
-    if (strcmp(sub, "bench") == 0)
-        return do_bench(argc, argv);
-    fprintf(stderr, "seqkv codec: unknown subcommand '%s'\n\n%s", sub, codec_usage);
-    return 2;
+    static const cli_sub subs[] = {
+        {"calibrate", do_calibrate},
+        {"encode", do_encode},
+        {"decode", do_decode},
+        {"bench", do_bench},
+    };
+    return cli_dispatch("codec", codec_usage, subs, sizeof subs / sizeof subs[0], argc, argv);
 }

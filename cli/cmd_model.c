@@ -426,23 +426,12 @@ static int do_convert(int argc, char **argv)
 
 int cmd_model(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(model_usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    const char *sub = argv[1];
-    argc--;
-    argv++;
-    if (strcmp(sub, "info") == 0)
-        return do_info(argc, argv);
-    if (strcmp(sub, "greedy") == 0)
-        return do_greedy(argc, argv);
-    if (strcmp(sub, "sample") == 0)
-        return do_sample(argc, argv);
-    if (strcmp(sub, "kv") == 0)
-        return do_kv(argc, argv);
-    if (strcmp(sub, "convert") == 0)
-        return do_convert(argc, argv);
-    fprintf(stderr, "seqkv model: unknown subcommand '%s'\n\n%s", sub, model_usage);
-    return 2;
+    static const cli_sub subs[] = {
+        {"info", do_info},
+        {"greedy", do_greedy},
+        {"sample", do_sample},
+        {"kv", do_kv},
+        {"convert", do_convert},
+    };
+    return cli_dispatch("model", model_usage, subs, sizeof subs / sizeof subs[0], argc, argv);
 }

@@ -242,13 +242,6 @@ static float log_uniform(skv_rng *r, float lo, float hi)
     return powf(10.0f, lo + (hi - lo) * skv_rng_uniform(r));
 }
 
-static int err_from_name(const char *name)
-{
-    int e = tu_err_from_name(name);
-    cr_assert_neq(e, 1, "unknown error name %s", name);
-    return e;
-}
-
 /* ========================================================================
  * The golden input formula of tests/golden/codec/make_golden.c (a copy;
  * keep the two, and tests/fuzz/fuzz_stream.c, in step).
@@ -1186,24 +1179,16 @@ Test(golden, good_streams_decode_to_the_formula_and_re_encode_byte_for_byte)
 
 Test(golden, bad_streams_fail_with_the_expected_error)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/EXPECTED", golden_dir());
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "%s missing", path);
+    static tu_expected ex[128];
+    int n = tu_golden_expected(golden_dir(), ex, 128);
+    cr_assert_geq(n, 20, "EXPECTED missing or malformed in %s", golden_dir());
     skv_cmodel *m = good_model(0); /* good_bf16's model and inputs */
     seq_t q;
     gold_seq(&q, 0, N_GOLD);
-    char line[512];
-    char listed[128][256];
-    int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        char fname[256], ename[64];
-        if (line[0] == '#' || line[0] == '\n')
-            continue;
-        cr_assert_eq(sscanf(line, "%255s %63s", fname, ename), 2, "bad line: %s", line);
-        cr_assert_lt(n, 128);
-        snprintf(listed[n++], sizeof listed[0], "%s", fname);
-        int want = err_from_name(ename);
+    for (int i = 0; i < n; i++) {
+        const char *fname = ex[i].file, *ename = ex[i].name;
+        int want = ex[i].code;
+        cr_assert_neq(want, 1, "unknown error name %s", ename);
         cr_expect_neq(want, 0, "%s: a bad file must fail", fname);
         size_t len = 0;
         uint8_t *b = tu_read(tu_path(golden_dir(), fname), &len);
@@ -1216,27 +1201,21 @@ Test(golden, bad_streams_fail_with_the_expected_error)
         free(exact);
         free(b);
     }
-    fclose(f);
-    cr_expect_geq(n, 20);
+    const char *unlisted = tu_golden_unlisted(golden_dir(), ex, n);
+    cr_expect_null(unlisted, "%s is not listed in EXPECTED", unlisted);
 
     DIR *d = opendir(golden_dir());
     cr_assert_not_null(d);
     struct dirent *e;
     int goods = 0;
     while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "good_", 5) == 0) {
-            int found = 0;
-            for (size_t g = 0; g < N_GOOD; g++)
-                found |= strcmp(GOOD[g].file, e->d_name) == 0;
-            cr_expect(found, "%s is not decoded by the golden test", e->d_name);
-            goods++;
-        }
-        if (strncmp(e->d_name, "bad_", 4) != 0)
+        if (strncmp(e->d_name, "good_", 5) != 0)
             continue;
         int found = 0;
-        for (int i = 0; i < n; i++)
-            found |= strcmp(listed[i], e->d_name) == 0;
-        cr_expect(found, "%s is not listed in EXPECTED", e->d_name);
+        for (size_t g = 0; g < N_GOOD; g++)
+            found |= strcmp(GOOD[g].file, e->d_name) == 0;
+        cr_expect(found, "%s is not decoded by the golden test", e->d_name);
+        goods++;
     }
     closedir(d);
     cr_expect_eq(goods, (int)N_GOOD);

@@ -67,13 +67,6 @@ static int st_rc(const char *header, size_t data_len)
     return rc;
 }
 
-static int err_from_name(const char *name)
-{
-    int e = tu_err_from_name(name);
-    cr_assert_neq(e, 1, "unknown error name %s", name);
-    return e;
-}
-
 static const char *golden_dir(void)
 {
     static char buf[4096];
@@ -921,21 +914,13 @@ Test(golden, good_v1_survives_a_rewrite_through_the_writer)
 
 Test(golden, bad_files_fail_with_the_expected_error)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/EXPECTED", golden_dir());
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "%s missing", path);
-    char line[512];
-    char listed[128][256];
-    int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        char fname[256], ename[64];
-        if (line[0] == '#' || line[0] == '\n')
-            continue;
-        cr_assert_eq(sscanf(line, "%255s %63s", fname, ename), 2, "bad line: %s", line);
-        cr_assert_lt(n, 128);
-        snprintf(listed[n++], sizeof listed[0], "%s", fname);
-        int want = err_from_name(ename);
+    static tu_expected ex[128];
+    int n = tu_golden_expected(golden_dir(), ex, 128);
+    cr_assert_gt(n, 15, "EXPECTED missing or malformed in %s", golden_dir());
+    for (int i = 0; i < n; i++) {
+        const char *fname = ex[i].file, *ename = ex[i].name;
+        int want = ex[i].code;
+        cr_assert_neq(want, 1, "unknown error name %s", ename);
         const char *fpath = tu_path(golden_dir(), fname);
         skv_st *st = NULL;
         int rc = skv_st_open(fpath, &st);
@@ -953,21 +938,8 @@ Test(golden, bad_files_fail_with_the_expected_error)
             skv_st_free(st);
         free(b);
     }
-    fclose(f);
-    cr_expect_gt(n, 15);
-
-    DIR *d = opendir(golden_dir());
-    cr_assert_not_null(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "bad_", 4) != 0)
-            continue;
-        int found = 0;
-        for (int i = 0; i < n; i++)
-            found |= strcmp(listed[i], e->d_name) == 0;
-        cr_expect(found, "%s is not listed in EXPECTED", e->d_name);
-    }
-    closedir(d);
+    const char *unlisted = tu_golden_unlisted(golden_dir(), ex, n);
+    cr_expect_null(unlisted, "%s is not listed in EXPECTED", unlisted);
 }
 
 /* ========================================================================

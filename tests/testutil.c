@@ -2,6 +2,7 @@
 
 #include "skv_base.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,4 +73,48 @@ int tu_err_from_name(const char *name)
         if (strcmp(skv_error_name(e), name) == 0)
             return e;
     return 1;
+}
+
+int tu_golden_expected(const char *dir, tu_expected *out, int cap)
+{
+    FILE *f = fopen(tu_path(dir, "EXPECTED"), "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n')
+            continue;
+        if (n == cap || sscanf(line, "%255s %63s", out[n].file, out[n].name) != 2) {
+            fclose(f);
+            return -1;
+        }
+        out[n].code = tu_err_from_name(out[n].name);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+const char *tu_golden_unlisted(const char *dir, const tu_expected *list, int n)
+{
+    static char name[256];
+    DIR *d = opendir(dir);
+    if (!d)
+        return dir;
+    struct dirent *e;
+    const char *missing = NULL;
+    while (!missing && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "bad_", 4) != 0)
+            continue;
+        int found = 0;
+        for (int i = 0; i < n; i++)
+            found |= strcmp(list[i].file, e->d_name) == 0;
+        if (!found) {
+            snprintf(name, sizeof name, "%s", e->d_name);
+            missing = name;
+        }
+    }
+    closedir(d);
+    return missing;
 }

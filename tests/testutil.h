@@ -18,4 +18,16 @@ uint8_t *tu_read(const char *path, size_t *len);
 /* The code named by an SKV_* identifier (as in golden EXPECTED files), or 1
  * when the name is unknown. */
 int tu_err_from_name(const char *name);
+/* A golden directory's EXPECTED list: one "file SKV_ERR_NAME" per line
+ * ('#' comments and blank lines skipped). */
+typedef struct {
+    char file[256];
+    char name[64];
+    int code; /* tu_err_from_name(name) */
+} tu_expected;
+/* Read dir/EXPECTED into out[0..cap); the count, or -1 if the file is
+ * missing or a line is malformed or there are more than cap entries. */
+int tu_golden_expected(const char *dir, tu_expected *out, int cap);
+/* The first bad_* file of dir that the list does not name, or NULL. */
+const char *tu_golden_unlisted(const char *dir, const tu_expected *list, int n);
 #endif
