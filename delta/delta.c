@@ -756,8 +756,9 @@ fail:
 
 /* ---- persistence: a safetensors file ---------------------------------------- */
 
-int skv_calib_save(const skv_calib *c, const char *path)
+static int calib_writer(const skv_calib *c, skv_st_writer **out)
 {
+    *out = NULL;
     const int64_t L = c->sh.layers, C = (int64_t)chan_count(&c->sh), H = c->sh.kv_heads,
                   V = c->sh.vocab;
     skv_st_writer *w;
@@ -795,8 +796,32 @@ int skv_calib_save(const skv_calib *c, const char *path)
         rc = skv_stw_add(w, "codebook.count", SKV_DT_I32, 1, sh_v, c->cb_n, (size_t)V * 4);
     if (!rc)
         rc = skv_stw_add(w, "pemp", SKV_DT_I32, 1, sh_p, c->pemp, 256 * 4);
-    if (!rc)
-        rc = skv_stw_write(w, path);
+    if (rc) {
+        skv_stw_free(w);
+        return rc;
+    }
+    *out = w;
+    return SKV_OK;
+}
+
+int skv_calib_save(const skv_calib *c, const char *path)
+{
+    skv_st_writer *w;
+    int rc = calib_writer(c, &w);
+    if (rc)
+        return rc;
+    rc = skv_stw_write(w, path);
+    skv_stw_free(w);
+    return rc;
+}
+
+int skv_calib_serialize(const skv_calib *c, uint8_t **out, size_t *len)
+{
+    skv_st_writer *w;
+    int rc = calib_writer(c, &w);
+    if (rc)
+        return rc;
+    rc = skv_stw_serialize(w, out, len);
     skv_stw_free(w);
     return rc;
 }
@@ -1087,6 +1112,10 @@ typedef struct {
     size_t first_stream;
     size_t chunk_index;
     skv_streams *out;
+    const skv_delta_aux *aux;   /* optional second prediction (range coding) */
+    size_t start;               /* first coded position */
+    size_t stride;              /* positions per layer in kvb (>= T) */
+    float *mu_out[2];           /* predict-only mode: mu per scalar [L][end-start][C] */
     int rc;
 } seq_ctx;
 
@@ -1105,7 +1134,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     const float *S = c->s[d->level] + ((size_t)l * 2 + (size_t)kv) * 2 * C;
     const float *W = c->w[d->level] + ((size_t)l * 2 + (size_t)kv) * H * 2 * NF;
     float *X = q->kvf[kv] + (size_t)l * T * C;
-    uint8_t *B = q->kvb[kv] + (size_t)l * T * C * es;
+    uint8_t *B = q->kvb[kv] + (size_t)l * q->stride * C * es;
     float *cbf = ws->cbf;
     int rc = SKV_OK;
     if (q->decode) {
@@ -1121,9 +1150,15 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
                              (q->t1 - q->t0) * C);
         if (memcmp(info.calib_id, c->id, 16) != 0)
             return skv_error(SKV_ERR_CORRUPT, "stream was coded with another calibration");
-    } else {
+    } else if (!q->mu_out[0]) {
         skv_encoder_reset(ws->enc, c->id);
     }
+    const skv_delta_aux *aux = q->aux;
+    const size_t naux = q->T - q->start;
+    const float *apred = aux ? aux->pred[kv] + (size_t)l * naux * C : NULL;
+    const float *aw = aux ? aux->w + ((size_t)l * 2 + (size_t)kv) * H * 2 : NULL;
+    const float *as = aux ? aux->sscale + ((size_t)l * 2 + (size_t)kv) * H : NULL;
+    float *mo = q->mu_out[0] ? q->mu_out[kv] + (size_t)l * naux * C : NULL;
     for (size_t t = q->t0; t < q->t1 && !rc; t++) {
         cb_feature(c, l, kv, q->tok[t], t, NULL, cbf);
         const size_t seen = c->cb_n[q->tok[t]] > 0;
@@ -1135,16 +1170,27 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
             for (size_t dd = 0; dd < D; dd++) {
                 size_t ch = h * D + dd;
                 float fm = model_pred ? model_pred[(t - q->t0) * C + ch] : 0.0f;
-                float mu = predict(w, fm, prev[ch], cbf[ch], mean[ch]);
+                float mu = predict(w, fm, prev[ch], cbf[ch], mean[ch]), sd = sv[ch];
                 uint8_t *p = B + (t * C + ch) * es;
                 uint32_t x;
+                if (mo) {
+                    mo[(t - q->start) * C + ch] = mu;
+                    continue;
+                }
+                if (apred) {
+                    float a = apred[(t - q->start) * C + ch];
+                    if (a == a) { /* NaN: no aligned position */
+                        mu = aw[h * 2] * mu + aw[h * 2 + 1] * a;
+                        sd *= as[h];
+                    }
+                }
                 if (q->decode) {
-                    if ((rc = skv_decoder_get(ws->dec, mu, sv[ch], &x)))
+                    if ((rc = skv_decoder_get(ws->dec, mu, sd, &x)))
                         break;
                     row[ch] = store_bits(c->sh.dtype, p, x);
                 } else {
                     x = load_bits(c->sh.dtype, p);
-                    if ((rc = skv_encoder_put(ws->enc, x, mu, sv[ch])))
+                    if ((rc = skv_encoder_put(ws->enc, x, mu, sd)))
                         break;
                 }
             }
@@ -1155,6 +1201,8 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     size_t idx = (size_t)l * 2 + (size_t)kv;
     if (q->decode)
         return skv_decoder_end(ws->dec);
+    if (mo)
+        return SKV_OK;
     size_t need = skv_encoder_bound(ws->enc), len;
     uint8_t *buf = skv_malloc(need);
     if (!buf)
@@ -1177,7 +1225,7 @@ static int code_and_append(seq_ctx *q, struct coder_ws *ws, int l, int kv, const
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = code_stream(q, ws, l, kv, model_pred, &buf, &len);
-    if (!rc && !q->decode)
+    if (!rc && !q->decode && !q->mu_out[0])
         rc = streams_append(q->out, buf, len);
     skv_free(buf);
     return rc;
@@ -1210,7 +1258,7 @@ static int code_chunk_parallel(seq_ctx *q)
         skv_pool_run(q->d->nws > 1 ? q->d->pool : NULL, n, par_task, &p);
     for (size_t j = 0; !rc && j < n; j++)
         rc = p.rcs[j];
-    for (size_t j = 0; !rc && !q->decode && j < n; j++)
+    for (size_t j = 0; !rc && !q->decode && !q->mu_out[0] && j < n; j++)
         rc = streams_append(q->out, p.bufs[j], p.lens[j]);
     for (size_t j = 0; p.bufs && j < n; j++)
         skv_free(p.bufs[j]);
@@ -1240,31 +1288,57 @@ static void coder_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, f
     }
 }
 
+/* Code positions [q->start, T) in chunks of `chunk` tokens; positions
+ * before q->start are exact context (their bytes are in kvb). */
 static int code_seq(seq_ctx *q, size_t chunk)
 {
     skv_delta *d = q->d;
     const skv_calib *c = d->cal;
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), T = q->T;
+    const size_t es = skv_dtype_size(c->sh.dtype);
     int rc = SKV_OK;
     if (chunk == 0)
         return skv_error(SKV_ERR_ARG, "chunk length 0");
+    if (q->start > T || q->stride < T)
+        return skv_error(SKV_ERR_ARG, "range [%zu, %zu) with stride %zu", q->start, T, q->stride);
     for (size_t t = 0; t < T; t++)
         if (q->tok[t] < 0 || q->tok[t] >= c->sh.vocab)
             return skv_error(SKV_ERR_ARG, "token id %d at %zu outside the calibration's vocabulary [0, %d)",
                              q->tok[t], t, c->sh.vocab);
+    uint8_t *pre[2] = {NULL, NULL};
+    skv_kvcache *cache = NULL;
     for (int kv = 0; kv < 2; kv++)
         q->kvf[kv] = skv_malloc((L * T * C > 0 ? L * T * C : 1) * sizeof(float));
     if (!q->kvf[0] || !q->kvf[1]) {
         rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
         goto done;
     }
-    if (!q->decode)
-        for (int kv = 0; kv < 2; kv++)
-            skv_cast_to_f32(c->sh.dtype, q->kvf[kv], q->kvb[kv], L * T * C);
-    skv_kvcache *cache = NULL;
+    /* exact floats: everything when encoding, the context when decoding */
+    for (int kv = 0; kv < 2; kv++)
+        for (size_t l = 0; l < L; l++)
+            skv_cast_to_f32(c->sh.dtype, q->kvf[kv] + l * T * C, q->kvb[kv] + l * q->stride * C * es,
+                            (q->decode ? q->start : T) * C);
     if (d->model && T && (rc = skv_kvcache_create(skv_model_cfg(d->model), T, &cache)))
         goto done;
-    for (q->t0 = 0, q->chunk_index = 0; q->t0 < T && !rc; q->t0 = q->t1, q->chunk_index++) {
+    if (cache && q->start && d->level == SKV_LEVEL_FULL) {
+        /* full is the recompute end: the model runs on its own KV of the
+         * context, as it does across the chunks of a whole sequence */
+        skv_forward_opts o = {.pool = d->pool};
+        rc = skv_model_forward(d->model, cache, q->tok, q->start, &o);
+    } else if (cache && q->start) {
+        /* the predictor attends over the exact context */
+        for (int kv = 0; kv < 2 && !rc; kv++) {
+            pre[kv] = skv_malloc(L * q->start * C * es);
+            if (!pre[kv])
+                rc = skv_error(SKV_ERR_NOMEM, "context buffers");
+            for (size_t l = 0; !rc && l < L; l++)
+                memcpy(pre[kv] + l * q->start * C * es, q->kvb[kv] + l * q->stride * C * es,
+                       q->start * C * es);
+        }
+        if (!rc)
+            rc = skv_kvcache_append(cache, c->sh.dtype, pre[0], pre[1], q->start);
+    }
+    for (q->t0 = q->start, q->chunk_index = 0; q->t0 < T && !rc; q->t0 = q->t1, q->chunk_index++) {
         q->t1 = q->t0 + chunk < T ? q->t0 + chunk : T;
         if (d->model) {
             q->rc = SKV_OK;
@@ -1276,23 +1350,32 @@ static int code_seq(seq_ctx *q, size_t chunk)
             rc = code_chunk_parallel(q);
         }
     }
-    skv_kvcache_free(cache);
 done:
+    skv_kvcache_free(cache);
+    skv_free(pre[0]);
+    skv_free(pre[1]);
     skv_free(q->kvf[0]);
     skv_free(q->kvf[1]);
     return rc;
+}
+
+static void seq_init(seq_ctx *q, skv_delta *d, const int32_t *tokens, size_t T, const void *k,
+                     const void *v)
+{
+    memset(q, 0, sizeof *q);
+    q->d = d;
+    q->tok = tokens;
+    q->T = T;
+    q->stride = T;
+    q->kvb[0] = (uint8_t *)k;
+    q->kvb[1] = (uint8_t *)v;
 }
 
 int skv_delta_encode(skv_delta *d, const int32_t *tokens, size_t T, const void *k, const void *v,
                      size_t chunk, skv_streams *out)
 {
     seq_ctx q;
-    memset(&q, 0, sizeof q);
-    q.d = d;
-    q.tok = tokens;
-    q.T = T;
-    q.kvb[0] = (uint8_t *)k;
-    q.kvb[1] = (uint8_t *)v;
+    seq_init(&q, d, tokens, T, k, v);
     q.out = out;
     return code_seq(&q, chunk);
 }
@@ -1301,16 +1384,57 @@ int skv_delta_decode(skv_delta *d, const int32_t *tokens, size_t T, const skv_st
                      size_t first_stream, size_t chunk, void *k, void *v)
 {
     seq_ctx q;
-    memset(&q, 0, sizeof q);
-    q.d = d;
-    q.tok = tokens;
-    q.T = T;
-    q.kvb[0] = k;
-    q.kvb[1] = v;
+    seq_init(&q, d, tokens, T, k, v);
     q.decode = 1;
     q.in = in;
     q.first_stream = first_stream;
     return code_seq(&q, chunk);
+}
+
+int skv_delta_encode_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
+                           size_t stride, const void *k, const void *v, const skv_delta_aux *aux,
+                           skv_streams *out)
+{
+    if (start >= end)
+        return skv_error(SKV_ERR_ARG, "empty range [%zu, %zu)", start, end);
+    seq_ctx q;
+    seq_init(&q, d, tokens, end, k, v);
+    q.out = out;
+    q.start = start;
+    q.stride = stride;
+    q.aux = aux;
+    return code_seq(&q, end - start);
+}
+
+int skv_delta_decode_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
+                           size_t stride, const skv_streams *in, size_t first_stream,
+                           const skv_delta_aux *aux, void *k, void *v)
+{
+    if (start >= end)
+        return skv_error(SKV_ERR_ARG, "empty range [%zu, %zu)", start, end);
+    seq_ctx q;
+    seq_init(&q, d, tokens, end, k, v);
+    q.decode = 1;
+    q.in = in;
+    q.first_stream = first_stream;
+    q.start = start;
+    q.stride = stride;
+    q.aux = aux;
+    return code_seq(&q, end - start);
+}
+
+int skv_delta_predict_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
+                            size_t stride, const void *k, const void *v, float *mu_k, float *mu_v)
+{
+    if (start >= end)
+        return skv_error(SKV_ERR_ARG, "empty range [%zu, %zu)", start, end);
+    seq_ctx q;
+    seq_init(&q, d, tokens, end, k, v);
+    q.start = start;
+    q.stride = stride;
+    q.mu_out[0] = mu_k;
+    q.mu_out[1] = mu_v;
+    return code_seq(&q, end - start);
 }
 
 /* ---- coded KV files ("SKVF") -------------------------------------------------- */

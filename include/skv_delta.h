@@ -70,6 +70,8 @@ typedef struct {
 int skv_calib_learn(const skv_st *kvfile, const skv_calib_opts *opts, skv_calib **out);
 void skv_calib_free(skv_calib *c);
 int skv_calib_save(const skv_calib *c, const char *path);
+/* The same file image in memory (skv_free it). */
+int skv_calib_serialize(const skv_calib *c, uint8_t **out, size_t *len);
 /* Load and verify (version, shapes, content hash). Errors: SKV_ERR_IO,
  * SKV_ERR_FORMAT (not a calibration / bad shapes), SKV_ERR_VERSION,
  * SKV_ERR_CORRUPT (content hash mismatch), SKV_ERR_NOMEM. */
@@ -113,6 +115,32 @@ int skv_delta_encode(skv_delta *d, const int32_t *tokens, size_t T, const void *
 int skv_delta_decode(skv_delta *d, const int32_t *tokens, size_t T, const skv_streams *in,
                      size_t first_stream, size_t chunk, void *k, void *v);
 
+/* ------------------------------------------------------------------------
+ * Range coding (the store): positions [start, end) of a sequence coded as
+ * one chunk (2 * layers streams), the exact KV of [0, start) being context.
+ * k and v hold [layers][stride][kv_heads][head_dim] dtype elements
+ * (stride >= end); decoding reads positions < start from them and writes
+ * [start, end).
+ * ---------------------------------------------------------------------- */
+/* An optional second prediction a per scalar (the KV of a centroid at
+ * aligned positions), blended per (layer, k/v, head) h as
+ *   mu' = w[h][0] * mu + w[h][1] * a,   s' = s * sscale[h]
+ * where a is not NaN (NaN: no aligned position, mu and s unchanged). */
+typedef struct {
+    const float *pred[2];  /* K and V: [layers][end - start][C] */
+    const float *w;        /* [layers][2][kv_heads][2] */
+    const float *sscale;   /* [layers][2][kv_heads] */
+} skv_delta_aux;
+int skv_delta_encode_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
+                           size_t stride, const void *k, const void *v, const skv_delta_aux *aux,
+                           skv_streams *out);
+int skv_delta_decode_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
+                           size_t stride, const skv_streams *in, size_t first_stream, const skv_delta_aux *aux,
+                           void *k, void *v);
+/* The level's own predictions mu for [start, end) (no coding; the encoder
+ * side, every value known): mu_k, mu_v receive [layers][end - start][C]. */
+int skv_delta_predict_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
+                            size_t stride, const void *k, const void *v, float *mu_k, float *mu_v);
 /* Cost accounting of the last encode: ideal and actual bits per layer and
  * k/v (arrays of layers*2, index layer*2 + kv). */
 void skv_delta_costs(const skv_delta *d, const double **ideal_bits, const double **coded_bytes,

@@ -1,0 +1,214 @@
+/*
+ * seqkv.h - the embedded store: LLM KV caches kept losslessly in LMDB,
+ * keyed by tenant-keyed prompt hashes, deduplicated by an exact prefix
+ * trie, near-duplicates coded against a cluster centroid, every chunk coded
+ * by the predictive-delta codec at its profile's level.
+ *
+ * Threads: one seqkv handle may be used from many threads. Readers
+ * (lookup, get, stats, profile_get) run concurrently; writers (put, del,
+ * profile_set, calibrate, evictions) are serialised. Every function returns
+ * 0 or a negative SKV_ERR_* code with a detail in skv_error_detail()
+ * (skv_base.h); the errors listed are the ones the caller can act on, any
+ * call may also fail with SKV_ERR_NOMEM or SKV_ERR_IO (LMDB or file
+ * system errors, the LMDB message in the detail).
+ *
+ * KV layout of put and get (the wire layout, FORMAT.md "Store KV layout"):
+ * [layer][k, v][token][kv_head][head_dim] elements of the profile's dtype,
+ * little-endian; K after RoPE.
+ */
+#ifndef SEQKV_H
+#define SEQKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skv_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SEQKV_NAME_MAX 63          /* profile and tenant names, bytes */
+#define SEQKV_PATH_MAX 1023        /* model path in a profile */
+#define SEQKV_CHUNK_DEFAULT 256
+#define SEQKV_CHUNK_MAX 4096
+#define SEQKV_MAX_TOKENS (1u << 20) /* tokens per put/get */
+#define SEQKV_SHARED_TENANT "@shared" /* the opt-in shared namespace */
+
+typedef enum {
+    SEQKV_RAW = 0,  /* no predictor: the bytes as given (still deduplicated) */
+    SEQKV_STAT = 1, /* per-channel statistics */
+    SEQKV_CTX = 2,  /* context predictors (previous position, codebook) */
+    SEQKV_SPEC = 3, /* int8 copy of the model over the exact KV */
+    SEQKV_FULL = 4, /* the model itself: the recompute end */
+} seqkv_level;
+#define SEQKV_LEVELS 5
+const char *seqkv_level_name(seqkv_level l);
+/* SKV_ERR_ARG for an unknown name. */
+int seqkv_level_parse(const char *s, seqkv_level *out);
+
+typedef struct seqkv seqkv;
+
+typedef struct {
+    const char *master_key; /* key file; NULL: DIR/master.key, created 0600
+                               from libsodium's random source on first open */
+    uint64_t map_size;      /* initial LMDB map size (0: 64 MiB) */
+    uint64_t map_max;       /* the map grows on MDB_MAP_FULL up to this
+                               (0: 1 TiB); past it, eviction makes room */
+    uint64_t budget;        /* stored bytes kept at most (0: no limit); LRU
+                               eviction that never breaks a dependency */
+    int no_sync;            /* MDB_NOSYNC: NOT durable -- a power loss loses
+                               the last acknowledged writes. Never default. */
+    int threads;            /* coder threads (0: 1) */
+    int read_only;
+    int quiet;              /* no progress lines on stderr */
+} seqkv_options;
+
+/* Open (creating DIR and the store if needed). Errors: SKV_ERR_VERSION (a
+ * store written by a newer seqkv), SKV_ERR_FORMAT (DIR holds something
+ * else), SKV_ERR_CORRUPT (the master key file is damaged or does not
+ * belong to this store), SKV_ERR_IO. The in-memory tries are rebuilt from
+ * LMDB here. */
+int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out);
+void seqkv_close(seqkv *db);
+
+/* ------------------------------------------------------------------------
+ * Model profiles. The identity hash covers name, shape, dtype, RoPE and the
+ * chunk length -- what gives KV bytes and keys their meaning -- and is part
+ * of every key. level and model may change later (each chunk records the
+ * level and calibration it was coded with, so old chunks stay decodable).
+ * ---------------------------------------------------------------------- */
+typedef struct {
+    char name[SEQKV_NAME_MAX + 1];
+    int layers, kv_heads, head_dim;
+    skv_dtype dtype;
+    float rope_theta;      /* 0: the model's, else 10000 */
+    int rope_dim;          /* rotated channels per head (0: head_dim) */
+    int rope_half;         /* 1: HF half layout, 0: llama2.c pairs */
+    int chunk;             /* tokens per chunk (0: SEQKV_CHUNK_DEFAULT) */
+    seqkv_level level;     /* level new chunks are coded at */
+    char model[SEQKV_PATH_MAX + 1]; /* checkpoint ("" none): spec, full,
+                                       surprisal of the probabilistic trie */
+    /* set by the store */
+    uint8_t id[32];        /* identity hash */
+    uint8_t calib_id[16];  /* current calibration (has_calib) */
+    int has_calib;
+} seqkv_profile;
+
+/* Create a profile, or update level/model of an existing one. A profile
+ * whose model is given and whose shape fields are 0 takes them from the
+ * model. Errors: SKV_ERR_ARG (bad name or fields), SKV_ERR_SHAPE (the name
+ * exists with another shape, dtype, RoPE or chunk; or the model does not
+ * match the shape), SKV_ERR_UNSUPPORTED (a level above raw without a
+ * calibration is accepted but codes raw until one exists: see
+ * seqkv_calibrate). */
+int seqkv_profile_set(seqkv *db, seqkv_profile *p);
+/* SKV_ERR_NOT_FOUND for an unknown name. */
+int seqkv_profile_get(seqkv *db, const char *name, seqkv_profile *out);
+
+/* Learn a calibration for the profile from up to max_seq of its stored
+ * sequences (0: 64) of every tenant, store it in LMDB and make it the
+ * profile's current one (new chunks are coded with it; old ones keep
+ * theirs). Errors: SKV_ERR_NOT_FOUND (profile), SKV_ERR_ARG (no stored
+ * sequences). */
+int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq);
+/* Import a calibration file (skv_calib_save) for the profile. Errors:
+ * SKV_ERR_SHAPE (it describes another shape), SKV_ERR_FORMAT/CORRUPT. */
+int seqkv_calibrate_import(seqkv *db, const char *profile, const char *path);
+
+/* ------------------------------------------------------------------------
+ * Tenants. Keys of tenant T are BLAKE2b chains keyed by T's secret
+ * (crypto_kdf from the master key): tenants cannot read, look up or probe
+ * each other. A tenant is created by its first put. The namespace
+ * SEQKV_SHARED_TENANT is written only by puts that say so, and read only
+ * by tenants that opted in (seqkv_tenant_set).
+ * ---------------------------------------------------------------------- */
+typedef struct {
+    uint64_t budget;      /* stored bytes (0: only the store's budget) */
+    int read_shared;      /* lookups and gets also consult @shared */
+} seqkv_tenant_conf;
+int seqkv_tenant_set(seqkv *db, const char *tenant, const seqkv_tenant_conf *c);
+
+/* ------------------------------------------------------------------------
+ * Put, lookup, get, del.
+ * ---------------------------------------------------------------------- */
+typedef struct {
+    const float *surprisal; /* optional: -log2 P(token_i | prefix), bits,
+                               per token, from the client; else the
+                               profile's model computes it; without either
+                               every token counts 16 bits (d is then the
+                               shared length) */
+    int shared;             /* write into SEQKV_SHARED_TENANT */
+    int level;              /* -1 or 0: the profile's; else seqkv_level + 1 */
+} seqkv_put_opts;
+
+typedef struct {
+    size_t new_tokens;   /* tokens whose KV this put stored */
+    size_t chunks;       /* chunk records written */
+    size_t bytes;        /* bytes of those records */
+    size_t centroid_tokens; /* tokens coded against a cluster centroid */
+    int evicted;         /* records evicted to make room */
+} seqkv_put_result;
+
+/* Store the KV of tokens[0..n) (kv_len bytes in the store KV layout).
+ * Only the part after the longest cached prefix is coded; one LMDB write
+ * transaction: when it returns 0 the put is durable (unless no_sync).
+ * Errors: SKV_ERR_NOT_FOUND (profile), SKV_ERR_SHAPE (kv_len is not
+ * layers*2*n*kv_heads*head_dim*dtype size), SKV_ERR_ARG (n == 0, a token
+ * outside the model/calibration vocabulary, bad name),
+ * SKV_ERR_TOO_LARGE (n > SEQKV_MAX_TOKENS, or a record larger than the
+ * budget). res may be NULL. */
+int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+              size_t n, const void *kv, size_t kv_len, const seqkv_put_opts *opts,
+              seqkv_put_result *res);
+
+/* Longest cached prefix of tokens[0..n), in tokens (0 when nothing is).
+ * Errors: SKV_ERR_NOT_FOUND (profile or tenant unknown). */
+int seqkv_lookup(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                 size_t n, size_t *matched);
+
+/* The KV of the first `want` tokens (0: the longest cached prefix) into
+ * out (cap bytes), store KV layout; *got receives the token count. Every
+ * record is verified (record checksum, decoded-bytes checksum) before
+ * anything is returned. Errors: SKV_ERR_NOT_FOUND (profile/tenant, or
+ * fewer than `want` tokens cached), SKV_ERR_TOO_LARGE (cap too small; *got
+ * says how many tokens), SKV_ERR_CORRUPT (a damaged record: nothing is
+ * returned). */
+int seqkv_get(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+              size_t n, size_t want, void *out, size_t cap, size_t *got);
+
+/* Layer by layer: decodes chunk by chunk and calls fn once per (range of
+ * positions, layer) as soon as it is decoded and verified; k and v hold
+ * [n][kv_heads][head_dim] elements of the profile's dtype for positions
+ * pos0..pos0+n-1. A non-zero return from fn stops and is returned. */
+typedef int (*seqkv_layer_fn)(void *ctx, size_t pos0, size_t n, int layer, const void *k,
+                              const void *v);
+int seqkv_get_layers(seqkv *db, const char *tenant, const char *profile,
+                     const int32_t *tokens, size_t n, size_t want, seqkv_layer_fn fn,
+                     void *ctx, size_t *got);
+
+/* Delete the cached KV of tokens[0..n) that no other stored sequence
+ * needs (the part of its path no other sequence shares); *removed tokens.
+ * Errors: SKV_ERR_NOT_FOUND (profile/tenant). */
+int seqkv_del(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+              size_t n, size_t *removed);
+
+typedef struct {
+    uint64_t tokens;        /* unique tokens stored */
+    uint64_t chunks;        /* chunk records */
+    uint64_t raw_bytes;     /* those tokens' KV in the profile dtype */
+    uint64_t stored_bytes;  /* bytes of the chunk records */
+    uint64_t centroid_chunks; /* records coded against a centroid */
+    uint64_t level_tokens[SEQKV_LEVELS]; /* tokens per level */
+    uint64_t level_raw[SEQKV_LEVELS], level_stored[SEQKV_LEVELS];
+    uint64_t evictions;     /* records evicted since the store was made */
+    uint64_t map_used, map_size; /* LMDB pages in use and the map, bytes */
+    uint32_t tenants, profiles;
+} seqkv_stats;
+/* For one tenant (NULL: all). SKV_ERR_NOT_FOUND for an unknown tenant. */
+int seqkv_stat(seqkv *db, const char *tenant, seqkv_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SEQKV_H */

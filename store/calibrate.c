@@ -1,0 +1,149 @@
+/* Calibration from stored data: the profile's stored sequences (every
+ * tenant's: the calibration holds per-channel statistics, a per-token
+ * codebook and blend weights, no sequence) are decoded, learned from, and
+ * the result is kept in LMDB under its content id. */
+#include <stdio.h>
+#include <string.h>
+
+#include "store_priv.h"
+
+typedef struct {
+    skv_trie_rec **tips;
+    size_t n, cap;
+} tips_ctx;
+
+static void collect_tip(void *vctx, skv_trie_rec *r)
+{
+    tips_ctx *c = vctx;
+    if (r->deps || c->n == c->cap)
+        return;
+    c->tips[c->n++] = r;
+}
+
+static int import_calib(seqkv *db, prof_ent *pe, const skv_calib *cal)
+{
+    const skv_kvshape *sh = skv_calib_shape(cal);
+    if (sh->layers != pe->p.layers || sh->kv_heads != pe->p.kv_heads ||
+        sh->head_dim != pe->p.head_dim || sh->dtype != pe->p.dtype)
+        return skv_error(SKV_ERR_SHAPE, "the calibration describes another KV shape or dtype than "
+                                        "profile %s", pe->p.name);
+    uint8_t *img;
+    size_t len;
+    int rc = skv_calib_serialize(cal, &img, &len);
+    for (int attempt = 0; !rc; attempt++) {
+        rc = skv_store_set_calib(db, pe, skv_calib_id(cal), img, len);
+        if (rc != SKV_ERR_IO || attempt > 8 || !strstr(skv_error_detail(), "map full"))
+            break;
+        if ((rc = skv_store_grow(db)))
+            break;
+    }
+    skv_free(img);
+    return rc;
+}
+
+int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
+{
+    if (!max_seq)
+        max_seq = 64;
+    pthread_mutex_lock(&db->wlock);
+    prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
+    int rc = pe ? SKV_OK : skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
+    tips_ctx tc = {NULL, 0, max_seq};
+    skv_st_writer *w = NULL;
+    skv_st *st = NULL;
+    uint8_t *img = NULL;
+    size_t len = 0, nseq = 0, ntok = 0;
+    if (!rc && !(tc.tips = skv_malloc(max_seq * sizeof *tc.tips)))
+        rc = skv_error(SKV_ERR_NOMEM, "calibration");
+    if (!rc)
+        rc = skv_stw_create(&w);
+    pthread_rwlock_rdlock(&db->rw);
+    MDB_txn *txn = NULL;
+    if (!rc) {
+        int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
+        rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
+    }
+    for (size_t i = 0; !rc && i < db->nns && tc.n < max_seq; i++) {
+        ns_ent *e = &db->ns[i];
+        if (memcmp(e->prof_id, pe->p.id, 32) != 0)
+            continue;
+        size_t before = tc.n;
+        skv_trie_foreach(e->trie, collect_tip, &tc);
+        for (size_t j = before; !rc && j < tc.n; j++) {
+            size_t T;
+            int32_t *tok;
+            uint8_t *k, *v;
+            rc = skv_store_decode_chain(db, txn, e, pe, tc.tips[j], &T, &tok, &k, &v);
+            if (!rc) {
+                skv_kvseq q = {T, tok, pe->p.dtype, pe->p.layers, pe->p.kv_heads, pe->p.head_dim,
+                               k, v};
+                rc = skv_kvfile_add(w, nseq++, &q);
+                ntok += T;
+            }
+            skv_free(tok);
+            skv_free(k);
+            skv_free(v);
+        }
+    }
+    if (txn)
+        mdb_txn_abort(txn);
+    pthread_rwlock_unlock(&db->rw);
+    if (!rc && nseq == 0)
+        rc = skv_error(SKV_ERR_ARG, "profile %s has no stored sequences to calibrate from", profile);
+    if (!rc) {
+        char b[64];
+        snprintf(b, sizeof b, "%.9g", (double)pe->p.rope_theta);
+        rc = skv_stw_meta(w, "seqkv.rope_theta", b);
+        snprintf(b, sizeof b, "%d", pe->p.rope_dim);
+        if (!rc)
+            rc = skv_stw_meta(w, "seqkv.rope_dim", b);
+        if (!rc)
+            rc = skv_stw_meta(w, "seqkv.rope_layout", pe->p.rope_half ? "half" : "pair");
+    }
+    if (!rc)
+        rc = skv_stw_serialize(w, &img, &len);
+    if (!rc)
+        rc = skv_st_parse(img, len, &st);
+    skv_model *model = NULL;
+    if (!rc && pe->p.model[0])
+        rc = skv_store_profile_model(db, pe, &model);
+    skv_calib *cal = NULL;
+    if (!rc) {
+        if (!db->o.quiet)
+            fprintf(stderr, "seqkv: calibrating profile %s from %zu stored sequences (%zu tokens)\n",
+                    pe->p.name, nseq, ntok);
+        skv_calib_opts o = {.model = model, .pool = db->pool, .quiet = db->o.quiet};
+        rc = skv_calib_learn(st, &o, &cal);
+    }
+    if (!rc)
+        rc = import_calib(db, pe, cal);
+    skv_calib_free(cal);
+    skv_st_free(st);
+    skv_free(img);
+    skv_stw_free(w);
+    skv_free(tc.tips);
+    pthread_mutex_unlock(&db->wlock);
+    return rc;
+}
+
+int seqkv_calibrate_import(seqkv *db, const char *profile, const char *path)
+{
+    pthread_mutex_lock(&db->wlock);
+    prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
+    int rc = pe ? SKV_OK : skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
+    skv_calib *cal = NULL;
+    if (!rc)
+        rc = skv_calib_load(path, &cal);
+    if (!rc && skv_calib_model(cal)[0] && pe->p.model[0]) {
+        skv_model *m;
+        if (!(rc = skv_store_profile_model(db, pe, &m)) &&
+            strcmp(skv_model_fingerprint(m), skv_calib_model(cal)) != 0)
+            rc = skv_error(SKV_ERR_SHAPE, "the calibration was made with another model than %s",
+                           pe->p.model);
+    }
+    if (!rc)
+        rc = import_calib(db, pe, cal);
+    skv_calib_free(cal);
+    pthread_mutex_unlock(&db->wlock);
+    return rc;
+}

@@ -1,0 +1,97 @@
+/* A cache of calibrations and predictive-delta coders, keyed by
+ * (calibration id, level). A coder codes one sequence at a time, so a
+ * busy one is never handed out twice; concurrent callers get another. */
+#include <string.h>
+
+#include "store_priv.h"
+
+static int load_calib(seqkv *db, MDB_txn *txn, const uint8_t id[16], skv_calib **out)
+{
+    MDB_val k = {16, (void *)id}, v;
+    int mrc = mdb_get(txn, db->db_calib, &k, &v);
+    if (mrc == MDB_NOTFOUND)
+        return skv_error(SKV_ERR_CORRUPT, "a chunk names a calibration the store does not hold");
+    if (mrc)
+        return skv_mdb_error(mrc, "calibration");
+    /* the parsed calibration borrows its buffer: keep a private copy */
+    int rc = skv_calib_parse(v.mv_data, v.mv_size, out);
+    if (!rc && memcmp(skv_calib_id(*out), id, 16) != 0) {
+        skv_calib_free(*out);
+        *out = NULL;
+        rc = skv_error(SKV_ERR_CORRUPT, "calibration stored under the wrong id");
+    }
+    return rc;
+}
+
+int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_id[16], int level,
+                    coder_ent **out)
+{
+    *out = NULL;
+    if (level < SEQKV_STAT || level >= SEQKV_LEVELS)
+        return skv_error(SKV_ERR_CORRUPT, "no coder for level %d", level);
+    skv_model *model = NULL;
+    int rc;
+    if (level >= SEQKV_SPEC && (rc = skv_store_profile_model(db, pe, &model)))
+        return rc;
+    pthread_mutex_lock(&db->clock);
+    skv_calib *cal = NULL;
+    for (size_t i = 0; i < db->ncoders; i++) {
+        coder_ent *c = &db->coders[i];
+        if (memcmp(c->calib_id, calib_id, 16) != 0)
+            continue;
+        cal = c->cal;
+        if (c->level == level && !c->busy) {
+            c->busy = 1;
+            pthread_mutex_unlock(&db->clock);
+            *out = c;
+            return SKV_OK;
+        }
+    }
+    int owns = 0;
+    rc = SKV_OK;
+    if (!cal) {
+        rc = load_calib(db, txn, calib_id, &cal);
+        owns = rc == 0;
+    }
+    skv_delta *d = NULL;
+    if (!rc)
+        rc = skv_delta_create(cal, (skv_level)(level - 1), model, db->pool, &d);
+    if (!rc && db->ncoders == db->coders_cap) {
+        /* entries are referenced by pointer while busy: never move them */
+        rc = skv_error(SKV_ERR_TOO_LARGE, "too many concurrent coders");
+    }
+    if (rc) {
+        skv_delta_free(d);
+        if (owns)
+            skv_calib_free(cal);
+        pthread_mutex_unlock(&db->clock);
+        return rc;
+    }
+    coder_ent *c = &db->coders[db->ncoders++];
+    memcpy(c->calib_id, calib_id, 16);
+    c->level = level;
+    c->cal = cal;
+    c->owns_cal = owns;
+    c->d = d;
+    c->busy = 1;
+    pthread_mutex_unlock(&db->clock);
+    *out = c;
+    return SKV_OK;
+}
+
+void skv_store_coder_release(seqkv *db, coder_ent *c)
+{
+    pthread_mutex_lock(&db->clock);
+    c->busy = 0;
+    pthread_mutex_unlock(&db->clock);
+}
+
+void skv_store_coders_free(seqkv *db)
+{
+    for (size_t i = 0; i < db->ncoders; i++)
+        skv_delta_free(db->coders[i].d);
+    for (size_t i = 0; i < db->ncoders; i++)
+        if (db->coders[i].owns_cal)
+            skv_calib_free(db->coders[i].cal);
+    skv_free(db->coders);
+}

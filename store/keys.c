@@ -1,0 +1,113 @@
+/* Keys: the master key file, per-tenant secrets (crypto_kdf), keyed
+ * BLAKE2b-256 chains over token chunks, profile identity hashes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store_int.h"
+
+#define KEY_MAGIC 0x4b564b53u /* "SKVK" */
+#define KEY_VERSION 1
+
+static void key_check(const uint8_t key[32], uint8_t out[32])
+{
+    crypto_generichash(out, 32, (const uint8_t *)"seqkv master key check", 22, key, 32);
+}
+
+void skv_master_check(const uint8_t master[32], uint8_t out[16])
+{
+    crypto_generichash(out, 16, (const uint8_t *)"seqkv store check", 17, master, 32);
+}
+
+int skv_master_key(const char *path, int create, uint8_t key[32])
+{
+    uint8_t buf[SKV_MASTER_KEY_FILE + 1], chk[32];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && create) {
+        /* create exclusively, 0600, durable before use */
+        uint8_t img[SKV_MASTER_KEY_FILE];
+        skv_store32_le(img, KEY_MAGIC);
+        skv_store32_le(img + 4, KEY_VERSION);
+        randombytes_buf(img + 8, 32);
+        key_check(img + 8, img + 40);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return skv_error(SKV_ERR_IO, "create master key %s: %s", path, strerror(errno));
+        ssize_t w = write(fd, img, sizeof img);
+        int ok = w == (ssize_t)sizeof img && fsync(fd) == 0;
+        close(fd);
+        if (!ok) {
+            unlink(path);
+            return skv_error(SKV_ERR_IO, "write master key %s: %s", path, strerror(errno));
+        }
+        memcpy(key, img + 8, 32);
+        sodium_memzero(img, sizeof img);
+        return SKV_OK;
+    }
+    if (fd < 0)
+        return skv_error(errno == ENOENT ? SKV_ERR_NOT_FOUND : SKV_ERR_IO, "master key %s: %s", path,
+                         strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) == 0 && (st.st_mode & 077))
+        fprintf(stderr, "seqkv: warning: master key %s is readable by others (mode %03o)\n", path,
+                (unsigned)(st.st_mode & 0777));
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    if (n != SKV_MASTER_KEY_FILE || skv_load32_le(buf) != KEY_MAGIC)
+        return skv_error(SKV_ERR_CORRUPT, "%s is not a seqkv master key file", path);
+    if (skv_load32_le(buf + 4) > KEY_VERSION)
+        return skv_error(SKV_ERR_VERSION, "master key file %s has a newer version", path);
+    key_check(buf + 8, chk);
+    if (sodium_memcmp(chk, buf + 40, 32) != 0)
+        return skv_error(SKV_ERR_CORRUPT, "master key %s is damaged (check value mismatch)", path);
+    memcpy(key, buf + 8, 32);
+    sodium_memzero(buf, sizeof buf);
+    return SKV_OK;
+}
+
+void skv_tenant_secret(const uint8_t master[32], uint64_t tenant_id, uint8_t out[32])
+{
+    crypto_kdf_derive_from_key(out, 32, tenant_id, "seqkvtnt", master);
+}
+
+void skv_chain_root(const uint8_t secret[32], const uint8_t profile_id[32], uint8_t out[32])
+{
+    crypto_generichash(out, 32, profile_id, 32, secret, 32);
+}
+
+void skv_chain_next(const uint8_t secret[32], const uint8_t parent[32], const int32_t *tokens,
+                    size_t n, uint8_t out[32])
+{
+    crypto_generichash_state st;
+    uint8_t b[256];
+    crypto_generichash_init(&st, secret, 32, 32);
+    crypto_generichash_update(&st, parent, 32);
+    size_t i = 0;
+    while (i < n) {
+        size_t k = 0;
+        for (; i < n && k < sizeof b; i++, k += 4)
+            skv_store32_le(b + k, (uint32_t)tokens[i]);
+        crypto_generichash_update(&st, b, k);
+    }
+    crypto_generichash_final(&st, out, 32);
+}
+
+void skv_profile_id(const seqkv_profile *p, uint8_t out[32])
+{
+    uint8_t b[64 + 32];
+    memset(b, 0, sizeof b);
+    memcpy(b, p->name, strnlen(p->name, SEQKV_NAME_MAX));
+    skv_store32_le(b + 64, (uint32_t)p->layers);
+    skv_store32_le(b + 68, (uint32_t)p->kv_heads);
+    skv_store32_le(b + 72, (uint32_t)p->head_dim);
+    skv_store32_le(b + 76, (uint32_t)p->dtype);
+    skv_store32_le(b + 80, skv_f32_bits(p->rope_theta));
+    skv_store32_le(b + 84, (uint32_t)p->rope_dim);
+    skv_store32_le(b + 88, (uint32_t)p->rope_half);
+    skv_store32_le(b + 92, (uint32_t)p->chunk);
+    crypto_generichash(out, 32, b, sizeof b, (const uint8_t *)"seqkv-profile-v1", 16);
+}

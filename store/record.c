@@ -1,0 +1,118 @@
+/* Chunk records: serialisation and verified parsing (FORMAT.md, "Chunk
+ * records"). The parser is the first thing that sees bytes from LMDB and
+ * trusts nothing: every size is checked against the buffer before use. */
+#include <sodium.h>
+#include <string.h>
+
+#include "store_int.h"
+
+size_t skv_rec_size(const skv_rec *r)
+{
+    return SKV_REC_HEADER + (size_t)r->n * 4 + (r->surprisal ? (size_t)r->n * 4 : 0) +
+           r->side_len + (size_t)r->nstreams * 4 + r->streams_len + SKV_REC_TRAILER;
+}
+
+void skv_rec_write(const skv_rec *r, uint8_t *dst)
+{
+    uint8_t *p = dst;
+    memset(p, 0, SKV_REC_HEADER);
+    skv_store32_le(p, SKV_REC_MAGIC);
+    skv_store16_le(p + 4, SKV_REC_VERSION);
+    p[6] = r->level;
+    p[7] = (uint8_t)(r->flags | (r->surprisal ? SKV_REC_SURPRISAL : 0));
+    skv_store64_le(p + 8, r->tenant);
+    memcpy(p + 16, r->profile, 32);
+    memcpy(p + 48, r->parent, 32);
+    memcpy(p + 80, r->base, 32);
+    memcpy(p + 112, r->centroid, 32);
+    memcpy(p + 144, r->calib, 16);
+    skv_store32_le(p + 160, r->chunk_index);
+    skv_store32_le(p + 164, r->n);
+    skv_store32_le(p + 168, r->lo);
+    skv_store32_le(p + 172, r->nstreams);
+    skv_store32_le(p + 176, r->side_len);
+    skv_store64_le(p + 184, r->checksum);
+    p += SKV_REC_HEADER;
+    memcpy(p, r->tokens, (size_t)r->n * 4);
+    p += (size_t)r->n * 4;
+    if (r->surprisal) {
+        memcpy(p, r->surprisal, (size_t)r->n * 4);
+        p += (size_t)r->n * 4;
+    }
+    if (r->side_len)
+        memcpy(p, r->side, r->side_len);
+    p += r->side_len;
+    memcpy(p, r->sizes, (size_t)r->nstreams * 4);
+    p += (size_t)r->nstreams * 4;
+    if (r->streams_len)
+        memcpy(p, r->streams, r->streams_len);
+    p += r->streams_len;
+    crypto_generichash(p, SKV_REC_TRAILER, dst, (size_t)(p - dst), NULL, 0);
+}
+
+int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r)
+{
+    memset(r, 0, sizeof *r);
+    if (len < SKV_REC_HEADER + SKV_REC_TRAILER)
+        return skv_error(SKV_ERR_FORMAT, "chunk record of %zu bytes is too short", len);
+    if (skv_load32_le(buf) != SKV_REC_MAGIC)
+        return skv_error(SKV_ERR_FORMAT, "not a chunk record (bad magic)");
+    uint16_t ver = skv_load16_le(buf + 4);
+    if (ver > SKV_REC_VERSION)
+        return skv_error(SKV_ERR_VERSION, "chunk record version %u is newer than %u", ver,
+                         SKV_REC_VERSION);
+    if (ver == 0)
+        return skv_error(SKV_ERR_FORMAT, "chunk record version 0");
+    uint8_t sum[SKV_REC_TRAILER];
+    crypto_generichash(sum, sizeof sum, buf, len - SKV_REC_TRAILER, NULL, 0);
+    if (sodium_memcmp(sum, buf + len - SKV_REC_TRAILER, SKV_REC_TRAILER) != 0)
+        return skv_error(SKV_ERR_CORRUPT, "chunk record checksum mismatch");
+    r->level = buf[6];
+    r->flags = buf[7];
+    if (r->level >= SEQKV_LEVELS || (r->flags & ~15u))
+        return skv_error(SKV_ERR_FORMAT, "chunk record with level %u flags %#x", r->level, r->flags);
+    r->tenant = skv_load64_le(buf + 8);
+    memcpy(r->profile, buf + 16, 32);
+    memcpy(r->parent, buf + 48, 32);
+    memcpy(r->base, buf + 80, 32);
+    memcpy(r->centroid, buf + 112, 32);
+    memcpy(r->calib, buf + 144, 16);
+    r->chunk_index = skv_load32_le(buf + 160);
+    r->n = skv_load32_le(buf + 164);
+    r->lo = skv_load32_le(buf + 168);
+    r->nstreams = skv_load32_le(buf + 172);
+    r->side_len = skv_load32_le(buf + 176);
+    r->checksum = skv_load64_le(buf + 184);
+    if (r->n == 0 || r->n > SEQKV_CHUNK_MAX || r->lo >= r->n ||
+        (r->lo > 0) != !!(r->flags & SKV_REC_BASE) || r->nstreams > 2 * 4096)
+        return skv_error(SKV_ERR_FORMAT, "chunk record fields out of range (n %u lo %u streams %u)",
+                         r->n, r->lo, r->nstreams);
+    size_t body = len - SKV_REC_HEADER - SKV_REC_TRAILER, need = (size_t)r->n * 4;
+    if (r->flags & SKV_REC_SURPRISAL)
+        need += (size_t)r->n * 4;
+    if (need > body || r->side_len > body - need || (size_t)r->nstreams * 4 > body - need - r->side_len)
+        return skv_error(SKV_ERR_FORMAT, "chunk record sizes exceed its %zu bytes", len);
+    const uint8_t *p = buf + SKV_REC_HEADER;
+    r->tokens = p;
+    p += (size_t)r->n * 4;
+    if (r->flags & SKV_REC_SURPRISAL) {
+        r->surprisal = p;
+        p += (size_t)r->n * 4;
+    }
+    r->side = r->side_len ? p : NULL;
+    p += r->side_len;
+    r->sizes = p;
+    p += (size_t)r->nstreams * 4;
+    size_t left = (size_t)(buf + len - SKV_REC_TRAILER - p), tot = 0;
+    for (uint32_t i = 0; i < r->nstreams; i++) {
+        size_t s = skv_load32_le(r->sizes + 4 * (size_t)i);
+        if (s > left - tot)
+            return skv_error(SKV_ERR_FORMAT, "chunk record stream %u overruns the record", i);
+        tot += s;
+    }
+    if (tot != left)
+        return skv_error(SKV_ERR_FORMAT, "chunk record has %zu bytes after its streams", left - tot);
+    r->streams = p;
+    r->streams_len = tot;
+    return SKV_OK;
+}

@@ -1,0 +1,928 @@
+/* The store (seqkv.h): LMDB persistence, tenants, profiles, the in-memory
+ * tries, put / lookup / get / del, eviction and map growth.
+ *
+ * Locking: `wlock` serialises writers (put, del, profile and tenant
+ * changes, calibration). `rw` guards the in-memory state and LMDB
+ * transactions: readers hold it shared for the length of their read
+ * transaction, writers take it shared for their write transaction and
+ * exclusively only to change the in-memory tries or to grow the map
+ * (mdb_env_set_mapsize needs no live transaction in the process). */
+#include <errno.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "skv_delta.h"
+#include "skv_trie.h"
+#include "store_int.h"
+#include "store_priv.h"
+
+#define STORE_MAGIC 0x53564b53u /* "SKVS" */
+#define STORE_VERSION 1
+#define PROF_MAGIC 0x50564b53u  /* "SKVP" */
+#define PROF_SIZE (16 + 64 + 4 * 10 + 16 + 32 + SEQKV_PATH_MAX + 1)
+#define TEN_MAGIC 0x54564b53u   /* "SKVT" */
+#define TEN_SIZE 32
+#define SHARED_ID 1
+
+/* ---- names and levels ------------------------------------------------------ */
+
+static const char *const level_names[SEQKV_LEVELS] = {"raw", "stat", "ctx", "spec", "full"};
+
+const char *seqkv_level_name(seqkv_level l)
+{
+    return (unsigned)l < SEQKV_LEVELS ? level_names[l] : "?";
+}
+
+int seqkv_level_parse(const char *s, seqkv_level *out)
+{
+    for (int i = 0; i < SEQKV_LEVELS; i++)
+        if (strcmp(s, level_names[i]) == 0) {
+            *out = (seqkv_level)i;
+            return SKV_OK;
+        }
+    return skv_error(SKV_ERR_ARG, "unknown level '%s' (raw, stat, ctx, spec, full)", s);
+}
+
+static int check_name(const char *what, const char *s, int allow_at)
+{
+    size_t n = s ? strnlen(s, SEQKV_NAME_MAX + 1) : 0;
+    if (n == 0 || n > SEQKV_NAME_MAX)
+        return skv_error(SKV_ERR_ARG, "%s name must be 1..%d bytes", what, SEQKV_NAME_MAX);
+    if (s[0] == '@' && !allow_at)
+        return skv_error(SKV_ERR_ARG, "%s names starting with '@' are reserved", what);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] <= ' ' || s[i] == 127)
+            return skv_error(SKV_ERR_ARG, "%s name '%s' has a space or control character", what, s);
+    return SKV_OK;
+}
+
+int skv_mdb_error(int rc, const char *what)
+{
+    if (rc == ENOMEM)
+        return skv_error(SKV_ERR_NOMEM, "%s: %s", what, mdb_strerror(rc));
+    if (rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND)
+        return skv_error(SKV_ERR_CORRUPT, "%s: %s", what, mdb_strerror(rc));
+    if (rc == MDB_VERSION_MISMATCH || rc == MDB_INVALID)
+        return skv_error(SKV_ERR_FORMAT, "%s: %s", what, mdb_strerror(rc));
+    return skv_error(SKV_ERR_IO, "%s: %s", what, mdb_strerror(rc));
+}
+
+/* ---- profile and tenant records --------------------------------------------- */
+
+static void prof_pack(const seqkv_profile *p, uint8_t *b)
+{
+    memset(b, 0, PROF_SIZE);
+    skv_store32_le(b, PROF_MAGIC);
+    skv_store32_le(b + 4, 1);
+    memcpy(b + 16, p->name, strnlen(p->name, SEQKV_NAME_MAX));
+    uint8_t *q = b + 80;
+    int32_t f[10] = {p->layers, p->kv_heads, p->head_dim, (int32_t)p->dtype,
+                     (int32_t)skv_f32_bits(p->rope_theta), p->rope_dim, p->rope_half,
+                     p->chunk, (int32_t)p->level, p->has_calib};
+    for (int i = 0; i < 10; i++)
+        skv_store32_le(q + 4 * i, (uint32_t)f[i]);
+    memcpy(b + 120, p->calib_id, 16);
+    memcpy(b + 136, p->id, 32);
+    memcpy(b + 168, p->model, strnlen(p->model, SEQKV_PATH_MAX));
+}
+
+static int prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
+{
+    if (len != PROF_SIZE || skv_load32_le(b) != PROF_MAGIC)
+        return skv_error(SKV_ERR_CORRUPT, "damaged profile record");
+    if (skv_load32_le(b + 4) > 1)
+        return skv_error(SKV_ERR_VERSION, "profile record of a newer version");
+    memset(p, 0, sizeof *p);
+    memcpy(p->name, b + 16, SEQKV_NAME_MAX);
+    const uint8_t *q = b + 80;
+    p->layers = (int)skv_load32_le(q);
+    p->kv_heads = (int)skv_load32_le(q + 4);
+    p->head_dim = (int)skv_load32_le(q + 8);
+    p->dtype = (skv_dtype)skv_load32_le(q + 12);
+    p->rope_theta = skv_bits_f32(skv_load32_le(q + 16));
+    p->rope_dim = (int)skv_load32_le(q + 20);
+    p->rope_half = (int)skv_load32_le(q + 24);
+    p->chunk = (int)skv_load32_le(q + 28);
+    p->level = (seqkv_level)skv_load32_le(q + 32);
+    p->has_calib = (int)skv_load32_le(q + 36);
+    memcpy(p->calib_id, b + 120, 16);
+    memcpy(p->id, b + 136, 32);
+    memcpy(p->model, b + 168, SEQKV_PATH_MAX);
+    if (p->layers <= 0 || p->kv_heads <= 0 || p->head_dim <= 0 || p->chunk <= 0 ||
+        p->chunk > SEQKV_CHUNK_MAX || (unsigned)p->level >= SEQKV_LEVELS)
+        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
+    return SKV_OK;
+}
+
+static void ten_pack(const tenant_ent *t, uint8_t *b)
+{
+    memset(b, 0, TEN_SIZE);
+    skv_store32_le(b, TEN_MAGIC);
+    skv_store32_le(b + 4, 1);
+    skv_store64_le(b + 8, t->id);
+    skv_store32_le(b + 16, (uint32_t)t->read_shared);
+    skv_store64_le(b + 24, t->budget);
+}
+
+/* ---- the handle -------------------------------------------------------------- */
+
+static int txn_begin(seqkv *db, int rdonly, MDB_txn **txn)
+{
+    int rc = mdb_txn_begin(db->env, NULL, rdonly ? MDB_RDONLY : 0, txn);
+    return rc ? skv_mdb_error(rc, "begin transaction") : SKV_OK;
+}
+
+static uint64_t meta_u64(MDB_txn *txn, MDB_dbi dbi, const char *key)
+{
+    MDB_val k = {strlen(key), (void *)key}, v;
+    if (mdb_get(txn, dbi, &k, &v) || v.mv_size != 8)
+        return 0;
+    return skv_load64_le(v.mv_data);
+}
+
+static int meta_put_u64(MDB_txn *txn, MDB_dbi dbi, const char *key, uint64_t x)
+{
+    uint8_t b[8];
+    skv_store64_le(b, x);
+    MDB_val k = {strlen(key), (void *)key}, v = {8, b};
+    int rc = mdb_put(txn, dbi, &k, &v, 0);
+    return rc ? skv_mdb_error(rc, "write meta") : SKV_OK;
+}
+
+prof_ent *skv_store_profile(seqkv *db, const char *name)
+{
+    for (size_t i = 0; i < db->nprof; i++)
+        if (strcmp(db->prof[i].p.name, name) == 0)
+            return &db->prof[i];
+    return NULL;
+}
+
+static tenant_ent *find_tenant(seqkv *db, const char *name)
+{
+    for (size_t i = 0; i < db->nten; i++)
+        if (strcmp(db->ten[i].name, name) == 0)
+            return &db->ten[i];
+    return NULL;
+}
+
+static tenant_ent *tenant_by_id(seqkv *db, uint64_t id)
+{
+    for (size_t i = 0; i < db->nten; i++)
+        if (db->ten[i].id == id)
+            return &db->ten[i];
+    return NULL;
+}
+
+ns_ent *skv_store_ns(seqkv *db, uint64_t tenant, const uint8_t profile_id[32])
+{
+    for (size_t i = 0; i < db->nns; i++)
+        if (db->ns[i].tenant == tenant && memcmp(db->ns[i].prof_id, profile_id, 32) == 0)
+            return &db->ns[i];
+    return NULL;
+}
+
+/* The namespace (tenant, profile), created in memory when absent. */
+int skv_store_namespace(seqkv *db, uint64_t tenant, const prof_ent *pe, ns_ent **out)
+{
+    ns_ent *e = skv_store_ns(db, tenant, pe->p.id);
+    if (e) {
+        *out = e;
+        return SKV_OK;
+    }
+    if (db->nns == db->ns_cap) {
+        size_t nc = db->ns_cap ? db->ns_cap * 2 : 8;
+        ns_ent *n = skv_realloc(db->ns, nc * sizeof *n);
+        if (!n)
+            return skv_error(SKV_ERR_NOMEM, "namespaces");
+        db->ns = n;
+        db->ns_cap = nc;
+    }
+    e = &db->ns[db->nns];
+    memset(e, 0, sizeof *e);
+    e->tenant = tenant;
+    memcpy(e->prof_id, pe->p.id, 32);
+    skv_tenant_secret(db->master, tenant, e->secret);
+    uint8_t root[32];
+    skv_chain_root(e->secret, pe->p.id, root);
+    int rc = skv_trie_create(root, (uint32_t)pe->p.chunk, &e->trie);
+    if (rc)
+        return rc;
+    db->nns++;
+    *out = e;
+    return SKV_OK;
+}
+
+/* Dependency counts: a record is needed by the records below its key (the
+ * next chunk), by those that take their first positions from it (base)
+ * and by those coded against it (centroid). */
+void skv_store_deps(ns_ent *e, const skv_trie_rec *r, int delta)
+{
+    skv_trie_rec *p;
+    if (memcmp(r->parent, skv_trie_root(e->trie), 32) != 0 && (p = skv_trie_find(e->trie, r->parent)))
+        p->deps = (uint32_t)((int)p->deps + delta);
+    if (r->has_base && (p = skv_trie_find(e->trie, r->base)))
+        p->deps = (uint32_t)((int)p->deps + delta);
+    if (r->has_centroid && (p = skv_trie_find(e->trie, r->centroid)))
+        p->deps = (uint32_t)((int)p->deps + delta);
+}
+
+/* Index a parsed record in its namespace. */
+int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t bytes,
+                    uint64_t tick)
+{
+    prof_ent *pe = NULL;
+    for (size_t i = 0; i < db->nprof; i++)
+        if (memcmp(db->prof[i].p.id, r->profile, 32) == 0)
+            pe = &db->prof[i];
+    if (!pe)
+        return skv_error(SKV_ERR_CORRUPT, "chunk record of an unknown profile");
+    if (r->n > (uint32_t)pe->p.chunk)
+        return skv_error(SKV_ERR_CORRUPT, "chunk record longer than its profile's chunk");
+    ns_ent *e;
+    int rc = skv_store_namespace(db, r->tenant, pe, &e);
+    if (rc)
+        return rc;
+    int32_t tok[SEQKV_CHUNK_MAX];
+    float sur[SEQKV_CHUNK_MAX];
+    for (uint32_t i = 0; i < r->n; i++) {
+        tok[i] = (int32_t)skv_load32_le(r->tokens + 4 * (size_t)i);
+        if (r->surprisal)
+            sur[i] = skv_bits_f32(skv_load32_le(r->surprisal + 4 * (size_t)i));
+    }
+    skv_trie_rec t;
+    memset(&t, 0, sizeof t);
+    memcpy(t.key, key, 32);
+    memcpy(t.parent, r->parent, 32);
+    t.chunk_index = r->chunk_index;
+    t.n = r->n;
+    t.lo = r->lo;
+    t.tokens = tok;
+    t.surprisal = r->surprisal ? sur : NULL;
+    t.tick = tick;
+    t.tick_saved = tick;
+    t.bytes = bytes;
+    t.level = r->level;
+    t.has_base = (r->flags & SKV_REC_BASE) != 0;
+    t.has_centroid = (r->flags & SKV_REC_CENTROID) != 0;
+    memcpy(t.base, r->base, 32);
+    memcpy(t.centroid, r->centroid, 32);
+    skv_trie_rec *in;
+    if ((rc = skv_trie_insert(e->trie, &t, &in)))
+        return rc;
+    db->stored += bytes;
+    tenant_ent *te = tenant_by_id(db, r->tenant);
+    if (te)
+        te->used += bytes;
+    return SKV_OK;
+}
+
+/* After every record is indexed: dependency counts (order-independent). */
+static void dep_pass(void *ctx, skv_trie_rec *r)
+{
+    skv_store_deps(ctx, r, +1);
+}
+
+static int load_state(seqkv *db, MDB_txn *txn)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rc = mdb_cursor_open(txn, db->db_prof, &cur);
+    if (rc)
+        return skv_mdb_error(rc, "profiles");
+    while (!(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        seqkv_profile p;
+        if ((rc = prof_unpack(v.mv_data, v.mv_size, &p)))
+            break;
+        if ((rc = skv_store_add_profile(db, &p)))
+            break;
+    }
+    mdb_cursor_close(cur);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc < 0 ? rc : skv_mdb_error(rc, "profiles");
+    if ((rc = mdb_cursor_open(txn, db->db_ten, &cur)))
+        return skv_mdb_error(rc, "tenants");
+    while (!(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        if (v.mv_size != TEN_SIZE || skv_load32_le(v.mv_data) != TEN_MAGIC || k.mv_size == 0 ||
+            k.mv_size > SEQKV_NAME_MAX) {
+            rc = skv_error(SKV_ERR_CORRUPT, "damaged tenant record");
+            break;
+        }
+        tenant_ent t;
+        memset(&t, 0, sizeof t);
+        memcpy(t.name, k.mv_data, k.mv_size);
+        const uint8_t *b = v.mv_data;
+        t.id = skv_load64_le(b + 8);
+        t.read_shared = (int)skv_load32_le(b + 16);
+        t.budget = skv_load64_le(b + 24);
+        if ((rc = skv_store_add_tenant(db, &t)))
+            break;
+    }
+    mdb_cursor_close(cur);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc < 0 ? rc : skv_mdb_error(rc, "tenants");
+    /* chunk records: header and tokens only; GET verifies the rest */
+    if ((rc = mdb_cursor_open(txn, db->db_chunk, &cur)))
+        return skv_mdb_error(rc, "chunks");
+    size_t bad = 0;
+    while (!(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        skv_rec r;
+        int prc = k.mv_size == 32 ? skv_rec_parse(v.mv_data, v.mv_size, &r)
+                                  : skv_error(SKV_ERR_CORRUPT, "bad key size");
+        uint64_t tick = 0;
+        MDB_val tv;
+        if (!mdb_get(txn, db->db_evict, &k, &tv) && tv.mv_size == 8)
+            tick = skv_load64_le(tv.mv_data);
+        if (!prc)
+            prc = skv_store_index(db, k.mv_data, &r, v.mv_size, tick);
+        if (prc) {
+            if (prc == SKV_ERR_NOMEM) {
+                rc = prc;
+                break;
+            }
+            bad++; /* left in place: GET of it fails with its error */
+        }
+        if (tick > db->tick)
+            db->tick = tick;
+    }
+    mdb_cursor_close(cur);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc < 0 ? rc : skv_mdb_error(rc, "chunks");
+    if (bad && !db->o.quiet)
+        fprintf(stderr, "seqkv: warning: %zu damaged chunk records are not indexed\n", bad);
+    db->bad_records = bad;
+    for (size_t i = 0; i < db->nns; i++)
+        skv_trie_foreach(db->ns[i].trie, dep_pass, &db->ns[i]);
+    db->evictions = meta_u64(txn, db->db_meta, "evictions");
+    return SKV_OK;
+}
+
+int skv_store_add_profile(seqkv *db, const seqkv_profile *p)
+{
+    if (db->nprof == db->prof_cap) {
+        size_t nc = db->prof_cap ? db->prof_cap * 2 : 4;
+        prof_ent *n = skv_realloc(db->prof, nc * sizeof *n);
+        if (!n)
+            return skv_error(SKV_ERR_NOMEM, "profiles");
+        db->prof = n;
+        db->prof_cap = nc;
+    }
+    prof_ent *e = &db->prof[db->nprof++];
+    memset(e, 0, sizeof *e);
+    e->p = *p;
+    e->C = (size_t)p->kv_heads * (size_t)p->head_dim;
+    e->es = skv_dtype_size(p->dtype);
+    return SKV_OK;
+}
+
+int skv_store_add_tenant(seqkv *db, const tenant_ent *t)
+{
+    if (db->nten == db->ten_cap) {
+        size_t nc = db->ten_cap ? db->ten_cap * 2 : 8;
+        tenant_ent *n = skv_realloc(db->ten, nc * sizeof *n);
+        if (!n)
+            return skv_error(SKV_ERR_NOMEM, "tenants");
+        db->ten = n;
+        db->ten_cap = nc;
+    }
+    db->ten[db->nten++] = *t;
+    return SKV_OK;
+}
+
+int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
+{
+    *out = NULL;
+    if (sodium_init() < 0)
+        return skv_error(SKV_ERR_IO, "libsodium failed to initialise");
+    seqkv *db = skv_calloc(1, sizeof *db);
+    if (!db)
+        return skv_error(SKV_ERR_NOMEM, "store handle");
+    if (opts)
+        db->o = *opts;
+    if (!db->o.map_size)
+        db->o.map_size = 64ull << 20;
+    if (!db->o.map_max)
+        db->o.map_max = 1ull << 40;
+    if (db->o.map_max < db->o.map_size)
+        db->o.map_max = db->o.map_size;
+    pthread_mutex_init(&db->wlock, NULL);
+    pthread_rwlock_init(&db->rw, NULL);
+    pthread_mutex_init(&db->clock, NULL);
+    db->coders_cap = 256;
+    db->coders = skv_calloc(db->coders_cap, sizeof *db->coders);
+    if (!db->coders) {
+        skv_free(db);
+        return skv_error(SKV_ERR_NOMEM, "store handle");
+    }
+    int rc = SKV_OK, mrc;
+    MDB_txn *txn = NULL;
+    if (strlen(dir) + 32 > sizeof db->dir) {
+        rc = skv_error(SKV_ERR_ARG, "store path too long");
+        goto fail;
+    }
+    strcpy(db->dir, dir);
+    if (!db->o.read_only && mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        rc = skv_error(SKV_ERR_IO, "create %s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        rc = skv_error(SKV_ERR_IO, "%s is not a directory", dir);
+        goto fail;
+    }
+    char kpath[sizeof db->dir + 16];
+    snprintf(kpath, sizeof kpath, "%s/master.key", dir);
+    if ((rc = skv_master_key(db->o.master_key ? db->o.master_key : kpath, !db->o.read_only,
+                             db->master)))
+        goto fail;
+    if ((mrc = mdb_env_create(&db->env)) || (mrc = mdb_env_set_maxdbs(db->env, 8)) ||
+        (mrc = mdb_env_set_maxreaders(db->env, 256)) ||
+        (mrc = mdb_env_set_mapsize(db->env, (size_t)db->o.map_size))) {
+        rc = skv_mdb_error(mrc, "LMDB environment");
+        goto fail;
+    }
+    unsigned flags = MDB_NOTLS | (db->o.no_sync ? MDB_NOSYNC : 0) |
+                     (db->o.read_only ? MDB_RDONLY : 0);
+    if ((mrc = mdb_env_open(db->env, dir, flags, 0600))) {
+        rc = skv_mdb_error(mrc, dir);
+        goto fail;
+    }
+    MDB_envinfo ei;
+    mdb_env_info(db->env, &ei);
+    db->map_size = ei.me_mapsize;
+    if ((rc = txn_begin(db, db->o.read_only, &txn)))
+        goto fail;
+    unsigned cf = db->o.read_only ? 0 : MDB_CREATE;
+    static const char *const names[6] = {"meta", "profiles", "calibrations", "tenants", "chunks",
+                                         "evict"};
+    MDB_dbi *dbis[6] = {&db->db_meta, &db->db_prof, &db->db_calib, &db->db_ten, &db->db_chunk,
+                        &db->db_evict};
+    for (int i = 0; i < 6; i++)
+        if ((mrc = mdb_dbi_open(txn, names[i], cf, dbis[i]))) {
+            rc = mrc == MDB_NOTFOUND ? skv_error(SKV_ERR_FORMAT, "%s is not a seqkv store", dir)
+                                     : skv_mdb_error(mrc, names[i]);
+            goto fail;
+        }
+    /* the format record: magic, version, the master key's check value */
+    uint8_t chk[16];
+    skv_master_check(db->master, chk);
+    MDB_val fk = {6, "format"}, fv;
+    if ((mrc = mdb_get(txn, db->db_meta, &fk, &fv)) == MDB_NOTFOUND) {
+        if (db->o.read_only) {
+            rc = skv_error(SKV_ERR_FORMAT, "%s is not a seqkv store", dir);
+            goto fail;
+        }
+        uint8_t b[32];
+        memset(b, 0, sizeof b);
+        skv_store32_le(b, STORE_MAGIC);
+        skv_store32_le(b + 4, STORE_VERSION);
+        memcpy(b + 16, chk, 16);
+        fv.mv_size = sizeof b;
+        fv.mv_data = b;
+        tenant_ent sh = {.id = SHARED_ID};
+        strcpy(sh.name, SEQKV_SHARED_TENANT);
+        uint8_t tb[TEN_SIZE];
+        ten_pack(&sh, tb);
+        MDB_val tk = {strlen(sh.name), sh.name}, tv = {TEN_SIZE, tb};
+        if ((mrc = mdb_put(txn, db->db_meta, &fk, &fv, 0)) ||
+            (mrc = mdb_put(txn, db->db_ten, &tk, &tv, 0))) {
+            rc = skv_mdb_error(mrc, "write format record");
+            goto fail;
+        }
+        if ((rc = meta_put_u64(txn, db->db_meta, "next_tenant", SHARED_ID + 1)))
+            goto fail;
+    } else if (mrc) {
+        rc = skv_mdb_error(mrc, "format record");
+        goto fail;
+    } else {
+        const uint8_t *b = fv.mv_data;
+        if (fv.mv_size < 32 || skv_load32_le(b) != STORE_MAGIC) {
+            rc = skv_error(SKV_ERR_FORMAT, "%s: bad format record", dir);
+            goto fail;
+        }
+        if (skv_load32_le(b + 4) > STORE_VERSION) {
+            rc = skv_error(SKV_ERR_VERSION, "%s was written by a newer seqkv (format %u, this reads %u)",
+                           dir, skv_load32_le(b + 4), STORE_VERSION);
+            goto fail;
+        }
+        if (sodium_memcmp(b + 16, chk, 16) != 0) {
+            rc = skv_error(SKV_ERR_CORRUPT, "the master key does not belong to the store in %s", dir);
+            goto fail;
+        }
+    }
+    if ((rc = load_state(db, txn)))
+        goto fail;
+    if (db->o.read_only)
+        mdb_txn_abort(txn);
+    else if ((mrc = mdb_txn_commit(txn))) {
+        txn = NULL;
+        rc = skv_mdb_error(mrc, "commit");
+        goto fail;
+    }
+    txn = NULL;
+    if (db->o.threads > 1 && (rc = skv_pool_create(&db->pool, db->o.threads)))
+        goto fail;
+    *out = db;
+    return SKV_OK;
+fail:
+    if (txn)
+        mdb_txn_abort(txn);
+    seqkv_close(db);
+    return rc;
+}
+
+static void flush_ticks(seqkv *db);
+
+void seqkv_close(seqkv *db)
+{
+    if (!db)
+        return;
+    if (db->env && !db->o.read_only)
+        flush_ticks(db);
+    for (size_t i = 0; i < db->nns; i++)
+        skv_trie_free(db->ns[i].trie);
+    skv_free(db->ns);
+    for (size_t i = 0; i < db->nprof; i++)
+        skv_model_free(db->prof[i].model);
+    skv_free(db->prof);
+    skv_free(db->ten);
+    skv_store_coders_free(db);
+    if (db->env)
+        mdb_env_close(db->env);
+    skv_pool_free(db->pool);
+    pthread_mutex_destroy(&db->wlock);
+    pthread_rwlock_destroy(&db->rw);
+    pthread_mutex_destroy(&db->clock);
+    sodium_memzero(db->master, sizeof db->master);
+    skv_free(db);
+}
+
+/* ---- LRU ticks: kept in memory, persisted with each put and at close ---- */
+
+typedef struct {
+    seqkv *db;
+    MDB_txn *txn;
+    int rc;
+} tick_ctx;
+
+static void tick_one(void *vctx, skv_trie_rec *r)
+{
+    tick_ctx *c = vctx;
+    if (c->rc || r->tick == r->tick_saved)
+        return;
+    uint8_t b[8];
+    skv_store64_le(b, r->tick);
+    MDB_val k = {32, r->key}, v = {8, b};
+    int rc = mdb_put(c->txn, c->db->db_evict, &k, &v, 0);
+    if (rc)
+        c->rc = skv_mdb_error(rc, "eviction index");
+    else
+        r->tick_saved = r->tick;
+}
+
+static void flush_ticks(seqkv *db)
+{
+    MDB_txn *txn;
+    if (txn_begin(db, 0, &txn))
+        return;
+    tick_ctx c = {db, txn, 0};
+    for (size_t i = 0; i < db->nns && !c.rc; i++)
+        skv_trie_foreach(db->ns[i].trie, tick_one, &c);
+    if (c.rc)
+        mdb_txn_abort(txn);
+    else
+        mdb_txn_commit(txn);
+}
+
+uint64_t skv_store_tick(seqkv *db)
+{
+    return __atomic_add_fetch(&db->tick, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- profiles ------------------------------------------------------------------ */
+
+static int write_profile(seqkv *db, const seqkv_profile *p)
+{
+    MDB_txn *txn;
+    uint8_t b[PROF_SIZE];
+    prof_pack(p, b);
+    pthread_rwlock_rdlock(&db->rw);
+    int rc = txn_begin(db, 0, &txn);
+    if (!rc) {
+        MDB_val k = {strlen(p->name), (void *)p->name}, v = {PROF_SIZE, b};
+        int mrc = mdb_put(txn, db->db_prof, &k, &v, 0);
+        if (!mrc)
+            mrc = mdb_txn_commit(txn);
+        else
+            mdb_txn_abort(txn);
+        rc = mrc ? skv_mdb_error(mrc, "write profile") : SKV_OK;
+    }
+    pthread_rwlock_unlock(&db->rw);
+    return rc;
+}
+
+int skv_store_profile_model(seqkv *db, prof_ent *pe, skv_model **out)
+{
+    *out = NULL;
+    if (!pe->p.model[0])
+        return skv_error(SKV_ERR_ARG, "profile %s names no model", pe->p.name);
+    pthread_mutex_lock(&db->clock);
+    int rc = SKV_OK;
+    if (!pe->model && !pe->model_failed) {
+        rc = skv_model_load(pe->p.model, &pe->model);
+        pe->model_failed = rc != 0;
+    } else if (pe->model_failed) {
+        rc = skv_error(SKV_ERR_IO, "model %s of profile %s failed to load", pe->p.model, pe->p.name);
+    }
+    pthread_mutex_unlock(&db->clock);
+    *out = pe->model;
+    return rc;
+}
+
+int seqkv_profile_set(seqkv *db, seqkv_profile *p)
+{
+    int rc = check_name("profile", p->name, 0);
+    if (rc)
+        return rc;
+    if (db->o.read_only)
+        return skv_error(SKV_ERR_ARG, "store opened read-only");
+    if ((unsigned)p->level >= SEQKV_LEVELS)
+        return skv_error(SKV_ERR_ARG, "bad level %d", (int)p->level);
+    if (strnlen(p->model, SEQKV_PATH_MAX + 1) > SEQKV_PATH_MAX)
+        return skv_error(SKV_ERR_ARG, "model path too long");
+    seqkv_profile q = *p;
+    if (q.model[0]) {
+        skv_model *m;
+        if ((rc = skv_model_load(q.model, &m)))
+            return rc;
+        const skv_model_config *c = skv_model_cfg(m);
+        int shape_given = q.layers || q.kv_heads || q.head_dim;
+        if (!shape_given) {
+            q.layers = c->n_layers;
+            q.kv_heads = c->n_kv_heads;
+            q.head_dim = c->head_dim;
+        }
+        if (q.rope_theta == 0 && !shape_given) {
+            q.rope_theta = c->rope_theta;
+            q.rope_dim = c->rope_dim;
+            q.rope_half = c->rope_layout == SKV_ROPE_HALF;
+        }
+        int bad = q.layers != c->n_layers || q.kv_heads != c->n_kv_heads || q.head_dim != c->head_dim;
+        skv_model_free(m);
+        if (bad)
+            return skv_error(SKV_ERR_SHAPE, "model %s does not have the profile's shape", q.model);
+    }
+    if (q.layers <= 0 || q.kv_heads <= 0 || q.head_dim <= 0 || q.layers > 4096 ||
+        q.kv_heads > 4096 || q.head_dim > 4096)
+        return skv_error(SKV_ERR_ARG, "profile %s needs layers, kv_heads and head_dim (or a model)",
+                         q.name);
+    if (skv_dtype_size(q.dtype) == 0 || q.dtype == SKV_DT_I32)
+        return skv_error(SKV_ERR_ARG, "profile dtype must be bf16, fp16, fp8 or fp32");
+    if (!q.chunk)
+        q.chunk = SEQKV_CHUNK_DEFAULT;
+    if (q.chunk < 1 || q.chunk > SEQKV_CHUNK_MAX)
+        return skv_error(SKV_ERR_ARG, "chunk must be 1..%d tokens", SEQKV_CHUNK_MAX);
+    if (q.rope_theta == 0)
+        q.rope_theta = 10000.0f;
+    if (!q.rope_dim)
+        q.rope_dim = q.head_dim;
+    if (q.rope_dim < 0 || q.rope_dim > q.head_dim || (q.rope_dim & 1))
+        return skv_error(SKV_ERR_ARG, "rope_dim must be even and <= head_dim");
+    q.has_calib = 0;
+    memset(q.calib_id, 0, 16);
+    skv_profile_id(&q, q.id);
+    pthread_mutex_lock(&db->wlock);
+    prof_ent *pe = skv_store_profile(db, q.name);
+    if (pe) {
+        if (memcmp(pe->p.id, q.id, 32) != 0) {
+            pthread_mutex_unlock(&db->wlock);
+            return skv_error(SKV_ERR_SHAPE,
+                             "profile %s exists with another shape, dtype, RoPE or chunk", q.name);
+        }
+        q.has_calib = pe->p.has_calib;
+        memcpy(q.calib_id, pe->p.calib_id, 16);
+    }
+    rc = write_profile(db, &q);
+    if (!rc) {
+        pthread_rwlock_wrlock(&db->rw);
+        if (pe) {
+            if (strcmp(pe->p.model, q.model) != 0) {
+                skv_model_free(pe->model);
+                pe->model = NULL;
+                pe->model_failed = 0;
+            }
+            pe->p = q;
+        } else {
+            rc = skv_store_add_profile(db, &q);
+        }
+        pthread_rwlock_unlock(&db->rw);
+    }
+    pthread_mutex_unlock(&db->wlock);
+    if (!rc)
+        *p = q;
+    return rc;
+}
+
+int seqkv_profile_get(seqkv *db, const char *name, seqkv_profile *out)
+{
+    pthread_rwlock_rdlock(&db->rw);
+    prof_ent *pe = name ? skv_store_profile(db, name) : NULL;
+    if (pe)
+        *out = pe->p;
+    pthread_rwlock_unlock(&db->rw);
+    return pe ? SKV_OK : skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", name ? name : "");
+}
+
+int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img,
+                        size_t len)
+{
+    MDB_txn *txn;
+    pthread_rwlock_rdlock(&db->rw);
+    int rc = txn_begin(db, 0, &txn);
+    if (!rc) {
+        seqkv_profile q = pe->p;
+        q.has_calib = 1;
+        memcpy(q.calib_id, id, 16);
+        uint8_t b[PROF_SIZE];
+        prof_pack(&q, b);
+        MDB_val ck = {16, (void *)id}, cv = {len, (void *)img};
+        MDB_val pk = {strlen(q.name), q.name}, pv = {PROF_SIZE, b};
+        int mrc = mdb_put(txn, db->db_calib, &ck, &cv, 0);
+        if (!mrc)
+            mrc = mdb_put(txn, db->db_prof, &pk, &pv, 0);
+        if (!mrc)
+            mrc = mdb_txn_commit(txn);
+        else
+            mdb_txn_abort(txn);
+        rc = mrc ? skv_mdb_error(mrc, mrc == MDB_MAP_FULL ? "store calibration (map full)"
+                                                          : "store calibration")
+                 : SKV_OK;
+        if (!rc)
+            pe->p = q;
+    }
+    pthread_rwlock_unlock(&db->rw);
+    return rc;
+}
+
+/* ---- tenants ------------------------------------------------------------------- */
+
+static int tenant_write(seqkv *db, const tenant_ent *t, int new_id)
+{
+    MDB_txn *txn;
+    uint8_t b[TEN_SIZE];
+    ten_pack(t, b);
+    pthread_rwlock_rdlock(&db->rw);
+    int rc = txn_begin(db, 0, &txn);
+    if (!rc) {
+        MDB_val k = {strlen(t->name), (void *)t->name}, v = {TEN_SIZE, b};
+        int mrc = mdb_put(txn, db->db_ten, &k, &v, 0);
+        if (!mrc && new_id)
+            rc = meta_put_u64(txn, db->db_meta, "next_tenant", t->id + 1);
+        if (!mrc && !rc)
+            mrc = mdb_txn_commit(txn);
+        else
+            mdb_txn_abort(txn);
+        if (mrc)
+            rc = skv_mdb_error(mrc, "write tenant");
+    }
+    pthread_rwlock_unlock(&db->rw);
+    return rc;
+}
+
+/* The tenant, created when absent and create is set (caller holds wlock). */
+int skv_store_tenant(seqkv *db, const char *name, int create, tenant_ent **out)
+{
+    *out = NULL;
+    int rc = check_name("tenant", name, strcmp(name, SEQKV_SHARED_TENANT) == 0);
+    if (rc)
+        return rc;
+    tenant_ent *t = find_tenant(db, name);
+    if (t) {
+        *out = t;
+        return SKV_OK;
+    }
+    if (!create)
+        return skv_error(SKV_ERR_NOT_FOUND, "unknown tenant '%s'", name);
+    if (db->o.read_only)
+        return skv_error(SKV_ERR_ARG, "store opened read-only");
+    tenant_ent nt;
+    memset(&nt, 0, sizeof nt);
+    strcpy(nt.name, name);
+    MDB_txn *txn;
+    if ((rc = txn_begin(db, 1, &txn)))
+        return rc;
+    nt.id = meta_u64(txn, db->db_meta, "next_tenant");
+    mdb_txn_abort(txn);
+    if (nt.id <= SHARED_ID)
+        nt.id = SHARED_ID + 1;
+    for (size_t i = 0; i < db->nten; i++)
+        if (db->ten[i].id >= nt.id)
+            nt.id = db->ten[i].id + 1;
+    if ((rc = tenant_write(db, &nt, 1)))
+        return rc;
+    pthread_rwlock_wrlock(&db->rw);
+    rc = skv_store_add_tenant(db, &nt);
+    pthread_rwlock_unlock(&db->rw);
+    if (!rc)
+        *out = &db->ten[db->nten - 1];
+    return rc;
+}
+
+int seqkv_tenant_set(seqkv *db, const char *tenant, const seqkv_tenant_conf *c)
+{
+    pthread_mutex_lock(&db->wlock);
+    tenant_ent *t;
+    int rc = skv_store_tenant(db, tenant, 1, &t);
+    if (!rc) {
+        tenant_ent nt = *t;
+        nt.read_shared = c->read_shared != 0;
+        nt.budget = c->budget;
+        if (!(rc = tenant_write(db, &nt, 0)))
+            *t = nt;
+    }
+    pthread_mutex_unlock(&db->wlock);
+    return rc;
+}
+
+/* ---- stats ------------------------------------------------------------------------ */
+
+typedef struct {
+    seqkv_stats *s;
+    size_t per_token; /* raw KV bytes per token */
+} stat_ctx;
+
+static void stat_one(void *vctx, skv_trie_rec *r)
+{
+    stat_ctx *c = vctx;
+    uint64_t tok = r->n - r->lo;
+    c->s->tokens += tok;
+    c->s->chunks++;
+    c->s->raw_bytes += tok * c->per_token;
+    c->s->stored_bytes += r->bytes;
+    c->s->centroid_chunks += r->has_centroid;
+    if (r->level < SEQKV_LEVELS) {
+        c->s->level_tokens[r->level] += tok;
+        c->s->level_raw[r->level] += tok * c->per_token;
+        c->s->level_stored[r->level] += r->bytes;
+    }
+}
+
+int seqkv_stat(seqkv *db, const char *tenant, seqkv_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_rwlock_rdlock(&db->rw);
+    int rc = SKV_OK;
+    tenant_ent *t = NULL;
+    if (tenant && !(t = find_tenant(db, tenant)))
+        rc = skv_error(SKV_ERR_NOT_FOUND, "unknown tenant '%s'", tenant);
+    for (size_t i = 0; !rc && i < db->nns; i++) {
+        ns_ent *e = &db->ns[i];
+        if (t && e->tenant != t->id)
+            continue;
+        prof_ent *pe = NULL;
+        for (size_t j = 0; j < db->nprof; j++)
+            if (memcmp(db->prof[j].p.id, e->prof_id, 32) == 0)
+                pe = &db->prof[j];
+        stat_ctx c = {out, pe ? (size_t)pe->p.layers * 2 * pe->C * pe->es : 0};
+        skv_trie_foreach(e->trie, stat_one, &c);
+    }
+    out->evictions = db->evictions;
+    out->tenants = (uint32_t)db->nten;
+    out->profiles = (uint32_t)db->nprof;
+    MDB_envinfo ei;
+    MDB_stat ms;
+    if (!mdb_env_info(db->env, &ei) && !mdb_env_stat(db->env, &ms)) {
+        out->map_size = ei.me_mapsize;
+        out->map_used = (uint64_t)(ei.me_last_pgno + 1) * ms.ms_psize;
+    }
+    pthread_rwlock_unlock(&db->rw);
+    return rc;
+}
+
+/* ---- map growth ------------------------------------------------------------------- */
+
+/* Double the map (up to map_max); SKV_ERR_TOO_LARGE at the limit. Caller
+ * holds wlock and no transaction. */
+int skv_store_grow(seqkv *db)
+{
+    if (db->map_size >= db->o.map_max)
+        return skv_error(SKV_ERR_TOO_LARGE, "LMDB map at its limit (%llu bytes)",
+                         (unsigned long long)db->map_size);
+    uint64_t ns = db->map_size * 2;
+    if (ns > db->o.map_max)
+        ns = db->o.map_max;
+    pthread_rwlock_wrlock(&db->rw);
+    int mrc = mdb_env_set_mapsize(db->env, (size_t)ns);
+    if (!mrc)
+        db->map_size = ns;
+    pthread_rwlock_unlock(&db->rw);
+    if (mrc)
+        return skv_mdb_error(mrc, "grow map");
+    if (!db->o.quiet)
+        fprintf(stderr, "seqkv: LMDB map grown to %llu MiB\n", (unsigned long long)(ns >> 20));
+    return SKV_OK;
+}

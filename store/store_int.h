@@ -1,0 +1,66 @@
+/* Internals of the store shared by its files (not a public header). */
+#ifndef SKV_STORE_INT_H
+#define SKV_STORE_INT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "seqkv.h"
+
+/* ---- chunk records (FORMAT.md, "Chunk records") --------------------------- */
+#define SKV_REC_MAGIC 0x43564b53u /* "SKVC" */
+#define SKV_REC_VERSION 1
+#define SKV_REC_HEADER 192
+#define SKV_REC_TRAILER 16 /* BLAKE2b-128 of everything before it */
+
+enum {
+    SKV_REC_FULL = 1,       /* the chunk holds `chunk` tokens */
+    SKV_REC_BASE = 2,       /* positions [0, lo) come from the base record */
+    SKV_REC_CENTROID = 4,   /* coded against a centroid (side info) */
+    SKV_REC_SURPRISAL = 8,  /* per-token surprisal present */
+};
+
+typedef struct {
+    uint8_t level;          /* seqkv_level */
+    uint8_t flags;
+    uint64_t tenant;
+    uint8_t profile[32], parent[32], base[32], centroid[32];
+    uint8_t calib[16];
+    uint32_t chunk_index, n, lo;
+    uint64_t checksum;      /* of the decoded KV of [lo, n), stream order */
+    const uint8_t *tokens;  /* n x i32 LE (unaligned) */
+    const uint8_t *surprisal; /* n x f32 LE or NULL */
+    const uint8_t *side;    /* side info (centroid) */
+    uint32_t side_len;
+    uint32_t nstreams;
+    const uint8_t *sizes;   /* nstreams x u32 LE */
+    const uint8_t *streams; /* concatenated */
+    size_t streams_len;
+} skv_rec;
+
+/* Size of the record that skv_rec_write will produce. */
+size_t skv_rec_size(const skv_rec *r);
+/* Serialise into dst (skv_rec_size bytes); tokens/surprisal/side/sizes/
+ * streams are read from the pointers in r. */
+void skv_rec_write(const skv_rec *r, uint8_t *dst);
+/* Parse and verify (magic, version, sizes, record checksum). Pointers in
+ * *r point into buf. Errors: SKV_ERR_FORMAT (short, bad magic or fields),
+ * SKV_ERR_VERSION, SKV_ERR_CORRUPT (checksum). */
+int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r);
+
+/* ---- keys (store/keys.c) ------------------------------------------------------- */
+#define SKV_MASTER_KEY_FILE 72 /* "SKVK" u32 version, 32-byte key, 32-byte check */
+/* Load DIR's master key, or create it (0600) when create and absent. */
+int skv_master_key(const char *path, int create, uint8_t key[32]);
+/* Tenant secret: crypto_kdf subkey id of the tenant. */
+void skv_tenant_secret(const uint8_t master[32], uint64_t tenant_id, uint8_t out[32]);
+/* h0 = H_k(profile id) */
+void skv_chain_root(const uint8_t secret[32], const uint8_t profile_id[32], uint8_t out[32]);
+/* H_k(parent || tokens as u32 LE) */
+void skv_chain_next(const uint8_t secret[32], const uint8_t parent[32], const int32_t *tokens,
+                    size_t n, uint8_t out[32]);
+/* Identity hash of a profile (name, shape, dtype, RoPE, chunk). */
+void skv_profile_id(const seqkv_profile *p, uint8_t out[32]);
+/* 16-byte check value of a master key (stored in the store's meta). */
+void skv_master_check(const uint8_t master[32], uint8_t out[16]);
+
+#endif
