@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "store_priv.h"
+#include "store_cluster.h"
 
 /* ---- a sequence being coded or decoded ------------------------------------------ */
 
@@ -58,7 +58,59 @@ typedef struct {
     prof_ent *pe;
     seqbuf *s;
     uint64_t tick;
+    skv_centroid *cent; /* the last centroid decoded (members share it) */
 } dec_ctx;
+
+static __thread int centroid_depth;
+
+/* Build the centroid predictions of a member record's positions [a, b). */
+static int member_aux(dec_ctx *c, const skv_rec *r, size_t a, size_t b, skv_delta_aux *aux,
+                      float **bufs)
+{
+    const prof_ent *pe = c->pe;
+    const size_t n = b - a, L = (size_t)pe->p.layers, nw = L * 2 * (size_t)pe->p.kv_heads;
+    skv_trie_rec *tip = skv_trie_find(c->e->trie, r->centroid);
+    if (!tip)
+        return skv_error(SKV_ERR_CORRUPT, "a member record's centroid is missing");
+    int rc = SKV_OK;
+    if (!c->cent || memcmp(c->cent->tip_key, r->centroid, 32) != 0) {
+        skv_centroid_free(c->cent);
+        c->cent = skv_calloc(1, sizeof *c->cent);
+        if (!c->cent)
+            return skv_error(SKV_ERR_NOMEM, "centroid");
+        if (++centroid_depth > 16)
+            rc = skv_error(SKV_ERR_CORRUPT, "centroid references nest too deep");
+        else
+            rc = skv_store_decode_chain(c->db, c->txn, c->e, c->pe, tip, &c->cent->nc,
+                                        &c->cent->tok, &c->cent->k, &c->cent->v);
+        centroid_depth--;
+        if (rc) {
+            skv_centroid_free(c->cent);
+            c->cent = NULL;
+            return rc;
+        }
+        memcpy(c->cent->tip_key, r->centroid, 32);
+    }
+    int32_t *al = skv_malloc(n * sizeof *al);
+    bufs[0] = skv_malloc(L * n * pe->C * sizeof(float));
+    bufs[1] = skv_malloc(L * n * pe->C * sizeof(float));
+    bufs[2] = skv_malloc(nw * 3 * sizeof(float));
+    if (!al || !bufs[0] || !bufs[1] || !bufs[2])
+        rc = skv_error(SKV_ERR_NOMEM, "centroid predictions");
+    uint32_t nc = 0;
+    if (!rc)
+        rc = skv_side_read(pe, r->side, r->side_len, n, &nc, al, bufs[2], bufs[2] + 2 * nw);
+    if (!rc && nc != c->cent->nc)
+        rc = skv_error(SKV_ERR_CORRUPT, "centroid length differs from the member's record");
+    if (!rc)
+        rc = skv_centroid_pred(pe, c->cent->k, c->cent->v, c->cent->nc, al, a, b, bufs[0], bufs[1]);
+    skv_free(al);
+    aux->pred[0] = bufs[0];
+    aux->pred[1] = bufs[1];
+    aux->w = bufs[2];
+    aux->sscale = bufs[2] + 2 * nw;
+    return rc;
+}
 
 static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth);
 
@@ -82,19 +134,29 @@ static int decode_streams(dec_ctx *c, const skv_rec *r, size_t P)
         }
         return SKV_OK;
     }
-    if (r->flags & SKV_REC_CENTROID)
-        return skv_error(SKV_ERR_UNSUPPORTED, "centroid-coded record: this build cannot decode it");
     size_t offs[2 * 4096 + 1];
     offs[0] = 0;
     for (size_t j = 0; j < 2 * L; j++)
         offs[j + 1] = offs[j] + skv_load32_le(r->sizes + 4 * j);
     skv_streams in = {(uint8_t *)r->streams, r->streams_len, 0, offs, 2 * L, 0};
-    coder_ent *ce;
-    int rc = skv_store_coder(c->db, c->txn, c->pe, r->calib, r->level, &ce);
-    if (rc)
-        return rc;
-    rc = skv_delta_decode_range(ce->d, s->tok, a, b, s->stride, &in, 0, NULL, s->kv[0], s->kv[1]);
-    skv_store_coder_release(c->db, ce);
+    skv_delta_aux aux;
+    float *bufs[3] = {NULL, NULL, NULL};
+    int rc = SKV_OK;
+    if (r->flags & SKV_REC_CENTROID)
+        rc = member_aux(c, r, a, b, &aux, bufs);
+    else if (r->side_len)
+        rc = skv_error(SKV_ERR_CORRUPT, "side info in a record without a centroid");
+    coder_ent *ce = NULL;
+    if (!rc)
+        rc = skv_store_coder(c->db, c->txn, c->pe, r->calib, r->level, &ce);
+    if (!rc)
+        rc = skv_delta_decode_range(ce->d, s->tok, a, b, s->stride, &in, 0,
+                                    (r->flags & SKV_REC_CENTROID) ? &aux : NULL, s->kv[0],
+                                    s->kv[1]);
+    if (ce)
+        skv_store_coder_release(c->db, ce);
+    for (int i = 0; i < 3; i++)
+        skv_free(bufs[i]);
     return rc;
 }
 
@@ -280,8 +342,9 @@ static int get_common(seqkv *db, const char *tenant, const char *profile, const 
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
     if (!rc) {
-        dec_ctx c = {db, txn, m.e, m.pe, s, skv_store_tick(db)};
+        dec_ctx c = {db, txn, m.e, m.pe, s, skv_store_tick(db), NULL};
         rc = decode_path(&c, m.path, m.steps, fn, fctx, want);
+        skv_centroid_free(c.cent);
     }
     if (txn)
         mdb_txn_abort(txn);
@@ -522,6 +585,29 @@ static int code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const s
 {
     const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es;
     int rc = SKV_OK;
+    coder_ent *ce = NULL;
+    if (level > SEQKV_RAW) {
+        if ((rc = skv_store_coder(db, txn, pe, pe->p.calib_id, level, &ce)))
+            return rc;
+        /* a token the calibration has never seen (its vocabulary came from
+         * the data, no model) cannot be predicted: this record stays raw */
+        const int vocab = skv_calib_shape(ce->cal)->vocab;
+        for (size_t t = 0; t < b; t++)
+            if (s->tok[t] >= vocab) {
+                if (level >= SEQKV_SPEC) {
+                    skv_store_coder_release(db, ce);
+                    return skv_error(SKV_ERR_ARG, "token id %d outside the model's vocabulary (%d)",
+                                     s->tok[t], vocab);
+                }
+                level = SEQKV_RAW;
+                break;
+            }
+        if (level == SEQKV_RAW) {
+            skv_store_coder_release(db, ce);
+            ce = NULL;
+        }
+    }
+    nr->r.level = (uint8_t)level;
     if (level == SEQKV_RAW) {
         for (size_t l = 0; l < L && !rc; l++)
             for (int kv = 0; kv < 2 && !rc; kv++) {
@@ -551,13 +637,73 @@ static int code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const s
                 st->offs[++st->nstreams] = st->len;
             }
     } else {
-        coder_ent *ce;
-        if ((rc = skv_store_coder(db, txn, pe, pe->p.calib_id, level, &ce)))
-            return rc;
         rc = skv_delta_encode_range(ce->d, s->tok, a, b, s->stride, s->kv[0], s->kv[1], NULL, st);
         skv_store_coder_release(db, ce);
         memcpy(nr->r.calib, pe->p.calib_id, 16);
     }
+    return rc;
+}
+
+/* Code positions [a, b) of a record again against the centroid; keep it
+ * (streams swapped into *st, side info out) when it is smaller. */
+static int try_centroid(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_centroid *cent,
+                        const seqbuf *s, size_t a, size_t b, newrec *q, skv_streams *st,
+                        uint8_t **side, size_t *side_len, int *used)
+{
+    *used = 0;
+    const int32_t *al = cent->align + a;
+    const size_t n = b - a, L = (size_t)pe->p.layers, C = pe->C,
+                 nw = L * 2 * (size_t)pe->p.kv_heads;
+    size_t aligned = 0;
+    for (size_t t = 0; t < n; t++)
+        aligned += al[t] >= 0;
+    if (!aligned)
+        return SKV_OK;
+    float *buf = skv_malloc((6 * L * n * C + 3 * nw) * sizeof(float));
+    if (!buf)
+        return skv_error(SKV_ERR_NOMEM, "centroid coding");
+    float *mu[2] = {buf, buf + L * n * C}, *ap[2] = {buf + 2 * L * n * C, buf + 3 * L * n * C},
+          *x[2] = {buf + 4 * L * n * C, buf + 5 * L * n * C}, *w = buf + 6 * L * n * C,
+          *ss = w + 2 * nw;
+    coder_ent *ce;
+    skv_streams st2 = {0};
+    int rc = skv_store_coder(db, txn, pe, q->r.calib, q->r.level, &ce);
+    if (rc) {
+        skv_free(buf);
+        return rc;
+    }
+    rc = skv_delta_predict_range(ce->d, s->tok, a, b, s->stride, s->kv[0], s->kv[1], mu[0], mu[1]);
+    if (!rc)
+        rc = skv_centroid_pred(pe, cent->k, cent->v, cent->nc, al, a, b, ap[0], ap[1]);
+    if (!rc) {
+        for (int kv = 0; kv < 2; kv++)
+            for (size_t l = 0; l < L; l++)
+                skv_cast_to_f32(pe->p.dtype, x[kv] + l * n * C,
+                                s->kv[kv] + (l * s->stride + a) * C * pe->es, n * C);
+        skv_centroid_fit(pe, (const float **)x, (const float **)mu, (const float **)ap, n, w, ss);
+        skv_delta_aux aux = {{ap[0], ap[1]}, w, ss};
+        rc = skv_delta_encode_range(ce->d, s->tok, a, b, s->stride, s->kv[0], s->kv[1], &aux, &st2);
+    }
+    skv_store_coder_release(db, ce);
+    const size_t sl = skv_side_size(pe, n);
+    if (!rc && st2.len + sl < st->len) {
+        uint8_t *sd = skv_malloc(sl);
+        if (!sd) {
+            rc = skv_error(SKV_ERR_NOMEM, "side info");
+        } else {
+            skv_side_write(pe, (uint32_t)cent->nc, al, n, w, ss, sd);
+            skv_streams t = *st;
+            *st = st2;
+            st2 = t;
+            *side = sd;
+            *side_len = sl;
+            q->r.flags |= SKV_REC_CENTROID;
+            memcpy(q->r.centroid, cent->tip_key, 32);
+            *used = 1;
+        }
+    }
+    skv_streams_free(&st2);
+    skv_free(buf);
     return rc;
 }
 
@@ -639,8 +785,9 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
             rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
         }
         if (!rc) {
-            dec_ctx c = {db, txn, e, pe, &ctx, skv_store_tick(db)};
+            dec_ctx c = {db, txn, e, pe, &ctx, skv_store_tick(db), NULL};
             rc = decode_path(&c, path, steps, NULL, NULL, m);
+            skv_centroid_free(c.cent);
         }
         if (txn)
             mdb_txn_abort(txn);
@@ -657,6 +804,9 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &rtxn);
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
+    skv_centroid *cent = NULL;
+    if (!rc && level > SEQKV_RAW && m > 0)
+        rc = skv_cluster_find(db, rtxn, e, pe, tokens, n, m, path, steps, &cent);
     uint64_t total = 0;
     for (size_t i = m / CH; !rc && i < nchunks; i++, nnew++) {
         newrec *q = &nr[nnew];
@@ -677,7 +827,6 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
             q->r.flags |= SKV_REC_BASE;
         }
         skv_chain_next(e->secret, parent, tokens + P, hi, q->key);
-        q->r.level = (uint8_t)level;
         q->r.tenant = te->id;
         memcpy(q->r.profile, pe->p.id, 32);
         q->r.chunk_index = (uint32_t)i;
@@ -688,7 +837,15 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
         q->r.checksum = kv_checksum(pe, &s, P + lo, P + hi);
         skv_streams st = {0};
         rc = code_record(db, rtxn, pe, level, &s, P + lo, P + hi, q, &st);
-        uint8_t *tb = NULL, *sb = NULL, *sz = NULL;
+        uint8_t *tb = NULL, *sb = NULL, *sz = NULL, *side = NULL;
+        size_t side_len = 0;
+        int used = 0;
+        if (!rc && cent && q->r.level > SEQKV_RAW)
+            rc = try_centroid(db, rtxn, pe, cent, &s, P + lo, P + hi, q, &st, &side, &side_len, &used);
+        if (used)
+            res->centroid_tokens += hi - lo;
+        q->r.side = side;
+        q->r.side_len = (uint32_t)side_len;
         if (!rc) {
             tb = skv_malloc(hi * 4);
             sb = sur ? skv_malloc(hi * 4) : NULL;
@@ -721,6 +878,7 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
         skv_free(tb);
         skv_free(sb);
         skv_free(sz);
+        skv_free(side);
         skv_streams_free(&st);
         if (!rc) {
             /* keep what the index needs; the image holds the rest */
@@ -728,6 +886,7 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
         }
         res->new_tokens += hi - lo;
     }
+    skv_centroid_free(cent);
     if (rtxn)
         mdb_txn_abort(rtxn);
     /* room: the budgets first (protect the path the new records need) */
@@ -901,8 +1060,9 @@ int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv
     if (!rc)
         rc = seqbuf_init(&s, pe, nst * CH);
     if (!rc) {
-        dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db)};
+        dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL};
         rc = decode_path(&c, path, nst, NULL, NULL, (nst - 1) * CH + tip->n);
+        skv_centroid_free(c.cent);
     }
     skv_free(path);
     if (rc) {

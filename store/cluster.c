@@ -1,0 +1,386 @@
+/* The probabilistic language trie: near-duplicate sessions coded against
+ * a cluster centroid.
+ *
+ * Every record carries the surprisal -log2 P(token | prefix) of its
+ * tokens (the client's, else the profile model's; without either a token
+ * counts 16 bits), so d(s, s') = -log2 P_M(s ^ s') -- the code length of
+ * the shared prefix -- is a sum along the trie. A session that leaves the
+ * exact trie at position m after a shared prefix of at least
+ * SKV_CLUSTER_MIN_BITS joins the cluster there: its centroid is the most
+ * probable stored continuation of that prefix (lowest surprisal per
+ * token; records that are themselves centroid-coded are not centroids).
+ * The member's new positions are aligned token by token to the
+ * centroid's (a banded edit-distance alignment of the two suffixes); at
+ * each aligned pair the centroid's V, and its K re-rotated by RoPE from
+ * the centroid's position to the member's, is a second prediction that
+ * the delta coder blends with the level's own by weights fitted per
+ * (layer, k/v, head) on the record (stored in the record's side info).
+ * The put keeps whichever coding of a record is smaller, so a centroid
+ * never costs more than it saves. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store_cluster.h"
+
+#define BAND 32
+#define SIDE_KIND 1
+
+void skv_centroid_free(skv_centroid *c)
+{
+    if (!c)
+        return;
+    skv_free(c->tok);
+    skv_free(c->k);
+    skv_free(c->v);
+    skv_free(c->align);
+    skv_free(c);
+}
+
+static double rec_bits(const skv_trie_rec *r, size_t from, size_t to)
+{
+    double b = 0;
+    for (size_t i = from; i < to; i++)
+        b += r->surprisal ? (double)r->surprisal[i] : 16.0;
+    return b;
+}
+
+/* Code length of the matched prefix [0, m). */
+static double prefix_bits(const skv_trie_step *path, size_t steps)
+{
+    double b = 0;
+    for (size_t j = 0; j < steps; j++)
+        b += rec_bits(path[j].rec, 0, path[j].used);
+    return b;
+}
+
+/* Follow the most probable chain of full records below r to a tip;
+ * returns it and the continuation's bits and tokens (from `from` in r). */
+static skv_trie_rec *best_tip(const ns_ent *e, skv_trie_rec *r, size_t from, double *bits,
+                              size_t *tokens)
+{
+    *bits = rec_bits(r, from, r->n);
+    *tokens = r->n - from;
+    skv_trie_rec *kids[64];
+    while (r->n == skv_trie_chunk(e->trie)) {
+        size_t nk = skv_trie_children(e->trie, r->key, kids, 64);
+        if (nk > 64)
+            nk = 64;
+        skv_trie_rec *best = NULL;
+        double bb = 0;
+        for (size_t i = 0; i < nk; i++) {
+            if (kids[i]->has_centroid || kids[i]->lo)
+                continue;
+            double b = rec_bits(kids[i], 0, kids[i]->n) / kids[i]->n;
+            if (!best || b < bb || (b == bb && kids[i]->n > best->n))
+                best = kids[i], bb = b;
+        }
+        if (!best)
+            break;
+        *bits += rec_bits(best, 0, best->n);
+        *tokens += best->n;
+        r = best;
+    }
+    return r;
+}
+
+/* Banded edit-distance alignment of a[0..na) to b[0..nb): al[i] = the
+ * index in b aligned to a[i] (match or substitution), or -1. */
+static int align_suffix(const int32_t *a, size_t na, const int32_t *b, size_t nb, int32_t *al)
+{
+    const size_t W = 2 * BAND + 1;
+    uint32_t *D = skv_malloc((na + 1) * W * sizeof *D);
+    uint8_t *from = skv_malloc((na + 1) * W);
+    if (!D || !from) {
+        skv_free(D);
+        skv_free(from);
+        return skv_error(SKV_ERR_NOMEM, "alignment");
+    }
+    const uint32_t INF = UINT32_MAX / 2;
+    /* cell (i, j) with j = i + o - BAND, o in [0, W) */
+    for (size_t i = 0; i <= na; i++)
+        for (size_t o = 0; o < W; o++) {
+            long j = (long)i + (long)o - BAND;
+            uint32_t best = INF;
+            uint8_t f = 0;
+            if (j < 0 || j > (long)nb) {
+                D[i * W + o] = INF;
+                continue;
+            }
+            if (i == 0) {
+                best = (uint32_t)j; /* insertions in b */
+                f = 2;
+            } else {
+                /* diagonal: (i-1, j-1) is offset o in row i-1 */
+                if (j > 0 && D[(i - 1) * W + o] < INF) {
+                    uint32_t c = D[(i - 1) * W + o] + (a[i - 1] != b[j - 1]);
+                    if (c < best)
+                        best = c, f = 0;
+                }
+                /* up: (i-1, j) is offset o+1 in row i-1 (a[i-1] unaligned) */
+                if (o + 1 < W && D[(i - 1) * W + o + 1] < INF) {
+                    uint32_t c = D[(i - 1) * W + o + 1] + 1;
+                    if (c < best)
+                        best = c, f = 1;
+                }
+                /* left: (i, j-1) is offset o-1 in row i (b[j-1] unaligned) */
+                if (o > 0 && j > 0 && D[i * W + o - 1] < INF) {
+                    uint32_t c = D[i * W + o - 1] + 1;
+                    if (c < best)
+                        best = c, f = 2;
+                }
+            }
+            D[i * W + o] = best;
+            from[i * W + o] = f;
+        }
+    /* the end: row na, the best column (b may run on past the member) */
+    size_t bo = 0;
+    uint32_t bv = INF;
+    for (size_t o = 0; o < W; o++) {
+        long j = (long)na + (long)o - BAND;
+        if (j < 0 || j > (long)nb)
+            continue;
+        if (D[na * W + o] < bv)
+            bv = D[na * W + o], bo = o;
+    }
+    for (size_t i = 0; i < na; i++)
+        al[i] = -1;
+    size_t i = na, o = bo;
+    while (i > 0 && bv < INF) {
+        long j = (long)i + (long)o - BAND;
+        uint8_t f = from[i * W + o];
+        if (f == 0) {
+            al[i - 1] = (int32_t)(j - 1);
+            i--;
+        } else if (f == 1) {
+            i--;
+            o++;
+        } else {
+            if (j <= 0)
+                break;
+            o--;
+        }
+    }
+    skv_free(D);
+    skv_free(from);
+    return SKV_OK;
+}
+
+int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int32_t *tok,
+                     size_t n, size_t m, const skv_trie_step *path, size_t steps,
+                     skv_centroid **out)
+{
+    *out = NULL;
+    const size_t CH = (size_t)pe->p.chunk;
+    if (m == 0 || m >= n)
+        return SKV_OK;
+    double d = prefix_bits(path, steps);
+    if (d < SKV_CLUSTER_MIN_BITS)
+        return SKV_OK;
+    /* candidates: the records at the divergence node that continue the
+     * shared prefix differently */
+    const size_t i0 = m / CH, P = i0 * CH;
+    const uint8_t *node = i0 == 0 ? skv_trie_root(e->trie) : path[i0 - 1].rec->key;
+    skv_trie_rec *kids[256];
+    size_t nk = skv_trie_children(e->trie, node, kids, 256);
+    if (nk > 256)
+        nk = 256;
+    skv_trie_rec *best = NULL;
+    double bb = 0;
+    size_t btok = 0;
+    for (size_t i = 0; i < nk; i++) {
+        skv_trie_rec *r = kids[i];
+        if (r->has_centroid || r->n <= m - P)
+            continue;
+        size_t c = 0;
+        while (c < r->n && P + c < n && r->tokens[c] == tok[P + c])
+            c++;
+        if (c != m - P)
+            continue;
+        double bits;
+        size_t nt;
+        skv_trie_rec *tip = best_tip(e, r, m - P, &bits, &nt);
+        double per = bits / (double)nt;
+        if (!best || per < bb || (per == bb && nt > btok))
+            best = tip, bb = per, btok = nt;
+    }
+    if (!best)
+        return SKV_OK;
+    skv_centroid *c = skv_calloc(1, sizeof *c);
+    if (!c)
+        return skv_error(SKV_ERR_NOMEM, "centroid");
+    int rc = skv_store_decode_chain(db, txn, e, pe, best, &c->nc, &c->tok, &c->k, &c->v);
+    if (!rc && !(c->align = skv_malloc(n * sizeof *c->align)))
+        rc = skv_error(SKV_ERR_NOMEM, "centroid");
+    if (!rc) {
+        for (size_t i = 0; i < m; i++)
+            c->align[i] = (int32_t)i;
+        /* the alignment ends inside the band: a member running on past
+         * the centroid leaves its tail unaligned */
+        size_t na = n - m < SKV_CLUSTER_MAX_ALIGN ? n - m : SKV_CLUSTER_MAX_ALIGN;
+        if (na > c->nc - m + BAND)
+            na = c->nc - m + BAND;
+        for (size_t i = m; i < n; i++)
+            c->align[i] = -1;
+        rc = align_suffix(tok + m, na, c->tok + m, c->nc - m, c->align + m);
+        for (size_t i = m; !rc && i < n; i++)
+            if (c->align[i] >= 0)
+                c->align[i] += (int32_t)m;
+    }
+    if (rc) {
+        skv_centroid_free(c);
+        return rc;
+    }
+    memcpy(c->tip_key, best->key, 32);
+    c->d_bits = d;
+    /* worth it only if a fair share of the new positions align */
+    size_t hits = 0;
+    for (size_t i = m; i < n; i++)
+        hits += c->align[i] >= 0 && tok[i] == c->tok[c->align[i]];
+    if (hits * 4 < n - m) {
+        skv_centroid_free(c);
+        return SKV_OK;
+    }
+    *out = c;
+    return SKV_OK;
+}
+
+/* Rotate the K rows of one position by RoPE angle delta * inv_freq. */
+static void rerotate(const prof_ent *pe, float *row, long delta)
+{
+    if (delta == 0 || pe->p.rope_dim < 2 || pe->p.rope_theta <= 1.0f)
+        return;
+    const int half = pe->p.rope_dim / 2, D = pe->p.head_dim;
+    double lt = skv_log((double)pe->p.rope_theta);
+    for (int i = 0; i < half; i++) {
+        float inv = (float)skv_exp(-lt * (double)(2 * i) / (double)pe->p.rope_dim);
+        float ang = (float)delta * inv;
+        double sd, cd;
+        skv_sincos((double)ang, &sd, &cd);
+        const float s = (float)sd, co = (float)cd;
+        for (int h = 0; h < pe->p.kv_heads; h++) {
+            float *x = row + (size_t)h * D;
+            const int a = pe->p.rope_half ? i : 2 * i, b = pe->p.rope_half ? i + half : 2 * i + 1;
+            const float x0 = x[a], x1 = x[b];
+            x[a] = x0 * co - x1 * s;
+            x[b] = x0 * s + x1 * co;
+        }
+    }
+}
+
+int skv_centroid_pred(const prof_ent *pe, const uint8_t *ck, const uint8_t *cv, size_t nc,
+                      const int32_t *al, size_t a, size_t b, float *pk, float *pv)
+{
+    const size_t L = (size_t)pe->p.layers, C = pe->C, es = pe->es, n = b - a;
+    for (size_t t = 0; t < n; t++) {
+        int32_t q = al[t];
+        if (q >= (int32_t)nc)
+            return skv_error(SKV_ERR_CORRUPT, "centroid position %d past its %zu tokens", q, nc);
+        for (size_t l = 0; l < L; l++) {
+            float *ok = pk + (l * n + t) * C, *ov = pv + (l * n + t) * C;
+            if (q < 0) {
+                for (size_t c = 0; c < C; c++)
+                    ok[c] = ov[c] = NAN;
+                continue;
+            }
+            skv_cast_to_f32(pe->p.dtype, ok, ck + (l * nc + (size_t)q) * C * es, C);
+            skv_cast_to_f32(pe->p.dtype, ov, cv + (l * nc + (size_t)q) * C * es, C);
+            rerotate(pe, ok, (long)(a + t) - (long)q);
+        }
+    }
+    return SKV_OK;
+}
+
+void skv_centroid_fit(const prof_ent *pe, const float *x[2], const float *mu[2],
+                      const float *ap[2], size_t n, float *w, float *sscale)
+{
+    const size_t L = (size_t)pe->p.layers, H = (size_t)pe->p.kv_heads, D = (size_t)pe->p.head_dim,
+                 C = pe->C;
+    for (size_t l = 0; l < L; l++)
+        for (size_t kv = 0; kv < 2; kv++)
+            for (size_t h = 0; h < H; h++) {
+                double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0, e0 = 0, cnt = 0;
+                for (size_t t = 0; t < n; t++)
+                    for (size_t dd = 0; dd < D; dd++) {
+                        size_t i = (l * n + t) * C + h * D + dd;
+                        double a = ap[kv][i], m = mu[kv][i], y = x[kv][i];
+                        if (a != a)
+                            continue;
+                        s00 += m * m, s01 += m * a, s11 += a * a, r0 += m * y, r1 += a * y;
+                        e0 += (y - m) * (y - m), cnt++;
+                    }
+                double det = s00 * s11 - s01 * s01, w0 = 1, w1 = 0;
+                if (cnt > 0 && det > 1e-12 * (s00 * s11 + 1e-30)) {
+                    w0 = (r0 * s11 - r1 * s01) / det;
+                    w1 = (r1 * s00 - r0 * s01) / det;
+                }
+                double e1 = 0;
+                for (size_t t = 0; t < n; t++)
+                    for (size_t dd = 0; dd < D; dd++) {
+                        size_t i = (l * n + t) * C + h * D + dd;
+                        double a = ap[kv][i], y = x[kv][i];
+                        if (a != a)
+                            continue;
+                        double p = w0 * mu[kv][i] + w1 * a;
+                        e1 += (y - p) * (y - p);
+                    }
+                double sc = e0 > 0 ? sqrt(e1 / e0) : 1.0;
+                if (!(sc == sc) || sc > 1.0)
+                    sc = 1.0;
+                if (sc < 1.0 / 64)
+                    sc = 1.0 / 64;
+                size_t j = (l * 2 + kv) * H + h;
+                w[j * 2] = (float)w0;
+                w[j * 2 + 1] = (float)w1;
+                sscale[j] = (float)sc;
+            }
+}
+
+size_t skv_side_size(const prof_ent *pe, size_t count)
+{
+    const size_t nw = (size_t)pe->p.layers * 2 * (size_t)pe->p.kv_heads;
+    return 12 + count * 4 + nw * 3 * 4;
+}
+
+void skv_side_write(const prof_ent *pe, uint32_t nc, const int32_t *al, size_t count,
+                    const float *w, const float *sscale, uint8_t *dst)
+{
+    const size_t nw = (size_t)pe->p.layers * 2 * (size_t)pe->p.kv_heads;
+    skv_store32_le(dst, SIDE_KIND);
+    skv_store32_le(dst + 4, nc);
+    skv_store32_le(dst + 8, (uint32_t)count);
+    uint8_t *p = dst + 12;
+    for (size_t i = 0; i < count; i++, p += 4)
+        skv_store32_le(p, (uint32_t)al[i]);
+    for (size_t i = 0; i < 2 * nw; i++, p += 4)
+        skv_store32_le(p, skv_f32_bits(w[i]));
+    for (size_t i = 0; i < nw; i++, p += 4)
+        skv_store32_le(p, skv_f32_bits(sscale[i]));
+}
+
+int skv_side_read(const prof_ent *pe, const uint8_t *src, size_t len, size_t count,
+                  uint32_t *nc, int32_t *al, float *w, float *sscale)
+{
+    const size_t nw = (size_t)pe->p.layers * 2 * (size_t)pe->p.kv_heads;
+    if (len != skv_side_size(pe, count) || skv_load32_le(src) != SIDE_KIND ||
+        skv_load32_le(src + 8) != count)
+        return skv_error(SKV_ERR_CORRUPT, "centroid side info of the wrong size or kind");
+    *nc = skv_load32_le(src + 4);
+    const uint8_t *p = src + 12;
+    for (size_t i = 0; i < count; i++, p += 4) {
+        al[i] = (int32_t)skv_load32_le(p);
+        if (al[i] < -1 || (al[i] >= 0 && (uint32_t)al[i] >= *nc))
+            return skv_error(SKV_ERR_CORRUPT, "centroid alignment out of range");
+    }
+    for (size_t i = 0; i < 2 * nw; i++, p += 4) {
+        w[i] = skv_bits_f32(skv_load32_le(p));
+        if (!(w[i] == w[i]) || fabsf(w[i]) > 1e6f)
+            return skv_error(SKV_ERR_CORRUPT, "centroid blend weight out of range");
+    }
+    for (size_t i = 0; i < nw; i++, p += 4) {
+        sscale[i] = skv_bits_f32(skv_load32_le(p));
+        if (!(sscale[i] > 0) || sscale[i] > 1e6f)
+            return skv_error(SKV_ERR_CORRUPT, "centroid spread scale out of range");
+    }
+    return SKV_OK;
+}
