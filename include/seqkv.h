@@ -62,6 +62,8 @@ typedef struct {
     int threads;            /* coder threads (0: 1) */
     int read_only;
     int quiet;              /* no progress lines on stderr */
+    int no_centroids;       /* exact trie only: never code against a
+                               centroid (for comparisons) */
 } seqkv_options;
 
 /* Open (creating DIR and the store if needed). Errors: SKV_ERR_VERSION (a

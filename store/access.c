@@ -526,12 +526,15 @@ typedef struct {
 } newrec;
 
 /* Per-token surprisal in bits: the client's, else the profile model's
- * log-probabilities, else NULL (readers count 16 bits a token). */
-static int surprisal(seqkv *db, prof_ent *pe, const int32_t *tok, size_t n, const float *given,
-                     float **out)
+ * log-probabilities, else NULL (readers count 16 bits a token). Only
+ * positions >= from are needed (the new records' chunks): the model reads
+ * the earlier positions' KV from the put itself (s, the coder layout) and
+ * runs over the rest, so a long cached prefix costs nothing. */
+static int surprisal(seqkv *db, prof_ent *pe, const int32_t *tok, size_t n, size_t from,
+                     const seqbuf *sb, const float *given, float **out)
 {
     *out = NULL;
-    float *s = skv_malloc(n * sizeof(float));
+    float *s = skv_calloc(n, sizeof(float));
     if (!s)
         return skv_error(SKV_ERR_NOMEM, "surprisal");
     if (given) {
@@ -546,20 +549,34 @@ static int surprisal(seqkv *db, prof_ent *pe, const int32_t *tok, size_t n, cons
         return SKV_OK;
     }
     const skv_model_config *c = skv_model_cfg(m);
-    float *lp = skv_malloc(n * (size_t)c->vocab_size * sizeof(float));
+    const size_t ctx = from > 0 ? from - 1 : 0, run = n - ctx, L = (size_t)pe->p.layers,
+                 row = pe->C * pe->es;
+    float *lp = skv_malloc(run * (size_t)c->vocab_size * sizeof(float));
+    uint8_t *pk = ctx ? skv_malloc(L * ctx * row) : NULL, *pv = ctx ? skv_malloc(L * ctx * row) : NULL;
     skv_kvcache *kc = NULL;
-    int rc = lp ? skv_kvcache_create(c, n, &kc) : skv_error(SKV_ERR_NOMEM, "surprisal");
-    if (!rc) {
-        skv_forward_opts o = {.pool = db->pool, .logprobs = lp};
-        rc = skv_model_forward(m, kc, tok, n, &o);
+    int rc = lp && (!ctx || (pk && pv)) ? skv_kvcache_create(c, n, &kc)
+                                        : skv_error(SKV_ERR_NOMEM, "surprisal");
+    if (!rc && ctx) {
+        for (size_t l = 0; l < L; l++) {
+            memcpy(pk + l * ctx * row, sb->kv[0] + l * sb->stride * row, ctx * row);
+            memcpy(pv + l * ctx * row, sb->kv[1] + l * sb->stride * row, ctx * row);
+        }
+        rc = skv_kvcache_append(kc, pe->p.dtype, pk, pv, ctx);
     }
     if (!rc) {
-        s[0] = tok[0] == c->bos_id ? 0.0f : (float)(log((double)c->vocab_size) / log(2.0));
-        for (size_t i = 1; i < n; i++)
-            s[i] = -lp[(i - 1) * (size_t)c->vocab_size + (size_t)tok[i]] / 0.69314718f;
+        skv_forward_opts o = {.pool = db->pool, .logprobs = lp};
+        rc = skv_model_forward(m, kc, tok + ctx, run, &o);
+    }
+    if (!rc) {
+        if (ctx == 0)
+            s[0] = tok[0] == c->bos_id ? 0.0f : (float)(log((double)c->vocab_size) / log(2.0));
+        for (size_t i = ctx + 1; i < n; i++)
+            s[i] = -lp[(i - 1 - ctx) * (size_t)c->vocab_size + (size_t)tok[i]] / 0.69314718f;
     }
     skv_kvcache_free(kc);
     skv_free(lp);
+    skv_free(pk);
+    skv_free(pv);
     if (rc) {
         skv_free(s);
         return rc;
@@ -797,7 +814,7 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
         seqbuf_free(&ctx);
     }
     if (!rc)
-        rc = surprisal(db, pe, tokens, n, opts ? opts->surprisal : NULL, &sur);
+        rc = surprisal(db, pe, tokens, n, (m / CH) * CH, &s, opts ? opts->surprisal : NULL, &sur);
     /* code the new records: chunk i0 from m on, then whole chunks */
     MDB_txn *rtxn = NULL;
     if (!rc && level > SEQKV_RAW) {
@@ -805,7 +822,7 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
     skv_centroid *cent = NULL;
-    if (!rc && level > SEQKV_RAW && m > 0)
+    if (!rc && level > SEQKV_RAW && m > 0 && !db->o.no_centroids)
         rc = skv_cluster_find(db, rtxn, e, pe, tokens, n, m, path, steps, &cent);
     uint64_t total = 0;
     for (size_t i = m / CH; !rc && i < nchunks; i++, nnew++) {

@@ -45,40 +45,38 @@ static double rec_bits(const skv_trie_rec *r, size_t from, size_t to)
     return b;
 }
 
-/* Code length of the matched prefix [0, m). */
-static double prefix_bits(const skv_trie_step *path, size_t steps)
+/* The longest stored session through r: a partial record grows through
+ * its extensions (siblings that start with all its tokens), a full one
+ * through the most probable chunk below it. Members (centroid-coded
+ * records) are not followed: centroids are sessions coded on their own. */
+static skv_trie_rec *extend_tip(const ns_ent *e, skv_trie_rec *r)
 {
-    double b = 0;
-    for (size_t j = 0; j < steps; j++)
-        b += rec_bits(path[j].rec, 0, path[j].used);
-    return b;
-}
-
-/* Follow the most probable chain of full records below r to a tip;
- * returns it and the continuation's bits and tokens (from `from` in r). */
-static skv_trie_rec *best_tip(const ns_ent *e, skv_trie_rec *r, size_t from, double *bits,
-                              size_t *tokens)
-{
-    *bits = rec_bits(r, from, r->n);
-    *tokens = r->n - from;
     skv_trie_rec *kids[64];
-    while (r->n == skv_trie_chunk(e->trie)) {
-        size_t nk = skv_trie_children(e->trie, r->key, kids, 64);
-        if (nk > 64)
-            nk = 64;
+    for (int guard = 0; guard < 1 << 20; guard++) {
         skv_trie_rec *best = NULL;
         double bb = 0;
-        for (size_t i = 0; i < nk; i++) {
-            if (kids[i]->has_centroid || kids[i]->lo)
-                continue;
-            double b = rec_bits(kids[i], 0, kids[i]->n) / kids[i]->n;
-            if (!best || b < bb || (b == bb && kids[i]->n > best->n))
-                best = kids[i], bb = b;
+        if (r->n < skv_trie_chunk(e->trie)) {
+            size_t nk = skv_trie_children(e->trie, r->parent, kids, 64);
+            for (size_t i = 0; i < nk && i < 64; i++) {
+                skv_trie_rec *k = kids[i];
+                if (k->has_centroid || k->n <= r->n || memcmp(k->tokens, r->tokens, r->n * 4) != 0)
+                    continue;
+                if (!best || k->n > best->n)
+                    best = k;
+            }
+        } else {
+            size_t nk = skv_trie_children(e->trie, r->key, kids, 64);
+            for (size_t i = 0; i < nk && i < 64; i++) {
+                skv_trie_rec *k = kids[i];
+                if (k->has_centroid || k->lo)
+                    continue;
+                double b = rec_bits(k, 0, k->n) / k->n;
+                if (!best || b < bb || (b == bb && k->n > best->n))
+                    best = k, bb = b;
+            }
         }
         if (!best)
             break;
-        *bits += rec_bits(best, 0, best->n);
-        *tokens += best->n;
         r = best;
     }
     return r;
@@ -166,43 +164,59 @@ static int align_suffix(const int32_t *a, size_t na, const int32_t *b, size_t nb
     return SKV_OK;
 }
 
+/* Code length of [0, upto) along a matched path. */
+static double bits_upto(const skv_trie_step *path, size_t steps, size_t chunk, size_t upto)
+{
+    double b = 0;
+    for (size_t j = 0; j < steps; j++) {
+        size_t P = j * chunk, u = path[j].used;
+        if (P >= upto)
+            break;
+        b += rec_bits(path[j].rec, 0, P + u <= upto ? u : upto - P);
+    }
+    return b;
+}
+
 int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int32_t *tok,
                      size_t n, size_t m, const skv_trie_step *path, size_t steps,
                      skv_centroid **out)
 {
     *out = NULL;
     const size_t CH = (size_t)pe->p.chunk;
-    if (m == 0 || m >= n)
+    if (m == 0 || m >= n || steps == 0)
         return SKV_OK;
-    double d = prefix_bits(path, steps);
-    if (d < SKV_CLUSTER_MIN_BITS)
-        return SKV_OK;
-    /* candidates: the records at the divergence node that continue the
-     * shared prefix differently */
-    const size_t i0 = m / CH, P = i0 * CH;
-    const uint8_t *node = i0 == 0 ? skv_trie_root(e->trie) : path[i0 - 1].rec->key;
-    skv_trie_rec *kids[256];
-    size_t nk = skv_trie_children(e->trie, node, kids, 256);
-    if (nk > 256)
-        nk = 256;
     skv_trie_rec *best = NULL;
-    double bb = 0;
-    size_t btok = 0;
-    for (size_t i = 0; i < nk; i++) {
-        skv_trie_rec *r = kids[i];
-        if (r->has_centroid || r->n <= m - P)
-            continue;
-        size_t c = 0;
-        while (c < r->n && P + c < n && r->tokens[c] == tok[P + c])
-            c++;
-        if (c != m - P)
-            continue;
-        double bits;
-        size_t nt;
-        skv_trie_rec *tip = best_tip(e, r, m - P, &bits, &nt);
-        double per = bits / (double)nt;
-        if (!best || per < bb || (per == bb && nt > btok))
-            best = tip, bb = per, btok = nt;
+    const skv_trie_rec *last = path[steps - 1].rec;
+    if (last->has_centroid) {
+        /* a member growing: it stays in its cluster, against the
+         * centroid's longest stored continuation */
+        skv_trie_rec *t = skv_trie_find(e->trie, last->centroid);
+        if (t)
+            best = extend_tip(e, t);
+    } else {
+        /* leaving the exact trie: the most probable stored session that
+         * continues the shared prefix differently */
+        const size_t i0 = m / CH, P = i0 * CH;
+        const uint8_t *node = i0 == 0 ? skv_trie_root(e->trie) : path[i0 - 1].rec->key;
+        skv_trie_rec *kids[256];
+        size_t nk = skv_trie_children(e->trie, node, kids, 256);
+        double bb = 0;
+        size_t blen = 0;
+        for (size_t i = 0; i < nk && i < 256; i++) {
+            skv_trie_rec *r = kids[i];
+            if (r->has_centroid || r->n <= m - P)
+                continue;
+            size_t c = 0;
+            while (c < r->n && P + c < n && r->tokens[c] == tok[P + c])
+                c++;
+            if (c != m - P)
+                continue;
+            skv_trie_rec *tip = extend_tip(e, r);
+            size_t len = (size_t)tip->chunk_index * CH + tip->n;
+            double per = (rec_bits(tip, 0, tip->n) + 1e-9) / tip->n;
+            if (!best || per < bb || (per == bb && len > blen))
+                best = tip, bb = per, blen = len;
+        }
     }
     if (!best)
         return SKV_OK;
@@ -212,35 +226,36 @@ int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int
     int rc = skv_store_decode_chain(db, txn, e, pe, best, &c->nc, &c->tok, &c->k, &c->v);
     if (!rc && !(c->align = skv_malloc(n * sizeof *c->align)))
         rc = skv_error(SKV_ERR_NOMEM, "centroid");
+    size_t d0 = 0;
     if (!rc) {
-        for (size_t i = 0; i < m; i++)
-            c->align[i] = (int32_t)i;
-        /* the alignment ends inside the band: a member running on past
-         * the centroid leaves its tail unaligned */
-        size_t na = n - m < SKV_CLUSTER_MAX_ALIGN ? n - m : SKV_CLUSTER_MAX_ALIGN;
-        if (na > c->nc - m + BAND)
-            na = c->nc - m + BAND;
-        for (size_t i = m; i < n; i++)
-            c->align[i] = -1;
-        rc = align_suffix(tok + m, na, c->tok + m, c->nc - m, c->align + m);
-        for (size_t i = m; !rc && i < n; i++)
-            if (c->align[i] >= 0)
-                c->align[i] += (int32_t)m;
+        /* where the two sessions part */
+        while (d0 < n && d0 < c->nc && tok[d0] == c->tok[d0])
+            d0++;
+        for (size_t i = 0; i < n; i++)
+            c->align[i] = i < d0 ? (int32_t)i : -1;
+        c->d_bits = bits_upto(path, steps, CH, d0 < m ? d0 : m);
+        if (d0 < n && d0 < c->nc && c->d_bits >= SKV_CLUSTER_MIN_BITS) {
+            /* the alignment ends inside the band: a member running on
+             * past the centroid leaves its tail unaligned */
+            size_t na = n - d0 < SKV_CLUSTER_MAX_ALIGN ? n - d0 : SKV_CLUSTER_MAX_ALIGN;
+            if (na > c->nc - d0 + BAND)
+                na = c->nc - d0 + BAND;
+            rc = align_suffix(tok + d0, na, c->tok + d0, c->nc - d0, c->align + d0);
+            for (size_t i = d0; !rc && i < n; i++)
+                if (c->align[i] >= 0)
+                    c->align[i] += (int32_t)d0;
+        }
     }
-    if (rc) {
+    size_t hits = 0;
+    for (size_t i = m; !rc && i < n; i++)
+        hits += c->align[i] >= 0 && tok[i] == c->tok[c->align[i]];
+    /* worth it only past the minimum shared code length and where a fair
+     * share of the new positions align */
+    if (rc || c->d_bits < SKV_CLUSTER_MIN_BITS || hits * 4 < n - m) {
         skv_centroid_free(c);
         return rc;
     }
     memcpy(c->tip_key, best->key, 32);
-    c->d_bits = d;
-    /* worth it only if a fair share of the new positions align */
-    size_t hits = 0;
-    for (size_t i = m; i < n; i++)
-        hits += c->align[i] >= 0 && tok[i] == c->tok[c->align[i]];
-    if (hits * 4 < n - m) {
-        skv_centroid_free(c);
-        return SKV_OK;
-    }
     *out = c;
     return SKV_OK;
 }
