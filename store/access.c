@@ -1,6 +1,7 @@
 /* put, lookup, get, del and eviction (seqkv.h). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "store_cluster.h"
@@ -64,8 +65,8 @@ typedef struct {
 static __thread int centroid_depth;
 
 /* Build the centroid predictions of a member record's positions [a, b). */
-static int member_aux(dec_ctx *c, const skv_rec *r, size_t a, size_t b, skv_delta_aux *aux,
-                      float **bufs)
+static int member_aux(dec_ctx *c, const skv_rec *r, skv_delta *d, size_t a, size_t b,
+                      skv_delta_aux *aux, float **bufs)
 {
     const prof_ent *pe = c->pe;
     const size_t n = b - a, L = (size_t)pe->p.layers, nw = L * 2 * (size_t)pe->p.kv_heads;
@@ -103,7 +104,8 @@ static int member_aux(dec_ctx *c, const skv_rec *r, size_t a, size_t b, skv_delt
     if (!rc && nc != c->cent->nc)
         rc = skv_error(SKV_ERR_CORRUPT, "centroid length differs from the member's record");
     if (!rc)
-        rc = skv_centroid_pred(pe, c->cent->k, c->cent->v, c->cent->nc, al, a, b, bufs[0], bufs[1]);
+        rc = skv_centroid_pred(pe, d, c->cent->tok, c->cent->k, c->cent->v, c->cent->nc, al, a, b,
+                               bufs[0], bufs[1]);
     skv_free(al);
     aux->pred[0] = bufs[0];
     aux->pred[1] = bufs[1];
@@ -142,13 +144,13 @@ static int decode_streams(dec_ctx *c, const skv_rec *r, size_t P)
     skv_delta_aux aux;
     float *bufs[3] = {NULL, NULL, NULL};
     int rc = SKV_OK;
-    if (r->flags & SKV_REC_CENTROID)
-        rc = member_aux(c, r, a, b, &aux, bufs);
-    else if (r->side_len)
-        rc = skv_error(SKV_ERR_CORRUPT, "side info in a record without a centroid");
     coder_ent *ce = NULL;
+    if (!(r->flags & SKV_REC_CENTROID) && r->side_len)
+        rc = skv_error(SKV_ERR_CORRUPT, "side info in a record without a centroid");
     if (!rc)
         rc = skv_store_coder(c->db, c->txn, c->pe, r->calib, r->level, &ce);
+    if (!rc && (r->flags & SKV_REC_CENTROID))
+        rc = member_aux(c, r, ce->d, a, b, &aux, bufs);
     if (!rc)
         rc = skv_delta_decode_range(ce->d, s->tok, a, b, s->stride, &in, 0,
                                     (r->flags & SKV_REC_CENTROID) ? &aux : NULL, s->kv[0],
@@ -526,10 +528,10 @@ typedef struct {
 } newrec;
 
 /* Per-token surprisal in bits: the client's, else the profile model's
- * log-probabilities, else NULL (readers count 16 bits a token). Only
- * positions >= from are needed (the new records' chunks): the model reads
- * the earlier positions' KV from the put itself (s, the coder layout) and
- * runs over the rest, so a long cached prefix costs nothing. */
+ * log-probabilities, else NULL (readers count 16 bits a token). The model
+ * runs only over the new positions >= from, reading the earlier positions'
+ * KV from the put itself (sb, the coder layout), so a long cached prefix
+ * costs nothing; the caller fills cached positions from their records. */
 static int surprisal(seqkv *db, prof_ent *pe, const int32_t *tok, size_t n, size_t from,
                      const seqbuf *sb, const float *given, float **out)
 {
@@ -691,7 +693,7 @@ static int try_centroid(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_centroi
     }
     rc = skv_delta_predict_range(ce->d, s->tok, a, b, s->stride, s->kv[0], s->kv[1], mu[0], mu[1]);
     if (!rc)
-        rc = skv_centroid_pred(pe, cent->k, cent->v, cent->nc, al, a, b, ap[0], ap[1]);
+        rc = skv_centroid_pred(pe, ce->d, cent->tok, cent->k, cent->v, cent->nc, al, a, b, ap[0], ap[1]);
     if (!rc) {
         for (int kv = 0; kv < 2; kv++)
             for (size_t l = 0; l < L; l++)
@@ -814,7 +816,13 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
         seqbuf_free(&ctx);
     }
     if (!rc)
-        rc = surprisal(db, pe, tokens, n, (m / CH) * CH, &s, opts ? opts->surprisal : NULL, &sur);
+        rc = surprisal(db, pe, tokens, n, m, &s, opts ? opts->surprisal : NULL, &sur);
+    if (!rc && sur && !(opts && opts->surprisal) && m % CH) {
+        /* the first new record repeats its base's tokens [P, m) */
+        const skv_trie_rec *b = path[m / CH].rec;
+        for (size_t t = 0; t < m % CH; t++)
+            sur[(m / CH) * CH + t] = b->surprisal ? b->surprisal[t] : 16.0f;
+    }
     /* code the new records: chunk i0 from m on, then whole chunks */
     MDB_txn *rtxn = NULL;
     if (!rc && level > SEQKV_RAW) {

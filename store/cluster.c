@@ -24,7 +24,7 @@
 #include "store_cluster.h"
 
 #define BAND 32
-#define SIDE_KIND 1
+#define SIDE_KIND 2 /* the centroid's residual against the level's predictor */
 
 void skv_centroid_free(skv_centroid *c)
 {
@@ -283,27 +283,60 @@ static void rerotate(const prof_ent *pe, float *row, long delta)
     }
 }
 
-int skv_centroid_pred(const prof_ent *pe, const uint8_t *ck, const uint8_t *cv, size_t nc,
-                      const int32_t *al, size_t a, size_t b, float *pk, float *pv)
+int skv_centroid_pred(const prof_ent *pe, skv_delta *d, const int32_t *ctok, const uint8_t *ck,
+                      const uint8_t *cv, size_t nc, const int32_t *al, size_t a, size_t b,
+                      float *pk, float *pv)
 {
     const size_t L = (size_t)pe->p.layers, C = pe->C, es = pe->es, n = b - a;
+    /* the centroid positions this record aligns to */
+    size_t qa = SIZE_MAX, qb = 0;
     for (size_t t = 0; t < n; t++) {
+        if (al[t] >= (int32_t)nc)
+            return skv_error(SKV_ERR_CORRUPT, "centroid position %d past its %zu tokens", al[t], nc);
+        if (al[t] >= 0) {
+            qa = (size_t)al[t] < qa ? (size_t)al[t] : qa;
+            qb = (size_t)al[t] + 1 > qb ? (size_t)al[t] + 1 : qb;
+        }
+    }
+    for (size_t i = 0; i < 2 * L * n * C; i++)
+        (i < L * n * C ? pk : pv)[i % (L * n * C)] = NAN;
+    if (qb == 0)
+        return SKV_OK;
+    /* the centroid's residual against the level's own predictor over the
+     * span: x_c - mu_c, which carries what the predictor gets wrong for
+     * this context (the model copy's quantisation error, say) */
+    const size_t span = qb - qa;
+    float *res = skv_malloc(2 * L * span * C * sizeof(float));
+    float *mu = d ? skv_malloc(2 * L * span * C * sizeof(float)) : NULL;
+    if (!res || (d && !mu)) {
+        skv_free(res);
+        skv_free(mu);
+        return skv_error(SKV_ERR_NOMEM, "centroid predictions");
+    }
+    for (size_t kv = 0; kv < 2; kv++)
+        for (size_t l = 0; l < L; l++)
+            skv_cast_to_f32(pe->p.dtype, res + (kv * L + l) * span * C,
+                            (kv ? cv : ck) + (l * nc + qa) * C * es, span * C);
+    int rc = SKV_OK;
+    if (d) {
+        rc = skv_delta_predict_range(d, ctok, qa, qb, nc, ck, cv, mu, mu + L * span * C);
+        for (size_t i = 0; !rc && i < 2 * L * span * C; i++)
+            res[i] -= mu[i];
+    }
+    for (size_t t = 0; !rc && t < n; t++) {
         int32_t q = al[t];
-        if (q >= (int32_t)nc)
-            return skv_error(SKV_ERR_CORRUPT, "centroid position %d past its %zu tokens", q, nc);
+        if (q < 0)
+            continue;
         for (size_t l = 0; l < L; l++) {
             float *ok = pk + (l * n + t) * C, *ov = pv + (l * n + t) * C;
-            if (q < 0) {
-                for (size_t c = 0; c < C; c++)
-                    ok[c] = ov[c] = NAN;
-                continue;
-            }
-            skv_cast_to_f32(pe->p.dtype, ok, ck + (l * nc + (size_t)q) * C * es, C);
-            skv_cast_to_f32(pe->p.dtype, ov, cv + (l * nc + (size_t)q) * C * es, C);
+            memcpy(ok, res + (l * span + (size_t)q - qa) * C, C * sizeof(float));
+            memcpy(ov, res + ((L + l) * span + (size_t)q - qa) * C, C * sizeof(float));
             rerotate(pe, ok, (long)(a + t) - (long)q);
         }
     }
-    return SKV_OK;
+    skv_free(res);
+    skv_free(mu);
+    return rc;
 }
 
 void skv_centroid_fit(const prof_ent *pe, const float *x[2], const float *mu[2],

@@ -24,9 +24,13 @@ int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int
                      skv_centroid **out);
 void skv_centroid_free(skv_centroid *c);
 /* Second predictions for member positions [a, b) (al: their alignment,
- * b - a entries): pk, pv [layers][b - a][C] floats, NaN where unaligned. */
-int skv_centroid_pred(const prof_ent *pe, const uint8_t *ck, const uint8_t *cv, size_t nc,
-                      const int32_t *al, size_t a, size_t b, float *pk, float *pv);
+ * b - a entries): the centroid's residual x_c - mu_c against the coder d's
+ * own predictions over the aligned span (d NULL: x_c itself), K rotated
+ * from the centroid's position to the member's; pk, pv [layers][b - a][C]
+ * floats, NaN where unaligned. ctok, ck, cv: the centroid sequence. */
+int skv_centroid_pred(const prof_ent *pe, skv_delta *d, const int32_t *ctok, const uint8_t *ck,
+                      const uint8_t *cv, size_t nc, const int32_t *al, size_t a, size_t b,
+                      float *pk, float *pv);
 /* Blend weights and spread scales per (layer, k/v, head) by least squares
  * on n positions: x exact values, mu the level's predictions, ap the
  * centroid's ([layers][n][C] each, K then V). */

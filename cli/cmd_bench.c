@@ -1,0 +1,508 @@
+/* seqkv bench store: a multi-tenant chat workload made with the real model,
+ * stored at every level with and without the probabilistic trie, against
+ * raw bf16 per request and 256-token exact-chunk dedup of raw chunks. */
+#include <getopt.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "seqkv.h"
+#include "skv_delta.h"
+
+static const char bench_usage[] =
+    "usage: seqkv bench store --model PATH [--json] [--tenants N] [--sessions N]\n"
+    "                         [--turns N] [--levels raw,stat,ctx,spec,full] [--chunk N]\n"
+    "                         [--seed S] [--threads N] [--keep DIR]\n"
+    "\n"
+    "A multi-tenant chat workload made with the model: per tenant a system\n"
+    "prompt of 64-256 sampled tokens, sessions of --turns turns (each turn's\n"
+    "prompt extends the previous one by 24-72 tokens), and every fourth\n"
+    "session a near-duplicate of an earlier one that differs in one early\n"
+    "token. Every request is LOOKUP, PUT, then GET of the whole prompt (checked\n"
+    "bit-exact against the model's KV). Reported per level, with and without\n"
+    "the probabilistic trie: bytes stored against (a) raw bf16 per request\n"
+    "and (b) exact 256-token chunk dedup with raw chunks (LMCache-style), the\n"
+    "near-duplicate members' bytes coded against their centroid vs alone, and\n"
+    "PUT / LOOKUP / GET rates. Defaults: 8 tenants x 32 sessions x 4 turns.\n"
+    "Calibration: 32 separately sampled sequences of 256 tokens.\n";
+
+typedef struct {
+    int32_t *tok;
+    size_t n;
+    size_t turn_end[16];
+    int tenant;
+    int dup; /* a near-duplicate member */
+    uint8_t *k, *v; /* bf16 [layers][n][C] */
+} session;
+
+typedef struct {
+    const char *model, *levels, *keep;
+    long tenants, sessions, turns, chunk, seed, threads;
+    int json;
+} bargs;
+
+enum { B_MODEL = 3000, B_JSON, B_TEN, B_SES, B_TURNS, B_LEVELS, B_CHUNK, B_SEED, B_THREADS,
+       B_KEEP, B_HELP };
+
+static int bparse(int argc, char **argv, bargs *a)
+{
+    static const struct option o[] = {
+        {"model", required_argument, NULL, B_MODEL},   {"json", no_argument, NULL, B_JSON},
+        {"tenants", required_argument, NULL, B_TEN},   {"sessions", required_argument, NULL, B_SES},
+        {"turns", required_argument, NULL, B_TURNS},   {"levels", required_argument, NULL, B_LEVELS},
+        {"chunk", required_argument, NULL, B_CHUNK},   {"seed", required_argument, NULL, B_SEED},
+        {"threads", required_argument, NULL, B_THREADS}, {"keep", required_argument, NULL, B_KEEP},
+        {"help", no_argument, NULL, B_HELP},           {NULL, 0, NULL, 0},
+    };
+    memset(a, 0, sizeof *a);
+    a->tenants = 8;
+    a->sessions = 32;
+    a->turns = 4;
+    a->chunk = 256;
+    a->seed = 1;
+    a->threads = 1;
+    a->levels = "raw,stat,ctx,spec,full";
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", o, NULL)) != -1) {
+        long *num = NULL, lo = 1, hi = 1 << 20;
+        switch (c) {
+        case 'h':
+        case B_HELP: fputs(bench_usage, stdout); exit(0);
+        case '?': return cli_usage_error("bench store", "unknown option '%s'", argv[optind - 1]);
+        case ':': return cli_usage_error("bench store", "option '%s' needs a value", argv[optind - 1]);
+        case B_MODEL: a->model = optarg; break;
+        case B_JSON: a->json = 1; break;
+        case B_LEVELS: a->levels = optarg; break;
+        case B_KEEP: a->keep = optarg; break;
+        case B_TEN: num = &a->tenants, hi = 1024; break;
+        case B_SES: num = &a->sessions, hi = 4096; break;
+        case B_TURNS: num = &a->turns, hi = 16; break;
+        case B_CHUNK: num = &a->chunk, hi = SEQKV_CHUNK_MAX; break;
+        case B_SEED: num = &a->seed, lo = 0, hi = 1L << 40; break;
+        case B_THREADS: num = &a->threads, hi = 256; break;
+        }
+        if (num && cli_parse_long(optarg, lo, hi, num))
+            return cli_usage_error("bench store", "'%s' wants an integer in [%ld, %ld]",
+                                   argv[optind - 2], lo, hi);
+    }
+    if (optind < argc)
+        return cli_usage_error("bench store", "unexpected argument '%s'", argv[optind]);
+    if (!a->model)
+        return cli_usage_error("bench store", "--model is required");
+    return 0;
+}
+
+/* KV of tokens[0..n) in bf16, [layers][n][C] for K and V. */
+static int compute_kv(const skv_model *m, skv_pool *pool, const int32_t *tok, size_t n,
+                      uint8_t **k, uint8_t **v)
+{
+    const skv_model_config *c = skv_model_cfg(m);
+    size_t bytes = (size_t)c->n_layers * n * (size_t)c->n_kv_heads * (size_t)c->head_dim * 2;
+    *k = malloc(bytes);
+    *v = malloc(bytes);
+    skv_kvcache *kc = NULL;
+    int rc = *k && *v ? skv_kvcache_create(c, n, &kc) : skv_error(SKV_ERR_NOMEM, "KV");
+    skv_forward_opts o = {.pool = pool};
+    if (!rc)
+        rc = skv_model_forward(m, kc, tok, n, &o);
+    if (!rc)
+        rc = skv_kvcache_export(kc, 0, n, SKV_DT_BF16, *k, *v);
+    skv_kvcache_free(kc);
+    return rc;
+}
+
+/* The store layout [layer][k, v][token][C] of the first n positions. */
+static void store_layout(const session *s, size_t L, size_t row, size_t n, uint8_t *out)
+{
+    for (size_t l = 0; l < L; l++) {
+        memcpy(out, s->k + l * s->n * row, n * row);
+        out += n * row;
+        memcpy(out, s->v + l * s->n * row, n * row);
+        out += n * row;
+    }
+}
+
+static int make_workload(const skv_model *m, skv_pool *pool, const bargs *a, session **out,
+                         size_t *count)
+{
+    const skv_model_config *c = skv_model_cfg(m);
+    const size_t ns = (size_t)(a->tenants * a->sessions);
+    session *S = calloc(ns, sizeof *S);
+    if (!S)
+        return skv_error(SKV_ERR_NOMEM, "workload");
+    skv_rng r;
+    skv_rng_seed(&r, (uint64_t)a->seed);
+    int rc = SKV_OK;
+    int32_t *sys = malloc(256 * sizeof(int32_t));
+    size_t done = 0;
+    for (long t = 0; t < a->tenants && !rc; t++) {
+        size_t Ls = 64 + skv_rng_next(&r) % 193;
+        int32_t bos = c->bos_id;
+        rc = skv_model_generate(m, pool, &bos, 1, Ls, 1.0f, 0.9f, &r, sys);
+        for (long j = 0; j < a->sessions && !rc; j++) {
+            session *s = &S[t * a->sessions + j];
+            s->tenant = (int)t;
+            if (j % 4 == 3) {
+                /* a near-duplicate of an earlier session: one early token differs */
+                const session *o = &S[t * a->sessions + j - 2];
+                *s = *o;
+                s->tenant = (int)t;
+                s->dup = 1;
+                s->tok = malloc(o->n * sizeof(int32_t));
+                memcpy(s->tok, o->tok, o->n * sizeof(int32_t));
+                size_t p = Ls + 1 + skv_rng_next(&r) % 8;
+                s->tok[p] = (int32_t)((s->tok[p] + 1 + (int32_t)(skv_rng_next(&r) % (uint64_t)(c->vocab_size - 2))) %
+                                      c->vocab_size);
+                if (s->tok[p] == c->bos_id)
+                    s->tok[p] = (s->tok[p] + 1) % c->vocab_size;
+            } else {
+                size_t n = Ls;
+                for (long k = 0; k < a->turns; k++) {
+                    n += 24 + skv_rng_next(&r) % 49;
+                    s->turn_end[k] = n;
+                }
+                s->n = n;
+                s->tok = malloc(n * sizeof(int32_t));
+                rc = skv_model_generate(m, pool, sys, Ls, n, 1.0f, 0.9f, &r, s->tok);
+            }
+            s->k = s->v = NULL;
+            if (!rc)
+                rc = compute_kv(m, pool, s->tok, s->n, &s->k, &s->v);
+            cli_progress("bench store: workload sessions", ++done, ns);
+        }
+    }
+    free(sys);
+    *out = S;
+    *count = ns;
+    return rc;
+}
+
+static int make_calib(const skv_model *m, skv_pool *pool, long seed, const char *path)
+{
+    const skv_model_config *c = skv_model_cfg(m);
+    skv_st_writer *w;
+    int rc = skv_stw_create(&w);
+    if (rc)
+        return rc;
+    skv_rng r;
+    skv_rng_seed(&r, (uint64_t)seed + 1000003);
+    int32_t tok[256], bos = c->bos_id;
+    for (size_t i = 0; i < 32 && !rc; i++) {
+        uint8_t *k = NULL, *v = NULL;
+        rc = skv_model_generate(m, pool, &bos, 1, 256, 1.0f, 0.9f, &r, tok);
+        if (!rc)
+            rc = compute_kv(m, pool, tok, 256, &k, &v);
+        if (!rc) {
+            skv_kvseq q = {256, tok, SKV_DT_BF16, c->n_layers, c->n_kv_heads, c->head_dim, k, v};
+            rc = skv_kvfile_add(w, i, &q);
+        }
+        free(k);
+        free(v);
+    }
+    uint8_t *img = NULL;
+    size_t len;
+    skv_st *st = NULL;
+    skv_calib *cal = NULL;
+    if (!rc)
+        rc = skv_stw_serialize(w, &img, &len);
+    if (!rc)
+        rc = skv_st_parse(img, len, &st);
+    if (!rc) {
+        skv_calib_opts o = {.model = m, .pool = pool, .quiet = 1};
+        rc = skv_calib_learn(st, &o, &cal);
+    }
+    if (!rc)
+        rc = skv_calib_save(cal, path);
+    skv_calib_free(cal);
+    skv_st_free(st);
+    skv_free(img);
+    skv_stw_free(w);
+    return rc;
+}
+
+typedef struct {
+    seqkv_level level;
+    int centroids;
+    seqkv_stats st;
+    uint64_t member_bytes, member_tokens, centroid_tokens;
+    double put_s, lookup_s, get_s;
+    size_t requests, get_tokens, put_tokens;
+} run_res;
+
+static int run_config(const bargs *a, const char *dir, const char *cal_path, session *S,
+                      size_t ns, const skv_model_config *mc, run_res *rr)
+{
+    seqkv_options o = {0};
+    o.quiet = 1;
+    o.no_centroids = !rr->centroids;
+    o.threads = (int)a->threads;
+    seqkv *db;
+    int rc = seqkv_open(dir, &o, &db);
+    if (rc)
+        return rc;
+    seqkv_profile p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.name, sizeof p.name, "bench");
+    snprintf(p.model, sizeof p.model, "%s", a->model);
+    p.dtype = SKV_DT_BF16;
+    p.chunk = (int)a->chunk;
+    p.level = rr->level;
+    rc = seqkv_profile_set(db, &p);
+    if (!rc && rr->level > SEQKV_RAW)
+        rc = seqkv_calibrate_import(db, "bench", cal_path);
+    const size_t L = (size_t)mc->n_layers, row = (size_t)mc->n_kv_heads * (size_t)mc->head_dim * 2;
+    size_t maxn = 0;
+    for (size_t i = 0; i < ns; i++)
+        maxn = S[i].n > maxn ? S[i].n : maxn;
+    uint8_t *kv = malloc(L * 2 * maxn * row), *got = malloc(L * 2 * maxn * row);
+    if (!rc && (!kv || !got))
+        rc = skv_error(SKV_ERR_NOMEM, "bench buffers");
+    const size_t total = ns * (size_t)a->turns;
+    for (long k = 0; k < a->turns && !rc; k++)
+        for (size_t i = 0; i < ns && !rc; i++) {
+            session *s = &S[i];
+            char tn[32];
+            snprintf(tn, sizeof tn, "tenant%d", s->tenant);
+            size_t n = s->turn_end[k], m, g;
+            store_layout(s, L, row, n, kv);
+            double t0 = cli_now();
+            rc = seqkv_lookup(db, tn, "bench", s->tok, n, &m);
+            if (rc == SKV_ERR_NOT_FOUND && k == 0)
+                rc = SKV_OK; /* a tenant's first request */
+            double t1 = cli_now();
+            seqkv_put_result res;
+            if (!rc)
+                rc = seqkv_put(db, tn, "bench", s->tok, n, kv, L * 2 * n * row, NULL, &res);
+            double t2 = cli_now();
+            if (!rc)
+                rc = seqkv_get(db, tn, "bench", s->tok, n, n, got, L * 2 * n * row, &g);
+            double t3 = cli_now();
+            if (!rc && (g != n || memcmp(got, kv, L * 2 * n * row) != 0))
+                rc = skv_error(SKV_ERR_CORRUPT, "GET returned other bytes than the PUT (level %s)",
+                               seqkv_level_name(rr->level));
+            rr->lookup_s += t1 - t0;
+            rr->put_s += t2 - t1;
+            rr->get_s += t3 - t2;
+            rr->requests++;
+            rr->get_tokens += n;
+            rr->put_tokens += n;
+            if (!rc && s->dup) {
+                rr->member_bytes += res.bytes;
+                rr->member_tokens += res.new_tokens;
+            }
+            if (!rc)
+                rr->centroid_tokens += res.centroid_tokens;
+            if (!a->json || isatty(2)) {
+                char what[64];
+                snprintf(what, sizeof what, "bench store: %s%s requests", seqkv_level_name(rr->level),
+                         rr->centroids ? "+trie" : "");
+                cli_progress(what, rr->requests, total);
+            }
+        }
+    if (!rc)
+        rc = seqkv_stat(db, NULL, &rr->st);
+    free(kv);
+    free(got);
+    seqkv_close(db);
+    return rc;
+}
+
+static int rm_tree(const char *dir)
+{
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd);
+}
+
+static int bench_store(int argc, char **argv)
+{
+    bargs a;
+    int r = bparse(argc, argv, &a);
+    if (r)
+        return r;
+    if (sodium_init() < 0)
+        return cli_fail(SKV_ERR_IO, "libsodium");
+    int levels[SEQKV_LEVELS], nl = 0;
+    char lv[128];
+    snprintf(lv, sizeof lv, "%s", a.levels);
+    for (char *tok = strtok(lv, ","); tok; tok = strtok(NULL, ",")) {
+        seqkv_level l;
+        if (seqkv_level_parse(tok, &l) || nl == SEQKV_LEVELS)
+            return cli_usage_error("bench store", "--levels: unknown or repeated level '%s'", tok);
+        levels[nl++] = (int)l;
+    }
+    skv_model *m;
+    int rc = skv_model_load(a.model, &m);
+    if (rc)
+        return cli_fail(rc, a.model);
+    skv_pool *pool = NULL;
+    if (a.threads > 1 && (rc = skv_pool_create(&pool, (int)a.threads)))
+        return cli_fail(rc, "threads");
+    const skv_model_config *mc = skv_model_cfg(m);
+    char tmp[4096];
+    if (a.keep)
+        snprintf(tmp, sizeof tmp, "%s", a.keep);
+    else
+        snprintf(tmp, sizeof tmp, "%s/seqkv-bench-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!a.keep && !mkdtemp(tmp))
+        return cli_fail(skv_error(SKV_ERR_IO, "mkdtemp %s", tmp), "bench store");
+    if (a.keep)
+        mkdir(tmp, 0700);
+    session *S = NULL;
+    size_t ns = 0;
+    double t0 = cli_now();
+    rc = make_workload(m, pool, &a, &S, &ns);
+    char cal_path[4200];
+    snprintf(cal_path, sizeof cal_path, "%s/bench.cal", tmp);
+    if (!rc)
+        rc = make_calib(m, pool, a.seed, cal_path);
+    if (rc) {
+        rm_tree(tmp);
+        return cli_fail(rc, "bench store: workload");
+    }
+    if (!a.json)
+        fprintf(stderr, "bench store: workload and calibration made in %.1f s\n", cli_now() - t0);
+    /* baselines from the request stream itself */
+    const size_t L = (size_t)mc->n_layers, row = (size_t)mc->n_kv_heads * (size_t)mc->head_dim * 2,
+                 per_tok = L * 2 * row;
+    uint64_t raw_req = 0, req_tokens = 0;
+    size_t cap = 1 << 16, nkeys = 0;
+    uint8_t(*keys)[16] = malloc(cap * 16);
+    uint64_t chunk_bytes = 0, member_req_tokens = 0;
+    for (long k = 0; k < a.turns; k++)
+        for (size_t i = 0; i < ns; i++) {
+            const session *s = &S[i];
+            size_t n = s->turn_end[k];
+            raw_req += n * per_tok;
+            req_tokens += n;
+            (void)member_req_tokens;
+            /* 256-token chunks keyed by (tenant, prefix through the chunk);
+             * the last, partial one too */
+            for (size_t c0 = 0; c0 < n; c0 += 256) {
+                size_t c1 = c0 + 256 < n ? c0 + 256 : n;
+                uint8_t key[16];
+                crypto_generichash_state h;
+                crypto_generichash_init(&h, NULL, 0, 16);
+                crypto_generichash_update(&h, (const uint8_t *)&s->tenant, sizeof s->tenant);
+                crypto_generichash_update(&h, (const uint8_t *)s->tok, c1 * 4);
+                crypto_generichash_final(&h, key, 16);
+                size_t j = 0;
+                while (j < nkeys && memcmp(keys[j], key, 16) != 0)
+                    j++;
+                if (j == nkeys) {
+                    if (nkeys == cap) {
+                        cap *= 2;
+                        keys = realloc(keys, cap * 16);
+                    }
+                    memcpy(keys[nkeys++], key, 16);
+                    chunk_bytes += (c1 - c0) * per_tok;
+                }
+            }
+        }
+    free(keys);
+    const double scalars_per_tok = (double)(L * 2 * row / 2);
+    if (a.json) {
+        printf("{\"kind\":\"workload\",\"tenants\":%ld,\"sessions\":%ld,\"turns\":%ld,\"requests\":%llu,"
+               "\"request_tokens\":%llu,\"chunk\":%ld}\n",
+               a.tenants, a.sessions, a.turns, (unsigned long long)(ns * (size_t)a.turns),
+               (unsigned long long)req_tokens, a.chunk);
+        printf("{\"kind\":\"baseline\",\"name\":\"raw_bf16_per_request\",\"bytes\":%llu}\n",
+               (unsigned long long)raw_req);
+        printf("{\"kind\":\"baseline\",\"name\":\"chunk256_exact_dedup_raw\",\"bytes\":%llu,"
+               "\"ratio_vs_raw\":%.3f}\n",
+               (unsigned long long)chunk_bytes, (double)raw_req / (double)chunk_bytes);
+    } else {
+        printf("workload: %ld tenants x %ld sessions x %ld turns = %zu requests, %llu request tokens "
+               "(every 4th session a one-token near-duplicate)\n",
+               a.tenants, a.sessions, a.turns, ns * (size_t)a.turns, (unsigned long long)req_tokens);
+        printf("%-28s %14s %9s %9s %8s %9s %9s %9s\n", "store", "bytes", "x raw", "x chunk",
+               "bits/sc", "put/s", "lookup/s", "get/s");
+        printf("%-28s %14llu %9.2f %9s %8.2f\n", "raw bf16 per request", (unsigned long long)raw_req,
+               1.0, "", 16.0);
+        printf("%-28s %14llu %9.2f %9.2f %8.2f\n", "256-token chunk dedup, raw",
+               (unsigned long long)chunk_bytes, (double)raw_req / (double)chunk_bytes, 1.0, 16.0);
+    }
+    run_res alone[SEQKV_LEVELS];
+    memset(alone, 0, sizeof alone);
+    for (int li = 0; li < nl && !rc; li++)
+        for (int cen = 0; cen < 2 && !rc; cen++) {
+            if (levels[li] == SEQKV_RAW && cen)
+                continue; /* raw codes nothing against anything */
+            run_res rr;
+            memset(&rr, 0, sizeof rr);
+            rr.level = (seqkv_level)levels[li];
+            rr.centroids = cen;
+            char dir[4300];
+            snprintf(dir, sizeof dir, "%s/store-%s-%d", tmp, seqkv_level_name(rr.level), cen);
+            rc = run_config(&a, dir, cal_path, S, ns, mc, &rr);
+            if (!a.keep)
+                rm_tree(dir);
+            if (rc)
+                break;
+            if (!cen)
+                alone[levels[li]] = rr;
+            const double bits = 8.0 * (double)rr.st.stored_bytes / ((double)rr.st.tokens * scalars_per_tok);
+            const run_res *al = &alone[levels[li]];
+            double member_ratio = cen && al->member_bytes ? (double)rr.member_bytes / (double)al->member_bytes : 1.0;
+            if (a.json) {
+                printf("{\"kind\":\"store\",\"level\":\"%s\",\"centroids\":%s,\"stored_bytes\":%llu,"
+                       "\"unique_tokens\":%llu,\"chunks\":%llu,\"bits_per_scalar\":%.4f,"
+                       "\"ratio_vs_raw\":%.3f,\"ratio_vs_chunk_dedup\":%.3f,"
+                       "\"member_bytes\":%llu,\"member_tokens\":%llu,\"centroid_tokens\":%llu,"
+                       "\"member_bytes_vs_alone\":%.4f,\"put_per_s\":%.1f,\"lookup_per_s\":%.1f,"
+                       "\"get_per_s\":%.1f,\"get_tokens_per_s\":%.0f,\"roundtrip\":\"ok\"}\n",
+                       seqkv_level_name(rr.level), cen ? "true" : "false",
+                       (unsigned long long)rr.st.stored_bytes, (unsigned long long)rr.st.tokens,
+                       (unsigned long long)rr.st.chunks, bits,
+                       (double)raw_req / (double)rr.st.stored_bytes,
+                       (double)chunk_bytes / (double)rr.st.stored_bytes,
+                       (unsigned long long)rr.member_bytes, (unsigned long long)rr.member_tokens,
+                       (unsigned long long)rr.centroid_tokens, member_ratio,
+                       (double)rr.requests / rr.put_s, (double)rr.requests / rr.lookup_s,
+                       (double)rr.requests / rr.get_s, (double)rr.get_tokens / rr.get_s);
+            } else {
+                char name[64];
+                snprintf(name, sizeof name, "seqkv %s%s", seqkv_level_name(rr.level),
+                         cen ? " + prob. trie" : (rr.level == SEQKV_RAW ? " (exact trie)" : ""));
+                printf("%-28s %14llu %9.2f %9.2f %8.2f %9.1f %9.0f %9.1f\n", name,
+                       (unsigned long long)rr.st.stored_bytes,
+                       (double)raw_req / (double)rr.st.stored_bytes,
+                       (double)chunk_bytes / (double)rr.st.stored_bytes, bits,
+                       (double)rr.requests / rr.put_s, (double)rr.requests / rr.lookup_s,
+                       (double)rr.requests / rr.get_s);
+                if (cen)
+                    printf("%-28s near-duplicate members: %llu bytes vs %llu alone (%+.1f%%), %llu of "
+                           "%llu new tokens against a centroid\n",
+                           "", (unsigned long long)rr.member_bytes,
+                           (unsigned long long)al->member_bytes, 100.0 * (member_ratio - 1.0),
+                           (unsigned long long)rr.centroid_tokens,
+                           (unsigned long long)rr.st.tokens);
+                fflush(stdout);
+            }
+        }
+    for (size_t i = 0; i < ns; i++) {
+        free(S[i].tok);
+        free(S[i].k);
+        free(S[i].v);
+    }
+    free(S);
+    if (!a.keep)
+        rm_tree(tmp);
+    skv_pool_free(pool);
+    skv_model_free(m);
+    return rc ? cli_fail(rc, "bench store") : 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    static const char usage[] = "usage: seqkv bench store [options]\n"
+                                "Run 'seqkv bench store --help' for its options.\n";
+    static const cli_sub subs[] = {{"store", bench_store}};
+    return cli_dispatch("bench", usage, subs, sizeof subs / sizeof subs[0], argc, argv);
+}
