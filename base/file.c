@@ -58,6 +58,11 @@ int skv_file_read(const char *path, size_t max_len, uint8_t **out, size_t *out_l
 
 int skv_file_write(const char *path, const void *data, size_t len)
 {
+    /* the rename below would replace whatever path names: never a device,
+     * a directory or a link target such as /dev/null */
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return skv_error(SKV_ERR_ARG, "%s exists and is not a regular file; not replacing it", path);
     char tmp[4096];
     int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     if (n < 0 || (size_t)n >= sizeof tmp)

@@ -42,4 +42,9 @@ int cli_dispatch(const char *group, const char *usage, const cli_sub *subs, size
 
 int cmd_model(int argc, char **argv);
 int cmd_codec(int argc, char **argv);
+/* put, lookup, get, del, stats, calibrate, profile, tenant: argv[0] names
+ * the command (cmd_store.c). */
+int cmd_store(int argc, char **argv);
+/* seqkv bench store (cmd_bench.c). */
+int cmd_bench(int argc, char **argv);
 #endif

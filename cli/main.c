@@ -20,6 +20,15 @@ static const char usage[] =
     "  codec encode    code a KV file losslessly\n"
     "  codec decode    decode it back, bit-exact\n"
     "  codec bench     bits per scalar and speed of every level vs zstd\n"
+    "  put             store KV caches (a KV file, or computed by a model)\n"
+    "  lookup          longest cached prefix of token sequences\n"
+    "  get             write cached KV as a KV file\n"
+    "  del             delete cached sequences\n"
+    "  stats           what a store holds, raw and stored bytes\n"
+    "  calibrate       learn a store profile's calibration from its sequences\n"
+    "  profile get|set show or set a store's model profile\n"
+    "  tenant set      a tenant's budget and shared-namespace opt-in\n"
+    "  bench store     a multi-tenant chat workload at every level vs baselines\n"
     "\n"
     "Run 'seqkv <command> --help' for the options of each.\n";
 
@@ -38,6 +47,13 @@ int main(int argc, char **argv)
         return cmd_model(argc - 1, argv + 1);
     if (strcmp(argv[1], "codec") == 0)
         return cmd_codec(argc - 1, argv + 1);
+    if (strcmp(argv[1], "bench") == 0)
+        return cmd_bench(argc - 1, argv + 1);
+    static const char *const store_cmds[] = {"put", "lookup", "get", "del", "stats",
+                                             "calibrate", "profile", "tenant"};
+    for (size_t i = 0; i < sizeof store_cmds / sizeof store_cmds[0]; i++)
+        if (strcmp(argv[1], store_cmds[i]) == 0)
+            return cmd_store(argc - 1, argv + 1);
     fprintf(stderr, "seqkv: unknown command '%s'\n\n%s", argv[1], usage);
     return 2;
 }

@@ -66,7 +66,10 @@ typedef struct {
                                centroid (for comparisons) */
 } seqkv_options;
 
-/* Open (creating DIR and the store if needed). Errors: SKV_ERR_VERSION (a
+/* Open (creating DIR and the store if needed). One process at a time may
+ * open a store for writing (an flock on DIR/seqkv.lock; a second writer
+ * gets SKV_ERR_ARG naming the reason); read-only handles see the index as
+ * it was when they opened. Errors: SKV_ERR_VERSION (a
  * store written by a newer seqkv), SKV_ERR_FORMAT (DIR holds something
  * else), SKV_ERR_CORRUPT (the master key file is damaged or does not
  * belong to this store), SKV_ERR_IO. The in-memory tries are rebuilt from
@@ -190,22 +193,29 @@ int seqkv_get_layers(seqkv *db, const char *tenant, const char *profile,
                      void *ctx, size_t *got);
 
 /* Delete the cached KV of tokens[0..n) that no other stored sequence
- * needs (the part of its path no other sequence shares); *removed tokens.
- * Errors: SKV_ERR_NOT_FOUND (profile/tenant). */
+ * needs: from the end of its path, every record the query covers whole
+ * and nothing depends on (no longer sequence, no sibling taking its first
+ * positions from it, no cluster member coded against it); *removed is the
+ * tokens removed. A record another one depends on stays, with its tokens
+ * (lookup still finds them). Errors: SKV_ERR_NOT_FOUND (profile/tenant). */
 int seqkv_del(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
               size_t n, size_t *removed);
 
 typedef struct {
-    uint64_t tokens;        /* unique tokens stored */
+    uint64_t tokens;        /* unique token positions stored (a prefix
+                               shared by many sequences counts once) */
     uint64_t chunks;        /* chunk records */
     uint64_t raw_bytes;     /* those tokens' KV in the profile dtype */
     uint64_t stored_bytes;  /* bytes of the chunk records */
+    uint64_t coded_tokens;  /* positions coded in records: >= tokens, as a
+                               short shared start of a chunk is coded again
+                               rather than tying two records together */
     uint64_t centroid_chunks; /* records coded against a centroid */
-    uint64_t level_tokens[SEQKV_LEVELS]; /* tokens per level */
+    uint64_t level_tokens[SEQKV_LEVELS]; /* coded positions per level */
     uint64_t level_raw[SEQKV_LEVELS], level_stored[SEQKV_LEVELS];
     uint64_t evictions;     /* records evicted since the store was made */
     uint64_t map_used, map_size; /* LMDB pages in use and the map, bytes */
-    uint32_t tenants, profiles;
+    uint32_t tenants, profiles; /* tenants: not counting @shared */
 } seqkv_stats;
 /* For one tenant (NULL: all). SKV_ERR_NOT_FOUND for an unknown tenant. */
 int seqkv_stat(seqkv *db, const char *tenant, seqkv_stats *out);

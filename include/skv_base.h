@@ -230,7 +230,9 @@ double skv_normal_cdf(double z);
 /* Read a whole file into a fresh buffer (skv_free it); refuses files over
  * max_len bytes with SKV_ERR_TOO_LARGE. */
 int skv_file_read(const char *path, size_t max_len, uint8_t **out, size_t *out_len);
-/* Write atomically: to path.tmp, fsync, rename over path. */
+/* Write atomically: to path.tmp, fsync, rename over path. A path that
+ * exists and is not a regular file (a device, a directory, a symlink) is
+ * refused with SKV_ERR_ARG. */
 int skv_file_write(const char *path, const void *data, size_t len);
 
 #ifdef __cplusplus

@@ -6,6 +6,10 @@
 
 #include "store_cluster.h"
 
+/* Shortest shared start of a chunk taken from a sibling (a base), unless
+ * the new record simply extends it. */
+#define SKV_MIN_BASE 16
+
 /* ---- a sequence being coded or decoded ------------------------------------------ */
 
 /* Tokens and KV of positions [0, stride) in the coder's layout: K and V
@@ -469,10 +473,14 @@ static int evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, uint
         rc = skv_error(SKV_ERR_TOO_LARGE,
                        "%llu bytes do not fit in the budget of %llu (everything evictable is gone)",
                        (unsigned long long)need, (unsigned long long)limit);
-    MDB_txn *txn = NULL;
-    if (!rc && nv) {
+    /* deleting needs a few fresh pages too (copy-on-write): on
+     * MDB_MAP_FULL grow the map, or delete one record per transaction */
+    size_t done = 0, batch = nv;
+    for (int attempt = 0; !rc && done < nv && attempt < 64;) {
+        size_t end = done + batch < nv ? done + batch : nv;
+        MDB_txn *txn = NULL;
         int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        for (size_t i = 0; !mrc && i < nv; i++) {
+        for (size_t i = done; !mrc && i < end; i++) {
             MDB_val k = {32, v[i].r->key};
             mrc = mdb_del(txn, db->db_chunk, &k, NULL);
             if (!mrc) {
@@ -482,18 +490,40 @@ static int evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, uint
             }
         }
         if (!mrc) {
-            uint8_t b[8];
-            MDB_val mk = {9, "evictions"}, mv = {8, b};
-            skv_store64_le(b, db->evictions + nv);
+            uint8_t b8[8];
+            MDB_val mk = {9, "evictions"}, mv = {8, b8};
+            skv_store64_le(b8, db->evictions + end);
             mrc = mdb_put(txn, db->db_meta, &mk, &mv, 0);
         }
         if (!mrc)
             mrc = mdb_txn_commit(txn);
-        else
+        else if (txn)
             mdb_txn_abort(txn);
-        if (mrc)
+        if (!mrc) {
+            done = end;
+            continue;
+        }
+        attempt++;
+        if (mrc != MDB_MAP_FULL)
             rc = skv_mdb_error(mrc, "evict");
+        else if (skv_store_grow(db) != SKV_OK) {
+            if (batch == 1)
+                rc = skv_error(SKV_ERR_TOO_LARGE, "LMDB map full at its limit; nothing can be freed");
+            batch = 1;
+        }
     }
+    if (rc && done) {
+        /* what was deleted is gone: keep the index true to it, and give
+         * the rest back */
+        for (size_t i = done; i < nv; i++) {
+            v[i].r->evicting = 0;
+            skv_store_deps(v[i].e, v[i].r, +1);
+        }
+        nv = done;
+    }
+    int keep_rc = rc;
+    if (rc && done)
+        rc = SKV_OK;
     if (rc) {
         for (size_t i = 0; i < nv; i++) {
             v[i].r->evicting = 0;
@@ -514,6 +544,8 @@ static int evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, uint
     if (count)
         *count += (int)nv;
     skv_free(v);
+    if (keep_rc)
+        return keep_rc;
     return rc;
 }
 
@@ -726,13 +758,14 @@ static int try_centroid(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_centroi
     return rc;
 }
 
-int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-              size_t n, const void *kv, size_t kv_len, const seqkv_put_opts *opts,
-              seqkv_put_result *res)
+/* One attempt at a put. standalone: ignore the cached prefix (code the
+ * whole sequence, depend on nothing), for when the budget cannot hold the
+ * new records next to the prefix they would depend on; *again asks for
+ * that retry. */
+static int put_once(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                    size_t n, const void *kv, size_t kv_len, const seqkv_put_opts *opts,
+                    seqkv_put_result *res, int standalone, int *again)
 {
-    seqkv_put_result dummy;
-    if (!res)
-        res = &dummy;
     memset(res, 0, sizeof *res);
     if (db->o.read_only)
         return skv_error(SKV_ERR_ARG, "store opened read-only");
@@ -778,7 +811,7 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
     if (!path || !nr)
         rc = skv_error(SKV_ERR_NOMEM, "put");
     if (!rc) {
-        m = skv_trie_match(e->trie, tokens, n, path, nchunks + 1, &steps);
+        m = standalone ? 0 : skv_trie_match(e->trie, tokens, n, path, nchunks + 1, &steps);
         for (size_t j = 0; j < steps; j++)
             path[j].rec->tick = skv_store_tick(db);
     }
@@ -846,8 +879,13 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
             parent = path[i - 1].rec->key;
         memset(&q->r, 0, sizeof q->r);
         memcpy(q->r.parent, parent, 32);
+        /* positions [P, P + lo) come from the record that matched them when
+         * the new one extends it or shares a good part of it; a short
+         * shared start (a BOS) is coded again rather than tying the two
+         * records together (a base can go only after its dependants) */
+        if (lo > 0 && lo < SKV_MIN_BASE && lo < path[i].rec->n)
+            lo = 0;
         if (lo > 0) {
-            /* positions [P, P + lo) come from the record that matched them */
             memcpy(q->r.base, path[i].rec->key, 32);
             q->r.flags |= SKV_REC_BASE;
         }
@@ -921,6 +959,8 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
         rc = evict(db, 0, db->stored, db->o.budget, total, &res->evicted);
     if (!rc && te->budget)
         rc = evict(db, te->id, te->used, te->budget, total, &res->evicted);
+    if (rc == SKV_ERR_TOO_LARGE && steps > 0)
+        *again = 1; /* the prefix itself is in the way */
     for (size_t j = 0; j < steps; j++)
         path[j].rec->evicting = 0;
     /* one write transaction; MDB_MAP_FULL grows the map (or evicts) and
@@ -980,6 +1020,8 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
                 path[j].rec->evicting = 1;
             rc = evict(db, 0, db->stored, db->stored > total ? db->stored * 3 / 4 : 0, total,
                        &res->evicted);
+            if (rc == SKV_ERR_TOO_LARGE && steps > 0)
+                *again = 1;
             for (size_t j = 0; j < steps; j++)
                 path[j].rec->evicting = 0;
         }
@@ -997,6 +1039,23 @@ done:
     if (rc)
         memset(res, 0, sizeof *res);
     pthread_mutex_unlock(&db->wlock);
+    return rc;
+}
+
+int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+              size_t n, const void *kv, size_t kv_len, const seqkv_put_opts *opts,
+              seqkv_put_result *res)
+{
+    seqkv_put_result dummy;
+    if (!res)
+        res = &dummy;
+    int again = 0;
+    int rc = put_once(db, tenant, profile, tokens, n, kv, kv_len, opts, res, 0, &again);
+    if (rc && again) {
+        int evicted = res->evicted;
+        rc = put_once(db, tenant, profile, tokens, n, kv, kv_len, opts, res, 1, &again);
+        res->evicted += evicted;
+    }
     return rc;
 }
 

@@ -52,9 +52,22 @@ void skv_rec_write(const skv_rec *r, uint8_t *dst)
 
 int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r)
 {
+    return skv_rec_parse_ex(buf, len, 1, r);
+}
+
+int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r)
+{
     memset(r, 0, sizeof *r);
     if (len < SKV_REC_HEADER + SKV_REC_TRAILER)
         return skv_error(SKV_ERR_FORMAT, "chunk record of %zu bytes is too short", len);
+    /* the checksum first: a flipped byte anywhere, magic and version
+     * included, is damage (SKV_ERR_CORRUPT), not a format question */
+    if (verify) {
+        uint8_t sum[SKV_REC_TRAILER];
+        crypto_generichash(sum, sizeof sum, buf, len - SKV_REC_TRAILER, NULL, 0);
+        if (sodium_memcmp(sum, buf + len - SKV_REC_TRAILER, SKV_REC_TRAILER) != 0)
+            return skv_error(SKV_ERR_CORRUPT, "chunk record checksum mismatch");
+    }
     if (skv_load32_le(buf) != SKV_REC_MAGIC)
         return skv_error(SKV_ERR_FORMAT, "not a chunk record (bad magic)");
     uint16_t ver = skv_load16_le(buf + 4);
@@ -63,10 +76,6 @@ int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r)
                          SKV_REC_VERSION);
     if (ver == 0)
         return skv_error(SKV_ERR_FORMAT, "chunk record version 0");
-    uint8_t sum[SKV_REC_TRAILER];
-    crypto_generichash(sum, sizeof sum, buf, len - SKV_REC_TRAILER, NULL, 0);
-    if (sodium_memcmp(sum, buf + len - SKV_REC_TRAILER, SKV_REC_TRAILER) != 0)
-        return skv_error(SKV_ERR_CORRUPT, "chunk record checksum mismatch");
     r->level = buf[6];
     r->flags = buf[7];
     if (r->level >= SEQKV_LEVELS || (r->flags & ~15u))

@@ -8,6 +8,9 @@
  * exclusively only to change the in-memory tries or to grow the map
  * (mdb_env_set_mapsize needs no live transaction in the process). */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <lmdb.h>
 #include <pthread.h>
 #include <sodium.h>
@@ -331,7 +334,10 @@ static int load_state(seqkv *db, MDB_txn *txn)
     size_t bad = 0;
     while (!(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         skv_rec r;
-        int prc = k.mv_size == 32 ? skv_rec_parse(v.mv_data, v.mv_size, &r)
+        /* headers and tokens only: a damaged record stays indexed when its
+         * header still parses, and the GET that needs it fails with
+         * SKV_ERR_CORRUPT rather than the prefix silently shrinking */
+        int prc = k.mv_size == 32 ? skv_rec_parse_ex(v.mv_data, v.mv_size, 0, &r)
                                   : skv_error(SKV_ERR_CORRUPT, "bad key size");
         uint64_t tick = 0;
         MDB_val tv;
@@ -409,6 +415,7 @@ int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
         db->o.map_max = 1ull << 40;
     if (db->o.map_max < db->o.map_size)
         db->o.map_max = db->o.map_size;
+    db->lock_fd = -1;
     pthread_mutex_init(&db->wlock, NULL);
     pthread_rwlock_init(&db->rw, NULL);
     pthread_mutex_init(&db->clock, NULL);
@@ -433,6 +440,23 @@ int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         rc = skv_error(SKV_ERR_IO, "%s is not a directory", dir);
         goto fail;
+    }
+    if (!db->o.read_only) {
+        /* one writing process per store: the in-memory tries are this
+         * process's; another writer would make them stale */
+        char lpath[sizeof db->dir + 16];
+        snprintf(lpath, sizeof lpath, "%s/seqkv.lock", dir);
+        db->lock_fd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (db->lock_fd < 0) {
+            rc = skv_error(SKV_ERR_IO, "%s: %s", lpath, strerror(errno));
+            goto fail;
+        }
+        if (flock(db->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+            rc = skv_error(errno == EWOULDBLOCK ? SKV_ERR_ARG : SKV_ERR_IO,
+                           "the store in %s is open for writing by another process "
+                           "(a daemon?); open it read-only or stop that process", dir);
+            goto fail;
+        }
     }
     char kpath[sizeof db->dir + 16];
     snprintf(kpath, sizeof kpath, "%s/master.key", dir);
@@ -516,9 +540,9 @@ int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
     }
     if ((rc = load_state(db, txn)))
         goto fail;
-    if (db->o.read_only)
-        mdb_txn_abort(txn);
-    else if ((mrc = mdb_txn_commit(txn))) {
+    /* committed even when read-only: an aborted transaction would close
+     * the database handles it opened */
+    if ((mrc = mdb_txn_commit(txn))) {
         txn = NULL;
         rc = skv_mdb_error(mrc, "commit");
         goto fail;
@@ -554,6 +578,8 @@ void seqkv_close(seqkv *db)
     if (db->env)
         mdb_env_close(db->env);
     skv_pool_free(db->pool);
+    if (db->lock_fd >= 0)
+        close(db->lock_fd); /* releases the flock */
     pthread_mutex_destroy(&db->wlock);
     pthread_rwlock_destroy(&db->rw);
     pthread_mutex_destroy(&db->clock);
@@ -853,15 +879,56 @@ int seqkv_tenant_set(seqkv *db, const char *tenant, const seqkv_tenant_conf *c)
 typedef struct {
     seqkv_stats *s;
     size_t per_token; /* raw KV bytes per token */
+    const skv_trie *t;
 } stat_ctx;
+
+static int tok_cmp(const void *a, const void *b)
+{
+    const skv_trie_rec *x = *(skv_trie_rec *const *)a, *y = *(skv_trie_rec *const *)b;
+    size_t n = x->n < y->n ? x->n : y->n;
+    for (size_t i = 0; i < n; i++)
+        if (x->tokens[i] != y->tokens[i])
+            return x->tokens[i] < y->tokens[i] ? -1 : 1;
+    return (x->n > y->n) - (x->n < y->n);
+}
+
+/* Unique token positions below one node: the siblings' token strings
+ * sorted, minus the common prefix of each neighbouring pair. */
+static uint64_t node_unique(const skv_trie *t, const uint8_t *node)
+{
+    size_t n = skv_trie_children(t, node, NULL, 0);
+    skv_trie_rec **v = skv_malloc(n * sizeof *v);
+    if (!v)
+        return 0;
+    skv_trie_children(t, node, v, n);
+    qsort(v, n, sizeof *v, tok_cmp);
+    uint64_t u = 0;
+    for (size_t i = 0; i < n; i++) {
+        u += v[i]->n;
+        if (i) {
+            size_t c = 0, m = v[i]->n < v[i - 1]->n ? v[i]->n : v[i - 1]->n;
+            while (c < m && v[i]->tokens[c] == v[i - 1]->tokens[c])
+                c++;
+            u -= c;
+        }
+    }
+    skv_free(v);
+    return u;
+}
 
 static void stat_one(void *vctx, skv_trie_rec *r)
 {
     stat_ctx *c = vctx;
     uint64_t tok = r->n - r->lo;
-    c->s->tokens += tok;
+    skv_trie_rec *head;
+    /* each node once: when r heads its sibling list */
+    if (skv_trie_children(c->t, r->parent, &head, 1) && head == r) {
+        uint64_t u = node_unique(c->t, r->parent);
+        c->s->tokens += u;
+        c->s->raw_bytes += u * c->per_token;
+    }
+    c->s->coded_tokens += tok;
     c->s->chunks++;
-    c->s->raw_bytes += tok * c->per_token;
     c->s->stored_bytes += r->bytes;
     c->s->centroid_chunks += r->has_centroid;
     if (r->level < SEQKV_LEVELS) {
@@ -887,11 +954,11 @@ int seqkv_stat(seqkv *db, const char *tenant, seqkv_stats *out)
         for (size_t j = 0; j < db->nprof; j++)
             if (memcmp(db->prof[j].p.id, e->prof_id, 32) == 0)
                 pe = &db->prof[j];
-        stat_ctx c = {out, pe ? (size_t)pe->p.layers * 2 * pe->C * pe->es : 0};
+        stat_ctx c = {out, pe ? (size_t)pe->p.layers * 2 * pe->C * pe->es : 0, e->trie};
         skv_trie_foreach(e->trie, stat_one, &c);
     }
     out->evictions = db->evictions;
-    out->tenants = (uint32_t)db->nten;
+    out->tenants = (uint32_t)db->nten - (find_tenant(db, SEQKV_SHARED_TENANT) != NULL);
     out->profiles = (uint32_t)db->nprof;
     MDB_envinfo ei;
     MDB_stat ms;

@@ -46,6 +46,9 @@ void skv_rec_write(const skv_rec *r, uint8_t *dst);
  * *r point into buf. Errors: SKV_ERR_FORMAT (short, bad magic or fields),
  * SKV_ERR_VERSION, SKV_ERR_CORRUPT (checksum). */
 int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r);
+/* The same; verify 0 skips the record checksum (opening a store indexes
+ * records from their headers; GET verifies everything). */
+int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r);
 
 /* ---- keys (store/keys.c) ------------------------------------------------------- */
 #define SKV_MASTER_KEY_FILE 72 /* "SKVK" u32 version, 32-byte key, 32-byte check */

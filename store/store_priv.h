@@ -63,6 +63,7 @@ struct seqkv {
     uint64_t tick, evictions, stored;
     uint64_t map_size;
     size_t bad_records;
+    int lock_fd;           /* flock of DIR/seqkv.lock (writers) */
     skv_pool *pool;
 };
 
