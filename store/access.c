@@ -775,6 +775,7 @@ static int put_once(seqkv *db, const char *tenant, const char *profile, const in
         return skv_error(SKV_ERR_TOO_LARGE, "%zu tokens (at most %u)", n, SEQKV_MAX_TOKENS);
     const char *tname = opts && opts->shared ? SEQKV_SHARED_TENANT : tenant;
     pthread_mutex_lock(&db->wlock);
+    skv_store_writer(1);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
     tenant_ent *te = NULL;
     int rc = pe ? SKV_OK : skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
@@ -797,6 +798,7 @@ static int put_once(seqkv *db, const char *tenant, const char *profile, const in
         pthread_rwlock_unlock(&db->rw);
     }
     if (rc) {
+        skv_store_writer(0);
         pthread_mutex_unlock(&db->wlock);
         return rc;
     }
@@ -1038,6 +1040,7 @@ done:
     seqbuf_free(&s);
     if (rc)
         memset(res, 0, sizeof *res);
+    skv_store_writer(0);
     pthread_mutex_unlock(&db->wlock);
     return rc;
 }

@@ -46,6 +46,7 @@ int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
     if (!max_seq)
         max_seq = 64;
     pthread_mutex_lock(&db->wlock);
+    skv_store_writer(1);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
     int rc = pe ? SKV_OK : skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
     tips_ctx tc = {NULL, 0, max_seq};
@@ -122,6 +123,7 @@ int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
     skv_free(img);
     skv_stw_free(w);
     skv_free(tc.tips);
+    skv_store_writer(0);
     pthread_mutex_unlock(&db->wlock);
     return rc;
 }

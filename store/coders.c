@@ -23,9 +23,17 @@ static int load_calib(seqkv *db, MDB_txn *txn, const uint8_t id[16], skv_calib *
     return rc;
 }
 
+/* The thread pool runs one region at a time, so only the writer (one
+ * thread at a time, under wlock) gets coders that use it; readers get
+ * single-threaded ones and run side by side. */
+static __thread int tls_writer;
+
+void skv_store_writer(int on) { tls_writer = on; }
+
 int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_id[16], int level,
                     coder_ent **out)
 {
+    const int pooled = tls_writer && db->pool;
     *out = NULL;
     if (level < SEQKV_STAT || level >= SEQKV_LEVELS)
         return skv_error(SKV_ERR_CORRUPT, "no coder for level %d", level);
@@ -40,7 +48,7 @@ int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_i
         if (memcmp(c->calib_id, calib_id, 16) != 0)
             continue;
         cal = c->cal;
-        if (c->level == level && !c->busy) {
+        if (c->level == level && c->pooled == pooled && !c->busy) {
             c->busy = 1;
             pthread_mutex_unlock(&db->clock);
             *out = c;
@@ -55,7 +63,7 @@ int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_i
     }
     skv_delta *d = NULL;
     if (!rc)
-        rc = skv_delta_create(cal, (skv_level)(level - 1), model, db->pool, &d);
+        rc = skv_delta_create(cal, (skv_level)(level - 1), model, pooled ? db->pool : NULL, &d);
     if (!rc && db->ncoders == db->coders_cap) {
         /* entries are referenced by pointer while busy: never move them */
         rc = skv_error(SKV_ERR_TOO_LARGE, "too many concurrent coders");
@@ -70,6 +78,7 @@ int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_i
     coder_ent *c = &db->coders[db->ncoders++];
     memcpy(c->calib_id, calib_id, 16);
     c->level = level;
+    c->pooled = pooled;
     c->cal = cal;
     c->owns_cal = owns;
     c->d = d;

@@ -37,6 +37,7 @@ typedef struct {
 typedef struct coder_ent {
     uint8_t calib_id[16];
     int level;            /* seqkv_level */
+    int pooled;           /* uses the store's thread pool (writer only) */
     skv_calib *cal;       /* owned by the first entry of an id */
     int owns_cal;
     skv_delta *d;
@@ -94,5 +95,7 @@ int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv
 int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_id[16], int level,
                     coder_ent **out);
 void skv_store_coder_release(seqkv *db, coder_ent *c);
+/* Mark the calling thread as the writer (holding wlock) or not. */
+void skv_store_writer(int on);
 void skv_store_coders_free(seqkv *db);
 #endif

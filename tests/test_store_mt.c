@@ -63,6 +63,7 @@ static void run(seqkv_level level)
     seqkv *db;
     seqkv_options o = {0};
     o.quiet = 1;
+    o.threads = 2; /* the writer's coders use the pool, readers' do not */
     o.map_size = 192 << 10; /* small: the map grows under the readers' feet */
     cr_assert_eq(seqkv_open(sdir, &o, &db), 0, "%s", skv_error_detail());
     seqkv_profile p;
