@@ -184,7 +184,7 @@ int seqkv_get(seqkv *db, const char *tenant, const char *profile, const int32_t 
 
 /* Layer by layer: decodes chunk by chunk and calls fn once per (range of
  * positions, layer) as soon as it is decoded and verified (fn runs inside
- * the read: it must not call a writing seqkv function); k and v hold
+ * the read: it must not call seqkv functions); k and v hold
  * [n][kv_heads][head_dim] elements of the profile's dtype for positions
  * pos0..pos0+n-1. A non-zero return from fn stops and is returned. */
 typedef int (*seqkv_layer_fn)(void *ctx, size_t pos0, size_t n, int layer, const void *k,

@@ -789,6 +789,17 @@ static int put_once(seqkv *db, const char *tenant, const char *profile, const in
     for (size_t i = 0; !rc && i < n; i++)
         if (tokens[i] < 0)
             rc = skv_error(SKV_ERR_ARG, "negative token id at %zu", i);
+    if (!rc && pe->p.model[0]) {
+        /* a profile with a model knows its vocabulary, at every level */
+        skv_model *mm;
+        if (!(rc = skv_store_profile_model(db, pe, &mm))) {
+            const int vocab = skv_model_cfg(mm)->vocab_size;
+            for (size_t i = 0; !rc && i < n; i++)
+                if (tokens[i] >= vocab)
+                    rc = skv_error(SKV_ERR_ARG, "token id %d at %zu outside the model's vocabulary (%d)",
+                                   tokens[i], i, vocab);
+        }
+    }
     if (!rc)
         rc = skv_store_tenant(db, tname ? tname : "", 1, &te);
     ns_ent *e = NULL;
@@ -850,7 +861,9 @@ static int put_once(seqkv *db, const char *tenant, const char *profile, const in
                 memcpy(s.kv[k] + l * s.stride * row, ctx.kv[k] + l * ctx.stride * row, m * row);
         seqbuf_free(&ctx);
     }
-    if (!rc)
+    /* raw records are never coded against a centroid: no model pass for
+     * them unless the client sends its surprisal */
+    if (!rc && (level > SEQKV_RAW || (opts && opts->surprisal)))
         rc = surprisal(db, pe, tokens, n, m, &s, opts ? opts->surprisal : NULL, &sur);
     if (!rc && sur && !(opts && opts->surprisal) && m % CH) {
         /* the first new record repeats its base's tokens [P, m) */

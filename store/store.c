@@ -417,7 +417,13 @@ int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
         db->o.map_max = db->o.map_size;
     db->lock_fd = -1;
     pthread_mutex_init(&db->wlock, NULL);
-    pthread_rwlock_init(&db->rw, NULL);
+    /* writers first: a stream of readers must not starve puts (no thread
+     * takes the read side twice) */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&db->rw, &ra);
+    pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&db->clock, NULL);
     db->coders_cap = 256;
     db->coders = skv_calloc(db->coders_cap, sizeof *db->coders);

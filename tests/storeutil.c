@@ -1,0 +1,328 @@
+#include "storeutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lmdb.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "randmodel.h"
+#include "testutil.h"
+
+#define SU_CHECK(cond, ...)                                                                       \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                       \
+            fprintf(stderr, __VA_ARGS__);                                                         \
+            fprintf(stderr, " [%s]\n", skv_error_detail());                                       \
+            abort();                                                                              \
+        }                                                                                         \
+    } while (0)
+
+static void fill(su_model *tm, skv_dtype dt)
+{
+    tm->c = skv_model_cfg(tm->m);
+    tm->dt = dt;
+    tm->L = tm->c->n_layers;
+    tm->C = (size_t)tm->c->n_kv_heads * (size_t)tm->c->head_dim;
+    tm->row = tm->C * skv_dtype_size(dt);
+}
+
+void su_random_model(su_model *tm, const char *dir, skv_dtype dt)
+{
+    memset(tm, 0, sizeof *tm);
+    rm_shape s = {0, 32, 64, 2, 4, 2, 8, 40, 512, 1, 10000.0f, 1e-5f};
+    size_t len;
+    uint8_t *img = rm_llama2c(&s, 42, &len);
+    snprintf(tm->path, sizeof tm->path, "%s/rm.bin", dir);
+    SU_CHECK(skv_file_write(tm->path, img, len) == 0, "write %s", tm->path);
+    free(img);
+    SU_CHECK(skv_model_load(tm->path, &tm->m) == 0, "load %s", tm->path);
+    fill(tm, dt);
+}
+
+int su_shared_model(su_model *tm, const char *name, skv_dtype dt)
+{
+    memset(tm, 0, sizeof *tm);
+    const char *p = tu_shared_model(name);
+    if (!p)
+        return 1;
+    snprintf(tm->path, sizeof tm->path, "%s", p);
+    SU_CHECK(skv_model_load(tm->path, &tm->m) == 0, "load %s", tm->path);
+    fill(tm, dt);
+    return 0;
+}
+
+void su_model_free(su_model *tm)
+{
+    skv_model_free(tm->m);
+    tm->m = NULL;
+}
+
+size_t su_kv_len(const su_model *tm, size_t n)
+{
+    return (size_t)tm->L * 2 * n * tm->row;
+}
+
+void su_seq_make(const su_model *tm, const int32_t *prompt, size_t np, size_t total, uint64_t seed,
+                 su_seq *s)
+{
+    memset(s, 0, sizeof *s);
+    s->n = total;
+    s->tok = malloc(total * sizeof(int32_t));
+    int32_t bos = tm->c->bos_id;
+    if (np == 0) {
+        prompt = &bos;
+        np = 1;
+    }
+    if (np >= total) {
+        memcpy(s->tok, prompt, total * sizeof(int32_t));
+    } else {
+        skv_rng r;
+        skv_rng_seed(&r, seed);
+        SU_CHECK(skv_model_generate(tm->m, NULL, prompt, np, total, 1.0f, 0.95f, &r, s->tok) == 0,
+                 "generate");
+    }
+    skv_kvcache *kc;
+    SU_CHECK(skv_kvcache_create(tm->c, total, &kc) == 0, "kvcache");
+    SU_CHECK(skv_model_forward(tm->m, kc, s->tok, total, NULL) == 0, "forward");
+    const size_t half = (size_t)tm->L * total * tm->row;
+    uint8_t *k = malloc(half), *v = malloc(half);
+    SU_CHECK(skv_kvcache_export(kc, 0, total, tm->dt, k, v) == 0, "export");
+    skv_kvcache_free(kc);
+    /* [layers][T][C] K and V -> [layer][k, v][T][C] */
+    s->kv_len = 2 * half;
+    s->kv = malloc(s->kv_len);
+    const size_t blk = total * tm->row;
+    for (int l = 0; l < tm->L; l++) {
+        memcpy(s->kv + (2 * (size_t)l) * blk, k + (size_t)l * blk, blk);
+        memcpy(s->kv + (2 * (size_t)l + 1) * blk, v + (size_t)l * blk, blk);
+    }
+    free(k);
+    free(v);
+}
+
+void su_seq_free(su_seq *s)
+{
+    free(s->tok);
+    free(s->kv);
+    memset(s, 0, sizeof *s);
+}
+
+void su_expect(const su_model *tm, const su_seq *s, size_t want, uint8_t *out)
+{
+    for (size_t b = 0; b < 2 * (size_t)tm->L; b++)
+        memcpy(out + b * want * tm->row, s->kv + b * s->n * tm->row, want * tm->row);
+}
+
+size_t su_lcp(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i])
+        i++;
+    return i;
+}
+
+void su_profile(const su_model *tm, const char *name, int chunk, seqkv_level level, int with_model,
+                seqkv_profile *p)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->layers = tm->c->n_layers;
+    p->kv_heads = tm->c->n_kv_heads;
+    p->head_dim = tm->c->head_dim;
+    p->dtype = tm->dt;
+    p->rope_theta = tm->c->rope_theta;
+    p->rope_dim = tm->c->rope_dim;
+    p->rope_half = tm->c->rope_layout == SKV_ROPE_HALF;
+    p->chunk = chunk;
+    p->level = level;
+    if (with_model) {
+        SU_CHECK(strlen(tm->path) < sizeof p->model, "model path too long");
+        memcpy(p->model, tm->path, strlen(tm->path) + 1);
+    }
+}
+
+int su_get_check(seqkv *db, const char *tenant, const char *profile, const su_model *tm,
+                 const su_seq *s, size_t want, size_t *got)
+{
+    size_t g = 0, cap = su_kv_len(tm, s->n);
+    uint8_t *out = malloc(cap + 1), *exp = malloc(cap + 1);
+    memset(out, 0xa5, cap + 1);
+    int rc = seqkv_get(db, tenant, profile, s->tok, s->n, want, out, cap, &g);
+    if (got)
+        *got = g;
+    if (rc == 0) {
+        if ((want && g != want) || g == 0 || g > s->n) {
+            fprintf(stderr, "get: %zu tokens for want %zu\n", g, want);
+            rc = 1;
+        } else {
+            su_expect(tm, s, g, exp);
+            if (memcmp(out, exp, su_kv_len(tm, g)) != 0) {
+                fprintf(stderr, "get: %zu tokens differ from the KV that was put\n", g);
+                rc = 1;
+            }
+        }
+    }
+    free(out);
+    free(exp);
+    return rc;
+}
+
+void su_master_key(const char *dir, uint64_t seed)
+{
+    SU_CHECK(mkdir(dir, 0700) == 0 || errno == EEXIST, "mkdir %s", dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/master.key", dir);
+    if (access(path, F_OK) == 0)
+        return;
+    uint8_t img[72];
+    skv_store32_le(img, 0x4b564b53u); /* "SKVK" */
+    skv_store32_le(img + 4, 1);
+    skv_rng r;
+    skv_rng_seed(&r, seed);
+    for (int i = 0; i < 32; i += 8)
+        skv_store64_le(img + 8 + i, skv_rng_next(&r));
+    SU_CHECK(sodium_init() >= 0, "sodium");
+    crypto_generichash(img + 40, 32, (const uint8_t *)"seqkv master key check", 22, img + 8, 32);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    SU_CHECK(fd >= 0, "create %s", path);
+    SU_CHECK(write(fd, img, sizeof img) == (ssize_t)sizeof img, "write %s", path);
+    close(fd);
+}
+
+/* ---- direct LMDB access ---------------------------------------------------- */
+
+void *su_env_open(const char *dir, int rdonly)
+{
+    MDB_env *env;
+    SU_CHECK(mdb_env_create(&env) == 0, "env");
+    SU_CHECK(mdb_env_set_maxdbs(env, 8) == 0, "maxdbs");
+    SU_CHECK(mdb_env_set_mapsize(env, 1ull << 30) == 0, "mapsize");
+    int rc = mdb_env_open(env, dir, rdonly ? MDB_RDONLY : 0, 0600);
+    SU_CHECK(rc == 0, "open %s: %s", dir, mdb_strerror(rc));
+    return env;
+}
+
+void su_env_close(void *env)
+{
+    mdb_env_close(env);
+}
+
+static MDB_dbi open_db(MDB_txn *txn, const char *name)
+{
+    MDB_dbi dbi;
+    int rc = mdb_dbi_open(txn, name, 0, &dbi);
+    SU_CHECK(rc == 0, "dbi %s: %s", name, mdb_strerror(rc));
+    return dbi;
+}
+
+uint8_t *su_chunk_keys(const char *dir, size_t *n)
+{
+    MDB_env *env = su_env_open(dir, 1);
+    MDB_txn *txn;
+    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
+    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_stat st;
+    mdb_stat(txn, dbi, &st);
+    uint8_t *keys = malloc(32 * (st.ms_entries + 1));
+    MDB_cursor *cur;
+    SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
+    MDB_val k, v;
+    size_t i = 0;
+    while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+        SU_CHECK(k.mv_size == 32 && i < st.ms_entries, "chunk key of %zu bytes", k.mv_size);
+        memcpy(keys + 32 * i++, k.mv_data, 32);
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    *n = i;
+    return keys;
+}
+
+uint64_t su_chunk_tokens(const char *dir)
+{
+    MDB_env *env = su_env_open(dir, 1);
+    MDB_txn *txn;
+    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
+    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_cursor *cur;
+    SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
+    MDB_val k, v;
+    uint64_t sum = 0;
+    while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+        SU_CHECK(v.mv_size >= 192, "chunk record of %zu bytes", v.mv_size);
+        const uint8_t *b = v.mv_data;
+        sum += skv_load32_le(b + 164) - skv_load32_le(b + 168);
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return sum;
+}
+
+uint8_t *su_chunk_get(const char *dir, const uint8_t key[32], size_t *len)
+{
+    MDB_env *env = su_env_open(dir, 1);
+    MDB_txn *txn;
+    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
+    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_val k = {32, (void *)key}, v;
+    uint8_t *out = NULL;
+    if (mdb_get(txn, dbi, &k, &v) == 0) {
+        out = malloc(v.mv_size);
+        memcpy(out, v.mv_data, v.mv_size);
+        *len = v.mv_size;
+    }
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return out;
+}
+
+void su_chunk_put(const char *dir, const uint8_t key[32], const uint8_t *rec, size_t len)
+{
+    MDB_env *env = su_env_open(dir, 0);
+    MDB_txn *txn;
+    SU_CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0, "txn");
+    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_val k = {32, (void *)key}, v = {len, (void *)rec};
+    int rc = mdb_put(txn, dbi, &k, &v, 0);
+    SU_CHECK(rc == 0, "put: %s", mdb_strerror(rc));
+    SU_CHECK(mdb_txn_commit(txn) == 0, "commit");
+    mdb_env_close(env);
+}
+
+int su_chunk_find(const char *dir, uint32_t ci, const int32_t *tok, uint32_t n, uint8_t key[32])
+{
+    MDB_env *env = su_env_open(dir, 1);
+    MDB_txn *txn;
+    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
+    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_cursor *cur;
+    SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
+    MDB_val k, v;
+    int found = -1;
+    while (found && mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+        const uint8_t *b = v.mv_data;
+        /* chunk record header: chunk_index at 160, n at 164, tokens at 192 */
+        if (v.mv_size < 192 + 4 * (size_t)n || skv_load32_le(b + 160) != ci ||
+            skv_load32_le(b + 164) != n)
+            continue;
+        uint32_t i = 0;
+        while (i < n && (int32_t)skv_load32_le(b + 192 + 4 * (size_t)i) == tok[i])
+            i++;
+        if (i == n) {
+            memcpy(key, k.mv_data, 32);
+            found = 0;
+        }
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return found;
+}
