@@ -1068,7 +1068,7 @@ void skv_streams_free(skv_streams *s)
     memset(s, 0, sizeof *s);
 }
 
-static int streams_append(skv_streams *s, const uint8_t *p, size_t n)
+int skv_streams_append(skv_streams *s, const uint8_t *p, size_t n)
 {
     if (s->nstreams + 2 > s->ncap) {
         size_t nc = s->ncap ? 2 * s->ncap : 64;
@@ -1226,7 +1226,7 @@ static int code_and_append(seq_ctx *q, struct coder_ws *ws, int l, int kv, const
     size_t len = 0;
     int rc = code_stream(q, ws, l, kv, model_pred, &buf, &len);
     if (!rc && !q->decode && !q->mu_out[0])
-        rc = streams_append(q->out, buf, len);
+        rc = skv_streams_append(q->out, buf, len);
     skv_free(buf);
     return rc;
 }
@@ -1259,7 +1259,7 @@ static int code_chunk_parallel(seq_ctx *q)
     for (size_t j = 0; !rc && j < n; j++)
         rc = p.rcs[j];
     for (size_t j = 0; !rc && !q->decode && !q->mu_out[0] && j < n; j++)
-        rc = streams_append(q->out, p.bufs[j], p.lens[j]);
+        rc = skv_streams_append(q->out, p.bufs[j], p.lens[j]);
     for (size_t j = 0; p.bufs && j < n; j++)
         skv_free(p.bufs[j]);
     skv_free(p.bufs);

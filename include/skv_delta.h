@@ -106,6 +106,8 @@ typedef struct {
     size_t nstreams, ncap;
 } skv_streams;
 void skv_streams_free(skv_streams *s);
+/* Append one stream of n bytes (copied). */
+int skv_streams_append(skv_streams *s, const uint8_t *p, size_t n);
 
 /* Encode a sequence: k and v in the calibration's dtype, KV file layout
  * [layers][T][kv_heads][head_dim]. Appends chunks*layers*2 streams. */

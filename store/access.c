@@ -661,32 +661,8 @@ static int code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const s
     nr->r.level = (uint8_t)level;
     if (level == SEQKV_RAW) {
         for (size_t l = 0; l < L && !rc; l++)
-            for (int kv = 0; kv < 2 && !rc; kv++) {
-                size_t cur = st->len, sz = (b - a) * row;
-                if (st->nstreams + 2 > st->ncap) {
-                    size_t nc = st->ncap ? st->ncap * 2 : 2 * L + 2;
-                    size_t *no = skv_realloc(st->offs, nc * sizeof *no);
-                    if (!no)
-                        return skv_error(SKV_ERR_NOMEM, "streams");
-                    st->offs = no;
-                    st->ncap = nc;
-                }
-                if (cur + sz > st->cap) {
-                    size_t nc = st->cap ? st->cap : 4096;
-                    while (nc < cur + sz)
-                        nc *= 2;
-                    uint8_t *nd = skv_realloc(st->data, nc);
-                    if (!nd)
-                        return skv_error(SKV_ERR_NOMEM, "streams");
-                    st->data = nd;
-                    st->cap = nc;
-                }
-                if (st->nstreams == 0)
-                    st->offs[0] = 0;
-                memcpy(st->data + cur, s->kv[kv] + (l * s->stride + a) * row, sz);
-                st->len += sz;
-                st->offs[++st->nstreams] = st->len;
-            }
+            for (int kv = 0; kv < 2 && !rc; kv++)
+                rc = skv_streams_append(st, s->kv[kv] + (l * s->stride + a) * row, (b - a) * row);
     } else {
         rc = skv_delta_encode_range(ce->d, s->tok, a, b, s->stride, s->kv[0], s->kv[1], NULL, st);
         skv_store_coder_release(db, ce);
