@@ -47,4 +47,8 @@ int cmd_codec(int argc, char **argv);
 int cmd_store(int argc, char **argv);
 /* seqkv bench store (cmd_bench.c). */
 int cmd_bench(int argc, char **argv);
+/* seqkv serve (cmd_serve.c). */
+int cmd_serve(int argc, char **argv);
+/* seqkv demo: server + client end to end (cmd_demo.c). */
+int cmd_demo(int argc, char **argv);
 #endif

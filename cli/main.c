@@ -29,6 +29,8 @@ static const char usage[] =
     "  profile get|set show or set a store's model profile\n"
     "  tenant set      a tenant's budget and shared-namespace opt-in\n"
     "  bench store     a multi-tenant chat workload at every level vs baselines\n"
+    "  serve           serve a store over RESP on a Unix socket (redis-cli works)\n"
+    "  demo            the main job: a server, a multi-tenant chat workload, a summary\n"
     "\n"
     "Run 'seqkv <command> --help' for the options of each.\n";
 
@@ -49,6 +51,10 @@ int main(int argc, char **argv)
         return cmd_codec(argc - 1, argv + 1);
     if (strcmp(argv[1], "bench") == 0)
         return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(argv[1], "serve") == 0)
+        return cmd_serve(argc - 1, argv + 1);
+    if (strcmp(argv[1], "demo") == 0)
+        return cmd_demo(argc - 1, argv + 1);
     static const char *const store_cmds[] = {"put", "lookup", "get", "del", "stats",
                                              "calibrate", "profile", "tenant"};
     for (size_t i = 0; i < sizeof store_cmds / sizeof store_cmds[0]; i++)

@@ -1,0 +1,523 @@
+/* bench_server: the server's KV.LOOKUP and KV.GET of a 1k-token prefix of
+ * stories260K (latency p50/p99 and throughput with 1, 16 and 64 clients,
+ * each its own connection and thread), and in the same run redis-server
+ * serving the same raw bytes with GET over a Unix socket (no persistence;
+ * RESP spoken here, no hiredis). Every reply is checked bit-exact.
+ *
+ * usage: bench_server [--model PATH] [--seqkv PATH] [--seconds S]
+ *                     [--tokens N] [--threads N]
+ * Model: --model, $SEQKV_MODEL, else ../shared/models/stories260K.bin next
+ * to the source tree (absent: a message and exit 0). redis-server absent:
+ * the redis rows are skipped with a message. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "seqkv_client.h"
+#include "skv_model.h"
+
+#ifndef SEQKV_BIN_PATH
+#define SEQKV_BIN_PATH "seqkv"
+#endif
+#ifndef SEQKV_SOURCE_DIR
+#define SEQKV_SOURCE_DIR "."
+#endif
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "bench_server: ");
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+/* ------------------------------------------------------------------------
+ * A minimal RESP client for redis-server (blocking, one reply at a time)
+ * ---------------------------------------------------------------------- */
+typedef struct {
+    int fd;
+    uint8_t *buf;
+    size_t len, pos, cap;
+} rconn;
+
+static int unix_connect(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int r_send(rconn *c, int argc, const void *const *argv, const size_t *argl)
+{
+    char hdr[64];
+    int n = snprintf(hdr, sizeof hdr, "*%d\r\n", argc);
+    if (write(c->fd, hdr, (size_t)n) != n)
+        return -1;
+    for (int i = 0; i < argc; i++) {
+        n = snprintf(hdr, sizeof hdr, "$%zu\r\n", argl[i]);
+        if (write(c->fd, hdr, (size_t)n) != n)
+            return -1;
+        size_t off = 0;
+        while (off < argl[i]) {
+            ssize_t w = write(c->fd, (const uint8_t *)argv[i] + off, argl[i] - off);
+            if (w <= 0)
+                return -1;
+            off += (size_t)w;
+        }
+        if (write(c->fd, "\r\n", 2) != 2)
+            return -1;
+    }
+    return 0;
+}
+
+static int r_fill(rconn *c, size_t need)
+{
+    if (c->pos > 0 && c->pos == c->len)
+        c->pos = c->len = 0;
+    while (c->len - c->pos < need) {
+        if (c->pos + need > c->cap) {
+            if (c->pos) {
+                memmove(c->buf, c->buf + c->pos, c->len - c->pos);
+                c->len -= c->pos;
+                c->pos = 0;
+            }
+            if (need > c->cap) {
+                uint8_t *b = realloc(c->buf, need + 65536);
+                if (!b)
+                    return -1;
+                c->buf = b;
+                c->cap = need + 65536;
+            }
+        }
+        ssize_t r = read(c->fd, c->buf + c->len, c->cap - c->len);
+        if (r <= 0)
+            return -1;
+        c->len += (size_t)r;
+    }
+    return 0;
+}
+
+/* One reply: its first line's type and integer; for a bulk, *data points
+ * at its bytes (valid until the next call). */
+static int r_reply(rconn *c, char *type, long long *num, const uint8_t **data)
+{
+    for (size_t scan = 0;; scan = c->len - c->pos) {
+        if (r_fill(c, scan + 1))
+            return -1;
+        uint8_t *nl = memchr(c->buf + c->pos, '\n', c->len - c->pos);
+        if (!nl)
+            continue;
+        *type = (char)c->buf[c->pos];
+        *num = strtoll((const char *)c->buf + c->pos + 1, NULL, 10);
+        c->pos = (size_t)(nl - c->buf) + 1;
+        break;
+    }
+    if (*type == '$' && *num >= 0) {
+        if (r_fill(c, (size_t)*num + 2))
+            return -1;
+        *data = c->buf + c->pos;
+        c->pos += (size_t)*num + 2;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Client threads
+ * ---------------------------------------------------------------------- */
+typedef enum { OP_LOOKUP, OP_GET, OP_RGET, OP_REXISTS } op_kind;
+
+typedef struct {
+    op_kind op;
+    const char *path, *profile;
+    const int32_t *tok;
+    size_t n;
+    const uint8_t *kv;
+    size_t kv_len;
+    double seconds;
+    atomic_int go, bad;
+} bench_cfg;
+
+typedef struct {
+    bench_cfg *cfg;
+    double *lat;
+    size_t nlat, cap;
+    char err[256];
+} bench_thr;
+
+static void *thr_main(void *arg)
+{
+    bench_thr *t = arg;
+    bench_cfg *g = t->cfg;
+    seqkv_client *sc = NULL;
+    rconn rc = {.fd = -1};
+    uint8_t *buf = malloc(g->kv_len);
+    int redis = g->op == OP_RGET || g->op == OP_REXISTS;
+    if (redis) {
+        rc.fd = unix_connect(g->path);
+        if (rc.fd < 0)
+            snprintf(t->err, sizeof t->err, "connect %s: %s", g->path, strerror(errno));
+    } else if (seqkv_client_connect(g->path, &sc)) {
+        snprintf(t->err, sizeof t->err, "connect %s", g->path);
+    }
+    while (!atomic_load(&g->go))
+        usleep(1000);
+    double end = now_s() + g->seconds;
+    while (!t->err[0] && now_s() < end) {
+        double t0 = now_s();
+        int ok = 0;
+        if (g->op == OP_LOOKUP) {
+            size_t m = 0;
+            ok = seqkv_client_lookup(sc, g->profile, g->tok, g->n, &m) == 0 && m == g->n;
+        } else if (g->op == OP_GET) {
+            size_t len = 0;
+            ok = seqkv_client_get(sc, g->profile, g->tok, g->n, g->n, buf, g->kv_len, &len) == 0 &&
+                 len == g->kv_len && memcmp(buf, g->kv, len) == 0;
+        } else {
+            const char *cmd = g->op == OP_RGET ? "GET" : "EXISTS";
+            const void *argv[2] = {cmd, "kv1k"};
+            size_t argl[2] = {strlen(cmd), 4};
+            char type;
+            long long num;
+            const uint8_t *data = NULL;
+            ok = r_send(&rc, 2, argv, argl) == 0 && r_reply(&rc, &type, &num, &data) == 0;
+            if (g->op == OP_RGET)
+                ok = ok && type == '$' && (size_t)num == g->kv_len &&
+                     memcmp(data, g->kv, g->kv_len) == 0;
+            else
+                ok = ok && type == ':' && num == 1;
+        }
+        double dt = now_s() - t0;
+        if (!ok) {
+            snprintf(t->err, sizeof t->err, "a request failed or returned other bytes (%s)",
+                     sc ? seqkv_client_error(sc) : "redis");
+            atomic_store(&g->bad, 1);
+            break;
+        }
+        if (t->nlat == t->cap) {
+            t->cap = t->cap ? 2 * t->cap : 4096;
+            t->lat = realloc(t->lat, t->cap * sizeof *t->lat);
+        }
+        t->lat[t->nlat++] = dt;
+    }
+    seqkv_client_close(sc);
+    if (rc.fd >= 0)
+        close(rc.fd);
+    free(rc.buf);
+    free(buf);
+    return NULL;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    double p50, p99, ops;
+} result;
+
+static result run(bench_cfg *g, int clients)
+{
+    pthread_t th[64];
+    bench_thr *t = calloc((size_t)clients, sizeof *t);
+    atomic_store(&g->go, 0);
+    atomic_store(&g->bad, 0);
+    for (int i = 0; i < clients; i++) {
+        t[i].cfg = g;
+        pthread_create(&th[i], NULL, thr_main, &t[i]);
+    }
+    usleep(100 * 1000);
+    double t0 = now_s();
+    atomic_store(&g->go, 1);
+    for (int i = 0; i < clients; i++)
+        pthread_join(th[i], NULL);
+    double wall = now_s() - t0;
+    size_t n = 0;
+    for (int i = 0; i < clients; i++) {
+        if (t[i].err[0])
+            die("client failed: %s%s", t[i].err, "");
+        n += t[i].nlat;
+    }
+    double *all = malloc((n + 1) * sizeof *all);
+    size_t k = 0;
+    for (int i = 0; i < clients; i++) {
+        memcpy(all + k, t[i].lat, t[i].nlat * sizeof *all);
+        k += t[i].nlat;
+        free(t[i].lat);
+    }
+    qsort(all, n, sizeof *all, cmp_d);
+    result r = {n ? all[n / 2] : 0, n ? all[(size_t)(0.99 * (double)(n - 1))] : 0,
+                (double)n / wall};
+    free(all);
+    free(t);
+    return r;
+}
+
+/* ------------------------------------------------------------------------
+ * Servers
+ * ---------------------------------------------------------------------- */
+static pid_t spawn(char *const argv[], const char *sock)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            close(fd);
+        }
+        execvp(argv[0], argv);
+        fprintf(stderr, "bench_server: exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    for (int i = 0; i < 400; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return -1;
+        int fd = unix_connect(sock);
+        if (fd >= 0) {
+            close(fd);
+            return pid;
+        }
+        usleep(25 * 1000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static void stop(pid_t pid)
+{
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 200; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        usleep(25 * 1000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static int in_path(const char *prog)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", prog);
+    return system(cmd) == 0;
+}
+
+/* The KV of tokens in the store layout [layer][k, v][token][C], bf16. */
+static uint8_t *store_kv(const skv_model *m, const int32_t *tok, size_t n, size_t *len)
+{
+    const skv_model_config *c = skv_model_cfg(m);
+    size_t row = (size_t)c->n_kv_heads * (size_t)c->head_dim * 2, L = (size_t)c->n_layers;
+    uint8_t *k = malloc(L * n * row), *v = malloc(L * n * row), *out = malloc(2 * L * n * row);
+    skv_kvcache *kc = NULL;
+    skv_forward_opts o = {0};
+    if (skv_kvcache_create(c, n, &kc) || skv_model_forward(m, kc, tok, n, &o) ||
+        skv_kvcache_export(kc, 0, n, SKV_DT_BF16, k, v))
+        die("model forward failed: %s%s", skv_error_detail(), "");
+    skv_kvcache_free(kc);
+    uint8_t *p = out;
+    for (size_t l = 0; l < L; l++) {
+        memcpy(p, k + l * n * row, n * row);
+        p += n * row;
+        memcpy(p, v + l * n * row, n * row);
+        p += n * row;
+    }
+    free(k);
+    free(v);
+    *len = 2 * L * n * row;
+    return out;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = getenv("SEQKV_MODEL"), *seqkv = SEQKV_BIN_PATH;
+    double seconds = 1.0;
+    long ntok = 1024, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 < argc && strcmp(argv[i], "--model") == 0)
+            model = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--seqkv") == 0)
+            seqkv = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--seconds") == 0)
+            seconds = atof(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--tokens") == 0)
+            ntok = atol(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--threads") == 0)
+            threads = atol(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_server [--model PATH] [--seqkv PATH] [--seconds S] "
+                            "[--tokens N] [--threads N]\n");
+            return 2;
+        }
+    }
+    if (!model || !*model)
+        model = SEQKV_SOURCE_DIR "/../shared/models/stories260K.bin";
+    if (access(model, R_OK) != 0) {
+        printf("bench_server: skipped: no model at %s (set SEQKV_MODEL or --model)\n", model);
+        return 0;
+    }
+    if (seconds <= 0 || ntok < 1 || ntok > 65536)
+        die("bad --seconds or --tokens%s%s", "", "");
+    signal(SIGPIPE, SIG_IGN);
+    skv_model *m;
+    if (skv_model_load(model, &m))
+        die("%s: %s", model, skv_error_detail());
+    const skv_model_config *c = skv_model_cfg(m);
+    int32_t *tok = malloc((size_t)ntok * sizeof *tok), bos = c->bos_id;
+    skv_rng r;
+    skv_rng_seed(&r, 7);
+    if (skv_model_generate(m, NULL, &bos, 1, (size_t)ntok, 1.0f, 0.9f, &r, tok))
+        die("generate: %s%s", skv_error_detail(), "");
+    size_t kv_len;
+    uint8_t *kv = store_kv(m, tok, (size_t)ntok, &kv_len);
+
+    char dir[] = "/tmp/seqkv-bench-srv-XXXXXX";
+    if (!mkdtemp(dir))
+        die("mkdtemp: %s%s", strerror(errno), "");
+    char sock[128], db[128], rsock[128], th[24];
+    snprintf(sock, sizeof sock, "%s/seqkv.sock", dir);
+    snprintf(db, sizeof db, "%s/db", dir);
+    snprintf(rsock, sizeof rsock, "%s/redis.sock", dir);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(th, sizeof th, "%ld", threads > 0 ? threads : cpus < 1 ? 1 : cpus > 8 ? 8 : cpus);
+    char *sargv[] = {(char *)seqkv, "serve", "--db", db, "--socket", sock, "--threads", th,
+                     "--quiet", NULL};
+    pid_t spid = spawn(sargv, sock);
+    if (spid < 0)
+        die("could not start %s serve%s", seqkv, "");
+    seqkv_client *adm;
+    char mpath[4096];
+    if (!realpath(model, mpath))
+        die("realpath %s%s", model, "");
+    const char *praw[] = {"model", mpath, "dtype", "bf16", "level", "raw"};
+    const char *pctx[] = {"model", mpath, "dtype", "bf16", "level", "ctx"};
+    if (seqkv_client_connect(sock, &adm) || seqkv_client_profile_set(adm, "raw", praw, 3) ||
+        seqkv_client_profile_set(adm, "ctx", pctx, 3) ||
+        seqkv_client_put(adm, "raw", tok, (size_t)ntok, kv, kv_len, NULL))
+        die("set-up: %s%s", adm ? seqkv_client_error(adm) : "connect", "");
+    /* ctx: calibrate on 8 other sampled sequences, then store the prefix */
+    fprintf(stderr, "bench_server: calibrating the ctx profile...\n");
+    for (int i = 0; i < 8; i++) {
+        int32_t t2[256];
+        size_t l2;
+        if (skv_model_generate(m, NULL, &bos, 1, 256, 1.0f, 0.9f, &r, t2))
+            die("generate%s%s", "", "");
+        uint8_t *k2 = store_kv(m, t2, 256, &l2);
+        if (seqkv_client_put(adm, "ctx", t2, 256, k2, l2, NULL))
+            die("put: %s%s", seqkv_client_error(adm), "");
+        free(k2);
+    }
+    if (seqkv_client_calibrate(adm, "ctx", 0) ||
+        seqkv_client_put(adm, "ctx", tok, (size_t)ntok, kv, kv_len, NULL))
+        die("calibrate/put ctx: %s%s", seqkv_client_error(adm), "");
+
+    pid_t rpid = -1;
+    char rver[64] = "";
+    if (in_path("redis-server")) {
+        char *rargv[] = {"redis-server", "--port", "0", "--unixsocket", rsock, "--save", "",
+                         "--appendonly", "no", "--dir", dir, NULL};
+        rpid = spawn(rargv, rsock);
+        FILE *p = popen("redis-server --version", "r");
+        if (p) {
+            if (fgets(rver, sizeof rver, p)) {
+                char *v = strstr(rver, "v=");
+                memmove(rver, v ? v + 2 : rver, strlen(v ? v + 2 : rver) + 1);
+                rver[strcspn(rver, " \n")] = 0;
+            }
+            pclose(p);
+        }
+        rconn rc = {.fd = unix_connect(rsock)};
+        const void *av[3] = {"SET", "kv1k", kv};
+        size_t al[3] = {3, 4, kv_len};
+        char type;
+        long long num;
+        const uint8_t *data;
+        if (rpid < 0 || rc.fd < 0 || r_send(&rc, 3, av, al) || r_reply(&rc, &type, &num, &data) ||
+            type != '+')
+            die("redis-server SET failed%s%s", "", "");
+        close(rc.fd);
+        free(rc.buf);
+    } else {
+        printf("bench_server: redis-server not found (Debian: apt-get install redis-server): "
+               "the redis rows are skipped\n");
+    }
+
+    printf("bench_server: %ld-token prefix of %s, bf16 KV = %zu bytes; seqkv serve (%s worker "
+           "threads)%s%s; %.1f s per row, every reply checked bit-exact\n",
+           ntok, model, kv_len, th, rpid > 0 ? " vs redis-server " : "", rver, seconds);
+    printf("%-22s %7s %10s %10s %11s %10s\n", "command", "clients", "p50 us", "p99 us", "ops/s",
+           "MB/s");
+    static const int counts[3] = {1, 16, 64};
+    for (int ci = 0; ci < 3; ci++) {
+        int nc = counts[ci];
+        struct {
+            const char *name;
+            op_kind op;
+            const char *prof;
+            int redis;
+        } rows[] = {
+            {"seqkv KV.LOOKUP", OP_LOOKUP, "raw", 0},   {"seqkv KV.GET (raw)", OP_GET, "raw", 0},
+            {"seqkv KV.GET (ctx)", OP_GET, "ctx", 0},   {"redis GET", OP_RGET, NULL, 1},
+            {"redis EXISTS", OP_REXISTS, NULL, 1},
+        };
+        result res[5];
+        for (int ri = 0; ri < 5; ri++) {
+            if (rows[ri].redis && rpid <= 0)
+                continue;
+            bench_cfg g = {.op = rows[ri].op, .path = rows[ri].redis ? rsock : sock,
+                           .profile = rows[ri].prof, .tok = tok, .n = (size_t)ntok, .kv = kv,
+                           .kv_len = kv_len, .seconds = seconds};
+            res[ri] = run(&g, nc);
+            int get = rows[ri].op == OP_GET || rows[ri].op == OP_RGET;
+            printf("%-22s %7d %10.1f %10.1f %11.0f %10.1f\n", rows[ri].name, nc, 1e6 * res[ri].p50,
+                   1e6 * res[ri].p99, res[ri].ops,
+                   get ? res[ri].ops * (double)kv_len / 1e6 : 0.0);
+            fflush(stdout);
+        }
+        if (rpid > 0)
+            printf("%-22s %7d   GET raw/redis: p50 %.2fx, throughput %.2fx; LOOKUP/EXISTS: p50 "
+                   "%.2fx, throughput %.2fx\n",
+                   "  seqkv vs redis", nc, res[1].p50 / res[3].p50, res[1].ops / res[3].ops,
+                   res[0].p50 / res[4].p50, res[0].ops / res[4].ops);
+    }
+    seqkv_client_shutdown(adm);
+    seqkv_client_close(adm);
+    stop(spid);
+    if (rpid > 0)
+        stop(rpid);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_server: could not remove %s\n", dir);
+    free(tok);
+    free(kv);
+    skv_model_free(m);
+    return 0;
+}

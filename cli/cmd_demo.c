@@ -1,0 +1,1171 @@
+/* seqkv demo: the main job end to end. A server (this binary's `serve`,
+ * forked and exec'd) on a temporary socket and store; a multi-tenant chat
+ * workload made with the model (the generator of `bench store`) driven
+ * through the C client, one connection per tenant, in two phases around
+ * KV.CALIBRATE; every GET checked bit-exact against the model's KV; a
+ * summary table, and bits per scalar by layer and level as a PNG chart. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "seqkv.h"
+#include "seqkv_client.h"
+#include "skv_delta.h"
+
+#ifndef SEQKV_SOURCE_DIR
+#define SEQKV_SOURCE_DIR "."
+#endif
+
+static const char demo_usage[] =
+    "usage: seqkv demo [--model PATH] [--tenants N] [--sessions N] [--turns N]\n"
+    "                  [--level stat|ctx|spec|full] [--chunk N] [--seed S] [--threads N]\n"
+    "                  [--out DIR] [--no-replay] [--synthetic] [--keep]\n"
+    "\n"
+    "Starts `seqkv serve` on a temporary Unix socket and LMDB directory and\n"
+    "drives a multi-tenant chat workload made with the model through the C\n"
+    "client (one connection and thread per tenant): per tenant a system prompt\n"
+    "of 64-256 sampled tokens, sessions of --turns turns each extending the\n"
+    "previous prompt by 24-72 tokens, every fourth session a near-duplicate of\n"
+    "an earlier one (one early token differs). Each request is KV.LOOKUP, a\n"
+    "KV.GET of the cached prefix, KV.PUT of the whole prompt and a KV.GET of\n"
+    "it; every GET is compared bit-exactly with the model's KV. Phase 1 stores\n"
+    "the first turns raw, KV.CALIBRATE learns the profile's calibration from\n"
+    "them, phase 2 stores the rest at --level. The summary: tokens stored, raw\n"
+    "vs stored bytes, ratio by level, dedup and centroid savings (the latter\n"
+    "by replaying the workload in-process without the probabilistic trie;\n"
+    "--no-replay skips it), hit rate, GET latency against recomputing the same\n"
+    "prefixes with the model; and DIR/demo_bits.png (gnuplot): bits per scalar\n"
+    "by layer and level, coded with skv_delta on the workload's sessions.\n"
+    "\n"
+    "  --model PATH   default: $SEQKV_MODEL, else ../shared/models/stories260K.bin\n"
+    "                 (source tree, then cwd), else a seeded synthetic model\n"
+    "  --tenants N    default 4      --sessions N  per tenant, default 8\n"
+    "  --turns N      default 3      --level L     default ctx\n"
+    "  --chunk N      tokens per chunk record, default 256\n"
+    "  --threads N    server workers and prefill threads (default: CPUs, max 8)\n"
+    "  --out DIR      where the table and chart go (default demo-out)\n"
+    "  --synthetic    the seeded synthetic model even when a real one exists\n"
+    "  --no-replay    skip the replay that measures the centroid savings\n"
+    "  --keep         keep the temporary store, socket directory and server log\n";
+
+typedef struct {
+    int32_t *tok;
+    size_t n;
+    size_t turn_end[16];
+    int tenant;
+    int dup;
+    uint8_t *k, *v; /* bf16 [layers][n][C] */
+} dsession;
+
+typedef struct {
+    double s;
+    uint32_t n;
+    uint32_t sess;
+} dget;
+
+typedef struct {
+    const char *model_arg, *out;
+    long tenants, sessions, turns, chunk, seed, threads;
+    seqkv_level level;
+    int keep, no_replay, synthetic;
+} dargs;
+
+typedef struct {
+    dargs a;
+    char model[PATH_MAX];
+    int synthetic;
+    skv_model *m;
+    skv_pool *pool;
+    const skv_model_config *mc;
+    size_t L, row, per_tok; /* layers, bytes of one (layer, token) row, bytes per token */
+    dsession *S;
+    size_t ns;
+    char dir[1024], sock[1024 + 16];
+    char tokens[64][65];
+    atomic_size_t done;
+    atomic_int finished;
+    size_t phase_req[2];
+    /* results */
+    dget *gets;
+    size_t ngets, gcap;
+    uint64_t req_tokens, hit_tokens, lookups, lookup_hits, verified, put_bytes;
+    pthread_mutex_t mu;
+} demo;
+
+typedef struct {
+    demo *d;
+    int tenant;
+    int phase;
+    int rc;
+    char err[512];
+} dworker;
+
+/* ------------------------------------------------------------------------
+ * The model: given, found, or a seeded synthetic one.
+ * ---------------------------------------------------------------------- */
+static float synth_weight(skv_rng *r, float scale)
+{
+    float x = skv_rng_normal(r) * scale;
+    if (x < 1.0f / 1024.0f && x > -1.0f / 1024.0f)
+        x = 0.0f;
+    return skv_bf16_to_f32(skv_f32_to_bf16(x));
+}
+
+/* A llama2.c checkpoint of stories260K's shape with seeded random weights
+ * (the layout tests/randmodel.c writes). */
+static int write_synthetic(const char *path, uint64_t seed)
+{
+    const size_t d = 64, hid = 172, L = 5, heads = 8, kvh = 4, V = 512, ms = 512;
+    const size_t hd = d / heads, kv = kvh * hd;
+    size_t seg[13] = {V * d, L * d, L * d * d, L * kv * d, L * kv * d, L * d * d, L * d,
+                      L * hid * d, L * d * hid, L * hid * d, d, ms * hd, 0};
+    const int norm[13] = {0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0};
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return skv_error(SKV_ERR_IO, "%s: %s", path, strerror(errno));
+    int32_t h[7] = {(int32_t)d, (int32_t)hid, (int32_t)L, (int32_t)heads, (int32_t)kvh,
+                    (int32_t)V, (int32_t)ms};
+    uint8_t b[4];
+    int ok = 1;
+    for (int i = 0; i < 7; i++) {
+        skv_store32_le(b, (uint32_t)h[i]);
+        ok &= fwrite(b, 4, 1, f) == 1;
+    }
+    skv_rng r;
+    skv_rng_seed(&r, seed);
+    for (int sg = 0; sg < 13 && ok; sg++)
+        for (size_t i = 0; i < seg[sg] && ok; i++) {
+            float x = norm[sg] ? 1.0f + synth_weight(&r, 0.1f) : synth_weight(&r, sg == 0 ? 0.5f : 0.25f);
+            if (sg == 11)
+                x = 0.0f;
+            skv_store32_le(b, skv_f32_bits(x));
+            ok &= fwrite(b, 4, 1, f) == 1;
+        }
+    ok &= fclose(f) == 0;
+    return ok ? SKV_OK : skv_error(SKV_ERR_IO, "%s: write failed", path);
+}
+
+static int find_model(demo *d)
+{
+    const char *cand[3] = {d->a.model_arg ? d->a.model_arg : getenv("SEQKV_MODEL"), NULL, NULL};
+    if (d->a.synthetic)
+        cand[0] = cand[1] = cand[2] = "";
+    if (cand[0] && *cand[0]) {
+        if (!realpath(cand[0], d->model))
+            return skv_error(SKV_ERR_IO, "model %s: %s", cand[0], strerror(errno));
+        return SKV_OK;
+    }
+    cand[1] = SEQKV_SOURCE_DIR "/../shared/models/stories260K.bin";
+    cand[2] = "../shared/models/stories260K.bin";
+    for (int i = 1; i < 3 && !d->a.synthetic; i++)
+        if (access(cand[i], R_OK) == 0 && realpath(cand[i], d->model))
+            return SKV_OK;
+    snprintf(d->model, sizeof d->model, "%s/synthetic-model.bin", d->dir);
+    d->synthetic = 1;
+    fprintf(stderr, "%s",
+            d->a.synthetic ? "demo: WARNING: --synthetic:\n"
+                           : "demo: WARNING: no model found ($SEQKV_MODEL unset, no "
+                             "../shared/models/stories260K.bin):\n");
+    fprintf(stderr,
+            "demo: WARNING: using a seeded SYNTHETIC random model of stories260K's shape. Its KV\n"
+            "demo: WARNING: is far less predictable than a trained model's; the ratios below are\n"
+            "demo: WARNING: not representative. Set SEQKV_MODEL to a llama2.c .bin or HF directory.\n");
+    return write_synthetic(d->model, (uint64_t)d->a.seed + 77);
+}
+
+/* ------------------------------------------------------------------------
+ * The workload (the generator of `seqkv bench store`)
+ * ---------------------------------------------------------------------- */
+static int compute_kv(demo *d, const int32_t *tok, size_t n, uint8_t **k, uint8_t **v)
+{
+    size_t bytes = d->L * n * d->row;
+    *k = malloc(bytes);
+    *v = malloc(bytes);
+    skv_kvcache *kc = NULL;
+    int rc = *k && *v ? skv_kvcache_create(d->mc, n, &kc) : skv_error(SKV_ERR_NOMEM, "KV");
+    skv_forward_opts o = {.pool = d->pool};
+    if (!rc)
+        rc = skv_model_forward(d->m, kc, tok, n, &o);
+    if (!rc)
+        rc = skv_kvcache_export(kc, 0, n, SKV_DT_BF16, *k, *v);
+    skv_kvcache_free(kc);
+    return rc;
+}
+
+/* The store layout [layer][k, v][token][C] of the first n positions. */
+static void store_layout(const demo *d, const dsession *s, size_t n, uint8_t *out)
+{
+    for (size_t l = 0; l < d->L; l++) {
+        memcpy(out, s->k + l * s->n * d->row, n * d->row);
+        out += n * d->row;
+        memcpy(out, s->v + l * s->n * d->row, n * d->row);
+        out += n * d->row;
+    }
+}
+
+static int make_workload(demo *d)
+{
+    const skv_model_config *c = d->mc;
+    const size_t ns = (size_t)(d->a.tenants * d->a.sessions);
+    dsession *S = calloc(ns, sizeof *S);
+    int32_t *sys = malloc(256 * sizeof(int32_t));
+    if (!S || !sys) {
+        free(S);
+        free(sys);
+        return skv_error(SKV_ERR_NOMEM, "workload");
+    }
+    d->S = S;
+    d->ns = ns;
+    skv_rng r;
+    skv_rng_seed(&r, (uint64_t)d->a.seed);
+    int rc = SKV_OK;
+    size_t done = 0;
+    for (long t = 0; t < d->a.tenants && !rc; t++) {
+        size_t Ls = 64 + skv_rng_next(&r) % 193;
+        int32_t bos = c->bos_id;
+        rc = skv_model_generate(d->m, d->pool, &bos, 1, Ls, 1.0f, 0.9f, &r, sys);
+        for (long j = 0; j < d->a.sessions && !rc; j++) {
+            dsession *s = &S[t * d->a.sessions + j];
+            if (j % 4 == 3) {
+                /* a near-duplicate of an earlier session: one early token differs */
+                const dsession *o = &S[t * d->a.sessions + j - 2];
+                *s = *o;
+                s->dup = 1;
+                s->tok = malloc(o->n * sizeof(int32_t));
+                if (!s->tok) {
+                    rc = skv_error(SKV_ERR_NOMEM, "workload");
+                    break;
+                }
+                memcpy(s->tok, o->tok, o->n * sizeof(int32_t));
+                size_t p = Ls + 1 + skv_rng_next(&r) % 8;
+                s->tok[p] = (int32_t)((s->tok[p] + 1 +
+                                       (int32_t)(skv_rng_next(&r) % (uint64_t)(c->vocab_size - 2))) %
+                                      c->vocab_size);
+                if (s->tok[p] == c->bos_id)
+                    s->tok[p] = (s->tok[p] + 1) % c->vocab_size;
+            } else {
+                size_t n = Ls;
+                for (long k = 0; k < d->a.turns; k++) {
+                    n += 24 + skv_rng_next(&r) % 49;
+                    s->turn_end[k] = n;
+                }
+                s->n = n;
+                s->tok = malloc(n * sizeof(int32_t));
+                if (!s->tok) {
+                    rc = skv_error(SKV_ERR_NOMEM, "workload");
+                    break;
+                }
+                rc = skv_model_generate(d->m, d->pool, sys, Ls, n, 1.0f, 0.9f, &r, s->tok);
+            }
+            s->tenant = (int)t;
+            s->k = s->v = NULL;
+            if (!rc)
+                rc = compute_kv(d, s->tok, s->n, &s->k, &s->v);
+            cli_progress("demo: workload sessions (sampled, KV computed)", ++done, ns);
+        }
+    }
+    free(sys);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * The server
+ * ---------------------------------------------------------------------- */
+static pid_t start_server(demo *d)
+{
+    char db[PATH_MAX + 8], cfg[PATH_MAX + 16], log[PATH_MAX + 16], th[16];
+    snprintf(db, sizeof db, "%s/db", d->dir);
+    snprintf(cfg, sizeof cfg, "%s/server.conf", d->dir);
+    snprintf(log, sizeof log, "%s/server.log", d->dir);
+    snprintf(th, sizeof th, "%ld", d->a.threads);
+    FILE *f = fopen(cfg, "w");
+    if (!f)
+        return -1;
+    fchmod(fileno(f), 0600);
+    fprintf(f, "# written by seqkv demo\ntenant demo-admin uid %u\ntenant demo-admin admin\n",
+            (unsigned)getuid());
+    for (long t = 0; t < d->a.tenants; t++) {
+        uint8_t rnd[16];
+        randombytes_buf(rnd, sizeof rnd);
+        sodium_bin2hex(d->tokens[t], sizeof d->tokens[t], rnd, sizeof rnd);
+        fprintf(f, "tenant tenant%ld token %s\n", t, d->tokens[t]);
+    }
+    if (fclose(f))
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        dup2(fd, 2);
+        dup2(fd, 1);
+        close(fd);
+    }
+    execl("/proc/self/exe", "seqkv", "serve", "--db", db, "--socket", d->sock, "--config", cfg,
+          "--threads", th, (char *)NULL);
+    fprintf(stderr, "exec /proc/self/exe: %s\n", strerror(errno));
+    _exit(127);
+}
+
+static void server_log_tail(const demo *d)
+{
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "tail -n 20 '%s/server.log' >&2", d->dir);
+    fprintf(stderr, "demo: the server's log:\n");
+    if (system(cmd) != 0)
+        fprintf(stderr, "demo: (no log)\n");
+}
+
+static int wait_server(demo *d, pid_t pid, seqkv_client **out)
+{
+    for (int i = 0; i < 300; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return skv_error(SKV_ERR_IO, "the server exited during start-up (status %d)",
+                             WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st));
+        seqkv_client *c;
+        if (access(d->sock, F_OK) == 0 && seqkv_client_connect(d->sock, &c) == 0) {
+            if (seqkv_client_ping(c) == 0) {
+                *out = c;
+                return SKV_OK;
+            }
+            seqkv_client_close(c);
+        }
+        usleep(50 * 1000);
+    }
+    return skv_error(SKV_ERR_IO, "the server did not answer on %s within 15 s", d->sock);
+}
+
+static void stop_server(pid_t pid, seqkv_client *admin)
+{
+    if (admin)
+        seqkv_client_shutdown(admin);
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        if (i == 60)
+            kill(pid, SIGTERM);
+        usleep(50 * 1000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* ------------------------------------------------------------------------
+ * The tenants' clients
+ * ---------------------------------------------------------------------- */
+static int record_get(demo *d, double s, size_t n, size_t sess)
+{
+    pthread_mutex_lock(&d->mu);
+    if (d->ngets == d->gcap) {
+        size_t cap = d->gcap ? 2 * d->gcap : 1024;
+        dget *g = realloc(d->gets, cap * sizeof *g);
+        if (!g) {
+            pthread_mutex_unlock(&d->mu);
+            return skv_error(SKV_ERR_NOMEM, "latencies");
+        }
+        d->gets = g;
+        d->gcap = cap;
+    }
+    d->gets[d->ngets++] = (dget){s, (uint32_t)n, (uint32_t)sess};
+    d->verified++;
+    pthread_mutex_unlock(&d->mu);
+    return SKV_OK;
+}
+
+/* GET of the first n tokens, timed, and compared with the model's KV. */
+static int checked_get(demo *d, dworker *w, seqkv_client *c, size_t si, const uint8_t *want,
+                       size_t n, uint8_t *buf)
+{
+    const dsession *s = &d->S[si];
+    size_t len = 0, bytes = n * d->per_tok;
+    double t0 = cli_now();
+    int rc = seqkv_client_get(c, "demo", s->tok, n, n, buf, bytes, &len);
+    double t = cli_now() - t0;
+    if (rc) {
+        snprintf(w->err, sizeof w->err, "KV.GET of %zu tokens: %s (%s)", n,
+                 seqkv_client_strerror(rc), seqkv_client_error(c));
+        return rc;
+    }
+    if (len != bytes || memcmp(buf, want, bytes) != 0) {
+        snprintf(w->err, sizeof w->err,
+                 "KV.GET of %zu tokens (tenant %d, session %zu) returned %zu bytes that differ "
+                 "from the model's KV", n, s->tenant, si, len);
+        return SKV_ERR_CORRUPT;
+    }
+    return record_get(d, t, n, si);
+}
+
+/* Phase 1 (raw, before KV.CALIBRATE): the first turns of the original
+ * sessions; phase 2: the rest, so near-duplicates arrive once the profile
+ * codes and can be coded against their centroid. */
+static int phase_of(const dsession *s, long turn)
+{
+    return turn == 0 && !s->dup ? 0 : 1;
+}
+
+static void *worker_main(void *arg)
+{
+    dworker *w = arg;
+    demo *d = w->d;
+    seqkv_client *c = NULL;
+    size_t maxn = 0;
+    for (size_t i = 0; i < d->ns; i++)
+        maxn = d->S[i].n > maxn ? d->S[i].n : maxn;
+    uint8_t *kv = malloc(maxn * d->per_tok), *got = malloc(maxn * d->per_tok);
+    char tn[32];
+    snprintf(tn, sizeof tn, "tenant%d", w->tenant);
+    int rc = kv && got ? seqkv_client_connect(d->sock, &c) : SKV_ERR_NOMEM;
+    if (!rc && (rc = seqkv_client_auth(c, tn, d->tokens[w->tenant])))
+        snprintf(w->err, sizeof w->err, "AUTH %s: %s", tn, seqkv_client_error(c));
+    else if (rc)
+        snprintf(w->err, sizeof w->err, "connect: %s", skv_error_detail());
+    for (long k = 0; k < d->a.turns && !rc; k++)
+        for (long j = 0; j < d->a.sessions && !rc; j++) {
+            const size_t si = (size_t)(w->tenant * d->a.sessions + j);
+            const dsession *s = &d->S[si];
+            if (phase_of(s, k) != w->phase)
+                continue;
+            const size_t n = s->turn_end[k];
+            size_t m = 0, stored = 0;
+            store_layout(d, s, n, kv);
+            if ((rc = seqkv_client_lookup(c, "demo", s->tok, n, &m))) {
+                snprintf(w->err, sizeof w->err, "KV.LOOKUP: %s (%s)", seqkv_client_strerror(rc),
+                         seqkv_client_error(c));
+                break;
+            }
+            if (m > 0) {
+                /* what a frontend does on a hit: fetch the cached prefix */
+                store_layout(d, s, m, kv);
+                rc = checked_get(d, w, c, si, kv, m, got);
+                store_layout(d, s, n, kv);
+                if (rc)
+                    break;
+            }
+            if ((rc = seqkv_client_put(c, "demo", s->tok, n, kv, n * d->per_tok, &stored))) {
+                snprintf(w->err, sizeof w->err, "KV.PUT of %zu tokens: %s (%s)", n,
+                         seqkv_client_strerror(rc), seqkv_client_error(c));
+                break;
+            }
+            rc = checked_get(d, w, c, si, kv, n, got);
+            pthread_mutex_lock(&d->mu);
+            d->lookups++;
+            d->lookup_hits += m > 0;
+            d->req_tokens += n;
+            d->hit_tokens += m;
+            d->put_bytes += n * d->per_tok;
+            pthread_mutex_unlock(&d->mu);
+            atomic_fetch_add(&d->done, 1);
+        }
+    seqkv_client_close(c);
+    free(kv);
+    free(got);
+    w->rc = rc;
+    atomic_fetch_add(&d->finished, 1);
+    return NULL;
+}
+
+static int run_phase(demo *d, const char *what, int phase)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < d->ns; i++)
+        for (long k = 0; k < d->a.turns; k++)
+            total += phase_of(&d->S[i], k) == phase;
+    d->phase_req[phase] = total;
+    dworker *W = calloc((size_t)d->a.tenants, sizeof *W);
+    pthread_t *T = calloc((size_t)d->a.tenants, sizeof *T);
+    if (!W || !T) {
+        free(W);
+        free(T);
+        return skv_error(SKV_ERR_NOMEM, "workers");
+    }
+    atomic_store(&d->done, 0);
+    atomic_store(&d->finished, 0);
+    long started = 0;
+    for (long t = 0; t < d->a.tenants; t++) {
+        W[t] = (dworker){.d = d, .tenant = (int)t, .phase = phase};
+        if (pthread_create(&T[t], NULL, worker_main, &W[t]))
+            break;
+        started++;
+    }
+    size_t last = (size_t)-1;
+    for (;;) {
+        size_t done = atomic_load(&d->done);
+        if (done != last) {
+            cli_progress(what, done, total);
+            last = done;
+        }
+        if (atomic_load(&d->finished) == started)
+            break;
+        usleep(100 * 1000);
+    }
+    for (long t = 0; t < started; t++)
+        pthread_join(T[t], NULL);
+    cli_progress(what, atomic_load(&d->done), total);
+    int rc = started == d->a.tenants ? SKV_OK : skv_error(SKV_ERR_IO, "pthread_create");
+    for (long t = 0; t < started && !rc; t++)
+        if (W[t].rc) {
+            rc = W[t].rc;
+            skv_error(rc, "tenant%ld: %s", t, W[t].err);
+        }
+    free(W);
+    free(T);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Measurements beside the server
+ * ---------------------------------------------------------------------- */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(const double *sorted, size_t n, double p)
+{
+    if (!n)
+        return 0;
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return sorted[i < n ? i : n - 1];
+}
+
+/* A prefill of the same prefix: the time a frontend spends without the
+ * cache (forward pass only; the cache is allocated beforehand). */
+static int time_prefill(demo *d, const dsession *s, size_t n, double *sec)
+{
+    skv_kvcache *kc = NULL;
+    int rc = skv_kvcache_create(d->mc, n, &kc);
+    skv_forward_opts o = {.pool = d->pool};
+    double t0 = cli_now();
+    if (!rc)
+        rc = skv_model_forward(d->m, kc, s->tok, n, &o);
+    *sec = cli_now() - t0;
+    skv_kvcache_free(kc);
+    return rc;
+}
+
+/* INFO store of the admin connection (every tenant): key:value lines. */
+static uint64_t info_u64(const char *text, const char *key)
+{
+    size_t kl = strlen(key);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, key, kl) == 0 && p[kl] == ':')
+            return strtoull(p + kl + 1, NULL, 10);
+    return 0;
+}
+
+/* level_<name>:tokens=..,raw_bytes=..,stored_bytes=.. */
+static void info_level(const char *text, const char *name, uint64_t out[3])
+{
+    char key[64];
+    snprintf(key, sizeof key, "level_%s:", name);
+    memset(out, 0, 3 * sizeof *out);
+    const char *p = strstr(text, key);
+    if (!p)
+        return;
+    p += strlen(key);
+    unsigned long long a = 0, b = 0, c = 0;
+    if (sscanf(p, "tokens=%llu,raw_bytes=%llu,stored_bytes=%llu", &a, &b, &c) == 3) {
+        out[0] = a;
+        out[1] = b;
+        out[2] = c;
+    }
+}
+
+/* The same workload through the embedded store, centroids off: what the
+ * probabilistic trie saved. Same master key, tenant names, order of puts
+ * per tenant and calibration procedure as the server's run. */
+static int replay_alone(demo *d, seqkv_stats *st)
+{
+    char dir[PATH_MAX + 16], key[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/replay", d->dir);
+    snprintf(key, sizeof key, "%s/db/master.key", d->dir);
+    seqkv_options o = {0};
+    o.quiet = 1;
+    o.no_centroids = 1;
+    o.no_sync = 1; /* a scratch store: durability is not what is measured */
+    o.master_key = key;
+    o.threads = (int)d->a.threads;
+    seqkv *db;
+    int rc = seqkv_open(dir, &o, &db);
+    if (rc)
+        return rc;
+    seqkv_profile p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.name, sizeof p.name, "demo");
+    p.dtype = SKV_DT_BF16;
+    p.chunk = (int)d->a.chunk;
+    p.level = d->a.level;
+    if (strlen(d->model) >= sizeof p.model)
+        rc = skv_error(SKV_ERR_TOO_LARGE, "model path longer than %zu bytes", sizeof p.model - 1);
+    else {
+        memcpy(p.model, d->model, strlen(d->model) + 1);
+        rc = seqkv_profile_set(db, &p);
+    }
+    if (rc == SKV_ERR_UNSUPPORTED)
+        rc = SKV_OK;
+    size_t maxn = 0;
+    for (size_t i = 0; i < d->ns; i++)
+        maxn = d->S[i].n > maxn ? d->S[i].n : maxn;
+    uint8_t *kv = malloc(maxn * d->per_tok);
+    if (!rc && !kv)
+        rc = skv_error(SKV_ERR_NOMEM, "replay");
+    const size_t total = d->ns * (size_t)d->a.turns;
+    size_t done = 0;
+    for (int phase = 0; phase < 2 && !rc; phase++) {
+        for (long t = 0; t < d->a.tenants && !rc; t++) {
+            char tn[32];
+            snprintf(tn, sizeof tn, "tenant%ld", t);
+            for (long k = 0; k < d->a.turns && !rc; k++)
+                for (long j = 0; j < d->a.sessions && !rc; j++) {
+                    const dsession *s = &d->S[t * d->a.sessions + j];
+                    if (phase_of(s, k) != phase)
+                        continue;
+                    size_t n = s->turn_end[k];
+                    store_layout(d, s, n, kv);
+                    rc = seqkv_put(db, tn, "demo", s->tok, n, kv, n * d->per_tok, NULL, NULL);
+                    cli_progress("demo: replay without the probabilistic trie", ++done, total);
+                }
+        }
+        if (!rc && phase == 0)
+            rc = seqkv_calibrate(db, "demo", 0);
+    }
+    if (!rc)
+        rc = seqkv_stat(db, NULL, st);
+    free(kv);
+    seqkv_close(db);
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "demo: could not remove %s\n", dir);
+    return rc;
+}
+
+/* Bits per scalar by layer (K and V together) at every skv_delta level:
+ * a calibration learned from the first turns (what KV.CALIBRATE saw),
+ * every session's whole prompt coded at each level. bits[lv][layer];
+ * bits[lv][L] is the whole. */
+static int layer_bits(demo *d, double (*bits)[65], int *have)
+{
+    skv_st_writer *w;
+    int rc = skv_stw_create(&w);
+    if (rc)
+        return rc;
+    size_t ncal = d->ns < 64 ? d->ns : 64;
+    for (size_t i = 0; i < ncal && !rc; i++) {
+        const dsession *s = &d->S[i * d->ns / ncal];
+        size_t n = s->turn_end[0], nb = d->L * n * d->row;
+        uint8_t *k = malloc(nb), *v = malloc(nb);
+        if (!k || !v) {
+            rc = skv_error(SKV_ERR_NOMEM, "calibration set");
+        } else {
+            for (size_t l = 0; l < d->L; l++) {
+                memcpy(k + l * n * d->row, s->k + l * s->n * d->row, n * d->row);
+                memcpy(v + l * n * d->row, s->v + l * s->n * d->row, n * d->row);
+            }
+            skv_kvseq q = {n, s->tok, SKV_DT_BF16, (int)d->L, d->mc->n_kv_heads, d->mc->head_dim,
+                           k, v};
+            rc = skv_kvfile_add(w, i, &q);
+        }
+        free(k);
+        free(v);
+    }
+    uint8_t *img = NULL;
+    size_t len;
+    skv_st *st = NULL;
+    skv_calib *cal = NULL;
+    if (!rc)
+        rc = skv_stw_serialize(w, &img, &len);
+    if (!rc)
+        rc = skv_st_parse(img, len, &st);
+    if (!rc) {
+        skv_calib_opts o = {.model = d->m, .pool = d->pool, .quiet = 1};
+        rc = skv_calib_learn(st, &o, &cal);
+    }
+    for (int lv = 0; lv < SKV_LEVEL_COUNT && !rc; lv++) {
+        have[lv] = skv_calib_has_level(cal, (skv_level)lv);
+        if (!have[lv])
+            continue;
+        skv_delta *dl;
+        if ((rc = skv_delta_create(cal, (skv_level)lv, d->m, d->pool, &dl)))
+            break;
+        size_t coded = 0;
+        for (size_t i = 0; i < d->ns && coded < 16 && !rc; i++) {
+            if (d->S[i].dup)
+                continue;
+            coded++;
+            skv_streams ss;
+            memset(&ss, 0, sizeof ss);
+            rc = skv_delta_encode(dl, d->S[i].tok, d->S[i].n, d->S[i].k, d->S[i].v,
+                                  (size_t)d->a.chunk, &ss);
+            skv_streams_free(&ss);
+            char what[64];
+            snprintf(what, sizeof what, "demo: coding the sessions at %s", skv_level_name((skv_level)lv));
+            cli_progress(what, coded, 16);
+        }
+        if (!rc) {
+            const double *ideal, *bytes;
+            const uint64_t *nsc;
+            skv_delta_costs(dl, &ideal, &bytes, &nsc);
+            double tb = 0, tn = 0;
+            for (size_t l = 0; l < d->L; l++) {
+                double b = bytes[2 * l] + bytes[2 * l + 1];
+                double n = (double)nsc[2 * l] + (double)nsc[2 * l + 1];
+                bits[lv][l] = n > 0 ? 8.0 * b / n : 0;
+                tb += b;
+                tn += n;
+            }
+            bits[lv][d->L] = tn > 0 ? 8.0 * tb / tn : 0;
+        }
+        skv_delta_free(dl);
+    }
+    skv_calib_free(cal);
+    skv_st_free(st);
+    skv_free(img);
+    skv_stw_free(w);
+    return rc;
+}
+
+static void write_chart(const demo *d, double (*bits)[65], const int *have, char *png, size_t cap)
+{
+    char dat[PATH_MAX + 32], gp[PATH_MAX + 32];
+    snprintf(dat, sizeof dat, "%s/demo_bits.dat", d->a.out);
+    snprintf(gp, sizeof gp, "%s/demo_bits.gp", d->a.out);
+    snprintf(png, cap, "%s/demo_bits.png", d->a.out);
+    FILE *f = fopen(dat, "w");
+    if (!f) {
+        snprintf(png, cap, "(not written: %s: %s)", dat, strerror(errno));
+        return;
+    }
+    fprintf(f, "# layer raw");
+    for (int lv = 0; lv < SKV_LEVEL_COUNT; lv++)
+        fprintf(f, " %s", skv_level_name((skv_level)lv));
+    fprintf(f, "\n");
+    for (size_t l = 0; l < d->L; l++) {
+        fprintf(f, "%zu 16", l);
+        for (int lv = 0; lv < SKV_LEVEL_COUNT; lv++)
+            fprintf(f, " %.4f", have[lv] ? bits[lv][l] : 0.0 / 0.0);
+        fprintf(f, "\n");
+    }
+    fclose(f);
+    f = fopen(gp, "w");
+    if (!f) {
+        snprintf(png, cap, "(not written: %s: %s)", gp, strerror(errno));
+        return;
+    }
+    const char *base = strrchr(d->model, '/');
+    fprintf(f,
+            "set terminal pngcairo size 900,540 noenhanced font ',11'\n"
+            "set output '%s'\n"
+            "set title 'seqkv: bits per scalar by layer and level (bf16 KV of %s%s; raw = 16)'\n"
+            "set xlabel 'layer'\nset ylabel 'bits per scalar (K and V)'\n"
+            "set xtics 1\nset yrange [0:*]\nset key outside right\nset grid ytics\n"
+            "set datafile missing 'nan'\n"
+            "plot '%s' using 1:2 with linespoints lw 2 title 'raw bf16'",
+            png, base ? base + 1 : d->model, d->synthetic ? ", SYNTHETIC model" : "", dat);
+    for (int lv = 0; lv < SKV_LEVEL_COUNT; lv++)
+        if (have[lv])
+            fprintf(f, ", '' using 1:%d with linespoints lw 2 title '%s'", lv + 3,
+                    skv_level_name((skv_level)lv));
+    fprintf(f, "\n");
+    fclose(f);
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "command -v gnuplot >/dev/null 2>&1 && gnuplot '%s' 2>/dev/null", gp);
+    if (system(cmd) != 0) {
+        /* pngcairo is in gnuplot-nox; the plain png terminal is older */
+        snprintf(cmd, sizeof cmd,
+                 "command -v gnuplot >/dev/null 2>&1 && sed 's/pngcairo/png/' '%s' | gnuplot "
+                 "2>/dev/null",
+                 gp);
+        if (system(cmd) != 0)
+            snprintf(png, cap, "(not drawn: gnuplot is missing -- apt-get install gnuplot-nox; "
+                               "data in %s, script %s)", dat, gp);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The command
+ * ---------------------------------------------------------------------- */
+enum { D_MODEL = 5000, D_TEN, D_SES, D_TURNS, D_LEVEL, D_CHUNK, D_SEED, D_THREADS, D_OUT,
+       D_KEEP, D_NOREPLAY, D_SYNTH, D_HELP };
+
+static int dparse(int argc, char **argv, dargs *a)
+{
+    static const struct option o[] = {
+        {"model", required_argument, NULL, D_MODEL},   {"tenants", required_argument, NULL, D_TEN},
+        {"sessions", required_argument, NULL, D_SES},  {"turns", required_argument, NULL, D_TURNS},
+        {"level", required_argument, NULL, D_LEVEL},   {"chunk", required_argument, NULL, D_CHUNK},
+        {"seed", required_argument, NULL, D_SEED},     {"threads", required_argument, NULL, D_THREADS},
+        {"out", required_argument, NULL, D_OUT},       {"keep", no_argument, NULL, D_KEEP},
+        {"no-replay", no_argument, NULL, D_NOREPLAY},  {"help", no_argument, NULL, D_HELP},
+        {"synthetic", no_argument, NULL, D_SYNTH},
+        {NULL, 0, NULL, 0},
+    };
+    memset(a, 0, sizeof *a);
+    a->tenants = 4;
+    a->sessions = 8;
+    a->turns = 3;
+    a->chunk = SEQKV_CHUNK_DEFAULT;
+    a->seed = 1;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    a->threads = cpus < 1 ? 1 : cpus > 8 ? 8 : cpus;
+    a->level = SEQKV_CTX;
+    a->out = "demo-out";
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", o, NULL)) != -1) {
+        long *num = NULL, lo = 1, hi = 1 << 20;
+        switch (c) {
+        case 'h':
+        case D_HELP: fputs(demo_usage, stdout); exit(0);
+        case '?': return cli_usage_error("demo", "unknown option '%s'", argv[optind - 1]);
+        case ':': return cli_usage_error("demo", "option '%s' needs a value", argv[optind - 1]);
+        case D_MODEL: a->model_arg = optarg; break;
+        case D_OUT: a->out = optarg; break;
+        case D_KEEP: a->keep = 1; break;
+        case D_NOREPLAY: a->no_replay = 1; break;
+        case D_SYNTH: a->synthetic = 1; break;
+        case D_LEVEL:
+            if (seqkv_level_parse(optarg, &a->level) || a->level == SEQKV_RAW)
+                return cli_usage_error("demo", "--level wants stat, ctx, spec or full");
+            break;
+        case D_TEN: num = &a->tenants, hi = 64; break;
+        case D_SES: num = &a->sessions, hi = 4096; break;
+        case D_TURNS: num = &a->turns, lo = 2, hi = 16; break;
+        case D_CHUNK: num = &a->chunk, hi = SEQKV_CHUNK_MAX; break;
+        case D_SEED: num = &a->seed, lo = 0, hi = 1L << 40; break;
+        case D_THREADS: num = &a->threads, hi = 256; break;
+        }
+        if (num && cli_parse_long(optarg, lo, hi, num))
+            return cli_usage_error("demo", "'%s' wants an integer in [%ld, %ld]", argv[optind - 2],
+                                   lo, hi);
+    }
+    if (optind < argc)
+        return cli_usage_error("demo", "unexpected argument '%s'", argv[optind]);
+    return 0;
+}
+
+static void mib(char *out, size_t cap, uint64_t b)
+{
+    if (b >= (1u << 20))
+        snprintf(out, cap, "%.2f MiB", (double)b / (1 << 20));
+    else
+        snprintf(out, cap, "%.1f KiB", (double)b / 1024);
+}
+
+/* Print to stdout and to the table file. */
+static void out2(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out2(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    if (f) {
+        va_start(ap, fmt);
+        vfprintf(f, fmt, ap);
+        va_end(ap);
+    }
+}
+
+static int demo_run(demo *d)
+{
+    int rc;
+    double t_start = cli_now();
+    if ((rc = find_model(d)))
+        return cli_fail(rc, "demo: model");
+    if ((rc = skv_model_load(d->model, &d->m)))
+        return cli_fail(rc, d->model);
+    if (d->a.threads > 1 && (rc = skv_pool_create(&d->pool, (int)d->a.threads)))
+        return cli_fail(rc, "threads");
+    d->mc = skv_model_cfg(d->m);
+    d->L = (size_t)d->mc->n_layers;
+    d->row = (size_t)d->mc->n_kv_heads * (size_t)d->mc->head_dim * 2;
+    d->per_tok = d->L * 2 * d->row;
+    if (d->L > 64)
+        return cli_fail(skv_error(SKV_ERR_UNSUPPORTED, "more than 64 layers"), "demo");
+    printf("== seqkv demo\nmodel     %s%s: %zu layers, %d kv heads x %d, bf16 KV = %zu bytes/token\n",
+           d->model, d->synthetic ? " (SYNTHETIC, seeded random weights)" : "", d->L,
+           d->mc->n_kv_heads, d->mc->head_dim, d->per_tok);
+    printf("workload  %ld tenants x %ld sessions x %ld turns = %ld requests (system prompts of "
+           "64-256 tokens, turns +24..72 tokens, every 4th session a one-token near-duplicate)\n",
+           d->a.tenants, d->a.sessions, d->a.turns, d->a.tenants * d->a.sessions * d->a.turns);
+    fflush(stdout);
+    double t0 = cli_now();
+    if ((rc = make_workload(d)))
+        return cli_fail(rc, "demo: workload");
+    fprintf(stderr, "demo: workload sampled and its KV computed in %.1f s\n", cli_now() - t0);
+
+    snprintf(d->sock, sizeof d->sock, "%s/seqkv.sock", d->dir);
+    pid_t pid = start_server(d);
+    if (pid < 0)
+        return cli_fail(skv_error(SKV_ERR_IO, "fork/config: %s", strerror(errno)), "demo: server");
+    seqkv_client *admin = NULL;
+    if ((rc = wait_server(d, pid, &admin))) {
+        cli_fail(rc, "demo: server");
+        server_log_tail(d);
+        stop_server(pid, NULL);
+        return 1;
+    }
+    printf("server    seqkv serve, pid %ld, socket %s, %ld worker threads, store %s/db\n",
+           (long)pid, d->sock, d->a.threads, d->dir);
+    fflush(stdout);
+    char chunk[16];
+    snprintf(chunk, sizeof chunk, "%ld", d->a.chunk);
+    const char *kvs[] = {"model", d->model, "dtype", "bf16", "level",
+                         seqkv_level_name(d->a.level), "chunk", chunk};
+    seqkv_client_profile prof;
+    rc = seqkv_client_profile_set(admin, "demo", kvs, 4);
+    if (!rc)
+        rc = seqkv_client_profile_get(admin, "demo", &prof);
+    if (!rc && prof.token_bytes != d->per_tok)
+        rc = skv_error(SKV_ERR_SHAPE, "the server's profile has %zu bytes a token, the model %zu",
+                       prof.token_bytes, d->per_tok);
+    double t_p1 = 0, t_cal = 0, t_p2 = 0;
+    if (!rc) {
+        t0 = cli_now();
+        rc = run_phase(d, "demo: phase 1 (raw) requests", 0);
+        t_p1 = cli_now() - t0;
+    }
+    char *info1 = NULL;
+    if (!rc) {
+        printf("phase 1   first turns of the original sessions: %zu requests stored raw in %.1f s\n",
+               d->phase_req[0], t_p1);
+        fflush(stdout);
+        t0 = cli_now();
+        rc = seqkv_client_calibrate(admin, "demo", 0);
+        t_cal = cli_now() - t0;
+        if (rc)
+            skv_error(rc, "KV.CALIBRATE: %s", seqkv_client_error(admin));
+    }
+    if (!rc) {
+        printf("calibrate KV.CALIBRATE demo: learned from the stored sequences in %.1f s; new "
+               "chunks now coded at %s\n", t_cal, seqkv_level_name(d->a.level));
+        fflush(stdout);
+        t0 = cli_now();
+        rc = run_phase(d, "demo: phase 2 (coded) requests", 1);
+        t_p2 = cli_now() - t0;
+    }
+    if (!rc) {
+        printf("phase 2   near-duplicates and later turns: %zu requests stored at %s in %.1f s\n",
+               d->phase_req[1], seqkv_level_name(d->a.level), t_p2);
+        fflush(stdout);
+        rc = seqkv_client_info(admin, "store", &info1);
+        if (rc)
+            skv_error(rc, "INFO store: %s", seqkv_client_error(admin));
+    }
+    if (rc) {
+        cli_fail(rc, "demo");
+        server_log_tail(d);
+        stop_server(pid, admin);
+        seqkv_client_close(admin);
+        seqkv_client_free(info1);
+        return 1;
+    }
+    stop_server(pid, admin);
+    seqkv_client_close(admin);
+
+    /* recompute the same prefixes with the model */
+    double *gl = malloc((d->ngets + 1) * sizeof *gl), *pl = malloc((d->ngets + 1) * sizeof *pl),
+           *ratio = malloc((d->ngets + 1) * sizeof *ratio);
+    size_t step = d->ngets > 2000 ? d->ngets / 2000 : 1, np = 0;
+    uint64_t get_tok = 0;
+    for (size_t i = 0; i < d->ngets && !rc; i++) {
+        gl[i] = d->gets[i].s;
+        get_tok += d->gets[i].n;
+        if (i % step)
+            continue;
+        rc = time_prefill(d, &d->S[d->gets[i].sess], d->gets[i].n, &pl[np]);
+        ratio[np] = pl[np] / (d->gets[i].s > 0 ? d->gets[i].s : 1e-9);
+        np++;
+        cli_progress("demo: recomputing the same prefixes", i + 1, d->ngets);
+    }
+    qsort(gl, d->ngets, sizeof *gl, cmp_double);
+    qsort(pl, np, sizeof *pl, cmp_double);
+    qsort(ratio, np, sizeof *ratio, cmp_double);
+
+    seqkv_stats alone;
+    memset(&alone, 0, sizeof alone);
+    int replayed = 0;
+    if (!rc && !d->a.no_replay) {
+        t0 = cli_now();
+        rc = replay_alone(d, &alone);
+        replayed = rc == 0;
+        fprintf(stderr, "demo: replay without the probabilistic trie in %.1f s\n", cli_now() - t0);
+    }
+    double bits[SKV_LEVEL_COUNT][65];
+    int have[SKV_LEVEL_COUNT] = {0};
+    memset(bits, 0, sizeof bits);
+    if (!rc) {
+        t0 = cli_now();
+        rc = layer_bits(d, bits, have);
+        fprintf(stderr, "demo: per-layer coding of the sessions in %.1f s\n", cli_now() - t0);
+    }
+    if (rc) {
+        free(gl);
+        free(pl);
+        free(ratio);
+        seqkv_client_free(info1);
+        return cli_fail(rc, "demo");
+    }
+
+    mkdir(d->a.out, 0755);
+    char png[3 * PATH_MAX], tpath[PATH_MAX + 32];
+    write_chart(d, bits, have, png, sizeof png);
+    snprintf(tpath, sizeof tpath, "%s/demo_table.txt", d->a.out);
+    FILE *tf = fopen(tpath, "w");
+
+    const uint64_t tokens = info_u64(info1, "tokens"), raw = info_u64(info1, "raw_bytes"),
+                   stored = info_u64(info1, "stored_bytes"), chunks = info_u64(info1, "chunks"),
+                   cchunks = info_u64(info1, "centroid_chunks");
+    const uint64_t req_raw = d->req_tokens * d->per_tok;
+    char b1[32], b2[32], b3[32];
+    out2(tf, "\n== results (%s%s, profile level %s, chunk %ld)\n", d->model,
+         d->synthetic ? ", SYNTHETIC" : "", seqkv_level_name(d->a.level), d->a.chunk);
+    out2(tf, "%-34s %zu requests, %llu GETs, every one bit-exact against the model's KV\n",
+         "requests", (size_t)(d->a.tenants * d->a.sessions * d->a.turns),
+         (unsigned long long)d->verified);
+    mib(b1, sizeof b1, req_raw);
+    out2(tf, "%-34s %llu tokens (%s as raw bf16 per request)\n", "request tokens",
+         (unsigned long long)d->req_tokens, b1);
+    out2(tf, "%-34s %llu unique tokens in %llu chunk records\n", "tokens stored",
+         (unsigned long long)tokens, (unsigned long long)chunks);
+    mib(b1, sizeof b1, raw);
+    mib(b2, sizeof b2, stored);
+    out2(tf, "%-34s %s raw -> %s stored: %.2fx (%.2f bits/scalar)\n", "bytes (stored tokens)", b1, b2,
+         stored ? (double)raw / (double)stored : 0.0,
+         raw ? 16.0 * (double)stored / (double)raw : 0.0);
+    out2(tf, "%-34s %.2fx (raw bf16 per request / bytes stored)\n", "overall vs raw per request",
+         stored ? (double)req_raw / (double)stored : 0.0);
+    for (int l = 0; l < SEQKV_LEVELS; l++) {
+        uint64_t lv[3];
+        info_level(info1, seqkv_level_name((seqkv_level)l), lv);
+        if (!lv[0])
+            continue;
+        mib(b1, sizeof b1, lv[1]);
+        mib(b2, sizeof b2, lv[2]);
+        char name[48];
+        snprintf(name, sizeof name, "  level %s", seqkv_level_name((seqkv_level)l));
+        out2(tf, "%-34s %llu coded tokens: %s -> %s, %.2fx (%.2f bits/scalar)\n", name,
+             (unsigned long long)lv[0], b1, b2, lv[2] ? (double)lv[1] / (double)lv[2] : 0.0,
+             lv[1] ? 16.0 * (double)lv[2] / (double)lv[1] : 0.0);
+    }
+    mib(b1, sizeof b1, req_raw > raw ? req_raw - raw : 0);
+    out2(tf, "%-34s %s not stored again (%.1f%% of the request bytes): shared system prompts and "
+             "earlier turns\n", "dedup savings (exact prefix trie)", b1,
+         req_raw ? 100.0 * (double)(req_raw - raw) / (double)req_raw : 0.0);
+    if (replayed) {
+        mib(b1, sizeof b1, alone.stored_bytes);
+        int64_t saved = (int64_t)alone.stored_bytes - (int64_t)stored;
+        mib(b2, sizeof b2, (uint64_t)(saved < 0 ? -saved : saved));
+        out2(tf, "%-34s %llu records coded against a centroid; the same workload without the\n"
+                 "%-34s probabilistic trie stores %s: %s%s (%+.1f%%)\n",
+             "centroid savings (prob. trie)", (unsigned long long)cchunks, "", b1,
+             saved < 0 ? "costs " : "saves ", b2,
+             alone.stored_bytes ? -100.0 * (double)saved / (double)alone.stored_bytes : 0.0);
+    } else {
+        out2(tf, "%-34s %llu records coded against a centroid (savings not measured: --no-replay)\n",
+             "centroid savings (prob. trie)", (unsigned long long)cchunks);
+    }
+    out2(tf, "%-34s %llu of %llu lookups hit (%.1f%%); %.1f%% of request tokens were cached\n",
+         "hit rate", (unsigned long long)d->lookup_hits, (unsigned long long)d->lookups,
+         d->lookups ? 100.0 * (double)d->lookup_hits / (double)d->lookups : 0.0,
+         d->req_tokens ? 100.0 * (double)d->hit_tokens / (double)d->req_tokens : 0.0);
+    out2(tf, "%-34s p50 %.3f ms, p99 %.3f ms (%zu GETs, %.0f tokens each on average, %ld "
+             "clients at once)\n", "KV.GET over the socket", 1e3 * pct(gl, d->ngets, 0.5),
+         1e3 * pct(gl, d->ngets, 0.99), d->ngets, d->ngets ? (double)get_tok / (double)d->ngets : 0.0,
+         d->a.tenants);
+    out2(tf, "%-34s p50 %.3f ms, p99 %.3f ms (%zu prefills of the same prefixes, %ld threads)\n",
+         "recompute with the model", 1e3 * pct(pl, np, 0.5), 1e3 * pct(pl, np, 0.99), np,
+         d->a.threads);
+    out2(tf, "%-34s %.2fx faster at the median (p1 %.2fx, p99 %.2fx)\n", "GET vs recompute",
+         pct(ratio, np, 0.5), pct(ratio, np, 0.01), pct(ratio, np, 0.99));
+    out2(tf, "\nbits per scalar by layer and level (skv_delta on up to %zu original sessions' whole prompts, "
+             "calibrated on their first turns; raw bf16 = 16)\n%-8s", d->ns < 16 ? d->ns : (size_t)16, "layer");
+    for (int lv = 0; lv < SKV_LEVEL_COUNT; lv++)
+        if (have[lv])
+            out2(tf, " %7s", skv_level_name((skv_level)lv));
+    out2(tf, "\n");
+    for (size_t l = 0; l <= d->L; l++) {
+        char name[16];
+        snprintf(name, sizeof name, l == d->L ? "all" : "%zu", l);
+        out2(tf, "%-8s", name);
+        for (int lv = 0; lv < SKV_LEVEL_COUNT; lv++)
+            if (have[lv])
+                out2(tf, " %7.3f", bits[lv][l]);
+        out2(tf, "\n");
+    }
+    out2(tf, "chart: %s\n", png);
+    (void)b3;
+    if (tf)
+        fclose(tf);
+    printf("table: %s; total %.1f s\n", tpath, cli_now() - t_start);
+    free(gl);
+    free(pl);
+    free(ratio);
+    seqkv_client_free(info1);
+    return 0;
+}
+
+int cmd_demo(int argc, char **argv)
+{
+    demo *d = calloc(1, sizeof *d);
+    if (!d)
+        return cli_fail(SKV_ERR_NOMEM, "demo");
+    int r = dparse(argc, argv, &d->a);
+    if (r) {
+        free(d);
+        return r;
+    }
+    if (sodium_init() < 0) {
+        free(d);
+        return cli_fail(SKV_ERR_IO, "libsodium");
+    }
+    signal(SIGPIPE, SIG_IGN);
+    pthread_mutex_init(&d->mu, NULL);
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(d->dir, sizeof d->dir, "%s/seqkv-demo-XXXXXX", tmp);
+    if (!mkdtemp(d->dir)) {
+        free(d);
+        return cli_fail(skv_error(SKV_ERR_IO, "mkdtemp %s: %s", d->dir, strerror(errno)), "demo");
+    }
+    r = demo_run(d);
+    if (d->a.keep) {
+        fprintf(stderr, "demo: kept %s (store, config, server.log)\n", d->dir);
+    } else {
+        char cmd[PATH_MAX + 32];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "demo: could not remove %s\n", d->dir);
+    }
+    for (size_t i = 0; i < d->ns; i++) {
+        free(d->S[i].tok);
+        free(d->S[i].k);
+        free(d->S[i].v);
+    }
+    free(d->S);
+    free(d->gets);
+    skv_pool_free(d->pool);
+    skv_model_free(d->m);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+    return r;
+}

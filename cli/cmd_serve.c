@@ -1,0 +1,113 @@
+/* seqkv serve: the store over RESP on a Unix socket (skv_server.h). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "skv_server.h"
+
+static const char serve_usage[] =
+    "usage: seqkv serve --db DIR --socket PATH [--config FILE] [--threads N] [options]\n"
+    "\n"
+    "Serve the store DIR over RESP (the Redis protocol: redis-cli, hiredis and\n"
+    "redis-py are clients) on the Unix socket PATH, created with mode 0600. A\n"
+    "stale socket file is replaced; a live server there, or any other file, is\n"
+    "an error. Each peer's tenant comes from its uid/gid (SO_PEERCRED) through\n"
+    "the config file, or from AUTH with a tenant's token; without a config\n"
+    "file only the server's own uid is admitted, as tenant \"default\" with\n"
+    "admin rights. SIGTERM, SIGINT or SHUTDOWN (admin) stop it after the\n"
+    "requests in flight. server/README.md documents the commands and the\n"
+    "config file.\n"
+    "\n"
+    "  --db DIR          the store (created if needed)\n"
+    "  --socket PATH     the Unix socket to listen on\n"
+    "  --config FILE     tenants, tokens, admins and limits\n"
+    "  --threads N       worker threads (default: CPUs, at most 8)\n"
+    "  --key PATH        master key file (default DIR/master.key)\n"
+    "  --budget BYTES    the store's byte budget (LRU eviction past it)\n"
+    "  --no-sync         no fsync: NOT durable, a power loss loses the last puts\n"
+    "  --quiet           no log lines on stderr\n";
+
+enum { O_DB = 4000, O_SOCKET, O_CONFIG, O_THREADS, O_KEY, O_BUDGET, O_NOSYNC, O_QUIET, O_HELP };
+
+static const struct option opts[] = {
+    {"db", required_argument, NULL, O_DB},
+    {"socket", required_argument, NULL, O_SOCKET},
+    {"config", required_argument, NULL, O_CONFIG},
+    {"threads", required_argument, NULL, O_THREADS},
+    {"key", required_argument, NULL, O_KEY},
+    {"budget", required_argument, NULL, O_BUDGET},
+    {"no-sync", no_argument, NULL, O_NOSYNC},
+    {"quiet", no_argument, NULL, O_QUIET},
+    {"help", no_argument, NULL, O_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static int parse_budget(const char *s, uint64_t *out)
+{
+    char *end;
+    if (*s < '0' || *s > '9')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    int shift = 0;
+    switch (*end) {
+    case 0: break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: return -1;
+    }
+    if (*end || v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    skv_server_options o;
+    memset(&o, 0, sizeof o);
+    o.handle_signals = 1;
+    optind = 1;
+    opterr = 0;
+    int c;
+    long th;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+        case O_HELP: fputs(serve_usage, stdout); return 0;
+        case '?': return cli_usage_error("serve", "unknown option '%s'", argv[optind - 1]);
+        case ':': return cli_usage_error("serve", "option '%s' needs a value", argv[optind - 1]);
+        case O_DB: o.db = optarg; break;
+        case O_SOCKET: o.socket_path = optarg; break;
+        case O_CONFIG: o.config = optarg; break;
+        case O_KEY: o.master_key = optarg; break;
+        case O_NOSYNC: o.no_sync = 1; break;
+        case O_QUIET: o.quiet = 1; break;
+        case O_THREADS:
+            if (cli_parse_long(optarg, 1, 256, &th))
+                return cli_usage_error("serve", "--threads wants an integer in [1, 256]");
+            o.threads = (int)th;
+            break;
+        case O_BUDGET:
+            if (parse_budget(optarg, &o.budget))
+                return cli_usage_error("serve", "--budget wants a byte count (suffix K, M, G or T)");
+            break;
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
+    if (!o.db)
+        return cli_usage_error("serve", "--db DIR is required");
+    if (!o.socket_path)
+        return cli_usage_error("serve", "--socket PATH is required");
+    skv_server *s = NULL;
+    int rc = skv_server_create(&o, &s);
+    if (rc)
+        return cli_fail(rc, "serve");
+    rc = skv_server_run(s);
+    skv_server_free(s);
+    return rc ? cli_fail(rc, "serve") : 0;
+}

@@ -1,0 +1,106 @@
+/*
+ * skv_server.h - seqkvd: the store served over RESP on a Unix socket
+ * (server/README.md documents the commands and the config file).
+ *
+ * One thread runs an epoll loop that only moves bytes, parses requests
+ * and queues them; the store work of every KV.* command and INFO runs on a
+ * pool of worker threads, whose replies come back to the loop through an
+ * eventfd. Readers run concurrently (the seqkv handle allows it); the
+ * store serialises writers.
+ *
+ * Tenants come from the kernel: SO_PEERCRED's uid/gid map to a tenant
+ * through the config file, or AUTH with a tenant's token selects it.
+ * Without a config file, only peers with the server's own uid are
+ * admitted, as tenant "default", with admin rights.
+ */
+#ifndef SKV_SERVER_H
+#define SKV_SERVER_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "seqkv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Defaults of the limits (each can be set in the config file). */
+#define SKV_SERVER_MAX_CLIENTS 1024
+#define SKV_SERVER_MAX_BULK (512ull << 20)   /* one argument, bytes */
+#define SKV_SERVER_MAX_ARGS 1024             /* arguments of a command */
+#define SKV_SERVER_MAX_QUERY (1024ull << 20) /* all arguments of a command */
+#define SKV_SERVER_MAX_OUTPUT (1024ull << 20) /* unsent replies of a client */
+#define SKV_SERVER_MAX_INLINE (16u << 10)    /* an inline command line */
+#define SKV_SERVER_MAX_TENANTS 256
+
+typedef struct skv_server skv_server;
+
+typedef struct {
+    const char *db;          /* the store directory (created if needed) */
+    const char *socket_path; /* the Unix socket to create */
+    const char *config;      /* config file, or NULL */
+    const char *master_key;  /* NULL: DIR/master.key */
+    int threads;             /* worker threads (0: online CPUs, at most 8) */
+    int no_sync;             /* the store's no_sync (NOT durable) */
+    uint64_t budget;         /* the store's byte budget (0: none) */
+    int handle_signals;      /* block SIGTERM/SIGINT (in the calling thread,
+                                before the workers start, so they inherit
+                                the mask) and stop gracefully on them */
+    int quiet;               /* no log lines on stderr */
+} skv_server_options;
+
+/* Read the config, open the store, create the socket (mode 0600; a stale
+ * socket file is removed only when it is a socket nobody answers on; any
+ * other file there is an error) and start the workers. Errors:
+ * SKV_ERR_FORMAT (config file, line named in the detail), SKV_ERR_ARG (a
+ * live server on the socket, a non-socket file there, a path too long),
+ * SKV_ERR_IO, and seqkv_open's errors. */
+int skv_server_create(const skv_server_options *o, skv_server **out);
+/* Serve until SHUTDOWN by an admin, skv_server_stop, or (handle_signals)
+ * SIGTERM/SIGINT; then stop accepting and reading, finish the requests in
+ * flight, flush their replies (5 s at most) and return 0. */
+int skv_server_run(skv_server *s);
+/* Ask a running server to stop (any thread; async-signal-safe). */
+void skv_server_stop(skv_server *s);
+/* Join the workers, close the store, remove the socket file. NULL is a
+ * no-op. */
+void skv_server_free(skv_server *s);
+
+/* ------------------------------------------------------------------------
+ * The config file (server/README.md, "Config file"), exposed for tests.
+ * ---------------------------------------------------------------------- */
+typedef struct {
+    char name[SEQKV_NAME_MAX + 1];
+    int admin;
+    int has_token;
+    uint8_t token_hash[32]; /* BLAKE2b-256 of the token */
+} skv_server_tenant;
+
+typedef enum { SKV_RULE_UID = 0, SKV_RULE_GID = 1 } skv_server_rule_kind;
+typedef struct {
+    skv_server_rule_kind kind;
+    uint32_t id;
+    int tenant; /* index into tenants */
+} skv_server_rule;
+
+typedef struct {
+    skv_server_tenant tenants[SKV_SERVER_MAX_TENANTS];
+    size_t ntenants;
+    skv_server_rule rules[SKV_SERVER_MAX_TENANTS * 4];
+    size_t nrules;
+    uint32_t admin_uids[64];
+    size_t nadmin_uids;
+    size_t max_clients, max_args;
+    uint64_t max_bulk, max_query, max_output;
+    int threads; /* 0: not set */
+} skv_server_config;
+
+/* Defaults, then the config text's lines applied. SKV_ERR_FORMAT with the
+ * line number and reason in the detail. */
+int skv_server_config_parse(const char *text, size_t len, skv_server_config *out);
+void skv_server_config_default(skv_server_config *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SKV_SERVER_H */

@@ -1,0 +1,248 @@
+"""seqkv client: the seqkvd Unix-socket protocol (RESP) from Python.
+
+Standard library only; numpy is used when it is installed (get() then
+returns arrays shaped [layers, 2, n, kv_heads, head_dim]). Tokens travel
+as little-endian u32, KV as raw bytes in the store layout
+[layer][k, v][token][kv_head][head_dim] of the profile's dtype.
+
+    import seqkv
+    c = seqkv.Client("/tmp/seqkv.sock")
+    c.profile_set("llama", layers=2, kv_heads=2, head_dim=8, dtype="bf16")
+    c.put("llama", tokens, kv)          # -> tokens newly stored
+    c.lookup("llama", tokens)           # -> longest cached prefix
+    kv = c.get("llama", tokens)         # the KV of that prefix
+    c.profile_get("llama")              # -> dict (layers, dtype, token_bytes, ...)
+    c.stats()                           # -> dict (tokens, raw_bytes, ..., "level.raw": [...])
+
+Errors from the server raise seqkv.Error (its .code is the reply's first
+word: NOTFOUND, SHAPE, CORRUPT, TOOLARGE, WRONGPASS, NOPERM, ERR, ...);
+get() of a prefix nobody cached raises Error with code NOTFOUND.
+
+The server answers RESP2 unless HELLO 3 was sent: maps (KV.PROFILE GET,
+KV.STATS) arrive as flat [key, value, ...] arrays and doubles as bulk
+strings; this module turns both into dicts with int/float/str values.
+"""
+import socket
+import struct
+
+try:
+    import numpy as _np
+except ImportError:  # pragma: no cover - numpy is optional
+    _np = None
+
+__all__ = ["Client", "Error"]
+
+
+class Error(Exception):
+    """An error reply (-CODE message) from the server."""
+
+    def __init__(self, line):
+        super().__init__(line)
+        self.code = line.split(" ", 1)[0] if line else "ERR"
+
+
+def _tokens_bytes(tokens):
+    if isinstance(tokens, (bytes, bytearray, memoryview)):
+        return bytes(tokens)
+    if _np is not None and isinstance(tokens, _np.ndarray):
+        return tokens.astype("<u4", copy=False).tobytes()
+    return struct.pack("<%dI" % len(tokens), *tokens)
+
+
+def _kv_bytes(kv):
+    if isinstance(kv, (bytes, bytearray, memoryview)):
+        return bytes(kv)
+    if _np is not None and isinstance(kv, _np.ndarray):
+        if kv.dtype.byteorder == ">":
+            kv = kv.astype(kv.dtype.newbyteorder("<"))
+        return _np.ascontiguousarray(kv).tobytes()
+    raise TypeError("kv must be bytes or a numpy array")
+
+
+_NP_DTYPES = {"fp32": "<f4", "f32": "<f4", "fp16": "<f2", "f16": "<f2",
+              "bf16": "<u2", "fp8": "u1", "f8": "u1", "f8e4m3": "u1"}
+
+
+def _text(v):
+    return v.decode(errors="replace") if isinstance(v, bytes) else v
+
+
+def _as_dict(r):
+    """A map reply (RESP3 dict, or RESP2 flat array) as a dict of str keys;
+    bulk values decoded to str, nested arrays kept as lists."""
+    if isinstance(r, list):
+        r = {r[i]: r[i + 1] for i in range(0, len(r) - 1, 2)}
+    out = {}
+    for k, v in r.items():
+        if isinstance(v, list):
+            v = [_text(x) for x in v]
+        out[_text(k)] = _text(v)
+    return out
+
+
+class Client:
+    """A blocking connection to seqkvd."""
+
+    def __init__(self, path, auth=None, timeout=None):
+        """auth: a token, or (tenant, token)."""
+        self._s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if timeout is not None:
+            self._s.settimeout(timeout)
+        self._s.connect(path)
+        self._buf = bytearray()
+        self._profiles = {}
+        if auth is not None:
+            if isinstance(auth, (tuple, list)):
+                self.call("AUTH", *auth)
+            else:
+                self.call("AUTH", auth)
+
+    def close(self):
+        self._s.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- RESP ------------------------------------------------------------
+    def _send(self, args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            if isinstance(a, str):
+                a = a.encode()
+            elif isinstance(a, int):
+                a = str(a).encode()
+            out.append(b"$%d\r\n" % len(a))
+            out.append(bytes(a))
+            out.append(b"\r\n")
+        self._s.sendall(b"".join(out))
+
+    def _fill(self, n):
+        while len(self._buf) < n:
+            chunk = self._s.recv(max(65536, n - len(self._buf)))
+            if not chunk:
+                raise ConnectionError("seqkvd closed the connection")
+            self._buf += chunk
+
+    def _line(self):
+        while True:
+            i = self._buf.find(b"\r\n")
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[: i + 2]
+                return line
+            self._fill(len(self._buf) + 1)
+
+    def _reply(self):
+        line = self._line()
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            raise Error(rest.decode(errors="replace"))
+        if t == b":":
+            return int(rest)
+        if t in (b"$", b"="):
+            n = int(rest)
+            if n < 0:
+                return None
+            self._fill(n + 2)
+            data = bytes(self._buf[:n])
+            del self._buf[: n + 2]
+            return data
+        if t in (b"*", b"~", b">"):
+            n = int(rest)
+            return None if n < 0 else [self._reply() for _ in range(n)]
+        if t == b"%":
+            n = int(rest)
+            out = {}
+            for _ in range(n):
+                k = self._reply()
+                out[k.decode() if isinstance(k, bytes) else k] = self._reply()
+            return out
+        if t == b"_":
+            return None
+        if t == b",":
+            return float(rest)
+        if t == b"#":
+            return rest == b"t"
+        raise Error("ERR unexpected reply type %r" % t)
+
+    def call(self, *args):
+        """Send one command, return its reply (raises Error on -ERR)."""
+        self._send(args)
+        return self._reply()
+
+    # -- commands ----------------------------------------------------------
+    def ping(self):
+        return self.call("PING")
+
+    def profile_set(self, name, **fields):
+        args = ["KV.PROFILE", "SET", name]
+        for k, v in fields.items():
+            args += [k, str(v)]
+        self._profiles.pop(name, None)
+        return self.call(*args)
+
+    def profile_get(self, name):
+        """The profile as a dict: name, layers, kv_heads, head_dim, dtype,
+        level, rope_theta (float), rope_dim, rope_half, chunk, model,
+        calibrated, token_bytes, id."""
+        out = _as_dict(self.call("KV.PROFILE", "GET", name))
+        if "rope_theta" in out:
+            out["rope_theta"] = float(out["rope_theta"])
+        return out
+
+    def put(self, profile, tokens, kv):
+        """Store the KV of tokens (bytes or a numpy array in the store
+        layout); returns the positions the server newly stored. Only the
+        part after the longest cached prefix is stored, but a new record
+        starts at a chunk boundary, so a shared start of a chunk counts
+        again."""
+        return self.call("KV.PUT", profile, _tokens_bytes(tokens), _kv_bytes(kv))
+
+    def lookup(self, profile, tokens):
+        """Longest cached prefix of tokens, in tokens."""
+        return self.call("KV.LOOKUP", profile, _tokens_bytes(tokens))
+
+    def get(self, profile, tokens, n=None, raw=False):
+        """KV of the first n tokens (default: the longest cached prefix):
+        a numpy array [layers, 2, n, kv_heads, head_dim] when numpy exists
+        (bf16 as uint16 bit patterns, fp8 as uint8), else bytes."""
+        args = ["KV.GET", profile, _tokens_bytes(tokens)]
+        if n is not None:
+            args.append(int(n))
+        data = self.call(*args)
+        if raw or _np is None:
+            return data
+        p = self._profiles.get(profile)
+        if p is None:
+            p = self._profiles[profile] = self.profile_get(profile)
+        dt = _np.dtype(_NP_DTYPES[str(p["dtype"]).lower()])
+        L, H, D = int(p["layers"]), int(p["kv_heads"]), int(p["head_dim"])
+        per = L * 2 * H * D * dt.itemsize
+        return _np.frombuffer(data, dtype=dt).reshape(L, 2, len(data) // per, H, D)
+
+    def delete(self, profile, tokens):
+        """Delete what only this sequence uses; returns tokens removed."""
+        return self.call("KV.DEL", profile, _tokens_bytes(tokens))
+
+    def calibrate(self, profile, max_seq=None):
+        """Learn the profile's calibration from stored sequences (admin)."""
+        if max_seq is None:
+            return self.call("KV.CALIBRATE", profile)
+        return self.call("KV.CALIBRATE", profile, int(max_seq))
+
+    def stats(self):
+        """This tenant's store statistics as a dict (ratio a float,
+        "level.<name>" a [tokens, raw_bytes, stored_bytes] list)."""
+        out = _as_dict(self.call("KV.STATS"))
+        if "ratio" in out:
+            out["ratio"] = float(out["ratio"])
+        return out
+
+    def info(self, section=None):
+        r = self.call("INFO", section) if section else self.call("INFO")
+        return r.decode() if isinstance(r, bytes) else r

@@ -1,0 +1,1031 @@
+/* The server's commands (server/README.md documents each), INFO and the
+ * per-tenant and per-command statistics.
+ *
+ * Commands flagged SRV_F_LOOP run on the loop thread and touch only the
+ * client; the others run on a worker and touch only their job, the store
+ * handle (thread-safe) and the statistics (under smu). The tenant is
+ * always the client's, fixed when it connected or authenticated: no
+ * command takes a tenant argument. */
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server_int.h"
+
+/* ------------------------------------------------------------------------
+ * Helpers
+ * ---------------------------------------------------------------------- */
+static int arg_is(const srv_job *j, size_t i, const char *s)
+{
+    return i < j->cmd.argc && j->cmd.argl[i] == strlen(s) &&
+           strcasecmp((const char *)j->cmd.argv[i], s) == 0;
+}
+
+static const char *tenant_name(const skv_server *s, const srv_job *j)
+{
+    return s->cfg.tenants[j->tenant].name;
+}
+
+static void err_reply(srv_job *j, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void err_reply(srv_job *j, const char *code, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    skv_rbuf_error(&j->reply, code, "%s", msg);
+}
+
+/* A store error as a reply: NOTFOUND, SHAPE, CORRUPT, TOOLARGE, else ERR. */
+static void store_err(skv_server *s, srv_job *j, int rc, const char *what)
+{
+    const char *code = "ERR";
+    switch (rc) {
+    case SKV_ERR_NOT_FOUND: code = "NOTFOUND"; break;
+    case SKV_ERR_SHAPE: code = "SHAPE"; break;
+    case SKV_ERR_CORRUPT: code = "CORRUPT"; break;
+    case SKV_ERR_TOO_LARGE: code = "TOOLARGE"; break;
+    default: break;
+    }
+    const char *d = skv_error_detail();
+    if (d && *d)
+        err_reply(j, code, "%s: %s (%s)", what, skv_strerror(rc), d);
+    else
+        err_reply(j, code, "%s: %s", what, skv_strerror(rc));
+    if (j->tenant >= 0) {
+        pthread_mutex_lock(&s->smu);
+        s->ts[j->tenant].errors++;
+        pthread_mutex_unlock(&s->smu);
+    }
+}
+
+static int parse_ll(const uint8_t *a, size_t len, long long lo, long long hi, long long *out)
+{
+    if (len == 0 || len > 18)
+        return -1;
+    long long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (a[i] < '0' || a[i] > '9')
+            return -1;
+        v = v * 10 + (a[i] - '0');
+    }
+    if (v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* A profile name argument; replies and returns -1 when it is not one. */
+static int name_arg(srv_job *j, size_t i, char out[SEQKV_NAME_MAX + 1])
+{
+    size_t n = j->cmd.argl[i];
+    if (n == 0 || n > SEQKV_NAME_MAX || memchr(j->cmd.argv[i], 0, n)) {
+        err_reply(j, "ERR", "a profile name is 1 to %d bytes", SEQKV_NAME_MAX);
+        return -1;
+    }
+    memcpy(out, j->cmd.argv[i], n + 1);
+    return 0;
+}
+
+/* Tokens: a bulk of little-endian u32. Replies and returns -1 on error. */
+static int tokens_arg(srv_job *j, size_t i, int32_t **tok, size_t *n)
+{
+    size_t len = j->cmd.argl[i];
+    *tok = NULL;
+    if (len == 0 || len % 4) {
+        err_reply(j, "ERR", "tokens are a non-empty bulk of little-endian u32 (%zu bytes given)",
+                  len);
+        return -1;
+    }
+    if (len / 4 > SEQKV_MAX_TOKENS) {
+        err_reply(j, "TOOLARGE", "%zu tokens: at most %u per request", len / 4, SEQKV_MAX_TOKENS);
+        return -1;
+    }
+    int32_t *t = skv_malloc(len);
+    if (!t) {
+        err_reply(j, "ERR", "out of memory");
+        return -1;
+    }
+    for (size_t k = 0; k < len / 4; k++) {
+        uint32_t v = skv_load32_le(j->cmd.argv[i] + 4 * k);
+        if (v > INT32_MAX) {
+            skv_free(t);
+            err_reply(j, "ERR", "token %zu is %" PRIu32 ": token ids are below 2^31", k, v);
+            return -1;
+        }
+        t[k] = (int32_t)v;
+    }
+    *tok = t;
+    *n = len / 4;
+    return 0;
+}
+
+static size_t token_bytes(const seqkv_profile *p)
+{
+    return (size_t)p->layers * 2 * (size_t)p->kv_heads * (size_t)p->head_dim *
+           skv_dtype_size(p->dtype);
+}
+
+static const char *dtype_user(skv_dtype d)
+{
+    switch (d) {
+    case SKV_DT_F32: return "fp32";
+    case SKV_DT_BF16: return "bf16";
+    case SKV_DT_F16: return "fp16";
+    case SKV_DT_F8E4M3: return "fp8";
+    default: return "?";
+    }
+}
+
+#define TS(s, j) (&(s)->ts[(j)->tenant])
+
+/* ------------------------------------------------------------------------
+ * Loop-thread commands
+ * ---------------------------------------------------------------------- */
+static void cmd_ping(skv_server *s, srv_job *j)
+{
+    (void)s;
+    if (j->cmd.argc == 2)
+        skv_rbuf_bulk(&j->reply, j->cmd.argv[1], j->cmd.argl[1]);
+    else
+        skv_rbuf_simple(&j->reply, "PONG");
+}
+
+static void auth_failed(skv_server *s, srv_job *j)
+{
+    err_reply(j, "WRONGPASS", "invalid token or tenant name");
+    if (j->c->auth_fails >= 3) {
+        j->close_after = 1;
+        srv_log(s, "client %llu (uid %u): %d failed AUTH attempts, closing",
+                (unsigned long long)j->c->id, (unsigned)j->c->uid, j->c->auth_fails);
+    }
+}
+
+/* AUTH <token> | AUTH <tenant> <token> */
+static void cmd_auth(skv_server *s, srv_job *j)
+{
+    int two = j->cmd.argc == 3;
+    if (srv_auth(s, j->c, two ? j->cmd.argv[1] : NULL, two ? j->cmd.argl[1] : 0,
+                 j->cmd.argv[two ? 2 : 1], j->cmd.argl[two ? 2 : 1])) {
+        auth_failed(s, j);
+        return;
+    }
+    skv_rbuf_simple(&j->reply, "OK");
+}
+
+/* HELLO [protover [AUTH user pass] [SETNAME name]] */
+static void cmd_hello(skv_server *s, srv_job *j)
+{
+    srv_client *c = j->c;
+    int proto = c->proto;
+    size_t i = 1;
+    if (j->cmd.argc > 1) {
+        long long v;
+        if (parse_ll(j->cmd.argv[1], j->cmd.argl[1], 0, 1000, &v) || (v != 2 && v != 3)) {
+            err_reply(j, "NOPROTO", "unsupported protocol version (2 or 3)");
+            return;
+        }
+        proto = (int)v;
+        i = 2;
+    }
+    for (; i < j->cmd.argc; i++) {
+        if (arg_is(j, i, "AUTH") && i + 2 < j->cmd.argc) {
+            if (srv_auth(s, c, j->cmd.argv[i + 1], j->cmd.argl[i + 1], j->cmd.argv[i + 2],
+                         j->cmd.argl[i + 2])) {
+                auth_failed(s, j);
+                return;
+            }
+            i += 2;
+        } else if (arg_is(j, i, "SETNAME") && i + 1 < j->cmd.argc) {
+            i++;
+        } else {
+            err_reply(j, "ERR", "syntax error in HELLO");
+            return;
+        }
+    }
+    if (c->tenant < 0) {
+        err_reply(j, "NOAUTH", "HELLO must be called with AUTH (this peer has no tenant)");
+        return;
+    }
+    c->proto = proto;
+    j->proto = proto;
+    skv_rbuf *r = &j->reply;
+    skv_rbuf_map(r, proto, 9);
+    skv_rbuf_bulk_str(r, "server");
+    skv_rbuf_bulk_str(r, "seqkv");
+    skv_rbuf_bulk_str(r, "version");
+    skv_rbuf_bulk_str(r, SEQKV_VERSION);
+    skv_rbuf_bulk_str(r, "proto");
+    skv_rbuf_int(r, proto);
+    skv_rbuf_bulk_str(r, "id");
+    skv_rbuf_int(r, (long long)c->id);
+    skv_rbuf_bulk_str(r, "mode");
+    skv_rbuf_bulk_str(r, "standalone");
+    skv_rbuf_bulk_str(r, "role");
+    skv_rbuf_bulk_str(r, "master");
+    skv_rbuf_bulk_str(r, "modules");
+    skv_rbuf_array(r, 0);
+    skv_rbuf_bulk_str(r, "tenant");
+    skv_rbuf_bulk_str(r, s->cfg.tenants[c->tenant].name);
+    skv_rbuf_bulk_str(r, "admin");
+    skv_rbuf_int(r, c->admin);
+}
+
+static void cmd_quit(skv_server *s, srv_job *j)
+{
+    (void)s;
+    skv_rbuf_simple(&j->reply, "OK");
+    j->close_after = 1;
+}
+
+/* COMMAND [...]: an empty list, so that interactive redis-cli starts. */
+static void cmd_command(skv_server *s, srv_job *j)
+{
+    (void)s;
+    skv_rbuf_array(&j->reply, 0);
+}
+
+/* CLIENT SETNAME|SETINFO|ID: what client libraries send on connect. */
+static void cmd_client(skv_server *s, srv_job *j)
+{
+    (void)s;
+    if (arg_is(j, 1, "ID"))
+        skv_rbuf_int(&j->reply, (long long)j->c->id);
+    else if (arg_is(j, 1, "SETNAME") || arg_is(j, 1, "SETINFO"))
+        skv_rbuf_simple(&j->reply, "OK");
+    else
+        err_reply(j, "ERR", "CLIENT supports ID, SETNAME and SETINFO");
+}
+
+static void cmd_shutdown(skv_server *s, srv_job *j)
+{
+    srv_log(s, "SHUTDOWN by client %llu (tenant %s, uid %u)", (unsigned long long)j->c->id,
+            tenant_name(s, j), (unsigned)j->c->uid);
+    skv_rbuf_simple(&j->reply, "OK");
+    atomic_store(&s->stop_req, 1);
+}
+
+/* ------------------------------------------------------------------------
+ * KV.PROFILE SET|GET
+ * ---------------------------------------------------------------------- */
+static void profile_reply(srv_job *j, const seqkv_profile *p)
+{
+    skv_rbuf *r = &j->reply;
+    char hex[65];
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", p->id[i]);
+    skv_rbuf_map(r, j->proto, 14);
+    skv_rbuf_bulk_str(r, "name");
+    skv_rbuf_bulk_str(r, p->name);
+    skv_rbuf_bulk_str(r, "layers");
+    skv_rbuf_int(r, p->layers);
+    skv_rbuf_bulk_str(r, "kv_heads");
+    skv_rbuf_int(r, p->kv_heads);
+    skv_rbuf_bulk_str(r, "head_dim");
+    skv_rbuf_int(r, p->head_dim);
+    skv_rbuf_bulk_str(r, "dtype");
+    skv_rbuf_bulk_str(r, dtype_user(p->dtype));
+    skv_rbuf_bulk_str(r, "level");
+    skv_rbuf_bulk_str(r, seqkv_level_name(p->level));
+    skv_rbuf_bulk_str(r, "rope_theta");
+    skv_rbuf_double(r, j->proto, p->rope_theta);
+    skv_rbuf_bulk_str(r, "rope_dim");
+    skv_rbuf_int(r, p->rope_dim);
+    skv_rbuf_bulk_str(r, "rope_half");
+    skv_rbuf_int(r, p->rope_half);
+    skv_rbuf_bulk_str(r, "chunk");
+    skv_rbuf_int(r, p->chunk);
+    skv_rbuf_bulk_str(r, "model");
+    skv_rbuf_bulk_str(r, p->model);
+    skv_rbuf_bulk_str(r, "calibrated");
+    skv_rbuf_int(r, p->has_calib);
+    skv_rbuf_bulk_str(r, "token_bytes");
+    skv_rbuf_int(r, (long long)token_bytes(p));
+    skv_rbuf_bulk_str(r, "id");
+    skv_rbuf_bulk_str(r, hex);
+}
+
+static void profile_set(skv_server *s, srv_job *j)
+{
+    char name[SEQKV_NAME_MAX + 1];
+    if (name_arg(j, 2, name))
+        return;
+    if ((j->cmd.argc - 3) % 2) {
+        err_reply(j, "ERR", "KV.PROFILE SET <name> <key> <value> [<key> <value> ...]");
+        return;
+    }
+    seqkv_profile want;
+    memset(&want, 0, sizeof want);
+    int have_dtype = 0, have_level = 0, have_model = 0, have_theta = 0, have_rdim = 0,
+        have_rhalf = 0;
+    want.dtype = SKV_DT_BF16;
+    for (size_t i = 3; i < j->cmd.argc; i += 2) {
+        const char *v = (const char *)j->cmd.argv[i + 1];
+        size_t vl = j->cmd.argl[i + 1];
+        long long x;
+        if (memchr(v, 0, vl)) {
+            err_reply(j, "ERR", "a profile value holds a NUL byte");
+            return;
+        }
+        if (arg_is(j, i, "layers") || arg_is(j, i, "kv_heads") || arg_is(j, i, "head_dim")) {
+            if (parse_ll((const uint8_t *)v, vl, 1, 1 << 16, &x)) {
+                err_reply(j, "ERR", "%s wants an integer in [1, 65536]", j->cmd.argv[i]);
+                return;
+            }
+            int *f = arg_is(j, i, "layers") ? &want.layers
+                   : arg_is(j, i, "kv_heads") ? &want.kv_heads : &want.head_dim;
+            *f = (int)x;
+        } else if (arg_is(j, i, "dtype")) {
+            if (skv_dtype_from_user(v, &want.dtype) || want.dtype == SKV_DT_I32) {
+                err_reply(j, "ERR", "dtype wants bf16, fp16, fp8 or fp32");
+                return;
+            }
+            have_dtype = 1;
+        } else if (arg_is(j, i, "level")) {
+            if (seqkv_level_parse(v, &want.level)) {
+                err_reply(j, "ERR", "level wants raw, stat, ctx, spec or full");
+                return;
+            }
+            have_level = 1;
+        } else if (arg_is(j, i, "model")) {
+            if (vl == 0 || vl > SEQKV_PATH_MAX) {
+                err_reply(j, "ERR", "model wants a path of 1 to %d bytes", SEQKV_PATH_MAX);
+                return;
+            }
+            memcpy(want.model, v, vl + 1);
+            have_model = 1;
+        } else if (arg_is(j, i, "rope_theta")) {
+            char *end;
+            float f = strtof(v, &end);
+            if (end == v || *end || !(f >= 0.0f && f <= 1e12f)) {
+                err_reply(j, "ERR", "rope_theta wants a number in [0, 1e12]");
+                return;
+            }
+            want.rope_theta = f;
+            have_theta = 1;
+        } else if (arg_is(j, i, "rope_dim")) {
+            if (parse_ll((const uint8_t *)v, vl, 0, 1 << 16, &x)) {
+                err_reply(j, "ERR", "rope_dim wants an integer in [0, 65536]");
+                return;
+            }
+            want.rope_dim = (int)x;
+            have_rdim = 1;
+        } else if (arg_is(j, i, "rope_half")) {
+            if (parse_ll((const uint8_t *)v, vl, 0, 1, &x)) {
+                err_reply(j, "ERR", "rope_half wants 0 or 1");
+                return;
+            }
+            want.rope_half = (int)x;
+            have_rhalf = 1;
+        } else if (arg_is(j, i, "chunk")) {
+            if (parse_ll((const uint8_t *)v, vl, 1, SEQKV_CHUNK_MAX, &x)) {
+                err_reply(j, "ERR", "chunk wants an integer in [1, %d]", SEQKV_CHUNK_MAX);
+                return;
+            }
+            want.chunk = (int)x;
+        } else {
+            err_reply(j, "ERR",
+                      "unknown profile key '%.40s' (model, layers, kv_heads, head_dim, dtype, "
+                      "level, rope_theta, rope_dim, rope_half, chunk)",
+                      j->cmd.argv[i]);
+            return;
+        }
+    }
+    /* A model path makes the server read a file as itself: admins only. */
+    if (have_model && !j->admin) {
+        err_reply(j, "NOPERM", "only an admin tenant may name a model file");
+        return;
+    }
+    seqkv_profile cur;
+    int rc = seqkv_profile_get(s->db, name, &cur);
+    if (rc == 0) {
+        if ((want.layers && want.layers != cur.layers) ||
+            (want.kv_heads && want.kv_heads != cur.kv_heads) ||
+            (want.head_dim && want.head_dim != cur.head_dim) ||
+            (have_dtype && want.dtype != cur.dtype) || (want.chunk && want.chunk != cur.chunk) ||
+            (have_theta && want.rope_theta != cur.rope_theta) ||
+            (have_rdim && want.rope_dim != cur.rope_dim) ||
+            (have_rhalf && want.rope_half != cur.rope_half)) {
+            err_reply(j, "SHAPE",
+                      "profile %s exists with another shape, dtype, RoPE or chunk (a new shape "
+                      "is a new profile)",
+                      name);
+            return;
+        }
+        if (!have_level && !have_model) {
+            skv_rbuf_simple(&j->reply, "OK");
+            return;
+        }
+        if ((have_level && want.level == cur.level) && !have_model) {
+            skv_rbuf_simple(&j->reply, "OK");
+            return;
+        }
+        /* changing a shared profile's level or model affects every tenant */
+        if (!j->admin) {
+            err_reply(j, "NOPERM", "only an admin tenant may change an existing profile");
+            return;
+        }
+        if (have_level)
+            cur.level = want.level;
+        if (have_model)
+            memcpy(cur.model, want.model, sizeof cur.model);
+        rc = seqkv_profile_set(s->db, &cur);
+    } else if (rc == SKV_ERR_NOT_FOUND) {
+        if (!have_model && (!want.layers || !want.kv_heads || !want.head_dim)) {
+            err_reply(j, "ERR", "a new profile needs layers, kv_heads and head_dim (or a model)");
+            return;
+        }
+        memcpy(want.name, name, sizeof want.name);
+        rc = seqkv_profile_set(s->db, &want);
+    }
+    if (rc == SKV_ERR_UNSUPPORTED) /* accepted: codes raw until calibrated */
+        rc = 0;
+    if (rc) {
+        store_err(s, j, rc, "KV.PROFILE SET");
+        return;
+    }
+    skv_rbuf_simple(&j->reply, "OK");
+}
+
+static void cmd_profile(skv_server *s, srv_job *j)
+{
+    if (arg_is(j, 1, "SET")) {
+        profile_set(s, j);
+    } else if (arg_is(j, 1, "GET")) {
+        char name[SEQKV_NAME_MAX + 1];
+        if (j->cmd.argc != 3) {
+            err_reply(j, "ERR", "KV.PROFILE GET <name>");
+            return;
+        }
+        if (name_arg(j, 2, name))
+            return;
+        seqkv_profile p;
+        int rc = seqkv_profile_get(s->db, name, &p);
+        if (rc) {
+            store_err(s, j, rc, "KV.PROFILE GET");
+            return;
+        }
+        profile_reply(j, &p);
+    } else {
+        err_reply(j, "ERR", "KV.PROFILE SET|GET");
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * KV.PUT, KV.LOOKUP, KV.GET, KV.DEL, KV.CALIBRATE, KV.STATS
+ * ---------------------------------------------------------------------- */
+static void cmd_put(skv_server *s, srv_job *j)
+{
+    char prof[SEQKV_NAME_MAX + 1];
+    int32_t *tok;
+    size_t n;
+    if (name_arg(j, 1, prof) || tokens_arg(j, 2, &tok, &n))
+        return;
+    seqkv_put_result res;
+    memset(&res, 0, sizeof res);
+    int rc = seqkv_put(s->db, tenant_name(s, j), prof, tok, n, j->cmd.argv[3], j->cmd.argl[3],
+                       NULL, &res);
+    skv_free(tok);
+    if (rc) {
+        store_err(s, j, rc, "KV.PUT");
+        return;
+    }
+    pthread_mutex_lock(&s->smu);
+    TS(s, j)->puts++;
+    TS(s, j)->tokens_put += n;
+    TS(s, j)->new_tokens += res.new_tokens;
+    TS(s, j)->put_bytes += j->cmd.argl[3];
+    TS(s, j)->evictions += (uint64_t)(res.evicted > 0 ? res.evicted : 0);
+    pthread_mutex_unlock(&s->smu);
+    skv_rbuf_int(&j->reply, (long long)res.new_tokens);
+}
+
+/* NOT_FOUND from lookup/get/del: an unknown tenant (it never put) is a
+ * miss; an unknown profile is an error. 1 when it is a miss. */
+static int miss_or_err(skv_server *s, srv_job *j, const char *prof, int rc, const char *what)
+{
+    if (rc == SKV_ERR_NOT_FOUND) {
+        seqkv_profile p;
+        int rp = seqkv_profile_get(s->db, prof, &p);
+        if (rp == 0)
+            return 1;
+        store_err(s, j, rp, what);
+        return 0;
+    }
+    store_err(s, j, rc, what);
+    return 0;
+}
+
+static void cmd_lookup(skv_server *s, srv_job *j)
+{
+    char prof[SEQKV_NAME_MAX + 1];
+    int32_t *tok;
+    size_t n, m = 0;
+    if (name_arg(j, 1, prof) || tokens_arg(j, 2, &tok, &n))
+        return;
+    int rc = seqkv_lookup(s->db, tenant_name(s, j), prof, tok, n, &m);
+    skv_free(tok);
+    if (rc) {
+        if (!miss_or_err(s, j, prof, rc, "KV.LOOKUP"))
+            return;
+        m = 0;
+    }
+    pthread_mutex_lock(&s->smu);
+    TS(s, j)->lookups++;
+    if (m)
+        TS(s, j)->lookup_hits++;
+    else
+        TS(s, j)->lookup_misses++;
+    pthread_mutex_unlock(&s->smu);
+    skv_rbuf_int(&j->reply, (long long)m);
+}
+
+static void get_counted(skv_server *s, srv_job *j, size_t got, size_t bytes)
+{
+    pthread_mutex_lock(&s->smu);
+    TS(s, j)->gets++;
+    if (got) {
+        TS(s, j)->get_hits++;
+        TS(s, j)->tokens_served += got;
+        TS(s, j)->bytes_served += bytes;
+    } else {
+        TS(s, j)->get_misses++;
+    }
+    pthread_mutex_unlock(&s->smu);
+}
+
+/* KV.GET <profile> <tokens> [<n>] [LAYERS] */
+static void cmd_get(skv_server *s, srv_job *j)
+{
+    char prof[SEQKV_NAME_MAX + 1];
+    int32_t *tok = NULL;
+    size_t n, want = 0;
+    int layers = 0;
+    for (size_t i = 3; i < j->cmd.argc; i++) {
+        long long v;
+        if (arg_is(j, i, "LAYERS")) {
+            layers = 1;
+        } else if (!want && parse_ll(j->cmd.argv[i], j->cmd.argl[i], 1, SEQKV_MAX_TOKENS, &v) == 0) {
+            want = (size_t)v;
+        } else {
+            err_reply(j, "ERR", "KV.GET <profile> <tokens> [<n>] [LAYERS]: n is a token count "
+                                "in [1, %u]", SEQKV_MAX_TOKENS);
+            return;
+        }
+    }
+    if (name_arg(j, 1, prof) || tokens_arg(j, 2, &tok, &n))
+        return;
+    if (want > n) {
+        skv_free(tok);
+        err_reply(j, "ERR", "n (%zu) is more than the %zu tokens given", want, n);
+        return;
+    }
+    seqkv_profile p;
+    int rc = seqkv_profile_get(s->db, prof, &p);
+    if (rc) {
+        skv_free(tok);
+        store_err(s, j, rc, "KV.GET");
+        return;
+    }
+    const char *tn = tenant_name(s, j);
+    if (!want) {
+        size_t m = 0;
+        rc = seqkv_lookup(s->db, tn, prof, tok, n, &m);
+        if (rc && rc != SKV_ERR_NOT_FOUND) {
+            skv_free(tok);
+            store_err(s, j, rc, "KV.GET");
+            return;
+        }
+        if (m == 0) {
+            skv_free(tok);
+            get_counted(s, j, 0, 0);
+            err_reply(j, "NOTFOUND", "KV.GET: no prefix of these tokens is cached");
+            return;
+        }
+        want = m;
+    }
+    const size_t tb = token_bytes(&p);
+    const size_t bytes = want * tb;
+    if (bytes > s->cfg.max_bulk || bytes + 64 > s->cfg.max_output) {
+        skv_free(tok);
+        err_reply(j, "TOOLARGE", "KV.GET: %zu tokens are %zu bytes, more than the server's reply "
+                                 "limit (max-bulk %" PRIu64 ")", want, bytes, s->cfg.max_bulk);
+        return;
+    }
+    size_t got = 0;
+    if (!layers) {
+        char hdr[32];
+        int hl = snprintf(hdr, sizeof hdr, "$%zu\r\n", bytes);
+        skv_rbuf_raw(&j->reply, hdr, (size_t)hl);
+        uint8_t *dst = skv_rbuf_reserve(&j->reply, bytes + 2);
+        if (!dst) {
+            skv_free(tok);
+            skv_rbuf_free(&j->reply);
+            err_reply(j, "ERR", "out of memory");
+            return;
+        }
+        rc = seqkv_get(s->db, tn, prof, tok, n, want, dst, bytes, &got);
+        skv_free(tok);
+        if (rc || got != want) {
+            skv_rbuf_free(&j->reply);
+            get_counted(s, j, 0, 0);
+            if (rc == 0 || rc == SKV_ERR_NOT_FOUND)
+                err_reply(j, "NOTFOUND", "KV.GET: fewer than %zu tokens of this prefix are cached",
+                          want);
+            else
+                store_err(s, j, rc, "KV.GET");
+            return;
+        }
+        memcpy(dst + bytes, "\r\n", 2);
+    } else {
+        uint8_t *buf = skv_malloc(bytes ? bytes : 1);
+        if (!buf) {
+            skv_free(tok);
+            err_reply(j, "ERR", "out of memory");
+            return;
+        }
+        rc = seqkv_get(s->db, tn, prof, tok, n, want, buf, bytes, &got);
+        skv_free(tok);
+        if (rc || got != want) {
+            skv_free(buf);
+            get_counted(s, j, 0, 0);
+            if (rc == 0 || rc == SKV_ERR_NOT_FOUND)
+                err_reply(j, "NOTFOUND", "KV.GET: fewer than %zu tokens of this prefix are cached",
+                          want);
+            else
+                store_err(s, j, rc, "KV.GET");
+            return;
+        }
+        /* layer l is one contiguous slab [k, v][token][kv_head][head_dim] */
+        size_t slab = bytes / (size_t)p.layers;
+        skv_rbuf_array(&j->reply, (size_t)p.layers);
+        for (int l = 0; l < p.layers; l++)
+            skv_rbuf_bulk(&j->reply, buf + (size_t)l * slab, slab);
+        skv_free(buf);
+    }
+    get_counted(s, j, got, bytes);
+}
+
+static void cmd_del(skv_server *s, srv_job *j)
+{
+    char prof[SEQKV_NAME_MAX + 1];
+    int32_t *tok;
+    size_t n, removed = 0;
+    if (name_arg(j, 1, prof) || tokens_arg(j, 2, &tok, &n))
+        return;
+    int rc = seqkv_del(s->db, tenant_name(s, j), prof, tok, n, &removed);
+    skv_free(tok);
+    if (rc) {
+        if (!miss_or_err(s, j, prof, rc, "KV.DEL"))
+            return;
+        removed = 0;
+    }
+    pthread_mutex_lock(&s->smu);
+    TS(s, j)->dels++;
+    TS(s, j)->tokens_deleted += removed;
+    pthread_mutex_unlock(&s->smu);
+    skv_rbuf_int(&j->reply, (long long)removed);
+}
+
+/* KV.CALIBRATE <profile> [<max_seq>]: admin only -- it learns from the
+ * sequences of every tenant and changes the profile for all of them. */
+static void cmd_calibrate(skv_server *s, srv_job *j)
+{
+    char prof[SEQKV_NAME_MAX + 1];
+    long long max_seq = 0;
+    if (name_arg(j, 1, prof))
+        return;
+    if (j->cmd.argc == 3 && parse_ll(j->cmd.argv[2], j->cmd.argl[2], 1, 1 << 20, &max_seq)) {
+        err_reply(j, "ERR", "KV.CALIBRATE <profile> [<max_seq>]: max_seq in [1, 1048576]");
+        return;
+    }
+    int rc = seqkv_calibrate(s->db, prof, (size_t)max_seq);
+    if (rc) {
+        store_err(s, j, rc, "KV.CALIBRATE");
+        return;
+    }
+    skv_rbuf_simple(&j->reply, "OK");
+}
+
+static double ratio(uint64_t raw, uint64_t stored)
+{
+    return stored ? (double)raw / (double)stored : 0.0;
+}
+
+static void cmd_stats(skv_server *s, srv_job *j)
+{
+    seqkv_stats st;
+    memset(&st, 0, sizeof st);
+    int rc = seqkv_stat(s->db, tenant_name(s, j), &st);
+    if (rc && rc != SKV_ERR_NOT_FOUND) {
+        store_err(s, j, rc, "KV.STATS");
+        return;
+    }
+    if (rc)
+        memset(&st, 0, sizeof st);
+    skv_rbuf *r = &j->reply;
+    skv_rbuf_map(r, j->proto, 9 + SEQKV_LEVELS);
+    skv_rbuf_bulk_str(r, "tenant");
+    skv_rbuf_bulk_str(r, tenant_name(s, j));
+    skv_rbuf_bulk_str(r, "tokens");
+    skv_rbuf_int(r, (long long)st.tokens);
+    skv_rbuf_bulk_str(r, "chunks");
+    skv_rbuf_int(r, (long long)st.chunks);
+    skv_rbuf_bulk_str(r, "raw_bytes");
+    skv_rbuf_int(r, (long long)st.raw_bytes);
+    skv_rbuf_bulk_str(r, "stored_bytes");
+    skv_rbuf_int(r, (long long)st.stored_bytes);
+    skv_rbuf_bulk_str(r, "ratio");
+    skv_rbuf_double(r, j->proto, ratio(st.raw_bytes, st.stored_bytes));
+    skv_rbuf_bulk_str(r, "coded_tokens");
+    skv_rbuf_int(r, (long long)st.coded_tokens);
+    skv_rbuf_bulk_str(r, "centroid_chunks");
+    skv_rbuf_int(r, (long long)st.centroid_chunks);
+    skv_rbuf_bulk_str(r, "evictions");
+    skv_rbuf_int(r, (long long)st.evictions);
+    for (int l = 0; l < SEQKV_LEVELS; l++) {
+        char key[32];
+        snprintf(key, sizeof key, "level.%s", seqkv_level_name((seqkv_level)l));
+        skv_rbuf_bulk_str(r, key);
+        skv_rbuf_array(r, 3);
+        skv_rbuf_int(r, (long long)st.level_tokens[l]);
+        skv_rbuf_int(r, (long long)st.level_raw[l]);
+        skv_rbuf_int(r, (long long)st.level_stored[l]);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * INFO
+ * ---------------------------------------------------------------------- */
+static void addf(skv_rbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void addf(skv_rbuf *b, const char *fmt, ...)
+{
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        skv_rbuf_raw(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, res = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%llu %llu", &size, &res) != 2)
+        res = 0;
+    fclose(f);
+    long pg = sysconf(_SC_PAGESIZE);
+    return (uint64_t)res * (uint64_t)(pg > 0 ? pg : 4096);
+}
+
+static void human(uint64_t v, char *out, size_t cap)
+{
+    const char *u[] = {"B", "K", "M", "G", "T"};
+    double x = (double)v;
+    int i = 0;
+    while (x >= 1024 && i < 4) {
+        x /= 1024;
+        i++;
+    }
+    snprintf(out, cap, "%.2f%s", x, u[i]);
+}
+
+/* Command names in INFO are lower case, as Redis writes them. */
+static const char *lower(const char *name, char *buf, size_t cap)
+{
+    size_t i = 0;
+    for (; name[i] && i + 1 < cap; i++)
+        buf[i] = (char)tolower((unsigned char)name[i]);
+    buf[i] = 0;
+    return buf;
+}
+
+static int want_section(const char *sec, const char *name)
+{
+    return !sec || strcasecmp(sec, name) == 0 || strcasecmp(sec, "all") == 0 ||
+           strcasecmp(sec, "everything") == 0 || strcasecmp(sec, "default") == 0;
+}
+
+/* Upper bound (us) of the bucket holding the p-th fraction. */
+static uint64_t percentile(const uint64_t *h, uint64_t total, double p)
+{
+    uint64_t need = (uint64_t)ceil(p * (double)total), acc = 0;
+    if (need == 0)
+        need = 1;
+    for (int b = 0; b < SRV_NBUCKETS; b++) {
+        acc += h[b];
+        if (acc >= need)
+            return (uint64_t)1 << b;
+    }
+    return (uint64_t)1 << (SRV_NBUCKETS - 1);
+}
+
+static void info_store(skv_server *s, skv_rbuf *b, const seqkv_stats *st)
+{
+    addf(b, "tokens:%" PRIu64 "\r\nchunks:%" PRIu64 "\r\nraw_bytes:%" PRIu64
+            "\r\nstored_bytes:%" PRIu64 "\r\nratio:%.3f\r\ncoded_tokens:%" PRIu64
+            "\r\ncentroid_chunks:%" PRIu64 "\r\nevictions:%" PRIu64 "\r\n",
+         st->tokens, st->chunks, st->raw_bytes, st->stored_bytes,
+         ratio(st->raw_bytes, st->stored_bytes), st->coded_tokens, st->centroid_chunks,
+         st->evictions);
+    for (int l = 0; l < SEQKV_LEVELS; l++)
+        addf(b, "level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64 ",stored_bytes=%" PRIu64
+                ",ratio=%.3f\r\n",
+             seqkv_level_name((seqkv_level)l), st->level_tokens[l], st->level_raw[l],
+             st->level_stored[l], ratio(st->level_raw[l], st->level_stored[l]));
+    (void)s;
+}
+
+static void cmd_info(skv_server *s, srv_job *j)
+{
+    char sec[32] = {0};
+    const char *secp = NULL;
+    if (j->cmd.argc == 2) {
+        snprintf(sec, sizeof sec, "%.*s", (int)(j->cmd.argl[1] < 31 ? j->cmd.argl[1] : 31),
+                 (const char *)j->cmd.argv[1]);
+        secp = sec;
+    }
+    skv_rbuf b = {0};
+    char h[32];
+    if (want_section(secp, "server")) {
+        addf(&b, "# Server\r\nseqkv_version:%s\r\nprocess_id:%ld\r\nuptime_in_seconds:%.0f\r\n"
+                 "socket:%s\r\nworker_threads:%d\r\ntenant:%s\r\nadmin:%d\r\n\r\n",
+             SEQKV_VERSION, (long)getpid(), srv_now() - s->t_start, s->socket_path, s->nthreads,
+             tenant_name(s, j), j->admin);
+    }
+    if (want_section(secp, "clients")) {
+        pthread_mutex_lock(&s->smu);
+        uint64_t af = s->auth_failures;
+        pthread_mutex_unlock(&s->smu);
+        addf(&b, "# Clients\r\nconnected_clients:%zu\r\nmax_clients:%zu\r\n"
+                 "total_connections_received:%" PRIu64 "\r\nrejected_connections:%" PRIu64
+                 "\r\nprotocol_errors:%" PRIu64 "\r\nauth_failures:%" PRIu64
+                 "\r\nrequests_in_flight:%zu\r\nmax_bulk:%" PRIu64 "\r\nmax_query:%" PRIu64
+                 "\r\nmax_output:%" PRIu64 "\r\nmax_args:%zu\r\n\r\n",
+             j->snap.clients, s->cfg.max_clients, j->snap.accepted, j->snap.rejected,
+             j->snap.proto_errors, af, j->snap.inflight, s->cfg.max_bulk, s->cfg.max_query,
+             s->cfg.max_output, s->cfg.max_args);
+    }
+    if (want_section(secp, "memory")) {
+        uint64_t rss = rss_bytes();
+        human(rss, h, sizeof h);
+        addf(&b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n\r\n",
+             rss, h);
+    }
+    if (want_section(secp, "store")) {
+        seqkv_stats st;
+        memset(&st, 0, sizeof st);
+        int rc = seqkv_stat(s->db, j->admin ? NULL : tenant_name(s, j), &st);
+        if (rc && rc != SKV_ERR_NOT_FOUND) {
+            skv_rbuf_free(&b);
+            store_err(s, j, rc, "INFO");
+            return;
+        }
+        if (rc)
+            memset(&st, 0, sizeof st);
+        addf(&b, "# Store\r\nscope:%s\r\n", j->admin ? "all tenants" : "this tenant");
+        info_store(s, &b, &st);
+        if (j->admin) {
+            seqkv_stats all = st;
+            addf(&b, "tenants:%u\r\nprofiles:%u\r\nlmdb_map_used:%" PRIu64
+                     "\r\nlmdb_map_size:%" PRIu64 "\r\nlmdb_map_usage:%.4f\r\n",
+                 all.tenants, all.profiles, all.map_used, all.map_size,
+                 all.map_size ? (double)all.map_used / (double)all.map_size : 0.0);
+        }
+        addf(&b, "\r\n");
+    }
+    if (want_section(secp, "tenants")) {
+        addf(&b, "# Tenants\r\n");
+        for (size_t t = 0; t < s->cfg.ntenants; t++) {
+            if (!j->admin && (int)t != j->tenant)
+                continue;
+            seqkv_stats st;
+            memset(&st, 0, sizeof st);
+            if (seqkv_stat(s->db, s->cfg.tenants[t].name, &st))
+                memset(&st, 0, sizeof st);
+            pthread_mutex_lock(&s->smu);
+            srv_tstats x = s->ts[t];
+            pthread_mutex_unlock(&s->smu);
+            addf(&b, "tenant_%s:lookups=%" PRIu64 ",lookup_hits=%" PRIu64 ",lookup_misses=%" PRIu64
+                     ",gets=%" PRIu64 ",get_hits=%" PRIu64 ",get_misses=%" PRIu64
+                     ",tokens_served=%" PRIu64 ",bytes_served=%" PRIu64 ",puts=%" PRIu64
+                     ",tokens_put=%" PRIu64 ",new_tokens=%" PRIu64 ",dels=%" PRIu64
+                     ",errors=%" PRIu64 ",tokens=%" PRIu64 ",raw_bytes=%" PRIu64
+                     ",stored_bytes=%" PRIu64 ",ratio=%.3f,evictions=%" PRIu64 "\r\n",
+                 s->cfg.tenants[t].name, x.lookups, x.lookup_hits, x.lookup_misses, x.gets,
+                 x.get_hits, x.get_misses, x.tokens_served, x.bytes_served, x.puts, x.tokens_put,
+                 x.new_tokens, x.dels, x.errors, st.tokens, st.raw_bytes, st.stored_bytes,
+                 ratio(st.raw_bytes, st.stored_bytes), st.evictions);
+            for (int l = 0; l < SEQKV_LEVELS; l++)
+                if (st.level_tokens[l])
+                    addf(&b, "tenant_%s_level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64
+                             ",stored_bytes=%" PRIu64 ",ratio=%.3f\r\n",
+                         s->cfg.tenants[t].name, seqkv_level_name((seqkv_level)l),
+                         st.level_tokens[l], st.level_raw[l], st.level_stored[l],
+                         ratio(st.level_raw[l], st.level_stored[l]));
+        }
+        addf(&b, "\r\n");
+    }
+    if (want_section(secp, "commandstats") || want_section(secp, "latencystats")) {
+        uint64_t calls[SRV_NCMD], usec[SRV_NCMD];
+        char lc[32];
+        pthread_mutex_lock(&s->smu);
+        memcpy(calls, s->calls, sizeof calls);
+        memcpy(usec, s->usec, sizeof usec);
+        uint64_t(*hh)[SRV_NBUCKETS] = skv_malloc(sizeof s->hist);
+        if (hh)
+            memcpy(hh, s->hist, sizeof s->hist);
+        pthread_mutex_unlock(&s->smu);
+        if (want_section(secp, "commandstats")) {
+            addf(&b, "# Commandstats\r\n");
+            for (int i = 0; i < SRV_NCMD; i++) {
+                const srv_cmd *d = srv_cmd_at(i);
+                if (d && calls[i])
+                    addf(&b, "cmdstat_%s:calls=%" PRIu64 ",usec=%" PRIu64 ",usec_per_call=%.2f\r\n",
+                         lower(d->name, lc, sizeof lc), calls[i], usec[i], (double)usec[i] / (double)calls[i]);
+            }
+            addf(&b, "\r\n");
+        }
+        if (want_section(secp, "latencystats") && hh) {
+            addf(&b, "# Latencystats\r\n");
+            for (int i = 0; i < SRV_NCMD; i++) {
+                const srv_cmd *d = srv_cmd_at(i);
+                if (d && calls[i])
+                    addf(&b, "latency_percentiles_usec_%s:p50=%" PRIu64 ",p99=%" PRIu64
+                             ",p99.9=%" PRIu64 "\r\n",
+                         lower(d->name, lc, sizeof lc), percentile(hh[i], calls[i], 0.50),
+                         percentile(hh[i], calls[i], 0.99), percentile(hh[i], calls[i], 0.999));
+            }
+            addf(&b, "\r\n");
+        }
+        skv_free(hh);
+    }
+    if (b.oom) {
+        skv_rbuf_free(&b);
+        err_reply(j, "ERR", "out of memory");
+        return;
+    }
+    skv_rbuf_bulk(&j->reply, b.p ? b.p : (const uint8_t *)"", b.len);
+    skv_rbuf_free(&b);
+}
+
+/* ------------------------------------------------------------------------
+ * The table
+ * ---------------------------------------------------------------------- */
+static const srv_cmd cmds[] = {
+    {"PING", 1, 2, SRV_F_LOOP | SRV_F_NOAUTH, cmd_ping, 0},
+    {"HELLO", 1, -1, SRV_F_LOOP | SRV_F_NOAUTH, cmd_hello, 0},
+    {"AUTH", 2, 3, SRV_F_LOOP | SRV_F_NOAUTH, cmd_auth, 0},
+    {"QUIT", 1, -1, SRV_F_LOOP | SRV_F_NOAUTH, cmd_quit, 0},
+    {"COMMAND", 1, -1, SRV_F_LOOP | SRV_F_NOAUTH, cmd_command, 0},
+    {"CLIENT", 2, -1, SRV_F_LOOP, cmd_client, 0},
+    {"SHUTDOWN", 1, 2, SRV_F_LOOP | SRV_F_ADMIN, cmd_shutdown, 0},
+    {"INFO", 1, 2, 0, cmd_info, 0},
+    {"KV.PROFILE", 2, -1, 0, cmd_profile, 0},
+    {"KV.PUT", 4, 4, 0, cmd_put, 0},
+    {"KV.LOOKUP", 3, 3, 0, cmd_lookup, 0},
+    {"KV.GET", 3, 5, 0, cmd_get, 0},
+    {"KV.DEL", 3, 3, 0, cmd_del, 0},
+    {"KV.CALIBRATE", 2, 3, SRV_F_ADMIN, cmd_calibrate, 0},
+    {"KV.STATS", 1, 1, 0, cmd_stats, 0},
+};
+#define NCMDS (sizeof cmds / sizeof cmds[0])
+_Static_assert(NCMDS <= SRV_NCMD, "SRV_NCMD too small");
+
+const srv_cmd *srv_cmd_find(const uint8_t *name, size_t len)
+{
+    for (size_t i = 0; i < NCMDS; i++)
+        if (strlen(cmds[i].name) == len && strncasecmp((const char *)name, cmds[i].name, len) == 0)
+            return &cmds[i];
+    return NULL;
+}
+
+const srv_cmd *srv_cmd_at(int idx)
+{
+    return idx >= 0 && (size_t)idx < NCMDS ? &cmds[idx] : NULL;
+}
+
+void srv_stat_latency(skv_server *s, const srv_cmd *def, double seconds)
+{
+    uint64_t us = seconds > 0 ? (uint64_t)(seconds * 1e6) : 0;
+    int b = 0;
+    while (b < SRV_NBUCKETS - 1 && ((uint64_t)1 << b) <= us)
+        b++;
+    int i = (int)(def - cmds);
+    pthread_mutex_lock(&s->smu);
+    s->calls[i]++;
+    s->usec[i] += us;
+    s->hist[i][b]++;
+    pthread_mutex_unlock(&s->smu);
+}

@@ -1,0 +1,910 @@
+/* seqkvd: the epoll loop, clients, tenants and the worker pool
+ * (skv_server.h). The commands themselves are in commands.c.
+ *
+ * Threads. The loop thread owns every client: it accepts, reads, parses
+ * (resp.c), dispatches and writes. A command that touches the store is a
+ * job on the work queue; a worker runs it, builds its whole reply in the
+ * job and hands the job back through the done queue and the eventfd. A
+ * client has at most one job in flight and is never freed while it has
+ * one (a client that goes away meanwhile is marked dead, its socket closed
+ * at once, its memory freed when the job comes back). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "server_int.h"
+
+#define RBUF_CAP (SKV_SERVER_MAX_INLINE + 256)
+#define OUT_PAUSE (1u << 20)   /* stop parsing while more output is unsent */
+#define MAX_AUTH_FAILS 3
+#define STOP_FLUSH_S 5.0
+
+double srv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void srv_log(skv_server *s, const char *fmt, ...)
+{
+    if (s->o.quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("seqkv serve: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------------------
+ * Tenants
+ * ---------------------------------------------------------------------- */
+static int uid_is_admin(const skv_server *s, uint32_t uid)
+{
+    for (size_t i = 0; i < s->cfg.nadmin_uids; i++)
+        if (s->cfg.admin_uids[i] == uid)
+            return 1;
+    return 0;
+}
+
+/* The tenant of a peer by its credentials, or -1. */
+static int tenant_of_peer(const skv_server *s, uint32_t uid, uint32_t gid)
+{
+    for (size_t i = 0; i < s->cfg.nrules; i++)
+        if (s->cfg.rules[i].kind == SKV_RULE_UID && s->cfg.rules[i].id == uid)
+            return s->cfg.rules[i].tenant;
+    for (size_t i = 0; i < s->cfg.nrules; i++)
+        if (s->cfg.rules[i].kind == SKV_RULE_GID && s->cfg.rules[i].id == gid)
+            return s->cfg.rules[i].tenant;
+    return -1;
+}
+
+int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen,
+             const uint8_t *tok, size_t tlen)
+{
+    /* Hash to a fixed length so the comparison's time depends on neither
+     * the token's length nor its bytes, and compare against every tenant
+     * (no early exit) so the time does not say which one matched. */
+    uint8_t h[32];
+    crypto_generichash(h, sizeof h, tok, tlen, NULL, 0);
+    int found = -1;
+    for (size_t i = 0; i < s->cfg.ntenants; i++) {
+        const skv_server_tenant *t = &s->cfg.tenants[i];
+        int eq = sodium_memcmp(h, t->token_hash, sizeof h) == 0;
+        int name_ok = !user || (ulen == strlen(t->name) && memcmp(user, t->name, ulen) == 0);
+        if (eq && t->has_token && name_ok && found < 0)
+            found = (int)i;
+    }
+    sodium_memzero(h, sizeof h);
+    if (found < 0) {
+        c->auth_fails++;
+        pthread_mutex_lock(&s->smu);
+        s->auth_failures++;
+        pthread_mutex_unlock(&s->smu);
+        return -1;
+    }
+    c->tenant = found;
+    c->admin = s->cfg.tenants[found].admin || uid_is_admin(s, c->uid);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Clients
+ * ---------------------------------------------------------------------- */
+static size_t pending_out(const srv_client *c)
+{
+    return c->out.len - c->out_off;
+}
+
+static void client_events(skv_server *s, srv_client *c)
+{
+    if (c->fd < 0)
+        return;
+    uint32_t ev = 0;
+    if (!c->busy && !c->closing && !s->stopping && pending_out(c) < OUT_PAUSE)
+        ev |= EPOLLIN;
+    if (pending_out(c))
+        ev |= EPOLLOUT;
+    if (ev == c->ev)
+        return;
+    struct epoll_event e = {.events = ev, .data.ptr = c};
+    epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &e);
+    c->ev = ev;
+}
+
+static void client_free(skv_server *s, srv_client *c)
+{
+    if (c->fd >= 0) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+        c->fd = -1;
+    }
+    if (c->busy) { /* freed when its job comes back */
+        c->dead = 1;
+        return;
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->clients = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->nclients--;
+    skv_resp_reset(&c->rp);
+    skv_rbuf_free(&c->out);
+    skv_free(c->in);
+    skv_free(c);
+}
+
+/* Send what is pending; 0, or -1 when the client was freed. */
+static int client_write(skv_server *s, srv_client *c)
+{
+    while (pending_out(c)) {
+        ssize_t w = send(c->fd, c->out.p + c->out_off, pending_out(c), MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            client_free(s, c);
+            return -1;
+        }
+        c->out_off += (size_t)w;
+    }
+    if (!pending_out(c)) {
+        if (c->out.cap > (4u << 20))
+            skv_rbuf_free(&c->out);
+        c->out.len = 0;
+        c->out_off = 0;
+        if (c->closing) {
+            client_free(s, c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Queue a reply (taking its buffer); closes the client past max_output. */
+static void client_reply(skv_server *s, srv_client *c, skv_rbuf *r)
+{
+    if (r->oom) {
+        skv_rbuf_free(r);
+        c->closing = 1;
+        return;
+    }
+    if (pending_out(c) + r->len > s->cfg.max_output) {
+        srv_log(s, "client %llu: output buffer limit reached, closing",
+                (unsigned long long)c->id);
+        skv_rbuf_free(r);
+        c->closing = 1;
+        c->out_off = c->out.len; /* drop what is pending */
+        return;
+    }
+    if (!pending_out(c)) {
+        skv_rbuf_free(&c->out);
+        c->out = *r;
+        c->out_off = 0;
+    } else {
+        skv_rbuf_raw(&c->out, r->p, r->len);
+        skv_rbuf_free(r);
+        if (c->out.oom)
+            c->closing = 1;
+    }
+    memset(r, 0, sizeof *r);
+}
+
+static void job_free(srv_job *j)
+{
+    skv_resp_cmd_free(&j->cmd);
+    skv_rbuf_free(&j->reply);
+    skv_free(j);
+}
+
+static int client_process(skv_server *s, srv_client *c);
+
+/* A job's reply reaches its client (loop thread). An inline job (run by
+ * dispatch) only queues its reply: client_process goes on and writes. */
+static void job_complete(skv_server *s, srv_job *j)
+{
+    srv_client *c = j->c;
+    double dt = srv_now() - j->t0;
+    srv_stat_latency(s, j->def, dt);
+    int inl = j->inline_;
+    if (!inl)
+        s->inflight--;
+    c->busy = 0;
+    if (c->dead) {
+        client_free(s, c);
+        job_free(j);
+        return;
+    }
+    client_reply(s, c, &j->reply);
+    if (j->close_after)
+        c->closing = 1;
+    job_free(j);
+    if (inl)
+        return;
+    if (client_process(s, c))
+        return;
+    client_events(s, c);
+}
+
+static void queue_push(skv_server *s, srv_job *j)
+{
+    pthread_mutex_lock(&s->qmu);
+    j->next = NULL;
+    if (s->qtail)
+        s->qtail->next = j;
+    else
+        s->qhead = j;
+    s->qtail = j;
+    pthread_cond_signal(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+}
+
+static void *worker_main(void *arg)
+{
+    skv_server *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->qmu);
+        while (!s->qhead && !s->qstop)
+            pthread_cond_wait(&s->qcv, &s->qmu);
+        srv_job *j = s->qhead;
+        if (!j) {
+            pthread_mutex_unlock(&s->qmu);
+            break;
+        }
+        s->qhead = j->next;
+        if (!s->qhead)
+            s->qtail = NULL;
+        pthread_mutex_unlock(&s->qmu);
+
+        j->def->fn(s, j);
+
+        pthread_mutex_lock(&s->dmu);
+        j->next = NULL;
+        if (s->dtail)
+            s->dtail->next = j;
+        else
+            s->dhead = j;
+        s->dtail = j;
+        pthread_mutex_unlock(&s->dmu);
+        uint64_t one = 1;
+        ssize_t w = write(s->evfd, &one, sizeof one);
+        (void)w; /* an eventfd write only fails when the counter is full: then it is set */
+    }
+    return NULL;
+}
+
+static void reply_now(skv_server *s, srv_client *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void reply_now(skv_server *s, srv_client *c, const char *code, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    skv_rbuf r = {0};
+    skv_rbuf_error(&r, code, "%s", msg);
+    client_reply(s, c, &r);
+}
+
+/* Check and run (or queue) one command. */
+static void dispatch(skv_server *s, srv_client *c, skv_resp_cmd *cmd)
+{
+    const srv_cmd *def = srv_cmd_find(cmd->argv[0], cmd->argl[0]);
+    char name[40];
+    size_t nl = cmd->argl[0] < sizeof name - 1 ? cmd->argl[0] : sizeof name - 1;
+    for (size_t i = 0; i < nl; i++) {
+        uint8_t ch = cmd->argv[0][i];
+        name[i] = ch >= 0x20 && ch < 0x7f && ch != '\'' ? (char)ch : '?';
+    }
+    name[nl] = 0;
+    if (!def) {
+        reply_now(s, c, "ERR", "unknown command '%s'", name);
+        skv_resp_cmd_free(cmd);
+        return;
+    }
+    if ((int)cmd->argc < def->min_args || (def->max_args >= 0 && (int)cmd->argc > def->max_args)) {
+        reply_now(s, c, "ERR", "wrong number of arguments for '%s' command", def->name);
+        skv_resp_cmd_free(cmd);
+        return;
+    }
+    if (c->tenant < 0 && !(def->flags & SRV_F_NOAUTH)) {
+        reply_now(s, c, "NOAUTH", "Authentication required (AUTH <token>).");
+        skv_resp_cmd_free(cmd);
+        return;
+    }
+    if ((def->flags & SRV_F_ADMIN) && !c->admin) {
+        reply_now(s, c, "NOPERM", "'%s' needs an admin tenant", def->name);
+        skv_resp_cmd_free(cmd);
+        return;
+    }
+    srv_job *j = skv_calloc(1, sizeof *j);
+    if (!j) {
+        reply_now(s, c, "ERR", "out of memory");
+        c->closing = 1;
+        skv_resp_cmd_free(cmd);
+        return;
+    }
+    j->c = c;
+    j->def = def;
+    j->cmd = *cmd;
+    memset(cmd, 0, sizeof *cmd);
+    j->tenant = c->tenant;
+    j->admin = c->admin;
+    j->proto = c->proto;
+    j->t0 = srv_now();
+    j->snap.clients = s->nclients;
+    j->snap.rejected = s->rejected;
+    j->snap.accepted = s->accepted;
+    j->snap.proto_errors = s->proto_errors;
+    j->snap.inflight = s->inflight;
+    if (def->flags & SRV_F_LOOP) {
+        j->inline_ = 1;
+        c->busy = 1;
+        def->fn(s, j);
+        job_complete(s, j);
+        return;
+    }
+    c->busy = 1;
+    s->inflight++;
+    queue_push(s, j);
+}
+
+/* Parse and dispatch what the client has sent, while it may, then send
+ * what is pending. -1 when the client was freed. */
+static int client_process(skv_server *s, srv_client *c)
+{
+    while (!c->busy && !c->closing && !s->stopping && c->in_len > 0 &&
+           pending_out(c) < OUT_PAUSE) {
+        size_t used = 0;
+        skv_resp_cmd cmd;
+        int rc = skv_resp_feed(&c->rp, c->in, c->in_len, &used, &cmd);
+        if (used) {
+            memmove(c->in, c->in + used, c->in_len - used);
+            c->in_len -= used;
+        }
+        if (rc == SKV_RESP_ERROR) {
+            reply_now(s, c, "ERR", "%s", c->rp.err);
+            c->closing = 1;
+            s->proto_errors++;
+            break;
+        }
+        if (rc == SKV_RESP_NEED) {
+            if (used == 0) {
+                if (c->in_len == RBUF_CAP) { /* cannot happen: the parser caps lines */
+                    reply_now(s, c, "ERR", "Protocol error: request line too long");
+                    c->closing = 1;
+                    s->proto_errors++;
+                }
+                break;
+            }
+            continue;
+        }
+        dispatch(s, c, &cmd);
+    }
+    return client_write(s, c);
+}
+
+static void client_read(skv_server *s, srv_client *c)
+{
+    for (int round = 0; round < 16; round++) {
+        ssize_t r;
+        size_t room = 0;
+        uint8_t *d = c->in_len == 0 ? skv_resp_direct(&c->rp, &room) : NULL;
+        if (d) {
+            r = recv(c->fd, d, room, 0);
+            if (r > 0)
+                skv_resp_direct_done(&c->rp, (size_t)r);
+        } else if (c->rp.err[0]) {
+            reply_now(s, c, "ERR", "%s", c->rp.err);
+            c->closing = 1;
+            s->proto_errors++;
+            if (client_write(s, c) == 0)
+                client_events(s, c);
+            return;
+        } else {
+            if (c->in_len == RBUF_CAP)
+                break;
+            r = recv(c->fd, c->in + c->in_len, RBUF_CAP - c->in_len, 0);
+            if (r > 0)
+                c->in_len += (size_t)r;
+        }
+        if (r == 0) {
+            client_free(s, c);
+            return;
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                client_free(s, c);
+            else
+                client_events(s, c);
+            return;
+        }
+        if (client_process(s, c))
+            return;
+        if (c->fd < 0)
+            return;
+        if (c->busy || c->closing || s->stopping)
+            break;
+    }
+    client_events(s, c);
+}
+
+static void refuse(int fd, const char *msg)
+{
+    ssize_t w = send(fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;
+    close(fd);
+}
+
+static void do_accept(skv_server *s)
+{
+    for (;;) {
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            return; /* EAGAIN, or out of descriptors: retried on the next event */
+        }
+        struct ucred cr;
+        socklen_t cl = sizeof cr;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) {
+            close(fd);
+            continue;
+        }
+        if (s->nclients >= s->cfg.max_clients) {
+            s->rejected++;
+            refuse(fd, "-ERR max number of clients reached\r\n");
+            continue;
+        }
+        int t = tenant_of_peer(s, cr.uid, cr.gid);
+        if (t < 0 && !s->have_tokens) {
+            s->rejected++;
+            char msg[128];
+            snprintf(msg, sizeof msg, "-ERR peer uid %u gid %u is not a tenant of this server\r\n",
+                     (unsigned)cr.uid, (unsigned)cr.gid);
+            srv_log(s, "refused a peer with uid %u gid %u pid %d: no tenant", (unsigned)cr.uid,
+                    (unsigned)cr.gid, (int)cr.pid);
+            refuse(fd, msg);
+            continue;
+        }
+        srv_client *c = skv_calloc(1, sizeof *c);
+        uint8_t *in = skv_malloc(RBUF_CAP);
+        if (!c || !in) {
+            skv_free(c);
+            skv_free(in);
+            refuse(fd, "-ERR out of memory\r\n");
+            continue;
+        }
+        c->fd = fd;
+        c->in = in;
+        c->id = ++s->next_id;
+        c->uid = cr.uid;
+        c->gid = cr.gid;
+        c->pid = cr.pid;
+        c->tenant = t;
+        c->admin = (t >= 0 && s->cfg.tenants[t].admin) || uid_is_admin(s, cr.uid);
+        c->proto = 2;
+        skv_resp_limits lim = {s->cfg.max_bulk, s->cfg.max_args, s->cfg.max_query,
+                               SKV_SERVER_MAX_INLINE};
+        skv_resp_init(&c->rp, &lim);
+        c->ev = EPOLLIN;
+        struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
+        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
+            close(fd);
+            skv_free(in);
+            skv_free(c);
+            continue;
+        }
+        c->next = s->clients;
+        if (s->clients)
+            s->clients->prev = c;
+        s->clients = c;
+        s->nclients++;
+        s->accepted++;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The socket
+ * ---------------------------------------------------------------------- */
+static int make_socket(skv_server *s, const char *path)
+{
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof a.sun_path)
+        return skv_error(SKV_ERR_ARG, "%s: socket path longer than %zu bytes", path,
+                         sizeof a.sun_path - 1);
+    memcpy(a.sun_path, path, strlen(path));
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return skv_error(SKV_ERR_ARG, "%s exists and is not a socket (not removed)", path);
+        int p = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (p < 0)
+            return skv_error(SKV_ERR_IO, "socket: %s", strerror(errno));
+        int rc = connect(p, (struct sockaddr *)&a, sizeof a);
+        int e = errno;
+        close(p);
+        if (rc == 0)
+            return skv_error(SKV_ERR_ARG, "%s: a server is answering on it already", path);
+        if (e != ECONNREFUSED)
+            return skv_error(SKV_ERR_ARG, "%s: cannot tell whether it is stale: %s", path,
+                             strerror(e));
+        if (unlink(path) != 0)
+            return skv_error(SKV_ERR_IO, "%s: removing the stale socket: %s", path, strerror(errno));
+        srv_log(s, "removed the stale socket %s", path);
+    } else if (errno != ENOENT) {
+        return skv_error(SKV_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return skv_error(SKV_ERR_IO, "socket: %s", strerror(errno));
+    /* 0600 from the first moment the path exists: the umask covers the
+     * window between bind and chmod */
+    mode_t old = umask(0177);
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    int e = errno;
+    umask(old);
+    if (rc != 0) {
+        close(fd);
+        return skv_error(SKV_ERR_IO, "%s: bind: %s", path, strerror(e));
+    }
+    if (chmod(path, 0600) != 0 || listen(fd, 256) != 0 || lstat(path, &st) != 0) {
+        e = errno;
+        close(fd);
+        unlink(path);
+        return skv_error(SKV_ERR_IO, "%s: %s", path, strerror(e));
+    }
+    s->sock_dev = st.st_dev;
+    s->sock_ino = st.st_ino;
+    s->lfd = fd;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Create, run, stop, free
+ * ---------------------------------------------------------------------- */
+static char *dupstr(const char *x)
+{
+    size_t n = strlen(x) + 1;
+    char *d = skv_malloc(n);
+    if (d)
+        memcpy(d, x, n);
+    return d;
+}
+
+static int read_config(skv_server *s, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return skv_error(SKV_ERR_IO, "%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (cap - len < 4096) {
+            if (cap >= (1u << 20)) {
+                rc = skv_error(SKV_ERR_FORMAT, "%s: larger than 1 MiB", path);
+                break;
+            }
+            char *nb = skv_realloc(buf, cap + 65536);
+            if (!nb) {
+                rc = SKV_ERR_NOMEM;
+                break;
+            }
+            buf = nb;
+            cap += 65536;
+        }
+        size_t r = fread(buf + len, 1, cap - len, f);
+        len += r;
+        if (r == 0)
+            break;
+    }
+    fclose(f);
+    if (!rc) {
+        rc = skv_server_config_parse(buf, len, &s->cfg);
+        if (rc)
+            rc = skv_error(rc, "%s: %s", path, skv_error_detail());
+    }
+    if (buf)
+        sodium_memzero(buf, cap);
+    skv_free(buf);
+    return rc;
+}
+
+int skv_server_create(const skv_server_options *o, skv_server **out)
+{
+    *out = NULL;
+    if (!o || !o->db || !o->socket_path)
+        return skv_error(SKV_ERR_ARG, "a store directory and a socket path are required");
+    if (sodium_init() < 0)
+        return skv_error(SKV_ERR_IO, "libsodium failed to initialise");
+    skv_server *s = skv_calloc(1, sizeof *s);
+    if (!s)
+        return SKV_ERR_NOMEM;
+    s->o = *o;
+    s->lfd = s->epfd = s->evfd = s->sigfd = -1;
+    pthread_mutex_init(&s->qmu, NULL);
+    pthread_cond_init(&s->qcv, NULL);
+    pthread_mutex_init(&s->dmu, NULL);
+    pthread_mutex_init(&s->smu, NULL);
+    s->t_start = srv_now();
+    s->own_uid = (uint32_t)getuid();
+    int rc = 0;
+    s->socket_path = dupstr(o->socket_path);
+    s->o.socket_path = s->socket_path;
+    if (!s->socket_path) {
+        rc = SKV_ERR_NOMEM;
+        goto fail;
+    }
+    if (o->config) {
+        rc = read_config(s, o->config);
+        if (rc)
+            goto fail;
+    } else {
+        /* no config: the server's own uid, as tenant "default", admin */
+        skv_server_config_default(&s->cfg);
+        snprintf(s->cfg.tenants[0].name, sizeof s->cfg.tenants[0].name, "default");
+        s->cfg.tenants[0].admin = 1;
+        s->cfg.ntenants = 1;
+        s->cfg.rules[0] = (skv_server_rule){SKV_RULE_UID, s->own_uid, 0};
+        s->cfg.nrules = 1;
+    }
+    for (size_t i = 0; i < s->cfg.ntenants; i++)
+        s->have_tokens |= s->cfg.tenants[i].has_token;
+    s->ts = skv_calloc(s->cfg.ntenants ? s->cfg.ntenants : 1, sizeof *s->ts);
+    if (!s->ts) {
+        rc = SKV_ERR_NOMEM;
+        goto fail;
+    }
+    s->nthreads = o->threads > 0 ? o->threads : s->cfg.threads;
+    if (s->nthreads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        s->nthreads = n < 1 ? 1 : n > 8 ? 8 : (int)n;
+    }
+
+    seqkv_options so;
+    memset(&so, 0, sizeof so);
+    so.master_key = o->master_key;
+    so.no_sync = o->no_sync;
+    so.budget = o->budget;
+    so.threads = 1;
+    so.quiet = 1;
+    rc = seqkv_open(o->db, &so, &s->db);
+    if (rc)
+        goto fail;
+
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->epfd < 0 || s->evfd < 0) {
+        rc = skv_error(SKV_ERR_IO, "epoll/eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    if (o->handle_signals) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        s->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+        if (s->sigfd < 0) {
+            rc = skv_error(SKV_ERR_IO, "signalfd: %s", strerror(errno));
+            goto fail;
+        }
+    }
+    rc = make_socket(s, o->socket_path);
+    if (rc)
+        goto fail;
+    struct epoll_event e = {.events = EPOLLIN, .data.ptr = &s->lfd};
+    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &e);
+    e.data.ptr = &s->evfd;
+    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &e);
+    if (s->sigfd >= 0) {
+        e.data.ptr = &s->sigfd;
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->sigfd, &e);
+    }
+
+    s->thr = skv_calloc((size_t)s->nthreads, sizeof *s->thr);
+    if (!s->thr) {
+        rc = SKV_ERR_NOMEM;
+        goto fail;
+    }
+    for (int i = 0; i < s->nthreads; i++) {
+        if (pthread_create(&s->thr[i], NULL, worker_main, s) != 0) {
+            rc = skv_error(SKV_ERR_IO, "pthread_create failed");
+            goto fail;
+        }
+        s->started++;
+    }
+    srv_log(s, "listening on %s (store %s, %d worker threads, %zu tenants, max %zu clients)",
+            o->socket_path, o->db, s->nthreads, s->cfg.ntenants, s->cfg.max_clients);
+    *out = s;
+    return 0;
+fail:
+    skv_server_free(s);
+    return rc;
+}
+
+void skv_server_stop(skv_server *s)
+{
+    atomic_store(&s->stop_req, 1);
+    uint64_t one = 1;
+    ssize_t w = write(s->evfd, &one, sizeof one);
+    (void)w;
+}
+
+static void begin_stop(skv_server *s)
+{
+    if (s->stopping)
+        return;
+    s->stopping = 1;
+    s->stop_at = srv_now();
+    srv_log(s, "stopping: %zu requests in flight", s->inflight);
+    if (s->lfd >= 0) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
+        close(s->lfd);
+        s->lfd = -1;
+    }
+    for (srv_client *c = s->clients, *n; c; c = n) {
+        n = c->next;
+        if (c->fd < 0)
+            continue;
+        if (!c->busy && !pending_out(c))
+            client_free(s, c);
+        else
+            client_events(s, c);
+    }
+}
+
+static int all_flushed(skv_server *s)
+{
+    for (srv_client *c = s->clients; c; c = c->next)
+        if (c->fd >= 0 && pending_out(c))
+            return 0;
+    return 1;
+}
+
+int skv_server_run(skv_server *s)
+{
+    struct epoll_event ev[64];
+    for (;;) {
+        if (atomic_load(&s->stop_req))
+            begin_stop(s);
+        if (s->stopping && s->inflight == 0 &&
+            (all_flushed(s) || srv_now() - s->stop_at > STOP_FLUSH_S))
+            break;
+        int n = epoll_wait(s->epfd, ev, 64, s->stopping ? 50 : -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return skv_error(SKV_ERR_IO, "epoll_wait: %s", strerror(errno));
+        }
+        for (int i = 0; i < n; i++) {
+            void *p = ev[i].data.ptr;
+            if (p == &s->lfd) {
+                if (s->lfd >= 0)
+                    do_accept(s);
+            } else if (p == &s->evfd) {
+                uint64_t cnt;
+                ssize_t r = read(s->evfd, &cnt, sizeof cnt);
+                (void)r;
+                pthread_mutex_lock(&s->dmu);
+                srv_job *j = s->dhead;
+                s->dhead = s->dtail = NULL;
+                pthread_mutex_unlock(&s->dmu);
+                while (j) {
+                    srv_job *next = j->next;
+                    job_complete(s, j);
+                    j = next;
+                }
+            } else if (p == &s->sigfd) {
+                struct signalfd_siginfo si;
+                while (read(s->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
+                    srv_log(s, "signal %u", si.ssi_signo);
+                atomic_store(&s->stop_req, 1);
+            } else {
+                srv_client *c = p;
+                if (c->fd < 0)
+                    continue;
+                if (ev[i].events & (EPOLLERR | EPOLLHUP) && !(ev[i].events & EPOLLIN)) {
+                    client_free(s, c);
+                    continue;
+                }
+                if (ev[i].events & EPOLLOUT) {
+                    if (client_write(s, c))
+                        continue;
+                    if (client_process(s, c))
+                        continue;
+                    if (c->fd < 0)
+                        continue;
+                    client_events(s, c);
+                }
+                if ((ev[i].events & EPOLLIN) && c->fd >= 0 && !c->busy && !c->closing)
+                    client_read(s, c);
+            }
+        }
+    }
+    for (srv_client *c = s->clients, *n; c; c = n) {
+        n = c->next;
+        if (c->fd >= 0)
+            client_free(s, c);
+    }
+    srv_log(s, "stopped");
+    return 0;
+}
+
+void skv_server_free(skv_server *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->qmu);
+    s->qstop = 1;
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+    for (int i = 0; i < s->started; i++)
+        pthread_join(s->thr[i], NULL);
+    /* jobs still queued or done (a run that ended early) */
+    for (srv_job *j = s->qhead, *n; j; j = n) {
+        n = j->next;
+        j->c->busy = 0;
+        job_free(j);
+    }
+    for (srv_job *j = s->dhead, *n; j; j = n) {
+        n = j->next;
+        j->c->busy = 0;
+        job_free(j);
+    }
+    while (s->clients) {
+        s->clients->busy = 0;
+        client_free(s, s->clients);
+    }
+    if (s->lfd >= 0)
+        close(s->lfd);
+    if (s->socket_path && s->sock_ino) {
+        struct stat st;
+        if (lstat(s->socket_path, &st) == 0 && st.st_ino == s->sock_ino &&
+            st.st_dev == s->sock_dev && S_ISSOCK(st.st_mode))
+            unlink(s->socket_path);
+    }
+    if (s->epfd >= 0)
+        close(s->epfd);
+    if (s->evfd >= 0)
+        close(s->evfd);
+    if (s->sigfd >= 0)
+        close(s->sigfd);
+    seqkv_close(s->db);
+    pthread_mutex_destroy(&s->qmu);
+    pthread_cond_destroy(&s->qcv);
+    pthread_mutex_destroy(&s->dmu);
+    pthread_mutex_destroy(&s->smu);
+    sodium_memzero(&s->cfg, sizeof s->cfg);
+    skv_free(s->thr);
+    skv_free(s->ts);
+    skv_free(s->socket_path);
+    skv_free(s);
+}

@@ -1,0 +1,123 @@
+/* server/ internals shared by server.c (loop, clients, workers) and
+ * commands.c (the commands, INFO, statistics). */
+#ifndef SKV_SERVER_INT_H
+#define SKV_SERVER_INT_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "resp.h"
+#include "seqkv.h"
+#include "skv_server.h"
+
+typedef struct skv_server skv_server;
+typedef struct srv_job srv_job;
+
+enum {
+    SRV_F_LOOP = 1,   /* runs on the loop thread (no store work) */
+    SRV_F_NOAUTH = 2, /* allowed before a tenant is known */
+    SRV_F_ADMIN = 4,  /* admin tenants only */
+};
+
+typedef struct srv_cmd {
+    const char *name;
+    int min_args, max_args; /* argc including the name; max -1: any */
+    unsigned flags;
+    void (*fn)(skv_server *s, srv_job *j);
+    int idx; /* into the latency tables */
+} srv_cmd;
+
+#define SRV_NCMD 20
+#define SRV_NBUCKETS 32 /* bucket b: latency < 2^b microseconds */
+
+/* Case-insensitive; NULL when unknown. */
+const srv_cmd *srv_cmd_find(const uint8_t *name, size_t len);
+const srv_cmd *srv_cmd_at(int idx);
+
+typedef struct srv_client {
+    struct srv_client *prev, *next;
+    int fd;
+    uint64_t id;
+    uint32_t uid, gid;
+    int32_t pid;
+    int tenant; /* -1: not authenticated yet */
+    int admin;
+    int proto;  /* 2 or 3 */
+    int auth_fails;
+    skv_resp_parser rp;
+    uint8_t *in;
+    size_t in_len;
+    skv_rbuf out;
+    size_t out_off;
+    int busy, closing, dead;
+    uint32_t ev;
+} srv_client;
+
+/* Loop-side figures copied into a job when it is made (INFO reads these,
+ * so that workers never read the loop's state). */
+typedef struct {
+    size_t clients, inflight;
+    uint64_t accepted, rejected, proto_errors;
+} srv_snap;
+
+struct srv_job {
+    srv_job *next;
+    srv_client *c;
+    const srv_cmd *def;
+    skv_resp_cmd cmd;
+    int tenant, admin, proto;
+    skv_rbuf reply;
+    double t0;
+    int inline_;
+    int close_after;
+    srv_snap snap;
+};
+
+typedef struct {
+    uint64_t lookups, lookup_hits, lookup_misses;
+    uint64_t gets, get_hits, get_misses, tokens_served, bytes_served;
+    uint64_t puts, tokens_put, new_tokens, put_bytes, evictions;
+    uint64_t dels, tokens_deleted, errors;
+} srv_tstats;
+
+struct skv_server {
+    skv_server_options o;
+    skv_server_config cfg;
+    char *socket_path;
+    seqkv *db;
+    int lfd, epfd, evfd, sigfd;
+    dev_t sock_dev;
+    ino_t sock_ino;
+    uint32_t own_uid;
+    int have_tokens;
+    int nthreads, started;
+    pthread_t *thr;
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    srv_job *qhead, *qtail;
+    int qstop;
+    pthread_mutex_t dmu;
+    srv_job *dhead, *dtail;
+    /* loop thread only */
+    srv_client *clients;
+    size_t nclients, inflight;
+    uint64_t next_id, accepted, rejected, proto_errors;
+    int stopping;
+    double stop_at;
+    atomic_int stop_req;
+    /* statistics, under smu */
+    pthread_mutex_t smu;
+    srv_tstats *ts; /* per tenant */
+    uint64_t auth_failures;
+    uint64_t calls[SRV_NCMD], usec[SRV_NCMD], hist[SRV_NCMD][SRV_NBUCKETS];
+    double t_start;
+};
+
+double srv_now(void);
+void srv_log(skv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* AUTH: user NULL matches any tenant with that token. 0 and the client's
+ * tenant/admin set, or -1. */
+int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen, const uint8_t *tok,
+             size_t tlen);
+void srv_stat_latency(skv_server *s, const srv_cmd *def, double seconds);
+#endif
