@@ -7,7 +7,7 @@
  * checking every read against the end of the payload. */
 #include <string.h>
 
-#include "codec_int.h"
+#include "cfast.h"
 
 #define RANS_L (1u << 16)
 
@@ -35,9 +35,14 @@ uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed)
 
 /* ---- encoder ----------------------------------------------------------------- */
 
+/* A queued operation: start | freq << 16 | bits << 32 (freq < 2^16: every
+ * table has at least two symbols of frequency >= 1). */
+#define EOP(start, freq, bits) \
+    ((uint64_t)(start) | (uint64_t)(freq) << 16 | (uint64_t)(bits) << 32)
+
 struct skv_encoder {
     skv_cmodel *m;
-    skv_op *ops;
+    uint64_t *ops;
     size_t nops, cap;
     uint32_t n;
     uint64_t h;
@@ -45,7 +50,6 @@ struct skv_encoder {
     uint8_t calib[16];
     uint16_t *words;
     size_t wcap;
-    skv_cls_cache cc;
 };
 
 int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
@@ -73,7 +77,6 @@ void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16])
 {
     e->nops = 0;
     e->n = 0;
-    skv__cls_cache_clear(&e->cc);
     e->ideal = 0;
     e->h = 0x243f6a8885a308d3ull;
     if (calib_id)
@@ -82,30 +85,140 @@ void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16])
         memset(e->calib, 0, 16);
 }
 
-int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s)
+/* queue a table symbol */
+SKV_ALWAYS_INLINE void put_sym(uint64_t **o, double *ideal, const skv_ftab *t, uint32_t sym)
 {
-    if (e->n >= SKV_STREAM_MAX_SCALARS)
+    uint32_t a = t->cum[sym], b = t->cum[sym + 1];
+    *(*o)++ = EOP(a, b - a, SKV_CODEC_PREC);
+    *ideal += (double)t->lp[sym];
+}
+
+/* queue nb (<= 32) plain bits of v, high 16 first (cmodel.c op_raw) */
+SKV_ALWAYS_INLINE void put_raw(uint64_t **o, double *ideal, uint32_t v, int nb)
+{
+    if (__builtin_expect(nb > 16, 0)) {
+        nb -= 16;
+        *(*o)++ = EOP((v >> nb) & 0xffffu, 1, 16);
+        *ideal += 16.0;
+    }
+    if (nb > 0) {
+        *(*o)++ = EOP(v & ((1u << nb) - 1u), 1, nb);
+        *ideal += (double)nb;
+    }
+}
+
+/* the escape: the table's last symbol, x's high byte under p_emp, the rest
+ * as plain bits */
+static __attribute__((noinline)) void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x,
+                                                 uint64_t **o, double *ideal)
+{
+    const skv_lat *L = &m->lat;
+    put_sym(o, ideal, t, t->n - 1);
+    put_sym(o, ideal, &m->pemp, x >> (L->nbits - 8));
+    if (L->nbits > 8) {
+        int nb = L->nbits - 8;
+        uint32_t v = x & ((1u << nb) - 1u);
+        if (nb > 16) { /* f32: 24 bits as 16 + 8 */
+            nb -= 16;
+            *(*o)++ = EOP((v >> nb) & 0xffffu, 1, 16);
+            *ideal += 16.0;
+        }
+        *(*o)++ = EOP(v & ((1u << nb) - 1u), 1, nb);
+        *ideal += (double)nb;
+    }
+}
+
+/* The operations of one scalar (skv__plan). */
+SKV_ALWAYS_INLINE int enc_one(skv_cmodel *m, const skv_lat *L, uint32_t x, float mu, float s,
+                              uint64_t **o, double *ideal)
+{
+    skv_fcls c;
+    if (__builtin_expect(fclassify(m, L, mu, s, &c) != SKV_OK, 0))
+        return SKV_ERR_NOMEM;
+    const skv_ftab *t = c.tab;
+    const uint32_t nesc = t->n - 1;
+    uint32_t mag = x & (L->sign - 1u);
+    if (__builtin_expect(mag >= L->inf_mag, 0)) {
+        put_escape(m, t, x, o, ideal);
+        return SKV_OK;
+    }
+    if (!c.bucket) {
+        uint64_t sym = (uint64_t)(fordinal(L, x) - c.base);
+        if (__builtin_expect(sym >= nesc, 0))
+            put_escape(m, t, x, o, ideal);
+        else
+            put_sym(o, ideal, t, (uint32_t)sym);
+        return SKV_OK;
+    }
+    int big;
+    uint64_t j = fbucket_of(L, mag, c.G, &big);
+    int64_t kb = (int64_t)j ^ -(int64_t)((x & L->sign) != 0); /* -1 - j for negative x */
+    uint64_t sym = (uint64_t)(kb - c.base);
+    if (__builtin_expect(big || sym >= nesc, 0)) {
+        put_escape(m, t, x, o, ideal);
+        return SKV_OK;
+    }
+    put_sym(o, ideal, t, (uint32_t)sym);
+    uint32_t lo, hi;
+    if (__builtin_expect(j > 0, 1)) {
+        fbucket_range(L, j, c.G, &lo, &hi);
+    } else {
+        int lvl = fzero_level(L, mag, c.G);
+        put_sym(o, ideal, &m->zero, (uint32_t)lvl);
+        fzero_range(L, c.G, lvl, &lo, &hi);
+    }
+    put_raw(o, ideal, mag - lo, fbits_for((uint64_t)hi - lo));
+    return SKV_OK;
+}
+
+SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_t *x,
+                                 const float *mu, const float *s, size_t n)
+{
+    skv_cmodel *m = e->m;
+    const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
+    uint64_t *o = e->ops + e->nops;
+    double ideal = e->ideal;
+    uint64_t h = e->h;
+    int rc = SKV_OK;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        uint32_t xi = x[i] & mask;
+        if ((rc = enc_one(m, L, xi, mu[i], s[i], &o, &ideal)))
+            break;
+        h = mix_in(h, xi);
+    }
+    e->nops = (size_t)(o - e->ops);
+    e->ideal = ideal;
+    e->h = h;
+    e->n += (uint32_t)i;
+    return rc ? skv_error(rc, "codec table") : SKV_OK;
+}
+
+int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n)
+{
+    if (n > SKV_STREAM_MAX_SCALARS - e->n)
         return skv_error(SKV_ERR_TOO_LARGE, "stream holds at most %u scalars", SKV_STREAM_MAX_SCALARS);
-    if (e->nops + SKV_MAX_OPS > e->cap) {
+    if (e->nops + SKV_MAX_OPS * n > e->cap) {
         size_t nc = e->cap ? 2 * e->cap : 4096;
-        skv_op *o = skv_realloc(e->ops, nc * sizeof *o);
+        while (nc < e->nops + SKV_MAX_OPS * n)
+            nc *= 2;
+        uint64_t *o = skv_realloc(e->ops, nc * sizeof *o);
         if (!o)
             return skv_error(SKV_ERR_NOMEM, "encoder ops");
         e->ops = o;
         e->cap = nc;
     }
-    x &= e->m->lat.nbits == 32 ? 0xffffffffu : ((1u << e->m->lat.nbits) - 1u);
-    skv_cls c;
-    int rc = skv__classify_cached(e->m, &e->cc, mu, s, &c);
-    if (rc)
-        return rc;
-    int k = skv__plan(e->m, &c, x, e->ops + e->nops);
-    for (int i = 0; i < k; i++)
-        e->ideal += (double)e->ops[e->nops + (size_t)i].lp;
-    e->nops += (size_t)k;
-    e->h = mix_in(e->h, x);
-    e->n++;
-    return SKV_OK;
+    switch (e->m->lat.dt) {
+    case SKV_DT_BF16: return put_n_impl(e, &SKV__LAT_BF16, x, mu, s, n);
+    case SKV_DT_F16: return put_n_impl(e, &SKV__LAT_F16, x, mu, s, n);
+    case SKV_DT_F8E4M3: return put_n_impl(e, &SKV__LAT_F8, x, mu, s, n);
+    default: return put_n_impl(e, &SKV__LAT_F32, x, mu, s, n);
+    }
+}
+
+int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s)
+{
+    return skv_encoder_put_n(e, &x, &mu, &s, 1);
 }
 
 double skv_encoder_ideal_bits(const skv_encoder *e)
@@ -124,6 +237,20 @@ static uint64_t final_checksum(uint64_t h, uint32_t n)
     return h ^ (h >> 32);
 }
 
+/* one encoding step of state *s (ops are coded last to first) */
+SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *words, size_t *nw)
+{
+    uint32_t start = (uint32_t)op & 0xffffu, freq = (uint32_t)(op >> 16) & 0xffffu;
+    int bits = (int)(op >> 32);
+    uint32_t v = *s;
+    uint64_t xmax = (uint64_t)freq << (32 - bits);
+    uint32_t emit = (uint64_t)v >= xmax; /* a coin flip: branch-free */
+    words[*nw] = (uint16_t)v;
+    *nw += emit;
+    v >>= emit << 4;
+    *s = ((v / freq) << bits) + (v % freq) + start;
+}
+
 int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
 {
     *len = 0;
@@ -135,17 +262,21 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
         e->wcap = e->nops + 1;
     }
     uint32_t x[4] = {RANS_L, RANS_L, RANS_L, RANS_L};
-    size_t nw = 0;
-    for (size_t i = e->nops; i-- > 0;) {
-        const skv_op *o = &e->ops[i];
-        uint32_t *s = &x[i & 3];
-        uint64_t xmax = (uint64_t)o->freq << (32 - o->bits);
-        if ((uint64_t)*s >= xmax) {
-            e->words[nw++] = (uint16_t)*s;
-            *s >>= 16;
-        }
-        *s = ((*s / o->freq) << o->bits) + (*s % o->freq) + o->start;
+    size_t nw = 0, i = e->nops;
+    /* op i uses state i mod 4: the ragged end first, then blocks of four */
+    while (i & 3) {
+        i--;
+        enc_op(&x[i & 3], e->ops[i], e->words, &nw);
     }
+    uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
+    while (i) {
+        i -= 4;
+        enc_op(&x3, e->ops[i + 3], e->words, &nw);
+        enc_op(&x2, e->ops[i + 2], e->words, &nw);
+        enc_op(&x1, e->ops[i + 1], e->words, &nw);
+        enc_op(&x0, e->ops[i], e->words, &nw);
+    }
+    x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3;
     size_t payload = 16 + 2 * nw;
     size_t total = SKV_STREAM_HEADER + payload;
     if (total > cap)
@@ -166,8 +297,8 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     for (int k = 0; k < 4; k++)
         skv_store32_le(p + 4 * k, x[k]);
     p += 16;
-    for (size_t i = 0; i < nw; i++)
-        skv_store16_le(p + 2 * i, e->words[nw - 1 - i]);
+    for (size_t k = 0; k < nw; k++)
+        skv_store16_le(p + 2 * k, e->words[nw - 1 - k]);
     *len = total;
     return SKV_OK;
 }
@@ -218,7 +349,6 @@ struct skv_decoder {
     uint32_t n, got;
     uint64_t h, want;
     int bad;                 /* sticky: a read past the end or an impossible symbol */
-    skv_cls_cache cc;
 };
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -263,106 +393,225 @@ int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream
     d->h = 0x243f6a8885a308d3ull;
     d->want = info->checksum;
     d->bad = 0;
-    skv__cls_cache_clear(&d->cc);
     return SKV_OK;
 }
 
-/* Decode one operation of 2^bits total; returns the slot and lets the
- * caller map it to (start, freq). */
-static inline uint32_t peek(skv_decoder *d, int bits)
-{
-    return d->x[d->op & 3] & ((1u << bits) - 1u);
-}
+/* The reader of a batch: s0 is the state of the next operation, s1..s3
+ * the ones after it (a rotation replaces "op mod 4" indexing, so the
+ * states stay in registers). CHECKED readers test every word read
+ * against the end; a batch runs unchecked when the payload left holds at
+ * least SKV_MAX_OPS words per scalar (an operation reads at most one). */
+typedef struct {
+    uint32_t s0, s1, s2, s3;
+    const uint8_t *w, *wend;
+    size_t ops;
+    int bad;
+} rd_t;
 
-static inline void advance(skv_decoder *d, uint32_t start, uint32_t freq, int bits)
+SKV_ALWAYS_INLINE void rd_next(rd_t *r, uint32_t v, int checked)
 {
-    uint32_t *s = &d->x[d->op & 3];
-    uint32_t slot = *s & ((1u << bits) - 1u);
-    *s = freq * (*s >> bits) + slot - start;
-    if (*s < RANS_L) {
-        if (d->w + 2 > d->wend) {
-            d->bad = 1;
-            *s = RANS_L; /* keep going safely; the error is reported */
-        } else {
-            *s = (*s << 16) | skv_load16_le(d->w);
-            d->w += 2;
+    if (checked) {
+        if (v < RANS_L) {
+            if (r->w >= r->wend) {
+                r->bad = 1;
+                v = RANS_L; /* keep going safely; the error is reported */
+            } else {
+                v = (v << 16) | skv_load16_le(r->w);
+                r->w += 2;
+            }
         }
+    } else { /* branch-free (the test is a coin flip): a word is there to read either way */
+        uint32_t need = v < RANS_L;
+        v = (v << (need << 4)) | (skv_load16_le(r->w) & (0u - need));
+        r->w += 2 * need;
     }
-    d->op++;
+    r->s0 = r->s1;
+    r->s1 = r->s2;
+    r->s2 = r->s3;
+    r->s3 = v;
+    r->ops++;
 }
 
-static inline uint32_t get_sym(skv_decoder *d, const skv_ftab *t)
+static __attribute__((noinline)) uint32_t find_multi(const skv_ftab *t, uint32_t slot, uint32_t k)
 {
-    uint32_t slot = peek(d, SKV_CODEC_PREC);
-    uint32_t sym = skv__find(t, slot);
-    advance(d, t->cum[sym], t->cum[sym + 1] - t->cum[sym], SKV_CODEC_PREC);
-    return sym;
+    while (t->cum[k + 1] <= slot)
+        k++;
+    return k;
 }
 
-static inline uint32_t get_raw(skv_decoder *d, int nb)
+SKV_ALWAYS_INLINE uint32_t rd_sym(rd_t *r, const skv_ftab *t, int checked)
+{
+    uint32_t x = r->s0, slot = x & 0xffffu;
+    uint64_t e = t->lut[slot >> LUT_SHIFT];
+    uint32_t k = (uint32_t)(e >> 50) & 0x7ffu, start, end;
+    if (__builtin_expect(!(e & LUT_MULTI), 1)) {
+        /* k or k + 1, branch-free */
+        uint32_t b = (uint32_t)(e >> 16) & 0x1ffffu, c2 = (uint32_t)(e >> 33) & 0x1ffffu;
+        uint32_t up = slot >= b, m = 0u - up;
+        start = ((uint32_t)e & 0xffffu & ~m) | (b & m);
+        end = (b & ~m) | (c2 & m);
+        k += up;
+    } else {
+        k = find_multi(t, slot, k);
+        start = t->cum[k];
+        end = t->cum[k + 1];
+    }
+    rd_next(r, (end - start) * (x >> 16) + slot - start, checked);
+    return k;
+}
+
+/* nb plain bits, 1 <= nb <= 16 */
+SKV_ALWAYS_INLINE uint32_t rd_bits(rd_t *r, int nb, int checked)
+{
+    uint32_t x = r->s0;
+    rd_next(r, x >> nb, checked);
+    return x & ((1u << nb) - 1u);
+}
+
+/* nb plain bits, 0 <= nb <= 32, high 16 first */
+SKV_ALWAYS_INLINE uint32_t rd_raw(rd_t *r, int nb, int checked)
 {
     uint32_t v = 0;
-    while (nb > 0) {
-        int b = nb > 16 ? 16 : nb;
-        nb -= b;
-        uint32_t slot = peek(d, b);
-        advance(d, slot, 1, b);
-        v |= slot << nb;
+    if (__builtin_expect(nb > 16, 0)) {
+        nb -= 16;
+        v = rd_bits(r, 16, checked) << nb;
     }
+    if (nb > 0)
+        v |= rd_bits(r, nb, checked);
     return v;
 }
 
-int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *out)
+static __attribute__((noinline)) uint32_t rd_escape(const skv_cmodel *m, rd_t *r)
 {
-    if (d->got >= d->n)
-        return skv_error(SKV_ERR_ARG, "stream holds %u scalars; asked for more", d->n);
-    skv_cmodel *m = d->m;
     const skv_lat *L = &m->lat;
-    skv_cls c;
-    int rc = skv__classify_cached(m, &d->cc, mu, s, &c);
-    if (rc)
-        return rc;
-    const skv_ftab *t = c.tab;
-    uint32_t sym = get_sym(d, t), x = 0;
-    if (sym == t->n - 1) {
-        uint32_t hi = get_sym(d, &m->pemp);
-        uint32_t lo = L->nbits > 8 ? get_raw(d, L->nbits - 8) : 0;
-        x = (hi << (L->nbits - 8)) | lo;
-    } else if (!c.bucket) {
-        int64_t o = skv__ordinal(L, c.c) + (int64_t)sym - t->R;
-        int64_t top = (int64_t)L->inf_mag - 1;
-        if (o > top || o < -top - 1)
-            d->bad = 1;
-        else
-            x = skv__from_ordinal(L, o);
+    uint32_t hi = rd_sym(r, &m->pemp, 1);
+    uint32_t lo = L->nbits > 8 ? rd_raw(r, L->nbits - 8, 1) : 0;
+    return (hi << (L->nbits - 8)) | lo;
+}
+
+/* One scalar; *out is valid when r->bad stays 0. */
+/* One scalar of class c; *out is valid when r->bad stays 0. */
+SKV_ALWAYS_INLINE uint32_t dec_one(skv_cmodel *m, const skv_lat *L, rd_t *r, const skv_fcls *c,
+                                   int checked)
+{
+    const skv_ftab *t = c->tab;
+    uint32_t sym = rd_sym(r, t, checked), x = 0;
+    int64_t key = c->base + (int64_t)sym;
+    if (__builtin_expect(sym == t->n - 1, 0)) {
+        rd_t tmp = *r;
+        x = rd_escape(m, &tmp);
+        *r = tmp;
+    } else if (!c->bucket) {
+        int64_t top = (int64_t)L->inf_mag - 1, neg = key >> 63;
+        if (key > top || key < -top - 1)
+            r->bad = 1;
+        else /* the signed ordinal back to bits, branch-free: the sign is a coin flip */
+            x = (uint32_t)(key ^ neg) | (L->sign & (uint32_t)neg);
     } else {
-        int64_t kb = c.b0 + (int64_t)sym - t->R;
-        uint32_t sign = kb < 0 ? L->sign : 0;
-        uint64_t j = kb < 0 ? (uint64_t)(-1 - kb) : (uint64_t)kb;
+        int64_t neg = key >> 63; /* bucket -1 - j holds -x for x in bucket j */
+        uint32_t sign = L->sign & (uint32_t)neg;
+        uint64_t j = (uint64_t)(key ^ neg);
         uint32_t lo, hi;
-        if (j > 0) {
-            lo = skv__ceil_lat(L, j, c.G);
-            hi = skv__ceil_lat(L, j + 1, c.G);
+        if (__builtin_expect(j > 0, 1)) {
+            fbucket_range(L, j, c->G, &lo, &hi);
         } else {
-            uint32_t lvl = get_sym(d, &m->zero);
-            skv__zero_range(L, c.G, (int)lvl, &lo, &hi);
+            uint32_t lvl = rd_sym(r, &m->zero, checked);
+            fzero_range(L, c->G, (int)lvl, &lo, &hi);
         }
         if (hi <= lo) {
-            d->bad = 1;
+            r->bad = 1;
         } else {
-            uint32_t idx = get_raw(d, skv__bits_for((uint64_t)hi - lo));
+            uint32_t idx = rd_raw(r, fbits_for((uint64_t)hi - lo), checked);
             if (idx >= hi - lo || lo + idx >= L->inf_mag)
-                d->bad = 1;
+                r->bad = 1;
             else
                 x = sign | (lo + idx);
         }
     }
+    return x;
+}
+
+/* Scalars are classified a block at a time, then decoded: classification
+ * does not depend on the stream, so it runs ahead of the rANS chain. */
+#define DEC_BLOCK 64
+
+SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *mu, const float *s,
+                                 uint32_t *out, size_t n, int checked)
+{
+    skv_cmodel *m = d->m;
+    rd_t r;
+    r.s0 = d->x[d->op & 3];
+    r.s1 = d->x[(d->op + 1) & 3];
+    r.s2 = d->x[(d->op + 2) & 3];
+    r.s3 = d->x[(d->op + 3) & 3];
+    r.w = d->w;
+    r.wend = d->wend;
+    r.ops = d->op;
+    r.bad = 0;
+    uint64_t h = d->h;
+    int rc = SKV_OK;
+    size_t i = 0;
+    skv_fcls cls[DEC_BLOCK];
+    while (i < n && !rc && !r.bad) {
+        size_t nb = n - i < DEC_BLOCK ? n - i : DEC_BLOCK;
+        for (size_t k = 0; k < nb; k++)
+            if (__builtin_expect(fclassify(m, L, mu[i + k], s[i + k], &cls[k]) != SKV_OK, 0)) {
+                rc = SKV_ERR_NOMEM;
+                nb = k;
+                break;
+            }
+        for (size_t k = 0; k < nb; k++, i++) {
+            uint32_t x = dec_one(m, L, &r, &cls[k], checked);
+            if (__builtin_expect(r.bad, 0))
+                break;
+            h = mix_in(h, x);
+            out[i] = x;
+        }
+    }
+    d->x[r.ops & 3] = r.s0;
+    d->x[(r.ops + 1) & 3] = r.s1;
+    d->x[(r.ops + 2) & 3] = r.s2;
+    d->x[(r.ops + 3) & 3] = r.s3;
+    d->w = r.w;
+    d->op = r.ops;
+    d->h = h;
+    d->got += (uint32_t)i;
+    if (r.bad) {
+        d->bad = 1;
+        return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
+    }
+    if (rc)
+        return skv_error(rc, "codec table");
+    return SKV_OK;
+}
+
+int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n)
+{
+    if (n > d->n - d->got)
+        return skv_error(SKV_ERR_ARG, "stream holds %u scalars; asked for %zu more after %u", d->n,
+                         n, d->got);
     if (d->bad)
         return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
-    d->h = mix_in(d->h, x);
-    d->got++;
-    *out = x;
-    return SKV_OK;
+    int checked = (size_t)(d->wend - d->w) < 2 * SKV_MAX_OPS * n;
+    switch (d->m->lat.dt) {
+    case SKV_DT_BF16:
+        return checked ? get_n_impl(d, &SKV__LAT_BF16, mu, s, x, n, 1)
+                       : get_n_impl(d, &SKV__LAT_BF16, mu, s, x, n, 0);
+    case SKV_DT_F16:
+        return checked ? get_n_impl(d, &SKV__LAT_F16, mu, s, x, n, 1)
+                       : get_n_impl(d, &SKV__LAT_F16, mu, s, x, n, 0);
+    case SKV_DT_F8E4M3:
+        return checked ? get_n_impl(d, &SKV__LAT_F8, mu, s, x, n, 1)
+                       : get_n_impl(d, &SKV__LAT_F8, mu, s, x, n, 0);
+    default:
+        return checked ? get_n_impl(d, &SKV__LAT_F32, mu, s, x, n, 1)
+                       : get_n_impl(d, &SKV__LAT_F32, mu, s, x, n, 0);
+    }
+}
+
+int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *out)
+{
+    return skv_decoder_get_n(d, &mu, &s, out, 1);
 }
 
 int skv_decoder_end(skv_decoder *d)
