@@ -9,10 +9,26 @@
 #ifndef SKV_CFAST_H
 #define SKV_CFAST_H
 
+#include <string.h>
+
 #include "codec_int.h"
 #include "skv_dtype_impl.h"
 
 #define SKV_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* cond ? a : b without a branch, for the coin flips of the rANS hot path
+ * (renormalisation, the symbol at a boundary), which GCC turns into
+ * branches when left to itself. */
+SKV_ALWAYS_INLINE uint32_t fsel(uint32_t cond, uint32_t a, uint32_t b)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__("test %2, %2\n\tcmovnz %1, %0" : "+r"(b) : "r"(a), "r"(cond) : "cc");
+    return b;
+#else
+    uint32_t m = 0u - (cond != 0);
+    return b ^ ((a ^ b) & m);
+#endif
+}
 
 /* Lattices as constants: the hot loops take `const skv_lat *L` pointing at
  * one of these and are instantiated per dtype, so GCC folds the fields. */
@@ -26,9 +42,10 @@ static const skv_lat SKV__LAT_F32 = {SKV_DT_F32, 32, 23, 127, 0x80000000u, 0x7f8
  * bucket index (BUCKET). */
 typedef struct {
     const skv_ftab *tab;
-    int64_t base; /* STEP: ordinal(c) - R; BUCKET: floor(mu / g) - R */
-    int G;        /* BUCKET: g = 2^G */
+    int64_t base;  /* STEP: ordinal(c) - R; BUCKET: floor(mu / g) - R */
+    int G;         /* BUCKET: g = 2^G */
     int bucket;
+    uint32_t nesc; /* the escape symbol, tab->n - 1 */
 } skv_fcls;
 
 SKV_ALWAYS_INLINE double fpow2d(int e)
@@ -108,6 +125,7 @@ static __attribute__((noinline, cold, unused)) int fclassify_ref(skv_cmodel *m, 
     c->tab = r.tab;
     c->bucket = r.bucket;
     c->G = r.G;
+    c->nesc = r.tab->n - 1;
     c->base = (r.bucket ? r.b0 : skv__ordinal(&m->lat, r.c)) - r.tab->R;
     return SKV_OK;
 }
@@ -169,6 +187,7 @@ SKV_ALWAYS_INLINE int fclassify(skv_cmodel *m, const skv_lat *L, float mu, float
         c->bucket = 0;
         c->G = G;
         c->base = fordinal(L, cc) - t->R;
+        c->nesc = t->n - 1;
     } else {
         /* bi = floor(mu / 2^G) (clamped to +-2^60), ph = floor(4 * frac) */
         int d = em - G;
@@ -188,9 +207,71 @@ SKV_ALWAYS_INLINE int fclassify(skv_cmodel *m, const skv_lat *L, float mu, float
             return SKV_ERR_NOMEM;
         c->bucket = 1;
         c->G = G;
-        c->base = bi - t->R;
+        c->base = bi - BUCKET_R; /* every BUCKET table has R = BUCKET_R */
+        c->nesc = 2 * BUCKET_R + 1;
     }
     c->tab = t;
+    return SKV_OK;
+}
+
+/* A direct-mapped cache of classifications keyed by the exact bits of
+ * (mu, s), per encoder/decoder and stream: predictors that repeat their
+ * pairs (stat: one per channel and seen/unseen) skip the classification.
+ * It switches itself off for a stream after FCACHE_PROBE lookups with
+ * under half hits (ctx, spec: predictions vary per scalar). Purely a
+ * speed-up: a hit returns what fclassify would. */
+#define FCACHE_BITS 9
+#define FCACHE_PROBE 2048
+typedef struct {
+    uint64_t key[1u << FCACHE_BITS]; /* (mu bits | s bits << 32) + 1; 0: empty */
+    skv_fcls cls[1u << FCACHE_BITS];
+    uint32_t lookups, hits;
+    int off;
+} skv_fcache;
+
+static inline void fcache_clear(skv_fcache *fc)
+{
+    memset(fc->key, 0, sizeof fc->key);
+    fc->lookups = fc->hits = 0;
+    fc->off = 0;
+}
+
+/* Classify mu[0..n), s[0..n) into cls; SKV_ERR_NOMEM (with *done set to
+ * the scalars classified) when a table cannot be built. */
+SKV_ALWAYS_INLINE int fclassify_block(skv_cmodel *m, const skv_lat *L, skv_fcache *fc,
+                                      const float *mu, const float *s, size_t n, skv_fcls *cls,
+                                      size_t *done)
+{
+    size_t k = 0;
+    if (!fc->off) {
+        uint32_t hits = 0;
+        for (; k < n; k++) {
+            uint64_t key = ((uint64_t)skv__bits(mu[k]) | (uint64_t)skv__bits(s[k]) << 32) + 1u;
+            uint32_t slot = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - FCACHE_BITS));
+            if (fc->key[slot] == key && key != 0) {
+                cls[k] = fc->cls[slot];
+                hits++;
+            } else {
+                if (__builtin_expect(fclassify(m, L, mu[k], s[k], &cls[k]) != SKV_OK, 0)) {
+                    *done = k;
+                    return SKV_ERR_NOMEM;
+                }
+                fc->key[slot] = key;
+                fc->cls[slot] = cls[k];
+            }
+        }
+        fc->hits += hits;
+        fc->lookups += (uint32_t)n;
+        if (fc->lookups >= FCACHE_PROBE && fc->hits < fc->lookups / 2)
+            fc->off = 1;
+    } else {
+        for (; k < n; k++)
+            if (__builtin_expect(fclassify(m, L, mu[k], s[k], &cls[k]) != SKV_OK, 0)) {
+                *done = k;
+                return SKV_ERR_NOMEM;
+            }
+    }
+    *done = n;
     return SKV_OK;
 }
 

@@ -263,7 +263,7 @@ static void build_lut(skv_ftab *t)
             starts++;
         uint64_t c2 = sym + 2 <= t->n ? t->cum[sym + 2] : 65536u;
         t->lut[j] = (uint64_t)t->cum[sym] | (uint64_t)t->cum[sym + 1] << 16 | c2 << 33 |
-                    (uint64_t)sym << 50 | (starts > 1 ? LUT_MULTI : 0u);
+                    (uint64_t)sym << 53 | (starts > 1 ? LUT_MULTI : 0u);
     }
 }
 
@@ -629,7 +629,7 @@ uint32_t skv__from_ordinal(const skv_lat *L, int64_t o)
  * frequencies. */
 uint32_t skv__find(const skv_ftab *t, uint32_t slot)
 {
-    uint32_t sym = (uint32_t)(t->lut[slot >> LUT_SHIFT] >> 50) & 0x7ffu;
+    uint32_t sym = LUT_SYM(t->lut[slot >> LUT_SHIFT]);
     while (t->cum[sym + 1] <= slot)
         sym++;
     return sym;

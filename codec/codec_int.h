@@ -36,10 +36,11 @@ typedef struct {
  *   bits  0..15  cum[k]
  *   bits 16..32  cum[k + 1]
  *   bits 33..49  cum[k + 2] (2^16 past the end)
- *   bits 50..60  k
- *   bit  63      LUT_MULTI: several symbols start inside; search cum */
+ *   bit  50      LUT_MULTI: several symbols start inside; search cum
+ *   bits 53..63  k */
 #define LUT_SHIFT 6
-#define LUT_MULTI (1ull << 63)
+#define LUT_MULTI (1ull << 50)
+#define LUT_SYM(e) ((uint32_t)((e) >> 53))
 typedef struct {
     uint32_t n;
     int R;

@@ -50,6 +50,7 @@ struct skv_encoder {
     uint8_t calib[16];
     uint16_t *words;
     size_t wcap;
+    skv_fcache fc;
 };
 
 int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
@@ -78,6 +79,7 @@ void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16])
     e->nops = 0;
     e->n = 0;
     e->ideal = 0;
+    fcache_clear(&e->fc);
     e->h = 0x243f6a8885a308d3ull;
     if (calib_id)
         memcpy(e->calib, calib_id, 16);
@@ -94,82 +96,99 @@ SKV_ALWAYS_INLINE void put_sym(uint64_t **o, double *ideal, const skv_ftab *t, u
 }
 
 /* queue nb (<= 32) plain bits of v, high 16 first (cmodel.c op_raw) */
-SKV_ALWAYS_INLINE void put_raw(uint64_t **o, double *ideal, uint32_t v, int nb)
+SKV_ALWAYS_INLINE void put_raw(uint64_t **o, uint64_t *raw_bits, uint32_t v, int nb)
 {
+    *raw_bits += (uint64_t)nb;
     if (__builtin_expect(nb > 16, 0)) {
         nb -= 16;
         *(*o)++ = EOP((v >> nb) & 0xffffu, 1, 16);
-        *ideal += 16.0;
     }
-    if (nb > 0) {
+    if (nb > 0)
         *(*o)++ = EOP(v & ((1u << nb) - 1u), 1, nb);
-        *ideal += (double)nb;
-    }
 }
 
 /* the escape: the table's last symbol, x's high byte under p_emp, the rest
  * as plain bits */
 static __attribute__((noinline)) void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x,
-                                                 uint64_t **o, double *ideal)
+                                                 uint64_t **o, double *ideal, uint64_t *raw_bits)
 {
     const skv_lat *L = &m->lat;
     put_sym(o, ideal, t, t->n - 1);
     put_sym(o, ideal, &m->pemp, x >> (L->nbits - 8));
-    if (L->nbits > 8) {
-        int nb = L->nbits - 8;
-        uint32_t v = x & ((1u << nb) - 1u);
-        if (nb > 16) { /* f32: 24 bits as 16 + 8 */
-            nb -= 16;
-            *(*o)++ = EOP((v >> nb) & 0xffffu, 1, 16);
-            *ideal += 16.0;
-        }
-        *(*o)++ = EOP(v & ((1u << nb) - 1u), 1, nb);
-        *ideal += (double)nb;
-    }
+    if (L->nbits > 8)
+        put_raw(o, raw_bits, x & ((1u << (L->nbits - 8)) - 1u), L->nbits - 8);
 }
 
-/* The operations of one scalar (skv__plan). */
-SKV_ALWAYS_INLINE int enc_one(skv_cmodel *m, const skv_lat *L, uint32_t x, float mu, float s,
-                              uint64_t **o, double *ideal)
+/* BUCKET mode off the common case: the zero bucket, buckets below one
+ * lattice step or in subnormals, escapes (skv__plan) */
+static __attribute__((noinline)) void put_bucket_slow(const skv_cmodel *m, const skv_lat *L,
+                                                      const skv_fcls *c, uint32_t x, uint64_t **o,
+                                                      double *ideal, uint64_t *raw_bits)
 {
-    skv_fcls c;
-    if (__builtin_expect(fclassify(m, L, mu, s, &c) != SKV_OK, 0))
-        return SKV_ERR_NOMEM;
-    const skv_ftab *t = c.tab;
-    const uint32_t nesc = t->n - 1;
+    const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
-    if (__builtin_expect(mag >= L->inf_mag, 0)) {
-        put_escape(m, t, x, o, ideal);
-        return SKV_OK;
-    }
-    if (!c.bucket) {
-        uint64_t sym = (uint64_t)(fordinal(L, x) - c.base);
-        if (__builtin_expect(sym >= nesc, 0))
-            put_escape(m, t, x, o, ideal);
-        else
-            put_sym(o, ideal, t, (uint32_t)sym);
-        return SKV_OK;
-    }
     int big;
-    uint64_t j = fbucket_of(L, mag, c.G, &big);
+    uint64_t j = fbucket_of(L, mag, c->G, &big);
     int64_t kb = (int64_t)j ^ -(int64_t)((x & L->sign) != 0); /* -1 - j for negative x */
-    uint64_t sym = (uint64_t)(kb - c.base);
-    if (__builtin_expect(big || sym >= nesc, 0)) {
-        put_escape(m, t, x, o, ideal);
-        return SKV_OK;
+    uint64_t sym = (uint64_t)(kb - c->base);
+    if (mag >= L->inf_mag || big || sym >= c->nesc) {
+        put_escape(m, t, x, o, ideal, raw_bits);
+        return;
     }
     put_sym(o, ideal, t, (uint32_t)sym);
     uint32_t lo, hi;
-    if (__builtin_expect(j > 0, 1)) {
-        fbucket_range(L, j, c.G, &lo, &hi);
+    if (j > 0) {
+        fbucket_range(L, j, c->G, &lo, &hi);
     } else {
-        int lvl = fzero_level(L, mag, c.G);
+        int lvl = fzero_level(L, mag, c->G);
         put_sym(o, ideal, &m->zero, (uint32_t)lvl);
-        fzero_range(L, c.G, lvl, &lo, &hi);
+        fzero_range(L, c->G, lvl, &lo, &hi);
     }
-    put_raw(o, ideal, mag - lo, fbits_for((uint64_t)hi - lo));
-    return SKV_OK;
+    put_raw(o, raw_bits, mag - lo, fbits_for((uint64_t)hi - lo));
 }
+
+/* The operations of one scalar of class c (skv__plan). The common case,
+ * x normal in a bucket j >= 1 that holds 2^nb lattice points: j is x's
+ * significand shifted right by nb, and x's index in the bucket its low nb
+ * bits. */
+SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c, uint32_t x,
+                               uint64_t **o, double *ideal, uint64_t *raw_bits)
+{
+    const skv_ftab *t = c->tab;
+    uint32_t mag = x & (L->sign - 1u);
+    if (c->bucket) {
+        uint32_t E = mag >> L->mbits;
+        int nb = L->bias + L->mbits + c->G - (int)E; /* -(exponent of x's step - G) */
+        if (__builtin_expect(E != 0 && mag < L->inf_mag && (unsigned)nb <= (unsigned)L->mbits &&
+                                 (L->dt != SKV_DT_F8E4M3 || (mag | ((1u << nb) - 1u)) < L->inf_mag),
+                             1)) {
+            uint64_t j = (uint64_t)((mag & ((1u << L->mbits) - 1u)) | (1u << L->mbits)) >> nb;
+            int64_t kb = (int64_t)j ^ -(int64_t)((x & L->sign) != 0);
+            uint64_t sym = (uint64_t)(kb - c->base);
+            if (__builtin_expect(sym < c->nesc, 1)) {
+                put_sym(o, ideal, t, (uint32_t)sym);
+                if (L->mbits > 16) { /* f32: up to 23 bits, as 16 + the rest */
+                    put_raw(o, raw_bits, mag & ((1u << nb) - 1u), nb);
+                } else {
+                    *raw_bits += (uint64_t)nb;
+                    if (nb > 0)
+                        *(*o)++ = EOP(mag & ((1u << nb) - 1u), 1, nb);
+                }
+                return;
+            }
+        }
+        put_bucket_slow(m, L, c, x, o, ideal, raw_bits);
+        return;
+    }
+    uint64_t sym = (uint64_t)(fordinal(L, x) - c->base);
+    if (__builtin_expect(mag < L->inf_mag && sym < c->nesc, 1))
+        put_sym(o, ideal, t, (uint32_t)sym);
+    else
+        put_escape(m, t, x, o, ideal, raw_bits);
+}
+
+/* Scalars are classified a block at a time, then planned. */
+#define SKV_BLOCK 64
 
 SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_t *x,
                                  const float *mu, const float *s, size_t n)
@@ -177,18 +196,22 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
     skv_cmodel *m = e->m;
     const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
     uint64_t *o = e->ops + e->nops;
-    double ideal = e->ideal;
-    uint64_t h = e->h;
+    double ideal = 0;
+    uint64_t raw_bits = 0, h = e->h;
     int rc = SKV_OK;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        uint32_t xi = x[i] & mask;
-        if ((rc = enc_one(m, L, xi, mu[i], s[i], &o, &ideal)))
-            break;
-        h = mix_in(h, xi);
+    size_t i = 0;
+    skv_fcls cls[SKV_BLOCK];
+    while (i < n && !rc) {
+        size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
+        rc = fclassify_block(m, L, &e->fc, mu + i, s + i, nb, cls, &nb);
+        for (size_t k = 0; k < nb; k++, i++) {
+            uint32_t xi = x[i] & mask;
+            enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits);
+            h = mix_in(h, xi);
+        }
     }
     e->nops = (size_t)(o - e->ops);
-    e->ideal = ideal;
+    e->ideal += ideal + (double)raw_bits;
     e->h = h;
     e->n += (uint32_t)i;
     return rc ? skv_error(rc, "codec table") : SKV_OK;
@@ -349,6 +372,7 @@ struct skv_decoder {
     uint32_t n, got;
     uint64_t h, want;
     int bad;                 /* sticky: a read past the end or an impossible symbol */
+    skv_fcache fc;
 };
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -393,6 +417,7 @@ int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream
     d->h = 0x243f6a8885a308d3ull;
     d->want = info->checksum;
     d->bad = 0;
+    fcache_clear(&d->fc);
     return SKV_OK;
 }
 
@@ -421,8 +446,8 @@ SKV_ALWAYS_INLINE void rd_next(rd_t *r, uint32_t v, int checked)
             }
         }
     } else { /* branch-free (the test is a coin flip): a word is there to read either way */
-        uint32_t need = v < RANS_L;
-        v = (v << (need << 4)) | (skv_load16_le(r->w) & (0u - need));
+        uint32_t need = v < RANS_L, nv = (v << 16) | skv_load16_le(r->w);
+        v = fsel(need, nv, v);
         r->w += 2 * need;
     }
     r->s0 = r->s1;
@@ -443,13 +468,13 @@ SKV_ALWAYS_INLINE uint32_t rd_sym(rd_t *r, const skv_ftab *t, int checked)
 {
     uint32_t x = r->s0, slot = x & 0xffffu;
     uint64_t e = t->lut[slot >> LUT_SHIFT];
-    uint32_t k = (uint32_t)(e >> 50) & 0x7ffu, start, end;
+    uint32_t k = LUT_SYM(e), start, end;
     if (__builtin_expect(!(e & LUT_MULTI), 1)) {
-        /* k or k + 1, branch-free */
+        /* k or k + 1: a coin flip near the boundary, so conditional moves */
         uint32_t b = (uint32_t)(e >> 16) & 0x1ffffu, c2 = (uint32_t)(e >> 33) & 0x1ffffu;
-        uint32_t up = slot >= b, m = 0u - up;
-        start = ((uint32_t)e & 0xffffu & ~m) | (b & m);
-        end = (b & ~m) | (c2 & m);
+        uint32_t up = slot >= b;
+        start = fsel(up, b, (uint32_t)e & 0xffffu);
+        end = fsel(up, c2, b);
         k += up;
     } else {
         k = find_multi(t, slot, k);
@@ -490,50 +515,76 @@ static __attribute__((noinline)) uint32_t rd_escape(const skv_cmodel *m, rd_t *r
 }
 
 /* One scalar; *out is valid when r->bad stays 0. */
-/* One scalar of class c; *out is valid when r->bad stays 0. */
-SKV_ALWAYS_INLINE uint32_t dec_one(skv_cmodel *m, const skv_lat *L, rd_t *r, const skv_fcls *c,
-                                   int checked)
+/* BUCKET mode off the common case (the zero bucket, buckets below one
+ * lattice step or in subnormals, impossible buckets) */
+static __attribute__((noinline)) uint32_t rd_bucket_slow(const skv_cmodel *m, const skv_lat *L,
+                                                         rd_t *r, const skv_fcls *c, int64_t key)
 {
-    const skv_ftab *t = c->tab;
-    uint32_t sym = rd_sym(r, t, checked), x = 0;
-    int64_t key = c->base + (int64_t)sym;
-    if (__builtin_expect(sym == t->n - 1, 0)) {
-        rd_t tmp = *r;
-        x = rd_escape(m, &tmp);
-        *r = tmp;
-    } else if (!c->bucket) {
-        int64_t top = (int64_t)L->inf_mag - 1, neg = key >> 63;
-        if (key > top || key < -top - 1)
-            r->bad = 1;
-        else /* the signed ordinal back to bits, branch-free: the sign is a coin flip */
-            x = (uint32_t)(key ^ neg) | (L->sign & (uint32_t)neg);
+    int64_t neg = key >> 63; /* bucket -1 - j holds -x for x in bucket j */
+    uint32_t sign = L->sign & (uint32_t)neg;
+    uint64_t j = (uint64_t)(key ^ neg);
+    uint32_t lo, hi;
+    if (j > 0) {
+        fbucket_range(L, j, c->G, &lo, &hi);
     } else {
-        int64_t neg = key >> 63; /* bucket -1 - j holds -x for x in bucket j */
-        uint32_t sign = L->sign & (uint32_t)neg;
-        uint64_t j = (uint64_t)(key ^ neg);
-        uint32_t lo, hi;
-        if (__builtin_expect(j > 0, 1)) {
-            fbucket_range(L, j, c->G, &lo, &hi);
-        } else {
-            uint32_t lvl = rd_sym(r, &m->zero, checked);
-            fzero_range(L, c->G, (int)lvl, &lo, &hi);
-        }
-        if (hi <= lo) {
-            r->bad = 1;
-        } else {
-            uint32_t idx = rd_raw(r, fbits_for((uint64_t)hi - lo), checked);
-            if (idx >= hi - lo || lo + idx >= L->inf_mag)
-                r->bad = 1;
-            else
-                x = sign | (lo + idx);
-        }
+        uint32_t lvl = rd_sym(r, &m->zero, 1);
+        fzero_range(L, c->G, (int)lvl, &lo, &hi);
     }
-    return x;
+    if (hi <= lo) {
+        r->bad = 1;
+        return 0;
+    }
+    uint32_t idx = rd_raw(r, fbits_for((uint64_t)hi - lo), 1);
+    if (idx >= hi - lo || lo + idx >= L->inf_mag) {
+        r->bad = 1;
+        return 0;
+    }
+    return sign | (lo + idx);
 }
 
-/* Scalars are classified a block at a time, then decoded: classification
- * does not depend on the stream, so it runs ahead of the rANS chain. */
-#define DEC_BLOCK 64
+/* One scalar of class c; the result counts when r->bad stays 0. The
+ * common case mirrors enc_one: bucket j >= 1 with 2^nb lattice points
+ * inside a normal binade, x = (exponent, j's low bits, nb plain bits). */
+SKV_ALWAYS_INLINE uint32_t dec_one(const skv_cmodel *m, const skv_lat *L, rd_t *r,
+                                   const skv_fcls *c, int checked)
+{
+    uint32_t sym = rd_sym(r, c->tab, checked);
+    int64_t key = c->base + (int64_t)sym;
+    if (__builtin_expect(sym == c->nesc, 0)) {
+        rd_t tmp = *r;
+        uint32_t x = rd_escape(m, &tmp);
+        *r = tmp;
+        return x;
+    }
+    if (c->bucket) {
+        int64_t neg = key >> 63;
+        uint64_t j = (uint64_t)(key ^ neg);
+        /* 1 <= j < 2^(mbits + 1) (k <= mbits), exponent k + G normal */
+        int k = 63 - __builtin_clzll(j | 1u), e = k + c->G, nb = L->mbits - k;
+        uint32_t lo = ((uint32_t)(e + L->bias - 1) << L->mbits) + (uint32_t)(j << (nb & 31));
+        if (__builtin_expect(j - 1u < (2ull << L->mbits) - 1u &&
+                                 (unsigned)(e - lat_emin(L)) <= (unsigned)(lat_emax(L) - lat_emin(L)) &&
+                                 (L->dt != SKV_DT_F8E4M3 || lo + (1u << nb) <= L->inf_mag),
+                             1)) {
+            uint32_t idx = 0;
+            if (L->mbits > 16) /* f32: up to 23 bits, as 16 + the rest */
+                idx = rd_raw(r, nb, checked);
+            else if (__builtin_expect(nb > 0, 1))
+                idx = rd_bits(r, nb, checked);
+            return (L->sign & (uint32_t)neg) | (lo + idx);
+        }
+        rd_t tmp = *r;
+        uint32_t x = rd_bucket_slow(m, L, &tmp, c, key);
+        *r = tmp;
+        return x;
+    }
+    int64_t top = (int64_t)L->inf_mag - 1, neg = key >> 63;
+    if (key > top || key < -top - 1) {
+        r->bad = 1;
+        return 0;
+    }
+    return (uint32_t)(key ^ neg) | (L->sign & (uint32_t)neg); /* the signed ordinal to bits */
+}
 
 SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *mu, const float *s,
                                  uint32_t *out, size_t n, int checked)
@@ -551,15 +602,10 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
     uint64_t h = d->h;
     int rc = SKV_OK;
     size_t i = 0;
-    skv_fcls cls[DEC_BLOCK];
+    skv_fcls cls[SKV_BLOCK];
     while (i < n && !rc && !r.bad) {
-        size_t nb = n - i < DEC_BLOCK ? n - i : DEC_BLOCK;
-        for (size_t k = 0; k < nb; k++)
-            if (__builtin_expect(fclassify(m, L, mu[i + k], s[i + k], &cls[k]) != SKV_OK, 0)) {
-                rc = SKV_ERR_NOMEM;
-                nb = k;
-                break;
-            }
+        size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
+        rc = fclassify_block(m, L, &d->fc, mu + i, s + i, nb, cls, &nb);
         for (size_t k = 0; k < nb; k++, i++) {
             uint32_t x = dec_one(m, L, &r, &cls[k], checked);
             if (__builtin_expect(r.bad, 0))
