@@ -127,11 +127,15 @@ static __attribute__((noinline)) void put_bucket_slow(const skv_cmodel *m, const
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
-    int big;
-    uint64_t j = fbucket_of(L, mag, c->G, &big);
+    int big = mag >= L->inf_mag;
+    uint64_t j = big ? 0 : fbucket_of(L, mag, c->G, &big);
+    if (big) { /* not finite, or j >= 2^40: far outside any window */
+        put_escape(m, t, x, o, ideal, raw_bits);
+        return;
+    }
     int64_t kb = (int64_t)j ^ -(int64_t)((x & L->sign) != 0); /* -1 - j for negative x */
     uint64_t sym = (uint64_t)(kb - c->base);
-    if (mag >= L->inf_mag || big || sym >= c->nesc) {
+    if (sym >= c->nesc) {
         put_escape(m, t, x, o, ideal, raw_bits);
         return;
     }
