@@ -236,41 +236,45 @@ static inline void fcache_clear(skv_fcache *fc)
     fc->off = 0;
 }
 
-/* Classify mu[0..n), s[0..n) into cls; SKV_ERR_NOMEM (with *done set to
- * the scalars classified) when a table cannot be built. */
-SKV_ALWAYS_INLINE int fclassify_block(skv_cmodel *m, const skv_lat *L, skv_fcache *fc,
-                                      const float *mu, const float *s, size_t n, skv_fcls *cls,
-                                      size_t *done)
+/* The class of (mu, s) through the cache (which must be on); NULL when a
+ * table cannot be built. The pointer is valid until the next lookup. */
+SKV_ALWAYS_INLINE const skv_fcls *fcache_get(skv_cmodel *m, const skv_lat *L, skv_fcache *fc,
+                                             float mu, float s, uint32_t *hits)
 {
-    size_t k = 0;
-    if (!fc->off) {
-        uint32_t hits = 0;
-        for (; k < n; k++) {
-            uint64_t key = ((uint64_t)skv__bits(mu[k]) | (uint64_t)skv__bits(s[k]) << 32) + 1u;
-            uint32_t slot = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - FCACHE_BITS));
-            if (fc->key[slot] == key && key != 0) {
-                cls[k] = fc->cls[slot];
-                hits++;
-            } else {
-                if (__builtin_expect(fclassify(m, L, mu[k], s[k], &cls[k]) != SKV_OK, 0)) {
-                    *done = k;
-                    return SKV_ERR_NOMEM;
-                }
-                fc->key[slot] = key;
-                fc->cls[slot] = cls[k];
-            }
-        }
-        fc->hits += hits;
-        fc->lookups += (uint32_t)n;
-        if (fc->lookups >= FCACHE_PROBE && fc->hits < fc->lookups / 2)
-            fc->off = 1;
-    } else {
-        for (; k < n; k++)
-            if (__builtin_expect(fclassify(m, L, mu[k], s[k], &cls[k]) != SKV_OK, 0)) {
-                *done = k;
-                return SKV_ERR_NOMEM;
-            }
+    uint64_t key = ((uint64_t)skv__bits(mu) | (uint64_t)skv__bits(s) << 32) + 1u;
+    uint32_t slot = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - FCACHE_BITS));
+    if (__builtin_expect(fc->key[slot] == key && key != 0, 1)) {
+        (*hits)++;
+        return &fc->cls[slot];
     }
+    skv_fcls c;
+    if (__builtin_expect(fclassify(m, L, mu, s, &c) != SKV_OK, 0))
+        return NULL;
+    fc->key[slot] = key;
+    fc->cls[slot] = c;
+    return &fc->cls[slot];
+}
+
+/* After a batch of n lookups with `hits` hits. */
+static inline void fcache_count(skv_fcache *fc, uint32_t n, uint32_t hits)
+{
+    fc->hits += hits;
+    fc->lookups += n;
+    if (fc->lookups >= FCACHE_PROBE && fc->hits < fc->lookups / 2)
+        fc->off = 1;
+}
+
+/* Classify mu[0..n), s[0..n) into cls (a block ahead of the rANS chain,
+ * when the cache is off); SKV_ERR_NOMEM, with *done set to the scalars
+ * classified, when a table cannot be built. */
+SKV_ALWAYS_INLINE int fclassify_block(skv_cmodel *m, const skv_lat *L, const float *mu,
+                                      const float *s, size_t n, skv_fcls *cls, size_t *done)
+{
+    for (size_t k = 0; k < n; k++)
+        if (__builtin_expect(fclassify(m, L, mu[k], s[k], &cls[k]) != SKV_OK, 0)) {
+            *done = k;
+            return SKV_ERR_NOMEM;
+        }
     *done = n;
     return SKV_OK;
 }

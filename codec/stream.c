@@ -205,9 +205,23 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
     int rc = SKV_OK;
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
+    if (!e->fc.off) { /* repeating (mu, s): look each class up as it comes */
+        uint32_t hits = 0;
+        for (; i < n; i++) {
+            const skv_fcls *c = fcache_get(m, L, &e->fc, mu[i], s[i], &hits);
+            if (__builtin_expect(!c, 0)) {
+                rc = SKV_ERR_NOMEM;
+                break;
+            }
+            uint32_t xi = x[i] & mask;
+            enc_one(m, L, c, xi, &o, &ideal, &raw_bits);
+            h = mix_in(h, xi);
+        }
+        fcache_count(&e->fc, (uint32_t)i, hits);
+    }
     while (i < n && !rc) {
         size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
-        rc = fclassify_block(m, L, &e->fc, mu + i, s + i, nb, cls, &nb);
+        rc = fclassify_block(m, L, mu + i, s + i, nb, cls, &nb);
         for (size_t k = 0; k < nb; k++, i++) {
             uint32_t xi = x[i] & mask;
             enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits);
@@ -437,6 +451,32 @@ typedef struct {
     int bad;
 } rd_t;
 
+/* The reader's state to and from the decoder (batch boundaries, and the
+ * out-of-line paths, which run on the decoder so that the hot loop keeps
+ * its state in registers). */
+SKV_ALWAYS_INLINE void rd_save(skv_decoder *d, const rd_t *r)
+{
+    d->x[r->ops & 3] = r->s0;
+    d->x[(r->ops + 1) & 3] = r->s1;
+    d->x[(r->ops + 2) & 3] = r->s2;
+    d->x[(r->ops + 3) & 3] = r->s3;
+    d->w = r->w;
+    d->op = r->ops;
+    d->bad = r->bad;
+}
+
+SKV_ALWAYS_INLINE void rd_load(const skv_decoder *d, rd_t *r)
+{
+    r->s0 = d->x[d->op & 3];
+    r->s1 = d->x[(d->op + 1) & 3];
+    r->s2 = d->x[(d->op + 2) & 3];
+    r->s3 = d->x[(d->op + 3) & 3];
+    r->w = d->w;
+    r->wend = d->wend;
+    r->ops = d->op;
+    r->bad = d->bad;
+}
+
 SKV_ALWAYS_INLINE void rd_next(rd_t *r, uint32_t v, int checked)
 {
     if (checked) {
@@ -510,54 +550,61 @@ SKV_ALWAYS_INLINE uint32_t rd_raw(rd_t *r, int nb, int checked)
     return v;
 }
 
-static __attribute__((noinline)) uint32_t rd_escape(const skv_cmodel *m, rd_t *r)
+/* The escape: x's high byte under p_emp, the rest as plain bits. */
+static __attribute__((noinline)) uint32_t dec_escape(skv_decoder *d)
 {
-    const skv_lat *L = &m->lat;
-    uint32_t hi = rd_sym(r, &m->pemp, 1);
-    uint32_t lo = L->nbits > 8 ? rd_raw(r, L->nbits - 8, 1) : 0;
+    const skv_lat *L = &d->m->lat;
+    rd_t r;
+    rd_load(d, &r);
+    uint32_t hi = rd_sym(&r, &d->m->pemp, 1);
+    uint32_t lo = L->nbits > 8 ? rd_raw(&r, L->nbits - 8, 1) : 0;
+    rd_save(d, &r);
     return (hi << (L->nbits - 8)) | lo;
 }
 
-/* One scalar; *out is valid when r->bad stays 0. */
 /* BUCKET mode off the common case (the zero bucket, buckets below one
  * lattice step or in subnormals, impossible buckets) */
-static __attribute__((noinline)) uint32_t rd_bucket_slow(const skv_cmodel *m, const skv_lat *L,
-                                                         rd_t *r, const skv_fcls *c, int64_t key)
+static __attribute__((noinline)) uint32_t dec_bucket_slow(skv_decoder *d, const skv_fcls *c,
+                                                          int64_t key)
 {
+    const skv_lat *L = &d->m->lat;
     int64_t neg = key >> 63; /* bucket -1 - j holds -x for x in bucket j */
-    uint32_t sign = L->sign & (uint32_t)neg;
+    uint32_t sign = L->sign & (uint32_t)neg, x = 0;
     uint64_t j = (uint64_t)(key ^ neg);
     uint32_t lo, hi;
+    rd_t r;
+    rd_load(d, &r);
     if (j > 0) {
         fbucket_range(L, j, c->G, &lo, &hi);
     } else {
-        uint32_t lvl = rd_sym(r, &m->zero, 1);
+        uint32_t lvl = rd_sym(&r, &d->m->zero, 1);
         fzero_range(L, c->G, (int)lvl, &lo, &hi);
     }
     if (hi <= lo) {
-        r->bad = 1;
-        return 0;
+        r.bad = 1;
+    } else {
+        uint32_t idx = rd_raw(&r, fbits_for((uint64_t)hi - lo), 1);
+        if (idx >= hi - lo || lo + idx >= L->inf_mag)
+            r.bad = 1;
+        else
+            x = sign | (lo + idx);
     }
-    uint32_t idx = rd_raw(r, fbits_for((uint64_t)hi - lo), 1);
-    if (idx >= hi - lo || lo + idx >= L->inf_mag) {
-        r->bad = 1;
-        return 0;
-    }
-    return sign | (lo + idx);
+    rd_save(d, &r);
+    return x;
 }
 
 /* One scalar of class c; the result counts when r->bad stays 0. The
  * common case mirrors enc_one: bucket j >= 1 with 2^nb lattice points
  * inside a normal binade, x = (exponent, j's low bits, nb plain bits). */
-SKV_ALWAYS_INLINE uint32_t dec_one(const skv_cmodel *m, const skv_lat *L, rd_t *r,
-                                   const skv_fcls *c, int checked)
+SKV_ALWAYS_INLINE uint32_t dec_one(skv_decoder *d, const skv_lat *L, rd_t *r, const skv_fcls *c,
+                                   int checked)
 {
     uint32_t sym = rd_sym(r, c->tab, checked);
     int64_t key = c->base + (int64_t)sym;
     if (__builtin_expect(sym == c->nesc, 0)) {
-        rd_t tmp = *r;
-        uint32_t x = rd_escape(m, &tmp);
-        *r = tmp;
+        rd_save(d, r);
+        uint32_t x = dec_escape(d);
+        rd_load(d, r);
         return x;
     }
     if (c->bucket) {
@@ -577,9 +624,9 @@ SKV_ALWAYS_INLINE uint32_t dec_one(const skv_cmodel *m, const skv_lat *L, rd_t *
                 idx = rd_bits(r, nb, checked);
             return (L->sign & (uint32_t)neg) | (lo + idx);
         }
-        rd_t tmp = *r;
-        uint32_t x = rd_bucket_slow(m, L, &tmp, c, key);
-        *r = tmp;
+        rd_save(d, r);
+        uint32_t x = dec_bucket_slow(d, c, key);
+        rd_load(d, r);
         return x;
     }
     int64_t top = (int64_t)L->inf_mag - 1, neg = key >> 63;
@@ -595,41 +642,47 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
 {
     skv_cmodel *m = d->m;
     rd_t r;
-    r.s0 = d->x[d->op & 3];
-    r.s1 = d->x[(d->op + 1) & 3];
-    r.s2 = d->x[(d->op + 2) & 3];
-    r.s3 = d->x[(d->op + 3) & 3];
-    r.w = d->w;
-    r.wend = d->wend;
-    r.ops = d->op;
-    r.bad = 0;
+    rd_load(d, &r); /* d->bad is 0 here */
     uint64_t h = d->h;
     int rc = SKV_OK;
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
     while (i < n && !rc && !r.bad) {
         size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
-        rc = fclassify_block(m, L, &d->fc, mu + i, s + i, nb, cls, &nb);
+        if (!d->fc.off) { /* repeating (mu, s) */
+            uint32_t hits = 0;
+            for (size_t k = 0; k < nb; k++) {
+                const skv_fcls *c = fcache_get(m, L, &d->fc, mu[i + k], s[i + k], &hits);
+                if (__builtin_expect(!c, 0)) {
+                    rc = SKV_ERR_NOMEM;
+                    nb = k;
+                    break;
+                }
+                cls[k] = *c;
+            }
+            fcache_count(&d->fc, (uint32_t)nb, hits);
+        } else {
+            rc = fclassify_block(m, L, mu + i, s + i, nb, cls, &nb);
+        }
         for (size_t k = 0; k < nb; k++, i++) {
-            uint32_t x = dec_one(m, L, &r, &cls[k], checked);
+            /* The next scalar's table operation will most likely use s2
+             * (BUCKET: two operations now) or s1 (STEP: one), already
+             * final: fetch its index entry while this one decodes. */
+            if (k + 1 < nb)
+                __builtin_prefetch(&cls[k + 1].tab->lut[((cls[k].bucket ? r.s2 : r.s1) & 0xffffu) >>
+                                                        LUT_SHIFT]);
+            uint32_t x = dec_one(d, L, &r, &cls[k], checked);
             if (__builtin_expect(r.bad, 0))
                 break;
             h = mix_in(h, x);
             out[i] = x;
         }
     }
-    d->x[r.ops & 3] = r.s0;
-    d->x[(r.ops + 1) & 3] = r.s1;
-    d->x[(r.ops + 2) & 3] = r.s2;
-    d->x[(r.ops + 3) & 3] = r.s3;
-    d->w = r.w;
-    d->op = r.ops;
+    rd_save(d, &r);
     d->h = h;
     d->got += (uint32_t)i;
-    if (r.bad) {
-        d->bad = 1;
+    if (r.bad)
         return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
-    }
     if (rc)
         return skv_error(rc, "codec table");
     return SKV_OK;
