@@ -241,13 +241,25 @@ static int table_alloc(skv_ftab *t, uint32_t n)
     t->n = n;
     t->cum = skv_malloc((n + 1) * sizeof *t->cum);
     t->lp = skv_malloc(n * sizeof *t->lp);
-    if (!t->cum || !t->lp) {
+    t->enc = skv_malloc(n * sizeof *t->enc);
+    if (!t->cum || !t->lp || !t->enc) {
         skv_free(t->cum);
         skv_free(t->lp);
-        t->cum = NULL, t->lp = NULL;
+        skv_free(t->enc);
+        t->cum = NULL, t->lp = NULL, t->enc = NULL;
         return skv_error(SKV_ERR_NOMEM, "codec table");
     }
     return SKV_OK;
+}
+
+/* The encoder's view of a finished table (codec_int.h, skv_ftab). */
+static void build_enc(skv_ftab *t)
+{
+    for (uint32_t i = 0; i < t->n; i++) {
+        union { float f; uint32_t u; } lp = {t->lp[i]};
+        t->enc[i] = (uint64_t)t->cum[i] | (uint64_t)(t->cum[i + 1] - t->cum[i]) << 16 |
+                    (uint64_t)lp.u << 32;
+    }
 }
 
 /* The decoder's index (codec_int.h, skv_ftab). */
@@ -282,6 +294,7 @@ static int build_mix(const skv_cmodel *cm, skv_ftab *t, int R, double sigma, dou
     if (!p) {
         skv_free(t->cum);
         skv_free(t->lp);
+        skv_free(t->enc);
         return skv_error(SKV_ERR_NOMEM, "codec table");
     }
     const double w1 = cm->mix.w1 / 65536.0, w2 = cm->mix.w2 / 65536.0, w0 = 1.0 - w1 - w2;
@@ -298,6 +311,7 @@ static int build_mix(const skv_cmodel *cm, skv_ftab *t, int R, double sigma, dou
     build_lut(t);
     for (uint32_t i = 0; i < n; i++)
         t->lp[i] = (float)(p[i] > 1e-300 ? -skv_log(p[i]) / 0.69314718055994530942 : 1000.0);
+    build_enc(t);
     skv_free(p);
     return SKV_OK;
 }
@@ -317,6 +331,7 @@ static int build_pemp(skv_cmodel *cm, const uint32_t *hist)
     build_lut(&cm->pemp);
     for (int i = 0; i < 256; i++)
         cm->pemp.lp[i] = (float)(-skv_log(p[i]) / 0.69314718055994530942);
+    build_enc(&cm->pemp);
     return SKV_OK;
 }
 
@@ -336,6 +351,7 @@ static int build_zero(skv_cmodel *cm)
     build_lut(&cm->zero);
     for (int i = 0; i <= ZLEVELS; i++)
         cm->zero.lp[i] = (float)(i < ZLEVELS ? i + 1 : ZLEVELS);
+    build_enc(&cm->zero);
     return SKV_OK;
 }
 
@@ -378,6 +394,7 @@ static void ftab_free(skv_ftab *t)
         return;
     skv_free(t->cum);
     skv_free(t->lp);
+    skv_free(t->enc);
 }
 
 void skv_cmodel_free(skv_cmodel *m)

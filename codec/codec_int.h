@@ -46,6 +46,7 @@ typedef struct {
     int R;
     uint32_t *cum;
     float *lp;
+    uint64_t *enc; /* the encoder's: cum[k] | freq << 16 | lp bits << 32 */
     uint64_t lut[1u << (SKV_CODEC_PREC - LUT_SHIFT)];
 } skv_ftab;
 

@@ -90,9 +90,10 @@ void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16])
 /* queue a table symbol */
 SKV_ALWAYS_INLINE void put_sym(uint64_t **o, double *ideal, const skv_ftab *t, uint32_t sym)
 {
-    uint32_t a = t->cum[sym], b = t->cum[sym + 1];
-    *(*o)++ = EOP(a, b - a, SKV_CODEC_PREC);
-    *ideal += (double)t->lp[sym];
+    uint64_t e = t->enc[sym]; /* one load: start, frequency, cost */
+    union { uint32_t u; float f; } lp = {(uint32_t)(e >> 32)};
+    *(*o)++ = (e & 0xffffffffu) | (uint64_t)SKV_CODEC_PREC << 32;
+    *ideal += (double)lp.f;
 }
 
 /* queue nb (<= 32) plain bits of v, high 16 first (cmodel.c op_raw) */
