@@ -442,9 +442,9 @@ int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream
 
 /* The reader of a batch: s0 is the state of the next operation, s1..s3
  * the ones after it (a rotation replaces "op mod 4" indexing, so the
- * states stay in registers). CHECKED readers test every word read
- * against the end; a batch runs unchecked when the payload left holds at
- * least SKV_MAX_OPS words per scalar (an operation reads at most one). */
+ * states stay in registers). Checked readers test every word read
+ * against the end; the scalars of a batch for which the payload left holds
+ * SKV_MAX_OPS words each run unchecked (an operation reads at most one). */
 typedef struct {
     uint32_t s0, s1, s2, s3;
     const uint8_t *w, *wend;
@@ -689,6 +689,18 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
     return SKV_OK;
 }
 
+/* The scalars that cannot reach the end of the payload (an operation reads
+ * at most one word) run unchecked, the rest checked. */
+SKV_ALWAYS_INLINE int get_n_split(skv_decoder *d, const skv_lat *L, const float *mu,
+                                  const float *s, uint32_t *x, size_t n)
+{
+    size_t safe = (size_t)(d->wend - d->w) / (2 * SKV_MAX_OPS), fast = safe < n ? safe : n;
+    int rc = fast ? get_n_impl(d, L, mu, s, x, fast, 0) : SKV_OK;
+    if (!rc && fast < n)
+        rc = get_n_impl(d, L, mu + fast, s + fast, x + fast, n - fast, 1);
+    return rc;
+}
+
 int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n)
 {
     if (n > d->n - d->got)
@@ -696,20 +708,11 @@ int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t 
                          n, d->got);
     if (d->bad)
         return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
-    int checked = (size_t)(d->wend - d->w) < 2 * SKV_MAX_OPS * n;
     switch (d->m->lat.dt) {
-    case SKV_DT_BF16:
-        return checked ? get_n_impl(d, &SKV__LAT_BF16, mu, s, x, n, 1)
-                       : get_n_impl(d, &SKV__LAT_BF16, mu, s, x, n, 0);
-    case SKV_DT_F16:
-        return checked ? get_n_impl(d, &SKV__LAT_F16, mu, s, x, n, 1)
-                       : get_n_impl(d, &SKV__LAT_F16, mu, s, x, n, 0);
-    case SKV_DT_F8E4M3:
-        return checked ? get_n_impl(d, &SKV__LAT_F8, mu, s, x, n, 1)
-                       : get_n_impl(d, &SKV__LAT_F8, mu, s, x, n, 0);
-    default:
-        return checked ? get_n_impl(d, &SKV__LAT_F32, mu, s, x, n, 1)
-                       : get_n_impl(d, &SKV__LAT_F32, mu, s, x, n, 0);
+    case SKV_DT_BF16: return get_n_split(d, &SKV__LAT_BF16, mu, s, x, n);
+    case SKV_DT_F16: return get_n_split(d, &SKV__LAT_F16, mu, s, x, n);
+    case SKV_DT_F8E4M3: return get_n_split(d, &SKV__LAT_F8, mu, s, x, n);
+    default: return get_n_split(d, &SKV__LAT_F32, mu, s, x, n);
     }
 }
 
