@@ -181,6 +181,20 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
                 }
                 return;
             }
+        } else if (__builtin_expect(E != 0 && mag < L->inf_mag && nb > L->mbits &&
+                                        nb - L->mbits <= ZLEVELS &&
+                                        (L->dt != SKV_DT_F8E4M3 || E < (L->inf_mag >> L->mbits)),
+                                    1)) {
+            /* the bucket at zero, x normal within ZLEVELS binades below g:
+             * its level is its binade, its index its fraction bits */
+            int64_t kb = -(int64_t)((x & L->sign) != 0);
+            uint64_t sym = (uint64_t)(kb - c->base);
+            if (__builtin_expect(sym < c->nesc, 1)) {
+                put_sym(o, ideal, t, (uint32_t)sym);
+                put_sym(o, ideal, &m->zero, (uint32_t)(nb - L->mbits - 1));
+                put_raw(o, raw_bits, mag & ((1u << L->mbits) - 1u), L->mbits);
+                return;
+            }
         }
         put_bucket_slow(m, L, c, x, o, ideal, raw_bits);
         return;
@@ -566,7 +580,7 @@ static __attribute__((noinline)) uint32_t dec_escape(skv_decoder *d)
 /* BUCKET mode off the common case (the zero bucket, buckets below one
  * lattice step or in subnormals, impossible buckets) */
 static __attribute__((noinline)) uint32_t dec_bucket_slow(skv_decoder *d, const skv_fcls *c,
-                                                          int64_t key)
+                                                          int64_t key, int lvl)
 {
     const skv_lat *L = &d->m->lat;
     int64_t neg = key >> 63; /* bucket -1 - j holds -x for x in bucket j */
@@ -578,8 +592,9 @@ static __attribute__((noinline)) uint32_t dec_bucket_slow(skv_decoder *d, const 
     if (j > 0) {
         fbucket_range(L, j, c->G, &lo, &hi);
     } else {
-        uint32_t lvl = rd_sym(&r, &d->m->zero, 1);
-        fzero_range(L, c->G, (int)lvl, &lo, &hi);
+        if (lvl < 0) /* not read yet */
+            lvl = (int)rd_sym(&r, &d->m->zero, 1);
+        fzero_range(L, c->G, lvl, &lo, &hi);
     }
     if (hi <= lo) {
         r.bad = 1;
@@ -625,8 +640,21 @@ SKV_ALWAYS_INLINE uint32_t dec_one(skv_decoder *d, const skv_lat *L, rd_t *r, co
                 idx = rd_bits(r, nb, checked);
             return (L->sign & (uint32_t)neg) | (lo + idx);
         }
+        int lvl = -1;
+        if (j == 0) {
+            /* the bucket at zero: level lvl is the binade [2^e, 2^(e+1)),
+             * e = G - lvl - 1, of 2^mbits points when it is normal */
+            lvl = (int)rd_sym(r, &d->m->zero, checked);
+            e = c->G - lvl - 1;
+            if (__builtin_expect(lvl < ZLEVELS && e >= lat_emin(L) &&
+                                     e <= lat_emax(L) - (L->dt == SKV_DT_F8E4M3),
+                                 1)) {
+                uint32_t idx = rd_raw(r, L->mbits, checked);
+                return (L->sign & (uint32_t)neg) | (((uint32_t)(e + L->bias) << L->mbits) + idx);
+            }
+        }
         rd_save(d, r);
-        uint32_t x = dec_bucket_slow(d, c, key);
+        uint32_t x = dec_bucket_slow(d, c, key, lvl);
         rd_load(d, r);
         return x;
     }
