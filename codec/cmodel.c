@@ -241,24 +241,41 @@ static int table_alloc(skv_ftab *t, uint32_t n)
     t->n = n;
     t->cum = skv_malloc((n + 1) * sizeof *t->cum);
     t->lp = skv_malloc(n * sizeof *t->lp);
-    if (!t->cum || !t->lp) {
+    t->enc = skv_malloc(n * sizeof *t->enc);
+    if (!t->cum || !t->lp || !t->enc) {
         skv_free(t->cum);
         skv_free(t->lp);
-        t->cum = NULL, t->lp = NULL;
+        skv_free(t->enc);
+        t->cum = NULL, t->lp = NULL, t->enc = NULL;
         return skv_error(SKV_ERR_NOMEM, "codec table");
     }
     return SKV_OK;
 }
 
-/* Decoder index: lut[j] = the symbol holding slot j << LUT_SHIFT. */
+/* The encoder's view of a finished table (codec_int.h, skv_ftab). */
+static void build_enc(skv_ftab *t)
+{
+    for (uint32_t i = 0; i < t->n; i++) {
+        union { float f; uint32_t u; } lp = {t->lp[i]};
+        t->enc[i] = (uint64_t)t->cum[i] | (uint64_t)(t->cum[i + 1] - t->cum[i]) << 16 |
+                    (uint64_t)lp.u << 32;
+    }
+}
+
+/* The decoder's index (codec_int.h, skv_ftab). */
 static void build_lut(skv_ftab *t)
 {
     uint32_t sym = 0;
     for (uint32_t j = 0; j < (1u << (SKV_CODEC_PREC - LUT_SHIFT)); j++) {
-        uint32_t slot = j << LUT_SHIFT;
+        uint32_t slot = j << LUT_SHIFT, end = slot + (1u << LUT_SHIFT);
         while (t->cum[sym + 1] <= slot)
             sym++;
-        t->lut[j] = (uint16_t)sym;
+        uint32_t starts = 0;
+        for (uint32_t k = sym + 1; k < t->n && t->cum[k] < end; k++)
+            starts++;
+        uint64_t c2 = sym + 2 <= t->n ? t->cum[sym + 2] : 65536u;
+        t->lut[j] = (uint64_t)t->cum[sym] | (uint64_t)t->cum[sym + 1] << 16 | c2 << 33 |
+                    (uint64_t)sym << 53 | (starts > 1 ? LUT_MULTI : 0u);
     }
 }
 
@@ -277,6 +294,7 @@ static int build_mix(const skv_cmodel *cm, skv_ftab *t, int R, double sigma, dou
     if (!p) {
         skv_free(t->cum);
         skv_free(t->lp);
+        skv_free(t->enc);
         return skv_error(SKV_ERR_NOMEM, "codec table");
     }
     const double w1 = cm->mix.w1 / 65536.0, w2 = cm->mix.w2 / 65536.0, w0 = 1.0 - w1 - w2;
@@ -293,6 +311,7 @@ static int build_mix(const skv_cmodel *cm, skv_ftab *t, int R, double sigma, dou
     build_lut(t);
     for (uint32_t i = 0; i < n; i++)
         t->lp[i] = (float)(p[i] > 1e-300 ? -skv_log(p[i]) / 0.69314718055994530942 : 1000.0);
+    build_enc(t);
     skv_free(p);
     return SKV_OK;
 }
@@ -312,6 +331,7 @@ static int build_pemp(skv_cmodel *cm, const uint32_t *hist)
     build_lut(&cm->pemp);
     for (int i = 0; i < 256; i++)
         cm->pemp.lp[i] = (float)(-skv_log(p[i]) / 0.69314718055994530942);
+    build_enc(&cm->pemp);
     return SKV_OK;
 }
 
@@ -331,6 +351,7 @@ static int build_zero(skv_cmodel *cm)
     build_lut(&cm->zero);
     for (int i = 0; i <= ZLEVELS; i++)
         cm->zero.lp[i] = (float)(i < ZLEVELS ? i + 1 : ZLEVELS);
+    build_enc(&cm->zero);
     return SKV_OK;
 }
 
@@ -373,6 +394,7 @@ static void ftab_free(skv_ftab *t)
         return;
     skv_free(t->cum);
     skv_free(t->lp);
+    skv_free(t->enc);
 }
 
 void skv_cmodel_free(skv_cmodel *m)
@@ -404,19 +426,18 @@ static inline int step_phases(int oct)
     return oct < 0 ? 16 : oct < 2 ? 4 : 1;
 }
 
-static const skv_ftab *build_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
-                                   int ph, int nph);
-
 static inline const skv_ftab *get_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
                                         int ph, int nph)
 {
     skv_ftab *const *slot = bucket_mode ? &m->bucket[idx] : &m->step[idx];
     skv_ftab *t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-    return t ? t : build_table(m, bucket_mode, idx, oct, sub, ph, nph);
+    return t ? t : skv__build_table(m, bucket_mode, idx, oct, sub, ph, nph);
 }
 
-static const skv_ftab *build_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
-                                   int ph, int nph)
+/* Build (once, under the model's lock) the table of a class; NULL when
+ * memory runs out. */
+const skv_ftab *skv__build_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub, int ph,
+                                 int nph)
 {
     skv_ftab *const *slot = bucket_mode ? &m->bucket[idx] : &m->step[idx];
     skv_ftab *t;
@@ -500,35 +521,6 @@ int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c)
         c->tab = get_table(m, 1, sub * 4 + ph, 0, sub, ph, 4);
     }
     return c->tab ? SKV_OK : skv_error(SKV_ERR_NOMEM, "codec table");
-}
-
-void skv__cls_cache_clear(skv_cls_cache *cc)
-{
-    memset(cc->key, 0xff, sizeof cc->key); /* no (mu, s) pair has these bits: NaN s */
-    cc->lookups = cc->hits = 0;
-}
-
-int skv__classify_cached(skv_cmodel *m, skv_cls_cache *cc, float mu, float s, skv_cls *c)
-{
-    /* after 4096 lookups with under a quarter hits (predictions that vary per
-     * scalar, as at ctx and spec), classify directly for the rest */
-    if (cc->lookups >= 4096 && cc->hits < cc->lookups / 4)
-        return skv__classify(m, mu, s, c);
-    cc->lookups++;
-    uint64_t key = (uint64_t)skv_f32_bits(mu) << 32 | skv_f32_bits(s);
-    uint64_t h = key * 0x9e3779b97f4a7c15ull;
-    unsigned slot = (unsigned)(h >> 56); /* 8 bits: CLS_CACHE */
-    if (cc->key[slot] == key) {
-        cc->hits++;
-        *c = cc->cls[slot];
-        return SKV_OK;
-    }
-    int rc = skv__classify(m, mu, s, c);
-    if (rc == SKV_OK) {
-        cc->key[slot] = key;
-        cc->cls[slot] = *c;
-    }
-    return rc;
 }
 
 /* ---- scalar <-> ops --------------------------------------------------------- */
@@ -654,7 +646,7 @@ uint32_t skv__from_ordinal(const skv_lat *L, int64_t o)
  * frequencies. */
 uint32_t skv__find(const skv_ftab *t, uint32_t slot)
 {
-    uint32_t sym = t->lut[slot >> LUT_SHIFT];
+    uint32_t sym = LUT_SYM(t->lut[slot >> LUT_SHIFT]);
     while (t->cum[sym + 1] <= slot)
         sym++;
     return sym;

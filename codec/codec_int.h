@@ -27,14 +27,30 @@ typedef struct {
 
 /* A frequency table: symbols 0..n-1 with cumulative frequencies cum[0..n]
  * (cum[n] = 2^16) and -log2 of the unquantized probability per symbol. For
- * mixture tables, symbol r + R is the residual r and n - 1 the escape. */
-#define LUT_SHIFT 6
+ * mixture tables, symbol r + R is the residual r and n - 1 the escape.
+ *
+ * The decoder's index, lut[j] for the run of slots [j << LUT_SHIFT,
+ * (j + 1) << LUT_SHIFT):
+ * the symbol k holding the run's first slot and, when at most one more
+ * symbol starts inside the run, everything needed to decode any slot of
+ * it without touching cum: a slot below cum[k + 1] is k, else k + 1.
+ *   bits  0..15  cum[k]
+ *   bits 16..32  cum[k + 1]
+ *   bits 33..49  cum[k + 2] (2^16 past the end)
+ *   bit  50      LUT_MULTI: several symbols start inside; search cum
+ *   bits 53..63  k */
+#define LUT_SHIFT 8 /* 256 entries, 2 KiB a table: the 32+ classes of a stream stay in
+                      * L2 (runs of 64 slots were 8 KiB and ~10% slower to decode; the
+                      * wider runs take the search on ~3% of operations) */
+#define LUT_MULTI (1ull << 50)
+#define LUT_SYM(e) ((uint32_t)((e) >> 53))
 typedef struct {
     uint32_t n;
     int R;
     uint32_t *cum;
     float *lp;
-    uint16_t lut[1u << (SKV_CODEC_PREC - LUT_SHIFT)]; /* slot >> 6 -> first symbol */
+    uint64_t *enc; /* the encoder's: cum[k] | freq << 16 | lp bits << 32 */
+    uint64_t lut[1u << (SKV_CODEC_PREC - LUT_SHIFT)];
 } skv_ftab;
 
 struct skv_cmodel {
@@ -65,22 +81,14 @@ typedef struct {
 } skv_op;
 #define SKV_MAX_OPS 6
 
-/* A direct-mapped cache of classifications keyed by the exact bits of
- * (mu, s): predictors that repeat a (mu, s) pair (stat: one per channel)
- * skip the classification. Purely a speed-up: a hit returns exactly what
- * skv__classify would. */
-#define CLS_CACHE 256
-typedef struct {
-    uint64_t key[CLS_CACHE];
-    skv_cls cls[CLS_CACHE];
-    uint32_t lookups, hits; /* the cache turns itself off when pairs do not repeat */
-} skv_cls_cache;
-void skv__cls_cache_clear(skv_cls_cache *cc);
-int skv__classify_cached(skv_cmodel *m, skv_cls_cache *cc, float mu, float s, skv_cls *c);
-
+/* The reference path: classification and planning of one scalar as
+ * FORMAT.md states them (skv_cmodel_cost and the tests use it; the
+ * encoder and decoder run codec/cfast.h, which must agree with it). */
 int skv__lat_init(skv_lat *L, skv_dtype dt);
 double skv__lat_value(const skv_lat *L, uint32_t x);
 int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c);
+const skv_ftab *skv__build_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub, int ph,
+                                 int nph);
 int skv__plan(skv_cmodel *m, const skv_cls *c, uint32_t x, skv_op *o);
 uint32_t skv__find(const skv_ftab *t, uint32_t slot);
 void skv__zero_range(const skv_lat *L, int G, int lvl, uint32_t *lo, uint32_t *hi);

@@ -7,7 +7,7 @@
  * checking every read against the end of the payload. */
 #include <string.h>
 
-#include "codec_int.h"
+#include "cfast.h"
 
 #define RANS_L (1u << 16)
 
@@ -35,9 +35,14 @@ uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed)
 
 /* ---- encoder ----------------------------------------------------------------- */
 
+/* A queued operation: start | freq << 16 | bits << 32 (freq < 2^16: every
+ * table has at least two symbols of frequency >= 1). */
+#define EOP(start, freq, bits) \
+    ((uint64_t)(start) | (uint64_t)(freq) << 16 | (uint64_t)(bits) << 32)
+
 struct skv_encoder {
     skv_cmodel *m;
-    skv_op *ops;
+    uint64_t *ops;
     size_t nops, cap;
     uint32_t n;
     uint64_t h;
@@ -45,7 +50,7 @@ struct skv_encoder {
     uint8_t calib[16];
     uint16_t *words;
     size_t wcap;
-    skv_cls_cache cc;
+    skv_fcache fc;
 };
 
 int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
@@ -73,8 +78,8 @@ void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16])
 {
     e->nops = 0;
     e->n = 0;
-    skv__cls_cache_clear(&e->cc);
     e->ideal = 0;
+    fcache_clear(&e->fc);
     e->h = 0x243f6a8885a308d3ull;
     if (calib_id)
         memcpy(e->calib, calib_id, 16);
@@ -82,30 +87,194 @@ void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16])
         memset(e->calib, 0, 16);
 }
 
-int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s)
+/* queue a table symbol */
+SKV_ALWAYS_INLINE void put_sym(uint64_t **o, double *ideal, const skv_ftab *t, uint32_t sym)
 {
-    if (e->n >= SKV_STREAM_MAX_SCALARS)
+    uint64_t e = t->enc[sym]; /* one load: start, frequency, cost */
+    union { uint32_t u; float f; } lp = {(uint32_t)(e >> 32)};
+    *(*o)++ = (e & 0xffffffffu) | (uint64_t)SKV_CODEC_PREC << 32;
+    *ideal += (double)lp.f;
+}
+
+/* queue nb (<= 32) plain bits of v, high 16 first (cmodel.c op_raw) */
+SKV_ALWAYS_INLINE void put_raw(uint64_t **o, uint64_t *raw_bits, uint32_t v, int nb)
+{
+    *raw_bits += (uint64_t)nb;
+    if (__builtin_expect(nb > 16, 0)) {
+        nb -= 16;
+        *(*o)++ = EOP((v >> nb) & 0xffffu, 1, 16);
+    }
+    if (nb > 0)
+        *(*o)++ = EOP(v & ((1u << nb) - 1u), 1, nb);
+}
+
+/* the escape: the table's last symbol, x's high byte under p_emp, the rest
+ * as plain bits */
+static __attribute__((noinline)) void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x,
+                                                 uint64_t **o, double *ideal, uint64_t *raw_bits)
+{
+    const skv_lat *L = &m->lat;
+    put_sym(o, ideal, t, t->n - 1);
+    put_sym(o, ideal, &m->pemp, x >> (L->nbits - 8));
+    if (L->nbits > 8)
+        put_raw(o, raw_bits, x & ((1u << (L->nbits - 8)) - 1u), L->nbits - 8);
+}
+
+/* BUCKET mode off the common case: the zero bucket, buckets below one
+ * lattice step or in subnormals, escapes (skv__plan) */
+static __attribute__((noinline)) void put_bucket_slow(const skv_cmodel *m, const skv_lat *L,
+                                                      const skv_fcls *c, uint32_t x, uint64_t **o,
+                                                      double *ideal, uint64_t *raw_bits)
+{
+    const skv_ftab *t = c->tab;
+    uint32_t mag = x & (L->sign - 1u);
+    int big = mag >= L->inf_mag;
+    uint64_t j = big ? 0 : fbucket_of(L, mag, c->G, &big);
+    if (big) { /* not finite, or j >= 2^40: far outside any window */
+        put_escape(m, t, x, o, ideal, raw_bits);
+        return;
+    }
+    int64_t kb = (int64_t)j ^ -(int64_t)((x & L->sign) != 0); /* -1 - j for negative x */
+    uint64_t sym = (uint64_t)(kb - c->base);
+    if (sym >= c->nesc) {
+        put_escape(m, t, x, o, ideal, raw_bits);
+        return;
+    }
+    put_sym(o, ideal, t, (uint32_t)sym);
+    uint32_t lo, hi;
+    if (j > 0) {
+        fbucket_range(L, j, c->G, &lo, &hi);
+    } else {
+        int lvl = fzero_level(L, mag, c->G);
+        put_sym(o, ideal, &m->zero, (uint32_t)lvl);
+        fzero_range(L, c->G, lvl, &lo, &hi);
+    }
+    put_raw(o, raw_bits, mag - lo, fbits_for((uint64_t)hi - lo));
+}
+
+/* The operations of one scalar of class c (skv__plan). The common case,
+ * x normal in a bucket j >= 1 that holds 2^nb lattice points: j is x's
+ * significand shifted right by nb, and x's index in the bucket its low nb
+ * bits. */
+SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c, uint32_t x,
+                               uint64_t **o, double *ideal, uint64_t *raw_bits)
+{
+    const skv_ftab *t = c->tab;
+    uint32_t mag = x & (L->sign - 1u);
+    if (c->bucket) {
+        uint32_t E = mag >> L->mbits;
+        int nb = L->bias + L->mbits + c->G - (int)E; /* -(exponent of x's step - G) */
+        if (__builtin_expect(E != 0 && mag < L->inf_mag && (unsigned)nb <= (unsigned)L->mbits &&
+                                 (L->dt != SKV_DT_F8E4M3 || (mag | ((1u << nb) - 1u)) < L->inf_mag),
+                             1)) {
+            uint64_t j = (uint64_t)((mag & ((1u << L->mbits) - 1u)) | (1u << L->mbits)) >> nb;
+            int64_t kb = (int64_t)j ^ -(int64_t)((x & L->sign) != 0);
+            uint64_t sym = (uint64_t)(kb - c->base);
+            if (__builtin_expect(sym < c->nesc, 1)) {
+                put_sym(o, ideal, t, (uint32_t)sym);
+                if (L->mbits > 16) { /* f32: up to 23 bits, as 16 + the rest */
+                    put_raw(o, raw_bits, mag & ((1u << nb) - 1u), nb);
+                } else {
+                    *raw_bits += (uint64_t)nb;
+                    if (nb > 0)
+                        *(*o)++ = EOP(mag & ((1u << nb) - 1u), 1, nb);
+                }
+                return;
+            }
+        } else if (__builtin_expect(E != 0 && mag < L->inf_mag && nb > L->mbits &&
+                                        nb - L->mbits <= ZLEVELS &&
+                                        (L->dt != SKV_DT_F8E4M3 || E < (L->inf_mag >> L->mbits)),
+                                    1)) {
+            /* the bucket at zero, x normal within ZLEVELS binades below g:
+             * its level is its binade, its index its fraction bits */
+            int64_t kb = -(int64_t)((x & L->sign) != 0);
+            uint64_t sym = (uint64_t)(kb - c->base);
+            if (__builtin_expect(sym < c->nesc, 1)) {
+                put_sym(o, ideal, t, (uint32_t)sym);
+                put_sym(o, ideal, &m->zero, (uint32_t)(nb - L->mbits - 1));
+                put_raw(o, raw_bits, mag & ((1u << L->mbits) - 1u), L->mbits);
+                return;
+            }
+        }
+        put_bucket_slow(m, L, c, x, o, ideal, raw_bits);
+        return;
+    }
+    uint64_t sym = (uint64_t)(fordinal(L, x) - c->base);
+    if (__builtin_expect(mag < L->inf_mag && sym < c->nesc, 1))
+        put_sym(o, ideal, t, (uint32_t)sym);
+    else
+        put_escape(m, t, x, o, ideal, raw_bits);
+}
+
+/* Scalars are classified a block at a time, then planned. */
+#define SKV_BLOCK 64
+
+SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_t *x,
+                                 const float *mu, const float *s, size_t n)
+{
+    skv_cmodel *m = e->m;
+    const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
+    uint64_t *o = e->ops + e->nops;
+    double ideal = 0;
+    uint64_t raw_bits = 0, h = e->h;
+    int rc = SKV_OK;
+    size_t i = 0;
+    skv_fcls cls[SKV_BLOCK];
+    if (!e->fc.off) { /* repeating (mu, s): look each class up as it comes */
+        uint32_t hits = 0;
+        for (; i < n; i++) {
+            const skv_fcls *c = fcache_get(m, L, &e->fc, mu[i], s[i], &hits);
+            if (__builtin_expect(!c, 0)) {
+                rc = SKV_ERR_NOMEM;
+                break;
+            }
+            uint32_t xi = x[i] & mask;
+            enc_one(m, L, c, xi, &o, &ideal, &raw_bits);
+            h = mix_in(h, xi);
+        }
+        fcache_count(&e->fc, (uint32_t)i, hits);
+    }
+    while (i < n && !rc) {
+        size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
+        rc = fclassify_block(m, L, mu + i, s + i, nb, cls, &nb);
+        for (size_t k = 0; k < nb; k++, i++) {
+            uint32_t xi = x[i] & mask;
+            enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits);
+            h = mix_in(h, xi);
+        }
+    }
+    e->nops = (size_t)(o - e->ops);
+    e->ideal += ideal + (double)raw_bits;
+    e->h = h;
+    e->n += (uint32_t)i;
+    return rc ? skv_error(rc, "codec table") : SKV_OK;
+}
+
+int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n)
+{
+    if (n > SKV_STREAM_MAX_SCALARS - e->n)
         return skv_error(SKV_ERR_TOO_LARGE, "stream holds at most %u scalars", SKV_STREAM_MAX_SCALARS);
-    if (e->nops + SKV_MAX_OPS > e->cap) {
+    if (e->nops + SKV_MAX_OPS * n > e->cap) {
         size_t nc = e->cap ? 2 * e->cap : 4096;
-        skv_op *o = skv_realloc(e->ops, nc * sizeof *o);
+        while (nc < e->nops + SKV_MAX_OPS * n)
+            nc *= 2;
+        uint64_t *o = skv_realloc(e->ops, nc * sizeof *o);
         if (!o)
             return skv_error(SKV_ERR_NOMEM, "encoder ops");
         e->ops = o;
         e->cap = nc;
     }
-    x &= e->m->lat.nbits == 32 ? 0xffffffffu : ((1u << e->m->lat.nbits) - 1u);
-    skv_cls c;
-    int rc = skv__classify_cached(e->m, &e->cc, mu, s, &c);
-    if (rc)
-        return rc;
-    int k = skv__plan(e->m, &c, x, e->ops + e->nops);
-    for (int i = 0; i < k; i++)
-        e->ideal += (double)e->ops[e->nops + (size_t)i].lp;
-    e->nops += (size_t)k;
-    e->h = mix_in(e->h, x);
-    e->n++;
-    return SKV_OK;
+    switch (e->m->lat.dt) {
+    case SKV_DT_BF16: return put_n_impl(e, &SKV__LAT_BF16, x, mu, s, n);
+    case SKV_DT_F16: return put_n_impl(e, &SKV__LAT_F16, x, mu, s, n);
+    case SKV_DT_F8E4M3: return put_n_impl(e, &SKV__LAT_F8, x, mu, s, n);
+    default: return put_n_impl(e, &SKV__LAT_F32, x, mu, s, n);
+    }
+}
+
+int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s)
+{
+    return skv_encoder_put_n(e, &x, &mu, &s, 1);
 }
 
 double skv_encoder_ideal_bits(const skv_encoder *e)
@@ -124,6 +293,20 @@ static uint64_t final_checksum(uint64_t h, uint32_t n)
     return h ^ (h >> 32);
 }
 
+/* one encoding step of state *s (ops are coded last to first) */
+SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *words, size_t *nw)
+{
+    uint32_t start = (uint32_t)op & 0xffffu, freq = (uint32_t)(op >> 16) & 0xffffu;
+    int bits = (int)(op >> 32);
+    uint32_t v = *s;
+    uint64_t xmax = (uint64_t)freq << (32 - bits);
+    uint32_t emit = (uint64_t)v >= xmax; /* a coin flip: branch-free */
+    words[*nw] = (uint16_t)v;
+    *nw += emit;
+    v >>= emit << 4;
+    *s = ((v / freq) << bits) + (v % freq) + start;
+}
+
 int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
 {
     *len = 0;
@@ -135,17 +318,21 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
         e->wcap = e->nops + 1;
     }
     uint32_t x[4] = {RANS_L, RANS_L, RANS_L, RANS_L};
-    size_t nw = 0;
-    for (size_t i = e->nops; i-- > 0;) {
-        const skv_op *o = &e->ops[i];
-        uint32_t *s = &x[i & 3];
-        uint64_t xmax = (uint64_t)o->freq << (32 - o->bits);
-        if ((uint64_t)*s >= xmax) {
-            e->words[nw++] = (uint16_t)*s;
-            *s >>= 16;
-        }
-        *s = ((*s / o->freq) << o->bits) + (*s % o->freq) + o->start;
+    size_t nw = 0, i = e->nops;
+    /* op i uses state i mod 4: the ragged end first, then blocks of four */
+    while (i & 3) {
+        i--;
+        enc_op(&x[i & 3], e->ops[i], e->words, &nw);
     }
+    uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
+    while (i) {
+        i -= 4;
+        enc_op(&x3, e->ops[i + 3], e->words, &nw);
+        enc_op(&x2, e->ops[i + 2], e->words, &nw);
+        enc_op(&x1, e->ops[i + 1], e->words, &nw);
+        enc_op(&x0, e->ops[i], e->words, &nw);
+    }
+    x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3;
     size_t payload = 16 + 2 * nw;
     size_t total = SKV_STREAM_HEADER + payload;
     if (total > cap)
@@ -166,8 +353,8 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     for (int k = 0; k < 4; k++)
         skv_store32_le(p + 4 * k, x[k]);
     p += 16;
-    for (size_t i = 0; i < nw; i++)
-        skv_store16_le(p + 2 * i, e->words[nw - 1 - i]);
+    for (size_t k = 0; k < nw; k++)
+        skv_store16_le(p + 2 * k, e->words[nw - 1 - k]);
     *len = total;
     return SKV_OK;
 }
@@ -218,7 +405,7 @@ struct skv_decoder {
     uint32_t n, got;
     uint64_t h, want;
     int bad;                 /* sticky: a read past the end or an impossible symbol */
-    skv_cls_cache cc;
+    skv_fcache fc;
 };
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -263,106 +450,303 @@ int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream
     d->h = 0x243f6a8885a308d3ull;
     d->want = info->checksum;
     d->bad = 0;
-    skv__cls_cache_clear(&d->cc);
+    fcache_clear(&d->fc);
     return SKV_OK;
 }
 
-/* Decode one operation of 2^bits total; returns the slot and lets the
- * caller map it to (start, freq). */
-static inline uint32_t peek(skv_decoder *d, int bits)
+/* The reader of a batch: s0 is the state of the next operation, s1..s3
+ * the ones after it (a rotation replaces "op mod 4" indexing, so the
+ * states stay in registers). Checked readers test every word read
+ * against the end; the scalars of a batch for which the payload left holds
+ * SKV_MAX_OPS words each run unchecked (an operation reads at most one). */
+typedef struct {
+    uint32_t s0, s1, s2, s3;
+    const uint8_t *w, *wend;
+    size_t ops;
+    int bad;
+} rd_t;
+
+/* The reader's state to and from the decoder (batch boundaries, and the
+ * out-of-line paths, which run on the decoder so that the hot loop keeps
+ * its state in registers). */
+SKV_ALWAYS_INLINE void rd_save(skv_decoder *d, const rd_t *r)
 {
-    return d->x[d->op & 3] & ((1u << bits) - 1u);
+    d->x[r->ops & 3] = r->s0;
+    d->x[(r->ops + 1) & 3] = r->s1;
+    d->x[(r->ops + 2) & 3] = r->s2;
+    d->x[(r->ops + 3) & 3] = r->s3;
+    d->w = r->w;
+    d->op = r->ops;
+    d->bad = r->bad;
 }
 
-static inline void advance(skv_decoder *d, uint32_t start, uint32_t freq, int bits)
+SKV_ALWAYS_INLINE void rd_load(const skv_decoder *d, rd_t *r)
 {
-    uint32_t *s = &d->x[d->op & 3];
-    uint32_t slot = *s & ((1u << bits) - 1u);
-    *s = freq * (*s >> bits) + slot - start;
-    if (*s < RANS_L) {
-        if (d->w + 2 > d->wend) {
-            d->bad = 1;
-            *s = RANS_L; /* keep going safely; the error is reported */
-        } else {
-            *s = (*s << 16) | skv_load16_le(d->w);
-            d->w += 2;
+    r->s0 = d->x[d->op & 3];
+    r->s1 = d->x[(d->op + 1) & 3];
+    r->s2 = d->x[(d->op + 2) & 3];
+    r->s3 = d->x[(d->op + 3) & 3];
+    r->w = d->w;
+    r->wend = d->wend;
+    r->ops = d->op;
+    r->bad = d->bad;
+}
+
+SKV_ALWAYS_INLINE void rd_next(rd_t *r, uint32_t v, int checked)
+{
+    if (checked) {
+        if (v < RANS_L) {
+            if (r->w >= r->wend) {
+                r->bad = 1;
+                v = RANS_L; /* keep going safely; the error is reported */
+            } else {
+                v = (v << 16) | skv_load16_le(r->w);
+                r->w += 2;
+            }
         }
+    } else { /* branch-free (the test is a coin flip): a word is there to read either way */
+        uint32_t need = v < RANS_L, nv = (v << 16) | skv_load16_le(r->w);
+        v = fsel(need, nv, v);
+        r->w += 2 * need;
     }
-    d->op++;
+    r->s0 = r->s1;
+    r->s1 = r->s2;
+    r->s2 = r->s3;
+    r->s3 = v;
+    r->ops++;
 }
 
-static inline uint32_t get_sym(skv_decoder *d, const skv_ftab *t)
+static __attribute__((noinline)) uint32_t find_multi(const skv_ftab *t, uint32_t slot, uint32_t k)
 {
-    uint32_t slot = peek(d, SKV_CODEC_PREC);
-    uint32_t sym = skv__find(t, slot);
-    advance(d, t->cum[sym], t->cum[sym + 1] - t->cum[sym], SKV_CODEC_PREC);
-    return sym;
+    while (t->cum[k + 1] <= slot)
+        k++;
+    return k;
 }
 
-static inline uint32_t get_raw(skv_decoder *d, int nb)
+SKV_ALWAYS_INLINE uint32_t rd_sym(rd_t *r, const skv_ftab *t, int checked)
+{
+    uint32_t x = r->s0, slot = x & 0xffffu;
+    uint64_t e = t->lut[slot >> LUT_SHIFT];
+    uint32_t k = LUT_SYM(e), start, end;
+    if (__builtin_expect(!(e & LUT_MULTI), 1)) {
+        /* k or k + 1: a coin flip near the boundary, so conditional moves */
+        uint32_t b = (uint32_t)(e >> 16) & 0x1ffffu, c2 = (uint32_t)(e >> 33) & 0x1ffffu;
+        uint32_t up = slot >= b;
+        start = fsel(up, b, (uint32_t)e & 0xffffu);
+        end = fsel(up, c2, b);
+        k += up;
+    } else {
+        k = find_multi(t, slot, k);
+        start = t->cum[k];
+        end = t->cum[k + 1];
+    }
+    rd_next(r, (end - start) * (x >> 16) + slot - start, checked);
+    return k;
+}
+
+/* nb plain bits, 1 <= nb <= 16 */
+SKV_ALWAYS_INLINE uint32_t rd_bits(rd_t *r, int nb, int checked)
+{
+    uint32_t x = r->s0;
+    rd_next(r, x >> nb, checked);
+    return x & ((1u << nb) - 1u);
+}
+
+/* nb plain bits, 0 <= nb <= 32, high 16 first */
+SKV_ALWAYS_INLINE uint32_t rd_raw(rd_t *r, int nb, int checked)
 {
     uint32_t v = 0;
-    while (nb > 0) {
-        int b = nb > 16 ? 16 : nb;
-        nb -= b;
-        uint32_t slot = peek(d, b);
-        advance(d, slot, 1, b);
-        v |= slot << nb;
+    if (__builtin_expect(nb > 16, 0)) {
+        nb -= 16;
+        v = rd_bits(r, 16, checked) << nb;
     }
+    if (nb > 0)
+        v |= rd_bits(r, nb, checked);
     return v;
+}
+
+/* The escape: x's high byte under p_emp, the rest as plain bits. */
+static __attribute__((noinline)) uint32_t dec_escape(skv_decoder *d)
+{
+    const skv_lat *L = &d->m->lat;
+    rd_t r;
+    rd_load(d, &r);
+    uint32_t hi = rd_sym(&r, &d->m->pemp, 1);
+    uint32_t lo = L->nbits > 8 ? rd_raw(&r, L->nbits - 8, 1) : 0;
+    rd_save(d, &r);
+    return (hi << (L->nbits - 8)) | lo;
+}
+
+/* BUCKET mode off the common case (the zero bucket, buckets below one
+ * lattice step or in subnormals, impossible buckets) */
+static __attribute__((noinline)) uint32_t dec_bucket_slow(skv_decoder *d, const skv_fcls *c,
+                                                          int64_t key, int lvl)
+{
+    const skv_lat *L = &d->m->lat;
+    int64_t neg = key >> 63; /* bucket -1 - j holds -x for x in bucket j */
+    uint32_t sign = L->sign & (uint32_t)neg, x = 0;
+    uint64_t j = (uint64_t)(key ^ neg);
+    uint32_t lo, hi;
+    rd_t r;
+    rd_load(d, &r);
+    if (j > 0) {
+        fbucket_range(L, j, c->G, &lo, &hi);
+    } else {
+        if (lvl < 0) /* not read yet */
+            lvl = (int)rd_sym(&r, &d->m->zero, 1);
+        fzero_range(L, c->G, lvl, &lo, &hi);
+    }
+    if (hi <= lo) {
+        r.bad = 1;
+    } else {
+        uint32_t idx = rd_raw(&r, fbits_for((uint64_t)hi - lo), 1);
+        if (idx >= hi - lo || lo + idx >= L->inf_mag)
+            r.bad = 1;
+        else
+            x = sign | (lo + idx);
+    }
+    rd_save(d, &r);
+    return x;
+}
+
+/* One scalar of class c; the result counts when r->bad stays 0. The
+ * common case mirrors enc_one: bucket j >= 1 with 2^nb lattice points
+ * inside a normal binade, x = (exponent, j's low bits, nb plain bits). */
+SKV_ALWAYS_INLINE uint32_t dec_one(skv_decoder *d, const skv_lat *L, rd_t *r, const skv_fcls *c,
+                                   int checked)
+{
+    uint32_t sym = rd_sym(r, c->tab, checked);
+    int64_t key = c->base + (int64_t)sym;
+    if (__builtin_expect(sym == c->nesc, 0)) {
+        rd_save(d, r);
+        uint32_t x = dec_escape(d);
+        rd_load(d, r);
+        return x;
+    }
+    if (c->bucket) {
+        int64_t neg = key >> 63;
+        uint64_t j = (uint64_t)(key ^ neg);
+        /* 1 <= j < 2^(mbits + 1) (k <= mbits), exponent k + G normal */
+        int k = 63 - __builtin_clzll(j | 1u), e = k + c->G, nb = L->mbits - k;
+        uint32_t lo = ((uint32_t)(e + L->bias - 1) << L->mbits) + (uint32_t)(j << (nb & 31));
+        if (__builtin_expect(j - 1u < (2ull << L->mbits) - 1u &&
+                                 (unsigned)(e - lat_emin(L)) <= (unsigned)(lat_emax(L) - lat_emin(L)) &&
+                                 (L->dt != SKV_DT_F8E4M3 || lo + (1u << nb) <= L->inf_mag),
+                             1)) {
+            uint32_t idx = 0;
+            if (L->mbits > 16) /* f32: up to 23 bits, as 16 + the rest */
+                idx = rd_raw(r, nb, checked);
+            else if (__builtin_expect(nb > 0, 1))
+                idx = rd_bits(r, nb, checked);
+            return (L->sign & (uint32_t)neg) | (lo + idx);
+        }
+        int lvl = -1;
+        if (j == 0) {
+            /* the bucket at zero: level lvl is the binade [2^e, 2^(e+1)),
+             * e = G - lvl - 1, of 2^mbits points when it is normal */
+            lvl = (int)rd_sym(r, &d->m->zero, checked);
+            e = c->G - lvl - 1;
+            if (__builtin_expect(lvl < ZLEVELS && e >= lat_emin(L) &&
+                                     e <= lat_emax(L) - (L->dt == SKV_DT_F8E4M3),
+                                 1)) {
+                uint32_t idx = rd_raw(r, L->mbits, checked);
+                return (L->sign & (uint32_t)neg) | (((uint32_t)(e + L->bias) << L->mbits) + idx);
+            }
+        }
+        rd_save(d, r);
+        uint32_t x = dec_bucket_slow(d, c, key, lvl);
+        rd_load(d, r);
+        return x;
+    }
+    int64_t top = (int64_t)L->inf_mag - 1, neg = key >> 63;
+    if (key > top || key < -top - 1) {
+        r->bad = 1;
+        return 0;
+    }
+    return (uint32_t)(key ^ neg) | (L->sign & (uint32_t)neg); /* the signed ordinal to bits */
+}
+
+SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *mu, const float *s,
+                                 uint32_t *out, size_t n, int checked)
+{
+    skv_cmodel *m = d->m;
+    rd_t r;
+    rd_load(d, &r); /* d->bad is 0 here */
+    uint64_t h = d->h;
+    int rc = SKV_OK;
+    size_t i = 0;
+    skv_fcls cls[SKV_BLOCK];
+    while (i < n && !rc && !r.bad) {
+        size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
+        if (!d->fc.off) { /* repeating (mu, s) */
+            uint32_t hits = 0;
+            for (size_t k = 0; k < nb; k++) {
+                const skv_fcls *c = fcache_get(m, L, &d->fc, mu[i + k], s[i + k], &hits);
+                if (__builtin_expect(!c, 0)) {
+                    rc = SKV_ERR_NOMEM;
+                    nb = k;
+                    break;
+                }
+                cls[k] = *c;
+            }
+            fcache_count(&d->fc, (uint32_t)nb, hits);
+        } else {
+            rc = fclassify_block(m, L, mu + i, s + i, nb, cls, &nb);
+        }
+        for (size_t k = 0; k < nb; k++, i++) {
+            /* The next scalar's table operation will most likely use s2
+             * (BUCKET: two operations now) or s1 (STEP: one), already
+             * final: fetch its index entry while this one decodes. */
+            if (k + 1 < nb)
+                __builtin_prefetch(&cls[k + 1].tab->lut[((cls[k].bucket ? r.s2 : r.s1) & 0xffffu) >>
+                                                        LUT_SHIFT]);
+            uint32_t x = dec_one(d, L, &r, &cls[k], checked);
+            if (__builtin_expect(r.bad, 0))
+                break;
+            h = mix_in(h, x);
+            out[i] = x;
+        }
+    }
+    rd_save(d, &r);
+    d->h = h;
+    d->got += (uint32_t)i;
+    if (r.bad)
+        return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
+    if (rc)
+        return skv_error(rc, "codec table");
+    return SKV_OK;
+}
+
+/* The scalars that cannot reach the end of the payload (an operation reads
+ * at most one word) run unchecked, the rest checked. */
+SKV_ALWAYS_INLINE int get_n_split(skv_decoder *d, const skv_lat *L, const float *mu,
+                                  const float *s, uint32_t *x, size_t n)
+{
+    size_t safe = (size_t)(d->wend - d->w) / (2 * SKV_MAX_OPS), fast = safe < n ? safe : n;
+    int rc = fast ? get_n_impl(d, L, mu, s, x, fast, 0) : SKV_OK;
+    if (!rc && fast < n)
+        rc = get_n_impl(d, L, mu + fast, s + fast, x + fast, n - fast, 1);
+    return rc;
+}
+
+int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n)
+{
+    if (n > d->n - d->got)
+        return skv_error(SKV_ERR_ARG, "stream holds %u scalars; asked for %zu more after %u", d->n,
+                         n, d->got);
+    if (d->bad)
+        return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
+    switch (d->m->lat.dt) {
+    case SKV_DT_BF16: return get_n_split(d, &SKV__LAT_BF16, mu, s, x, n);
+    case SKV_DT_F16: return get_n_split(d, &SKV__LAT_F16, mu, s, x, n);
+    case SKV_DT_F8E4M3: return get_n_split(d, &SKV__LAT_F8, mu, s, x, n);
+    default: return get_n_split(d, &SKV__LAT_F32, mu, s, x, n);
+    }
 }
 
 int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *out)
 {
-    if (d->got >= d->n)
-        return skv_error(SKV_ERR_ARG, "stream holds %u scalars; asked for more", d->n);
-    skv_cmodel *m = d->m;
-    const skv_lat *L = &m->lat;
-    skv_cls c;
-    int rc = skv__classify_cached(m, &d->cc, mu, s, &c);
-    if (rc)
-        return rc;
-    const skv_ftab *t = c.tab;
-    uint32_t sym = get_sym(d, t), x = 0;
-    if (sym == t->n - 1) {
-        uint32_t hi = get_sym(d, &m->pemp);
-        uint32_t lo = L->nbits > 8 ? get_raw(d, L->nbits - 8) : 0;
-        x = (hi << (L->nbits - 8)) | lo;
-    } else if (!c.bucket) {
-        int64_t o = skv__ordinal(L, c.c) + (int64_t)sym - t->R;
-        int64_t top = (int64_t)L->inf_mag - 1;
-        if (o > top || o < -top - 1)
-            d->bad = 1;
-        else
-            x = skv__from_ordinal(L, o);
-    } else {
-        int64_t kb = c.b0 + (int64_t)sym - t->R;
-        uint32_t sign = kb < 0 ? L->sign : 0;
-        uint64_t j = kb < 0 ? (uint64_t)(-1 - kb) : (uint64_t)kb;
-        uint32_t lo, hi;
-        if (j > 0) {
-            lo = skv__ceil_lat(L, j, c.G);
-            hi = skv__ceil_lat(L, j + 1, c.G);
-        } else {
-            uint32_t lvl = get_sym(d, &m->zero);
-            skv__zero_range(L, c.G, (int)lvl, &lo, &hi);
-        }
-        if (hi <= lo) {
-            d->bad = 1;
-        } else {
-            uint32_t idx = get_raw(d, skv__bits_for((uint64_t)hi - lo));
-            if (idx >= hi - lo || lo + idx >= L->inf_mag)
-                d->bad = 1;
-            else
-                x = sign | (lo + idx);
-        }
-    }
-    if (d->bad)
-        return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
-    d->h = mix_in(d->h, x);
-    d->got++;
-    *out = x;
-    return SKV_OK;
+    return skv_decoder_get_n(d, &mu, &s, out, 1);
 }
 
 int skv_decoder_end(skv_decoder *d)

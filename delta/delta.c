@@ -1153,48 +1153,76 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     } else if (!q->mu_out[0]) {
         skv_encoder_reset(ws->enc, c->id);
     }
+    /* range coding: an optional second prediction (a centroid) blended per
+     * head; predict-only mode hands mu back instead of coding */
     const skv_delta_aux *aux = q->aux;
     const size_t naux = q->T - q->start;
     const float *apred = aux ? aux->pred[kv] + (size_t)l * naux * C : NULL;
     const float *aw = aux ? aux->w + ((size_t)l * 2 + (size_t)kv) * H * 2 : NULL;
     const float *as = aux ? aux->sscale + ((size_t)l * 2 + (size_t)kv) * H : NULL;
     float *mo = q->mu_out[0] ? q->mu_out[kv] + (size_t)l * naux * C : NULL;
+    /* one position row at a time through the codec's batch calls: the row's
+     * predictions depend only on earlier rows */
+    float mu_stack[512], s_stack[512];
+    uint32_t x_stack[512];
+    float *mu_row = mu_stack, *s_row = s_stack;
+    uint32_t *x_row = x_stack;
+    if (C > 512) {
+        mu_row = skv_malloc(C * sizeof *mu_row);
+        s_row = skv_malloc(C * sizeof *s_row);
+        x_row = skv_malloc(C * sizeof *x_row);
+        if (!mu_row || !s_row || !x_row)
+            rc = skv_error(SKV_ERR_NOMEM, "row buffers");
+    }
+    const skv_dtype dt = c->sh.dtype;
     for (size_t t = q->t0; t < q->t1 && !rc; t++) {
         cb_feature(c, l, kv, q->tok[t], t, NULL, cbf);
         const size_t seen = c->cb_n[q->tok[t]] > 0;
         const float *sv = S + seen * C;
         float *row = X + t * C;
         const float *prev = t ? X + (t - 1) * C : mean;
-        for (size_t h = 0; h < H && !rc; h++) {
+        const float *fm_row = model_pred ? model_pred + (t - q->t0) * C : NULL;
+        for (size_t h = 0; h < H; h++) {
             const float *w = W + (h * 2 + seen) * NF;
             for (size_t dd = 0; dd < D; dd++) {
                 size_t ch = h * D + dd;
-                float fm = model_pred ? model_pred[(t - q->t0) * C + ch] : 0.0f;
-                float mu = predict(w, fm, prev[ch], cbf[ch], mean[ch]), sd = sv[ch];
-                uint8_t *p = B + (t * C + ch) * es;
-                uint32_t x;
-                if (mo) {
-                    mo[(t - q->start) * C + ch] = mu;
-                    continue;
-                }
-                if (apred) {
-                    float a = apred[(t - q->start) * C + ch];
-                    if (a == a) { /* NaN: no aligned position */
-                        mu = aw[h * 2] * mu + aw[h * 2 + 1] * a;
-                        sd *= as[h];
-                    }
-                }
-                if (q->decode) {
-                    if ((rc = skv_decoder_get(ws->dec, mu, sd, &x)))
-                        break;
-                    row[ch] = store_bits(c->sh.dtype, p, x);
-                } else {
-                    x = load_bits(c->sh.dtype, p);
-                    if ((rc = skv_encoder_put(ws->enc, x, mu, sd)))
-                        break;
-                }
+                mu_row[ch] = predict(w, fm_row ? fm_row[ch] : 0.0f, prev[ch], cbf[ch], mean[ch]);
             }
         }
+        if (mo) {
+            memcpy(mo + (t - q->start) * C, mu_row, C * sizeof(float));
+            continue;
+        }
+        if (apred) {
+            const float *ar = apred + (t - q->start) * C;
+            for (size_t h = 0; h < H; h++)
+                for (size_t dd = 0; dd < D; dd++) {
+                    size_t ch = h * D + dd;
+                    float a = ar[ch];
+                    s_row[ch] = sv[ch];
+                    if (a == a) { /* NaN: no aligned position */
+                        mu_row[ch] = aw[h * 2] * mu_row[ch] + aw[h * 2 + 1] * a;
+                        s_row[ch] *= as[h];
+                    }
+                }
+            sv = s_row;
+        }
+        uint8_t *p = B + t * C * es;
+        if (q->decode) {
+            if ((rc = skv_decoder_get_n(ws->dec, mu_row, sv, x_row, C)))
+                break;
+            for (size_t ch = 0; ch < C; ch++)
+                row[ch] = store_bits(dt, p + ch * es, x_row[ch]);
+        } else {
+            for (size_t ch = 0; ch < C; ch++)
+                x_row[ch] = load_bits(dt, p + ch * es);
+            rc = skv_encoder_put_n(ws->enc, x_row, mu_row, sv, C);
+        }
+    }
+    if (mu_row != mu_stack) {
+        skv_free(mu_row);
+        skv_free(s_row);
+        skv_free(x_row);
     }
     if (rc)
         return rc;

@@ -85,6 +85,13 @@ void skv_encoder_free(skv_encoder *e);
 void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16]);
 /* Queue one scalar. */
 int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s);
+/* Queue n scalars x[i] with predictions (mu[i], s[i]): the same stream as
+ * n calls of skv_encoder_put, faster (the hot path; callers that have a
+ * row of predictions at once should use it). Errors: SKV_ERR_TOO_LARGE
+ * (the stream would exceed SKV_STREAM_MAX_SCALARS; nothing is queued),
+ * SKV_ERR_NOMEM (the stream is then unusable until the next reset). */
+int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s,
+                      size_t n);
 /* Ideal code length (bits, unquantized model) of the scalars queued since
  * the last reset. */
 double skv_encoder_ideal_bits(const skv_encoder *e);
@@ -113,6 +120,12 @@ int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream
 /* Next scalar given its (mu, s). Errors: SKV_ERR_CORRUPT (an impossible
  * symbol, reading past the payload), SKV_ERR_ARG (more than n). */
 int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *x);
+/* The next n scalars into x[0..n), given their (mu[i], s[i]): the same
+ * values as n calls of skv_decoder_get, faster. Errors as skv_decoder_get
+ * (SKV_ERR_ARG, with nothing decoded, when fewer than n are left); on
+ * SKV_ERR_CORRUPT the scalars before the damaged one are in x and the
+ * decoder refuses further calls. */
+int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n);
 /* After n scalars: the payload must be fully consumed and the checksum
  * must match (SKV_ERR_CORRUPT otherwise). */
 int skv_decoder_end(skv_decoder *d);

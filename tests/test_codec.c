@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codec/codec_int.h" /* only to count STEP/BUCKET/escape coverage */
+#include "../codec/cfast.h" /* internals: coverage counts, fast path vs reference */
 #include "skv_codec.h"
 #include "testutil.h"
 
@@ -601,6 +601,241 @@ Test(code_length, costs_grow_with_distance_and_reach_the_escape)
     double nan_cost;
     skv_cmodel_cost(m, 0x7fc1, 100.0f, 8.0f, &nan_cost, NULL);
     cr_expect_gt(nan_cost, 8.0, "an escape codes at least the plain low byte: %g", nan_cost);
+    skv_cmodel_free(m);
+}
+
+/* ========================================================================
+ * The batch hot path (codec/cfast.h, skv_encoder_put_n, skv_decoder_get_n)
+ * against the reference classification and planner of codec/cmodel.c
+ * ====================================================================== */
+
+/* hostile and model-like (mu, s): any float bits, values near the
+ * lattices' edges, tiny and huge spreads */
+static void random_mu_s(skv_rng *r, skv_dtype dt, float *mu, float *s)
+{
+    uint64_t k = skv_rng_next(r);
+    switch (k % 8) {
+    case 0:
+        *mu = skv_bits_f32((uint32_t)skv_rng_next(r));
+        *s = skv_bits_f32((uint32_t)skv_rng_next(r));
+        break;
+    case 1: { /* on or next to a lattice point, s a few steps or far below */
+        uint32_t x = (uint32_t)skv_rng_next(r) & width_mask(dt);
+        float v = from_dt(dt, x);
+        *mu = isfinite(v) ? v * (1.0f + (float)((int)(k >> 8) % 5 - 2) * 0x1p-12f) : 1.0f;
+        *s = log_uniform(r, -40.0f, 1.0f) * (isfinite(v) ? fabsf(v) + 1e-38f : 1.0f);
+        break;
+    }
+    case 2: /* subnormal floats */
+        *mu = skv_bits_f32((uint32_t)skv_rng_next(r) & 0x807fffffu);
+        *s = log_uniform(r, -44.0f, -30.0f);
+        break;
+    default:
+        *mu = log_uniform(r, -12.0f, 8.0f) * ((k >> 4) & 1 ? -1.0f : 1.0f);
+        if ((k >> 5) % 16 == 0)
+            *mu = (k >> 9) & 1 ? -0.0f : 0.0f;
+        *s = log_uniform(r, -10.0f, 6.0f);
+        break;
+    }
+}
+
+Test(batch, fast_classification_equals_the_reference)
+{
+    skv_rng r;
+    skv_rng_seed(&r, 4242);
+    for (int d = 0; d < 4; d++) {
+        skv_dtype dt = DTYPES[d];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        const skv_lat *L = dt == SKV_DT_BF16 ? &SKV__LAT_BF16 : dt == SKV_DT_F16 ? &SKV__LAT_F16
+                         : dt == SKV_DT_F8E4M3 ? &SKV__LAT_F8 : &SKV__LAT_F32;
+        cr_assert_eq(memcmp(L, &m->lat, sizeof *L), 0, "%s: constant lattice differs",
+                     skv_dtype_name(dt));
+        int modes[2] = {0, 0};
+        for (int i = 0; i < 400000; i++) {
+            float mu, s;
+            random_mu_s(&r, dt, &mu, &s);
+            skv_cls ref;
+            skv_fcls f;
+            cr_assert_eq(skv__classify(m, mu, s, &ref), 0);
+            cr_assert_eq(fclassify(m, L, mu, s, &f), 0);
+            int64_t base = (ref.bucket ? ref.b0 : skv__ordinal(L, ref.c)) - ref.tab->R;
+            cr_assert(f.tab == ref.tab && f.bucket == ref.bucket && f.base == base &&
+                          (!ref.bucket || f.G == ref.G),
+                      "%s mu %a s %a: fast (tab %p, %s, base %lld, G %d) vs reference (tab %p, "
+                      "%s, base %lld, G %d)",
+                      skv_dtype_name(dt), (double)mu, (double)s, (void *)f.tab,
+                      f.bucket ? "BUCKET" : "STEP", (long long)f.base, f.G, (void *)ref.tab,
+                      ref.bucket ? "BUCKET" : "STEP", (long long)base, ref.G);
+            modes[ref.bucket]++;
+        }
+        cr_expect_gt(modes[0], 40000, "%s: %d STEP", skv_dtype_name(dt), modes[0]);
+        cr_expect_gt(modes[1], 40000, "%s: %d BUCKET", skv_dtype_name(dt), modes[1]);
+        skv_cmodel_free(m);
+    }
+}
+
+/* The stream FORMAT.md describes, written from skv__classify/skv__plan
+ * with a plain rANS coder: the fast encoder must produce these bytes. */
+static uint8_t *reference_stream(skv_cmodel *m, const seq_t *q, size_t *len)
+{
+    size_t cap = 8 * q->n + 8, nops = 0;
+    skv_op *ops = malloc(cap * sizeof *ops);
+    uint16_t *words = malloc((cap + 1) * sizeof *words);
+    cr_assert(ops && words);
+    uint64_t h = 0x243f6a8885a308d3ull;
+    for (size_t i = 0; i < q->n; i++) {
+        skv_cls c;
+        cr_assert_eq(skv__classify(m, q->mu[i], q->s[i], &c), 0);
+        nops += (size_t)skv__plan(m, &c, q->x[i], ops + nops);
+        h = (h + q->x[i] + 1) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    h = (h + q->n + 1) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+    h ^= h >> 32;
+    uint32_t st[4] = {1u << 16, 1u << 16, 1u << 16, 1u << 16};
+    size_t nw = 0;
+    for (size_t i = nops; i-- > 0;) {
+        uint32_t *x = &st[i & 3];
+        if ((uint64_t)*x >= (uint64_t)ops[i].freq << (32 - ops[i].bits)) {
+            words[nw++] = (uint16_t)*x;
+            *x >>= 16;
+        }
+        *x = ((*x / ops[i].freq) << ops[i].bits) + *x % ops[i].freq + ops[i].start;
+    }
+    *len = SKV_STREAM_HEADER + 16 + 2 * nw;
+    uint8_t *b = calloc(1, *len);
+    cr_assert_not_null(b);
+    skv_store32_le(b, SKV_STREAM_MAGIC);
+    skv_store16_le(b + 4, 1);
+    b[6] = (uint8_t)q->dt;
+    skv_store32_le(b + 8, (uint32_t)q->n);
+    skv_store32_le(b + 12, (uint32_t)(16 + 2 * nw));
+    skv_store32_le(b + 16, skv_cmodel_id(m));
+    skv_store64_le(b + 24, h);
+    for (int k = 0; k < 4; k++)
+        skv_store32_le(b + SKV_STREAM_HEADER + 4 * k, st[k]);
+    for (size_t k = 0; k < nw; k++)
+        skv_store16_le(b + SKV_STREAM_HEADER + 16 + 2 * k, words[nw - 1 - k]);
+    free(ops);
+    free(words);
+    return b;
+}
+
+/* put_n in batches of varying size (1, 2, ..., 61 scalars), get_n likewise */
+static uint8_t *encode_batched(skv_cmodel *m, const seq_t *q, size_t *len)
+{
+    skv_encoder *e = NULL;
+    cr_assert_eq(skv_encoder_create(m, &e), 0);
+    skv_encoder_reset(e, NULL);
+    for (size_t i = 0, b = 1; i < q->n; i += b, b = b % 61 + 1) {
+        size_t k = q->n - i < b ? q->n - i : b;
+        int rc = skv_encoder_put_n(e, q->x + i, q->mu + i, q->s + i, k);
+        cr_assert_eq(rc, 0, "put_n at %zu: %s (%s)", i, skv_strerror(rc), skv_error_detail());
+    }
+    size_t cap = skv_encoder_bound(e);
+    uint8_t *buf = malloc(cap);
+    cr_assert_eq(skv_encoder_finish(e, buf, cap, len), 0);
+    skv_encoder_free(e);
+    return buf;
+}
+
+static void decode_batched(skv_cmodel *m, const uint8_t *buf, size_t len, const seq_t *q,
+                           size_t batch)
+{
+    skv_decoder *d = NULL;
+    cr_assert_eq(skv_decoder_create(m, &d), 0);
+    uint8_t *exact = malloc(len); /* ASan sees any read past the stream */
+    memcpy(exact, buf, len);
+    cr_assert_eq(skv_decoder_begin(d, exact, len, NULL), 0, "%s", skv_error_detail());
+    uint32_t *got = malloc((q->n + 1) * sizeof *got);
+    for (size_t i = 0; i < q->n; i += batch) {
+        size_t k = q->n - i < batch ? q->n - i : batch;
+        int rc = skv_decoder_get_n(d, q->mu + i, q->s + i, got + i, k);
+        cr_assert_eq(rc, 0, "%s: get_n(%zu) at %zu: %s (%s)", skv_dtype_name(q->dt), k, i,
+                     skv_strerror(rc), skv_error_detail());
+    }
+    uint32_t x;
+    float mu = 0.0f, s = 1.0f;
+    cr_expect_eq(skv_decoder_get_n(d, &mu, &s, &x, 1), SKV_ERR_ARG, "past the end");
+    cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
+    for (size_t i = 0; i < q->n; i++)
+        cr_assert_eq(got[i], q->x[i], "%s: scalar %zu of batch size %zu: 0x%x, want 0x%x",
+                     skv_dtype_name(q->dt), i, batch, got[i], q->x[i]);
+    free(got);
+    free(exact);
+    skv_decoder_free(d);
+}
+
+Test(batch, put_n_writes_the_reference_stream_and_get_n_reads_it_back)
+{
+    skv_rng r;
+    skv_rng_seed(&r, 777);
+    for (int d = 0; d < 4; d++) {
+        skv_dtype dt = DTYPES[d];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        seq_t q;
+        seq_init(&q, dt, 60000);
+        for (size_t i = 0; i < q.cap; i++) {
+            float mu, s;
+            random_mu_s(&r, dt, &mu, &s);
+            uint64_t k = skv_rng_next(&r);
+            uint32_t x;
+            if (k % 4 == 0 || !isfinite(mu) || !isfinite(s))
+                x = (uint32_t)skv_rng_next(&r); /* any pattern */
+            else
+                x = to_dt(dt, mu + s * skv_rng_normal(&r) * ((k >> 8) % 8 == 0 ? 30.0f : 1.0f));
+            seq_push(&q, x, mu, s);
+        }
+        size_t lref, l1, l2;
+        uint8_t *ref = reference_stream(m, &q, &lref);
+        uint8_t *one = encode_seq(m, &q, NULL, &l1);
+        uint8_t *bat = encode_batched(m, &q, &l2);
+        cr_assert_eq(l1, lref, "%s: put writes %zu bytes, the reference %zu", skv_dtype_name(dt),
+                     l1, lref);
+        cr_assert_eq(memcmp(one, ref, lref), 0, "%s: put differs from the reference",
+                     skv_dtype_name(dt));
+        cr_assert_eq(l2, lref);
+        cr_assert_eq(memcmp(bat, ref, lref), 0, "%s: put_n differs from the reference",
+                     skv_dtype_name(dt));
+        const size_t batches[] = {1, 7, 32, 1000, 60000};
+        for (size_t b = 0; b < sizeof batches / sizeof *batches; b++)
+            decode_batched(m, ref, lref, &q, batches[b]);
+        free(ref);
+        free(one);
+        free(bat);
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+Test(batch, truncated_streams_fail_under_get_n_without_reading_past_the_end)
+{
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    seq_t q;
+    gaussian_seq(&q, SKV_DT_BF16, 3000, 31);
+    size_t len;
+    uint8_t *buf = encode_seq(m, &q, NULL, &len);
+    skv_decoder *d = NULL;
+    cr_assert_eq(skv_decoder_create(m, &d), 0);
+    uint32_t *got = malloc(q.n * sizeof *got);
+    for (size_t cut = SKV_STREAM_HEADER + 16; cut < len; cut += 2) {
+        uint8_t *t = malloc(cut); /* exact size: ASan sees a read past the end */
+        memcpy(t, buf, cut);
+        skv_store32_le(t + 12, (uint32_t)(cut - SKV_STREAM_HEADER)); /* a consistent header */
+        int rc = skv_decoder_begin(d, t, cut, NULL);
+        cr_assert_eq(rc, 0);
+        for (size_t i = 0; i < q.n && !rc; i += 500)
+            rc = skv_decoder_get_n(d, q.mu + i, q.s + i, got + i, q.n - i < 500 ? q.n - i : 500);
+        if (!rc)
+            rc = skv_decoder_end(d);
+        cr_expect_eq(rc, SKV_ERR_CORRUPT, "cut at %zu of %zu: %s", cut, len, skv_strerror(rc));
+        free(t);
+    }
+    free(got);
+    skv_decoder_free(d);
+    free(buf);
+    seq_free(&q);
     skv_cmodel_free(m);
 }
 

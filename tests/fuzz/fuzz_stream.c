@@ -13,10 +13,13 @@
  * so the decoder meets STEP, BUCKET and escape classes alike.
  *
  * The stream is decoded with skv_decoder_begin/get (up to min(n, 2^16)
- * scalars)/end; every decoded scalar must fit the dtype width. Inputs of at
- * most 4 KiB are also taken as raw little-endian scalars of the dtype and
- * encoded twice (identical bytes, within skv_encoder_bound) and decoded:
- * the scalars must come back exactly. Any violation aborts. */
+ * scalars)/end, and again with skv_decoder_get_n in batches (same scalars,
+ * same first error, same end); every decoded scalar must fit the dtype
+ * width. Inputs of at most 4 KiB are also taken as raw little-endian
+ * scalars of the dtype and encoded twice, with skv_encoder_put and in
+ * batches with skv_encoder_put_n (identical bytes, within
+ * skv_encoder_bound) and decoded: the scalars must come back exactly. Any
+ * violation aborts. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -90,6 +93,9 @@ static uint32_t width_mask(skv_dtype dt)
     return dt == SKV_DT_F32 ? 0xffffffffu : dt == SKV_DT_F8E4M3 ? 0xffu : 0xffffu;
 }
 
+/* Decode src one scalar at a time, then again with skv_decoder_get_n in
+ * batches of 1..67 scalars: the two must agree on every scalar before the
+ * first error, on that error and on skv_decoder_end. */
 static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, const uint8_t *src,
                          size_t len)
 {
@@ -102,24 +108,63 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
         CHECK((uint64_t)SKV_STREAM_HEADER + info.payload <= len);
         CHECK(info.n <= SKV_STREAM_MAX_SCALARS);
         uint32_t lim = info.n < (1u << 16) ? info.n : (1u << 16);
+        uint32_t *xs = malloc((lim + 1) * sizeof *xs);
+        float *mus = malloc((lim + 1) * sizeof *mus), *ss = malloc((lim + 1) * sizeof *ss);
+        CHECK(xs && mus && ss);
         uint32_t i = 0;
         for (; i < lim; i++) {
             float mu, s;
             uint32_t x = 0;
             fuzz_param(di, mode, key, i, &mu, &s);
+            mus[i] = mu, ss[i] = s;
             rc = skv_decoder_get(d, mu, s, &x);
             if (rc) {
                 CHECK(rc == SKV_ERR_CORRUPT);
                 break;
             }
             CHECK((x & ~width_mask(GOLD_DT[di])) == 0);
+            xs[i] = x;
         }
+        uint32_t bad_at = i; /* the first failing scalar, or lim */
+        int end_rc = -1;
         if (rc == 0 && i == info.n) {
             uint32_t x;
             CHECK(skv_decoder_get(d, 0.0f, 1.0f, &x) == SKV_ERR_ARG);
-            rc = skv_decoder_end(d);
-            CHECK(rc == 0 || rc == SKV_ERR_CORRUPT);
+            end_rc = skv_decoder_end(d);
+            CHECK(end_rc == 0 || end_rc == SKV_ERR_CORRUPT);
         }
+        for (uint32_t k = i; k < lim; k++)
+            fuzz_param(di, mode, key, k, &mus[k], &ss[k]);
+        /* the batch decoder */
+        CHECK(skv_decoder_begin(d, src, len, NULL) == 0);
+        uint32_t *ys = malloc((lim + 1) * sizeof *ys);
+        CHECK(ys != NULL);
+        int brc = 0;
+        uint32_t j = 0;
+        while (j < lim) {
+            uint32_t b = 1 + (j * 7u + key) % 67u;
+            if (b > lim - j)
+                b = lim - j;
+            brc = skv_decoder_get_n(d, mus + j, ss + j, ys + j, b);
+            if (brc) {
+                CHECK(brc == SKV_ERR_CORRUPT && bad_at >= j && bad_at < j + b);
+                for (uint32_t k = j; k < bad_at; k++)
+                    CHECK(ys[k] == xs[k]);
+                break;
+            }
+            j += b;
+        }
+        if (!brc) {
+            CHECK(bad_at == lim);
+            for (uint32_t k = 0; k < lim; k++)
+                CHECK(ys[k] == xs[k]);
+            if (end_rc != -1)
+                CHECK(skv_decoder_end(d) == end_rc);
+        }
+        free(ys);
+        free(xs);
+        free(mus);
+        free(ss);
     } else {
         CHECK(rc == SKV_ERR_FORMAT || rc == SKV_ERR_VERSION || rc == SKV_ERR_RANGE ||
               rc == SKV_ERR_SHAPE || rc == SKV_ERR_CORRUPT || rc == SKV_ERR_TOO_LARGE);
@@ -127,17 +172,27 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
     skv_decoder_free(d);
 }
 
+/* batched: skv_encoder_put_n in batches of 1..61 scalars */
 static uint8_t *encode(skv_cmodel *m, int di, unsigned mode, uint32_t key, const uint32_t *xs,
-                       size_t n, const uint8_t *calib, size_t *len)
+                       size_t n, const uint8_t *calib, size_t *len, int batched)
 {
     skv_encoder *e = NULL;
     CHECK(skv_encoder_create(m, &e) == 0);
     skv_encoder_reset(e, calib);
-    for (size_t i = 0; i < n; i++) {
-        float mu, s;
-        fuzz_param(di, mode, key, (uint32_t)i, &mu, &s);
-        CHECK(skv_encoder_put(e, xs[i], mu, s) == 0);
+    float *mus = malloc((n + 1) * sizeof *mus), *ss = malloc((n + 1) * sizeof *ss);
+    CHECK(mus && ss);
+    for (size_t i = 0; i < n; i++)
+        fuzz_param(di, mode, key, (uint32_t)i, &mus[i], &ss[i]);
+    for (size_t i = 0; i < n && !batched; i++)
+        CHECK(skv_encoder_put(e, xs[i], mus[i], ss[i]) == 0);
+    for (size_t i = 0, b; i < n && batched; i += b) {
+        b = 1 + (i * 5u + key) % 61u;
+        if (b > n - i)
+            b = n - i;
+        CHECK(skv_encoder_put_n(e, xs + i, mus + i, ss + i, b) == 0);
     }
+    free(mus);
+    free(ss);
     size_t cap = skv_encoder_bound(e);
     uint8_t *buf = malloc(cap);
     CHECK(buf != NULL);
@@ -160,9 +215,9 @@ static void round_trip(skv_cmodel *m, int di, unsigned mode, uint32_t key, const
     uint8_t calib[16] = {0};
     memcpy(calib, src, len < 16 ? len : 16);
     size_t l1, l2;
-    uint8_t *b1 = encode(m, di, mode, key, xs, n, calib, &l1);
-    uint8_t *b2 = encode(m, di, mode, key, xs, n, calib, &l2);
-    CHECK(l1 == l2 && memcmp(b1, b2, l1) == 0);
+    uint8_t *b1 = encode(m, di, mode, key, xs, n, calib, &l1, 0);
+    uint8_t *b2 = encode(m, di, mode, key, xs, n, calib, &l2, 1);
+    CHECK(l1 == l2 && memcmp(b1, b2, l1) == 0); /* deterministic; put_n == put */
 
     skv_decoder *d = NULL;
     CHECK(skv_decoder_create(m, &d) == 0);

@@ -1,0 +1,101 @@
+/* The per-sequence coder on real KV at one model-free level, without the
+ * zstd baselines and calibration of `seqkv codec bench`: encode and decode
+ * the first N sequences of a KV file with a saved calibration, checking
+ * the round trip, best of REPS runs of the thread's CPU time (these
+ * machines are shared). Short enough to run under callgrind.
+ * usage: bench_delta CAL.cal TEST.safetensors [stat|ctx] [N_SEQ] [REPS] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "skv_delta.h"
+#include "skv_tensor.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(const char *what, int rc)
+{
+    fprintf(stderr, "bench_delta: %s: %s (%s)\n", what, skv_strerror(rc), skv_error_detail());
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: bench_delta CAL.cal TEST.safetensors [stat|ctx] [N_SEQ] [REPS]\n");
+        return 2;
+    }
+    skv_level lv = argc > 3 && strcmp(argv[3], "ctx") == 0 ? SKV_LEVEL_CTX : SKV_LEVEL_STAT;
+    size_t want = argc > 4 ? (size_t)atol(argv[4]) : 8;
+    int reps = argc > 5 ? atoi(argv[5]) : 3;
+    skv_calib *c = NULL;
+    skv_st *st = NULL;
+    skv_delta *d = NULL;
+    size_t n_seq = 0;
+    int rc = skv_calib_load(argv[1], &c);
+    if (rc)
+        return fail(argv[1], rc);
+    if ((rc = skv_st_open(argv[2], &st)) || (rc = skv_kvfile_count(st, &n_seq)))
+        return fail(argv[2], rc);
+    if ((rc = skv_delta_create(c, lv, NULL, NULL, &d)))
+        return fail("delta", rc);
+    n_seq = want < n_seq ? want : n_seq;
+    skv_kvseq *sq = calloc(n_seq + 1, sizeof *sq);
+    int32_t **tok = calloc(n_seq + 1, sizeof *tok);
+    skv_streams *ss = calloc(n_seq + 1, sizeof *ss);
+    size_t total = 0;
+    for (size_t i = 0; i < n_seq; i++) {
+        if ((rc = skv_kvfile_get(st, i, &sq[i])))
+            return fail("kv file", rc);
+        tok[i] = malloc(sq[i].T * sizeof(int32_t) + 1);
+        memcpy(tok[i], sq[i].tokens, sq[i].T * sizeof(int32_t));
+        total += 2 * (size_t)sq[i].layers * sq[i].T * (size_t)sq[i].kv_heads * (size_t)sq[i].head_dim;
+    }
+    double best_e = 0, best_d = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        for (size_t i = 0; i < n_seq; i++) {
+            skv_streams_free(&ss[i]);
+            if ((rc = skv_delta_encode(d, tok[i], sq[i].T, sq[i].k, sq[i].v, 256, &ss[i])))
+                return fail("encode", rc);
+        }
+        double t1 = now();
+        for (size_t i = 0; i < n_seq; i++) {
+            size_t nb = (size_t)sq[i].layers * sq[i].T * (size_t)sq[i].kv_heads *
+                        (size_t)sq[i].head_dim * skv_dtype_size(sq[i].dtype);
+            uint8_t *k = malloc(nb + 1), *v = malloc(nb + 1);
+            if ((rc = skv_delta_decode(d, tok[i], sq[i].T, &ss[i], 0, 256, k, v)))
+                return fail("decode", rc);
+            if (memcmp(k, sq[i].k, nb) || memcmp(v, sq[i].v, nb)) {
+                fprintf(stderr, "bench_delta: round trip differs\n");
+                return 1;
+            }
+            free(k);
+            free(v);
+        }
+        double t2 = now();
+        if ((double)total / (t1 - t0) / 1e6 > best_e)
+            best_e = (double)total / (t1 - t0) / 1e6;
+        if ((double)total / (t2 - t1) / 1e6 > best_d)
+            best_d = (double)total / (t2 - t1) / 1e6;
+    }
+    printf("bench_delta %s: %zu sequences, %zu scalars, best of %d: encode %.1f M/s, decode %.1f M/s\n",
+           skv_level_name(lv), n_seq, total, reps, best_e, best_d);
+    for (size_t i = 0; i < n_seq; i++) {
+        skv_streams_free(&ss[i]);
+        free(tok[i]);
+    }
+    free(ss);
+    free(tok);
+    free(sq);
+    skv_delta_free(d);
+    skv_st_free(st);
+    skv_calib_free(c);
+    return 0;
+}

@@ -1,0 +1,369 @@
+/* The codec's hot path: classification and the lattice arithmetic of one
+ * scalar, written for the batch encoder and decoder (stream.c) with the
+ * dtype's lattice as compile-time constants. Every function here computes
+ * exactly what its reference in cmodel.c computes (skv__classify,
+ * skv__plan, ceil_lat, skv__zero_range): closed forms where the lattice
+ * is regular (normal binades), the reference itself elsewhere. The golden
+ * streams and the reference-planner test in tests/test_codec.c hold the
+ * two to the same bits. */
+#ifndef SKV_CFAST_H
+#define SKV_CFAST_H
+
+#include <string.h>
+
+#include "codec_int.h"
+#include "skv_dtype_impl.h"
+
+#define SKV_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* cond ? a : b without a branch, for the coin flips of the rANS hot path
+ * (renormalisation, the symbol at a boundary), which GCC turns into
+ * branches when left to itself. */
+SKV_ALWAYS_INLINE uint32_t fsel(uint32_t cond, uint32_t a, uint32_t b)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__("test %2, %2\n\tcmovnz %1, %0" : "+r"(b) : "r"(a), "r"(cond) : "cc");
+    return b;
+#else
+    uint32_t m = 0u - (cond != 0);
+    return b ^ ((a ^ b) & m);
+#endif
+}
+
+/* Lattices as constants: the hot loops take `const skv_lat *L` pointing at
+ * one of these and are instantiated per dtype, so GCC folds the fields. */
+static const skv_lat SKV__LAT_BF16 = {SKV_DT_BF16, 16, 7, 127, 0x8000u, 0x7f80u};
+static const skv_lat SKV__LAT_F16 = {SKV_DT_F16, 16, 10, 15, 0x8000u, 0x7c00u};
+static const skv_lat SKV__LAT_F8 = {SKV_DT_F8E4M3, 8, 3, 7, 0x80u, 0x7fu};
+static const skv_lat SKV__LAT_F32 = {SKV_DT_F32, 32, 23, 127, 0x80000000u, 0x7f800000u};
+
+/* How one scalar is coded, the hot-path form of skv_cls: the table symbol
+ * of x is key(x) - base, where key is x's signed ordinal (STEP) or its
+ * bucket index (BUCKET). */
+typedef struct {
+    const skv_ftab *tab;
+    int64_t base;  /* STEP: ordinal(c) - R; BUCKET: floor(mu / g) - R */
+    int G;         /* BUCKET: g = 2^G */
+    int bucket;
+    uint32_t nesc; /* the escape symbol, tab->n - 1 */
+} skv_fcls;
+
+SKV_ALWAYS_INLINE double fpow2d(int e)
+{
+    union { double d; uint64_t u; } c;
+    c.u = (uint64_t)(e + 1023) << 52;
+    return c.d;
+}
+
+SKV_ALWAYS_INLINE int64_t ffloor_i64(double y)
+{
+    int64_t i = (int64_t)y;
+    return i - (int64_t)((double)i > y);
+}
+
+SKV_ALWAYS_INLINE int lat_emin(const skv_lat *L) { return 1 - L->bias; }
+SKV_ALWAYS_INLINE int lat_emax(const skv_lat *L)
+{
+    return (int)((L->inf_mag - 1u) >> L->mbits) - L->bias;
+}
+
+/* nearest finite lattice point to a finite mu (cmodel.c nearest()) */
+SKV_ALWAYS_INLINE uint32_t fnearest(const skv_lat *L, float mu)
+{
+    uint32_t c;
+    switch (L->dt) {
+    case SKV_DT_BF16: {
+        uint32_t u = skv__bits(mu); /* finite: RNE only */
+        c = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        break;
+    }
+    case SKV_DT_F16: c = skv__f32_to_f16(mu); break;
+    case SKV_DT_F8E4M3: c = skv__f32_to_f8e4m3(mu); break;
+    default: c = skv__bits(mu); break;
+    }
+    if ((c & (L->sign - 1u)) >= L->inf_mag)
+        c = (c & L->sign) | (L->inf_mag - 1u);
+    return c;
+}
+
+SKV_ALWAYS_INLINE int64_t fordinal(const skv_lat *L, uint32_t x)
+{
+    int64_t m = (int64_t)(x & (L->sign - 1u));
+    return m ^ -(int64_t)((x & L->sign) != 0); /* -m - 1 when negative */
+}
+
+/* exact value of a finite dtype pattern, as a double */
+SKV_ALWAYS_INLINE double fvalue(const skv_lat *L, uint32_t x)
+{
+    uint32_t m = x & (L->sign - 1u);
+    uint32_t E = m >> L->mbits, F = m & ((1u << L->mbits) - 1u);
+    uint64_t mant = E ? ((1ull << L->mbits) | F) : F;
+    int ex = (int)(E ? E : 1) - L->bias - L->mbits;
+    double v = (double)mant * fpow2d(ex);
+    return (x & L->sign) ? -v : v;
+}
+
+SKV_ALWAYS_INLINE const skv_ftab *ftable(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
+                                          int ph, int nph)
+{
+    skv_ftab *const *slot = bucket_mode ? &m->bucket[idx] : &m->step[idx];
+    skv_ftab *t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(t != NULL, 1))
+        return t;
+    return skv__build_table(m, bucket_mode, idx, oct, sub, ph, nph);
+}
+
+/* The reference classification, for the corners the integer path leaves
+ * to it (STEP with mu's lattice far finer or coarser than the dtype's). */
+static __attribute__((noinline, cold, unused)) int fclassify_ref(skv_cmodel *m, float mu, float s,
+                                                                skv_fcls *c)
+{
+    skv_cls r;
+    int rc = skv__classify(m, mu, s, &r);
+    if (rc)
+        return SKV_ERR_NOMEM;
+    c->tab = r.tab;
+    c->bucket = r.bucket;
+    c->G = r.G;
+    c->nesc = r.tab->n - 1;
+    c->base = (r.bucket ? r.b0 : skv__ordinal(&m->lat, r.c)) - r.tab->R;
+    return SKV_OK;
+}
+
+/* skv__classify, for the hot path, in integer arithmetic: mu is Y * 2^em
+ * (Y its signed 24-bit significand), so mu / 2^G and mu's offset from c in
+ * steps are shifts of Y; the reference's double arithmetic is exact in
+ * these ranges (tests/test_codec.c holds the two together). Returns 0, or
+ * SKV_ERR_NOMEM when a table cannot be built. */
+SKV_ALWAYS_INLINE int fclassify(skv_cmodel *m, const skv_lat *L, float mu, float s, skv_fcls *c)
+{
+    uint32_t mb = skv__bits(mu);
+    if ((mb & 0x7f800000u) == 0x7f800000u)
+        mb = 0; /* NaN, inf: mu = +0 */
+    if (!(s >= 0x1p-120f))
+        s = 0x1p-120f;
+    if (s > 0x1p100f)
+        s = 0x1p100f;
+    uint32_t sb = skv__bits(s);
+    int Es = (int)((sb >> 23) & 0xff) - 127;
+    int sub = (int)((sb >> 20) & 7);
+    uint32_t emu = (mb >> 23) & 0xffu;
+    int64_t M = (int64_t)((mb & 0x7fffffu) | (emu ? 0x800000u : 0u));
+    int64_t Y = (mb >> 31) ? -M : M; /* mu = Y * 2^em */
+    int em = (int)(emu ? emu : 1u) - 150;
+    uint32_t cc = fnearest(L, skv__float(mb));
+    uint32_t cm = cc & (L->sign - 1u);
+    uint32_t E = cm >> L->mbits;
+    int U = (int)(E ? E : 1) - L->bias - L->mbits;
+    int G = Es - 3;
+    const skv_ftab *t;
+    if (U >= G) {
+        int oct = Es - U;
+        if (oct < STEP_OCT_MIN) {
+            oct = STEP_OCT_MIN;
+            sub = 0;
+        }
+        int nph = oct < 0 ? 16 : oct < 2 ? 4 : 1;
+        int64_t T = 0; /* floor(((mu - c) / 2^U + 1/2) * nph) */
+        if (nph > 1) {
+            int64_t Mc = (int64_t)((cm & ((1u << L->mbits) - 1u)) | (E ? 1u << L->mbits : 0u));
+            int64_t Yc = (cc & L->sign) ? -Mc : Mc; /* c = Yc * 2^U */
+            int d = em - U;
+            if (d < 0 && d >= -34) {
+                int k = -d;
+                int64_t N = Y - Yc * ((int64_t)1 << k); /* (mu - c) / 2^U = N / 2^k */
+                T = (N * nph + ((int64_t)nph << (k - 1))) >> k;
+            } else if (d >= 0 && d <= 30) {
+                T = (Y * ((int64_t)1 << d) - Yc) * nph + nph / 2;
+            } else {
+                return fclassify_ref(m, mu, s, c);
+            }
+        }
+        int ph = T < 1 ? 0 : T >= nph ? nph - 1 : (int)T;
+        int idx = ((oct - STEP_OCT_MIN) * 8 + sub) * 16 + ph;
+        t = ftable(m, 0, idx, oct, sub, ph, nph);
+        if (!t)
+            return SKV_ERR_NOMEM;
+        c->bucket = 0;
+        c->G = G;
+        c->base = fordinal(L, cc) - t->R;
+        c->nesc = t->n - 1;
+    } else {
+        /* bi = floor(mu / 2^G) (clamped to +-2^60), ph = floor(4 * frac) */
+        int d = em - G;
+        int64_t bi;
+        int ph;
+        if (d >= 0) {
+            bi = d >= 37 ? ((mb >> 31) ? -((int64_t)1 << 60) : ((int64_t)1 << 60))
+                         : Y * ((int64_t)1 << d);
+            ph = 0;
+        } else {
+            int k = -d > 60 ? 60 : -d;
+            bi = Y >> k; /* arithmetic: floor */
+            ph = (int)(((uint64_t)(Y & (((int64_t)1 << k) - 1)) << 2) >> k);
+        }
+        t = ftable(m, 1, sub * 4 + ph, 0, sub, ph, 4);
+        if (!t)
+            return SKV_ERR_NOMEM;
+        c->bucket = 1;
+        c->G = G;
+        c->base = bi - BUCKET_R; /* every BUCKET table has R = BUCKET_R */
+        c->nesc = 2 * BUCKET_R + 1;
+    }
+    c->tab = t;
+    return SKV_OK;
+}
+
+/* A direct-mapped cache of classifications keyed by the exact bits of
+ * (mu, s), per encoder/decoder and stream: predictors that repeat their
+ * pairs (stat: one per channel and seen/unseen) skip the classification.
+ * It switches itself off for a stream after FCACHE_PROBE lookups with
+ * under half hits (ctx, spec: predictions vary per scalar). Purely a
+ * speed-up: a hit returns what fclassify would. */
+#define FCACHE_BITS 9
+#define FCACHE_PROBE 2048
+typedef struct {
+    uint64_t key[1u << FCACHE_BITS]; /* (mu bits | s bits << 32) + 1; 0: empty */
+    skv_fcls cls[1u << FCACHE_BITS];
+    uint32_t lookups, hits;
+    int off;
+} skv_fcache;
+
+static inline void fcache_clear(skv_fcache *fc)
+{
+    memset(fc->key, 0, sizeof fc->key);
+    fc->lookups = fc->hits = 0;
+    fc->off = 0;
+}
+
+/* The class of (mu, s) through the cache (which must be on); NULL when a
+ * table cannot be built. The pointer is valid until the next lookup. */
+SKV_ALWAYS_INLINE const skv_fcls *fcache_get(skv_cmodel *m, const skv_lat *L, skv_fcache *fc,
+                                             float mu, float s, uint32_t *hits)
+{
+    uint64_t key = ((uint64_t)skv__bits(mu) | (uint64_t)skv__bits(s) << 32) + 1u;
+    uint32_t slot = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - FCACHE_BITS));
+    if (__builtin_expect(fc->key[slot] == key && key != 0, 1)) {
+        (*hits)++;
+        return &fc->cls[slot];
+    }
+    skv_fcls c;
+    if (__builtin_expect(fclassify(m, L, mu, s, &c) != SKV_OK, 0))
+        return NULL;
+    fc->key[slot] = key;
+    fc->cls[slot] = c;
+    return &fc->cls[slot];
+}
+
+/* After a batch of n lookups with `hits` hits. */
+static inline void fcache_count(skv_fcache *fc, uint32_t n, uint32_t hits)
+{
+    fc->hits += hits;
+    fc->lookups += n;
+    if (fc->lookups >= FCACHE_PROBE && fc->hits < fc->lookups / 2)
+        fc->off = 1;
+}
+
+/* Classify mu[0..n), s[0..n) into cls (a block ahead of the rANS chain,
+ * when the cache is off); SKV_ERR_NOMEM, with *done set to the scalars
+ * classified, when a table cannot be built. */
+SKV_ALWAYS_INLINE int fclassify_block(skv_cmodel *m, const skv_lat *L, const float *mu,
+                                      const float *s, size_t n, skv_fcls *cls, size_t *done)
+{
+    for (size_t k = 0; k < n; k++)
+        if (__builtin_expect(fclassify(m, L, mu[k], s[k], &cls[k]) != SKV_OK, 0)) {
+            *done = k;
+            return SKV_ERR_NOMEM;
+        }
+    *done = n;
+    return SKV_OK;
+}
+
+/* ceil_lat(L, 1, e): the code of 2^e, or the reference off the normal range */
+SKV_ALWAYS_INLINE uint32_t fpow2_code(const skv_lat *L, int e)
+{
+    if (__builtin_expect(e >= lat_emin(L) && e <= lat_emax(L), 1))
+        return (uint32_t)(e + L->bias) << L->mbits;
+    if (e > lat_emax(L))
+        return L->inf_mag;
+    return skv__ceil_lat(L, 1, e);
+}
+
+/* Magnitude codes [lo, hi) of bucket j > 0 of width 2^G:
+ * lo = ceil_lat(j, G), hi = ceil_lat(j + 1, G). Inside a normal binade
+ * with at least one point per bucket the bucket is an aligned run of
+ * 2^(mbits - k) codes (k = floor(log2 j)); a carry into the exponent field
+ * is the next binade's first code. */
+SKV_ALWAYS_INLINE void fbucket_range(const skv_lat *L, uint64_t j, int G, uint32_t *lo,
+                                     uint32_t *hi)
+{
+    int k = 63 - __builtin_clzll(j);
+    int e = k + G;
+    if (__builtin_expect(k <= L->mbits && e >= lat_emin(L) && e <= lat_emax(L), 1)) {
+        uint32_t l = ((uint32_t)(e + L->bias) << L->mbits) +
+                     (uint32_t)((j - (1ull << k)) << (L->mbits - k));
+        uint32_t h = l + (1u << (L->mbits - k));
+        *lo = l;
+        *hi = h > L->inf_mag ? L->inf_mag : h;
+        return;
+    }
+    *lo = skv__ceil_lat(L, j, G);
+    *hi = skv__ceil_lat(L, j + 1, G);
+}
+
+/* skv__zero_range */
+SKV_ALWAYS_INLINE void fzero_range(const skv_lat *L, int G, int lvl, uint32_t *lo, uint32_t *hi)
+{
+    if (lvl < ZLEVELS) {
+        *lo = fpow2_code(L, G - lvl - 1);
+        *hi = fpow2_code(L, G - lvl);
+    } else {
+        *lo = 0;
+        *hi = fpow2_code(L, G - ZLEVELS);
+    }
+}
+
+/* The zero bucket's level of a magnitude below 2^G (skv__plan's loop):
+ * for a normal magnitude of exponent ex it is G - ex - 1, capped at
+ * ZLEVELS; zero and subnormals take the loop. */
+SKV_ALWAYS_INLINE int fzero_level(const skv_lat *L, uint32_t mag, int G)
+{
+    uint32_t E = mag >> L->mbits;
+    if (__builtin_expect(E != 0, 1)) {
+        int d = G - ((int)E - L->bias);
+        return d > ZLEVELS ? ZLEVELS : d - 1;
+    }
+    for (int tl = 1; tl <= ZLEVELS; tl++)
+        if (mag >= fpow2_code(L, G - tl))
+            return tl - 1;
+    return ZLEVELS;
+}
+
+/* floor(|x| / 2^G) of a finite magnitude code (cmodel.c bucket_of) */
+SKV_ALWAYS_INLINE uint64_t fbucket_of(const skv_lat *L, uint32_t m, int G, int *big)
+{
+    uint32_t E = m >> L->mbits, F = m & ((1u << L->mbits) - 1u);
+    uint64_t mant = E ? ((1ull << L->mbits) | F) : F;
+    int sh = (int)(E ? E : 1) - L->bias - L->mbits - G;
+    *big = 0;
+    if (mant == 0)
+        return 0;
+    if (sh >= 0) {
+        if (sh > 40) {
+            *big = 1;
+            return 0;
+        }
+        uint64_t j = mant << sh;
+        if (j >> 40)
+            *big = 1;
+        return j;
+    }
+    return -sh >= 64 ? 0 : mant >> (-sh);
+}
+
+SKV_ALWAYS_INLINE int fbits_for(uint64_t n)
+{
+    return n <= 1 ? 0 : 64 - __builtin_clzll(n - 1);
+}
+
+#endif
