@@ -1037,7 +1037,7 @@ static int demo_run(demo *d)
                    stored = info_u64(info1, "stored_bytes"), chunks = info_u64(info1, "chunks"),
                    cchunks = info_u64(info1, "centroid_chunks");
     const uint64_t req_raw = d->req_tokens * d->per_tok;
-    char b1[32], b2[32], b3[32];
+    char b1[32], b2[32];
     out2(tf, "\n== results (%s%s, profile level %s, chunk %ld)\n", d->model,
          d->synthetic ? ", SYNTHETIC" : "", seqkv_level_name(d->a.level), d->a.chunk);
     out2(tf, "%-34s %zu requests, %llu GETs, every one bit-exact against the model's KV\n",
@@ -1114,7 +1114,6 @@ static int demo_run(demo *d)
         out2(tf, "\n");
     }
     out2(tf, "chart: %s\n", png);
-    (void)b3;
     if (tf)
         fclose(tf);
     printf("table: %s; total %.1f s\n", tpath, cli_now() - t_start);

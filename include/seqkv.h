@@ -148,7 +148,11 @@ typedef struct {
 } seqkv_put_opts;
 
 typedef struct {
-    size_t new_tokens;   /* tokens whose KV this put stored */
+    size_t new_tokens;   /* positions whose KV this put coded: the uncached
+                            tail, plus a short shared start of its first
+                            chunk when that is coded again (< 16 tokens) */
+    size_t cached_tokens; /* the longest prefix already cached before it
+                             (n - cached_tokens tokens were new) */
     size_t chunks;       /* chunk records written */
     size_t bytes;        /* bytes of those records */
     size_t centroid_tokens; /* tokens coded against a cluster centroid */

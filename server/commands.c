@@ -500,11 +500,12 @@ static void cmd_put(skv_server *s, srv_job *j)
     pthread_mutex_lock(&s->smu);
     TS(s, j)->puts++;
     TS(s, j)->tokens_put += n;
-    TS(s, j)->new_tokens += res.new_tokens;
+    TS(s, j)->new_tokens += n - res.cached_tokens;
     TS(s, j)->put_bytes += j->cmd.argl[3];
     TS(s, j)->evictions += (uint64_t)(res.evicted > 0 ? res.evicted : 0);
     pthread_mutex_unlock(&s->smu);
-    skv_rbuf_int(&j->reply, (long long)res.new_tokens);
+    /* the tokens that were not cached before this put */
+    skv_rbuf_int(&j->reply, (long long)(n - res.cached_tokens));
 }
 
 /* NOT_FOUND from lookup/get/del: an unknown tenant (it never put) is a

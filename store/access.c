@@ -804,6 +804,7 @@ static int put_once(seqkv *db, const char *tenant, const char *profile, const in
         for (size_t j = 0; j < steps; j++)
             path[j].rec->tick = skv_store_tick(db);
     }
+    res->cached_tokens = m;
     if (!rc && m == n)
         goto commit_ticks; /* everything is cached already */
     if (!rc)
