@@ -40,6 +40,28 @@ typedef struct {
 int cli_dispatch(const char *group, const char *usage, const cli_sub *subs, size_t n, int argc,
                  char **argv);
 
+/* The multi-tenant chat workload of `bench store` and `demo` (workload.c):
+ * tenants x sessions sessions of up to 16 turns; every fourth session is a
+ * near-duplicate (dup) of the one two before it, one early token changed. */
+typedef struct {
+    int32_t *tok;
+    size_t n;
+    size_t turn_end[16]; /* prompt length after each turn */
+    int tenant;
+    int dup;
+    uint8_t *k, *v;      /* bf16 KV, [layers][n][kv_heads * head_dim] */
+} cli_session;
+int cli_workload_make(const skv_model *m, skv_pool *pool, long tenants, long sessions,
+                      long turns, long seed, const char *label, cli_session **out,
+                      size_t *count);
+void cli_workload_free(cli_session *S, size_t n);
+/* The bf16 KV of tok[0..n) ([layers][n][C] for K and V; free them). */
+int cli_compute_kv(const skv_model *m, skv_pool *pool, const int32_t *tok, size_t n,
+                   uint8_t **k, uint8_t **v);
+/* A session's first n positions in the store layout [layer][k, v][n][C]
+ * (row: bytes of one position's C channels). */
+void cli_session_layout(const cli_session *s, size_t L, size_t row, size_t n, uint8_t *out);
+
 int cmd_model(int argc, char **argv);
 int cmd_codec(int argc, char **argv);
 /* put, lookup, get, del, stats, calibrate, profile, tenant: argv[0] names

@@ -31,15 +31,6 @@ static const char bench_usage[] =
     "Calibration: 32 separately sampled sequences of 256 tokens.\n";
 
 typedef struct {
-    int32_t *tok;
-    size_t n;
-    size_t turn_end[16];
-    int tenant;
-    int dup; /* a near-duplicate member */
-    uint8_t *k, *v; /* bf16 [layers][n][C] */
-} session;
-
-typedef struct {
     const char *model, *levels, *keep;
     long tenants, sessions, turns, chunk, seed, threads;
     int json;
@@ -98,91 +89,6 @@ static int bparse(int argc, char **argv, bargs *a)
     return 0;
 }
 
-/* KV of tokens[0..n) in bf16, [layers][n][C] for K and V. */
-static int compute_kv(const skv_model *m, skv_pool *pool, const int32_t *tok, size_t n,
-                      uint8_t **k, uint8_t **v)
-{
-    const skv_model_config *c = skv_model_cfg(m);
-    size_t bytes = (size_t)c->n_layers * n * (size_t)c->n_kv_heads * (size_t)c->head_dim * 2;
-    *k = malloc(bytes);
-    *v = malloc(bytes);
-    skv_kvcache *kc = NULL;
-    int rc = *k && *v ? skv_kvcache_create(c, n, &kc) : skv_error(SKV_ERR_NOMEM, "KV");
-    skv_forward_opts o = {.pool = pool};
-    if (!rc)
-        rc = skv_model_forward(m, kc, tok, n, &o);
-    if (!rc)
-        rc = skv_kvcache_export(kc, 0, n, SKV_DT_BF16, *k, *v);
-    skv_kvcache_free(kc);
-    return rc;
-}
-
-/* The store layout [layer][k, v][token][C] of the first n positions. */
-static void store_layout(const session *s, size_t L, size_t row, size_t n, uint8_t *out)
-{
-    for (size_t l = 0; l < L; l++) {
-        memcpy(out, s->k + l * s->n * row, n * row);
-        out += n * row;
-        memcpy(out, s->v + l * s->n * row, n * row);
-        out += n * row;
-    }
-}
-
-static int make_workload(const skv_model *m, skv_pool *pool, const bargs *a, session **out,
-                         size_t *count)
-{
-    const skv_model_config *c = skv_model_cfg(m);
-    const size_t ns = (size_t)(a->tenants * a->sessions);
-    session *S = calloc(ns, sizeof *S);
-    if (!S)
-        return skv_error(SKV_ERR_NOMEM, "workload");
-    skv_rng r;
-    skv_rng_seed(&r, (uint64_t)a->seed);
-    int rc = SKV_OK;
-    int32_t *sys = malloc(256 * sizeof(int32_t));
-    size_t done = 0;
-    for (long t = 0; t < a->tenants && !rc; t++) {
-        size_t Ls = 64 + skv_rng_next(&r) % 193;
-        int32_t bos = c->bos_id;
-        rc = skv_model_generate(m, pool, &bos, 1, Ls, 1.0f, 0.9f, &r, sys);
-        for (long j = 0; j < a->sessions && !rc; j++) {
-            session *s = &S[t * a->sessions + j];
-            s->tenant = (int)t;
-            if (j % 4 == 3) {
-                /* a near-duplicate of an earlier session: one early token differs */
-                const session *o = &S[t * a->sessions + j - 2];
-                *s = *o;
-                s->tenant = (int)t;
-                s->dup = 1;
-                s->tok = malloc(o->n * sizeof(int32_t));
-                memcpy(s->tok, o->tok, o->n * sizeof(int32_t));
-                size_t p = Ls + 1 + skv_rng_next(&r) % 8;
-                s->tok[p] = (int32_t)((s->tok[p] + 1 + (int32_t)(skv_rng_next(&r) % (uint64_t)(c->vocab_size - 2))) %
-                                      c->vocab_size);
-                if (s->tok[p] == c->bos_id)
-                    s->tok[p] = (s->tok[p] + 1) % c->vocab_size;
-            } else {
-                size_t n = Ls;
-                for (long k = 0; k < a->turns; k++) {
-                    n += 24 + skv_rng_next(&r) % 49;
-                    s->turn_end[k] = n;
-                }
-                s->n = n;
-                s->tok = malloc(n * sizeof(int32_t));
-                rc = skv_model_generate(m, pool, sys, Ls, n, 1.0f, 0.9f, &r, s->tok);
-            }
-            s->k = s->v = NULL;
-            if (!rc)
-                rc = compute_kv(m, pool, s->tok, s->n, &s->k, &s->v);
-            cli_progress("bench store: workload sessions", ++done, ns);
-        }
-    }
-    free(sys);
-    *out = S;
-    *count = ns;
-    return rc;
-}
-
 static int make_calib(const skv_model *m, skv_pool *pool, long seed, const char *path)
 {
     const skv_model_config *c = skv_model_cfg(m);
@@ -197,7 +103,7 @@ static int make_calib(const skv_model *m, skv_pool *pool, long seed, const char 
         uint8_t *k = NULL, *v = NULL;
         rc = skv_model_generate(m, pool, &bos, 1, 256, 1.0f, 0.9f, &r, tok);
         if (!rc)
-            rc = compute_kv(m, pool, tok, 256, &k, &v);
+            rc = cli_compute_kv(m, pool, tok, 256, &k, &v);
         if (!rc) {
             skv_kvseq q = {256, tok, SKV_DT_BF16, c->n_layers, c->n_kv_heads, c->head_dim, k, v};
             rc = skv_kvfile_add(w, i, &q);
@@ -235,7 +141,7 @@ typedef struct {
     size_t requests, get_tokens, put_tokens;
 } run_res;
 
-static int run_config(const bargs *a, const char *dir, const char *cal_path, session *S,
+static int run_config(const bargs *a, const char *dir, const char *cal_path, cli_session *S,
                       size_t ns, const skv_model_config *mc, run_res *rr)
 {
     seqkv_options o = {0};
@@ -266,11 +172,11 @@ static int run_config(const bargs *a, const char *dir, const char *cal_path, ses
     const size_t total = ns * (size_t)a->turns;
     for (long k = 0; k < a->turns && !rc; k++)
         for (size_t i = 0; i < ns && !rc; i++) {
-            session *s = &S[i];
+            cli_session *s = &S[i];
             char tn[32];
             snprintf(tn, sizeof tn, "tenant%d", s->tenant);
             size_t n = s->turn_end[k], m, g;
-            store_layout(s, L, row, n, kv);
+            cli_session_layout(s, L, row, n, kv);
             double t0 = cli_now();
             rc = seqkv_lookup(db, tn, "bench", s->tok, n, &m);
             if (rc == SKV_ERR_NOT_FOUND && k == 0)
@@ -354,10 +260,11 @@ static int bench_store(int argc, char **argv)
         return cli_fail(skv_error(SKV_ERR_IO, "mkdtemp %s", tmp), "bench store");
     if (a.keep)
         mkdir(tmp, 0700);
-    session *S = NULL;
+    cli_session *S = NULL;
     size_t ns = 0;
     double t0 = cli_now();
-    rc = make_workload(m, pool, &a, &S, &ns);
+    rc = cli_workload_make(m, pool, a.tenants, a.sessions, a.turns, a.seed,
+                           "bench store: workload sessions", &S, &ns);
     char cal_path[4200];
     snprintf(cal_path, sizeof cal_path, "%s/bench.cal", tmp);
     if (!rc)
@@ -377,7 +284,7 @@ static int bench_store(int argc, char **argv)
     uint64_t chunk_bytes = 0, member_req_tokens = 0;
     for (long k = 0; k < a.turns; k++)
         for (size_t i = 0; i < ns; i++) {
-            const session *s = &S[i];
+            const cli_session *s = &S[i];
             size_t n = s->turn_end[k];
             raw_req += n * per_tok;
             req_tokens += n;
@@ -486,12 +393,7 @@ static int bench_store(int argc, char **argv)
                 fflush(stdout);
             }
         }
-    for (size_t i = 0; i < ns; i++) {
-        free(S[i].tok);
-        free(S[i].k);
-        free(S[i].v);
-    }
-    free(S);
+    cli_workload_free(S, ns);
     if (!a.keep)
         rm_tree(tmp);
     skv_pool_free(pool);

@@ -63,15 +63,6 @@ static const char demo_usage[] =
     "  --keep         keep the temporary store, socket directory and server log\n";
 
 typedef struct {
-    int32_t *tok;
-    size_t n;
-    size_t turn_end[16];
-    int tenant;
-    int dup;
-    uint8_t *k, *v; /* bf16 [layers][n][C] */
-} dsession;
-
-typedef struct {
     double s;
     uint32_t n;
     uint32_t sess;
@@ -92,7 +83,7 @@ typedef struct {
     skv_pool *pool;
     const skv_model_config *mc;
     size_t L, row, per_tok; /* layers, bytes of one (layer, token) row, bytes per token */
-    dsession *S;
+    cli_session *S;
     size_t ns;
     char dir[1024], sock[1024 + 16];
     char tokens[64][65];
@@ -190,96 +181,15 @@ static int find_model(demo *d)
 /* ------------------------------------------------------------------------
  * The workload (the generator of `seqkv bench store`)
  * ---------------------------------------------------------------------- */
-static int compute_kv(demo *d, const int32_t *tok, size_t n, uint8_t **k, uint8_t **v)
+static void store_layout(const demo *d, const cli_session *s, size_t n, uint8_t *out)
 {
-    size_t bytes = d->L * n * d->row;
-    *k = malloc(bytes);
-    *v = malloc(bytes);
-    skv_kvcache *kc = NULL;
-    int rc = *k && *v ? skv_kvcache_create(d->mc, n, &kc) : skv_error(SKV_ERR_NOMEM, "KV");
-    skv_forward_opts o = {.pool = d->pool};
-    if (!rc)
-        rc = skv_model_forward(d->m, kc, tok, n, &o);
-    if (!rc)
-        rc = skv_kvcache_export(kc, 0, n, SKV_DT_BF16, *k, *v);
-    skv_kvcache_free(kc);
-    return rc;
-}
-
-/* The store layout [layer][k, v][token][C] of the first n positions. */
-static void store_layout(const demo *d, const dsession *s, size_t n, uint8_t *out)
-{
-    for (size_t l = 0; l < d->L; l++) {
-        memcpy(out, s->k + l * s->n * d->row, n * d->row);
-        out += n * d->row;
-        memcpy(out, s->v + l * s->n * d->row, n * d->row);
-        out += n * d->row;
-    }
+    cli_session_layout(s, d->L, d->row, n, out);
 }
 
 static int make_workload(demo *d)
 {
-    const skv_model_config *c = d->mc;
-    const size_t ns = (size_t)(d->a.tenants * d->a.sessions);
-    dsession *S = calloc(ns, sizeof *S);
-    int32_t *sys = malloc(256 * sizeof(int32_t));
-    if (!S || !sys) {
-        free(S);
-        free(sys);
-        return skv_error(SKV_ERR_NOMEM, "workload");
-    }
-    d->S = S;
-    d->ns = ns;
-    skv_rng r;
-    skv_rng_seed(&r, (uint64_t)d->a.seed);
-    int rc = SKV_OK;
-    size_t done = 0;
-    for (long t = 0; t < d->a.tenants && !rc; t++) {
-        size_t Ls = 64 + skv_rng_next(&r) % 193;
-        int32_t bos = c->bos_id;
-        rc = skv_model_generate(d->m, d->pool, &bos, 1, Ls, 1.0f, 0.9f, &r, sys);
-        for (long j = 0; j < d->a.sessions && !rc; j++) {
-            dsession *s = &S[t * d->a.sessions + j];
-            if (j % 4 == 3) {
-                /* a near-duplicate of an earlier session: one early token differs */
-                const dsession *o = &S[t * d->a.sessions + j - 2];
-                *s = *o;
-                s->dup = 1;
-                s->tok = malloc(o->n * sizeof(int32_t));
-                if (!s->tok) {
-                    rc = skv_error(SKV_ERR_NOMEM, "workload");
-                    break;
-                }
-                memcpy(s->tok, o->tok, o->n * sizeof(int32_t));
-                size_t p = Ls + 1 + skv_rng_next(&r) % 8;
-                s->tok[p] = (int32_t)((s->tok[p] + 1 +
-                                       (int32_t)(skv_rng_next(&r) % (uint64_t)(c->vocab_size - 2))) %
-                                      c->vocab_size);
-                if (s->tok[p] == c->bos_id)
-                    s->tok[p] = (s->tok[p] + 1) % c->vocab_size;
-            } else {
-                size_t n = Ls;
-                for (long k = 0; k < d->a.turns; k++) {
-                    n += 24 + skv_rng_next(&r) % 49;
-                    s->turn_end[k] = n;
-                }
-                s->n = n;
-                s->tok = malloc(n * sizeof(int32_t));
-                if (!s->tok) {
-                    rc = skv_error(SKV_ERR_NOMEM, "workload");
-                    break;
-                }
-                rc = skv_model_generate(d->m, d->pool, sys, Ls, n, 1.0f, 0.9f, &r, s->tok);
-            }
-            s->tenant = (int)t;
-            s->k = s->v = NULL;
-            if (!rc)
-                rc = compute_kv(d, s->tok, s->n, &s->k, &s->v);
-            cli_progress("demo: workload sessions (sampled, KV computed)", ++done, ns);
-        }
-    }
-    free(sys);
-    return rc;
+    return cli_workload_make(d->m, d->pool, d->a.tenants, d->a.sessions, d->a.turns, d->a.seed,
+                             "demo: workload sessions (sampled, KV computed)", &d->S, &d->ns);
 }
 
 /* ------------------------------------------------------------------------
@@ -393,7 +303,7 @@ static int record_get(demo *d, double s, size_t n, size_t sess)
 static int checked_get(demo *d, dworker *w, seqkv_client *c, size_t si, const uint8_t *want,
                        size_t n, uint8_t *buf)
 {
-    const dsession *s = &d->S[si];
+    const cli_session *s = &d->S[si];
     size_t len = 0, bytes = n * d->per_tok;
     double t0 = cli_now();
     int rc = seqkv_client_get(c, "demo", s->tok, n, n, buf, bytes, &len);
@@ -415,7 +325,7 @@ static int checked_get(demo *d, dworker *w, seqkv_client *c, size_t si, const ui
 /* Phase 1 (raw, before KV.CALIBRATE): the first turns of the original
  * sessions; phase 2: the rest, so near-duplicates arrive once the profile
  * codes and can be coded against their centroid. */
-static int phase_of(const dsession *s, long turn)
+static int phase_of(const cli_session *s, long turn)
 {
     return turn == 0 && !s->dup ? 0 : 1;
 }
@@ -439,7 +349,7 @@ static void *worker_main(void *arg)
     for (long k = 0; k < d->a.turns && !rc; k++)
         for (long j = 0; j < d->a.sessions && !rc; j++) {
             const size_t si = (size_t)(w->tenant * d->a.sessions + j);
-            const dsession *s = &d->S[si];
+            const cli_session *s = &d->S[si];
             if (phase_of(s, k) != w->phase)
                 continue;
             const size_t n = s->turn_end[k];
@@ -548,7 +458,7 @@ static double pct(const double *sorted, size_t n, double p)
 
 /* A prefill of the same prefix: the time a frontend spends without the
  * cache (forward pass only; the cache is allocated beforehand). */
-static int time_prefill(demo *d, const dsession *s, size_t n, double *sec)
+static int time_prefill(demo *d, const cli_session *s, size_t n, double *sec)
 {
     skv_kvcache *kc = NULL;
     int rc = skv_kvcache_create(d->mc, n, &kc);
@@ -635,7 +545,7 @@ static int replay_alone(demo *d, seqkv_stats *st)
             snprintf(tn, sizeof tn, "tenant%ld", t);
             for (long k = 0; k < d->a.turns && !rc; k++)
                 for (long j = 0; j < d->a.sessions && !rc; j++) {
-                    const dsession *s = &d->S[t * d->a.sessions + j];
+                    const cli_session *s = &d->S[t * d->a.sessions + j];
                     if (phase_of(s, k) != phase)
                         continue;
                     size_t n = s->turn_end[k];
@@ -670,7 +580,7 @@ static int layer_bits(demo *d, double (*bits)[65], int *have)
         return rc;
     size_t ncal = d->ns < 64 ? d->ns : 64;
     for (size_t i = 0; i < ncal && !rc; i++) {
-        const dsession *s = &d->S[i * d->ns / ncal];
+        const cli_session *s = &d->S[i * d->ns / ncal];
         size_t n = s->turn_end[0], nb = d->L * n * d->row;
         uint8_t *k = malloc(nb), *v = malloc(nb);
         if (!k || !v) {
@@ -1155,12 +1065,7 @@ int cmd_demo(int argc, char **argv)
         if (system(cmd) != 0)
             fprintf(stderr, "demo: could not remove %s\n", d->dir);
     }
-    for (size_t i = 0; i < d->ns; i++) {
-        free(d->S[i].tok);
-        free(d->S[i].k);
-        free(d->S[i].v);
-    }
-    free(d->S);
+    cli_workload_free(d->S, d->ns);
     free(d->gets);
     skv_pool_free(d->pool);
     skv_model_free(d->m);
