@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "skv_model.h"
+#include "skv_tensor.h"
 
 /* Print "seqkv: <what>: <strerror> (<detail>)" to stderr; returns 1. */
 int cli_fail(int rc, const char *what);
@@ -61,6 +62,10 @@ int cli_compute_kv(const skv_model *m, skv_pool *pool, const int32_t *tok, size_
 /* A session's first n positions in the store layout [layer][k, v][n][C]
  * (row: bytes of one position's C channels). */
 void cli_session_layout(const cli_session *s, size_t L, size_t row, size_t n, uint8_t *out);
+/* Learn a calibration (quietly) from the KV file a writer holds. */
+struct skv_calib;
+int cli_calib_learn_writer(const skv_st_writer *w, const skv_model *m, skv_pool *pool,
+                           struct skv_calib **out);
 
 int cmd_model(int argc, char **argv);
 int cmd_codec(int argc, char **argv);

@@ -111,23 +111,12 @@ static int make_calib(const skv_model *m, skv_pool *pool, long seed, const char 
         free(k);
         free(v);
     }
-    uint8_t *img = NULL;
-    size_t len;
-    skv_st *st = NULL;
     skv_calib *cal = NULL;
     if (!rc)
-        rc = skv_stw_serialize(w, &img, &len);
-    if (!rc)
-        rc = skv_st_parse(img, len, &st);
-    if (!rc) {
-        skv_calib_opts o = {.model = m, .pool = pool, .quiet = 1};
-        rc = skv_calib_learn(st, &o, &cal);
-    }
+        rc = cli_calib_learn_writer(w, m, pool, &cal);
     if (!rc)
         rc = skv_calib_save(cal, path);
     skv_calib_free(cal);
-    skv_st_free(st);
-    skv_free(img);
     skv_stw_free(w);
     return rc;
 }

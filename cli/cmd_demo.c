@@ -597,18 +597,9 @@ static int layer_bits(demo *d, double (*bits)[65], int *have)
         free(k);
         free(v);
     }
-    uint8_t *img = NULL;
-    size_t len;
-    skv_st *st = NULL;
     skv_calib *cal = NULL;
     if (!rc)
-        rc = skv_stw_serialize(w, &img, &len);
-    if (!rc)
-        rc = skv_st_parse(img, len, &st);
-    if (!rc) {
-        skv_calib_opts o = {.model = d->m, .pool = d->pool, .quiet = 1};
-        rc = skv_calib_learn(st, &o, &cal);
-    }
+        rc = cli_calib_learn_writer(w, d->m, d->pool, &cal);
     for (int lv = 0; lv < SKV_LEVEL_COUNT && !rc; lv++) {
         have[lv] = skv_calib_has_level(cal, (skv_level)lv);
         if (!have[lv])
@@ -647,8 +638,6 @@ static int layer_bits(demo *d, double (*bits)[65], int *have)
         skv_delta_free(dl);
     }
     skv_calib_free(cal);
-    skv_st_free(st);
-    skv_free(img);
     skv_stw_free(w);
     return rc;
 }

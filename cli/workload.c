@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "skv_delta.h"
 
 int cli_compute_kv(const skv_model *m, skv_pool *pool, const int32_t *tok, size_t n,
                    uint8_t **k, uint8_t **v)
@@ -110,4 +111,23 @@ void cli_workload_free(cli_session *S, size_t n)
         free(S[i].v);
     }
     free(S);
+}
+
+int cli_calib_learn_writer(const skv_st_writer *w, const skv_model *m, skv_pool *pool,
+                           skv_calib **out)
+{
+    uint8_t *img = NULL;
+    size_t len;
+    skv_st *st = NULL;
+    *out = NULL;
+    int rc = skv_stw_serialize(w, &img, &len);
+    if (!rc)
+        rc = skv_st_parse(img, len, &st);
+    if (!rc) {
+        skv_calib_opts o = {.model = m, .pool = pool, .quiet = 1};
+        rc = skv_calib_learn(st, &o, out);
+    }
+    skv_st_free(st);
+    skv_free(img);
+    return rc;
 }
