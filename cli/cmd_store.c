@@ -868,32 +868,43 @@ static int open_query(const char *cmd, const sargs *a, int mode, seqkv **db,
     return 0;
 }
 
-static int do_lookup(int argc, char **argv)
+/* lookup and del: one number per line of the token file, from a store call
+ * of the same shape. */
+typedef int (*per_line_fn)(seqkv *db, const char *tenant, const char *profile,
+                           const int32_t *tokens, size_t n, size_t *out);
+
+static int per_line(const char *cmd, int argc, char **argv, const char *usage, unsigned extra,
+                    per_line_fn fn)
 {
     sargs a;
-    int r = sparse("lookup", argc, argv, &a, lookup_usage,
-                   COMMON | SA(S_PROFILE) | SA(S_MODEL) | SA(S_TOKENS), 0);
+    int r = sparse(cmd, argc, argv, &a, usage,
+                   COMMON | SA(S_PROFILE) | SA(S_MODEL) | SA(S_TOKENS) | extra, 0);
     if (r)
         return r;
     seqkv *db;
     seqkv_profile p;
     cli_tokens toks;
-    if ((r = open_query("lookup", &a, DB_USE, &db, &p, &toks)))
+    if ((r = open_query(cmd, &a, DB_USE, &db, &p, &toks)))
         return r;
     for (size_t i = 0; i < toks.n && !r; i++) {
-        size_t matched = 0;
-        int rc = seqkv_lookup(db, a.tenant, p.name, toks.seq[i], toks.len[i], &matched);
+        size_t x = 0;
+        int rc = fn(db, a.tenant, p.name, toks.seq[i], toks.len[i], &x);
         if (rc) {
             char what[64];
-            snprintf(what, sizeof what, "lookup of sequence %zu", i);
+            snprintf(what, sizeof what, "%s of sequence %zu", cmd, i);
             r = cli_fail(rc, what);
         } else {
-            printf("%zu\n", matched);
+            printf("%zu\n", x);
         }
     }
     seqkv_close(db);
     cli_tokens_free(&toks);
     return r;
+}
+
+static int do_lookup(int argc, char **argv)
+{
+    return per_line("lookup", argc, argv, lookup_usage, 0, seqkv_lookup);
 }
 
 static int do_get(int argc, char **argv)
@@ -1044,30 +1055,7 @@ static int do_get(int argc, char **argv)
 
 static int do_del(int argc, char **argv)
 {
-    sargs a;
-    int r = sparse("del", argc, argv, &a, del_usage,
-                   COMMON | SA(S_PROFILE) | SA(S_MODEL) | SA(S_TOKENS) | SA(S_NOSYNC), 0);
-    if (r)
-        return r;
-    seqkv *db;
-    seqkv_profile p;
-    cli_tokens toks;
-    if ((r = open_query("del", &a, DB_USE, &db, &p, &toks)))
-        return r;
-    for (size_t i = 0; i < toks.n && !r; i++) {
-        size_t removed = 0;
-        int rc = seqkv_del(db, a.tenant, p.name, toks.seq[i], toks.len[i], &removed);
-        if (rc) {
-            char what[64];
-            snprintf(what, sizeof what, "del of sequence %zu", i);
-            r = cli_fail(rc, what);
-        } else {
-            printf("%zu\n", removed);
-        }
-    }
-    seqkv_close(db);
-    cli_tokens_free(&toks);
-    return r;
+    return per_line("del", argc, argv, del_usage, SA(S_NOSYNC), seqkv_del);
 }
 
 /* ---- stats ----------------------------------------------------------------- */
