@@ -171,6 +171,27 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
               size_t n, const void *kv, size_t kv_len, const seqkv_put_opts *opts,
               seqkv_put_result *res);
 
+/* Group commit: several puts, one durable commit. The requests are put in
+ * order as if one by one (a later one finds an earlier one's tokens
+ * cached) and each succeeds or fails on its own (rc, error, res); none is
+ * visible to readers before the commit, and every one that succeeds is
+ * durable when the call returns (one LMDB transaction, or one per 64 MiB of
+ * records). A commit that fails (I/O error, the map full at map_max with
+ * nothing evictable) is retried request by request. Returns the number of
+ * requests that failed. */
+typedef struct {
+    const char *tenant, *profile;
+    const int32_t *tokens;
+    size_t n;
+    const void *kv;
+    size_t kv_len;
+    const seqkv_put_opts *opts; /* may be NULL */
+    int rc;                     /* out: 0 or the put's error */
+    char error[256];            /* out: its detail ("" when rc is 0) */
+    seqkv_put_result res;       /* out */
+} seqkv_put_req;
+size_t seqkv_put_batch(seqkv *db, seqkv_put_req *req, size_t n);
+
 /* Longest cached prefix of tokens[0..n), in tokens (0 when nothing is).
  * Errors: SKV_ERR_NOT_FOUND (profile or tenant unknown). */
 int seqkv_lookup(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,

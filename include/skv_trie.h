@@ -43,6 +43,8 @@ typedef struct skv_trie_rec {
     uint8_t level;       /* seqkv_level it was coded at */
     uint8_t has_base, has_centroid;
     uint8_t evicting;    /* store-internal mark */
+    uint8_t hidden;      /* not yet visible: skv_trie_match skips it (the
+                            store's uncommitted records of a put batch) */
     uint8_t base[32];    /* key of the sibling providing [0, lo) */
     uint8_t centroid[32];/* key of the centroid record it was coded against */
     struct skv_trie_rec *next_sib; /* internal */
@@ -76,6 +78,9 @@ typedef struct {
  * longer record, then the smaller key). */
 size_t skv_trie_match(const skv_trie *t, const int32_t *tokens, size_t n, skv_trie_step *path,
                       size_t cap, size_t *steps);
+/* The same, also through hidden records (the writer's own view). */
+size_t skv_trie_match_all(const skv_trie *t, const int32_t *tokens, size_t n, skv_trie_step *path,
+                          size_t cap, size_t *steps);
 /* Records hanging below node: up to cap into out; returns their number. */
 size_t skv_trie_children(const skv_trie *t, const uint8_t node[32], skv_trie_rec **out,
                          size_t cap);

@@ -10,6 +10,9 @@
  * the new record simply extends it. */
 #define SKV_MIN_BASE 16
 
+/* A put batch commits early once its records reach this many bytes. */
+#define SKV_BATCH_BYTES (64u << 20)
+
 /* ---- a sequence being coded or decoded ------------------------------------------ */
 
 /* Tokens and KV of positions [0, stride) in the coder's layout: K and V
@@ -67,6 +70,78 @@ typedef struct {
 } dec_ctx;
 
 static __thread int centroid_depth;
+
+/* ---- put batches ------------------------------------------------------------------ */
+
+/* The writer's batch (db->batch, under wlock): records coded and indexed
+ * hidden, their images waiting for the one commit that writes them all;
+ * and the records whose recency that commit saves. */
+typedef struct {
+    ns_ent *e;
+    uint8_t key[32];
+    uint8_t *img;
+    size_t len;
+} pend_rec;
+
+typedef struct {
+    ns_ent *e;
+    uint8_t key[32];
+} pend_tick;
+
+struct skv_put_batch {
+    pend_rec *rec;
+    size_t nrec, rec_cap;
+    pend_tick *tick;
+    size_t ntick, tick_cap;
+    uint64_t bytes;
+};
+
+static const pend_rec *pend_find(const struct skv_put_batch *pb, const uint8_t key[32])
+{
+    for (size_t i = pb ? pb->nrec : 0; i-- > 0;)
+        if (memcmp(pb->rec[i].key, key, 32) == 0)
+            return &pb->rec[i];
+    return NULL;
+}
+
+static int batch_reserve(struct skv_put_batch *pb, size_t nrec, size_t ntick)
+{
+    if (pb->nrec + nrec > pb->rec_cap) {
+        size_t cap = (pb->nrec + nrec) * 2;
+        pend_rec *r = skv_realloc(pb->rec, cap * sizeof *r);
+        if (!r)
+            return skv_error(SKV_ERR_NOMEM, "put batch");
+        pb->rec = r;
+        pb->rec_cap = cap;
+    }
+    if (pb->ntick + ntick > pb->tick_cap) {
+        size_t cap = (pb->ntick + ntick) * 2;
+        pend_tick *t = skv_realloc(pb->tick, cap * sizeof *t);
+        if (!t)
+            return skv_error(SKV_ERR_NOMEM, "put batch");
+        pb->tick = t;
+        pb->tick_cap = cap;
+    }
+    return SKV_OK;
+}
+
+/* Forget the batch's records from `from` on (never written): out of the
+ * index, newest first, and their images freed. */
+static void batch_drop(seqkv *db, struct skv_put_batch *pb, size_t from)
+{
+    pthread_rwlock_wrlock(&db->rw);
+    while (pb->nrec > from) {
+        pend_rec *p = &pb->rec[--pb->nrec];
+        skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
+        if (t && t->hidden)
+            skv_store_unindex(db, p->e, t, 1);
+        pb->bytes -= p->len;
+        skv_free(p->img);
+    }
+    if (from == 0)
+        pb->ntick = 0;
+    pthread_rwlock_unlock(&db->rw);
+}
 
 /* Build the centroid predictions of a member record's positions [a, b). */
 static int member_aux(dec_ctx *c, const skv_rec *r, skv_delta *d, size_t a, size_t b,
@@ -185,11 +260,21 @@ static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth)
             return rc;
     }
     MDB_val k = {32, t->key}, v;
-    int mrc = mdb_get(c->txn, c->db->db_chunk, &k, &v);
-    if (mrc == MDB_NOTFOUND)
-        return skv_error(SKV_ERR_CORRUPT, "an indexed chunk record is missing from LMDB");
-    if (mrc)
-        return skv_mdb_error(mrc, "read chunk");
+    if (t->hidden) {
+        /* the writer's own uncommitted record, from an earlier put of its
+         * batch; readers never reach one (skv_trie_match skips them) */
+        const pend_rec *p = skv_store_is_writer() ? pend_find(c->db->batch, t->key) : NULL;
+        if (!p)
+            return skv_error(SKV_ERR_CORRUPT, "a reader reached an uncommitted record");
+        v.mv_data = p->img;
+        v.mv_size = p->len;
+    } else {
+        int mrc = mdb_get(c->txn, c->db->db_chunk, &k, &v);
+        if (mrc == MDB_NOTFOUND)
+            return skv_error(SKV_ERR_CORRUPT, "an indexed chunk record is missing from LMDB");
+        if (mrc)
+            return skv_mdb_error(mrc, "read chunk");
+    }
     skv_rec r;
     if ((rc = skv_rec_parse(v.mv_data, v.mv_size, &r)))
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s",
@@ -423,7 +508,7 @@ typedef struct {
 static void pick_one(void *vctx, skv_trie_rec *r)
 {
     pick_ctx *c = vctx;
-    if (r->deps || r->evicting)
+    if (r->deps || r->evicting || r->hidden)
         return;
     if (!c->best || r->tick < c->best->tick)
         c->best = r, c->best_ns = c->cur;
@@ -531,13 +616,8 @@ static int evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, uint
         }
     } else if (nv) {
         pthread_rwlock_wrlock(&db->rw);
-        for (size_t i = 0; i < nv; i++) {
-            db->stored -= v[i].r->bytes;
-            for (size_t t = 0; t < db->nten; t++)
-                if (db->ten[t].id == v[i].e->tenant)
-                    db->ten[t].used -= v[i].r->bytes;
-            skv_trie_remove(v[i].e->trie, v[i].r->key);
-        }
+        for (size_t i = 0; i < nv; i++)
+            skv_store_unindex(db, v[i].e, v[i].r, 0);
         db->evictions += nv;
         pthread_rwlock_unlock(&db->rw);
     }
@@ -734,14 +814,20 @@ static int try_centroid(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_centroi
     return rc;
 }
 
-/* One attempt at a put. standalone: ignore the cached prefix (code the
+/* One attempt at a put, into the writer's batch: its new records coded
+ * and indexed hidden (batch_commit writes them). standalone: ignore the cached prefix (code the
  * whole sequence, depend on nothing), for when the budget cannot hold the
  * new records next to the prefix they would depend on; *again asks for
  * that retry. */
-static int put_once(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-                    size_t n, const void *kv, size_t kv_len, const seqkv_put_opts *opts,
-                    seqkv_put_result *res, int standalone, int *again)
+static int put_prepare(seqkv *db, seqkv_put_req *req, int standalone, int *again, int *prefix,
+                       struct skv_put_batch *pb)
 {
+    const char *tenant = req->tenant, *profile = req->profile;
+    const int32_t *tokens = req->tokens;
+    const size_t n = req->n, kv_len = req->kv_len;
+    const void *kv = req->kv;
+    const seqkv_put_opts *opts = req->opts;
+    seqkv_put_result *res = &req->res;
     memset(res, 0, sizeof *res);
     if (db->o.read_only)
         return skv_error(SKV_ERR_ARG, "store opened read-only");
@@ -750,8 +836,6 @@ static int put_once(seqkv *db, const char *tenant, const char *profile, const in
     if (n > SEQKV_MAX_TOKENS)
         return skv_error(SKV_ERR_TOO_LARGE, "%zu tokens (at most %u)", n, SEQKV_MAX_TOKENS);
     const char *tname = opts && opts->shared ? SEQKV_SHARED_TENANT : tenant;
-    pthread_mutex_lock(&db->wlock);
-    skv_store_writer(1);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
     tenant_ent *te = NULL;
     int rc = pe ? SKV_OK : skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
@@ -784,11 +868,8 @@ static int put_once(seqkv *db, const char *tenant, const char *profile, const in
         rc = skv_store_namespace(db, te->id, pe, &e);
         pthread_rwlock_unlock(&db->rw);
     }
-    if (rc) {
-        skv_store_writer(0);
-        pthread_mutex_unlock(&db->wlock);
+    if (rc)
         return rc;
-    }
     const size_t CH = (size_t)pe->p.chunk;
     int level = put_level(pe, opts && opts->level > 0 ? opts->level - 1 : (int)pe->p.level);
     const size_t nchunks = (n + CH - 1) / CH;
@@ -800,7 +881,9 @@ static int put_once(seqkv *db, const char *tenant, const char *profile, const in
     if (!path || !nr)
         rc = skv_error(SKV_ERR_NOMEM, "put");
     if (!rc) {
-        m = standalone ? 0 : skv_trie_match(e->trie, tokens, n, path, nchunks + 1, &steps);
+        m = standalone ? 0 : skv_trie_match_all(e->trie, tokens, n, path, nchunks + 1, &steps);
+        if (!standalone)
+            *prefix = steps > 0;
         for (size_t j = 0; j < steps; j++)
             path[j].rec->tick = skv_store_tick(db);
     }
@@ -955,68 +1038,42 @@ static int put_once(seqkv *db, const char *tenant, const char *profile, const in
         *again = 1; /* the prefix itself is in the way */
     for (size_t j = 0; j < steps; j++)
         path[j].rec->evicting = 0;
-    /* one write transaction; MDB_MAP_FULL grows the map (or evicts) and
-     * retries, so an acknowledged put never fails half-way */
-    for (int attempt = 0; !rc; attempt++) {
-        MDB_txn *txn;
-        pthread_rwlock_rdlock(&db->rw);
-        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        uint64_t tk = skv_store_tick(db);
-        for (size_t j = 0; !mrc && j < nnew; j++) {
-            MDB_val k = {32, nr[j].key}, v = {nr[j].len, nr[j].img};
-            mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE);
-            if (mrc == MDB_KEYEXIST)
-                mrc = 0; /* the same tokens under the same key: already stored */
-            uint8_t b[8];
-            skv_store64_le(b, tk);
-            MDB_val tv = {8, b};
-            if (!mrc)
-                mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
+    /* index the new records, hidden from readers until the batch commits
+     * (later puts of the batch see them: skv_trie_match_all, pend_find) */
+    if (!rc)
+        rc = batch_reserve(pb, nnew, steps);
+    if (!rc) {
+        const size_t first = pb->nrec;
+        pthread_rwlock_wrlock(&db->rw);
+        const uint64_t tk = skv_store_tick(db);
+        for (size_t j = 0; j < nnew && !rc; j++) {
+            if (skv_trie_find(e->trie, nr[j].key))
+                continue; /* the same tokens under the same key: stored already */
+            rc = skv_store_index(db, nr[j].key, &nr[j].r, nr[j].len, tk);
+            skv_trie_rec *t = rc ? NULL : skv_trie_find(e->trie, nr[j].key);
+            if (!t)
+                break;
+            t->hidden = 1;
+            skv_store_deps(e, t, +1);
+            pend_rec *p = &pb->rec[pb->nrec++];
+            p->e = e;
+            memcpy(p->key, nr[j].key, 32);
+            p->img = nr[j].img;
+            p->len = nr[j].len;
+            nr[j].img = NULL;
+            pb->bytes += p->len;
+            res->chunks++;
+            res->bytes += p->len;
         }
-        for (size_t j = 0; !mrc && j < steps; j++) {
-            uint8_t b[8];
-            skv_store64_le(b, path[j].rec->tick);
-            MDB_val k = {32, path[j].rec->key}, tv = {8, b};
-            mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
-        }
-        if (!mrc)
-            mrc = mdb_txn_commit(txn);
-        else
-            mdb_txn_abort(txn);
         pthread_rwlock_unlock(&db->rw);
-        if (!mrc) {
-            for (size_t j = 0; j < steps; j++)
-                path[j].rec->tick_saved = path[j].rec->tick;
-            pthread_rwlock_wrlock(&db->rw);
-            for (size_t j = 0; j < nnew && !rc; j++) {
-                if (skv_trie_find(e->trie, nr[j].key))
-                    continue;
-                rc = skv_store_index(db, nr[j].key, &nr[j].r, nr[j].len, tk);
-                skv_trie_rec *t = skv_trie_find(e->trie, nr[j].key);
-                if (t)
-                    skv_store_deps(e, t, +1);
-                res->chunks++;
-                res->bytes += nr[j].len;
-            }
-            pthread_rwlock_unlock(&db->rw);
-            break;
-        }
-        if (mrc != MDB_MAP_FULL || attempt > 40) {
-            rc = skv_mdb_error(mrc, "write chunks");
-            break;
-        }
-        rc = skv_store_grow(db);
-        if (rc == SKV_ERR_TOO_LARGE) {
-            /* at the map limit: make room instead */
-            for (size_t j = 0; j < steps; j++)
-                path[j].rec->evicting = 1;
-            rc = evict(db, 0, db->stored, db->stored > total ? db->stored * 3 / 4 : 0, total,
-                       &res->evicted);
-            if (rc == SKV_ERR_TOO_LARGE && steps > 0)
-                *again = 1;
-            for (size_t j = 0; j < steps; j++)
-                path[j].rec->evicting = 0;
-        }
+        if (rc)
+            batch_drop(db, pb, first);
+    }
+    /* the path's recency goes out with the records */
+    for (size_t j = 0; !rc && j < steps; j++) {
+        pend_tick *p = &pb->tick[pb->ntick++];
+        p->e = e;
+        memcpy(p->key, path[j].rec->key, 32);
     }
     goto done;
 commit_ticks:
@@ -1030,26 +1087,217 @@ done:
     seqbuf_free(&s);
     if (rc)
         memset(res, 0, sizeof *res);
+    return rc;
+}
+
+/* Write the batch's records (and its paths' recency) in one transaction,
+ * then show them to readers. MDB_MAP_FULL grows the map, or at its limit
+ * evicts a quarter of what is evictable, and retries; anything else fails
+ * the batch (the caller drops it). */
+static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
+{
+    if (pb->nrec == 0) {
+        pb->ntick = 0; /* a put of cached tokens only: recency goes out later */
+        return SKV_OK;
+    }
+    for (int attempt = 0;; attempt++) {
+        MDB_txn *txn;
+        pthread_rwlock_rdlock(&db->rw);
+        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
+        for (size_t j = 0; !mrc && j < pb->nrec; j++) {
+            const pend_rec *p = &pb->rec[j];
+            const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
+            MDB_val k = {32, (void *)p->key}, v = {p->len, p->img};
+            mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE);
+            if (mrc == MDB_KEYEXIST)
+                mrc = 0; /* the same tokens under the same key: already stored */
+            uint8_t b[8];
+            skv_store64_le(b, t ? t->tick : skv_store_tick(db));
+            MDB_val tv = {8, b};
+            if (!mrc)
+                mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
+        }
+        for (size_t j = 0; !mrc && j < pb->ntick; j++) {
+            const skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
+            if (!t || t->hidden)
+                continue; /* evicted since, or one of the batch's own */
+            uint8_t b[8];
+            skv_store64_le(b, t->tick);
+            MDB_val k = {32, (void *)t->key}, tv = {8, b};
+            mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
+        }
+        if (!mrc)
+            mrc = mdb_txn_commit(txn);
+        else
+            mdb_txn_abort(txn);
+        pthread_rwlock_unlock(&db->rw);
+        if (!mrc) {
+            pthread_rwlock_wrlock(&db->rw);
+            for (size_t j = 0; j < pb->nrec; j++) {
+                skv_trie_rec *t = skv_trie_find(pb->rec[j].e->trie, pb->rec[j].key);
+                if (t) {
+                    t->hidden = 0;
+                    t->tick_saved = t->tick;
+                }
+                skv_free(pb->rec[j].img);
+            }
+            for (size_t j = 0; j < pb->ntick; j++) {
+                skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
+                if (t)
+                    t->tick_saved = t->tick;
+            }
+            pthread_rwlock_unlock(&db->rw);
+            pb->nrec = pb->ntick = 0;
+            pb->bytes = 0;
+            return SKV_OK;
+        }
+        if (mrc != MDB_MAP_FULL || attempt > 40)
+            return skv_mdb_error(mrc, "write chunks");
+        int rc = skv_store_grow(db);
+        if (rc == SKV_ERR_TOO_LARGE)
+            rc = evict(db, 0, db->stored, db->stored * 3 / 4, 0, evicted);
+        if (rc)
+            return rc;
+    }
+}
+
+/* One request into the batch, as if put alone: when its cached prefix is
+ * in the way of the room it needs, it is put standalone instead. */
+static int put_one(seqkv *db, seqkv_put_req *q, struct skv_put_batch *pb, int standalone,
+                   int *prefix)
+{
+    int again = 0;
+    memset(&q->res, 0, sizeof q->res);
+    int rc = put_prepare(db, q, standalone, &again, prefix, pb);
+    if (rc && again && !standalone) {
+        int evicted = q->res.evicted;
+        rc = put_prepare(db, q, 1, &again, prefix, pb);
+        q->res.evicted += evicted;
+    }
+    return rc;
+}
+
+static void req_error(seqkv_put_req *q, int rc)
+{
+    q->rc = rc;
+    snprintf(q->error, sizeof q->error, "%s", rc ? skv_error_detail() : "");
+    if (rc)
+        memset(&q->res, 0, sizeof q->res);
+}
+
+/* A group's commit failed (its records are dropped): put its requests
+ * again one by one, each with its own commit, standalone when its prefix
+ * is in the way (at the map limit). */
+static void group_retry(seqkv *db, struct skv_put_batch *pb, seqkv_put_req *req, size_t n,
+                        const int *prefix, int rc0)
+{
+    size_t ok = 0;
+    for (size_t i = 0; i < n; i++)
+        ok += req[i].rc == 0;
+    for (size_t i = 0; i < n; i++) {
+        if (req[i].rc)
+            continue;
+        int rc = rc0, pf = prefix[i], tried = 0;
+        if (ok > 1) {
+            tried = 1;
+            if (!(rc = put_one(db, &req[i], pb, 0, &pf)))
+                rc = batch_commit(db, pb, &req[i].res.evicted);
+            if (rc)
+                batch_drop(db, pb, 0);
+        }
+        if (rc == SKV_ERR_TOO_LARGE && pf) {
+            tried = 1;
+            if (!(rc = put_one(db, &req[i], pb, 1, &pf)))
+                rc = batch_commit(db, pb, &req[i].res.evicted);
+            if (rc)
+                batch_drop(db, pb, 0);
+        }
+        if (tried) {
+            req_error(&req[i], rc);
+        } else { /* the group's own failure: its detail is in error already */
+            req[i].rc = rc;
+            memset(&req[i].res, 0, sizeof req[i].res);
+        }
+    }
+}
+
+size_t seqkv_put_batch(seqkv *db, seqkv_put_req *req, size_t n)
+{
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        req[i].rc = 0;
+        req[i].error[0] = 0;
+        memset(&req[i].res, 0, sizeof req[i].res);
+    }
+    if (n == 0)
+        return 0;
+    int *prefix = skv_calloc(n, sizeof *prefix);
+    if (db->o.read_only || !prefix) {
+        int rc = prefix ? skv_error(SKV_ERR_ARG, "store opened read-only")
+                        : skv_error(SKV_ERR_NOMEM, "put batch");
+        for (size_t i = 0; i < n; i++)
+            req_error(&req[i], rc);
+        skv_free(prefix);
+        return n;
+    }
+    pthread_mutex_lock(&db->wlock);
+    skv_store_writer(1);
+    struct skv_put_batch pb = {0};
+    db->batch = &pb;
+    size_t first = 0;
+    for (size_t i = 0; i < n; i++) {
+        req_error(&req[i], put_one(db, &req[i], &pb, 0, &prefix[i]));
+        if (pb.bytes < SKV_BATCH_BYTES && i + 1 < n)
+            continue;
+        /* the group [first, i] goes out in one commit */
+        int ev = 0, rc = batch_commit(db, &pb, &ev);
+        if (rc) {
+            char why[sizeof req->error];
+            snprintf(why, sizeof why, "%s", skv_error_detail());
+            batch_drop(db, &pb, 0);
+            for (size_t k = first; k <= i; k++)
+                if (!req[k].rc)
+                    snprintf(req[k].error, sizeof req[k].error, "%s", why);
+            group_retry(db, &pb, req + first, i + 1 - first, prefix + first, rc);
+        } else {
+            for (size_t k = i + 1; k-- > first;)
+                if (!req[k].rc) {
+                    req[k].res.evicted += ev;
+                    break;
+                }
+        }
+        first = i + 1;
+    }
+    db->batch = NULL;
+    skv_free(pb.rec);
+    skv_free(pb.tick);
     skv_store_writer(0);
     pthread_mutex_unlock(&db->wlock);
-    return rc;
+    skv_free(prefix);
+    for (size_t i = 0; i < n; i++)
+        failed += req[i].rc != 0;
+    return failed;
 }
 
 int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
               size_t n, const void *kv, size_t kv_len, const seqkv_put_opts *opts,
               seqkv_put_result *res)
 {
-    seqkv_put_result dummy;
-    if (!res)
-        res = &dummy;
-    int again = 0;
-    int rc = put_once(db, tenant, profile, tokens, n, kv, kv_len, opts, res, 0, &again);
-    if (rc && again) {
-        int evicted = res->evicted;
-        rc = put_once(db, tenant, profile, tokens, n, kv, kv_len, opts, res, 1, &again);
-        res->evicted += evicted;
-    }
-    return rc;
+    seqkv_put_req q;
+    memset(&q, 0, sizeof q);
+    q.tenant = tenant;
+    q.profile = profile;
+    q.tokens = tokens;
+    q.n = n;
+    q.kv = kv;
+    q.kv_len = kv_len;
+    q.opts = opts;
+    seqkv_put_batch(db, &q, 1);
+    if (res)
+        *res = q.res;
+    if (q.rc)
+        return skv_error_at(q.rc, NULL, 0, "%s", q.error);
+    return SKV_OK;
 }
 
 /* ---- del ------------------------------------------------------------------------------ */
@@ -1097,10 +1345,7 @@ int seqkv_del(seqkv *db, const char *tenant, const char *profile, const int32_t 
         }
         *removed += r->n - r->lo;
         pthread_rwlock_wrlock(&db->rw);
-        skv_store_deps(m.e, r, -1);
-        db->stored -= r->bytes;
-        te->used -= r->bytes;
-        skv_trie_remove(m.e->trie, r->key);
+        skv_store_unindex(db, m.e, r, 1);
         pthread_rwlock_unlock(&db->rw);
         k--;
     }

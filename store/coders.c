@@ -29,6 +29,7 @@ static int load_calib(seqkv *db, MDB_txn *txn, const uint8_t id[16], skv_calib *
 static __thread int tls_writer;
 
 void skv_store_writer(int on) { tls_writer = on; }
+int skv_store_is_writer(void) { return tls_writer; }
 
 int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_id[16], int level,
                     coder_ent **out)

@@ -284,6 +284,21 @@ int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t b
     return SKV_OK;
 }
 
+/* Take an indexed record out of the index (its LMDB record deleted or
+ * never written): the byte counts, the dependency counts of the records it
+ * needed (unless the caller took them already), the trie. Caller holds rw
+ * exclusively. */
+void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps)
+{
+    if (deps)
+        skv_store_deps(e, r, -1);
+    db->stored -= r->bytes;
+    tenant_ent *te = tenant_by_id(db, e->tenant);
+    if (te)
+        te->used -= r->bytes;
+    skv_trie_remove(e->trie, r->key);
+}
+
 /* After every record is indexed: dependency counts (order-independent). */
 static void dep_pass(void *ctx, skv_trie_rec *r)
 {

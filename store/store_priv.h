@@ -66,6 +66,7 @@ struct seqkv {
     size_t bad_records;
     int lock_fd;           /* flock of DIR/seqkv.lock (writers) */
     skv_pool *pool;
+    struct skv_put_batch *batch; /* the writer's put batch (access.c), or NULL */
 };
 
 int skv_mdb_error(int rc, const char *what);
@@ -79,6 +80,7 @@ int skv_store_add_tenant(seqkv *db, const tenant_ent *t);
 int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t bytes,
                     uint64_t tick);
 void skv_store_deps(ns_ent *e, const skv_trie_rec *r, int delta);
+void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps);
 uint64_t skv_store_tick(seqkv *db);
 int skv_store_grow(seqkv *db);
 int skv_store_profile_model(seqkv *db, prof_ent *pe, skv_model **out);
@@ -97,5 +99,6 @@ int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_i
 void skv_store_coder_release(seqkv *db, coder_ent *c);
 /* Mark the calling thread as the writer (holding wlock) or not. */
 void skv_store_writer(int on);
+int skv_store_is_writer(void);
 void skv_store_coders_free(seqkv *db);
 #endif

@@ -60,40 +60,68 @@ static void make_seqs(void)
 }
 
 /* The child: put every not-yet-acknowledged sequence, starting at `start`,
- * acknowledging each; exits 0 when all are done. Never returns. */
-static void child(const char *dir, int fd, const unsigned char *acked, int start)
+ * `batch` at a time (1: seqkv_put, else seqkv_put_batch: one commit),
+ * reporting each put as it begins and acknowledging it when the call has
+ * returned; exits 0 when all are done. Never returns. */
+static void child(const char *dir, int fd, const unsigned char *acked, int start, int batch)
 {
     seqkv_options o = {.quiet = 1};
     seqkv *db;
     if (seqkv_open(dir, &o, &db))
         _exit(10);
-    for (int j = 0; j < NSEQ; j++) {
-        int i = (start + j) % NSEQ;
-        if (acked[i])
-            continue;
-        seqkv_put_opts po = {.level = i % 2 ? SEQKV_CTX + 1 : SEQKV_RAW + 1};
-        seqkv_put_result r;
-        const su_seq *s = &seqs[i];
-        uint32_t b = (uint32_t)i | 0x80000000u; /* "put i begins" */
-        if (write(fd, &b, 4) != 4)
-            _exit(12);
-        int rc = seqkv_put(db, TENANT[tenant_of[i]], "p", s->tok, s->n, s->kv, s->kv_len, &po, &r);
-        if (rc) {
-            fprintf(stderr, "child: put %d: %d %s\n", i, rc, skv_error_detail());
-            _exit(11);
+    seqkv_put_req req[8];
+    seqkv_put_opts po[8];
+    int ids[8];
+    for (int j = 0; j < NSEQ;) {
+        int k = 0;
+        while (k < batch && j < NSEQ) {
+            int i = (start + j++) % NSEQ;
+            if (acked[i])
+                continue;
+            const su_seq *s = &seqs[i];
+            memset(&po[k], 0, sizeof po[k]);
+            po[k].level = i % 2 ? SEQKV_CTX + 1 : SEQKV_RAW + 1;
+            memset(&req[k], 0, sizeof req[k]);
+            req[k].tenant = TENANT[tenant_of[i]];
+            req[k].profile = "p";
+            req[k].tokens = s->tok;
+            req[k].n = s->n;
+            req[k].kv = s->kv;
+            req[k].kv_len = s->kv_len;
+            req[k].opts = &po[k];
+            ids[k++] = i;
         }
-        uint32_t x = (uint32_t)i;
-        if (write(fd, &x, 4) != 4)
-            _exit(12);
+        for (int x = 0; x < k; x++) {
+            uint32_t b = (uint32_t)ids[x] | 0x80000000u; /* "put i begins" */
+            if (write(fd, &b, 4) != 4)
+                _exit(12);
+        }
+        if (k == 1)
+            req[0].rc = seqkv_put(db, req[0].tenant, "p", req[0].tokens, req[0].n, req[0].kv,
+                                  req[0].kv_len, req[0].opts, &req[0].res);
+        else if (k > 1)
+            seqkv_put_batch(db, req, (size_t)k);
+        for (int x = 0; x < k; x++)
+            if (req[x].rc) {
+                fprintf(stderr, "child: put %d: %d %s\n", ids[x], req[x].rc,
+                        k == 1 ? skv_error_detail() : req[x].error);
+                _exit(11);
+            }
+        for (int x = 0; x < k; x++) {
+            uint32_t a = (uint32_t)ids[x];
+            if (write(fd, &a, 4) != 4)
+                _exit(12);
+        }
     }
     seqkv_close(db);
     _exit(0);
 }
 
 /* Read the child's reports until `want` more acknowledgements arrived,
- * the child closed the pipe, or timeout_ms passed. *inflight: the put
- * begun and not acknowledged (-1: none). */
-static int read_acks(int fd, unsigned char *acked, int want, int timeout_ms, int *eof, int *inflight)
+ * the child closed the pipe, or timeout_ms passed. inflight[i]: put i
+ * begun and not acknowledged (a batch: all of its puts). */
+static int read_acks(int fd, unsigned char *acked, int want, int timeout_ms, int *eof,
+                     unsigned char *inflight)
 {
     int got = 0;
     while (got < want && !*eof) {
@@ -110,13 +138,13 @@ static int read_acks(int fd, unsigned char *acked, int want, int timeout_ms, int
         cr_assert_eq(n, 4, "short ack read (%zd, errno %d)", n, errno);
         if (x & 0x80000000u) {
             cr_assert_lt(x & 0x7fffffffu, (uint32_t)NSEQ);
-            *inflight = (int)(x & 0x7fffffffu);
+            inflight[x & 0x7fffffffu] = 1;
             continue;
         }
         cr_assert_lt(x, (uint32_t)NSEQ);
-        cr_assert_eq((int)x, *inflight, "acknowledged what began");
+        cr_assert(inflight[x], "acknowledged what began (%u)", x);
         acked[x] = 1;
-        *inflight = -1;
+        inflight[x] = 0;
         got++;
     }
     return got;
@@ -156,16 +184,29 @@ static size_t expected(int k, const unsigned char *stored)
 }
 
 /* stored: the acknowledged puts plus those committed without an
- * acknowledgement; inflight: the put the child was in (-1: none), which
- * must be all there or not there at all. Returns 1 when it was there. */
-static int verify(const char *dir, const unsigned char *acked, unsigned char *stored, int inflight,
-                  int round)
+ * acknowledgement; inflight: the puts the child was in (one put, or one
+ * batch), which must be all there or not there at all. Returns 1 when
+ * they were there. */
+static int verify(const char *dir, const unsigned char *acked, unsigned char *stored,
+                  const unsigned char *inflight, int round)
 {
     int committed = 0;
     seqkv_options o = {.quiet = 1};
     seqkv *db = NULL;
     int rc = seqkv_open(dir, &o, &db);
     cr_assert_eq(rc, 0, "round %d: reopen after kill -9: %d %s", round, rc, skv_error_detail());
+    /* committed when one of them is there in full and the stored puts do
+     * not explain it; then all of them must be (checked below) */
+    for (int i = 0; i < NSEQ; i++) {
+        size_t m = 0;
+        if (!inflight[i] || stored[i] ||
+            seqkv_lookup(db, TENANT[tenant_of[i]], "p", seqs[i].tok, seqs[i].n, &m))
+            continue;
+        if (m == seqs[i].n && expected(i, stored) < m)
+            committed = 1;
+    }
+    for (int i = 0; committed && i < NSEQ; i++)
+        stored[i] |= inflight[i];
     hset hs[NT];
     for (int t = 0; t < NT; t++) {
         hs[t].cap = 1 << 16;
@@ -181,10 +222,6 @@ static int verify(const char *dir, const unsigned char *acked, unsigned char *st
         if (acked[i])
             cr_assert_eq(m, s->n, "round %d: acknowledged put %d (%zu tokens) is cached to %zu", round,
                          i, s->n, m);
-        if (i == inflight && m == s->n && !stored[i]) {
-            stored[i] = 1; /* committed; killed before the acknowledgement */
-            committed = 1;
-        }
         if (m) {
             rc = su_get_check(db, TENANT[tenant_of[i]], "p", &tm, s, m, NULL);
             cr_assert_eq(rc, 0, "round %d seq %d (acked %d): get of the %zu cached tokens: %d %s", round,
@@ -221,7 +258,7 @@ static int verify(const char *dir, const unsigned char *acked, unsigned char *st
         seqkv_lookup(db, TENANT[tenant_of[i]], "p", seqs[i].tok, seqs[i].n, &m);
         size_t e = expected(i, stored);
         cr_assert_eq(m, e, "round %d seq %d%s: lookup %zu, the stored puts give %zu", round, i,
-                     i == inflight ? " (the put in flight)" : "", m, e);
+                     inflight[i] ? " (a put in flight)" : "", m, e);
     }
     seqkv_stats all;
     cr_assert_eq(seqkv_stat(db, NULL, &all), 0);
@@ -239,7 +276,7 @@ static int verify(const char *dir, const unsigned char *acked, unsigned char *st
     return committed;
 }
 
-Test(crash, every_acknowledged_put_survives_kill_9, .timeout = 240)
+static void crash_case(int batched, int rounds)
 {
     const char *tmp = tu_tmpdir();
     char dir[4200];
@@ -275,7 +312,6 @@ Test(crash, every_acknowledged_put_survives_kill_9, .timeout = 240)
     unsigned char acked[NSEQ] = {0}, stored[NSEQ] = {0};
     skv_rng rng;
     skv_rng_seed(&rng, 0x6b696c6c);
-    const int rounds = 40;
     int kills = 0, total_acks = 0, mid = 0, finished = 0, inflight_kills = 0, unacked_commits = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -283,14 +319,16 @@ Test(crash, every_acknowledged_put_survives_kill_9, .timeout = 240)
         int fds[2];
         cr_assert_eq(pipe(fds), 0);
         int start = (int)(skv_rng_next(&rng) % NSEQ);
+        int batch = batched ? 2 + (int)(skv_rng_next(&rng) % 5) : 1;
         pid_t pid = fork();
         cr_assert_geq(pid, 0);
         if (pid == 0) {
             close(fds[0]);
-            child(dir, fds[1], acked, start);
+            child(dir, fds[1], acked, start, batch);
         }
         close(fds[1]);
-        int eof = 0, got = 0, inflight = -1;
+        int eof = 0, got = 0;
+        unsigned char inflight[NSEQ] = {0};
         unsigned mode = (unsigned)(skv_rng_next(&rng) % 8);
         if (mode == 0) {
             /* early: during open or the first put */
@@ -298,7 +336,7 @@ Test(crash, every_acknowledged_put_survives_kill_9, .timeout = 240)
         } else {
             /* after a few acknowledgements, a moment into the next put */
             int want = 1 + (int)(skv_rng_next(&rng) % 4);
-            got = read_acks(fds[0], acked, want, 10000, &eof, &inflight);
+            got = read_acks(fds[0], acked, want, 10000, &eof, inflight);
             usleep((useconds_t)(skv_rng_next(&rng) % 2500));
             mid++;
         }
@@ -314,12 +352,15 @@ Test(crash, every_acknowledged_put_survives_kill_9, .timeout = 240)
             kills++;
         }
         /* acknowledgements written before it died count too */
-        got += read_acks(fds[0], acked, NSEQ, 0, &eof, &inflight);
+        got += read_acks(fds[0], acked, NSEQ, 0, &eof, inflight);
         close(fds[0]);
         total_acks += got;
         for (int i = 0; i < NSEQ; i++)
             stored[i] |= acked[i];
-        inflight_kills += inflight >= 0;
+        int any = 0;
+        for (int i = 0; i < NSEQ; i++)
+            any |= inflight[i];
+        inflight_kills += any;
         unacked_commits += verify(dir, acked, stored, inflight, round);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -327,13 +368,23 @@ Test(crash, every_acknowledged_put_survives_kill_9, .timeout = 240)
     int n_acked = 0;
     for (int i = 0; i < NSEQ; i++)
         n_acked += acked[i];
-    cr_log_info("kill -9: %d rounds, %d killed (%d after acknowledgements, %d inside a put, %d of "
+    cr_log_info("kill -9 (%s): %d rounds, %d killed (%d after acknowledgements, %d inside a put, %d of "
                 "those after its commit), %d finished, %d of %d sequences acknowledged, %.1f s",
-                rounds, kills, mid, inflight_kills, unacked_commits, finished, n_acked, NSEQ, secs);
+                batched ? "batches" : "single puts", rounds, kills, mid, inflight_kills, unacked_commits, finished, n_acked, NSEQ, secs);
     cr_assert_geq(inflight_kills, rounds / 4, "kills land inside puts (%d)", inflight_kills);
     cr_assert_geq(kills, rounds / 2, "most rounds end in SIGKILL (%d)", kills);
     cr_assert_gt(n_acked, NSEQ / 4, "the children made progress (%d)", n_acked);
     for (int i = 0; i < NSEQ; i++)
         su_seq_free(&seqs[i]);
     su_model_free(&tm);
+}
+
+Test(crash, every_acknowledged_put_survives_kill_9, .timeout = 240)
+{
+    crash_case(0, 40);
+}
+
+Test(crash, every_acknowledged_batch_survives_kill_9_and_a_batch_is_all_or_nothing, .timeout = 240)
+{
+    crash_case(1, 24);
 }

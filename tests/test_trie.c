@@ -582,3 +582,30 @@ Test(trie, random_inserts_and_removals_match_a_brute_force_reference)
     skv_trie_free(t);
     free(R.r);
 }
+
+Test(trie, hidden_records_are_matched_only_by_match_all)
+{
+    skv_trie *t = new_trie(4);
+    int32_t a[4] = {1, 2, 3, 4}, b[3] = {5, 6, 7}, c[2] = {1, 2};
+    skv_trie_rec *ra = add(t, ROOT, a, 4);
+    skv_trie_rec *rb = add(t, ra->key, b, 3);
+    rb->hidden = 1;
+    int32_t q[7] = {1, 2, 3, 4, 5, 6, 7};
+    skv_trie_step path[4];
+    size_t steps = 9;
+    cr_assert_eq(skv_trie_match(t, q, 7, path, 4, &steps), 4, "a hidden child is not matched");
+    cr_assert_eq(steps, 1);
+    cr_assert_eq(skv_trie_match_all(t, q, 7, path, 4, &steps), 7);
+    cr_assert_eq(steps, 2);
+    cr_assert_eq(path[1].rec, rb);
+    /* a hidden sibling matching more loses to a visible one matching less */
+    ra->hidden = 1;
+    skv_trie_rec *rc = add(t, ROOT, c, 2);
+    cr_assert_eq(skv_trie_match(t, q, 7, path, 4, &steps), 2);
+    cr_assert_eq(path[0].rec, rc);
+    cr_assert_eq(skv_trie_match_all(t, q, 7, path, 4, &steps), 7);
+    /* shown: matched by both */
+    ra->hidden = rb->hidden = 0;
+    cr_assert_eq(skv_trie_match(t, q, 7, NULL, 0, &steps), 7);
+    skv_trie_free(t);
+}

@@ -217,8 +217,8 @@ static size_t common(const int32_t *a, const int32_t *b, size_t n)
     return i;
 }
 
-size_t skv_trie_match(const skv_trie *t, const int32_t *tokens, size_t n, skv_trie_step *path,
-                      size_t cap, size_t *steps)
+static size_t match(const skv_trie *t, const int32_t *tokens, size_t n, skv_trie_step *path,
+                    size_t cap, size_t *steps, int all)
 {
     const uint8_t *node = t->root;
     size_t pos = 0, k = 0;
@@ -230,6 +230,8 @@ size_t skv_trie_match(const skv_trie *t, const int32_t *tokens, size_t n, skv_tr
         size_t bm = 0;
         size_t lim = n - pos < t->chunk ? n - pos : t->chunk;
         for (skv_trie_rec *r = ns->r; r; r = r->next_sib) {
+            if (r->hidden && !all)
+                continue;
             size_t m = common(r->tokens, tokens + pos, r->n < lim ? r->n : lim);
             if (m == 0)
                 continue;
@@ -254,6 +256,18 @@ size_t skv_trie_match(const skv_trie *t, const int32_t *tokens, size_t n, skv_tr
     if (steps)
         *steps = k;
     return pos;
+}
+
+size_t skv_trie_match(const skv_trie *t, const int32_t *tokens, size_t n, skv_trie_step *path,
+                      size_t cap, size_t *steps)
+{
+    return match(t, tokens, n, path, cap, steps, 0);
+}
+
+size_t skv_trie_match_all(const skv_trie *t, const int32_t *tokens, size_t n, skv_trie_step *path,
+                          size_t cap, size_t *steps)
+{
+    return match(t, tokens, n, path, cap, steps, 1);
 }
 
 size_t skv_trie_children(const skv_trie *t, const uint8_t node[32], skv_trie_rec **out,
