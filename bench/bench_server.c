@@ -2,7 +2,12 @@
  * stories260K (latency p50/p99 and throughput with 1, 16 and 64 clients,
  * each its own connection and thread), and in the same run redis-server
  * serving the same raw bytes with GET over a Unix socket (no persistence;
- * RESP spoken here, no hiredis). Every reply is checked bit-exact.
+ * RESP spoken here, no hiredis). Every reply is checked bit-exact. Then
+ * KV.PUT of new sequences with group commit (--put-batch 64) against a
+ * commit per put (--put-batch 1), each on a fresh store, same clients;
+ * every put must report its tokens new (but for a few leading ones another
+ * random sequence may share) and each client's last put is looked up
+ * whole.
  *
  * usage: bench_server [--model PATH] [--seqkv PATH] [--seconds S]
  *                     [--tokens N] [--threads N]
@@ -149,7 +154,7 @@ static int r_reply(rconn *c, char *type, long long *num, const uint8_t **data)
 /* ------------------------------------------------------------------------
  * Client threads
  * ---------------------------------------------------------------------- */
-typedef enum { OP_LOOKUP, OP_GET, OP_RGET, OP_REXISTS } op_kind;
+typedef enum { OP_LOOKUP, OP_GET, OP_RGET, OP_REXISTS, OP_PUT } op_kind;
 
 typedef struct {
     op_kind op;
@@ -160,6 +165,7 @@ typedef struct {
     size_t kv_len;
     double seconds;
     atomic_int go, bad;
+    int vocab; /* OP_PUT: tokens drawn from [1, vocab) */
 } bench_cfg;
 
 typedef struct {
@@ -187,10 +193,23 @@ static void *thr_main(void *arg)
     while (!atomic_load(&g->go))
         usleep(1000);
     double end = now_s() + g->seconds;
+    int32_t *ptok = g->op == OP_PUT ? malloc(g->n * sizeof *ptok) : NULL;
+    uint64_t seed = (uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull, puts = 0;
     while (!t->err[0] && now_s() < end) {
+        if (ptok) /* a sequence nobody stored: random tokens */
+            for (size_t i = 0; i < g->n; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                ptok[i] = 1 + (int32_t)((seed >> 33) % (uint64_t)(g->vocab - 1));
+            }
         double t0 = now_s();
         int ok = 0;
-        if (g->op == OP_LOOKUP) {
+        if (g->op == OP_PUT) {
+            size_t stored = 0;
+            /* new but for a few leading tokens another put may share */
+            ok = seqkv_client_put(sc, g->profile, ptok, g->n, g->kv, g->kv_len, &stored) == 0 &&
+                 stored + 8 > g->n && stored <= g->n;
+            puts++;
+        } else if (g->op == OP_LOOKUP) {
             size_t m = 0;
             ok = seqkv_client_lookup(sc, g->profile, g->tok, g->n, &m) == 0 && m == g->n;
         } else if (g->op == OP_GET) {
@@ -224,6 +243,13 @@ static void *thr_main(void *arg)
         }
         t->lat[t->nlat++] = dt;
     }
+    if (ptok && puts && !t->err[0]) {
+        /* the last put is there, whole */
+        size_t m = 0;
+        if (seqkv_client_lookup(sc, g->profile, ptok, g->n, &m) || m != g->n)
+            snprintf(t->err, sizeof t->err, "an acknowledged put is not cached (%zu of %zu)", m, g->n);
+    }
+    free(ptok);
     seqkv_client_close(sc);
     if (rc.fd >= 0)
         close(rc.fd);
@@ -510,6 +536,65 @@ int main(int argc, char **argv)
     seqkv_client_shutdown(adm);
     seqkv_client_close(adm);
     stop(spid);
+
+    /* KV.PUT: group commit against a commit per put, each on a fresh
+     * store; every put a new sequence (random tokens; raw level, so the
+     * cost is the write and its fsync) */
+    const size_t pn = 128;
+    const size_t pkv = kv_len / (size_t)ntok * pn;
+    if ((size_t)ntok >= pn) {
+        printf("\nKV.PUT of %zu-token new sequences (raw, %zu bytes each), durable (fsync) commits:\n",
+               pn, pkv);
+        printf("%-22s %7s %10s %10s %11s %10s %8s\n", "server", "clients", "p50 us", "p99 us",
+               "puts/s", "MB/s", "puts/commit");
+        result pr[2][3];
+        static const char *const pbs[2] = {"1", "64"};
+        for (int bi = 0; bi < 2; bi++) {
+            char pdb[160], psock[160];
+            snprintf(pdb, sizeof pdb, "%s/db-put%s", dir, pbs[bi]);
+            snprintf(psock, sizeof psock, "%s/put%s.sock", dir, pbs[bi]);
+            char *pargv[] = {(char *)seqkv, "serve", "--db", pdb, "--socket", psock, "--threads", th,
+                             "--put-batch", (char *)pbs[bi], "--quiet", NULL};
+            pid_t ppid = spawn(pargv, psock);
+            seqkv_client *pa = NULL;
+            if (ppid < 0 || seqkv_client_connect(psock, &pa) ||
+                seqkv_client_profile_set(pa, "raw", praw, 3))
+                die("put server set-up: %s%s", pa ? seqkv_client_error(pa) : "start/connect", "");
+            for (int ci = 0; ci < 3; ci++) {
+                char *before = NULL, *after = NULL;
+                seqkv_client_info(pa, "store", &before);
+                bench_cfg g = {.op = OP_PUT, .path = psock, .profile = "raw", .n = pn, .kv = kv,
+                               .kv_len = pkv, .seconds = seconds, .vocab = c->vocab_size};
+                pr[bi][ci] = run(&g, counts[ci]);
+                seqkv_client_info(pa, "store", &after);
+                double per = 0;
+                const char *x = after ? strstr(after, "put_commits:") : NULL;
+                const char *y = before ? strstr(before, "put_commits:") : NULL;
+                const char *xp = after ? strstr(after, "puts_per_commit:") : NULL;
+                const char *yp = before ? strstr(before, "puts_per_commit:") : NULL;
+                if (x && y && xp && yp) {
+                    double c1 = atof(x + 12), c0 = atof(y + 12);
+                    double p1 = atof(xp + 16) * c1, p0 = atof(yp + 16) * c0;
+                    per = c1 > c0 ? (p1 - p0) / (c1 - c0) : 0;
+                }
+                seqkv_client_free(before);
+                seqkv_client_free(after);
+                char name[40];
+                snprintf(name, sizeof name, "seqkv --put-batch %s", pbs[bi]);
+                printf("%-22s %7d %10.1f %10.1f %11.0f %10.1f %8.1f\n", name, counts[ci],
+                       1e6 * pr[bi][ci].p50, 1e6 * pr[bi][ci].p99, pr[bi][ci].ops,
+                       pr[bi][ci].ops * (double)pkv / 1e6, per);
+                fflush(stdout);
+            }
+            seqkv_client_shutdown(pa);
+            seqkv_client_close(pa);
+            stop(ppid);
+        }
+        for (int ci = 0; ci < 3; ci++)
+            printf("%-22s %7d   group commit vs a commit per put: throughput %.2fx, p50 %.2fx\n",
+                   "  batched vs single", counts[ci], pr[1][ci].ops / pr[0][ci].ops,
+                   pr[1][ci].p50 / pr[0][ci].p50);
+    }
     if (rpid > 0)
         stop(rpid);
     char cmd[160];

@@ -24,18 +24,21 @@ static const char serve_usage[] =
     "  --socket PATH     the Unix socket to listen on\n"
     "  --config FILE     tenants, tokens, admins and limits\n"
     "  --threads N       worker threads (default: CPUs, at most 8)\n"
+    "  --put-batch N     most KV.PUTs one commit writes (group commit; default 64,\n"
+    "                    1: a commit per put)\n"
     "  --key PATH        master key file (default DIR/master.key)\n"
     "  --budget BYTES    the store's byte budget (LRU eviction past it)\n"
     "  --no-sync         no fsync: NOT durable, a power loss loses the last puts\n"
     "  --quiet           no log lines on stderr\n";
 
-enum { O_DB = 4000, O_SOCKET, O_CONFIG, O_THREADS, O_KEY, O_BUDGET, O_NOSYNC, O_QUIET, O_HELP };
+enum { O_DB = 4000, O_SOCKET, O_CONFIG, O_THREADS, O_PUTBATCH, O_KEY, O_BUDGET, O_NOSYNC, O_QUIET, O_HELP };
 
 static const struct option opts[] = {
     {"db", required_argument, NULL, O_DB},
     {"socket", required_argument, NULL, O_SOCKET},
     {"config", required_argument, NULL, O_CONFIG},
     {"threads", required_argument, NULL, O_THREADS},
+    {"put-batch", required_argument, NULL, O_PUTBATCH},
     {"key", required_argument, NULL, O_KEY},
     {"budget", required_argument, NULL, O_BUDGET},
     {"no-sync", no_argument, NULL, O_NOSYNC},
@@ -90,6 +93,11 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_long(optarg, 1, 256, &th))
                 return cli_usage_error("serve", "--threads wants an integer in [1, 256]");
             o.threads = (int)th;
+            break;
+        case O_PUTBATCH:
+            if (cli_parse_long(optarg, 1, 4096, &th))
+                return cli_usage_error("serve", "--put-batch wants an integer in [1, 4096]");
+            o.put_batch = (int)th;
             break;
         case O_BUDGET:
             if (parse_budget(optarg, &o.budget))

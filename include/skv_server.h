@@ -32,6 +32,8 @@ extern "C" {
 #define SKV_SERVER_MAX_OUTPUT (1024ull << 20) /* unsent replies of a client */
 #define SKV_SERVER_MAX_INLINE (16u << 10)    /* an inline command line */
 #define SKV_SERVER_MAX_TENANTS 256
+#define SKV_SERVER_PUT_BATCH 64               /* KV.PUTs sharing one commit */
+#define SKV_SERVER_PUT_BATCH_BYTES (256ull << 20) /* their KV bytes, at most */
 
 typedef struct skv_server skv_server;
 
@@ -41,6 +43,8 @@ typedef struct {
     const char *config;      /* config file, or NULL */
     const char *master_key;  /* NULL: DIR/master.key */
     int threads;             /* worker threads (0: online CPUs, at most 8) */
+    int put_batch;           /* most KV.PUTs per commit (0: the config's,
+                                else SKV_SERVER_PUT_BATCH; 1: one each) */
     int no_sync;             /* the store's no_sync (NOT durable) */
     uint64_t budget;         /* the store's byte budget (0: none) */
     int handle_signals;      /* block SIGTERM/SIGINT (in the calling thread,
@@ -92,7 +96,8 @@ typedef struct {
     size_t nadmin_uids;
     size_t max_clients, max_args;
     uint64_t max_bulk, max_query, max_output;
-    int threads; /* 0: not set */
+    int threads;   /* 0: not set */
+    int put_batch; /* 0: not set */
 } skv_server_config;
 
 /* Defaults, then the config text's lines applied. SKV_ERR_FORMAT with the

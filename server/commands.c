@@ -481,31 +481,67 @@ static void cmd_profile(skv_server *s, srv_job *j)
 /* ------------------------------------------------------------------------
  * KV.PUT, KV.LOOKUP, KV.GET, KV.DEL, KV.CALIBRATE, KV.STATS
  * ---------------------------------------------------------------------- */
+void srv_put_batch(skv_server *s, srv_job **jobs, size_t n)
+{
+    seqkv_put_req *q = skv_calloc(n, sizeof *q);
+    int32_t **tok = skv_calloc(n, sizeof *tok);
+    char(*prof)[SEQKV_NAME_MAX + 1] = skv_calloc(n, sizeof *prof);
+    size_t *idx = skv_calloc(n, sizeof *idx);
+    if (!q || !tok || !prof || !idx) {
+        for (size_t i = 0; i < n; i++)
+            err_reply(jobs[i], "ERR", "KV.PUT: out of memory");
+        n = 0;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        srv_job *j = jobs[i];
+        size_t nt;
+        if (name_arg(j, 1, prof[i]) || tokens_arg(j, 2, &tok[i], &nt))
+            continue; /* replied */
+        q[m].tenant = tenant_name(s, j);
+        q[m].profile = prof[i];
+        q[m].tokens = tok[i];
+        q[m].n = nt;
+        q[m].kv = j->cmd.argv[3];
+        q[m].kv_len = j->cmd.argl[3];
+        idx[m++] = i;
+    }
+    if (m)
+        seqkv_put_batch(s->db, q, m);
+    for (size_t k = 0; k < m; k++) {
+        srv_job *j = jobs[idx[k]];
+        if (q[k].rc) {
+            skv_error_at(q[k].rc, NULL, 0, "%s", q[k].error);
+            store_err(s, j, q[k].rc, "KV.PUT");
+            continue;
+        }
+        pthread_mutex_lock(&s->smu);
+        TS(s, j)->puts++;
+        TS(s, j)->tokens_put += q[k].n;
+        TS(s, j)->new_tokens += q[k].n - q[k].res.cached_tokens;
+        TS(s, j)->put_bytes += q[k].kv_len;
+        TS(s, j)->evictions += (uint64_t)(q[k].res.evicted > 0 ? q[k].res.evicted : 0);
+        pthread_mutex_unlock(&s->smu);
+        /* the tokens that were not cached before this put */
+        skv_rbuf_int(&j->reply, (long long)(q[k].n - q[k].res.cached_tokens));
+    }
+    if (m) {
+        pthread_mutex_lock(&s->smu);
+        s->batches++;
+        s->batched_puts += m;
+        pthread_mutex_unlock(&s->smu);
+    }
+    for (size_t i = 0; i < n; i++)
+        skv_free(tok[i]);
+    skv_free(q);
+    skv_free(tok);
+    skv_free(prof);
+    skv_free(idx);
+}
+
 static void cmd_put(skv_server *s, srv_job *j)
 {
-    char prof[SEQKV_NAME_MAX + 1];
-    int32_t *tok;
-    size_t n;
-    if (name_arg(j, 1, prof) || tokens_arg(j, 2, &tok, &n))
-        return;
-    seqkv_put_result res;
-    memset(&res, 0, sizeof res);
-    int rc = seqkv_put(s->db, tenant_name(s, j), prof, tok, n, j->cmd.argv[3], j->cmd.argl[3],
-                       NULL, &res);
-    skv_free(tok);
-    if (rc) {
-        store_err(s, j, rc, "KV.PUT");
-        return;
-    }
-    pthread_mutex_lock(&s->smu);
-    TS(s, j)->puts++;
-    TS(s, j)->tokens_put += n;
-    TS(s, j)->new_tokens += n - res.cached_tokens;
-    TS(s, j)->put_bytes += j->cmd.argl[3];
-    TS(s, j)->evictions += (uint64_t)(res.evicted > 0 ? res.evicted : 0);
-    pthread_mutex_unlock(&s->smu);
-    /* the tokens that were not cached before this put */
-    skv_rbuf_int(&j->reply, (long long)(n - res.cached_tokens));
+    srv_put_batch(s, &j, 1);
 }
 
 /* NOT_FOUND from lookup/get/del: an unknown tenant (it never put) is a
@@ -903,6 +939,11 @@ static void cmd_info(skv_server *s, srv_job *j)
                      "\r\nlmdb_map_size:%" PRIu64 "\r\nlmdb_map_usage:%.4f\r\n",
                  all.tenants, all.profiles, all.map_used, all.map_size,
                  all.map_size ? (double)all.map_used / (double)all.map_size : 0.0);
+            pthread_mutex_lock(&s->smu);
+            uint64_t nb = s->batches, np = s->batched_puts;
+            pthread_mutex_unlock(&s->smu);
+            addf(&b, "put_batch_max:%d\r\nput_commits:%" PRIu64 "\r\nputs_per_commit:%.2f\r\n",
+                 s->put_batch, nb, nb ? (double)np / (double)nb : 0.0);
         }
         addf(&b, "\r\n");
     }
@@ -994,7 +1035,7 @@ static const srv_cmd cmds[] = {
     {"SHUTDOWN", 1, 2, SRV_F_LOOP | SRV_F_ADMIN, cmd_shutdown, 0},
     {"INFO", 1, 2, 0, cmd_info, 0},
     {"KV.PROFILE", 2, -1, 0, cmd_profile, 0},
-    {"KV.PUT", 4, 4, 0, cmd_put, 0},
+    {"KV.PUT", 4, 4, SRV_F_BATCH, cmd_put, 0},
     {"KV.LOOKUP", 3, 3, 0, cmd_lookup, 0},
     {"KV.GET", 3, 5, 0, cmd_get, 0},
     {"KV.DEL", 3, 3, 0, cmd_del, 0},

@@ -8,6 +8,7 @@
  *   admin uid N              peers with uid N are admins whatever their tenant
  *   max-clients N | max-args N | max-bulk BYTES | max-query BYTES |
  *   max-output BYTES | threads N     limits (BYTES takes K, M, G suffixes)
+ *   put-batch N              most KV.PUTs written by one commit (1: no batching)
  * Tokens are kept only as their BLAKE2b-256 hash. */
 #include <errno.h>
 #include <stdio.h>
@@ -164,6 +165,10 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
         if (parse_u64(w[1], 1, 256, 0, &v))
             BAD("config line %d: threads wants 1..256", ln);
         c->threads = (int)v;
+    } else if (strcmp(w[0], "put-batch") == 0) {
+        if (parse_u64(w[1], 1, 4096, 0, &v))
+            BAD("config line %d: put-batch wants 1..4096", ln);
+        c->put_batch = (int)v;
     } else {
         BAD("config line %d: unknown directive '%s'", ln, w[0]);
     }

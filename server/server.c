@@ -260,6 +260,73 @@ static void queue_push(skv_server *s, srv_job *j)
     pthread_mutex_unlock(&s->qmu);
 }
 
+/* A worker's job is done: hand it to the loop. */
+static void job_done(skv_server *s, srv_job *j)
+{
+    pthread_mutex_lock(&s->dmu);
+    j->next = NULL;
+    if (s->dtail)
+        s->dtail->next = j;
+    else
+        s->dhead = j;
+    s->dtail = j;
+    pthread_mutex_unlock(&s->dmu);
+    uint64_t one = 1;
+    ssize_t w = write(s->evfd, &one, sizeof one);
+    (void)w; /* an eventfd write only fails when the counter is full: then it is set */
+}
+
+/* KV.PUT: group commit. A worker queues its put; when no batch is being
+ * written it becomes the committer: it takes every queued put (up to
+ * put_batch of them and SKV_SERVER_PUT_BATCH_BYTES of KV) into one
+ * seqkv_put_batch -- one durable commit -- replies to them all, and
+ * repeats while puts are waiting. Puts that arrive while a batch is being
+ * coded and written form the next one, so under load every commit
+ * carries many puts and one put alone is not delayed. */
+static void put_submit(skv_server *s, srv_job *j)
+{
+    pthread_mutex_lock(&s->pmu);
+    j->next = NULL;
+    if (s->ptail)
+        s->ptail->next = j;
+    else
+        s->phead = j;
+    s->ptail = j;
+    if (s->pactive) {
+        pthread_mutex_unlock(&s->pmu);
+        return;
+    }
+    s->pactive = 1;
+    srv_job *one, **b = skv_malloc((size_t)s->put_batch * sizeof *b);
+    const size_t cap = b ? (size_t)s->put_batch : 1;
+    if (!b)
+        b = &one; /* no memory for a list: one put at a time */
+    for (;;) {
+        size_t n = 0;
+        uint64_t bytes = 0;
+        while (s->phead && n < cap &&
+               (n == 0 || bytes + s->phead->cmd.argl[3] <= SKV_SERVER_PUT_BATCH_BYTES)) {
+            srv_job *x = s->phead;
+            s->phead = x->next;
+            if (!s->phead)
+                s->ptail = NULL;
+            bytes += x->cmd.argl[3];
+            b[n++] = x;
+        }
+        if (n == 0)
+            break;
+        pthread_mutex_unlock(&s->pmu);
+        srv_put_batch(s, b, n);
+        for (size_t i = 0; i < n; i++)
+            job_done(s, b[i]);
+        pthread_mutex_lock(&s->pmu);
+    }
+    s->pactive = 0;
+    pthread_mutex_unlock(&s->pmu);
+    if (b != &one)
+        skv_free(b);
+}
+
 static void *worker_main(void *arg)
 {
     skv_server *s = arg;
@@ -277,19 +344,12 @@ static void *worker_main(void *arg)
             s->qtail = NULL;
         pthread_mutex_unlock(&s->qmu);
 
+        if (j->def->flags & SRV_F_BATCH) {
+            put_submit(s, j); /* replied to by whichever worker commits it */
+            continue;
+        }
         j->def->fn(s, j);
-
-        pthread_mutex_lock(&s->dmu);
-        j->next = NULL;
-        if (s->dtail)
-            s->dtail->next = j;
-        else
-            s->dhead = j;
-        s->dtail = j;
-        pthread_mutex_unlock(&s->dmu);
-        uint64_t one = 1;
-        ssize_t w = write(s->evfd, &one, sizeof one);
-        (void)w; /* an eventfd write only fails when the counter is full: then it is set */
+        job_done(s, j);
     }
     return NULL;
 }
@@ -652,6 +712,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
     pthread_mutex_init(&s->dmu, NULL);
+    pthread_mutex_init(&s->pmu, NULL);
     pthread_mutex_init(&s->smu, NULL);
     s->t_start = srv_now();
     s->own_uid = (uint32_t)getuid();
@@ -687,6 +748,10 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         s->nthreads = n < 1 ? 1 : n > 8 ? 8 : (int)n;
     }
+
+    s->put_batch = o->put_batch > 0 ? o->put_batch : s->cfg.put_batch;
+    if (s->put_batch <= 0)
+        s->put_batch = SKV_SERVER_PUT_BATCH;
 
     seqkv_options so;
     memset(&so, 0, sizeof so);
@@ -901,6 +966,7 @@ void skv_server_free(skv_server *s)
     pthread_mutex_destroy(&s->qmu);
     pthread_cond_destroy(&s->qcv);
     pthread_mutex_destroy(&s->dmu);
+    pthread_mutex_destroy(&s->pmu);
     pthread_mutex_destroy(&s->smu);
     sodium_memzero(&s->cfg, sizeof s->cfg);
     skv_free(s->thr);

@@ -17,6 +17,7 @@ enum {
     SRV_F_LOOP = 1,   /* runs on the loop thread (no store work) */
     SRV_F_NOAUTH = 2, /* allowed before a tenant is known */
     SRV_F_ADMIN = 4,  /* admin tenants only */
+    SRV_F_BATCH = 8,  /* KV.PUT: joins the group commit (srv_put_batch) */
 };
 
 typedef struct srv_cmd {
@@ -98,6 +99,11 @@ struct skv_server {
     int qstop;
     pthread_mutex_t dmu;
     srv_job *dhead, *dtail;
+    /* KV.PUTs waiting for the group commit, under pmu */
+    pthread_mutex_t pmu;
+    srv_job *phead, *ptail;
+    int pactive, put_batch;
+    uint64_t batches, batched_puts; /* under smu */
     /* loop thread only */
     srv_client *clients;
     size_t nclients, inflight;
@@ -120,4 +126,7 @@ void srv_log(skv_server *s, const char *fmt, ...) __attribute__((format(printf, 
 int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen, const uint8_t *tok,
              size_t tlen);
 void srv_stat_latency(skv_server *s, const srv_cmd *def, double seconds);
+/* Run n KV.PUT jobs as one seqkv_put_batch (one commit) and fill their
+ * replies. */
+void srv_put_batch(skv_server *s, srv_job **jobs, size_t n);
 #endif

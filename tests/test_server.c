@@ -711,6 +711,107 @@ Test(server, concurrent_clients_verified, .timeout = 120)
     su_model_free(&tm);
 }
 
+/* Group commit: 16 clients put at once (so their PUTs share commits),
+ * one of every client's PUTs in a few clients has a short KV and must fail
+ * alone; every other PUT is whole and exact afterwards. */
+enum { BSEQ = 5 };
+typedef struct {
+    const srv *s;
+    su_seq q[BSEQ];
+    int bad; /* index of the short-KV put, or -1 */
+    int fails, shape_errors;
+} batch_arg;
+
+static void *batch_worker(void *p)
+{
+    batch_arg *w = p;
+    seqkv_client *c = NULL;
+    if (seqkv_client_connect(w->s->sock, &c)) {
+        w->fails++;
+        return NULL;
+    }
+    for (int i = 0; i < BSEQ; i++) {
+        const su_seq *q = &w->q[i];
+        size_t stored = 0;
+        int rc = seqkv_client_put(c, "p", q->tok, q->n, q->kv, q->kv_len - (i == w->bad ? 2 : 0),
+                                  &stored);
+        if (i == w->bad)
+            w->shape_errors += rc == SKV_ERR_SHAPE && strstr(seqkv_client_error(c), "SHAPE");
+        else if (rc || stored == 0 || stored > q->n)
+            w->fails++;
+    }
+    seqkv_client_close(c);
+    return NULL;
+}
+
+Test(server, concurrent_puts_share_commits_and_a_bad_put_fails_alone, .timeout = 120)
+{
+    srv s;
+    srv_start(&s, NULL);
+    su_model tm;
+    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    seqkv_client *c = conn(&s);
+    make_profile(c, &tm, "p", 16);
+    enum { N = 16 };
+    pthread_t th[N];
+    batch_arg *wa = calloc(N, sizeof *wa);
+    su_seq sys;
+    su_seq_make(&tm, NULL, 0, 20, 5, &sys);
+    for (int i = 0; i < N; i++) {
+        wa[i].s = &s;
+        wa[i].bad = i % 5 == 0 ? i % BSEQ : -1;
+        /* sessions of a shared system prompt, each turn extending the last */
+        int32_t pr[256];
+        memcpy(pr, sys.tok, sys.n * sizeof(int32_t));
+        pr[sys.n] = (int32_t)(3 + i % 20);
+        size_t np = sys.n + 1;
+        for (int k = 0; k < BSEQ; k++) {
+            su_seq_make(&tm, pr, np, np + 7 + (size_t)((i + k) % 9), 900 + (uint64_t)(i * 10 + k),
+                        &wa[i].q[k]);
+            memcpy(pr, wa[i].q[k].tok, wa[i].q[k].n * sizeof(int32_t));
+            np = wa[i].q[k].n;
+        }
+    }
+    for (int i = 0; i < N; i++)
+        pthread_create(&th[i], NULL, batch_worker, &wa[i]);
+    int fails = 0, shape = 0, bad = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        fails += wa[i].fails;
+        shape += wa[i].shape_errors;
+        bad += wa[i].bad >= 0;
+    }
+    cr_assert_eq(fails, 0, "%d good puts failed", fails);
+    cr_assert_eq(shape, bad, "each short KV got -SHAPE (%d of %d)", shape, bad);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < BSEQ; k++) {
+            if (k == wa[i].bad)
+                continue;
+            size_t m = 0;
+            cr_assert_eq(seqkv_client_lookup(c, "p", wa[i].q[k].tok, wa[i].q[k].n, &m), 0);
+            cr_assert_eq(m, wa[i].q[k].n, "client %d put %d is cached whole", i, k);
+            expect_get(c, "p", &tm, &wa[i].q[k], 0);
+        }
+    char *info = NULL;
+    cr_assert_eq(seqkv_client_info(c, "store", &info), 0);
+    const char *pc = strstr(info, "put_commits:"), *pp = strstr(info, "puts_per_commit:");
+    cr_assert(pc && pp, "INFO store reports the group commit:\n%s", info);
+    long commits = atol(pc + 12);
+    double per = atof(pp + 16);
+    cr_assert(commits >= 1 && commits <= N * BSEQ, "%ld commits", commits);
+    cr_assert_geq(per, 1.0);
+    cr_log_info("group commit: %d PUTs in %ld commits (%.2f a commit)", N * BSEQ, commits, per);
+    seqkv_client_free(info);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < BSEQ; k++)
+            su_seq_free(&wa[i].q[k]);
+    free(wa);
+    su_seq_free(&sys);
+    seqkv_client_close(c);
+    cr_assert_eq(srv_stop(&s), 0);
+    su_model_free(&tm);
+}
+
 Test(server, socket_file_safety, .timeout = 60)
 {
     srv s;
