@@ -79,7 +79,38 @@ typedef struct {
     uint8_t bits;
     float lp;
 } skv_op;
-#define SKV_MAX_OPS 6
+#define SKV_MAX_OPS 7 /* an atom symbol, then at most 6 (escape: 2 + two 16-bit runs of plain bits) */
+
+/* Atoms of one channel (skv_atoms): k atoms, sorted dtype bits, and a table
+ * of k + 1 symbols (symbol k: none). */
+typedef struct {
+    uint32_t k;
+    const uint32_t *val;
+    skv_ftab tab;
+} skv_atom_ch;
+
+struct skv_atoms {
+    skv_dtype dt;
+    uint32_t nch, id;
+    uint32_t *vals;   /* all values, channel after channel */
+    skv_atom_ch *ch;  /* nch */
+};
+
+/* Symbol of x among a channel's atoms: its index, or k when x is none. */
+static inline uint32_t skv__atom_find(const skv_atom_ch *a, uint32_t x)
+{
+    uint32_t lo = 0, n = a->k;
+    while (n > 0) { /* lower bound */
+        uint32_t h = n >> 1;
+        if (a->val[lo + h] < x) {
+            lo += h + 1;
+            n -= h + 1;
+        } else {
+            n = h;
+        }
+    }
+    return lo < a->k && a->val[lo] == x ? lo : a->k;
+}
 
 /* The reference path: classification and planning of one scalar as
  * FORMAT.md states them (skv_cmodel_cost and the tests use it; the
