@@ -679,8 +679,10 @@ void skv_atoms_free(skv_atoms *a)
     if (!a)
         return;
     for (uint32_t c = 0; a->ch && c < a->nch; c++)
-        if (a->ch[c].k)
+        if (a->ch[c].k) {
             ftab_free(&a->ch[c].tab);
+            skv_free(a->ch[c].hash);
+        }
     skv_free(a->ch);
     skv_free(a->vals);
     skv_free(a);
@@ -770,11 +772,23 @@ int skv_atoms_create(skv_dtype dt, uint32_t nch, const uint32_t *k, const uint32
         skv_atom_ch *ch = &a->ch[c];
         if (kc) {
             ch->val = a->vals + off;
-            if ((rc = build_atoms_tab(&ch->tab, kc, lambda[c], cnts + off))) {
+            ch->hbits = 3;
+            while ((1u << ch->hbits) < 2 * kc)
+                ch->hbits++;
+            ch->hash = skv_calloc((size_t)1 << ch->hbits, sizeof *ch->hash);
+            if (!ch->hash || (rc = build_atoms_tab(&ch->tab, kc, lambda[c], cnts + off))) {
+                skv_free(ch->hash);
                 skv_atoms_free(a);
-                return rc;
+                return rc ? rc : skv_error(SKV_ERR_NOMEM, "atoms");
             }
             ch->k = kc;
+            const uint32_t hmask = (1u << ch->hbits) - 1u;
+            for (uint32_t j = 0; j < kc; j++) {
+                uint32_t slot = (ch->val[j] * 0x9e3779b1u) >> (32 - ch->hbits);
+                while (ch->hash[slot])
+                    slot = (slot + 1) & hmask;
+                ch->hash[slot] = (uint16_t)(j + 1);
+            }
         }
         skv_store32_le(b, kc);
         skv_store32_le(b + 4, kc ? lambda[c] : 0);

@@ -86,6 +86,8 @@ typedef struct {
 typedef struct {
     uint32_t k;
     const uint32_t *val;
+    uint16_t *hash; /* the encoder's index: open addressing, symbol + 1 (0: empty) */
+    int hbits;      /* 2^hbits slots, at least 2k */
     skv_ftab tab;
 } skv_atom_ch;
 
@@ -99,17 +101,14 @@ struct skv_atoms {
 /* Symbol of x among a channel's atoms: its index, or k when x is none. */
 static inline uint32_t skv__atom_find(const skv_atom_ch *a, uint32_t x)
 {
-    uint32_t lo = 0, n = a->k;
-    while (n > 0) { /* lower bound */
-        uint32_t h = n >> 1;
-        if (a->val[lo + h] < x) {
-            lo += h + 1;
-            n -= h + 1;
-        } else {
-            n = h;
-        }
+    const uint32_t mask = (1u << a->hbits) - 1u;
+    for (uint32_t h = (x * 0x9e3779b1u) >> (32 - a->hbits);; h = (h + 1) & mask) {
+        uint32_t e = a->hash[h];
+        if (e == 0)
+            return a->k;
+        if (a->val[e - 1] == x)
+            return e - 1;
     }
-    return lo < a->k && a->val[lo] == x ? lo : a->k;
 }
 
 /* The reference path: classification and planning of one scalar as
