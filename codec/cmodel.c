@@ -671,3 +671,146 @@ void skv_cmodel_cost(skv_cmodel *m, uint32_t x, float mu, float s, double *actua
     if (ideal)
         *ideal = id;
 }
+
+/* ---- atoms ------------------------------------------------------------------ */
+
+void skv_atoms_free(skv_atoms *a)
+{
+    if (!a)
+        return;
+    for (uint32_t c = 0; a->ch && c < a->nch; c++)
+        if (a->ch[c].k) {
+            ftab_free(&a->ch[c].tab);
+            skv_free(a->ch[c].hash);
+        }
+    skv_free(a->ch);
+    skv_free(a->vals);
+    skv_free(a);
+}
+
+uint32_t skv_atoms_id(const skv_atoms *a)
+{
+    return a ? a->id : 0;
+}
+
+/* Symbol j < k gets lambda * cnt[j] / sum(cnt), symbol k (none) 1 - lambda,
+ * both as doubles from integers (exact up to one rounding each), then the
+ * same quantizer as every table. */
+static int build_atoms_tab(skv_ftab *t, uint32_t k, uint32_t lambda, const uint32_t *cnt)
+{
+    int rc = table_alloc(t, k + 1);
+    if (rc)
+        return rc;
+    t->R = -1;
+    double *p = skv_malloc((k + 1) * sizeof *p);
+    if (!p) {
+        ftab_free(t);
+        return skv_error(SKV_ERR_NOMEM, "atoms table");
+    }
+    uint64_t tot = 0;
+    for (uint32_t j = 0; j < k; j++)
+        tot += cnt[j];
+    const double lam = (double)lambda / 65536.0;
+    for (uint32_t j = 0; j < k; j++)
+        p[j] = lam * ((double)cnt[j] / (double)tot);
+    p[k] = 1.0 - lam;
+    quantize(p, k + 1, t->cum);
+    build_lut(t);
+    for (uint32_t j = 0; j <= k; j++)
+        t->lp[j] = (float)(-skv_log(p[j]) / 0.69314718055994530942);
+    build_enc(t);
+    skv_free(p);
+    return SKV_OK;
+}
+
+int skv_atoms_create(skv_dtype dt, uint32_t nch, const uint32_t *k, const uint32_t *lambda,
+                     const uint32_t *vals, const uint32_t *cnts, skv_atoms **out)
+{
+    *out = NULL;
+    skv_lat L;
+    int rc = skv__lat_init(&L, dt);
+    if (rc)
+        return rc;
+    if (nch == 0)
+        return skv_error(SKV_ERR_ARG, "atoms: no channels");
+    uint64_t total = 0;
+    for (uint32_t c = 0; c < nch; c++) {
+        if (k[c] > SKV_ATOMS_MAX || lambda[c] > 65535u)
+            return skv_error(SKV_ERR_ARG, "atoms: channel %u has %u atoms, lambda %u", c, k[c], lambda[c]);
+        total += k[c];
+    }
+    const uint32_t mask = L.nbits == 32 ? 0xffffffffu : ((1u << L.nbits) - 1u);
+    for (uint64_t i = 0, c = 0, j = 0; i < total; i++, j++) {
+        while (j >= k[c])
+            c++, j = 0;
+        if ((vals[i] & ~mask) || cnts[i] == 0 || (j > 0 && vals[i] <= vals[i - 1]))
+            return skv_error(SKV_ERR_ARG, "atoms: channel %u: values must be distinct dtype bits in "
+                                          "increasing order, with counts >= 1", (unsigned)c);
+    }
+    skv_atoms *a = skv_calloc(1, sizeof *a);
+    if (!a)
+        return skv_error(SKV_ERR_NOMEM, "atoms");
+    a->dt = dt;
+    a->nch = nch;
+    a->ch = skv_calloc(nch, sizeof *a->ch);
+    a->vals = skv_malloc((total ? total : 1) * sizeof *a->vals);
+    if (!a->ch || !a->vals) {
+        skv_atoms_free(a);
+        return skv_error(SKV_ERR_NOMEM, "atoms");
+    }
+    memcpy(a->vals, vals, total * sizeof *vals);
+    /* identity: dtype, channels, then per channel k, lambda, values and the
+     * quantized frequencies */
+    uint8_t b[12];
+    skv_store32_le(b, (uint32_t)dt);
+    skv_store32_le(b + 4, nch);
+    skv_store32_le(b + 8, SKV_CODEC_TABLES_VERSION);
+    uint64_t h = skv_checksum64(b, 12, 0xa70a5);
+    uint64_t off = 0;
+    for (uint32_t c = 0; c < nch; c++) {
+        uint32_t kc = lambda[c] ? k[c] : 0;
+        skv_atom_ch *ch = &a->ch[c];
+        if (kc) {
+            ch->val = a->vals + off;
+            ch->hbits = 3;
+            while ((1u << ch->hbits) < 2 * kc)
+                ch->hbits++;
+            ch->hash = skv_calloc((size_t)1 << ch->hbits, sizeof *ch->hash);
+            if (!ch->hash || (rc = build_atoms_tab(&ch->tab, kc, lambda[c], cnts + off))) {
+                skv_free(ch->hash);
+                skv_atoms_free(a);
+                return rc ? rc : skv_error(SKV_ERR_NOMEM, "atoms");
+            }
+            ch->k = kc;
+            const uint32_t hmask = (1u << ch->hbits) - 1u;
+            for (uint32_t j = 0; j < kc; j++) {
+                uint32_t slot = (ch->val[j] * 0x9e3779b1u) >> (32 - ch->hbits);
+                while (ch->hash[slot])
+                    slot = (slot + 1) & hmask;
+                ch->hash[slot] = (uint16_t)(j + 1);
+            }
+        }
+        skv_store32_le(b, kc);
+        skv_store32_le(b + 4, kc ? lambda[c] : 0);
+        h = skv_checksum64(b, 8, h);
+        for (uint32_t j = 0; j < kc; j++) {
+            skv_store32_le(b, ch->val[j]);
+            skv_store32_le(b + 4, ch->tab.cum[j + 1] - ch->tab.cum[j]);
+            h = skv_checksum64(b, 8, h);
+        }
+        off += k[c];
+    }
+    a->id = (uint32_t)h;
+    *out = a;
+    return SKV_OK;
+}
+
+uint32_t skv_stream_model_id(const skv_cmodel *m, const skv_atoms *atoms)
+{
+    if (!atoms)
+        return m->id;
+    uint8_t b[8];
+    skv_store32_le(b, m->id);
+    skv_store32_le(b + 4, atoms->id);
+    return (uint32_t)skv_checksum64(b, 8, 0xa70a5);
+}

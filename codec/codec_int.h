@@ -79,7 +79,37 @@ typedef struct {
     uint8_t bits;
     float lp;
 } skv_op;
-#define SKV_MAX_OPS 6
+#define SKV_MAX_OPS 7 /* an atom symbol, then at most 6 (escape: 2 + two 16-bit runs of plain bits) */
+
+/* Atoms of one channel (skv_atoms): k atoms, sorted dtype bits, and a table
+ * of k + 1 symbols (symbol k: none). */
+typedef struct {
+    uint32_t k;
+    const uint32_t *val;
+    uint16_t *hash; /* the encoder's index: open addressing, symbol + 1 (0: empty) */
+    int hbits;      /* 2^hbits slots, at least 2k */
+    skv_ftab tab;
+} skv_atom_ch;
+
+struct skv_atoms {
+    skv_dtype dt;
+    uint32_t nch, id;
+    uint32_t *vals;   /* all values, channel after channel */
+    skv_atom_ch *ch;  /* nch */
+};
+
+/* Symbol of x among a channel's atoms: its index, or k when x is none. */
+static inline uint32_t skv__atom_find(const skv_atom_ch *a, uint32_t x)
+{
+    const uint32_t mask = (1u << a->hbits) - 1u;
+    for (uint32_t h = (x * 0x9e3779b1u) >> (32 - a->hbits);; h = (h + 1) & mask) {
+        uint32_t e = a->hash[h];
+        if (e == 0)
+            return a->k;
+        if (a->val[e - 1] == x)
+            return e - 1;
+    }
+}
 
 /* The reference path: classification and planning of one scalar as
  * FORMAT.md states them (skv_cmodel_cost and the tests use it; the

@@ -48,6 +48,7 @@ struct skv_encoder {
     uint64_t h;
     double ideal;
     uint8_t calib[16];
+    const skv_atoms *atoms;
     uint16_t *words;
     size_t wcap;
     skv_fcache fc;
@@ -76,6 +77,12 @@ void skv_encoder_free(skv_encoder *e)
 
 void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16])
 {
+    skv_encoder_reset_atoms(e, calib_id, NULL);
+}
+
+void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const skv_atoms *atoms)
+{
+    e->atoms = atoms;
     e->nops = 0;
     e->n = 0;
     e->ideal = 0;
@@ -250,8 +257,59 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
     return rc ? skv_error(rc, "codec table") : SKV_OK;
 }
 
+/* With atoms: scalar i is channel (e->n + i) mod nch; a channel with atoms
+ * codes its atom symbol first and, for "none", the scalar as usual. */
+SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const uint32_t *x,
+                                       const float *mu, const float *s, size_t n)
+{
+    skv_cmodel *m = e->m;
+    const skv_atoms *as = e->atoms;
+    const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
+    uint64_t *o = e->ops + e->nops;
+    double ideal = 0;
+    uint64_t raw_bits = 0, h = e->h;
+    int rc = SKV_OK;
+    size_t i = 0;
+    uint32_t ch = e->n % as->nch, hits = 0, looks = 0;
+    for (; i < n; i++) {
+        const skv_atom_ch *a = &as->ch[ch];
+        uint32_t xi = x[i] & mask;
+        if (++ch == as->nch)
+            ch = 0;
+        h = mix_in(h, xi);
+        if (a->k) {
+            uint32_t j = skv__atom_find(a, xi);
+            put_sym(&o, &ideal, &a->tab, j);
+            if (j < a->k)
+                continue;
+        }
+        skv_fcls cl;
+        const skv_fcls *c = &cl;
+        if (!e->fc.off)
+            c = fcache_get(m, L, &e->fc, mu[i], s[i], &hits), looks++;
+        else if (fclassify(m, L, mu[i], s[i], &cl) != SKV_OK)
+            c = NULL;
+        if (__builtin_expect(!c, 0)) {
+            rc = SKV_ERR_NOMEM;
+            h = e->h; /* the stream is unusable until the next reset */
+            break;
+        }
+        enc_one(m, L, c, xi, &o, &ideal, &raw_bits);
+    }
+    if (!e->fc.off)
+        fcache_count(&e->fc, looks, hits);
+    e->nops = (size_t)(o - e->ops);
+    e->ideal += ideal + (double)raw_bits;
+    e->h = h;
+    e->n += (uint32_t)i;
+    return rc ? skv_error(rc, "codec table") : SKV_OK;
+}
+
 int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n)
 {
+    if (e->atoms && e->atoms->dt != e->m->lat.dt)
+        return skv_error(SKV_ERR_ARG, "atoms of %s for a model of %s", skv_dtype_name(e->atoms->dt),
+                         skv_dtype_name(e->m->lat.dt));
     if (n > SKV_STREAM_MAX_SCALARS - e->n)
         return skv_error(SKV_ERR_TOO_LARGE, "stream holds at most %u scalars", SKV_STREAM_MAX_SCALARS);
     if (e->nops + SKV_MAX_OPS * n > e->cap) {
@@ -263,6 +321,14 @@ int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const 
             return skv_error(SKV_ERR_NOMEM, "encoder ops");
         e->ops = o;
         e->cap = nc;
+    }
+    if (e->atoms) {
+        switch (e->m->lat.dt) {
+        case SKV_DT_BF16: return put_n_atoms_impl(e, &SKV__LAT_BF16, x, mu, s, n);
+        case SKV_DT_F16: return put_n_atoms_impl(e, &SKV__LAT_F16, x, mu, s, n);
+        case SKV_DT_F8E4M3: return put_n_atoms_impl(e, &SKV__LAT_F8, x, mu, s, n);
+        default: return put_n_atoms_impl(e, &SKV__LAT_F32, x, mu, s, n);
+        }
     }
     switch (e->m->lat.dt) {
     case SKV_DT_BF16: return put_n_impl(e, &SKV__LAT_BF16, x, mu, s, n);
@@ -346,7 +412,7 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     p[6] = (uint8_t)e->m->lat.dt;
     skv_store32_le(p + 8, e->n);
     skv_store32_le(p + 12, (uint32_t)payload);
-    skv_store32_le(p + 16, e->m->id);
+    skv_store32_le(p + 16, skv_stream_model_id(e->m, e->atoms));
     skv_store64_le(p + 24, final_checksum(e->h, e->n));
     memcpy(p + 32, e->calib, 16);
     p += SKV_STREAM_HEADER;
@@ -405,6 +471,7 @@ struct skv_decoder {
     uint32_t n, got;
     uint64_t h, want;
     int bad;                 /* sticky: a read past the end or an impossible symbol */
+    const skv_atoms *atoms;
     skv_fcache fc;
 };
 
@@ -424,6 +491,12 @@ void skv_decoder_free(skv_decoder *d)
 
 int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream_info *info)
 {
+    return skv_decoder_begin_atoms(d, src, len, NULL, info);
+}
+
+int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, const skv_atoms *atoms,
+                            skv_stream_info *info)
+{
     skv_stream_info tmp;
     if (!info)
         info = &tmp;
@@ -433,9 +506,14 @@ int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream
     if (info->dtype != d->m->lat.dt)
         return skv_error(SKV_ERR_SHAPE, "stream holds %s, the model codes %s",
                          skv_dtype_name(info->dtype), skv_dtype_name(d->m->lat.dt));
-    if (info->cmodel_id != d->m->id)
+    if (atoms && atoms->dt != d->m->lat.dt)
+        return skv_error(SKV_ERR_ARG, "atoms of %s for a model of %s", skv_dtype_name(atoms->dt),
+                         skv_dtype_name(d->m->lat.dt));
+    uint32_t want_id = skv_stream_model_id(d->m, atoms);
+    if (info->cmodel_id != want_id)
         return skv_error(SKV_ERR_CORRUPT, "stream was coded with tables %08x, these are %08x",
-                         info->cmodel_id, d->m->id);
+                         info->cmodel_id, want_id);
+    d->atoms = atoms;
     const uint8_t *p = src + SKV_STREAM_HEADER;
     for (int k = 0; k < 4; k++) {
         d->x[k] = skv_load32_le(p + 4 * k);
@@ -717,13 +795,79 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
     return SKV_OK;
 }
 
+/* With atoms (put_n_atoms_impl): one scalar at a time, the channel's atom
+ * symbol first. */
+SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const float *mu,
+                                       const float *s, uint32_t *out, size_t n, int checked)
+{
+    skv_cmodel *m = d->m;
+    const skv_atoms *as = d->atoms;
+    rd_t r;
+    rd_load(d, &r);
+    uint64_t h = d->h;
+    int rc = SKV_OK;
+    size_t i = 0;
+    uint32_t ch = d->got % as->nch, hits = 0, looks = 0;
+    for (; i < n; i++) {
+        const skv_atom_ch *a = &as->ch[ch];
+        if (++ch == as->nch)
+            ch = 0;
+        uint32_t x;
+        if (a->k) {
+            uint32_t j = rd_sym(&r, &a->tab, checked);
+            if (j < a->k) {
+                if (__builtin_expect(r.bad, 0))
+                    break;
+                x = a->val[j];
+                h = mix_in(h, x);
+                out[i] = x;
+                continue;
+            }
+        }
+        skv_fcls cl;
+        const skv_fcls *c = &cl;
+        if (!d->fc.off)
+            c = fcache_get(m, L, &d->fc, mu[i], s[i], &hits), looks++;
+        else if (fclassify(m, L, mu[i], s[i], &cl) != SKV_OK)
+            c = NULL;
+        if (__builtin_expect(!c, 0)) {
+            rc = SKV_ERR_NOMEM;
+            break;
+        }
+        x = dec_one(d, L, &r, c, checked);
+        if (__builtin_expect(r.bad, 0))
+            break;
+        h = mix_in(h, x);
+        out[i] = x;
+    }
+    if (!d->fc.off)
+        fcache_count(&d->fc, looks, hits);
+    rd_save(d, &r);
+    d->h = h;
+    d->got += (uint32_t)i;
+    if (r.bad)
+        return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
+    if (rc) {
+        d->bad = 1; /* the atom symbol of scalar i is consumed: no way back */
+        return skv_error(rc, "codec table");
+    }
+    return SKV_OK;
+}
+
 /* The scalars that cannot reach the end of the payload (an operation reads
  * at most one word) run unchecked, the rest checked. */
 SKV_ALWAYS_INLINE int get_n_split(skv_decoder *d, const skv_lat *L, const float *mu,
                                   const float *s, uint32_t *x, size_t n)
 {
     size_t safe = (size_t)(d->wend - d->w) / (2 * SKV_MAX_OPS), fast = safe < n ? safe : n;
-    int rc = fast ? get_n_impl(d, L, mu, s, x, fast, 0) : SKV_OK;
+    int rc;
+    if (d->atoms) {
+        rc = fast ? get_n_atoms_impl(d, L, mu, s, x, fast, 0) : SKV_OK;
+        if (!rc && fast < n)
+            rc = get_n_atoms_impl(d, L, mu + fast, s + fast, x + fast, n - fast, 1);
+        return rc;
+    }
+    rc = fast ? get_n_impl(d, L, mu, s, x, fast, 0) : SKV_OK;
     if (!rc && fast < n)
         rc = get_n_impl(d, L, mu + fast, s + fast, x + fast, n - fast, 1);
     return rc;

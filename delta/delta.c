@@ -52,6 +52,12 @@ struct skv_calib {
     int rope_known;
     char model_fp[33];
     uint8_t id[16];
+    int version;         /* of the file it came from (1: no atoms), else SKV_CALIB_VERSION */
+    /* stat's atoms (skv_atoms) per (layer, k/v, channel): counts, lambda in
+     * 2^-16, and the values and counts of every channel's atoms in order */
+    uint32_t *at_k, *at_lam; /* [L][2][C] */
+    uint32_t *at_val, *at_cnt;
+    size_t at_total;
 };
 
 /* Mixture weights per level. An escape weight w2 costs a floor of
@@ -89,6 +95,10 @@ void skv_calib_free(skv_calib *c)
     skv_free(c->cb);
     skv_free(c->cb_n);
     skv_free(c->inv_freq);
+    skv_free(c->at_k);
+    skv_free(c->at_lam);
+    skv_free(c->at_val);
+    skv_free(c->at_cnt);
     skv_free(c);
 }
 
@@ -106,6 +116,10 @@ static int calib_alloc(skv_calib *c)
     c->cb = skv_calloc(L * V * 2 * C, sizeof(float));
     c->cb_n = skv_calloc(V, sizeof(int32_t));
     c->inv_freq = skv_calloc((size_t)(c->sh.rope_dim > 0 ? c->sh.rope_dim : 2), sizeof(float));
+    c->at_k = skv_calloc(L * 2 * C, sizeof(uint32_t));
+    c->at_lam = skv_calloc(L * 2 * C, sizeof(uint32_t));
+    if (!c->at_k || !c->at_lam)
+        return skv_error(SKV_ERR_NOMEM, "calibration");
     if (!c->mean || !c->cb || !c->cb_n || !c->inv_freq)
         return skv_error(SKV_ERR_NOMEM, "calibration (codebook of %zu tokens)", V);
     return SKV_OK;
@@ -150,7 +164,7 @@ static void compute_id(skv_calib *c)
                  V = (size_t)c->sh.vocab;
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 16);
-    int32_t hdr[] = {SKV_CALIB_VERSION, c->sh.layers, c->sh.kv_heads, c->sh.head_dim, c->sh.vocab,
+    int32_t hdr[] = {c->version, c->sh.layers, c->sh.kv_heads, c->sh.head_dim, c->sh.vocab,
                      (int32_t)c->sh.dtype, c->sh.rope_dim, (int32_t)c->sh.rope_layout,
                      (int32_t)c->levels, c->rope_known};
     uint8_t b[4];
@@ -181,6 +195,15 @@ static void compute_id(skv_calib *c)
         crypto_generichash_update(&st, b, 4);
     }
     crypto_generichash_update(&st, (const uint8_t *)c->model_fp, 32);
+    if (c->version >= 2) { /* atoms */
+        const uint32_t *arr[4] = {c->at_k, c->at_lam, c->at_val, c->at_cnt};
+        const size_t len[4] = {L * 2 * C, L * 2 * C, c->at_total, c->at_total};
+        for (int a = 0; a < 4; a++)
+            for (size_t i = 0; i < len[a]; i++) {
+                skv_store32_le(b, arr[a][i]);
+                crypto_generichash_update(&st, b, 4);
+            }
+    }
     crypto_generichash_final(&st, c->id, 16);
 }
 
@@ -544,6 +567,164 @@ done:
     return rc;
 }
 
+/* ---- stat's atoms -------------------------------------------------------------- */
+
+/* A value is an atom of its channel when calibration saw it at least
+ * ATOM_MIN_COUNT times (at most SKV_ATOMS_MAX per channel, the most frequent). */
+#define ATOM_MIN_COUNT 2
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* (value, count) pairs: by count descending, then value */
+static int cmp_by_count(const void *a, const void *b)
+{
+    const uint32_t *x = a, *y = b;
+    if (x[1] != y[1])
+        return x[1] > y[1] ? -1 : 1;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Atoms of stat per (layer, k/v, channel), with lambda chosen by the
+ * measured code length of the calibration samples, each coded against the
+ * counts of the others (leave one out): an atom symbol costs
+ * -log2(lambda * (count - 1) / (sum - 1)), any other scalar -log2(1 - lambda)
+ * plus its cost under the mixture; lambda = 0 (no atoms, no atom symbol)
+ * when nothing beats the mixture alone. Layer 0's V is a function of the
+ * token alone, so its channels take few distinct values. */
+static int fit_atoms(skv_calib *c, const calib_data *d)
+{
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh);
+    size_t N = 0;
+    for (size_t i = 0; i < d->n_seq; i++)
+        N += d->T[i];
+    skv_cmodel *cm;
+    int rc = skv_cmodel_create(c->sh.dtype, level_mix(SKV_LEVEL_STAT), c->pemp, &cm);
+    if (rc)
+        return rc;
+    uint32_t *xs = skv_malloc((N ? N : 1) * sizeof *xs), *srt = skv_malloc((N ? N : 1) * sizeof *srt);
+    uint32_t *pairs = skv_malloc((N ? N : 1) * 2 * sizeof *pairs);
+    double *g = skv_malloc((N ? N : 1) * sizeof *g);
+    uint8_t *seen = skv_malloc(N ? N : 1);
+    size_t cap = 0;
+    if (!xs || !srt || !pairs || !g || !seen)
+        rc = skv_error(SKV_ERR_NOMEM, "calibration atoms");
+    /* lambda candidates, 2^-16 units: j/16, then 1 - 2^-j */
+    uint32_t lams[21];
+    int nl = 0;
+    for (int j = 1; j < 16; j++)
+        lams[nl++] = (uint32_t)j << 12;
+    for (int j = 5; j <= 10; j++)
+        lams[nl++] = 65536u - (65536u >> j);
+    c->at_total = 0;
+    for (size_t l = 0; l < L && !rc; l++)
+        for (int kv = 0; kv < 2 && !rc; kv++)
+            for (size_t ch = 0; ch < C && !rc; ch++) {
+                size_t idx = (l * 2 + (size_t)kv) * C + ch, n = 0;
+                for (size_t sq = 0; sq < d->n_seq; sq++)
+                    for (size_t t = 0; t < d->T[sq]; t++) {
+                        seen[n] = c->cb_n[d->tok[sq][t]] > 1;
+                        xs[n++] = d->bits[kv][sq][(l * d->T[sq] + t) * C + ch];
+                    }
+                memcpy(srt, xs, n * sizeof *srt);
+                qsort(srt, n, sizeof *srt, cmp_u32);
+                size_t k = 0;
+                for (size_t i = 0; i < n;) {
+                    size_t j = i;
+                    while (j < n && srt[j] == srt[i])
+                        j++;
+                    if (j - i >= ATOM_MIN_COUNT) {
+                        pairs[2 * k] = srt[i];
+                        pairs[2 * k + 1] = (uint32_t)(j - i);
+                        k++;
+                    }
+                    i = j;
+                }
+                c->at_k[idx] = 0;
+                c->at_lam[idx] = 0;
+                if (k == 0)
+                    continue;
+                if (k > SKV_ATOMS_MAX) {
+                    qsort(pairs, k, 2 * sizeof *pairs, cmp_by_count);
+                    k = SKV_ATOMS_MAX;
+                }
+                qsort(pairs, k, 2 * sizeof *pairs, cmp_u32); /* by value */
+                uint64_t sum = 0;
+                for (size_t j = 0; j < k; j++)
+                    sum += pairs[2 * j + 1];
+                const float mu = c->mean[(l * 2 + (size_t)kv) * C + ch];
+                const float *sv = c->s[SKV_LEVEL_STAT] + (l * 2 + (size_t)kv) * 2 * C + ch;
+                double base = 0, gsum_none = 0;
+                size_t n_atom = 0;
+                double atom_bits = 0; /* sum of -log2((count - 1) / (sum - 1)) */
+                for (size_t i = 0; i < n; i++) {
+                    skv_cmodel_cost(cm, xs[i], mu, sv[seen[i] ? C : 0], &g[i], NULL);
+                    base += g[i];
+                    size_t lo = 0, hi = k; /* the value's atom, if any */
+                    while (lo < hi) {
+                        size_t mid = (lo + hi) / 2;
+                        if (pairs[2 * mid] < xs[i])
+                            lo = mid + 1;
+                        else
+                            hi = mid;
+                    }
+                    uint32_t cnt = lo < k && pairs[2 * lo] == xs[i] ? pairs[2 * lo + 1] : 0;
+                    if (cnt > ATOM_MIN_COUNT) { /* still an atom without this sample */
+                        n_atom++;
+                        atom_bits -= skv_log((double)(cnt - 1) / (double)(sum - 1)) / 0.69314718055994530942;
+                    } else {
+                        gsum_none += g[i];
+                    }
+                }
+                double best = base;
+                uint32_t best_lam = 0;
+                for (int j = 0; j < nl; j++) {
+                    double lam = (double)lams[j] / 65536.0;
+                    double tot = atom_bits - (double)n_atom * skv_log(lam) / 0.69314718055994530942 +
+                                 gsum_none - (double)(n - n_atom) * skv_log(1.0 - lam) / 0.69314718055994530942;
+                    if (tot < best) {
+                        best = tot;
+                        best_lam = lams[j];
+                    }
+                }
+                if (!best_lam)
+                    continue;
+                if (c->at_total + k > cap) {
+                    size_t nc = cap ? 2 * cap : 4096;
+                    while (nc < c->at_total + k)
+                        nc *= 2;
+                    uint32_t *v = skv_realloc(c->at_val, nc * sizeof *v);
+                    if (v)
+                        c->at_val = v;
+                    uint32_t *q = skv_realloc(c->at_cnt, nc * sizeof *q);
+                    if (q)
+                        c->at_cnt = q;
+                    if (!v || !q) {
+                        rc = skv_error(SKV_ERR_NOMEM, "calibration atoms");
+                        break;
+                    }
+                    cap = nc;
+                }
+                for (size_t j = 0; j < k; j++) {
+                    c->at_val[c->at_total + j] = pairs[2 * j];
+                    c->at_cnt[c->at_total + j] = pairs[2 * j + 1];
+                }
+                c->at_total += k;
+                c->at_k[idx] = (uint32_t)k;
+                c->at_lam[idx] = best_lam;
+            }
+    skv_free(xs);
+    skv_free(srt);
+    skv_free(pairs);
+    skv_free(g);
+    skv_free(seen);
+    skv_cmodel_free(cm);
+    return rc;
+}
+
 static int parse_float_meta(const skv_st *st, const char *key, float *out)
 {
     const char *v = skv_st_meta(st, key);
@@ -701,7 +882,10 @@ int skv_calib_learn(const skv_st *kvfile, const skv_calib_opts *opts, skv_calib 
     int max_s = opts && opts->max_fit_samples > 0 ? opts->max_fit_samples : 4096;
     int quiet = opts ? opts->quiet : 1;
     float *const *none[2] = {NULL, NULL};
+    c->version = SKV_CALIB_VERSION;
     if ((rc = fit_level(c, &d, SKV_LEVEL_STAT, none, max_s, quiet)))
+        goto fail;
+    if ((rc = fit_atoms(c, &d)))
         goto fail;
     if ((rc = fit_level(c, &d, SKV_LEVEL_CTX, none, max_s, quiet)))
         goto fail;
@@ -768,7 +952,7 @@ static int calib_writer(const skv_calib *c, skv_st_writer **out)
     char buf[64], hex[33];
 #define META(k, fmt, ...) (snprintf(buf, sizeof buf, fmt, __VA_ARGS__), rc = rc ? rc : skv_stw_meta(w, k, buf))
     META("seqkv.kind", "%s", "calibration");
-    META("seqkv.calib_version", "%d", SKV_CALIB_VERSION);
+    META("seqkv.calib_version", "%d", c->version);
     META("seqkv.dtype", "%s", skv_dtype_name(c->sh.dtype));
     META("seqkv.rope_theta", "%.9g", (double)c->sh.rope_theta);
     META("seqkv.rope_dim", "%d", c->sh.rope_dim);
@@ -796,6 +980,16 @@ static int calib_writer(const skv_calib *c, skv_st_writer **out)
         rc = skv_stw_add(w, "codebook.count", SKV_DT_I32, 1, sh_v, c->cb_n, (size_t)V * 4);
     if (!rc)
         rc = skv_stw_add(w, "pemp", SKV_DT_I32, 1, sh_p, c->pemp, 256 * 4);
+    if (!rc && c->version >= 2) {
+        int64_t sh_a[1] = {(int64_t)c->at_total};
+        rc = skv_stw_add(w, "atoms.k", SKV_DT_I32, 3, sh_mean, c->at_k, (size_t)(L * 2 * C) * 4);
+        if (!rc)
+            rc = skv_stw_add(w, "atoms.lambda", SKV_DT_I32, 3, sh_mean, c->at_lam, (size_t)(L * 2 * C) * 4);
+        if (!rc)
+            rc = skv_stw_add(w, "atoms.value", SKV_DT_I32, 1, sh_a, c->at_val, c->at_total * 4);
+        if (!rc)
+            rc = skv_stw_add(w, "atoms.count", SKV_DT_I32, 1, sh_a, c->at_cnt, c->at_total * 4);
+    }
     if (rc) {
         skv_stw_free(w);
         return rc;
@@ -838,6 +1032,54 @@ static int get_f32(const skv_st *st, const char *name, float *dst, size_t n)
     return SKV_OK;
 }
 
+/* Stat's atoms of a version 2 file: per-channel counts and lambdas, then
+ * values and counts that skv_atoms_create accepts (checked here, so a bad
+ * file fails at load, not when a coder is made). */
+static int get_atoms(const skv_st *st, const char *path, skv_calib *c)
+{
+    const size_t LC = (size_t)c->sh.layers * 2 * chan_count(&c->sh);
+    int rc = get_f32(st, "atoms.k", (float *)c->at_k, LC);
+    if (!rc)
+        rc = get_f32(st, "atoms.lambda", (float *)c->at_lam, LC);
+    if (rc)
+        return rc;
+    uint64_t total = 0;
+    for (size_t i = 0; i < LC; i++) {
+        if (c->at_k[i] > SKV_ATOMS_MAX || c->at_lam[i] > 65535u)
+            return skv_error(SKV_ERR_FORMAT, "%s: atoms of channel %zu out of range", path, i);
+        total += c->at_k[i];
+    }
+    const skv_tensor *tv = skv_st_find(st, "atoms.value");
+    if (!tv || tv->nelem != total)
+        return skv_error(SKV_ERR_FORMAT, "%s: atoms.value does not hold the %llu atoms counted", path,
+                         (unsigned long long)total);
+    c->at_total = (size_t)total;
+    c->at_val = skv_malloc((total ? total : 1) * sizeof *c->at_val);
+    c->at_cnt = skv_malloc((total ? total : 1) * sizeof *c->at_cnt);
+    if (!c->at_val || !c->at_cnt)
+        return skv_error(SKV_ERR_NOMEM, "calibration atoms");
+    rc = get_f32(st, "atoms.value", (float *)c->at_val, total);
+    if (!rc)
+        rc = get_f32(st, "atoms.count", (float *)c->at_cnt, total);
+    return rc;
+}
+
+/* After the content hash: atoms that skv_atoms_create accepts (a file with
+ * a valid hash and invalid atoms was crafted, not damaged). */
+static int check_atoms(const char *path, const skv_calib *c)
+{
+    const size_t LC = (size_t)c->sh.layers * 2 * chan_count(&c->sh);
+    const uint32_t mask = c->sh.dtype == SKV_DT_F32 ? 0xffffffffu : c->sh.dtype == SKV_DT_F8E4M3 ? 0xffu : 0xffffu;
+    for (size_t i = 0, off = 0; i < LC; off += c->at_k[i], i++)
+        for (size_t j = 0; j < c->at_k[i]; j++) {
+            const uint32_t v = c->at_val[off + j];
+            if ((v & ~mask) || c->at_cnt[off + j] == 0 || (j && v <= c->at_val[off + j - 1]))
+                return skv_error(SKV_ERR_FORMAT, "%s: atoms of channel %zu are not distinct "
+                                 "values in increasing order with counts >= 1", path, i);
+        }
+    return SKV_OK;
+}
+
 /* Build a calibration from a parsed safetensors image; `path` names it in
  * errors. Does not take ownership of st. */
 static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
@@ -857,7 +1099,12 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
         rc = skv_error(SKV_ERR_FORMAT, "%s: not a seqkv calibration file", path);
         goto fail;
     }
-    if (atoi(ver) > SKV_CALIB_VERSION) {
+    c->version = atoi(ver);
+    if (c->version < 1) {
+        rc = skv_error(SKV_ERR_FORMAT, "%s: calibration version %s", path, ver);
+        goto fail;
+    }
+    if (c->version > SKV_CALIB_VERSION) {
         rc = skv_error(SKV_ERR_VERSION, "%s: calibration version %s, this build reads %d", path, ver,
                        SKV_CALIB_VERSION);
         goto fail;
@@ -909,6 +1156,8 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
         rc = get_f32(st, "codebook.count", (float *)c->cb_n, V);
     if (!rc)
         rc = get_f32(st, "pemp", (float *)c->pemp, 256);
+    if (!rc && c->version >= 2)
+        rc = get_atoms(st, path, c);
     if (rc)
         goto fail;
     for (size_t v = 0; v < V; v++)
@@ -923,6 +1172,8 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
         rc = skv_error(SKV_ERR_CORRUPT, "%s: content hash %s does not match the recorded id %s", path, hex, idh);
         goto fail;
     }
+    if (c->version >= 2 && (rc = check_atoms(path, c)))
+        goto fail;
     *out = c;
     return SKV_OK;
 fail:
@@ -963,6 +1214,7 @@ struct skv_delta {
     skv_model *owned;
     skv_pool *pool;
     skv_cmodel *cm;
+    skv_atoms **atoms;      /* [L][2] (stat): NULL where no channel has atoms */
     int nws;
     struct coder_ws {
         skv_encoder *enc;
@@ -1000,6 +1252,22 @@ int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *mod
     int rc = (d->ideal && d->bytes && d->nsc) ? SKV_OK : skv_error(SKV_ERR_NOMEM, "delta coder");
     if (!rc)
         rc = skv_cmodel_create(cal->sh.dtype, level_mix(level), cal->pemp, &d->cm);
+    if (!rc && level == SKV_LEVEL_STAT && cal->at_total) {
+        const size_t C = chan_count(&cal->sh);
+        d->atoms = skv_calloc(n, sizeof *d->atoms);
+        if (!d->atoms)
+            rc = skv_error(SKV_ERR_NOMEM, "delta coder");
+        for (size_t j = 0, off = 0; !rc && j < n; j++) {
+            const uint32_t *k = cal->at_k + j * C, *lam = cal->at_lam + j * C;
+            size_t cnt = 0, on = 0;
+            for (size_t ch = 0; ch < C; ch++)
+                cnt += k[ch], on += lam[ch] && k[ch];
+            if (on)
+                rc = skv_atoms_create(cal->sh.dtype, (uint32_t)C, k, lam, cal->at_val + off,
+                                      cal->at_cnt + off, &d->atoms[j]);
+            off += cnt;
+        }
+    }
     d->nws = skv_pool_threads(pool);
     d->ws = rc ? NULL : skv_calloc((size_t)d->nws, sizeof *d->ws);
     if (!rc && !d->ws)
@@ -1036,6 +1304,9 @@ void skv_delta_free(skv_delta *d)
         skv_free(d->ws[i].cbf);
     }
     skv_free(d->ws);
+    for (size_t j = 0; d->atoms && j < (size_t)d->cal->sh.layers * 2; j++)
+        skv_atoms_free(d->atoms[j]);
+    skv_free(d->atoms);
     skv_cmodel_free(d->cm);
     skv_model_free(d->owned);
     skv_free(d->ideal);
@@ -1136,6 +1407,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     float *X = q->kvf[kv] + (size_t)l * T * C;
     uint8_t *B = q->kvb[kv] + (size_t)l * q->stride * C * es;
     float *cbf = ws->cbf;
+    const skv_atoms *atoms = d->atoms ? d->atoms[(size_t)l * 2 + (size_t)kv] : NULL;
     int rc = SKV_OK;
     if (q->decode) {
         size_t si = q->first_stream + q->chunk_index * 2 * L + (size_t)l * 2 + (size_t)kv;
@@ -1143,7 +1415,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
             return skv_error(SKV_ERR_FORMAT, "missing stream for layer %d %s", l, kv ? "V" : "K");
         size_t a = q->in->offs[si], b = q->in->offs[si + 1];
         skv_stream_info info;
-        if ((rc = skv_decoder_begin(ws->dec, q->in->data + a, b - a, &info)))
+        if ((rc = skv_decoder_begin_atoms(ws->dec, q->in->data + a, b - a, atoms, &info)))
             return rc;
         if (info.n != (q->t1 - q->t0) * C)
             return skv_error(SKV_ERR_CORRUPT, "stream holds %u scalars, the chunk has %zu", info.n,
@@ -1151,7 +1423,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         if (memcmp(info.calib_id, c->id, 16) != 0)
             return skv_error(SKV_ERR_CORRUPT, "stream was coded with another calibration");
     } else if (!q->mu_out[0]) {
-        skv_encoder_reset(ws->enc, c->id);
+        skv_encoder_reset_atoms(ws->enc, c->id, atoms);
     }
     /* range coding: an optional second prediction (a centroid) blended per
      * head; predict-only mode hands mu back instead of coding */

@@ -68,6 +68,29 @@ void skv_cmodel_cost(skv_cmodel *m, uint32_t x, float mu, float s, double *actua
                      double *ideal);
 
 /* ------------------------------------------------------------------------
+ * Atoms: a per-channel empirical distribution over exact dtype values,
+ * mixed in front of the model. For a stream whose scalar i belongs to
+ * channel i mod nch, a channel with atoms first codes which of its atoms x
+ * is (probability lambda * count / sum of counts) or "none" (1 - lambda);
+ * "none" then codes x under the mixture as usual. Channels with no atoms
+ * (k = 0 or lambda = 0) code exactly as without atoms. Frequencies come
+ * from the integer counts (FORMAT.md, "Coded streams", atoms).
+ * ---------------------------------------------------------------------- */
+#define SKV_ATOMS_MAX 4096 /* atoms per channel */
+typedef struct skv_atoms skv_atoms;
+/* nch channels; channel c has k[c] atoms, values (dtype bits, strictly
+ * increasing) and counts (>= 1) at vals/cnts + off where off is the sum of
+ * k[0..c), and lambda[c] in units of 2^-16 (0..65535; 0 disables the
+ * channel). Errors: SKV_ERR_ARG (unsorted or out-of-range values, a
+ * count of 0, k > SKV_ATOMS_MAX, a non-float dtype), SKV_ERR_NOMEM. */
+int skv_atoms_create(skv_dtype dt, uint32_t nch, const uint32_t *k, const uint32_t *lambda,
+                     const uint32_t *vals, const uint32_t *cnts, skv_atoms **out);
+void skv_atoms_free(skv_atoms *a);
+/* 32-bit identity of the atoms' quantized tables; folded into the model id
+ * that streams coded with them record. */
+uint32_t skv_atoms_id(const skv_atoms *a);
+
+/* ------------------------------------------------------------------------
  * Streams. One stream codes n scalars in order; the caller supplies each
  * scalar's (mu, s), which may depend on the scalars before it (the decoder
  * hands them back in the same order).
@@ -83,6 +106,9 @@ void skv_encoder_free(skv_encoder *e);
 /* Start a stream; calib_id is recorded in its header (16 bytes, may be
  * NULL for zeros). */
 void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16]);
+/* The same, coding with atoms (NULL: none). The atoms must outlive the
+ * stream; the stream's model id becomes the pair's (skv_stream_model_id). */
+void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const skv_atoms *atoms);
 /* Queue one scalar. */
 int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s);
 /* Queue n scalars x[i] with predictions (mu[i], s[i]): the same stream as
@@ -117,6 +143,13 @@ int skv_decoder_create(skv_cmodel *m, skv_decoder **out);
 void skv_decoder_free(skv_decoder *d);
 /* Begin decoding src[0..len): checks header, model id and sizes. */
 int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream_info *info);
+/* The same for a stream coded with atoms (NULL: none); they must outlive
+ * the decoding. A stream coded with other atoms is refused like one coded
+ * with other tables (SKV_ERR_CORRUPT). */
+int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, const skv_atoms *atoms,
+                            skv_stream_info *info);
+/* The model id a stream coded with m and atoms (NULL: m's id) records. */
+uint32_t skv_stream_model_id(const skv_cmodel *m, const skv_atoms *atoms);
 /* Next scalar given its (mu, s). Errors: SKV_ERR_CORRUPT (an impossible
  * symbol, reading past the payload), SKV_ERR_ARG (more than n). */
 int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *x);

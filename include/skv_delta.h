@@ -43,7 +43,8 @@ typedef enum {
 const char *skv_level_name(skv_level l);
 int skv_level_from_name(const char *s, skv_level *out);
 
-#define SKV_CALIB_VERSION 1
+/* Calibration files this build writes; it reads 1 and 2 (1: no atoms). */
+#define SKV_CALIB_VERSION 2
 
 /* Shape and RoPE of the KV a calibration describes. */
 typedef struct {

@@ -303,3 +303,132 @@ Test(delta, parallel_layers_give_the_same_streams_and_bytes)
     free_kv(&t);
     skv_model_free(m);
 }
+
+/* A version 1 calibration file (no atoms) and the coded files made with it
+ * by the build that wrote them (tests/fuzz/corpus) still load, decode, and
+ * re-encode to the same bytes. */
+Test(delta, version_1_calibration_and_its_coded_files_still_decode_and_re_encode)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_calib/tiny_bf16.cal", tu_source_root());
+    skv_calib *c;
+    cr_assert_eq(skv_calib_load(p, &c), 0, "%s", skv_error_detail());
+    uint8_t *img;
+    size_t ilen;
+    cr_assert_eq(skv_calib_serialize(c, &img, &ilen), 0);
+    size_t flen;
+    uint8_t *file = tu_read(p, &flen);
+    cr_assert_eq(ilen, flen);
+    cr_assert_eq(memcmp(img, file, flen), 0, "a version 1 file is written back unchanged");
+    free(file);
+    skv_free(img);
+    const char *names[2] = {"tiny_stat.skv", "tiny_ctx.skv"};
+    for (int f = 0; f < 2; f++) {
+        snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_coded/%s", tu_source_root(), names[f]);
+        size_t len;
+        uint8_t *buf = tu_read(p, &len);
+        cr_assert_not_null(buf, "%s", p);
+        skv_coded_info ci;
+        cr_assert_eq(skv_coded_read_header(buf, len, &ci), 0);
+        cr_assert_eq(memcmp(ci.calib_id, skv_calib_id(c), 16), 0);
+        skv_delta *d;
+        cr_assert_eq(skv_delta_create(c, ci.level, NULL, NULL, &d), 0, "%s", skv_error_detail());
+        const skv_kvshape *sh = skv_calib_shape(c);
+        size_t pos = SKV_CODED_HEADER;
+        for (uint32_t i = 0; i < ci.n_seq; i++) {
+            uint32_t T;
+            const uint8_t *tb;
+            skv_streams s = {0};
+            cr_assert_eq(skv_coded_read_seq(buf, len, &pos, &T, &tb, &s), 0);
+            int32_t *tok = malloc((T + 1) * sizeof *tok);
+            for (uint32_t t = 0; t < T; t++)
+                tok[t] = (int32_t)skv_load32_le(tb + 4 * t);
+            size_t nb = (size_t)sh->layers * T * sh->kv_heads * sh->head_dim * skv_dtype_size(sh->dtype);
+            uint8_t *k = malloc(nb + 1), *v = malloc(nb + 1);
+            cr_assert_eq(skv_delta_decode(d, tok, T, &s, 0, ci.chunk, k, v), 0, "%s seq %u: %s",
+                         names[f], i, skv_error_detail());
+            skv_streams e = {0};
+            cr_assert_eq(skv_delta_encode(d, tok, T, k, v, ci.chunk, &e), 0);
+            cr_assert_eq(e.len, s.len, "%s seq %u: same size", names[f], i);
+            cr_assert_eq(memcmp(e.data, s.data, s.len), 0, "%s seq %u: same bytes", names[f], i);
+            skv_streams_free(&e);
+            skv_streams_free(&s);
+            free(tok);
+            free(k);
+            free(v);
+        }
+        skv_delta_free(d);
+        free(buf);
+    }
+    skv_calib_free(c);
+}
+
+/* stat learns atoms where values repeat exactly: layer 0's V is a function
+ * of the token. They are saved (calibration version 2), reload with the
+ * same id, and make stat's layer-0 V far cheaper than the mixture alone. */
+Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
+{
+    skv_model *m = random_model();
+    kvset cal = {0}, t = {0};
+    make_kv(m, 8, 48, 11, SKV_DT_BF16, &cal);
+    make_kv(m, 2, 48, 12, SKV_DT_BF16, &t);
+    uint8_t *buf;
+    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_calib *c, *c2;
+    skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    uint8_t *img;
+    size_t ilen;
+    cr_assert_eq(skv_calib_serialize(c, &img, &ilen), 0);
+    skv_st *cs;
+    cr_assert_eq(skv_st_parse(img, ilen, &cs), 0);
+    cr_assert_str_eq(skv_st_meta(cs, "seqkv.calib_version"), "2");
+    const skv_tensor *av = skv_st_find(cs, "atoms.value"), *lam = skv_st_find(cs, "atoms.lambda");
+    cr_assert_not_null(av);
+    cr_assert_not_null(lam);
+    const skv_model_config *mc = skv_model_cfg(m);
+    size_t C = (size_t)mc->n_kv_heads * mc->head_dim, on_l0v = 0, on_other = 0;
+    for (size_t i = 0; i < lam->nelem; i++)
+        if (skv_load32_le(lam->data + 4 * i)) {
+            if (i / C == 1)
+                on_l0v++;
+            else
+                on_other++;
+        }
+    cr_assert_eq(on_l0v, C, "every channel of layer 0's V has atoms (%zu of %zu)", on_l0v, C);
+    cr_assert_gt(av->nelem, 0);
+    skv_st_free(cs);
+    cr_assert_eq(skv_calib_parse(img, ilen, &c2), 0, "%s", skv_error_detail());
+    cr_assert_eq(memcmp(skv_calib_id(c), skv_calib_id(c2), 16), 0, "same content, same id");
+    /* streams coded with one decode with the other; layer 0's V is cheap */
+    skv_delta *d1, *d2;
+    cr_assert_eq(skv_delta_create(c, SKV_LEVEL_STAT, NULL, NULL, &d1), 0);
+    cr_assert_eq(skv_delta_create(c2, SKV_LEVEL_STAT, NULL, NULL, &d2), 0);
+    size_t per = skv_model_kv_per_token(m) / 2 * 2;
+    for (size_t i = 0; i < t.n; i++) {
+        skv_streams s = {0};
+        cr_assert_eq(skv_delta_encode(d1, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &s), 0);
+        uint8_t *k = malloc(t.T[i] * per), *v = malloc(t.T[i] * per);
+        cr_assert_eq(skv_delta_decode(d2, t.tok[i], t.T[i], &s, 0, 16, k, v), 0, "%s", skv_error_detail());
+        cr_assert_eq(memcmp(k, t.k[i], t.T[i] * per), 0);
+        cr_assert_eq(memcmp(v, t.v[i], t.T[i] * per), 0);
+        free(k);
+        free(v);
+        skv_streams_free(&s);
+    }
+    const double *ideal, *bytes;
+    const uint64_t *nsc;
+    skv_delta_costs(d1, &ideal, &bytes, &nsc);
+    double l0v = ideal[1] / (double)nsc[1], l1v = ideal[3] / (double)nsc[3];
+    cr_assert_lt(l0v, 0.75 * l1v, "layer 0 V %.2f bits/scalar, layer 1 V %.2f", l0v, l1v);
+    skv_delta_free(d1);
+    skv_delta_free(d2);
+    skv_free(img);
+    skv_calib_free(c);
+    skv_calib_free(c2);
+    skv_st_free(st);
+    free(buf);
+    free_kv(&cal);
+    free_kv(&t);
+    skv_model_free(m);
+}

@@ -18,8 +18,11 @@
  * width. Inputs of at most 4 KiB are also taken as raw little-endian
  * scalars of the dtype and encoded twice, with skv_encoder_put and in
  * batches with skv_encoder_put_n (identical bytes, within
- * skv_encoder_bound) and decoded: the scalars must come back exactly. Any
- * violation aborts. */
+ * skv_encoder_bound) and decoded: the scalars must come back exactly.
+ * Atoms: a stream whose model id is that of the model with the fixed atoms
+ * of atoms_for() (3 channels: none, the dtype's special values, 16 low bit
+ * patterns) is decoded with them; raw inputs of odd length are encoded
+ * with them. Any violation aborts. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -88,6 +91,31 @@ static skv_cmodel *model_for(int di, int mi)
     return g_models[di][mi];
 }
 
+static skv_atoms *g_atoms[4];
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static const skv_atoms *atoms_for(int di)
+{
+    if (g_atoms[di])
+        return g_atoms[di];
+    uint32_t k[3] = {0, 0, 16}, lam[3] = {0, 30000u, 50000u}, vals[8 + 16], cnts[8 + 16];
+    uint32_t sp[8];
+    memcpy(sp, GOLD_SPECIAL[di], sizeof sp);
+    qsort(sp, 8, sizeof *sp, cmp_u32);
+    for (int i = 0; i < 8; i++)
+        if (k[1] == 0 || sp[i] != vals[k[1] - 1])
+            vals[k[1]] = sp[i], cnts[k[1]] = 1u + (uint32_t)i, k[1]++;
+    for (uint32_t j = 0; j < 16; j++)
+        vals[k[1] + j] = 0x10u + j, cnts[k[1] + j] = 1u + j % 5u;
+    CHECK(skv_atoms_create(GOLD_DT[di], 3, k, lam, vals, cnts, &g_atoms[di]) == 0);
+    return g_atoms[di];
+}
+
 static uint32_t width_mask(skv_dtype dt)
 {
     return dt == SKV_DT_F32 ? 0xffffffffu : dt == SKV_DT_F8E4M3 ? 0xffu : 0xffffu;
@@ -102,7 +130,11 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
     skv_decoder *d = NULL;
     CHECK(skv_decoder_create(m, &d) == 0);
     skv_stream_info info;
-    int rc = skv_decoder_begin(d, src, len, &info);
+    const skv_atoms *A = NULL;
+    if (skv_stream_info_read(src, len, &info) == 0 && info.dtype == GOLD_DT[di] &&
+        info.cmodel_id == skv_stream_model_id(m, atoms_for(di)))
+        A = atoms_for(di);
+    int rc = skv_decoder_begin_atoms(d, src, len, A, &info);
     if (rc == 0) {
         CHECK(info.dtype == GOLD_DT[di]);
         CHECK((uint64_t)SKV_STREAM_HEADER + info.payload <= len);
@@ -136,7 +168,7 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
         for (uint32_t k = i; k < lim; k++)
             fuzz_param(di, mode, key, k, &mus[k], &ss[k]);
         /* the batch decoder */
-        CHECK(skv_decoder_begin(d, src, len, NULL) == 0);
+        CHECK(skv_decoder_begin_atoms(d, src, len, A, NULL) == 0);
         uint32_t *ys = malloc((lim + 1) * sizeof *ys);
         CHECK(ys != NULL);
         int brc = 0;
@@ -174,11 +206,12 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
 
 /* batched: skv_encoder_put_n in batches of 1..61 scalars */
 static uint8_t *encode(skv_cmodel *m, int di, unsigned mode, uint32_t key, const uint32_t *xs,
-                       size_t n, const uint8_t *calib, size_t *len, int batched)
+                       size_t n, const uint8_t *calib, size_t *len, int batched,
+                       const skv_atoms *A)
 {
     skv_encoder *e = NULL;
     CHECK(skv_encoder_create(m, &e) == 0);
-    skv_encoder_reset(e, calib);
+    skv_encoder_reset_atoms(e, calib, A);
     float *mus = malloc((n + 1) * sizeof *mus), *ss = malloc((n + 1) * sizeof *ss);
     CHECK(mus && ss);
     for (size_t i = 0; i < n; i++)
@@ -215,14 +248,15 @@ static void round_trip(skv_cmodel *m, int di, unsigned mode, uint32_t key, const
     uint8_t calib[16] = {0};
     memcpy(calib, src, len < 16 ? len : 16);
     size_t l1, l2;
-    uint8_t *b1 = encode(m, di, mode, key, xs, n, calib, &l1, 0);
-    uint8_t *b2 = encode(m, di, mode, key, xs, n, calib, &l2, 1);
+    const skv_atoms *A = (len & 1) ? atoms_for(di) : NULL;
+    uint8_t *b1 = encode(m, di, mode, key, xs, n, calib, &l1, 0, A);
+    uint8_t *b2 = encode(m, di, mode, key, xs, n, calib, &l2, 1, A);
     CHECK(l1 == l2 && memcmp(b1, b2, l1) == 0); /* deterministic; put_n == put */
 
     skv_decoder *d = NULL;
     CHECK(skv_decoder_create(m, &d) == 0);
     skv_stream_info info;
-    CHECK(skv_decoder_begin(d, b1, l1, &info) == 0);
+    CHECK(skv_decoder_begin_atoms(d, b1, l1, A, &info) == 0);
     CHECK(info.n == n && info.dtype == dt && memcmp(info.calib_id, calib, 16) == 0);
     for (size_t i = 0; i < n; i++) {
         float mu, s;
