@@ -52,6 +52,7 @@ struct skv_encoder {
     uint16_t *words;
     size_t wcap;
     skv_fcache fc;
+    skv_rcache rc;
 };
 
 int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
@@ -87,6 +88,7 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
     e->n = 0;
     e->ideal = 0;
     fcache_clear(&e->fc);
+    rcache_clear(&e->rc);
     e->h = 0x243f6a8885a308d3ull;
     if (calib_id)
         memcpy(e->calib, calib_id, 16);
@@ -227,7 +229,17 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
     int rc = SKV_OK;
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
-    if (!e->fc.off) { /* repeating (mu, s): look each class up as it comes */
+    if (!e->rc.off && n - 1 < RCACHE_N) { /* repeating rows of (mu, s) */
+        const skv_fcls *row = rcache_get(m, L, &e->rc, mu, s, n);
+        if (__builtin_expect(!row, 0))
+            rc = SKV_ERR_NOMEM;
+        else
+            for (; i < n; i++) {
+                uint32_t xi = x[i] & mask;
+                enc_one(m, L, &row[i], xi, &o, &ideal, &raw_bits);
+                h = mix_in(h, xi);
+            }
+    } else if (!e->fc.off) { /* repeating (mu, s): look each class up as it comes */
         uint32_t hits = 0;
         for (; i < n; i++) {
             const skv_fcls *c = fcache_get(m, L, &e->fc, mu[i], s[i], &hits);
@@ -271,6 +283,11 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
     int rc = SKV_OK;
     size_t i = 0;
     uint32_t ch = e->n % as->nch, hits = 0, looks = 0;
+    const skv_fcls *row = NULL;
+    if (!e->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &e->rc, mu, s, n))) {
+        rc = SKV_ERR_NOMEM;
+        n = 0;
+    }
     for (; i < n; i++) {
         const skv_atom_ch *a = &as->ch[ch];
         uint32_t xi = x[i] & mask;
@@ -285,7 +302,9 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
         }
         skv_fcls cl;
         const skv_fcls *c = &cl;
-        if (!e->fc.off)
+        if (row)
+            c = &row[i];
+        else if (!e->fc.off)
             c = fcache_get(m, L, &e->fc, mu[i], s[i], &hits), looks++;
         else if (fclassify(m, L, mu[i], s[i], &cl) != SKV_OK)
             c = NULL;
@@ -296,7 +315,7 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
         }
         enc_one(m, L, c, xi, &o, &ideal, &raw_bits);
     }
-    if (!e->fc.off)
+    if (looks)
         fcache_count(&e->fc, looks, hits);
     e->nops = (size_t)(o - e->ops);
     e->ideal += ideal + (double)raw_bits;
@@ -473,6 +492,7 @@ struct skv_decoder {
     int bad;                 /* sticky: a read past the end or an impossible symbol */
     const skv_atoms *atoms;
     skv_fcache fc;
+    skv_rcache rc;
 };
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -529,6 +549,7 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
     d->want = info->checksum;
     d->bad = 0;
     fcache_clear(&d->fc);
+    rcache_clear(&d->rc);
     return SKV_OK;
 }
 
@@ -754,9 +775,16 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
     int rc = SKV_OK;
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
+    const skv_fcls *row = NULL;
+    if (!d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &d->rc, mu, s, n)))
+        rc = SKV_ERR_NOMEM;
     while (i < n && !rc && !r.bad) {
         size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
-        if (!d->fc.off) { /* repeating (mu, s) */
+        const skv_fcls *cb = cls;
+        if (row) { /* repeating rows: the whole row at once */
+            cb = row + i;
+            nb = n - i;
+        } else if (!d->fc.off) { /* repeating (mu, s) */
             uint32_t hits = 0;
             for (size_t k = 0; k < nb; k++) {
                 const skv_fcls *c = fcache_get(m, L, &d->fc, mu[i + k], s[i + k], &hits);
@@ -776,9 +804,9 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
              * (BUCKET: two operations now) or s1 (STEP: one), already
              * final: fetch its index entry while this one decodes. */
             if (k + 1 < nb)
-                __builtin_prefetch(&cls[k + 1].tab->lut[((cls[k].bucket ? r.s2 : r.s1) & 0xffffu) >>
-                                                        LUT_SHIFT]);
-            uint32_t x = dec_one(d, L, &r, &cls[k], checked);
+                __builtin_prefetch(&cb[k + 1].tab->lut[((cb[k].bucket ? r.s2 : r.s1) & 0xffffu) >>
+                                                       LUT_SHIFT]);
+            uint32_t x = dec_one(d, L, &r, &cb[k], checked);
             if (__builtin_expect(r.bad, 0))
                 break;
             h = mix_in(h, x);
@@ -808,6 +836,11 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
     int rc = SKV_OK;
     size_t i = 0;
     uint32_t ch = d->got % as->nch, hits = 0, looks = 0;
+    const skv_fcls *row = NULL;
+    if (!d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &d->rc, mu, s, n))) {
+        rd_save(d, &r);
+        return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing consumed */
+    }
     for (; i < n; i++) {
         const skv_atom_ch *a = &as->ch[ch];
         if (++ch == as->nch)
@@ -826,7 +859,9 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
         }
         skv_fcls cl;
         const skv_fcls *c = &cl;
-        if (!d->fc.off)
+        if (row)
+            c = &row[i];
+        else if (!d->fc.off)
             c = fcache_get(m, L, &d->fc, mu[i], s[i], &hits), looks++;
         else if (fclassify(m, L, mu[i], s[i], &cl) != SKV_OK)
             c = NULL;
@@ -840,7 +875,7 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
         h = mix_in(h, x);
         out[i] = x;
     }
-    if (!d->fc.off)
+    if (looks)
         fcache_count(&d->fc, looks, hits);
     rd_save(d, &r);
     d->h = h;

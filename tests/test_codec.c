@@ -809,6 +809,59 @@ Test(batch, put_n_writes_the_reference_stream_and_get_n_reads_it_back)
     }
 }
 
+/* Rows that repeat their (mu, s) exactly, as stat's do (the row cache),
+ * mixed with rows that do not and rows of another length: put_n by rows
+ * writes the reference stream and get_n by rows reads it back. */
+Test(batch, repeating_rows_code_as_the_reference)
+{
+    skv_rng r;
+    skv_rng_seed(&r, 4242);
+    enum { ROW = 32, NROW = 400 };
+    for (int d = 0; d < 4; d++) {
+        skv_dtype dt = DTYPES[d];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        float pmu[3][ROW], ps[3][ROW];
+        for (int p = 0; p < 3; p++)
+            for (int c = 0; c < ROW; c++)
+                random_mu_s(&r, dt, &pmu[p][c], &ps[p][c]);
+        seq_t q;
+        seq_init(&q, dt, (size_t)ROW * NROW);
+        for (int t = 0; t < NROW; t++) {
+            uint64_t k = skv_rng_next(&r);
+            int p = (int)(k % 3); /* three patterns through two slots: hits and evictions */
+            for (int c = 0; c < ROW; c++) {
+                float mu = pmu[p][c], s = ps[p][c];
+                if ((k >> 8) % 16 == 0)
+                    random_mu_s(&r, dt, &mu, &s); /* a row of its own */
+                uint32_t x = isfinite(mu) && isfinite(s) && c % 5
+                                 ? to_dt(dt, mu + s * skv_rng_normal(&r))
+                                 : (uint32_t)skv_rng_next(&r);
+                seq_push(&q, x, mu, s);
+            }
+        }
+        size_t lref, lrow;
+        uint8_t *ref = reference_stream(m, &q, &lref);
+        skv_encoder *e = NULL;
+        cr_assert_eq(skv_encoder_create(m, &e), 0);
+        skv_encoder_reset(e, NULL);
+        for (size_t i = 0; i < q.n; i += ROW)
+            cr_assert_eq(skv_encoder_put_n(e, q.x + i, q.mu + i, q.s + i, ROW), 0);
+        size_t cap = skv_encoder_bound(e);
+        uint8_t *buf = malloc(cap);
+        cr_assert_eq(skv_encoder_finish(e, buf, cap, &lrow), 0);
+        cr_assert_eq(lrow, lref, "%s", skv_dtype_name(dt));
+        cr_assert_eq(memcmp(buf, ref, lref), 0, "%s: rows differ from the reference",
+                     skv_dtype_name(dt));
+        decode_batched(m, ref, lref, &q, ROW);
+        decode_batched(m, ref, lref, &q, 2 * ROW);
+        skv_encoder_free(e);
+        free(buf);
+        free(ref);
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
 Test(batch, truncated_streams_fail_under_get_n_without_reading_past_the_end)
 {
     skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
