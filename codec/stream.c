@@ -404,18 +404,21 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     }
     uint32_t x[4] = {RANS_L, RANS_L, RANS_L, RANS_L};
     size_t nw = 0, i = e->nops;
+    /* locals: the word stores cannot then make the compiler reload them */
+    const uint64_t *ops = e->ops;
+    uint16_t *words = e->words;
     /* op i uses state i mod 4: the ragged end first, then blocks of four */
     while (i & 3) {
         i--;
-        enc_op(&x[i & 3], e->ops[i], e->words, &nw);
+        enc_op(&x[i & 3], ops[i], words, &nw);
     }
     uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
     while (i) {
         i -= 4;
-        enc_op(&x3, e->ops[i + 3], e->words, &nw);
-        enc_op(&x2, e->ops[i + 2], e->words, &nw);
-        enc_op(&x1, e->ops[i + 1], e->words, &nw);
-        enc_op(&x0, e->ops[i], e->words, &nw);
+        enc_op(&x3, ops[i + 3], words, &nw);
+        enc_op(&x2, ops[i + 2], words, &nw);
+        enc_op(&x1, ops[i + 1], words, &nw);
+        enc_op(&x0, ops[i], words, &nw);
     }
     x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3;
     size_t payload = 16 + 2 * nw;
