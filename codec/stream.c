@@ -5,6 +5,7 @@
  * encoder queues every scalar's operations, then codes them in reverse;
  * the decoder reads the four final states and then the words in order,
  * checking every read against the end of the payload. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cfast.h"
@@ -32,6 +33,91 @@ uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed)
     h = mix_in(h, t ^ ((uint64_t)len << 56));
     return h ^ (h >> 32);
 }
+
+/* ---- classification, eight bf16 lanes at a time --------------------------- */
+
+#ifdef SKV_HAVE_CLS8
+int skv__cls_simd = -1;
+
+int skv__cls_simd_pick(void)
+{
+    const char *e = getenv("SEQKV_SIMD"); /* "0": the scalar path (tests, comparisons) */
+    int v = (!e || strcmp(e, "0") != 0) && __builtin_cpu_supports("avx2") ? 2 : 0;
+    __atomic_store_n(&skv__cls_simd, v, __ATOMIC_RELAXED);
+    return v;
+}
+
+#define V8(x) ((skv_v8i){(x), (x), (x), (x), (x), (x), (x), (x)})
+#define SEL(m, a, b) (((a) & (m)) | ((b) & ~(m))) /* m ? a : b per lane */
+
+/* fclassify for bf16 on lanes (cfast.h): each step is fclassify's, with
+ * comparisons as lane masks (-1 true, 0 false) and a ? b : c as blends */
+__attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float *s, size_t groups,
+                                                   skv_cls8 *o)
+{
+    for (; groups--; mu += 8, s += 8, o++) {
+    skv_v8i mb, sb;
+    memcpy(&mb, mu, sizeof mb);
+    memcpy(&sb, s, sizeof sb);
+    mb &= ~((mb & V8(0x7f800000)) == V8(0x7f800000)); /* NaN, inf: mu = +0 */
+    /* s: NaN, negative or below 2^-120 -> 2^-120; above 2^100 -> 2^100
+     * (positive floats order as their bits) */
+    skv_v8i lo = (sb > V8(0x7f800000)) | (sb < V8(0x03800000));
+    sb = (sb & ~lo) | (V8(0x03800000) & lo);
+    skv_v8i hi = sb > V8(0x71800000);
+    sb = (sb & ~hi) | (V8(0x71800000) & hi);
+    skv_v8i Es = ((sb >> 23) & V8(0xff)) - V8(127), sub = (sb >> 20) & V8(7), G = Es - V8(3);
+    skv_v8i emu = (mb >> 23) & V8(0xff);
+    skv_v8i M = (mb & V8(0x7fffff)) | ((emu != V8(0)) & V8(0x800000));
+    skv_v8i sgn = mb >> 31;
+    skv_v8i Y = (M ^ sgn) - sgn;              /* mu = Y * 2^em */
+    skv_v8i em = emu + (emu == V8(0)) * -1 - V8(150);
+    /* c: bf16 nearest mu (RNE), saturated to the largest finite */
+    skv_v8u u = (skv_v8u)mb;
+    skv_v8i cc = (skv_v8i)((u + (skv_v8u)V8(0x7fff) + ((u >> 16) & (skv_v8u)V8(1))) >> 16);
+    skv_v8i sat = (cc & V8(0x7fff)) >= V8(0x7f80);
+    cc = (cc & ~sat) | (((cc & V8(0x8000)) | V8(0x7f7f)) & sat);
+    skv_v8i cm = cc & V8(0x7fff), E = cm >> 7;
+    skv_v8i U = E + (E == V8(0)) * -1 - V8(134);
+    skv_v8i step = U >= G;
+    /* STEP: octave, phases, phase of mu's offset from c */
+    skv_v8i oct = Es - U, low = oct < V8(-12);
+    oct = (oct & ~low) | (V8(-12) & low);
+    skv_v8i subS = sub & ~low;
+    skv_v8i nph = SEL(oct < V8(0), V8(16), SEL(oct < V8(2), V8(4), V8(1)));
+    skv_v8i Mc = (cm & V8(0x7f)) | ((E != V8(0)) & V8(0x80));
+    skv_v8i csg = (cc & V8(0x8000)) != V8(0);
+    skv_v8i Yc = (Mc ^ csg) - csg;            /* c = Yc * 2^U */
+    skv_v8i k = U - em;                       /* -(em - U) */
+    skv_v8i kok = (k >= V8(1)) & (k <= V8(22));
+    skv_v8i kc = (k & kok) | (V8(1) & ~kok);  /* a safe shift where not ok */
+    skv_v8i N = Y - (Yc << kc);               /* (mu - c) / 2^U = N / 2^k */
+    skv_v8i nok = (N < V8(1 << 26)) & (N > V8(-(1 << 26)));
+    skv_v8i T = (N * nph + (nph << (kc - V8(1)))) >> kc;
+    skv_v8i ph = SEL(T < V8(1), V8(0), SEL(T >= nph, nph - V8(1), T));
+    skv_v8i one = nph == V8(1);
+    ph &= ~one;
+    skv_v8i idxS = ((oct + V8(12)) * 8 + subS) * 16 + ph;
+    skv_v8i okS = one | (kok & nok);
+    /* BUCKET: floor(mu / 2^G) and the phase of the rest */
+    skv_v8i d = em - G, pos = d >= V8(0);
+    skv_v8i okB = ~pos | (d <= V8(6));
+    skv_v8i dp = d & pos & okB;
+    skv_v8i kb = (-d) & ~pos, kb31 = SEL(kb > V8(31), V8(31), kb);
+    skv_v8i sh2 = kb - V8(2), sh2c = SEL(sh2 > V8(31), V8(31), SEL(sh2 < V8(0), V8(0), sh2));
+    skv_v8i phN = SEL(kb >= V8(2), (Y >> sh2c) & V8(3), (Y & V8(1)) << 1);
+    skv_v8i bi = SEL(pos, Y << dp, Y >> kb31);
+    skv_v8i phB = phN & ~pos;
+    skv_v8i idxB = sub * 4 + phB;
+    skv_v8i flag = SEL(step, SEL(okS, V8(0), V8(2)), SEL(okB, V8(1), V8(2)));
+    skv_v8i idx = SEL(step, idxS, idxB), key = SEL(step, cc, bi);
+    memcpy(o->flag, &flag, sizeof flag);
+    memcpy(o->idx, &idx, sizeof idx);
+    memcpy(o->key, &key, sizeof key);
+    memcpy(o->G, &G, sizeof G);
+    }
+}
+#endif
 
 /* ---- encoder ----------------------------------------------------------------- */
 
