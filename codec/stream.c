@@ -52,69 +52,110 @@ int skv__cls_simd_pick(void)
 
 /* fclassify for bf16 on lanes (cfast.h): each step is fclassify's, with
  * comparisons as lane masks (-1 true, 0 false) and a ? b : c as blends */
+/* skv__cls8_avx2's constants, in order of first use */
+enum {
+    K_X7F800000, K_X03800000, K_X71800000, K_XFF, K_127, K_7, K_3, K_X7FFFFF, K_X800000, K_150,
+    K_X7FFF, K_1, K_X7F80, K_X8000, K_X7F7F, K_134, K_M12, K_16, K_2, K_4, K_X7F, K_X80, K_22,
+    K_P26, K_M26, K_12, K_6, K_31
+};
+static const skv_v8i cls8_k[] = {
+    V8(0x7f800000),
+    V8(0x03800000),
+    V8(0x71800000),
+    V8(0xff),
+    V8(127),
+    V8(7),
+    V8(3),
+    V8(0x7fffff),
+    V8(0x800000),
+    V8(150),
+    V8(0x7fff),
+    V8(1),
+    V8(0x7f80),
+    V8(0x8000),
+    V8(0x7f7f),
+    V8(134),
+    V8(-12),
+    V8(16),
+    V8(2),
+    V8(4),
+    V8(0x7f),
+    V8(0x80),
+    V8(22),
+    V8(1 << 26),
+    V8(-(1 << 26)),
+    V8(12),
+    V8(6),
+    V8(31),
+};
+
 __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float *s, size_t groups,
                                                    skv_cls8 *o)
 {
+    /* the constants through a pointer the compiler cannot see through: one
+     * memory operand per use instead of a broadcast rebuilt in the loop */
+    const skv_v8i *K = cls8_k;
+    __asm__("" : "+r"(K));
     for (; groups--; mu += 8, s += 8, o++) {
-    skv_v8i mb, sb;
-    memcpy(&mb, mu, sizeof mb);
-    memcpy(&sb, s, sizeof sb);
-    mb &= ~((mb & V8(0x7f800000)) == V8(0x7f800000)); /* NaN, inf: mu = +0 */
-    /* s: NaN, negative or below 2^-120 -> 2^-120; above 2^100 -> 2^100
-     * (positive floats order as their bits) */
-    skv_v8i lo = (sb > V8(0x7f800000)) | (sb < V8(0x03800000));
-    sb = (sb & ~lo) | (V8(0x03800000) & lo);
-    skv_v8i hi = sb > V8(0x71800000);
-    sb = (sb & ~hi) | (V8(0x71800000) & hi);
-    skv_v8i Es = ((sb >> 23) & V8(0xff)) - V8(127), sub = (sb >> 20) & V8(7), G = Es - V8(3);
-    skv_v8i emu = (mb >> 23) & V8(0xff);
-    skv_v8i M = (mb & V8(0x7fffff)) | ((emu != V8(0)) & V8(0x800000));
-    skv_v8i sgn = mb >> 31;
-    skv_v8i Y = (M ^ sgn) - sgn;              /* mu = Y * 2^em */
-    skv_v8i em = emu + (emu == V8(0)) * -1 - V8(150);
-    /* c: bf16 nearest mu (RNE), saturated to the largest finite */
-    skv_v8u u = (skv_v8u)mb;
-    skv_v8i cc = (skv_v8i)((u + (skv_v8u)V8(0x7fff) + ((u >> 16) & (skv_v8u)V8(1))) >> 16);
-    skv_v8i sat = (cc & V8(0x7fff)) >= V8(0x7f80);
-    cc = (cc & ~sat) | (((cc & V8(0x8000)) | V8(0x7f7f)) & sat);
-    skv_v8i cm = cc & V8(0x7fff), E = cm >> 7;
-    skv_v8i U = E + (E == V8(0)) * -1 - V8(134);
-    skv_v8i step = U >= G;
-    /* STEP: octave, phases, phase of mu's offset from c */
-    skv_v8i oct = Es - U, low = oct < V8(-12);
-    oct = (oct & ~low) | (V8(-12) & low);
-    skv_v8i subS = sub & ~low;
-    skv_v8i nph = SEL(oct < V8(0), V8(16), SEL(oct < V8(2), V8(4), V8(1)));
-    skv_v8i Mc = (cm & V8(0x7f)) | ((E != V8(0)) & V8(0x80));
-    skv_v8i csg = (cc & V8(0x8000)) != V8(0);
-    skv_v8i Yc = (Mc ^ csg) - csg;            /* c = Yc * 2^U */
-    skv_v8i k = U - em;                       /* -(em - U) */
-    skv_v8i kok = (k >= V8(1)) & (k <= V8(22));
-    skv_v8i kc = (k & kok) | (V8(1) & ~kok);  /* a safe shift where not ok */
-    skv_v8i N = Y - (Yc << kc);               /* (mu - c) / 2^U = N / 2^k */
-    skv_v8i nok = (N < V8(1 << 26)) & (N > V8(-(1 << 26)));
-    skv_v8i T = (N * nph + (nph << (kc - V8(1)))) >> kc;
-    skv_v8i ph = SEL(T < V8(1), V8(0), SEL(T >= nph, nph - V8(1), T));
-    skv_v8i one = nph == V8(1);
-    ph &= ~one;
-    skv_v8i idxS = ((oct + V8(12)) * 8 + subS) * 16 + ph;
-    skv_v8i okS = one | (kok & nok);
-    /* BUCKET: floor(mu / 2^G) and the phase of the rest */
-    skv_v8i d = em - G, pos = d >= V8(0);
-    skv_v8i okB = ~pos | (d <= V8(6));
-    skv_v8i dp = d & pos & okB;
-    skv_v8i kb = (-d) & ~pos, kb31 = SEL(kb > V8(31), V8(31), kb);
-    skv_v8i sh2 = kb - V8(2), sh2c = SEL(sh2 > V8(31), V8(31), SEL(sh2 < V8(0), V8(0), sh2));
-    skv_v8i phN = SEL(kb >= V8(2), (Y >> sh2c) & V8(3), (Y & V8(1)) << 1);
-    skv_v8i bi = SEL(pos, Y << dp, Y >> kb31);
-    skv_v8i phB = phN & ~pos;
-    skv_v8i idxB = sub * 4 + phB;
-    skv_v8i flag = SEL(step, SEL(okS, V8(0), V8(2)), SEL(okB, V8(1), V8(2)));
-    skv_v8i idx = SEL(step, idxS, idxB), key = SEL(step, cc, bi);
-    memcpy(o->flag, &flag, sizeof flag);
-    memcpy(o->idx, &idx, sizeof idx);
-    memcpy(o->key, &key, sizeof key);
-    memcpy(o->G, &G, sizeof G);
+        skv_v8i mb, sb;
+        memcpy(&mb, mu, sizeof mb);
+        memcpy(&sb, s, sizeof sb);
+        mb &= ~((mb & K[K_X7F800000]) == K[K_X7F800000]); /* NaN, inf: mu = +0 */
+        /* s: NaN, negative or below 2^-120 -> 2^-120; above 2^100 -> 2^100
+         * (positive floats order as their bits) */
+        skv_v8i lo = (sb > K[K_X7F800000]) | (sb < K[K_X03800000]);
+        sb = (sb & ~lo) | (K[K_X03800000] & lo);
+        skv_v8i hi = sb > K[K_X71800000];
+        sb = (sb & ~hi) | (K[K_X71800000] & hi);
+        skv_v8i Es = ((sb >> 23) & K[K_XFF]) - K[K_127], sub = (sb >> 20) & K[K_7], G = Es - K[K_3];
+        skv_v8i emu = (mb >> 23) & K[K_XFF];
+        skv_v8i M = (mb & K[K_X7FFFFF]) | ((emu != V8(0)) & K[K_X800000]);
+        skv_v8i sgn = mb >> 31;
+        skv_v8i Y = (M ^ sgn) - sgn; /* mu = Y * 2^em */
+        skv_v8i em = emu + (emu == V8(0)) * -1 - K[K_150];
+        /* c: bf16 nearest mu (RNE), saturated to the largest finite */
+        skv_v8u u = (skv_v8u)mb;
+        skv_v8i cc = (skv_v8i)((u + (skv_v8u)K[K_X7FFF] + ((u >> 16) & (skv_v8u)K[K_1])) >> 16);
+        skv_v8i sat = (cc & K[K_X7FFF]) >= K[K_X7F80];
+        cc = (cc & ~sat) | (((cc & K[K_X8000]) | K[K_X7F7F]) & sat);
+        skv_v8i cm = cc & K[K_X7FFF], E = cm >> 7;
+        skv_v8i U = E + (E == V8(0)) * -1 - K[K_134];
+        skv_v8i step = U >= G;
+        /* STEP: octave, phases, phase of mu's offset from c */
+        skv_v8i oct = Es - U, low = oct < K[K_M12];
+        oct = (oct & ~low) | (K[K_M12] & low);
+        skv_v8i subS = sub & ~low;
+        skv_v8i nph = SEL(oct < V8(0), K[K_16], SEL(oct < K[K_2], K[K_4], K[K_1]));
+        skv_v8i Mc = (cm & K[K_X7F]) | ((E != V8(0)) & K[K_X80]);
+        skv_v8i csg = (cc & K[K_X8000]) != V8(0);
+        skv_v8i Yc = (Mc ^ csg) - csg; /* c = Yc * 2^U */
+        skv_v8i k = U - em; /* -(em - U) */
+        skv_v8i kok = (k >= K[K_1]) & (k <= K[K_22]);
+        skv_v8i kc = (k & kok) | (K[K_1] & ~kok); /* a safe shift where not ok */
+        skv_v8i N = Y - (Yc << kc); /* (mu - c) / 2^U = N / 2^k */
+        skv_v8i nok = (N < K[K_P26]) & (N > K[K_M26]);
+        skv_v8i T = (N * nph + (nph << (kc - K[K_1]))) >> kc;
+        skv_v8i ph = SEL(T < K[K_1], V8(0), SEL(T >= nph, nph - K[K_1], T));
+        skv_v8i one = nph == K[K_1];
+        ph &= ~one;
+        skv_v8i idxS = ((oct + K[K_12]) * 8 + subS) * 16 + ph;
+        skv_v8i okS = one | (kok & nok);
+        /* BUCKET: floor(mu / 2^G) and the phase of the rest */
+        skv_v8i d = em - G, pos = d >= V8(0);
+        skv_v8i okB = ~pos | (d <= K[K_6]);
+        skv_v8i dp = d & pos & okB;
+        skv_v8i kb = (-d) & ~pos, kb31 = SEL(kb > K[K_31], K[K_31], kb);
+        skv_v8i sh2 = kb - K[K_2], sh2c = SEL(sh2 > K[K_31], K[K_31], SEL(sh2 < V8(0), V8(0), sh2));
+        skv_v8i phN = SEL(kb >= K[K_2], (Y >> sh2c) & K[K_3], (Y & K[K_1]) << 1);
+        skv_v8i bi = SEL(pos, Y << dp, Y >> kb31);
+        skv_v8i phB = phN & ~pos;
+        skv_v8i idxB = sub * 4 + phB;
+        skv_v8i flag = SEL(step, SEL(okS, V8(0), K[K_2]), SEL(okB, K[K_1], K[K_2]));
+        skv_v8i idx = SEL(step, idxS, idxB), key = SEL(step, cc, bi);
+        memcpy(o->flag, &flag, sizeof flag);
+        memcpy(o->idx, &idx, sizeof idx);
+        memcpy(o->key, &key, sizeof key);
+        memcpy(o->G, &G, sizeof G);
     }
 }
 #endif
