@@ -178,6 +178,7 @@ struct skv_encoder {
     const skv_atoms *atoms;
     uint16_t *words;
     size_t wcap;
+    uint64_t raw_slow; /* plain bits queued out of line by the current put_n */
     skv_fcache fc;
     skv_rcache rc;
 };
@@ -246,8 +247,8 @@ SKV_ALWAYS_INLINE void put_raw(uint64_t **o, uint64_t *raw_bits, uint32_t v, int
 
 /* the escape: the table's last symbol, x's high byte under p_emp, the rest
  * as plain bits */
-static __attribute__((noinline)) void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x,
-                                                 uint64_t **o, double *ideal, uint64_t *raw_bits)
+SKV_ALWAYS_INLINE void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x, uint64_t **o,
+                                  double *ideal, uint64_t *raw_bits)
 {
     const skv_lat *L = &m->lat;
     put_sym(o, ideal, t, t->n - 1);
@@ -258,9 +259,8 @@ static __attribute__((noinline)) void put_escape(const skv_cmodel *m, const skv_
 
 /* BUCKET mode off the common case: the zero bucket, buckets below one
  * lattice step or in subnormals, escapes (skv__plan) */
-static __attribute__((noinline)) void put_bucket_slow(const skv_cmodel *m, const skv_lat *L,
-                                                      const skv_fcls *c, uint32_t x, uint64_t **o,
-                                                      double *ideal, uint64_t *raw_bits)
+SKV_ALWAYS_INLINE void put_bucket_slow(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c,
+                                       uint32_t x, uint64_t **o, double *ideal, uint64_t *raw_bits)
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
@@ -288,12 +288,37 @@ static __attribute__((noinline)) void put_bucket_slow(const skv_cmodel *m, const
     put_raw(o, raw_bits, mag - lo, fbits_for((uint64_t)hi - lo));
 }
 
+/* The out-of-line forms of the two: the queue pointer and the cost go in
+ * and come back by value, so that the hot loop's own copies are never
+ * addressed and stay in registers (the symbol costs are summed in the
+ * same order either way); plain bits are counted in *raw_slow. */
+typedef struct {
+    uint64_t *o;
+    double ideal;
+} skv_eret;
+
+static __attribute__((noinline)) skv_eret put_escape_ool(const skv_cmodel *m, const skv_ftab *t,
+                                                         uint32_t x, uint64_t *o, double ideal,
+                                                         uint64_t *raw_slow)
+{
+    put_escape(m, t, x, &o, &ideal, raw_slow);
+    return (skv_eret){o, ideal};
+}
+
+static __attribute__((noinline)) skv_eret put_bucket_ool(const skv_cmodel *m, const skv_lat *L,
+                                                         const skv_fcls *c, uint32_t x, uint64_t *o,
+                                                         double ideal, uint64_t *raw_slow)
+{
+    put_bucket_slow(m, L, c, x, &o, &ideal, raw_slow);
+    return (skv_eret){o, ideal};
+}
+
 /* The operations of one scalar of class c (skv__plan). The common case,
  * x normal in a bucket j >= 1 that holds 2^nb lattice points: j is x's
  * significand shifted right by nb, and x's index in the bucket its low nb
  * bits. */
 SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c, uint32_t x,
-                               uint64_t **o, double *ideal, uint64_t *raw_bits)
+                               uint64_t **o, double *ideal, uint64_t *raw_bits, uint64_t *raw_slow)
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
@@ -332,14 +357,19 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
                 return;
             }
         }
-        put_bucket_slow(m, L, c, x, o, ideal, raw_bits);
+        skv_eret r = put_bucket_ool(m, L, c, x, *o, *ideal, raw_slow);
+        *o = r.o;
+        *ideal = r.ideal;
         return;
     }
     uint64_t sym = (uint64_t)(fordinal(L, x) - c->base);
-    if (__builtin_expect(mag < L->inf_mag && sym < c->nesc, 1))
+    if (__builtin_expect(mag < L->inf_mag && sym < c->nesc, 1)) {
         put_sym(o, ideal, t, (uint32_t)sym);
-    else
-        put_escape(m, t, x, o, ideal, raw_bits);
+    } else {
+        skv_eret r = put_escape_ool(m, t, x, *o, *ideal, raw_slow);
+        *o = r.o;
+        *ideal = r.ideal;
+    }
 }
 
 /* Scalars are classified a block at a time, then planned. */
@@ -353,6 +383,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
     uint64_t *o = e->ops + e->nops;
     double ideal = 0;
     uint64_t raw_bits = 0, h = e->h;
+    e->raw_slow = 0;
     int rc = SKV_OK;
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
@@ -363,7 +394,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
         else
             for (; i < n; i++) {
                 uint32_t xi = x[i] & mask;
-                enc_one(m, L, &row[i], xi, &o, &ideal, &raw_bits);
+                enc_one(m, L, &row[i], xi, &o, &ideal, &raw_bits, &e->raw_slow);
                 h = mix_in(h, xi);
             }
     } else if (!e->fc.off) { /* repeating (mu, s): look each class up as it comes */
@@ -375,7 +406,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
                 break;
             }
             uint32_t xi = x[i] & mask;
-            enc_one(m, L, c, xi, &o, &ideal, &raw_bits);
+            enc_one(m, L, c, xi, &o, &ideal, &raw_bits, &e->raw_slow);
             h = mix_in(h, xi);
         }
         fcache_count(&e->fc, (uint32_t)i, hits);
@@ -385,12 +416,12 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
         rc = fclassify_block(m, L, mu + i, s + i, nb, cls, &nb);
         for (size_t k = 0; k < nb; k++, i++) {
             uint32_t xi = x[i] & mask;
-            enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits);
+            enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits, &e->raw_slow);
             h = mix_in(h, xi);
         }
     }
     e->nops = (size_t)(o - e->ops);
-    e->ideal += ideal + (double)raw_bits;
+    e->ideal += ideal + (double)(raw_bits + e->raw_slow);
     e->h = h;
     e->n += (uint32_t)i;
     return rc ? skv_error(rc, "codec table") : SKV_OK;
@@ -407,6 +438,7 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
     uint64_t *o = e->ops + e->nops;
     double ideal = 0;
     uint64_t raw_bits = 0, h = e->h;
+    e->raw_slow = 0;
     int rc = SKV_OK;
     size_t i = 0;
     uint32_t ch = e->n % as->nch, hits = 0, looks = 0;
@@ -440,12 +472,12 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
             h = e->h; /* the stream is unusable until the next reset */
             break;
         }
-        enc_one(m, L, c, xi, &o, &ideal, &raw_bits);
+        enc_one(m, L, c, xi, &o, &ideal, &raw_bits, &e->raw_slow);
     }
     if (looks)
         fcache_count(&e->fc, looks, hits);
     e->nops = (size_t)(o - e->ops);
-    e->ideal += ideal + (double)raw_bits;
+    e->ideal += ideal + (double)(raw_bits + e->raw_slow);
     e->h = h;
     e->n += (uint32_t)i;
     return rc ? skv_error(rc, "codec table") : SKV_OK;
