@@ -221,7 +221,7 @@ SKV_ALWAYS_INLINE int fclassify(skv_cmodel *m, const skv_lat *L, float mu, float
  * under half hits (ctx, spec: predictions vary per scalar). Purely a
  * speed-up: a hit returns what fclassify would. */
 #define FCACHE_BITS 9
-#define FCACHE_PROBE 2048
+#define FCACHE_PROBE 1024
 typedef struct {
     uint64_t key[1u << FCACHE_BITS]; /* (mu bits | s bits << 32) + 1; 0: empty */
     skv_fcls cls[1u << FCACHE_BITS];
@@ -264,19 +264,153 @@ static inline void fcache_count(skv_fcache *fc, uint32_t n, uint32_t hits)
         fc->off = 1;
 }
 
+/* A cache of whole rows of classes keyed by the exact bits of the row's
+ * (mu, s), per encoder/decoder and stream: a predictor whose rows repeat
+ * (stat: mu is the channel mean, s one of two rows, seen/unseen) pays one
+ * compare of the row instead of a lookup per scalar. Rows of at most
+ * RCACHE_N scalars, RCACHE_SLOTS of them (the least recently used goes).
+ * It switches itself off after RCACHE_PROBE rows with under half hits
+ * (ctx: mu varies per row). Purely a speed-up, like skv_fcache. */
+#define RCACHE_N 256
+#define RCACHE_SLOTS 2
+#define RCACHE_PROBE 8
+typedef struct {
+    uint32_t n[RCACHE_SLOTS]; /* scalars in the slot; 0: empty */
+    uint32_t age[RCACHE_SLOTS];
+    uint32_t clock, lookups, hits;
+    int off;
+    float mu[RCACHE_SLOTS][RCACHE_N], s[RCACHE_SLOTS][RCACHE_N];
+    skv_fcls cls[RCACHE_SLOTS][RCACHE_N];
+} skv_rcache;
+
+static inline void rcache_clear(skv_rcache *rc)
+{
+    for (int k = 0; k < RCACHE_SLOTS; k++)
+        rc->n[k] = 0, rc->age[k] = 0;
+    rc->clock = rc->lookups = rc->hits = 0;
+    rc->off = 0;
+}
+
 /* Classify mu[0..n), s[0..n) into cls (a block ahead of the rANS chain,
  * when the cache is off); SKV_ERR_NOMEM, with *done set to the scalars
  * classified, when a table cannot be built. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SKV_HAVE_CLS8 1
+/* bf16 classification eight lanes at a time (AVX2, chosen at run time):
+ * the integer arithmetic of fclassify on 32-bit lanes, for the ranges
+ * where 32 bits are exact; every other lane is flagged for fclassify. Out:
+ * per lane flag (0 STEP, 1 BUCKET, 2 take fclassify), the table index, key
+ * (STEP: c's bits; BUCKET: floor(mu / 2^G)) and G. */
+typedef int32_t skv_v8i __attribute__((vector_size(32)));
+typedef uint32_t skv_v8u __attribute__((vector_size(32)));
+typedef struct {
+    int32_t flag[8], idx[8], key[8], G[8];
+} skv_cls8;
+void skv__cls8_avx2(const float *mu, const float *s, size_t groups, skv_cls8 *o);
+/* 0: scalar classification (SEQKV_SIMD=0), 2: AVX2; chosen at the first
+ * use (skv__cls_simd_pick); the tests set it to compare the two */
+extern int skv__cls_simd;
+int skv__cls_simd_pick(void);
+
+SKV_ALWAYS_INLINE int cls_simd(void)
+{
+    int v = __atomic_load_n(&skv__cls_simd, __ATOMIC_RELAXED);
+    return v >= 0 ? v : skv__cls_simd_pick();
+}
+
+/* the eight lanes of o into cls (bf16): tables by index, fclassify for
+ * flagged lanes and tables not built yet */
+SKV_ALWAYS_INLINE int cls8_finish(skv_cmodel *m, const skv_lat *L, const float *mu, const float *s,
+                                  const skv_cls8 *o, skv_fcls *cls)
+{
+    for (int k = 0; k < 8; k++) {
+        skv_fcls *c = &cls[k];
+        const skv_ftab *t = NULL;
+        if (o->flag[k] == 1)
+            t = __atomic_load_n(&m->bucket[o->idx[k]], __ATOMIC_ACQUIRE);
+        else if (o->flag[k] == 0)
+            t = __atomic_load_n(&m->step[o->idx[k]], __ATOMIC_ACQUIRE);
+        if (__builtin_expect(!t, 0)) {
+            if (fclassify(m, L, mu[k], s[k], c) != SKV_OK)
+                return SKV_ERR_NOMEM;
+            continue;
+        }
+        c->tab = t;
+        c->G = o->G[k];
+        if (o->flag[k]) {
+            c->bucket = 1;
+            c->base = (int64_t)o->key[k] - BUCKET_R;
+            c->nesc = 2 * BUCKET_R + 1;
+        } else {
+            c->bucket = 0;
+            c->base = fordinal(L, (uint32_t)o->key[k]) - t->R;
+            c->nesc = t->n - 1;
+        }
+    }
+    return SKV_OK;
+}
+#endif
+
 SKV_ALWAYS_INLINE int fclassify_block(skv_cmodel *m, const skv_lat *L, const float *mu,
                                       const float *s, size_t n, skv_fcls *cls, size_t *done)
 {
-    for (size_t k = 0; k < n; k++)
+    size_t k0 = 0;
+#ifdef SKV_HAVE_CLS8
+    if (L->dt == SKV_DT_BF16 && n >= 8 && cls_simd() == 2) {
+        skv_cls8 o[8];
+        while (k0 + 8 <= n) {
+            size_t g = (n - k0) / 8 < 8 ? (n - k0) / 8 : 8;
+            skv__cls8_avx2(mu + k0, s + k0, g, o);
+            for (size_t j = 0; j < g; j++, k0 += 8)
+                if (__builtin_expect(cls8_finish(m, L, mu + k0, s + k0, &o[j], cls + k0) != SKV_OK,
+                                     0)) {
+                    *done = k0; /* the lanes before the failing one are right; report the group */
+                    return SKV_ERR_NOMEM;
+                }
+        }
+    }
+#endif
+    for (size_t k = k0; k < n; k++)
         if (__builtin_expect(fclassify(m, L, mu[k], s[k], &cls[k]) != SKV_OK, 0)) {
             *done = k;
             return SKV_ERR_NOMEM;
         }
     *done = n;
     return SKV_OK;
+}
+
+/* The classes of the row mu[0..n), s[0..n) (n <= RCACHE_N) through the
+ * row cache (which must be on): a hit returns the stored row, a miss
+ * classifies the row into the least recently used slot. NULL when a table
+ * cannot be built (the slot is then left empty). The pointer is valid
+ * until the next lookup. */
+static inline const skv_fcls *rcache_get(skv_cmodel *m, const skv_lat *L, skv_rcache *rc,
+                                         const float *mu, const float *s, size_t n)
+{
+    int v = 0;
+    rc->lookups++;
+    rc->clock++;
+    for (int k = 0; k < RCACHE_SLOTS; k++) {
+        if (rc->n[k] == n && memcmp(rc->mu[k], mu, n * sizeof *mu) == 0 &&
+            memcmp(rc->s[k], s, n * sizeof *s) == 0) {
+            rc->hits++;
+            rc->age[k] = rc->clock;
+            return rc->cls[k];
+        }
+        if (rc->age[k] < rc->age[v])
+            v = k;
+    }
+    if (rc->lookups >= RCACHE_PROBE && rc->hits < rc->lookups / 2)
+        rc->off = 1; /* this miss is still served */
+    size_t done;
+    rc->n[v] = 0;
+    if (fclassify_block(m, L, mu, s, n, rc->cls[v], &done) != SKV_OK)
+        return NULL;
+    memcpy(rc->mu[v], mu, n * sizeof *mu);
+    memcpy(rc->s[v], s, n * sizeof *s);
+    rc->n[v] = (uint32_t)n;
+    rc->age[v] = rc->clock;
+    return rc->cls[v];
 }
 
 /* ceil_lat(L, 1, e): the code of 2^e, or the reference off the normal range */

@@ -5,6 +5,7 @@
  * encoder queues every scalar's operations, then codes them in reverse;
  * the decoder reads the four final states and then the words in order,
  * checking every read against the end of the payload. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cfast.h"
@@ -33,6 +34,132 @@ uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed)
     return h ^ (h >> 32);
 }
 
+/* ---- classification, eight bf16 lanes at a time --------------------------- */
+
+#ifdef SKV_HAVE_CLS8
+int skv__cls_simd = -1;
+
+int skv__cls_simd_pick(void)
+{
+    const char *e = getenv("SEQKV_SIMD"); /* "0": the scalar path (tests, comparisons) */
+    int v = (!e || strcmp(e, "0") != 0) && __builtin_cpu_supports("avx2") ? 2 : 0;
+    __atomic_store_n(&skv__cls_simd, v, __ATOMIC_RELAXED);
+    return v;
+}
+
+#define V8(x) ((skv_v8i){(x), (x), (x), (x), (x), (x), (x), (x)})
+#define SEL(m, a, b) (((a) & (m)) | ((b) & ~(m))) /* m ? a : b per lane */
+
+/* fclassify for bf16 on lanes (cfast.h): each step is fclassify's, with
+ * comparisons as lane masks (-1 true, 0 false) and a ? b : c as blends */
+/* skv__cls8_avx2's constants, in order of first use */
+enum {
+    K_X7F800000, K_X03800000, K_X71800000, K_XFF, K_127, K_7, K_3, K_X7FFFFF, K_X800000, K_150,
+    K_X7FFF, K_1, K_X7F80, K_X8000, K_X7F7F, K_134, K_M12, K_16, K_2, K_4, K_X7F, K_X80, K_22,
+    K_P26, K_M26, K_12, K_6, K_31
+};
+static const skv_v8i cls8_k[] = {
+    V8(0x7f800000),
+    V8(0x03800000),
+    V8(0x71800000),
+    V8(0xff),
+    V8(127),
+    V8(7),
+    V8(3),
+    V8(0x7fffff),
+    V8(0x800000),
+    V8(150),
+    V8(0x7fff),
+    V8(1),
+    V8(0x7f80),
+    V8(0x8000),
+    V8(0x7f7f),
+    V8(134),
+    V8(-12),
+    V8(16),
+    V8(2),
+    V8(4),
+    V8(0x7f),
+    V8(0x80),
+    V8(22),
+    V8(1 << 26),
+    V8(-(1 << 26)),
+    V8(12),
+    V8(6),
+    V8(31),
+};
+
+__attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float *s, size_t groups,
+                                                   skv_cls8 *o)
+{
+    /* the constants through a pointer the compiler cannot see through: one
+     * memory operand per use instead of a broadcast rebuilt in the loop */
+    const skv_v8i *K = cls8_k;
+    __asm__("" : "+r"(K));
+    for (; groups--; mu += 8, s += 8, o++) {
+        skv_v8i mb, sb;
+        memcpy(&mb, mu, sizeof mb);
+        memcpy(&sb, s, sizeof sb);
+        mb &= ~((mb & K[K_X7F800000]) == K[K_X7F800000]); /* NaN, inf: mu = +0 */
+        /* s: NaN, negative or below 2^-120 -> 2^-120; above 2^100 -> 2^100
+         * (positive floats order as their bits) */
+        skv_v8i lo = (sb > K[K_X7F800000]) | (sb < K[K_X03800000]);
+        sb = (sb & ~lo) | (K[K_X03800000] & lo);
+        skv_v8i hi = sb > K[K_X71800000];
+        sb = (sb & ~hi) | (K[K_X71800000] & hi);
+        skv_v8i Es = ((sb >> 23) & K[K_XFF]) - K[K_127], sub = (sb >> 20) & K[K_7], G = Es - K[K_3];
+        skv_v8i emu = (mb >> 23) & K[K_XFF];
+        skv_v8i M = (mb & K[K_X7FFFFF]) | ((emu != V8(0)) & K[K_X800000]);
+        skv_v8i sgn = mb >> 31;
+        skv_v8i Y = (M ^ sgn) - sgn; /* mu = Y * 2^em */
+        skv_v8i em = emu + (emu == V8(0)) * -1 - K[K_150];
+        /* c: bf16 nearest mu (RNE), saturated to the largest finite */
+        skv_v8u u = (skv_v8u)mb;
+        skv_v8i cc = (skv_v8i)((u + (skv_v8u)K[K_X7FFF] + ((u >> 16) & (skv_v8u)K[K_1])) >> 16);
+        skv_v8i sat = (cc & K[K_X7FFF]) >= K[K_X7F80];
+        cc = (cc & ~sat) | (((cc & K[K_X8000]) | K[K_X7F7F]) & sat);
+        skv_v8i cm = cc & K[K_X7FFF], E = cm >> 7;
+        skv_v8i U = E + (E == V8(0)) * -1 - K[K_134];
+        skv_v8i step = U >= G;
+        /* STEP: octave, phases, phase of mu's offset from c */
+        skv_v8i oct = Es - U, low = oct < K[K_M12];
+        oct = (oct & ~low) | (K[K_M12] & low);
+        skv_v8i subS = sub & ~low;
+        skv_v8i nph = SEL(oct < V8(0), K[K_16], SEL(oct < K[K_2], K[K_4], K[K_1]));
+        skv_v8i Mc = (cm & K[K_X7F]) | ((E != V8(0)) & K[K_X80]);
+        skv_v8i csg = (cc & K[K_X8000]) != V8(0);
+        skv_v8i Yc = (Mc ^ csg) - csg; /* c = Yc * 2^U */
+        skv_v8i k = U - em; /* -(em - U) */
+        skv_v8i kok = (k >= K[K_1]) & (k <= K[K_22]);
+        skv_v8i kc = (k & kok) | (K[K_1] & ~kok); /* a safe shift where not ok */
+        skv_v8i N = Y - (Yc << kc); /* (mu - c) / 2^U = N / 2^k */
+        skv_v8i nok = (N < K[K_P26]) & (N > K[K_M26]);
+        skv_v8i T = (N * nph + (nph << (kc - K[K_1]))) >> kc;
+        skv_v8i ph = SEL(T < K[K_1], V8(0), SEL(T >= nph, nph - K[K_1], T));
+        skv_v8i one = nph == K[K_1];
+        ph &= ~one;
+        skv_v8i idxS = ((oct + K[K_12]) * 8 + subS) * 16 + ph;
+        skv_v8i okS = one | (kok & nok);
+        /* BUCKET: floor(mu / 2^G) and the phase of the rest */
+        skv_v8i d = em - G, pos = d >= V8(0);
+        skv_v8i okB = ~pos | (d <= K[K_6]);
+        skv_v8i dp = d & pos & okB;
+        skv_v8i kb = (-d) & ~pos, kb31 = SEL(kb > K[K_31], K[K_31], kb);
+        skv_v8i sh2 = kb - K[K_2], sh2c = SEL(sh2 > K[K_31], K[K_31], SEL(sh2 < V8(0), V8(0), sh2));
+        skv_v8i phN = SEL(kb >= K[K_2], (Y >> sh2c) & K[K_3], (Y & K[K_1]) << 1);
+        skv_v8i bi = SEL(pos, Y << dp, Y >> kb31);
+        skv_v8i phB = phN & ~pos;
+        skv_v8i idxB = sub * 4 + phB;
+        skv_v8i flag = SEL(step, SEL(okS, V8(0), K[K_2]), SEL(okB, K[K_1], K[K_2]));
+        skv_v8i idx = SEL(step, idxS, idxB), key = SEL(step, cc, bi);
+        memcpy(o->flag, &flag, sizeof flag);
+        memcpy(o->idx, &idx, sizeof idx);
+        memcpy(o->key, &key, sizeof key);
+        memcpy(o->G, &G, sizeof G);
+    }
+}
+#endif
+
 /* ---- encoder ----------------------------------------------------------------- */
 
 /* A queued operation: start | freq << 16 | bits << 32 (freq < 2^16: every
@@ -51,7 +178,9 @@ struct skv_encoder {
     const skv_atoms *atoms;
     uint16_t *words;
     size_t wcap;
+    uint64_t raw_slow; /* plain bits queued out of line by the current put_n */
     skv_fcache fc;
+    skv_rcache rc;
 };
 
 int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
@@ -87,6 +216,7 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
     e->n = 0;
     e->ideal = 0;
     fcache_clear(&e->fc);
+    rcache_clear(&e->rc);
     e->h = 0x243f6a8885a308d3ull;
     if (calib_id)
         memcpy(e->calib, calib_id, 16);
@@ -117,8 +247,8 @@ SKV_ALWAYS_INLINE void put_raw(uint64_t **o, uint64_t *raw_bits, uint32_t v, int
 
 /* the escape: the table's last symbol, x's high byte under p_emp, the rest
  * as plain bits */
-static __attribute__((noinline)) void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x,
-                                                 uint64_t **o, double *ideal, uint64_t *raw_bits)
+SKV_ALWAYS_INLINE void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x, uint64_t **o,
+                                  double *ideal, uint64_t *raw_bits)
 {
     const skv_lat *L = &m->lat;
     put_sym(o, ideal, t, t->n - 1);
@@ -129,9 +259,8 @@ static __attribute__((noinline)) void put_escape(const skv_cmodel *m, const skv_
 
 /* BUCKET mode off the common case: the zero bucket, buckets below one
  * lattice step or in subnormals, escapes (skv__plan) */
-static __attribute__((noinline)) void put_bucket_slow(const skv_cmodel *m, const skv_lat *L,
-                                                      const skv_fcls *c, uint32_t x, uint64_t **o,
-                                                      double *ideal, uint64_t *raw_bits)
+SKV_ALWAYS_INLINE void put_bucket_slow(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c,
+                                       uint32_t x, uint64_t **o, double *ideal, uint64_t *raw_bits)
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
@@ -159,12 +288,37 @@ static __attribute__((noinline)) void put_bucket_slow(const skv_cmodel *m, const
     put_raw(o, raw_bits, mag - lo, fbits_for((uint64_t)hi - lo));
 }
 
+/* The out-of-line forms of the two: the queue pointer and the cost go in
+ * and come back by value, so that the hot loop's own copies are never
+ * addressed and stay in registers (the symbol costs are summed in the
+ * same order either way); plain bits are counted in *raw_slow. */
+typedef struct {
+    uint64_t *o;
+    double ideal;
+} skv_eret;
+
+static __attribute__((noinline)) skv_eret put_escape_ool(const skv_cmodel *m, const skv_ftab *t,
+                                                         uint32_t x, uint64_t *o, double ideal,
+                                                         uint64_t *raw_slow)
+{
+    put_escape(m, t, x, &o, &ideal, raw_slow);
+    return (skv_eret){o, ideal};
+}
+
+static __attribute__((noinline)) skv_eret put_bucket_ool(const skv_cmodel *m, const skv_lat *L,
+                                                         const skv_fcls *c, uint32_t x, uint64_t *o,
+                                                         double ideal, uint64_t *raw_slow)
+{
+    put_bucket_slow(m, L, c, x, &o, &ideal, raw_slow);
+    return (skv_eret){o, ideal};
+}
+
 /* The operations of one scalar of class c (skv__plan). The common case,
  * x normal in a bucket j >= 1 that holds 2^nb lattice points: j is x's
  * significand shifted right by nb, and x's index in the bucket its low nb
  * bits. */
 SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c, uint32_t x,
-                               uint64_t **o, double *ideal, uint64_t *raw_bits)
+                               uint64_t **o, double *ideal, uint64_t *raw_bits, uint64_t *raw_slow)
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
@@ -203,14 +357,19 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
                 return;
             }
         }
-        put_bucket_slow(m, L, c, x, o, ideal, raw_bits);
+        skv_eret r = put_bucket_ool(m, L, c, x, *o, *ideal, raw_slow);
+        *o = r.o;
+        *ideal = r.ideal;
         return;
     }
     uint64_t sym = (uint64_t)(fordinal(L, x) - c->base);
-    if (__builtin_expect(mag < L->inf_mag && sym < c->nesc, 1))
+    if (__builtin_expect(mag < L->inf_mag && sym < c->nesc, 1)) {
         put_sym(o, ideal, t, (uint32_t)sym);
-    else
-        put_escape(m, t, x, o, ideal, raw_bits);
+    } else {
+        skv_eret r = put_escape_ool(m, t, x, *o, *ideal, raw_slow);
+        *o = r.o;
+        *ideal = r.ideal;
+    }
 }
 
 /* Scalars are classified a block at a time, then planned. */
@@ -224,10 +383,21 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
     uint64_t *o = e->ops + e->nops;
     double ideal = 0;
     uint64_t raw_bits = 0, h = e->h;
+    e->raw_slow = 0;
     int rc = SKV_OK;
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
-    if (!e->fc.off) { /* repeating (mu, s): look each class up as it comes */
+    if (!e->rc.off && n - 1 < RCACHE_N) { /* repeating rows of (mu, s) */
+        const skv_fcls *row = rcache_get(m, L, &e->rc, mu, s, n);
+        if (__builtin_expect(!row, 0))
+            rc = SKV_ERR_NOMEM;
+        else
+            for (; i < n; i++) {
+                uint32_t xi = x[i] & mask;
+                enc_one(m, L, &row[i], xi, &o, &ideal, &raw_bits, &e->raw_slow);
+                h = mix_in(h, xi);
+            }
+    } else if (!e->fc.off) { /* repeating (mu, s): look each class up as it comes */
         uint32_t hits = 0;
         for (; i < n; i++) {
             const skv_fcls *c = fcache_get(m, L, &e->fc, mu[i], s[i], &hits);
@@ -236,7 +406,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
                 break;
             }
             uint32_t xi = x[i] & mask;
-            enc_one(m, L, c, xi, &o, &ideal, &raw_bits);
+            enc_one(m, L, c, xi, &o, &ideal, &raw_bits, &e->raw_slow);
             h = mix_in(h, xi);
         }
         fcache_count(&e->fc, (uint32_t)i, hits);
@@ -246,12 +416,12 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
         rc = fclassify_block(m, L, mu + i, s + i, nb, cls, &nb);
         for (size_t k = 0; k < nb; k++, i++) {
             uint32_t xi = x[i] & mask;
-            enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits);
+            enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits, &e->raw_slow);
             h = mix_in(h, xi);
         }
     }
     e->nops = (size_t)(o - e->ops);
-    e->ideal += ideal + (double)raw_bits;
+    e->ideal += ideal + (double)(raw_bits + e->raw_slow);
     e->h = h;
     e->n += (uint32_t)i;
     return rc ? skv_error(rc, "codec table") : SKV_OK;
@@ -268,9 +438,15 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
     uint64_t *o = e->ops + e->nops;
     double ideal = 0;
     uint64_t raw_bits = 0, h = e->h;
+    e->raw_slow = 0;
     int rc = SKV_OK;
     size_t i = 0;
     uint32_t ch = e->n % as->nch, hits = 0, looks = 0;
+    const skv_fcls *row = NULL;
+    if (!e->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &e->rc, mu, s, n))) {
+        rc = SKV_ERR_NOMEM;
+        n = 0;
+    }
     for (; i < n; i++) {
         const skv_atom_ch *a = &as->ch[ch];
         uint32_t xi = x[i] & mask;
@@ -285,7 +461,9 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
         }
         skv_fcls cl;
         const skv_fcls *c = &cl;
-        if (!e->fc.off)
+        if (row)
+            c = &row[i];
+        else if (!e->fc.off)
             c = fcache_get(m, L, &e->fc, mu[i], s[i], &hits), looks++;
         else if (fclassify(m, L, mu[i], s[i], &cl) != SKV_OK)
             c = NULL;
@@ -294,12 +472,12 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
             h = e->h; /* the stream is unusable until the next reset */
             break;
         }
-        enc_one(m, L, c, xi, &o, &ideal, &raw_bits);
+        enc_one(m, L, c, xi, &o, &ideal, &raw_bits, &e->raw_slow);
     }
-    if (!e->fc.off)
+    if (looks)
         fcache_count(&e->fc, looks, hits);
     e->nops = (size_t)(o - e->ops);
-    e->ideal += ideal + (double)raw_bits;
+    e->ideal += ideal + (double)(raw_bits + e->raw_slow);
     e->h = h;
     e->n += (uint32_t)i;
     return rc ? skv_error(rc, "codec table") : SKV_OK;
@@ -385,18 +563,21 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     }
     uint32_t x[4] = {RANS_L, RANS_L, RANS_L, RANS_L};
     size_t nw = 0, i = e->nops;
+    /* locals: the word stores cannot then make the compiler reload them */
+    const uint64_t *ops = e->ops;
+    uint16_t *words = e->words;
     /* op i uses state i mod 4: the ragged end first, then blocks of four */
     while (i & 3) {
         i--;
-        enc_op(&x[i & 3], e->ops[i], e->words, &nw);
+        enc_op(&x[i & 3], ops[i], words, &nw);
     }
     uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
     while (i) {
         i -= 4;
-        enc_op(&x3, e->ops[i + 3], e->words, &nw);
-        enc_op(&x2, e->ops[i + 2], e->words, &nw);
-        enc_op(&x1, e->ops[i + 1], e->words, &nw);
-        enc_op(&x0, e->ops[i], e->words, &nw);
+        enc_op(&x3, ops[i + 3], words, &nw);
+        enc_op(&x2, ops[i + 2], words, &nw);
+        enc_op(&x1, ops[i + 1], words, &nw);
+        enc_op(&x0, ops[i], words, &nw);
     }
     x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3;
     size_t payload = 16 + 2 * nw;
@@ -473,6 +654,7 @@ struct skv_decoder {
     int bad;                 /* sticky: a read past the end or an impossible symbol */
     const skv_atoms *atoms;
     skv_fcache fc;
+    skv_rcache rc;
 };
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -529,6 +711,7 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
     d->want = info->checksum;
     d->bad = 0;
     fcache_clear(&d->fc);
+    rcache_clear(&d->rc);
     return SKV_OK;
 }
 
@@ -754,9 +937,16 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
     int rc = SKV_OK;
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
+    const skv_fcls *row = NULL;
+    if (!d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &d->rc, mu, s, n)))
+        rc = SKV_ERR_NOMEM;
     while (i < n && !rc && !r.bad) {
         size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
-        if (!d->fc.off) { /* repeating (mu, s) */
+        const skv_fcls *cb = cls;
+        if (row) { /* repeating rows: the whole row at once */
+            cb = row + i;
+            nb = n - i;
+        } else if (!d->fc.off) { /* repeating (mu, s) */
             uint32_t hits = 0;
             for (size_t k = 0; k < nb; k++) {
                 const skv_fcls *c = fcache_get(m, L, &d->fc, mu[i + k], s[i + k], &hits);
@@ -776,9 +966,9 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
              * (BUCKET: two operations now) or s1 (STEP: one), already
              * final: fetch its index entry while this one decodes. */
             if (k + 1 < nb)
-                __builtin_prefetch(&cls[k + 1].tab->lut[((cls[k].bucket ? r.s2 : r.s1) & 0xffffu) >>
-                                                        LUT_SHIFT]);
-            uint32_t x = dec_one(d, L, &r, &cls[k], checked);
+                __builtin_prefetch(&cb[k + 1].tab->lut[((cb[k].bucket ? r.s2 : r.s1) & 0xffffu) >>
+                                                       LUT_SHIFT]);
+            uint32_t x = dec_one(d, L, &r, &cb[k], checked);
             if (__builtin_expect(r.bad, 0))
                 break;
             h = mix_in(h, x);
@@ -808,6 +998,11 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
     int rc = SKV_OK;
     size_t i = 0;
     uint32_t ch = d->got % as->nch, hits = 0, looks = 0;
+    const skv_fcls *row = NULL;
+    if (!d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &d->rc, mu, s, n))) {
+        rd_save(d, &r);
+        return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing consumed */
+    }
     for (; i < n; i++) {
         const skv_atom_ch *a = &as->ch[ch];
         if (++ch == as->nch)
@@ -826,7 +1021,9 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
         }
         skv_fcls cl;
         const skv_fcls *c = &cl;
-        if (!d->fc.off)
+        if (row)
+            c = &row[i];
+        else if (!d->fc.off)
             c = fcache_get(m, L, &d->fc, mu[i], s[i], &hits), looks++;
         else if (fclassify(m, L, mu[i], s[i], &cl) != SKV_OK)
             c = NULL;
@@ -840,7 +1037,7 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
         h = mix_in(h, x);
         out[i] = x;
     }
-    if (!d->fc.off)
+    if (looks)
         fcache_count(&d->fc, looks, hits);
     rd_save(d, &r);
     d->h = h;

@@ -257,6 +257,70 @@ static inline float predict(const float *w, float fm, float fp, float fc, float 
     return ((w[0] * fm + w[1] * fp) + w[2] * fc) + w[3] * fmean;
 }
 
+/* predict() over the n channels of one head (weights w), four lanes at a
+ * time: each lane is the same IEEE single-precision products and sums in
+ * the same order (no contraction: -ffp-contract=off), so the result is
+ * predict()'s bit for bit; fm NULL reads as 0. */
+typedef float skv_v4f __attribute__((vector_size(16)));
+static inline void predict_head(const float *w, const float *fm, const float *fp, const float *fc,
+                                const float *fmean, float *out, size_t n)
+{
+    const skv_v4f w0 = {w[0], w[0], w[0], w[0]}, w1 = {w[1], w[1], w[1], w[1]},
+                  w2 = {w[2], w[2], w[2], w[2]}, w3 = {w[3], w[3], w[3], w[3]};
+    const skv_v4f zero = {0.0f, 0.0f, 0.0f, 0.0f};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        skv_v4f a, b, c, m, r;
+        if (fm)
+            memcpy(&a, fm + i, sizeof a);
+        else
+            a = zero;
+        memcpy(&b, fp + i, sizeof b);
+        memcpy(&c, fc + i, sizeof c);
+        memcpy(&m, fmean + i, sizeof m);
+        r = ((w0 * a + w1 * b) + w2 * c) + w3 * m;
+        memcpy(out + i, &r, sizeof r);
+    }
+    for (; i < n; i++)
+        out[i] = predict(w, fm ? fm[i] : 0.0f, fp[i], fc[i], fmean[i]);
+}
+
+/* Whether every weight of the model, previous-position and codebook
+ * features is +0 (bits), for every head of one seen-class: then, with no
+ * model feature and finite previous and codebook features, predict() is
+ * predict(w, 0, 0, 0, mean) (every zero term sums to +0), and the codebook
+ * feature need not be computed (stat). */
+static int mean_only(const float *W, size_t H, size_t seen)
+{
+    for (size_t h = 0; h < H; h++) {
+        const float *w = W + (h * 2 + seen) * NF;
+        for (int k = 0; k < 3; k++)
+            if (skv_f32_bits(w[k]) != 0)
+                return 0;
+    }
+    return 1;
+}
+
+/* every value of magnitude at most 2^100, so finite (and RoPE of such a
+ * row stays finite); four lanes at a time on the bits */
+static int all_small(const float *v, size_t n)
+{
+    typedef int32_t v4i __attribute__((vector_size(16)));
+    const v4i mag = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff},
+              lim = {0x71800000, 0x71800000, 0x71800000, 0x71800000};
+    v4i bad = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4i b;
+        memcpy(&b, v + i, sizeof b);
+        bad |= (b & mag) > lim;
+    }
+    int any = bad[0] | bad[1] | bad[2] | bad[3];
+    for (; i < n; i++)
+        any |= (skv_f32_bits(v[i]) & 0x7fffffffu) > 0x71800000u;
+    return !any;
+}
+
 /* ---- calibration ----------------------------------------------------------- */
 
 typedef struct {
@@ -1215,6 +1279,8 @@ struct skv_delta {
     skv_pool *pool;
     skv_cmodel *cm;
     skv_atoms **atoms;      /* [L][2] (stat): NULL where no channel has atoms */
+    int plain;              /* SEQKV_PLAIN_PREDICT set: predict() per scalar, no constant rows
+                             * (the tests compare the bytes with the fast path's) */
     int nws;
     struct coder_ws {
         skv_encoder *enc;
@@ -1245,6 +1311,8 @@ int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *mod
     d->cal = cal;
     d->level = level;
     d->pool = pool;
+    const char *pl = getenv("SEQKV_PLAIN_PREDICT");
+    d->plain = pl && *pl && strcmp(pl, "0") != 0;
     size_t n = (size_t)cal->sh.layers * 2;
     d->ideal = skv_calloc(n, sizeof *d->ideal);
     d->bytes = skv_calloc(n, sizeof *d->bytes);
@@ -1447,19 +1515,48 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
             rc = skv_error(SKV_ERR_NOMEM, "row buffers");
     }
     const skv_dtype dt = c->sh.dtype;
+    /* stat: mu is a constant row per seen-class (mean_only), computed once;
+     * rows whose features are not all finite take the general path */
+    float muc_stack[2][512];
+    float *muc[2] = {NULL, NULL};
+    const int mean_ok = all_small(mean, C);
+    for (size_t seen = 0; seen < 2 && !rc && !model_pred && mean_ok && !d->plain; seen++) {
+        if (!mean_only(W, H, seen))
+            continue;
+        if (C <= 512)
+            muc[seen] = muc_stack[seen];
+        else if (!(muc[seen] = skv_malloc(C * sizeof(float)))) {
+            rc = skv_error(SKV_ERR_NOMEM, "row buffers");
+            break;
+        }
+        for (size_t h = 0; h < H; h++)
+            for (size_t dd = 0; dd < D; dd++)
+                muc[seen][h * D + dd] =
+                    predict(W + (h * 2 + seen) * NF, 0.0f, 0.0f, 0.0f, mean[h * D + dd]);
+    }
     for (size_t t = q->t0; t < q->t1 && !rc; t++) {
-        cb_feature(c, l, kv, q->tok[t], t, NULL, cbf);
-        const size_t seen = c->cb_n[q->tok[t]] > 0;
+        const int32_t tok = q->tok[t];
+        const size_t seen = c->cb_n[tok] > 0;
         const float *sv = S + seen * C;
         float *row = X + t * C;
         const float *prev = t ? X + (t - 1) * C : mean;
         const float *fm_row = model_pred ? model_pred + (t - q->t0) * C : NULL;
-        for (size_t h = 0; h < H; h++) {
-            const float *w = W + (h * 2 + seen) * NF;
-            for (size_t dd = 0; dd < D; dd++) {
-                size_t ch = h * D + dd;
-                mu_row[ch] = predict(w, fm_row ? fm_row[ch] : 0.0f, prev[ch], cbf[ch], mean[ch]);
-            }
+        /* (prev and the codebook row: finite, with a margin) */
+        if (muc[seen] && (!t || all_small(prev, C)) &&
+            (c->cb_n[tok] <= 0 ||
+             all_small(c->cb + (((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv) * C, C))) {
+            memcpy(mu_row, muc[seen], C * sizeof(float));
+        } else {
+            cb_feature(c, l, kv, tok, t, NULL, cbf);
+            for (size_t h = 0; h < H && d->plain; h++)
+                for (size_t dd = 0; dd < D; dd++) {
+                    size_t ch = h * D + dd;
+                    mu_row[ch] = predict(W + (h * 2 + seen) * NF, fm_row ? fm_row[ch] : 0.0f,
+                                         prev[ch], cbf[ch], mean[ch]);
+                }
+            for (size_t h = 0; h < H && !d->plain; h++)
+                predict_head(W + (h * 2 + seen) * NF, fm_row ? fm_row + h * D : NULL,
+                             prev + h * D, cbf + h * D, mean + h * D, mu_row + h * D, D);
         }
         if (mo) {
             memcpy(mo + (t - q->start) * C, mu_row, C * sizeof(float));
@@ -1483,14 +1580,25 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         if (q->decode) {
             if ((rc = skv_decoder_get_n(ws->dec, mu_row, sv, x_row, C)))
                 break;
-            for (size_t ch = 0; ch < C; ch++)
-                row[ch] = store_bits(dt, p + ch * es, x_row[ch]);
+            if (dt == SKV_DT_BF16) /* the common dtype without a switch per scalar */
+                for (size_t ch = 0; ch < C; ch++)
+                    row[ch] = store_bits(SKV_DT_BF16, p + ch * 2, x_row[ch]);
+            else
+                for (size_t ch = 0; ch < C; ch++)
+                    row[ch] = store_bits(dt, p + ch * es, x_row[ch]);
         } else {
-            for (size_t ch = 0; ch < C; ch++)
-                x_row[ch] = load_bits(dt, p + ch * es);
+            if (dt == SKV_DT_BF16)
+                for (size_t ch = 0; ch < C; ch++)
+                    x_row[ch] = load_bits(SKV_DT_BF16, p + ch * 2);
+            else
+                for (size_t ch = 0; ch < C; ch++)
+                    x_row[ch] = load_bits(dt, p + ch * es);
             rc = skv_encoder_put_n(ws->enc, x_row, mu_row, sv, C);
         }
     }
+    for (int k = 0; k < 2; k++)
+        if (muc[k] != muc_stack[k])
+            skv_free(muc[k]);
     if (mu_row != mu_stack) {
         skv_free(mu_row);
         skv_free(s_row);

@@ -767,6 +767,82 @@ static void decode_batched(skv_cmodel *m, const uint8_t *buf, size_t len, const 
     skv_decoder_free(d);
 }
 
+#ifdef SKV_HAVE_CLS8
+/* The eight-lane bf16 classification (AVX2, when the CPU has it) gives
+ * fclassify's classes for every (mu, s), lanes it cannot take included;
+ * with SEQKV_SIMD's scalar path (skv__cls_simd = 0) the streams are the
+ * same bytes. */
+Test(batch, simd_classification_equals_the_scalar_one)
+{
+    if (!__builtin_cpu_supports("avx2")) {
+        cr_log_info("no AVX2: the scalar path is the only one");
+        return;
+    }
+    skv_rng r;
+    skv_rng_seed(&r, 9191);
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    enum { N = 200000 };
+    float *mu = malloc(N * sizeof *mu), *s = malloc(N * sizeof *s);
+    skv_fcls *got = malloc(N * sizeof *got);
+    for (size_t i = 0; i < N; i++) {
+        random_mu_s(&r, SKV_DT_BF16, &mu[i], &s[i]);
+        if (i % 97 == 0) /* exactly on a bf16 point, s a few steps */
+            mu[i] = from_dt(SKV_DT_BF16, (uint32_t)skv_rng_next(&r) & 0xffffu),
+            s[i] = log_uniform(&r, -30.0f, 30.0f);
+    }
+    const float odd[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, -FLT_MAX, 0x1p-149f,
+                         0x1p-126f, 0x1p-120f, 0x1p100f, 0x1p101f, 3.3895e38f};
+    for (size_t i = 0; i < 13 * 13; i++)
+        mu[i] = odd[i % 13], s[i] = odd[i / 13];
+    int saved = skv__cls_simd;
+    skv__cls_simd = 2;
+    size_t done;
+    cr_assert_eq(fclassify_block(m, &SKV__LAT_BF16, mu, s, N, got, &done), 0);
+    cr_assert_eq(done, N);
+    int modes[2] = {0, 0};
+    for (size_t i = 0; i < N; i++) {
+        skv_fcls f;
+        cr_assert_eq(fclassify(m, &SKV__LAT_BF16, mu[i], s[i], &f), 0);
+        cr_assert(got[i].tab == f.tab && got[i].bucket == f.bucket && got[i].base == f.base &&
+                      got[i].G == f.G && got[i].nesc == f.nesc,
+                  "mu %a s %a: lanes (%s, base %lld, G %d) vs scalar (%s, base %lld, G %d)",
+                  (double)mu[i], (double)s[i], got[i].bucket ? "BUCKET" : "STEP",
+                  (long long)got[i].base, got[i].G, f.bucket ? "BUCKET" : "STEP",
+                  (long long)f.base, f.G);
+        modes[f.bucket]++;
+    }
+    cr_expect_gt(modes[0], 20000);
+    cr_expect_gt(modes[1], 20000);
+    /* the same bytes both ways, through the encoder and the decoder */
+    seq_t q;
+    seq_init(&q, SKV_DT_BF16, N);
+    for (size_t i = 0; i < N; i++) {
+        uint32_t x = isfinite(mu[i]) && isfinite(s[i]) && i % 7
+                         ? to_dt(SKV_DT_BF16, mu[i] + s[i] * skv_rng_normal(&r))
+                         : (uint32_t)skv_rng_next(&r) & 0xffffu;
+        seq_push(&q, x, mu[i], s[i]);
+    }
+    size_t l1, l2;
+    uint8_t *a = encode_batched(m, &q, &l1);
+    skv__cls_simd = 0;
+    uint8_t *b = encode_batched(m, &q, &l2);
+    cr_assert_eq(l1, l2);
+    cr_assert_eq(memcmp(a, b, l1), 0, "SIMD and scalar classification write the same bytes");
+    decode_batched(m, a, l1, &q, 64);
+    skv__cls_simd = 2;
+    decode_batched(m, a, l1, &q, 64);
+    decode_batched(m, a, l1, &q, 61);
+    skv__cls_simd = saved;
+    free(a);
+    free(b);
+    seq_free(&q);
+    free(mu);
+    free(s);
+    free(got);
+    skv_cmodel_free(m);
+}
+#endif
+
 Test(batch, put_n_writes_the_reference_stream_and_get_n_reads_it_back)
 {
     skv_rng r;
@@ -804,6 +880,59 @@ Test(batch, put_n_writes_the_reference_stream_and_get_n_reads_it_back)
         free(ref);
         free(one);
         free(bat);
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+/* Rows that repeat their (mu, s) exactly, as stat's do (the row cache),
+ * mixed with rows that do not and rows of another length: put_n by rows
+ * writes the reference stream and get_n by rows reads it back. */
+Test(batch, repeating_rows_code_as_the_reference)
+{
+    skv_rng r;
+    skv_rng_seed(&r, 4242);
+    enum { ROW = 32, NROW = 400 };
+    for (int d = 0; d < 4; d++) {
+        skv_dtype dt = DTYPES[d];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        float pmu[3][ROW], ps[3][ROW];
+        for (int p = 0; p < 3; p++)
+            for (int c = 0; c < ROW; c++)
+                random_mu_s(&r, dt, &pmu[p][c], &ps[p][c]);
+        seq_t q;
+        seq_init(&q, dt, (size_t)ROW * NROW);
+        for (int t = 0; t < NROW; t++) {
+            uint64_t k = skv_rng_next(&r);
+            int p = (int)(k % 3); /* three patterns through two slots: hits and evictions */
+            for (int c = 0; c < ROW; c++) {
+                float mu = pmu[p][c], s = ps[p][c];
+                if ((k >> 8) % 16 == 0)
+                    random_mu_s(&r, dt, &mu, &s); /* a row of its own */
+                uint32_t x = isfinite(mu) && isfinite(s) && c % 5
+                                 ? to_dt(dt, mu + s * skv_rng_normal(&r))
+                                 : (uint32_t)skv_rng_next(&r);
+                seq_push(&q, x, mu, s);
+            }
+        }
+        size_t lref, lrow;
+        uint8_t *ref = reference_stream(m, &q, &lref);
+        skv_encoder *e = NULL;
+        cr_assert_eq(skv_encoder_create(m, &e), 0);
+        skv_encoder_reset(e, NULL);
+        for (size_t i = 0; i < q.n; i += ROW)
+            cr_assert_eq(skv_encoder_put_n(e, q.x + i, q.mu + i, q.s + i, ROW), 0);
+        size_t cap = skv_encoder_bound(e);
+        uint8_t *buf = malloc(cap);
+        cr_assert_eq(skv_encoder_finish(e, buf, cap, &lrow), 0);
+        cr_assert_eq(lrow, lref, "%s", skv_dtype_name(dt));
+        cr_assert_eq(memcmp(buf, ref, lref), 0, "%s: rows differ from the reference",
+                     skv_dtype_name(dt));
+        decode_batched(m, ref, lref, &q, ROW);
+        decode_batched(m, ref, lref, &q, 2 * ROW);
+        skv_encoder_free(e);
+        free(buf);
+        free(ref);
         seq_free(&q);
         skv_cmodel_free(m);
     }

@@ -304,6 +304,65 @@ Test(delta, parallel_layers_give_the_same_streams_and_bytes)
     skv_model_free(m);
 }
 
+/* The fast predictor paths (stat's constant rows, four-lane predict) give
+ * the bytes of the plain one (SEQKV_PLAIN_PREDICT), also on KV holding
+ * infinities, NaNs and huge values, which send rows back to the general
+ * path (0 * inf is NaN: a constant row would be wrong there). */
+Test(delta, fast_prediction_paths_give_the_plain_paths_bytes)
+{
+    skv_model *m = random_model();
+    kvset cal = {0}, t = {0};
+    make_kv(m, 4, 40, 21, SKV_DT_BF16, &cal);
+    make_kv(m, 3, 40, 22, SKV_DT_BF16, &t);
+    uint8_t *buf;
+    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_calib *c;
+    skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0);
+    size_t per = skv_model_kv_per_token(m) / 2 * 2;
+    const uint16_t odd[] = {0x7f80, 0xff80, 0x7fc1, 0x7f00, 0xfe00, 0x8000};
+    for (size_t i = 1; i < t.n; i++) /* sequence 0 stays clean */
+        for (size_t j = 0; j < 6; j++) {
+            size_t at = (j * 977 + i * 131) % (t.T[i] * per / 2);
+            skv_store16_le(t.k[i] + 2 * at, odd[j]);
+            skv_store16_le(t.v[i] + 2 * ((at * 7) % (t.T[i] * per / 2)), odd[(j + 3) % 6]);
+        }
+    for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++) {
+        skv_delta *fast, *plain;
+        cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &fast), 0);
+        setenv("SEQKV_PLAIN_PREDICT", "1", 1);
+        cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &plain), 0);
+        unsetenv("SEQKV_PLAIN_PREDICT");
+        for (size_t i = 0; i < t.n; i++) {
+            skv_streams a = {0}, b = {0};
+            cr_assert_eq(skv_delta_encode(fast, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &a), 0);
+            cr_assert_eq(skv_delta_encode(plain, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &b), 0);
+            cr_assert_eq(a.len, b.len, "%s seq %zu", skv_level_name((skv_level)lvl), i);
+            cr_assert_eq(memcmp(a.data, b.data, a.len), 0, "%s seq %zu: same bytes",
+                         skv_level_name((skv_level)lvl), i);
+            uint8_t *k = malloc(t.T[i] * per), *v = malloc(t.T[i] * per);
+            cr_assert_eq(skv_delta_decode(fast, t.tok[i], t.T[i], &b, 0, 16, k, v), 0, "%s",
+                         skv_error_detail());
+            cr_assert_eq(memcmp(k, t.k[i], t.T[i] * per), 0);
+            cr_assert_eq(memcmp(v, t.v[i], t.T[i] * per), 0);
+            cr_assert_eq(skv_delta_decode(plain, t.tok[i], t.T[i], &a, 0, 16, k, v), 0);
+            cr_assert_eq(memcmp(k, t.k[i], t.T[i] * per), 0);
+            free(k);
+            free(v);
+            skv_streams_free(&a);
+            skv_streams_free(&b);
+        }
+        skv_delta_free(fast);
+        skv_delta_free(plain);
+    }
+    skv_calib_free(c);
+    skv_st_free(st);
+    free(buf);
+    free_kv(&cal);
+    free_kv(&t);
+    skv_model_free(m);
+}
+
 /* A version 1 calibration file (no atoms) and the coded files made with it
  * by the build that wrote them (tests/fuzz/corpus) still load, decode, and
  * re-encode to the same bytes. */
