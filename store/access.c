@@ -1221,6 +1221,28 @@ static void group_retry(seqkv *db, struct skv_put_batch *pb, seqkv_put_req *req,
     }
 }
 
+/* Commit the batch's records: those of requests [first, end). */
+static void commit_group(seqkv *db, struct skv_put_batch *pb, seqkv_put_req *req, size_t first,
+                         size_t end, const int *prefix)
+{
+    int ev = 0, rc = batch_commit(db, pb, &ev);
+    if (rc) {
+        char why[sizeof req->error];
+        snprintf(why, sizeof why, "%s", skv_error_detail());
+        batch_drop(db, pb, 0);
+        for (size_t k = first; k < end; k++)
+            if (!req[k].rc)
+                snprintf(req[k].error, sizeof req[k].error, "%s", why);
+        group_retry(db, pb, req + first, end - first, prefix + first, rc);
+        return;
+    }
+    for (size_t k = end; k-- > first;)
+        if (!req[k].rc) {
+            req[k].res.evicted += ev;
+            break;
+        }
+}
+
 size_t seqkv_put_batch(seqkv *db, seqkv_put_req *req, size_t n)
 {
     size_t failed = 0;
@@ -1246,26 +1268,18 @@ size_t seqkv_put_batch(seqkv *db, seqkv_put_req *req, size_t n)
     db->batch = &pb;
     size_t first = 0;
     for (size_t i = 0; i < n; i++) {
-        req_error(&req[i], put_one(db, &req[i], &pb, 0, &prefix[i]));
+        int rc = put_one(db, &req[i], &pb, 0, &prefix[i]);
+        if (rc == SKV_ERR_TOO_LARGE && pb.nrec > 0) {
+            /* the batch's hidden records cannot be evicted: when they are
+             * in the way of the room this put needs, commit them first */
+            commit_group(db, &pb, req, first, i, prefix);
+            first = i;
+            rc = put_one(db, &req[i], &pb, 0, &prefix[i]);
+        }
+        req_error(&req[i], rc);
         if (pb.bytes < SKV_BATCH_BYTES && i + 1 < n)
             continue;
-        /* the group [first, i] goes out in one commit */
-        int ev = 0, rc = batch_commit(db, &pb, &ev);
-        if (rc) {
-            char why[sizeof req->error];
-            snprintf(why, sizeof why, "%s", skv_error_detail());
-            batch_drop(db, &pb, 0);
-            for (size_t k = first; k <= i; k++)
-                if (!req[k].rc)
-                    snprintf(req[k].error, sizeof req[k].error, "%s", why);
-            group_retry(db, &pb, req + first, i + 1 - first, prefix + first, rc);
-        } else {
-            for (size_t k = i + 1; k-- > first;)
-                if (!req[k].rc) {
-                    req[k].res.evicted += ev;
-                    break;
-                }
-        }
+        commit_group(db, &pb, req, first, i + 1, prefix);
         first = i + 1;
     }
     db->batch = NULL;

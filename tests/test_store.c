@@ -1935,3 +1935,54 @@ Test(store, concurrent_readers_never_see_a_batch_before_its_commit, .timeout = 1
     free(s);
     su_model_free(&tm);
 }
+
+/* The budget case with batches of 8: hidden records of a batch cannot be
+ * evicted, so when a request needs room they would take, the batch commits
+ * what it has first -- no request that single puts would store is refused. */
+Test(store, a_put_batch_under_a_small_budget_refuses_nothing_single_puts_store, .timeout = 120)
+{
+    const char *tmp = tu_tmpdir();
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    enum { F = 5, PER = 6, N = F * PER, B = 8 };
+    su_seq *s = calloc(N, sizeof *s);
+    make_workload(&tm, F, PER, 77, s);
+    const uint64_t budget = 24 << 10;
+    size_t total = 0;
+    for (int i = 0; i < B; i++)
+        total += s[i].kv_len;
+    cr_assert_gt(total, budget, "a batch holds more than the budget");
+    seqkv_options o = {.budget = budget};
+    seqkv *db = open_store(tu_path(tmp, "db"), &o);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
+    int evicted = 0;
+    for (int k0 = 0; k0 < N; k0 += B) {
+        seqkv_put_req q[B];
+        int nq = 0, idx[B];
+        for (int k = k0; k < k0 + B && k < N; k++) {
+            int i = (k % F) * PER + k / F;
+            req_of(&q[nq], "t", &s[i], NULL);
+            idx[nq++] = i;
+        }
+        size_t failed = seqkv_put_batch(db, q, (size_t)nq);
+        for (int j = 0; j < nq; j++) {
+            cr_assert_eq(q[j].rc, 0, "batch at %d, request %d (%zu tokens): %s", k0, j, s[idx[j]].n,
+                         q[j].error);
+            evicted += q[j].res.evicted;
+        }
+        cr_assert_eq(failed, 0);
+        cr_assert_leq(stats(db, NULL).stored_bytes, budget);
+        const su_seq *last = &s[idx[nq - 1]];
+        cr_assert_eq(lookup(db, "t", "p", last->tok, last->n), last->n, "the batch's last put is whole");
+    }
+    cr_assert_gt(evicted, 0);
+    cr_assert_eq(stats(db, NULL).evictions, (uint64_t)evicted, "every eviction is reported");
+    size_t served;
+    all_decodable(db, "t", &tm, s, N, &served);
+    cr_assert_gt(served, 0);
+    seqkv_close(db);
+    for (int i = 0; i < N; i++)
+        su_seq_free(&s[i]);
+    free(s);
+    su_model_free(&tm);
+}
