@@ -889,7 +889,7 @@ static int put_prepare(seqkv *db, seqkv_put_req *req, int standalone, int *again
     }
     res->cached_tokens = m;
     if (!rc && m == n)
-        goto commit_ticks; /* everything is cached already */
+        goto done; /* everything is cached already */
     if (!rc)
         rc = seqbuf_init(&s, pe, nchunks * CH);
     if (!rc) {
@@ -1075,9 +1075,6 @@ static int put_prepare(seqkv *db, seqkv_put_req *req, int standalone, int *again
         p->e = e;
         memcpy(p->key, path[j].rec->key, 32);
     }
-    goto done;
-commit_ticks:
-    rc = SKV_OK;
 done:
     for (size_t j = 0; j < nchunks && nr; j++)
         skv_free(nr[j].img);
@@ -1185,6 +1182,19 @@ static void req_error(seqkv_put_req *q, int rc)
         memset(&q->res, 0, sizeof q->res);
 }
 
+/* One request alone: prepared and committed by itself; its records are
+ * dropped again when that fails. */
+static int put_alone(seqkv *db, struct skv_put_batch *pb, seqkv_put_req *q, int standalone,
+                     int *prefix)
+{
+    int rc = put_one(db, q, pb, standalone, prefix);
+    if (!rc)
+        rc = batch_commit(db, pb, &q->res.evicted);
+    if (rc)
+        batch_drop(db, pb, 0);
+    return rc;
+}
+
 /* A group's commit failed (its records are dropped): put its requests
  * again one by one, each with its own commit, standalone when its prefix
  * is in the way (at the map limit). */
@@ -1200,17 +1210,11 @@ static void group_retry(seqkv *db, struct skv_put_batch *pb, seqkv_put_req *req,
         int rc = rc0, pf = prefix[i], tried = 0;
         if (ok > 1) {
             tried = 1;
-            if (!(rc = put_one(db, &req[i], pb, 0, &pf)))
-                rc = batch_commit(db, pb, &req[i].res.evicted);
-            if (rc)
-                batch_drop(db, pb, 0);
+            rc = put_alone(db, pb, &req[i], 0, &pf);
         }
         if (rc == SKV_ERR_TOO_LARGE && pf) {
             tried = 1;
-            if (!(rc = put_one(db, &req[i], pb, 1, &pf)))
-                rc = batch_commit(db, pb, &req[i].res.evicted);
-            if (rc)
-                batch_drop(db, pb, 0);
+            rc = put_alone(db, pb, &req[i], 1, &pf);
         }
         if (tried) {
             req_error(&req[i], rc);
