@@ -427,6 +427,23 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
     return rc ? skv_error(rc, "codec table") : SKV_OK;
 }
 
+/* The class of scalar i of a put_n/get_n with atoms (classified only when
+ * its atom symbol says "none"): from the cached row, the (mu, s) cache, or
+ * fclassify into *cl; NULL when a table cannot be built. */
+SKV_ALWAYS_INLINE const skv_fcls *cls_one(skv_cmodel *m, const skv_lat *L, const skv_fcls *row,
+                                          skv_fcache *fc, size_t i, const float *mu,
+                                          const float *s, skv_fcls *cl, uint32_t *hits,
+                                          uint32_t *looks)
+{
+    if (row)
+        return &row[i];
+    if (!fc->off) {
+        (*looks)++;
+        return fcache_get(m, L, fc, mu[i], s[i], hits);
+    }
+    return fclassify(m, L, mu[i], s[i], cl) == SKV_OK ? cl : NULL;
+}
+
 /* With atoms: scalar i is channel (e->n + i) mod nch; a channel with atoms
  * codes its atom symbol first and, for "none", the scalar as usual. */
 SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const uint32_t *x,
@@ -460,13 +477,7 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
                 continue;
         }
         skv_fcls cl;
-        const skv_fcls *c = &cl;
-        if (row)
-            c = &row[i];
-        else if (!e->fc.off)
-            c = fcache_get(m, L, &e->fc, mu[i], s[i], &hits), looks++;
-        else if (fclassify(m, L, mu[i], s[i], &cl) != SKV_OK)
-            c = NULL;
+        const skv_fcls *c = cls_one(m, L, row, &e->fc, i, mu, s, &cl, &hits, &looks);
         if (__builtin_expect(!c, 0)) {
             rc = SKV_ERR_NOMEM;
             h = e->h; /* the stream is unusable until the next reset */
@@ -1020,13 +1031,7 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
             }
         }
         skv_fcls cl;
-        const skv_fcls *c = &cl;
-        if (row)
-            c = &row[i];
-        else if (!d->fc.off)
-            c = fcache_get(m, L, &d->fc, mu[i], s[i], &hits), looks++;
-        else if (fclassify(m, L, mu[i], s[i], &cl) != SKV_OK)
-            c = NULL;
+        const skv_fcls *c = cls_one(m, L, row, &d->fc, i, mu, s, &cl, &hits, &looks);
         if (__builtin_expect(!c, 0)) {
             rc = SKV_ERR_NOMEM;
             break;
