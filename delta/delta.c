@@ -47,6 +47,7 @@ struct skv_calib {
     float *w[SKV_LEVEL_COUNT];  /* [L][2][H][seen][NF] */
     float *cb;           /* [L][V][2][C], K before RoPE */
     int32_t *cb_n;       /* [V] */
+    uint8_t *cb_ok;      /* [L][V][2]: cb_n 0 or the codebook row all_small (calib_index) */
     uint32_t pemp[256];
     float *inv_freq;     /* [rope_dim/2] */
     int rope_known;
@@ -94,6 +95,7 @@ void skv_calib_free(skv_calib *c)
     }
     skv_free(c->cb);
     skv_free(c->cb_n);
+    skv_free(c->cb_ok);
     skv_free(c->inv_freq);
     skv_free(c->at_k);
     skv_free(c->at_lam);
@@ -319,6 +321,20 @@ static int all_small(const float *v, size_t n)
     for (; i < n; i++)
         any |= (skv_f32_bits(v[i]) & 0x7fffffffu) > 0x71800000u;
     return !any;
+}
+
+/* The coder's per-row test of the codebook feature (stat's constant rows
+ * need it finite, with all_small's margin) is a constant of the
+ * calibration: worked out once when a calibration is made or loaded. */
+static int calib_index(skv_calib *c)
+{
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), V = (size_t)c->sh.vocab;
+    skv_free(c->cb_ok);
+    if (!(c->cb_ok = skv_malloc(L * V > 0 ? L * V * 2 : 1)))
+        return skv_error(SKV_ERR_NOMEM, "calibration (codebook index of %zu tokens)", V);
+    for (size_t j = 0; j < L * V * 2; j++)
+        c->cb_ok[j] = c->cb_n[(j / 2) % V] <= 0 || all_small(c->cb + j * C, C);
+    return SKV_OK;
 }
 
 /* ---- calibration ----------------------------------------------------------- */
@@ -993,6 +1009,8 @@ int skv_calib_learn(const skv_st *kvfile, const skv_calib_opts *opts, skv_calib 
             goto fail;
     }
     compute_id(c);
+    if ((rc = calib_index(c)))
+        goto fail;
     data_free(&d);
     *out = c;
     return SKV_OK;
@@ -1237,6 +1255,8 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
         goto fail;
     }
     if (c->version >= 2 && (rc = check_atoms(path, c)))
+        goto fail;
+    if ((rc = calib_index(c)))
         goto fail;
     *out = c;
     return SKV_OK;
@@ -1543,8 +1563,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         const float *fm_row = model_pred ? model_pred + (t - q->t0) * C : NULL;
         /* (prev and the codebook row: finite, with a margin) */
         if (muc[seen] && (!t || all_small(prev, C)) &&
-            (c->cb_n[tok] <= 0 ||
-             all_small(c->cb + (((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv) * C, C))) {
+            c->cb_ok[((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv]) {
             memcpy(mu_row, muc[seen], C * sizeof(float));
         } else {
             cb_feature(c, l, kv, tok, t, NULL, cbf);
