@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "skv_delta.h"
 #include "skv_dtype_impl.h"
@@ -1478,6 +1481,70 @@ typedef struct {
     int rc;
 } seq_ctx;
 
+/* bf16 rows, the common dtype, eight lanes at a time where SSE2 is there
+ * (no switch per scalar). A row's floats are its bits << 16, so
+ * all_small's test on them reads the bits as they pass: |f| > 2^100 or NaN
+ * is (f_bits & 0x7fffffff) > 0x71800000, a signed compare of non-negative
+ * lanes. */
+
+/* Decoded bf16 bits x of one row to p (LE) and their floats to row;
+ * returns all_small(row, n). */
+static int bf16_row_store(uint8_t *p, float *row, const uint32_t *x, size_t n)
+{
+    uint32_t big = 0;
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i mag = _mm_set1_epi32(0x7fffffff), lim = _mm_set1_epi32(0x71800000);
+    __m128i bad = _mm_setzero_si128();
+    for (; i + 8 <= n; i += 8) {
+        __m128i fa = _mm_slli_epi32(_mm_loadu_si128((const __m128i *)(x + i)), 16),
+                fb = _mm_slli_epi32(_mm_loadu_si128((const __m128i *)(x + i + 4)), 16);
+        _mm_storeu_si128((__m128i *)(row + i), fa);
+        _mm_storeu_si128((__m128i *)(row + i + 4), fb);
+        /* the low 16 bits of each lane, sign-extended so the saturating
+         * pack keeps them as they are */
+        _mm_storeu_si128((__m128i *)(p + 2 * i),
+                         _mm_packs_epi32(_mm_srai_epi32(fa, 16), _mm_srai_epi32(fb, 16)));
+        bad = _mm_or_si128(bad, _mm_or_si128(_mm_cmpgt_epi32(_mm_and_si128(fa, mag), lim),
+                                             _mm_cmpgt_epi32(_mm_and_si128(fb, mag), lim)));
+    }
+    big = (uint32_t)_mm_movemask_epi8(bad);
+#endif
+    for (; i < n; i++) {
+        skv_store16_le(p + 2 * i, (uint16_t)x[i]);
+        row[i] = skv__bf16_to_f32((uint16_t)x[i]);
+        big |= (skv_f32_bits(row[i]) & 0x7fffffffu) > 0x71800000u;
+    }
+    return !big;
+}
+
+/* The bf16 bits of one row at p into x; returns all_small of the row's
+ * floats (those skv_cast_to_f32 made of the same bytes). */
+static int bf16_row_load(uint32_t *x, const uint8_t *p, size_t n)
+{
+    uint32_t big = 0;
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i mag = _mm_set1_epi32(0x7fffffff), lim = _mm_set1_epi32(0x71800000),
+                  zero = _mm_setzero_si128();
+    __m128i bad = zero;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(p + 2 * i));
+        _mm_storeu_si128((__m128i *)(x + i), _mm_unpacklo_epi16(h, zero));
+        _mm_storeu_si128((__m128i *)(x + i + 4), _mm_unpackhi_epi16(h, zero));
+        __m128i fa = _mm_unpacklo_epi16(zero, h), fb = _mm_unpackhi_epi16(zero, h); /* << 16 */
+        bad = _mm_or_si128(bad, _mm_or_si128(_mm_cmpgt_epi32(_mm_and_si128(fa, mag), lim),
+                                             _mm_cmpgt_epi32(_mm_and_si128(fb, mag), lim)));
+    }
+    big = (uint32_t)_mm_movemask_epi8(bad);
+#endif
+    for (; i < n; i++) {
+        x[i] = skv_load16_le(p + 2 * i);
+        big |= (skv_f32_bits(skv__bf16_to_f32((uint16_t)x[i])) & 0x7fffffffu) > 0x71800000u;
+    }
+    return !big;
+}
+
 /* Code the stream of (layer l, kv) for the current chunk with workspace ws.
  * Decoding reads stream first_stream + chunk_index * 2L + 2l + kv;
  * encoding returns the finished stream in *out_buf (skv_free it). Streams
@@ -1554,6 +1621,9 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
                 muc[seen][h * D + dd] =
                     predict(W + (h * 2 + seen) * NF, 0.0f, 0.0f, 0.0f, mean[h * D + dd]);
     }
+    /* stat: whether row t - 1 is all_small, found as it was coded (-1: not
+     * known here, as at a chunk's first row: test it) */
+    int prev_small = -1;
     for (size_t t = q->t0; t < q->t1 && !rc; t++) {
         const int32_t tok = q->tok[t];
         const size_t seen = c->cb_n[tok] > 0;
@@ -1561,10 +1631,13 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         float *row = X + t * C;
         const float *prev = t ? X + (t - 1) * C : mean;
         const float *fm_row = model_pred ? model_pred + (t - q->t0) * C : NULL;
+        const int ps = prev_small;
+        prev_small = -1;
+        const float *mu = mu_row;
         /* (prev and the codebook row: finite, with a margin) */
-        if (muc[seen] && (!t || all_small(prev, C)) &&
+        if (muc[seen] && (!t || (ps >= 0 ? ps : all_small(prev, C))) &&
             c->cb_ok[((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv]) {
-            memcpy(mu_row, muc[seen], C * sizeof(float));
+            mu = muc[seen];
         } else {
             cb_feature(c, l, kv, tok, t, NULL, cbf);
             for (size_t h = 0; h < H && d->plain; h++)
@@ -1578,7 +1651,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
                              prev + h * D, cbf + h * D, mean + h * D, mu_row + h * D, D);
         }
         if (mo) {
-            memcpy(mo + (t - q->start) * C, mu_row, C * sizeof(float));
+            memcpy(mo + (t - q->start) * C, mu, C * sizeof(float));
             continue;
         }
         if (apred) {
@@ -1588,31 +1661,36 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
                     size_t ch = h * D + dd;
                     float a = ar[ch];
                     s_row[ch] = sv[ch];
+                    mu_row[ch] = mu[ch];
                     if (a == a) { /* NaN: no aligned position */
                         mu_row[ch] = aw[h * 2] * mu_row[ch] + aw[h * 2 + 1] * a;
                         s_row[ch] *= as[h];
                     }
                 }
             sv = s_row;
+            mu = mu_row;
         }
         uint8_t *p = B + t * C * es;
         if (q->decode) {
-            if ((rc = skv_decoder_get_n(ws->dec, mu_row, sv, x_row, C)))
+            if ((rc = skv_decoder_get_n(ws->dec, mu, sv, x_row, C)))
                 break;
-            if (dt == SKV_DT_BF16) /* the common dtype without a switch per scalar */
-                for (size_t ch = 0; ch < C; ch++)
-                    row[ch] = store_bits(SKV_DT_BF16, p + ch * 2, x_row[ch]);
-            else
-                for (size_t ch = 0; ch < C; ch++)
+            if (dt == SKV_DT_BF16) { /* the common dtype without a switch per scalar */
+                prev_small = bf16_row_store(p, row, x_row, C);
+            } else {
+                uint32_t big = 0;
+                for (size_t ch = 0; ch < C; ch++) {
                     row[ch] = store_bits(dt, p + ch * es, x_row[ch]);
+                    big |= (skv_f32_bits(row[ch]) & 0x7fffffffu) > 0x71800000u; /* all_small */
+                }
+                prev_small = !big;
+            }
         } else {
             if (dt == SKV_DT_BF16)
-                for (size_t ch = 0; ch < C; ch++)
-                    x_row[ch] = load_bits(SKV_DT_BF16, p + ch * 2);
+                prev_small = bf16_row_load(x_row, p, C);
             else
                 for (size_t ch = 0; ch < C; ch++)
                     x_row[ch] = load_bits(dt, p + ch * es);
-            rc = skv_encoder_put_n(ws->enc, x_row, mu_row, sv, C);
+            rc = skv_encoder_put_n(ws->enc, x_row, mu, sv, C);
         }
     }
     for (int k = 0; k < 2; k++)
