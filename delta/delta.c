@@ -142,25 +142,45 @@ static void rope_init(skv_calib *c)
 
 /* Rotate every head of a K row (C channels) to position pos (sign = +1) or
  * back from it (sign = -1), as the engine does. */
-static void rope_row(const skv_calib *c, float *v, size_t pos, int sign)
+static void rope_angles(const skv_calib *c, size_t pos, int i, float *s, float *co)
+{
+    float ang = (float)pos * c->inv_freq[i];
+    double sd, cd;
+    skv_sincos((double)ang, &sd, &cd);
+    *s = (float)sd;
+    *co = (float)cd;
+}
+
+/* sc: NULL, or rope_angles of pos for every i (sin, cos pairs), as made
+ * once per sequence by the coder */
+static void rope_row_sc(const skv_calib *c, float *v, size_t pos, int sign, const float *sc)
 {
     if (!c->rope_known)
         return;
-    const int half = c->sh.rope_dim / 2, D = c->sh.head_dim;
+    /* the shape in locals: the stores to v could alias c for all the
+     * compiler knows (-fno-strict-aliasing) */
+    const int half = c->sh.rope_dim / 2, D = c->sh.head_dim, H = c->sh.kv_heads,
+              pair = c->sh.rope_layout == SKV_ROPE_PAIR;
     for (int i = 0; i < half; i++) {
-        float ang = (float)pos * c->inv_freq[i];
-        double sd, cd;
-        skv_sincos((double)ang, &sd, &cd);
-        const float s = sign > 0 ? (float)sd : -(float)sd, co = (float)cd;
-        for (int h = 0; h < c->sh.kv_heads; h++) {
+        float sn, co;
+        if (sc)
+            sn = sc[2 * i], co = sc[2 * i + 1];
+        else
+            rope_angles(c, pos, i, &sn, &co);
+        const float s = sign > 0 ? sn : -sn;
+        const int a = pair ? 2 * i : i, b = pair ? 2 * i + 1 : i + half;
+        for (int h = 0; h < H; h++) {
             float *x = v + (size_t)h * D;
-            const int a = c->sh.rope_layout == SKV_ROPE_PAIR ? 2 * i : i;
-            const int b = c->sh.rope_layout == SKV_ROPE_PAIR ? 2 * i + 1 : i + half;
             const float x0 = x[a], x1 = x[b];
             x[a] = x0 * co - x1 * s;
             x[b] = x0 * s + x1 * co;
         }
     }
+}
+
+static void rope_row(const skv_calib *c, float *v, size_t pos, int sign)
+{
+    rope_row_sc(c, v, pos, sign, NULL);
 }
 
 static void compute_id(skv_calib *c)
@@ -217,8 +237,8 @@ static void compute_id(skv_calib *c)
 /* Codebook feature row for (l, kv, token, position): C floats into out.
  * `loo` removes one occurrence (the value `self`, pre-RoPE for K) for
  * leave-one-out fitting. */
-static void cb_feature(const skv_calib *c, int l, int kv, int32_t tok, size_t pos,
-                       const float *self, float *out)
+static void cb_feature_sc(const skv_calib *c, int l, int kv, int32_t tok, size_t pos,
+                          const float *self, const float *sc, float *out)
 {
     const size_t C = chan_count(&c->sh);
     const float *mean = c->mean + ((size_t)l * 2 + kv) * C;
@@ -235,7 +255,13 @@ static void cb_feature(const skv_calib *c, int l, int kv, int32_t tok, size_t po
         memcpy(out, e, C * sizeof(float));
     }
     if (kv == 0)
-        rope_row(c, out, pos, +1);
+        rope_row_sc(c, out, pos, +1, sc);
+}
+
+static void cb_feature(const skv_calib *c, int l, int kv, int32_t tok, size_t pos,
+                       const float *self, float *out)
+{
+    cb_feature_sc(c, l, kv, tok, pos, self, NULL, out);
 }
 
 /* Store dtype bits x at p (LE) and return their float value. */
@@ -1478,6 +1504,7 @@ typedef struct {
     size_t start;               /* first coded position */
     size_t stride;              /* positions per layer in kvb (>= T) */
     float *mu_out[2];           /* predict-only mode: mu per scalar [L][end-start][C] */
+    float *rope_sc;             /* [T][rope_dim/2][sin, cos] (rope_angles) or NULL */
     int rc;
 } seq_ctx;
 
@@ -1639,7 +1666,8 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
             c->cb_ok[((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv]) {
             mu = muc[seen];
         } else {
-            cb_feature(c, l, kv, tok, t, NULL, cbf);
+            cb_feature_sc(c, l, kv, tok, t, NULL,
+                          q->rope_sc ? q->rope_sc + t * (size_t)(c->sh.rope_dim / 2) * 2 : NULL, cbf);
             for (size_t h = 0; h < H && d->plain; h++)
                 for (size_t dd = 0; dd < D; dd++) {
                     size_t ch = h * D + dd;
@@ -1818,6 +1846,19 @@ static int code_seq(seq_ctx *q, size_t chunk)
         rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
         goto done;
     }
+    /* the codebook feature's RoPE angles, once per position rather than
+     * per layer (stat's constant rows seldom need them) */
+    if (c->rope_known && T && (d->level != SKV_LEVEL_STAT || d->plain)) {
+        const size_t half = (size_t)c->sh.rope_dim / 2;
+        if (!(q->rope_sc = skv_malloc(T * half * 2 * sizeof(float)))) {
+            rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
+            goto done;
+        }
+        for (size_t t = q->start; t < T; t++)
+            for (size_t i = 0; i < half; i++)
+                rope_angles(c, t, (int)i, &q->rope_sc[(t * half + i) * 2],
+                            &q->rope_sc[(t * half + i) * 2 + 1]);
+    }
     /* exact floats: everything when encoding, the context when decoding */
     for (int kv = 0; kv < 2; kv++)
         for (size_t l = 0; l < L; l++)
@@ -1861,6 +1902,8 @@ done:
     skv_free(pre[1]);
     skv_free(q->kvf[0]);
     skv_free(q->kvf[1]);
+    skv_free(q->rope_sc);
+    q->rope_sc = NULL;
     return rc;
 }
 
