@@ -304,6 +304,106 @@ Test(delta, parallel_layers_give_the_same_streams_and_bytes)
     skv_model_free(m);
 }
 
+/* Write odd value j (cycling through the list) of dtype dt at scalar `at`. */
+static void poke_odd(skv_dtype dt, uint8_t *base, size_t at, size_t j)
+{
+    /* inf, -inf, NaN, huge, |x| just over 2^100, exactly 2^100 (small),
+     * the largest finite; fp8 e4m3 has NaN and no infinities */
+    static const uint16_t bf[] = {0x7f80, 0xff80, 0x7fc1, 0x7f00, 0xf181, 0x7180, 0x7f7f};
+    static const uint16_t hf[] = {0x7c00, 0xfc00, 0x7e01, 0x7bff, 0xfbff, 0x7c01, 0x8000};
+    static const uint32_t ff[] = {0x7f800000, 0xff800000, 0x7fc00001, 0x7f000000,
+                                  0xf1800001, 0x71800000, 0x71800001};
+    static const uint8_t f8[] = {0x7f, 0xff, 0x7e, 0xfe, 0x80, 0x7f, 0x01};
+    j %= 7;
+    switch (dt) {
+    case SKV_DT_BF16: skv_store16_le(base + 2 * at, bf[j]); break;
+    case SKV_DT_F16: skv_store16_le(base + 2 * at, hf[j]); break;
+    case SKV_DT_F32: skv_store32_le(base + 4 * at, ff[j]); break;
+    default: base[at] = f8[j]; break;
+    }
+}
+
+/* The same with odd values in every dtype, and huge ones in the calibration
+ * set (so that codebook rows hold them too), coded in chunks of 16: stat's
+ * constant rows, which the codec takes only where the previous row and the
+ * codebook row are finite with a margin (tested once per calibration and
+ * as rows are coded), give the plain path's bytes. */
+Test(delta, fast_paths_give_the_plain_bytes_on_odd_values_in_every_dtype)
+{
+    const skv_dtype dts[] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F32, SKV_DT_F8E4M3};
+    skv_model *m = random_model();
+    for (size_t di = 0; di < 4; di++) {
+        const skv_dtype dt = dts[di];
+        kvset cal = {0}, t = {0};
+        make_kv(m, 8, 40, 31, dt, &cal);
+        make_kv(m, 3, 40, 32, dt, &t);
+        const size_t per = skv_model_kv_per_token(m) / 2 * skv_dtype_size(dt),
+                     nsc = per / skv_dtype_size(dt);
+        /* calibration: 2^107 in a few places, which leaves the channel means
+         * (over ~300 positions) under 2^100 and the codebook rows of tokens
+         * seen under 128 times over it; only bf16 and f32 hold such values */
+        for (size_t j = 0; j < 4 && (dt == SKV_DT_BF16 || dt == SKV_DT_F32); j++) {
+            uint8_t *sq = j & 1 ? cal.v[1 + j] : cal.k[1 + j];
+            size_t at = nsc + (j * 389 + 7) % ((cal.T[1 + j] - 1) * nsc); /* not position 0 */
+            if (dt == SKV_DT_BF16)
+                skv_store16_le(sq + 2 * at, j & 2 ? 0xf500 : 0x7500);
+            else
+                skv_store32_le(sq + 4 * at, j & 2 ? 0xf5000000u : 0x75000000u);
+        }
+        for (size_t i = 1; i < t.n; i++) /* sequence 0 stays clean */
+            for (size_t j = 0; j < 14; j++) {
+                size_t at = (j * 977 + i * 131) % (t.T[i] * nsc);
+                poke_odd(dt, t.k[i], at, j);
+                poke_odd(dt, t.v[i], (at * 7) % (t.T[i] * nsc), j + 3);
+            }
+        /* and whole rows at a chunk's edges (positions 15, 16, 31, 32) */
+        for (size_t ch = 0; ch < nsc; ch++) {
+            poke_odd(dt, t.k[2], 15 * nsc + ch, 3);
+            poke_odd(dt, t.v[2], 16 * nsc + ch, 0);
+            poke_odd(dt, t.k[2], 31 * nsc + ch, 4);
+            poke_odd(dt, t.v[2], 32 * nsc + ch, 2);
+        }
+        uint8_t *buf;
+        skv_st *st = as_file(m, &cal, dt, &buf);
+        skv_calib *c;
+        skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
+        cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+        for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++) {
+            skv_delta *fast, *plain;
+            cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &fast), 0);
+            setenv("SEQKV_PLAIN_PREDICT", "1", 1);
+            cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &plain), 0);
+            unsetenv("SEQKV_PLAIN_PREDICT");
+            for (size_t i = 0; i < t.n; i++) {
+                skv_streams a = {0}, b = {0};
+                cr_assert_eq(skv_delta_encode(fast, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &a), 0);
+                cr_assert_eq(skv_delta_encode(plain, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &b), 0);
+                cr_assert_eq(a.len, b.len, "%s %s seq %zu", skv_dtype_name(dt),
+                             skv_level_name((skv_level)lvl), i);
+                cr_assert_eq(memcmp(a.data, b.data, a.len), 0, "%s %s seq %zu: same bytes",
+                             skv_dtype_name(dt), skv_level_name((skv_level)lvl), i);
+                uint8_t *k = malloc(t.T[i] * per), *v = malloc(t.T[i] * per);
+                cr_assert_eq(skv_delta_decode(fast, t.tok[i], t.T[i], &a, 0, 16, k, v), 0, "%s",
+                             skv_error_detail());
+                cr_assert_eq(memcmp(k, t.k[i], t.T[i] * per), 0);
+                cr_assert_eq(memcmp(v, t.v[i], t.T[i] * per), 0);
+                free(k);
+                free(v);
+                skv_streams_free(&a);
+                skv_streams_free(&b);
+            }
+            skv_delta_free(fast);
+            skv_delta_free(plain);
+        }
+        skv_calib_free(c);
+        skv_st_free(st);
+        free(buf);
+        free_kv(&cal);
+        free_kv(&t);
+    }
+    skv_model_free(m);
+}
+
 /* The fast predictor paths (stat's constant rows, four-lane predict) give
  * the bytes of the plain one (SEQKV_PLAIN_PREDICT), also on KV holding
  * infinities, NaNs and huge values, which send rows back to the general
