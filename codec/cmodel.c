@@ -255,11 +255,8 @@ static int table_alloc(skv_ftab *t, uint32_t n)
 /* The encoder's view of a finished table (codec_int.h, skv_ftab). */
 static void build_enc(skv_ftab *t)
 {
-    for (uint32_t i = 0; i < t->n; i++) {
-        union { float f; uint32_t u; } lp = {t->lp[i]};
-        t->enc[i] = (uint64_t)t->cum[i] | (uint64_t)(t->cum[i + 1] - t->cum[i]) << 16 |
-                    (uint64_t)lp.u << 32;
-    }
+    for (uint32_t i = 0; i < t->n; i++)
+        t->enc[i] = skv__eop(t->cum[i], t->cum[i + 1] - t->cum[i], SKV_CODEC_PREC);
 }
 
 /* The decoder's index (codec_int.h, skv_ftab). */

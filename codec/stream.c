@@ -162,14 +162,26 @@ __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float
 
 /* ---- encoder ----------------------------------------------------------------- */
 
-/* A queued operation: start | freq << 16 | bits << 32 (freq < 2^16: every
- * table has at least two symbols of frequency >= 1). */
-#define EOP(start, freq, bits) \
-    ((uint64_t)(start) | (uint64_t)(freq) << 16 | (uint64_t)(bits) << 32)
+/* Queued operations are skv_eop (codec_int.h; freq < 2^16: every table has
+ * at least two symbols of frequency >= 1); nb plain bits of value v are
+ * plain_ops[nb] (nb >= 1) with v added to its bias. */
+#define PLAIN_OP(nb) {~0ull, (1u << (nb)) - 1u, 0x10000u >> (nb), (1u << (nb)) - 1u}
+static const skv_eop plain_ops[17] = {
+    {0, 0, 0, 0}, PLAIN_OP(1),  PLAIN_OP(2),  PLAIN_OP(3),  PLAIN_OP(4),  PLAIN_OP(5),
+    PLAIN_OP(6),  PLAIN_OP(7),  PLAIN_OP(8),  PLAIN_OP(9),  PLAIN_OP(10), PLAIN_OP(11),
+    PLAIN_OP(12), PLAIN_OP(13), PLAIN_OP(14), PLAIN_OP(15), PLAIN_OP(16),
+};
+
+SKV_ALWAYS_INLINE skv_eop plain_op(uint32_t v, int nb)
+{
+    skv_eop op = plain_ops[nb];
+    op.bias += v;
+    return op;
+}
 
 struct skv_encoder {
     skv_cmodel *m;
-    uint64_t *ops;
+    skv_eop *ops;
     size_t nops, cap;
     uint32_t n;
     uint64_t h;
@@ -225,29 +237,27 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
 }
 
 /* queue a table symbol */
-SKV_ALWAYS_INLINE void put_sym(uint64_t **o, double *ideal, const skv_ftab *t, uint32_t sym)
+SKV_ALWAYS_INLINE void put_sym(skv_eop **o, double *ideal, const skv_ftab *t, uint32_t sym)
 {
-    uint64_t e = t->enc[sym]; /* one load: start, frequency, cost */
-    union { uint32_t u; float f; } lp = {(uint32_t)(e >> 32)};
-    *(*o)++ = (e & 0xffffffffu) | (uint64_t)SKV_CODEC_PREC << 32;
-    *ideal += (double)lp.f;
+    *(*o)++ = t->enc[sym];
+    *ideal += (double)t->lp[sym];
 }
 
 /* queue nb (<= 32) plain bits of v, high 16 first (cmodel.c op_raw) */
-SKV_ALWAYS_INLINE void put_raw(uint64_t **o, uint64_t *raw_bits, uint32_t v, int nb)
+SKV_ALWAYS_INLINE void put_raw(skv_eop **o, uint64_t *raw_bits, uint32_t v, int nb)
 {
     *raw_bits += (uint64_t)nb;
     if (__builtin_expect(nb > 16, 0)) {
         nb -= 16;
-        *(*o)++ = EOP((v >> nb) & 0xffffu, 1, 16);
+        *(*o)++ = plain_op((v >> nb) & 0xffffu, 16);
     }
     if (nb > 0)
-        *(*o)++ = EOP(v & ((1u << nb) - 1u), 1, nb);
+        *(*o)++ = plain_op(v & ((1u << nb) - 1u), nb);
 }
 
 /* the escape: the table's last symbol, x's high byte under p_emp, the rest
  * as plain bits */
-SKV_ALWAYS_INLINE void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x, uint64_t **o,
+SKV_ALWAYS_INLINE void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x, skv_eop **o,
                                   double *ideal, uint64_t *raw_bits)
 {
     const skv_lat *L = &m->lat;
@@ -260,7 +270,7 @@ SKV_ALWAYS_INLINE void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32
 /* BUCKET mode off the common case: the zero bucket, buckets below one
  * lattice step or in subnormals, escapes (skv__plan) */
 SKV_ALWAYS_INLINE void put_bucket_slow(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c,
-                                       uint32_t x, uint64_t **o, double *ideal, uint64_t *raw_bits)
+                                       uint32_t x, skv_eop **o, double *ideal, uint64_t *raw_bits)
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
@@ -293,12 +303,12 @@ SKV_ALWAYS_INLINE void put_bucket_slow(const skv_cmodel *m, const skv_lat *L, co
  * addressed and stay in registers (the symbol costs are summed in the
  * same order either way); plain bits are counted in *raw_slow. */
 typedef struct {
-    uint64_t *o;
+    skv_eop *o;
     double ideal;
 } skv_eret;
 
 static __attribute__((noinline)) skv_eret put_escape_ool(const skv_cmodel *m, const skv_ftab *t,
-                                                         uint32_t x, uint64_t *o, double ideal,
+                                                         uint32_t x, skv_eop *o, double ideal,
                                                          uint64_t *raw_slow)
 {
     put_escape(m, t, x, &o, &ideal, raw_slow);
@@ -306,7 +316,7 @@ static __attribute__((noinline)) skv_eret put_escape_ool(const skv_cmodel *m, co
 }
 
 static __attribute__((noinline)) skv_eret put_bucket_ool(const skv_cmodel *m, const skv_lat *L,
-                                                         const skv_fcls *c, uint32_t x, uint64_t *o,
+                                                         const skv_fcls *c, uint32_t x, skv_eop *o,
                                                          double ideal, uint64_t *raw_slow)
 {
     put_bucket_slow(m, L, c, x, &o, &ideal, raw_slow);
@@ -318,7 +328,7 @@ static __attribute__((noinline)) skv_eret put_bucket_ool(const skv_cmodel *m, co
  * significand shifted right by nb, and x's index in the bucket its low nb
  * bits. */
 SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c, uint32_t x,
-                               uint64_t **o, double *ideal, uint64_t *raw_bits, uint64_t *raw_slow)
+                               skv_eop **o, double *ideal, uint64_t *raw_bits, uint64_t *raw_slow)
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
@@ -338,7 +348,7 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
                 } else {
                     *raw_bits += (uint64_t)nb;
                     if (nb > 0)
-                        *(*o)++ = EOP(mag & ((1u << nb) - 1u), 1, nb);
+                        *(*o)++ = plain_op(mag & ((1u << nb) - 1u), nb);
                 }
                 return;
             }
@@ -380,7 +390,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
 {
     skv_cmodel *m = e->m;
     const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
-    uint64_t *o = e->ops + e->nops;
+    skv_eop *o = e->ops + e->nops;
     double ideal = 0;
     uint64_t raw_bits = 0, h = e->h;
     e->raw_slow = 0;
@@ -452,7 +462,7 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
     skv_cmodel *m = e->m;
     const skv_atoms *as = e->atoms;
     const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
-    uint64_t *o = e->ops + e->nops;
+    skv_eop *o = e->ops + e->nops;
     double ideal = 0;
     uint64_t raw_bits = 0, h = e->h;
     e->raw_slow = 0;
@@ -505,7 +515,7 @@ int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const 
         size_t nc = e->cap ? 2 * e->cap : 4096;
         while (nc < e->nops + SKV_MAX_OPS * n)
             nc *= 2;
-        uint64_t *o = skv_realloc(e->ops, nc * sizeof *o);
+        skv_eop *o = skv_realloc(e->ops, nc * sizeof *o);
         if (!o)
             return skv_error(SKV_ERR_NOMEM, "encoder ops");
         e->ops = o;
@@ -548,18 +558,15 @@ static uint64_t final_checksum(uint64_t h, uint32_t n)
     return h ^ (h >> 32);
 }
 
-/* one encoding step of state *s (ops are coded last to first) */
-SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *words, size_t *nw)
+/* one encoding step of state *s (ops are coded last to first; skv_eop) */
+SKV_ALWAYS_INLINE void enc_op(uint32_t *s, const skv_eop *op, uint16_t *words, size_t *nw)
 {
-    uint32_t start = (uint32_t)op & 0xffffu, freq = (uint32_t)(op >> 16) & 0xffffu;
-    int bits = (int)(op >> 32);
-    uint32_t v = *s;
-    uint64_t xmax = (uint64_t)freq << (32 - bits);
-    uint32_t emit = (uint64_t)v >= xmax; /* a coin flip: branch-free */
+    uint32_t v = *s, hi = v >> 16;
+    uint32_t emit = hi >= op->xm; /* a coin flip: branch-free */
     words[*nw] = (uint16_t)v;
     *nw += emit;
-    v >>= emit << 4;
-    *s = ((v / freq) << bits) + (v % freq) + start;
+    v = emit ? hi : v;
+    *s = skv__eop_step(op, v);
 }
 
 int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
@@ -575,20 +582,20 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     uint32_t x[4] = {RANS_L, RANS_L, RANS_L, RANS_L};
     size_t nw = 0, i = e->nops;
     /* locals: the word stores cannot then make the compiler reload them */
-    const uint64_t *ops = e->ops;
+    const skv_eop *ops = e->ops;
     uint16_t *words = e->words;
     /* op i uses state i mod 4: the ragged end first, then blocks of four */
     while (i & 3) {
         i--;
-        enc_op(&x[i & 3], ops[i], words, &nw);
+        enc_op(&x[i & 3], &ops[i], words, &nw);
     }
     uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
     while (i) {
         i -= 4;
-        enc_op(&x3, ops[i + 3], words, &nw);
-        enc_op(&x2, ops[i + 2], words, &nw);
-        enc_op(&x1, ops[i + 1], words, &nw);
-        enc_op(&x0, ops[i], words, &nw);
+        enc_op(&x3, &ops[i + 3], words, &nw);
+        enc_op(&x2, &ops[i + 2], words, &nw);
+        enc_op(&x1, &ops[i + 1], words, &nw);
+        enc_op(&x0, &ops[i], words, &nw);
     }
     x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3;
     size_t payload = 16 + 2 * nw;
