@@ -172,11 +172,14 @@ static const skv_eop plain_ops[17] = {
     PLAIN_OP(12), PLAIN_OP(13), PLAIN_OP(14), PLAIN_OP(15), PLAIN_OP(16),
 };
 
-SKV_ALWAYS_INLINE skv_eop plain_op(uint32_t v, int nb)
+/* queue the low nb (1..16) bits of v: the template's cmpl is their mask */
+SKV_ALWAYS_INLINE void put_plain(skv_eop **o, uint32_t v, int nb)
 {
-    skv_eop op = plain_ops[nb];
-    op.bias += v;
-    return op;
+    const skv_eop *p = &plain_ops[nb];
+    uint32_t bias = p->bias + (v & p->cmpl);
+    memcpy(*o, p, sizeof *p); /* one 16-byte copy, then the bias */
+    memcpy(&(*o)->bias, &bias, sizeof bias);
+    (*o)++;
 }
 
 struct skv_encoder {
@@ -249,10 +252,10 @@ SKV_ALWAYS_INLINE void put_raw(skv_eop **o, uint64_t *raw_bits, uint32_t v, int 
     *raw_bits += (uint64_t)nb;
     if (__builtin_expect(nb > 16, 0)) {
         nb -= 16;
-        *(*o)++ = plain_op((v >> nb) & 0xffffu, 16);
+        put_plain(o, v >> nb, 16);
     }
     if (nb > 0)
-        *(*o)++ = plain_op(v & ((1u << nb) - 1u), nb);
+        put_plain(o, v, nb);
 }
 
 /* the escape: the table's last symbol, x's high byte under p_emp, the rest
@@ -323,10 +326,10 @@ static __attribute__((noinline)) skv_eret put_bucket_ool(const skv_cmodel *m, co
     return (skv_eret){o, ideal};
 }
 
-/* The operations of one scalar of class c (skv__plan). The common case,
- * x normal in a bucket j >= 1 that holds 2^nb lattice points: j is x's
- * significand shifted right by nb, and x's index in the bucket its low nb
- * bits. */
+/* The operations of one scalar x < 2^nbits of class c (skv__plan). The
+ * common case, x normal in a bucket j >= 1 that holds 2^nb lattice points:
+ * j is x's significand shifted right by nb, and x's index in the bucket its
+ * low nb bits. */
 SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c, uint32_t x,
                                skv_eop **o, double *ideal, uint64_t *raw_bits, uint64_t *raw_slow)
 {
@@ -335,24 +338,26 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
     if (c->bucket) {
         uint32_t E = mag >> L->mbits;
         int nb = L->bias + L->mbits + c->G - (int)E; /* -(exponent of x's step - G) */
-        if (__builtin_expect(E != 0 && mag < L->inf_mag && (unsigned)nb <= (unsigned)L->mbits &&
+        /* E != 0 && mag < L->inf_mag, as one comparison */
+        int normal = mag - (1u << L->mbits) < L->inf_mag - (1u << L->mbits);
+        if (__builtin_expect(normal && (unsigned)nb <= (unsigned)L->mbits &&
                                  (L->dt != SKV_DT_F8E4M3 || (mag | ((1u << nb) - 1u)) < L->inf_mag),
                              1)) {
             uint64_t j = (uint64_t)((mag & ((1u << L->mbits) - 1u)) | (1u << L->mbits)) >> nb;
-            int64_t kb = (int64_t)j ^ -(int64_t)((x & L->sign) != 0);
+            int64_t kb = (int64_t)j ^ -(int64_t)(x >> (L->nbits - 1)); /* x < 2^nbits */
             uint64_t sym = (uint64_t)(kb - c->base);
             if (__builtin_expect(sym < c->nesc, 1)) {
                 put_sym(o, ideal, t, (uint32_t)sym);
                 if (L->mbits > 16) { /* f32: up to 23 bits, as 16 + the rest */
                     put_raw(o, raw_bits, mag & ((1u << nb) - 1u), nb);
                 } else {
-                    *raw_bits += (uint64_t)nb;
+                    *raw_bits += (uint32_t)nb; /* 0..mbits: no sign extension */
                     if (nb > 0)
-                        *(*o)++ = plain_op(mag & ((1u << nb) - 1u), nb);
+                        put_plain(o, mag, nb);
                 }
                 return;
             }
-        } else if (__builtin_expect(E != 0 && mag < L->inf_mag && nb > L->mbits &&
+        } else if (__builtin_expect(normal && nb > L->mbits &&
                                         nb - L->mbits <= ZLEVELS &&
                                         (L->dt != SKV_DT_F8E4M3 || E < (L->inf_mag >> L->mbits)),
                                     1)) {
