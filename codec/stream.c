@@ -563,13 +563,15 @@ static uint64_t final_checksum(uint64_t h, uint32_t n)
     return h ^ (h >> 32);
 }
 
-/* one encoding step of state *s (ops are coded last to first; skv_eop) */
-SKV_ALWAYS_INLINE void enc_op(uint32_t *s, const skv_eop *op, uint16_t *words, size_t *nw)
+/* one encoding step of state *s (ops are coded last to first; skv_eop):
+ * the words go down from top (top[0] the first out, the last in the
+ * stream), *nn their count negated */
+SKV_ALWAYS_INLINE void enc_op(uint32_t *s, const skv_eop *op, uint16_t *top, ptrdiff_t *nn)
 {
     uint32_t v = *s, hi = v >> 16;
     uint32_t emit = hi >= op->xm; /* a coin flip: branch-free */
-    words[*nw] = (uint16_t)v;
-    *nw += emit;
+    top[*nn] = (uint16_t)v;
+    *nn -= emit;
     v = emit ? hi : v;
     *s = skv__eop_step(op, v);
 }
@@ -585,24 +587,27 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
         e->wcap = e->nops + 1;
     }
     uint32_t x[4] = {RANS_L, RANS_L, RANS_L, RANS_L};
-    size_t nw = 0, i = e->nops;
+    size_t i = e->nops;
+    ptrdiff_t nn = 0;
     /* locals: the word stores cannot then make the compiler reload them */
     const skv_eop *ops = e->ops;
-    uint16_t *words = e->words;
+    uint16_t *top = e->words + e->nops; /* at most one word an operation */
     /* op i uses state i mod 4: the ragged end first, then blocks of four */
     while (i & 3) {
         i--;
-        enc_op(&x[i & 3], &ops[i], words, &nw);
+        enc_op(&x[i & 3], &ops[i], top, &nn);
     }
     uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
     while (i) {
         i -= 4;
-        enc_op(&x3, &ops[i + 3], words, &nw);
-        enc_op(&x2, &ops[i + 2], words, &nw);
-        enc_op(&x1, &ops[i + 1], words, &nw);
-        enc_op(&x0, &ops[i], words, &nw);
+        enc_op(&x3, &ops[i + 3], top, &nn);
+        enc_op(&x2, &ops[i + 2], top, &nn);
+        enc_op(&x1, &ops[i + 1], top, &nn);
+        enc_op(&x0, &ops[i], top, &nn);
     }
     x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3;
+    size_t nw = (size_t)-nn;
+    const uint16_t *words = top + nn + 1; /* in stream order */
     size_t payload = 16 + 2 * nw;
     size_t total = SKV_STREAM_HEADER + payload;
     if (total > cap)
@@ -623,8 +628,12 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     for (int k = 0; k < 4; k++)
         skv_store32_le(p + 4 * k, x[k]);
     p += 16;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, words, 2 * nw); /* the words' own bytes are little-endian already */
+#else
     for (size_t k = 0; k < nw; k++)
-        skv_store16_le(p + 2 * k, e->words[nw - 1 - k]);
+        skv_store16_le(p + 2 * k, words[k]);
+#endif
     *len = total;
     return SKV_OK;
 }
