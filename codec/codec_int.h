@@ -89,7 +89,8 @@ typedef struct {
     int R;
     uint32_t *cum;
     float *lp;
-    skv_eop *enc; /* the encoder's, per symbol */
+    skv_eop *enc;       /* the encoder's, per symbol */
+    const double *lpd;  /* lp as doubles (the encoder's sum), in enc's allocation */
     uint64_t lut[1u << (SKV_CODEC_PREC - LUT_SHIFT)];
 } skv_ftab;
 

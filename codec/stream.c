@@ -243,7 +243,7 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
 SKV_ALWAYS_INLINE void put_sym(skv_eop **o, double *ideal, const skv_ftab *t, uint32_t sym)
 {
     *(*o)++ = t->enc[sym];
-    *ideal += (double)t->lp[sym];
+    *ideal += t->lpd[sym]; /* (double)t->lp[sym] */
 }
 
 /* queue nb (<= 32) plain bits of v, high 16 first (cmodel.c op_raw) */
