@@ -162,9 +162,26 @@ __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float
 
 /* ---- encoder ----------------------------------------------------------------- */
 
-/* Queued operations are skv_eop (codec_int.h; freq < 2^16: every table has
- * at least two symbols of frequency >= 1); nb plain bits of value v are
- * plain_ops[nb] (nb >= 1) with v added to its bias. */
+/* A queued operation is one word, the address of the skv_eop that codes it
+ * (codec_int.h; freq < 2^16: every table has at least two symbols of
+ * frequency >= 1): a table symbol's entry, or for nb <= PLAIN_TAB_BITS
+ * plain bits of value v the shared entry plain_tab[2^nb + v]. Wider plain
+ * bits (f32 only) are 1 | nb << 1 | v << 8 (entries are aligned, so bit 0
+ * tells them apart), coded as the template plain_ops[nb] with v added to
+ * its bias. Eight bytes an operation: a stream's queue stays half the
+ * size (and in cache) that of the entries themselves. */
+#define PLAIN_TAB_BITS 10 /* bf16, f16 and fp8 buckets hold at most 2^10 points */
+_Static_assert(_Alignof(skv_eop) >= 2, "bit 0 of an entry's address is clear");
+static skv_eop plain_tab[2u << PLAIN_TAB_BITS]; /* 32 KiB, filled once */
+static pthread_once_t plain_once = PTHREAD_ONCE_INIT;
+
+static void plain_init(void)
+{
+    for (int nb = 1; nb <= PLAIN_TAB_BITS; nb++)
+        for (uint32_t v = 0; v < 1u << nb; v++)
+            plain_tab[(1u << nb) + v] = skv__eop(v, 1, nb);
+}
+
 #define PLAIN_OP(nb) {~0ull, (1u << (nb)) - 1u, 0x10000u >> (nb), (1u << (nb)) - 1u}
 static const skv_eop plain_ops[17] = {
     {0, 0, 0, 0}, PLAIN_OP(1),  PLAIN_OP(2),  PLAIN_OP(3),  PLAIN_OP(4),  PLAIN_OP(5),
@@ -172,19 +189,19 @@ static const skv_eop plain_ops[17] = {
     PLAIN_OP(12), PLAIN_OP(13), PLAIN_OP(14), PLAIN_OP(15), PLAIN_OP(16),
 };
 
-/* queue the low nb (1..16) bits of v: the template's cmpl is their mask */
-SKV_ALWAYS_INLINE void put_plain(skv_eop **o, uint32_t v, int nb)
+/* queue the low nb (1..16) bits of v */
+SKV_ALWAYS_INLINE void put_plain(uint64_t **o, uint32_t v, int nb)
 {
-    const skv_eop *p = &plain_ops[nb];
-    uint32_t bias = p->bias + (v & p->cmpl);
-    memcpy(*o, p, sizeof *p); /* one 16-byte copy, then the bias */
-    memcpy(&(*o)->bias, &bias, sizeof bias);
-    (*o)++;
+    v &= (1u << nb) - 1u;
+    if (nb <= PLAIN_TAB_BITS)
+        *(*o)++ = (uint64_t)(uintptr_t)&plain_tab[(1u << nb) + v];
+    else
+        *(*o)++ = 1u | (uint64_t)nb << 1 | (uint64_t)v << 8;
 }
 
 struct skv_encoder {
     skv_cmodel *m;
-    skv_eop *ops;
+    uint64_t *ops;
     size_t nops, cap;
     uint32_t n;
     uint64_t h;
@@ -201,6 +218,7 @@ struct skv_encoder {
 int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
 {
     *out = NULL;
+    pthread_once(&plain_once, plain_init);
     skv_encoder *e = skv_calloc(1, sizeof *e);
     if (!e)
         return skv_error(SKV_ERR_NOMEM, "encoder");
@@ -240,14 +258,14 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
 }
 
 /* queue a table symbol */
-SKV_ALWAYS_INLINE void put_sym(skv_eop **o, double *ideal, const skv_ftab *t, uint32_t sym)
+SKV_ALWAYS_INLINE void put_sym(uint64_t **o, double *ideal, const skv_ftab *t, uint32_t sym)
 {
-    *(*o)++ = t->enc[sym];
+    *(*o)++ = (uint64_t)(uintptr_t)&t->enc[sym];
     *ideal += t->lpd[sym]; /* (double)t->lp[sym] */
 }
 
 /* queue nb (<= 32) plain bits of v, high 16 first (cmodel.c op_raw) */
-SKV_ALWAYS_INLINE void put_raw(skv_eop **o, uint64_t *raw_bits, uint32_t v, int nb)
+SKV_ALWAYS_INLINE void put_raw(uint64_t **o, uint64_t *raw_bits, uint32_t v, int nb)
 {
     *raw_bits += (uint64_t)nb;
     if (__builtin_expect(nb > 16, 0)) {
@@ -260,7 +278,7 @@ SKV_ALWAYS_INLINE void put_raw(skv_eop **o, uint64_t *raw_bits, uint32_t v, int 
 
 /* the escape: the table's last symbol, x's high byte under p_emp, the rest
  * as plain bits */
-SKV_ALWAYS_INLINE void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x, skv_eop **o,
+SKV_ALWAYS_INLINE void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x, uint64_t **o,
                                   double *ideal, uint64_t *raw_bits)
 {
     const skv_lat *L = &m->lat;
@@ -273,7 +291,7 @@ SKV_ALWAYS_INLINE void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32
 /* BUCKET mode off the common case: the zero bucket, buckets below one
  * lattice step or in subnormals, escapes (skv__plan) */
 SKV_ALWAYS_INLINE void put_bucket_slow(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c,
-                                       uint32_t x, skv_eop **o, double *ideal, uint64_t *raw_bits)
+                                       uint32_t x, uint64_t **o, double *ideal, uint64_t *raw_bits)
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
@@ -306,12 +324,12 @@ SKV_ALWAYS_INLINE void put_bucket_slow(const skv_cmodel *m, const skv_lat *L, co
  * addressed and stay in registers (the symbol costs are summed in the
  * same order either way); plain bits are counted in *raw_slow. */
 typedef struct {
-    skv_eop *o;
+    uint64_t *o;
     double ideal;
 } skv_eret;
 
 static __attribute__((noinline)) skv_eret put_escape_ool(const skv_cmodel *m, const skv_ftab *t,
-                                                         uint32_t x, skv_eop *o, double ideal,
+                                                         uint32_t x, uint64_t *o, double ideal,
                                                          uint64_t *raw_slow)
 {
     put_escape(m, t, x, &o, &ideal, raw_slow);
@@ -319,7 +337,7 @@ static __attribute__((noinline)) skv_eret put_escape_ool(const skv_cmodel *m, co
 }
 
 static __attribute__((noinline)) skv_eret put_bucket_ool(const skv_cmodel *m, const skv_lat *L,
-                                                         const skv_fcls *c, uint32_t x, skv_eop *o,
+                                                         const skv_fcls *c, uint32_t x, uint64_t *o,
                                                          double ideal, uint64_t *raw_slow)
 {
     put_bucket_slow(m, L, c, x, &o, &ideal, raw_slow);
@@ -331,7 +349,7 @@ static __attribute__((noinline)) skv_eret put_bucket_ool(const skv_cmodel *m, co
  * j is x's significand shifted right by nb, and x's index in the bucket its
  * low nb bits. */
 SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c, uint32_t x,
-                               skv_eop **o, double *ideal, uint64_t *raw_bits, uint64_t *raw_slow)
+                               uint64_t **o, double *ideal, uint64_t *raw_bits, uint64_t *raw_slow)
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
@@ -395,7 +413,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
 {
     skv_cmodel *m = e->m;
     const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
-    skv_eop *o = e->ops + e->nops;
+    uint64_t *o = e->ops + e->nops;
     double ideal = 0;
     uint64_t raw_bits = 0, h = e->h;
     e->raw_slow = 0;
@@ -467,7 +485,7 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
     skv_cmodel *m = e->m;
     const skv_atoms *as = e->atoms;
     const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
-    skv_eop *o = e->ops + e->nops;
+    uint64_t *o = e->ops + e->nops;
     double ideal = 0;
     uint64_t raw_bits = 0, h = e->h;
     e->raw_slow = 0;
@@ -520,7 +538,7 @@ int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const 
         size_t nc = e->cap ? 2 * e->cap : 4096;
         while (nc < e->nops + SKV_MAX_OPS * n)
             nc *= 2;
-        skv_eop *o = skv_realloc(e->ops, nc * sizeof *o);
+        uint64_t *o = skv_realloc(e->ops, nc * sizeof *o);
         if (!o)
             return skv_error(SKV_ERR_NOMEM, "encoder ops");
         e->ops = o;
@@ -566,14 +584,23 @@ static uint64_t final_checksum(uint64_t h, uint32_t n)
 /* one encoding step of state *s (ops are coded last to first; skv_eop):
  * the words go down from top (top[0] the first out, the last in the
  * stream), *nn their count negated */
-SKV_ALWAYS_INLINE void enc_op(uint32_t *s, const skv_eop *op, uint16_t *top, ptrdiff_t *nn)
+SKV_ALWAYS_INLINE void enc_eop(uint32_t *s, const skv_eop *e, uint32_t val, uint16_t *top,
+                               ptrdiff_t *nn)
 {
     uint32_t v = *s, hi = v >> 16;
-    uint32_t emit = hi >= op->xm; /* a coin flip: branch-free */
+    uint32_t emit = hi >= e->xm; /* a coin flip: branch-free */
     top[*nn] = (uint16_t)v;
     *nn -= emit;
     v = emit ? hi : v;
-    *s = skv__eop_step(op, v);
+    *s = skv__eop_step(e, v) + val;
+}
+
+SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *top, ptrdiff_t *nn)
+{
+    if (__builtin_expect(op & 1u, 0)) /* wide plain bits: f32 only */
+        enc_eop(s, &plain_ops[(op >> 1) & 31u], (uint32_t)(op >> 8), top, nn);
+    else
+        enc_eop(s, (const skv_eop *)(uintptr_t)op, 0, top, nn);
 }
 
 int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
@@ -590,20 +617,20 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     size_t i = e->nops;
     ptrdiff_t nn = 0;
     /* locals: the word stores cannot then make the compiler reload them */
-    const skv_eop *ops = e->ops;
+    const uint64_t *ops = e->ops;
     uint16_t *top = e->words + e->nops; /* at most one word an operation */
     /* op i uses state i mod 4: the ragged end first, then blocks of four */
     while (i & 3) {
         i--;
-        enc_op(&x[i & 3], &ops[i], top, &nn);
+        enc_op(&x[i & 3], ops[i], top, &nn);
     }
     uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
     while (i) {
         i -= 4;
-        enc_op(&x3, &ops[i + 3], top, &nn);
-        enc_op(&x2, &ops[i + 2], top, &nn);
-        enc_op(&x1, &ops[i + 1], top, &nn);
-        enc_op(&x0, &ops[i], top, &nn);
+        enc_op(&x3, ops[i + 3], top, &nn);
+        enc_op(&x2, ops[i + 2], top, &nn);
+        enc_op(&x1, ops[i + 1], top, &nn);
+        enc_op(&x0, ops[i], top, &nn);
     }
     x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3;
     size_t nw = (size_t)-nn;
