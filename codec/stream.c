@@ -189,12 +189,26 @@ static const skv_eop plain_ops[17] = {
     PLAIN_OP(12), PLAIN_OP(13), PLAIN_OP(14), PLAIN_OP(15), PLAIN_OP(16),
 };
 
+/* each width's row of plain_tab and mask, as constants (no shifts in the
+ * hot loop, whose registers are all taken) */
+#define PLAIN_ROW(nb) {plain_tab + (1u << (nb)), (1u << (nb)) - 1u}
+static const struct {
+    const skv_eop *row;
+    uint32_t mask;
+} plain_rows[17] = {
+    {plain_tab, 0},       PLAIN_ROW(1),         PLAIN_ROW(2),         PLAIN_ROW(3),
+    PLAIN_ROW(4),         PLAIN_ROW(5),         PLAIN_ROW(6),         PLAIN_ROW(7),
+    PLAIN_ROW(8),         PLAIN_ROW(9),         PLAIN_ROW(10),        {NULL, (1u << 11) - 1u},
+    {NULL, (1u << 12) - 1u}, {NULL, (1u << 13) - 1u}, {NULL, (1u << 14) - 1u},
+    {NULL, (1u << 15) - 1u}, {NULL, (1u << 16) - 1u},
+};
+
 /* queue the low nb (1..16) bits of v */
 SKV_ALWAYS_INLINE void put_plain(uint64_t **o, uint32_t v, int nb)
 {
-    v &= (1u << nb) - 1u;
+    v &= plain_rows[nb].mask;
     if (nb <= PLAIN_TAB_BITS)
-        *(*o)++ = (uint64_t)(uintptr_t)&plain_tab[(1u << nb) + v];
+        *(*o)++ = (uint64_t)(uintptr_t)(plain_rows[nb].row + v);
     else
         *(*o)++ = 1u | (uint64_t)nb << 1 | (uint64_t)v << 8;
 }
