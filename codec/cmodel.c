@@ -241,7 +241,7 @@ static int table_alloc(skv_ftab *t, uint32_t n)
     t->n = n;
     t->cum = skv_malloc((n + 1) * sizeof *t->cum);
     t->lp = skv_malloc(n * sizeof *t->lp);
-    t->enc = skv_malloc(n * sizeof *t->enc);
+    t->enc = skv_malloc(n * (sizeof *t->enc + sizeof *t->lpd)); /* lpd after enc */
     if (!t->cum || !t->lp || !t->enc) {
         skv_free(t->cum);
         skv_free(t->lp);
@@ -255,11 +255,12 @@ static int table_alloc(skv_ftab *t, uint32_t n)
 /* The encoder's view of a finished table (codec_int.h, skv_ftab). */
 static void build_enc(skv_ftab *t)
 {
+    double *lpd = (double *)(t->enc + t->n);
     for (uint32_t i = 0; i < t->n; i++) {
-        union { float f; uint32_t u; } lp = {t->lp[i]};
-        t->enc[i] = (uint64_t)t->cum[i] | (uint64_t)(t->cum[i + 1] - t->cum[i]) << 16 |
-                    (uint64_t)lp.u << 32;
+        t->enc[i] = skv__eop(t->cum[i], t->cum[i + 1] - t->cum[i], SKV_CODEC_PREC);
+        lpd[i] = (double)t->lp[i];
     }
+    t->lpd = lpd;
 }
 
 /* The decoder's index (codec_int.h, skv_ftab). */

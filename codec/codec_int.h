@@ -44,12 +44,53 @@ typedef struct {
                       * wider runs take the search on ~3% of operations) */
 #define LUT_MULTI (1ull << 50)
 #define LUT_SYM(e) ((uint32_t)((e) >> 53))
+/* One queued rANS operation as the encoder codes it: a symbol of frequency
+ * f at start in a total of 2^bits (table symbols: bits = 16, f < 2^16;
+ * plain bits: f = 1, bits <= 16). A state is first renormalised below
+ * xmax = f << (32 - bits) (xm = xmax >> 16), and the renormalised v then
+ * becomes
+ *     v + bias + q * cmpl,   q = (v * rcp) >> 64,   cmpl = 2^bits - f,
+ * which is floor(v / f) << bits + v % f + start (skv__eop_step):
+ *   f >= 2: rcp = ceil(2^64 / f) = (2^64 + e) / f with 0 <= e < f, so
+ *           v * rcp / 2^64 = v / f + v e / (f 2^64), and the error term
+ *           is below 1/f for every v < 2^48: q = floor(v / f) exactly
+ *           (checked exhaustively at the edges in test_codec);
+ *           bias = start;
+ *   f = 1:  rcp = 2^64 - 1 gives q = v - 1 for every v in [1, 2^64), and
+ *           bias = start + cmpl makes up the missing cmpl (v >= 1: a
+ *           state is at least 2^16, one shifted down was at least xmax).
+ * No division on the encoder's hot path, and one form for both kinds. */
+typedef struct {
+    uint64_t rcp;
+    uint32_t bias; /* < 2^17 */
+    uint16_t xm, cmpl;
+} skv_eop;
+
+static inline skv_eop skv__eop(uint32_t start, uint32_t freq, int bits)
+{
+    uint32_t cmpl = (1u << bits) - freq;
+    return (skv_eop){
+        .rcp = freq == 1 ? ~0ull : ~0ull / freq + 1, /* ceil(2^64 / f) for f >= 2 */
+        .bias = start + (freq == 1 ? cmpl : 0),
+        .xm = (uint16_t)(freq << (16 - bits)),
+        .cmpl = (uint16_t)cmpl,
+    };
+}
+
+/* The state after coding op from v, renormalised (v < op->xm << 16). */
+static inline uint32_t skv__eop_step(const skv_eop *op, uint32_t v)
+{
+    uint32_t q = (uint32_t)((unsigned __int128)v * op->rcp >> 64);
+    return v + op->bias + q * op->cmpl;
+}
+
 typedef struct {
     uint32_t n;
     int R;
     uint32_t *cum;
     float *lp;
-    uint64_t *enc; /* the encoder's: cum[k] | freq << 16 | lp bits << 32 */
+    skv_eop *enc;       /* the encoder's, per symbol */
+    const double *lpd;  /* lp as doubles (the encoder's sum), in enc's allocation */
     uint64_t lut[1u << (SKV_CODEC_PREC - LUT_SHIFT)];
 } skv_ftab;
 

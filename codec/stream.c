@@ -162,10 +162,56 @@ __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float
 
 /* ---- encoder ----------------------------------------------------------------- */
 
-/* A queued operation: start | freq << 16 | bits << 32 (freq < 2^16: every
- * table has at least two symbols of frequency >= 1). */
-#define EOP(start, freq, bits) \
-    ((uint64_t)(start) | (uint64_t)(freq) << 16 | (uint64_t)(bits) << 32)
+/* A queued operation is one word, the address of the skv_eop that codes it
+ * (codec_int.h; freq < 2^16: every table has at least two symbols of
+ * frequency >= 1): a table symbol's entry, or for nb <= PLAIN_TAB_BITS
+ * plain bits of value v the shared entry plain_tab[2^nb + v]. Wider plain
+ * bits (f32 only) are 1 | nb << 1 | v << 8 (entries are aligned, so bit 0
+ * tells them apart), coded as the template plain_ops[nb] with v added to
+ * its bias. Eight bytes an operation: a stream's queue stays half the
+ * size (and in cache) that of the entries themselves. */
+#define PLAIN_TAB_BITS 10 /* bf16, f16 and fp8 buckets hold at most 2^10 points */
+_Static_assert(_Alignof(skv_eop) >= 2, "bit 0 of an entry's address is clear");
+static skv_eop plain_tab[2u << PLAIN_TAB_BITS]; /* 32 KiB, filled once */
+static pthread_once_t plain_once = PTHREAD_ONCE_INIT;
+
+static void plain_init(void)
+{
+    for (int nb = 1; nb <= PLAIN_TAB_BITS; nb++)
+        for (uint32_t v = 0; v < 1u << nb; v++)
+            plain_tab[(1u << nb) + v] = skv__eop(v, 1, nb);
+}
+
+#define PLAIN_OP(nb) {~0ull, (1u << (nb)) - 1u, 0x10000u >> (nb), (1u << (nb)) - 1u}
+static const skv_eop plain_ops[17] = {
+    {0, 0, 0, 0}, PLAIN_OP(1),  PLAIN_OP(2),  PLAIN_OP(3),  PLAIN_OP(4),  PLAIN_OP(5),
+    PLAIN_OP(6),  PLAIN_OP(7),  PLAIN_OP(8),  PLAIN_OP(9),  PLAIN_OP(10), PLAIN_OP(11),
+    PLAIN_OP(12), PLAIN_OP(13), PLAIN_OP(14), PLAIN_OP(15), PLAIN_OP(16),
+};
+
+/* each width's row of plain_tab and mask, as constants (no shifts in the
+ * hot loop, whose registers are all taken) */
+#define PLAIN_ROW(nb) {plain_tab + (1u << (nb)), (1u << (nb)) - 1u}
+static const struct {
+    const skv_eop *row;
+    uint32_t mask;
+} plain_rows[17] = {
+    {plain_tab, 0},       PLAIN_ROW(1),         PLAIN_ROW(2),         PLAIN_ROW(3),
+    PLAIN_ROW(4),         PLAIN_ROW(5),         PLAIN_ROW(6),         PLAIN_ROW(7),
+    PLAIN_ROW(8),         PLAIN_ROW(9),         PLAIN_ROW(10),        {NULL, (1u << 11) - 1u},
+    {NULL, (1u << 12) - 1u}, {NULL, (1u << 13) - 1u}, {NULL, (1u << 14) - 1u},
+    {NULL, (1u << 15) - 1u}, {NULL, (1u << 16) - 1u},
+};
+
+/* queue the low nb (1..16) bits of v */
+SKV_ALWAYS_INLINE void put_plain(uint64_t **o, uint32_t v, int nb)
+{
+    v &= plain_rows[nb].mask;
+    if (nb <= PLAIN_TAB_BITS)
+        *(*o)++ = (uint64_t)(uintptr_t)(plain_rows[nb].row + v);
+    else
+        *(*o)++ = 1u | (uint64_t)nb << 1 | (uint64_t)v << 8;
+}
 
 struct skv_encoder {
     skv_cmodel *m;
@@ -186,6 +232,7 @@ struct skv_encoder {
 int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
 {
     *out = NULL;
+    pthread_once(&plain_once, plain_init);
     skv_encoder *e = skv_calloc(1, sizeof *e);
     if (!e)
         return skv_error(SKV_ERR_NOMEM, "encoder");
@@ -227,10 +274,8 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
 /* queue a table symbol */
 SKV_ALWAYS_INLINE void put_sym(uint64_t **o, double *ideal, const skv_ftab *t, uint32_t sym)
 {
-    uint64_t e = t->enc[sym]; /* one load: start, frequency, cost */
-    union { uint32_t u; float f; } lp = {(uint32_t)(e >> 32)};
-    *(*o)++ = (e & 0xffffffffu) | (uint64_t)SKV_CODEC_PREC << 32;
-    *ideal += (double)lp.f;
+    *(*o)++ = (uint64_t)(uintptr_t)&t->enc[sym];
+    *ideal += t->lpd[sym]; /* (double)t->lp[sym] */
 }
 
 /* queue nb (<= 32) plain bits of v, high 16 first (cmodel.c op_raw) */
@@ -239,10 +284,10 @@ SKV_ALWAYS_INLINE void put_raw(uint64_t **o, uint64_t *raw_bits, uint32_t v, int
     *raw_bits += (uint64_t)nb;
     if (__builtin_expect(nb > 16, 0)) {
         nb -= 16;
-        *(*o)++ = EOP((v >> nb) & 0xffffu, 1, 16);
+        put_plain(o, v >> nb, 16);
     }
     if (nb > 0)
-        *(*o)++ = EOP(v & ((1u << nb) - 1u), 1, nb);
+        put_plain(o, v, nb);
 }
 
 /* the escape: the table's last symbol, x's high byte under p_emp, the rest
@@ -313,10 +358,10 @@ static __attribute__((noinline)) skv_eret put_bucket_ool(const skv_cmodel *m, co
     return (skv_eret){o, ideal};
 }
 
-/* The operations of one scalar of class c (skv__plan). The common case,
- * x normal in a bucket j >= 1 that holds 2^nb lattice points: j is x's
- * significand shifted right by nb, and x's index in the bucket its low nb
- * bits. */
+/* The operations of one scalar x < 2^nbits of class c (skv__plan). The
+ * common case, x normal in a bucket j >= 1 that holds 2^nb lattice points:
+ * j is x's significand shifted right by nb, and x's index in the bucket its
+ * low nb bits. */
 SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c, uint32_t x,
                                uint64_t **o, double *ideal, uint64_t *raw_bits, uint64_t *raw_slow)
 {
@@ -325,24 +370,26 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
     if (c->bucket) {
         uint32_t E = mag >> L->mbits;
         int nb = L->bias + L->mbits + c->G - (int)E; /* -(exponent of x's step - G) */
-        if (__builtin_expect(E != 0 && mag < L->inf_mag && (unsigned)nb <= (unsigned)L->mbits &&
+        /* E != 0 && mag < L->inf_mag, as one comparison */
+        int normal = mag - (1u << L->mbits) < L->inf_mag - (1u << L->mbits);
+        if (__builtin_expect(normal && (unsigned)nb <= (unsigned)L->mbits &&
                                  (L->dt != SKV_DT_F8E4M3 || (mag | ((1u << nb) - 1u)) < L->inf_mag),
                              1)) {
             uint64_t j = (uint64_t)((mag & ((1u << L->mbits) - 1u)) | (1u << L->mbits)) >> nb;
-            int64_t kb = (int64_t)j ^ -(int64_t)((x & L->sign) != 0);
+            int64_t kb = (int64_t)j ^ -(int64_t)(x >> (L->nbits - 1)); /* x < 2^nbits */
             uint64_t sym = (uint64_t)(kb - c->base);
             if (__builtin_expect(sym < c->nesc, 1)) {
                 put_sym(o, ideal, t, (uint32_t)sym);
                 if (L->mbits > 16) { /* f32: up to 23 bits, as 16 + the rest */
                     put_raw(o, raw_bits, mag & ((1u << nb) - 1u), nb);
                 } else {
-                    *raw_bits += (uint64_t)nb;
+                    *raw_bits += (uint32_t)nb; /* 0..mbits: no sign extension */
                     if (nb > 0)
-                        *(*o)++ = EOP(mag & ((1u << nb) - 1u), 1, nb);
+                        put_plain(o, mag, nb);
                 }
                 return;
             }
-        } else if (__builtin_expect(E != 0 && mag < L->inf_mag && nb > L->mbits &&
+        } else if (__builtin_expect(normal && nb > L->mbits &&
                                         nb - L->mbits <= ZLEVELS &&
                                         (L->dt != SKV_DT_F8E4M3 || E < (L->inf_mag >> L->mbits)),
                                     1)) {
@@ -548,18 +595,26 @@ static uint64_t final_checksum(uint64_t h, uint32_t n)
     return h ^ (h >> 32);
 }
 
-/* one encoding step of state *s (ops are coded last to first) */
-SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *words, size_t *nw)
+/* one encoding step of state *s (ops are coded last to first; skv_eop):
+ * the words go down from top (top[0] the first out, the last in the
+ * stream), *nn their count negated */
+SKV_ALWAYS_INLINE void enc_eop(uint32_t *s, const skv_eop *e, uint32_t val, uint16_t *top,
+                               ptrdiff_t *nn)
 {
-    uint32_t start = (uint32_t)op & 0xffffu, freq = (uint32_t)(op >> 16) & 0xffffu;
-    int bits = (int)(op >> 32);
-    uint32_t v = *s;
-    uint64_t xmax = (uint64_t)freq << (32 - bits);
-    uint32_t emit = (uint64_t)v >= xmax; /* a coin flip: branch-free */
-    words[*nw] = (uint16_t)v;
-    *nw += emit;
-    v >>= emit << 4;
-    *s = ((v / freq) << bits) + (v % freq) + start;
+    uint32_t v = *s, hi = v >> 16;
+    uint32_t emit = hi >= e->xm; /* a coin flip: branch-free */
+    top[*nn] = (uint16_t)v;
+    *nn -= emit;
+    v = emit ? hi : v;
+    *s = skv__eop_step(e, v) + val;
+}
+
+SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *top, ptrdiff_t *nn)
+{
+    if (__builtin_expect(op & 1u, 0)) /* wide plain bits: f32 only */
+        enc_eop(s, &plain_ops[(op >> 1) & 31u], (uint32_t)(op >> 8), top, nn);
+    else
+        enc_eop(s, (const skv_eop *)(uintptr_t)op, 0, top, nn);
 }
 
 int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
@@ -573,24 +628,27 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
         e->wcap = e->nops + 1;
     }
     uint32_t x[4] = {RANS_L, RANS_L, RANS_L, RANS_L};
-    size_t nw = 0, i = e->nops;
+    size_t i = e->nops;
+    ptrdiff_t nn = 0;
     /* locals: the word stores cannot then make the compiler reload them */
     const uint64_t *ops = e->ops;
-    uint16_t *words = e->words;
+    uint16_t *top = e->words + e->nops; /* at most one word an operation */
     /* op i uses state i mod 4: the ragged end first, then blocks of four */
     while (i & 3) {
         i--;
-        enc_op(&x[i & 3], ops[i], words, &nw);
+        enc_op(&x[i & 3], ops[i], top, &nn);
     }
     uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
     while (i) {
         i -= 4;
-        enc_op(&x3, ops[i + 3], words, &nw);
-        enc_op(&x2, ops[i + 2], words, &nw);
-        enc_op(&x1, ops[i + 1], words, &nw);
-        enc_op(&x0, ops[i], words, &nw);
+        enc_op(&x3, ops[i + 3], top, &nn);
+        enc_op(&x2, ops[i + 2], top, &nn);
+        enc_op(&x1, ops[i + 1], top, &nn);
+        enc_op(&x0, ops[i], top, &nn);
     }
     x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3;
+    size_t nw = (size_t)-nn;
+    const uint16_t *words = top + nn + 1; /* in stream order */
     size_t payload = 16 + 2 * nw;
     size_t total = SKV_STREAM_HEADER + payload;
     if (total > cap)
@@ -611,8 +669,12 @@ int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     for (int k = 0; k < 4; k++)
         skv_store32_le(p + 4 * k, x[k]);
     p += 16;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, words, 2 * nw); /* the words' own bytes are little-endian already */
+#else
     for (size_t k = 0; k < nw; k++)
-        skv_store16_le(p + 2 * k, e->words[nw - 1 - k]);
+        skv_store16_le(p + 2 * k, words[k]);
+#endif
     *len = total;
     return SKV_OK;
 }

@@ -519,6 +519,71 @@ Test(round_trip, non_default_mixtures_and_histograms_round_trip)
 }
 
 /* ========================================================================
+ * The encoder's step (codec_int.h skv_eop): a multiplication by a
+ * reciprocal instead of a division, exact over the whole contract
+ * ====================================================================== */
+
+/* The rANS step as FORMAT.md states it, from a renormalised v. */
+static uint32_t rans_step(uint32_t v, uint32_t start, uint32_t f, int bits)
+{
+    return ((v / f) << bits) + v % f + start;
+}
+
+static void check_step(uint32_t v, uint32_t start, uint32_t f, int bits)
+{
+    skv_eop op = skv__eop(start, f, bits);
+    uint32_t got = skv__eop_step(&op, v), want = rans_step(v, start, f, bits);
+    if (got != want)
+        cr_assert_fail("f %u bits %d start %u v %u: step %u, want %u", f, bits, start, v, got, want);
+}
+
+Test(encoder_step, every_table_frequency_is_exact_at_the_edges_of_its_states)
+{
+    skv_rng r;
+    skv_rng_seed(&r, 5);
+    for (uint32_t f = 1; f < 65536; f++) {
+        skv_eop op = skv__eop(0, f, 16);
+        cr_assert_eq((uint32_t)op.xm << 16, f << 16, "f %u: xmax", f);
+        uint64_t top = (uint64_t)f << 16; /* renormalised states: v in [1, f 2^16) */
+        const uint32_t start = (uint32_t)(skv_rng_next(&r) % (65537 - f));
+        const uint64_t qs[] = {0, 1, 2, 255, 256, 4095, 4096, 32767, 32768, 65534, 65535};
+        for (size_t k = 0; k < sizeof qs / sizeof qs[0]; k++)
+            for (int d = -1; d <= 1; d++) { /* around every multiple q f, and q f + f - 1 */
+                uint64_t v = qs[k] * f + (uint64_t)(int64_t)d, w = qs[k] * f + f - 1;
+                if (v >= 1 && v < top)
+                    check_step((uint32_t)v, start, f, 16);
+                if (w >= 1 && w < top)
+                    check_step((uint32_t)w, start, f, 16);
+            }
+        for (int k = 0; k < 16; k++)
+            check_step((uint32_t)(1 + skv_rng_next(&r) % (top - 1)), start, f, 16);
+    }
+}
+
+Test(encoder_step, every_state_is_exact_for_sampled_frequencies_and_plain_bits)
+{
+    static const uint32_t fs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 251, 641};
+    for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++)
+        for (uint32_t v = 1; v < fs[k] << 16; v++)
+            check_step(v, 65536 - fs[k], fs[k], 16);
+    /* nb plain bits: frequency 1 in a total of 2^nb, states below 2^(32 - nb) */
+    skv_rng r;
+    skv_rng_seed(&r, 6);
+    for (int nb = 1; nb <= 16; nb++) {
+        skv_eop op = skv__eop(0, 1, nb);
+        cr_assert_eq((uint64_t)op.xm << 16, 1ull << (32 - nb), "nb %d: xmax", nb);
+        uint32_t top = 1u << (32 - nb), val = (1u << nb) - 1u;
+        for (uint32_t v = 1; v < 1u << 16; v++)
+            check_step(v, val & v, 1, nb);
+        for (uint32_t v = top > 65536 ? top - 65536 : 1; v < top; v++)
+            check_step(v, val & ~v, 1, nb);
+        for (int k = 0; k < 100000; k++)
+            check_step((uint32_t)(1 + skv_rng_next(&r) % (top - 1)), (uint32_t)skv_rng_next(&r) & val,
+                       1, nb);
+    }
+}
+
+/* ========================================================================
  * Code length
  * ====================================================================== */
 
