@@ -37,7 +37,9 @@ typedef struct {
  *   bits  0..15  cum[k]
  *   bits 16..32  cum[k + 1]
  *   bits 33..49  cum[k + 2] (2^16 past the end)
- *   bit  50      LUT_MULTI: several symbols start inside; search cum
+ *   bit  50      LUT_MULTI: several symbols start inside (a slot at or
+ *                above cum[k + 2] then searches cum from k + 2; the
+ *                decoder tests that, not the bit)
  *   bits 53..63  k */
 #define LUT_SHIFT 8 /* 256 entries, 2 KiB a table: the 32+ classes of a stream stay in
                       * L2 (runs of 64 slots were 8 KiB and ~10% slower to decode; the

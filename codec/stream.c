@@ -862,15 +862,18 @@ SKV_ALWAYS_INLINE uint32_t rd_sym(rd_t *r, const skv_ftab *t, int checked)
     uint32_t x = r->s0, slot = x & 0xffffu;
     uint64_t e = t->lut[slot >> LUT_SHIFT];
     uint32_t k = LUT_SYM(e), start, end;
-    if (__builtin_expect(!(e & LUT_MULTI), 1)) {
+    uint32_t b = (uint32_t)(e >> 16) & 0x1ffffu, c2 = (uint32_t)(e >> 33) & 0x1ffffu;
+    /* Below cum[k + 2] the symbol is k or k + 1, in any run: always when
+     * at most one more symbol starts inside it, and for about half the
+     * operations of the runs marked LUT_MULTI */
+    if (__builtin_expect(slot < c2, 1)) {
         /* k or k + 1: a coin flip near the boundary, so conditional moves */
-        uint32_t b = (uint32_t)(e >> 16) & 0x1ffffu, c2 = (uint32_t)(e >> 33) & 0x1ffffu;
         uint32_t up = slot >= b;
         start = fsel(up, b, (uint32_t)e & 0xffffu);
         end = fsel(up, c2, b);
         k += up;
     } else {
-        k = find_multi(t, slot, k);
+        k = find_multi(t, slot, k + 2);
         start = t->cum[k];
         end = t->cum[k + 1];
     }
