@@ -323,6 +323,42 @@ static void poke_odd(skv_dtype dt, uint8_t *base, size_t at, size_t j)
     }
 }
 
+/* Sequences of t coded at lvl by the fast predictor paths and by the
+ * plain one (SEQKV_PLAIN_PREDICT), chunks of 16: the same bytes, and each
+ * coder's streams decode, by the other coder, to the KV put in. */
+static void check_fast_is_plain(const skv_calib *c, int lvl, const kvset *t, size_t per,
+                                const char *what)
+{
+    skv_delta *fast, *plain;
+    cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &fast), 0);
+    setenv("SEQKV_PLAIN_PREDICT", "1", 1);
+    cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &plain), 0);
+    unsetenv("SEQKV_PLAIN_PREDICT");
+    const char *ln = skv_level_name((skv_level)lvl);
+    for (size_t i = 0; i < t->n; i++) {
+        skv_streams a = {0}, b = {0};
+        cr_assert_eq(skv_delta_encode(fast, t->tok[i], t->T[i], t->k[i], t->v[i], 16, &a), 0);
+        cr_assert_eq(skv_delta_encode(plain, t->tok[i], t->T[i], t->k[i], t->v[i], 16, &b), 0);
+        cr_assert_eq(a.len, b.len, "%s %s seq %zu", what, ln, i);
+        cr_assert_eq(memcmp(a.data, b.data, a.len), 0, "%s %s seq %zu: same bytes", what, ln, i);
+        uint8_t *k = malloc(t->T[i] * per), *v = malloc(t->T[i] * per);
+        cr_assert_eq(skv_delta_decode(fast, t->tok[i], t->T[i], &b, 0, 16, k, v), 0, "%s",
+                     skv_error_detail());
+        cr_assert_eq(memcmp(k, t->k[i], t->T[i] * per), 0, "%s %s seq %zu: K", what, ln, i);
+        cr_assert_eq(memcmp(v, t->v[i], t->T[i] * per), 0, "%s %s seq %zu: V", what, ln, i);
+        cr_assert_eq(skv_delta_decode(plain, t->tok[i], t->T[i], &a, 0, 16, k, v), 0, "%s",
+                     skv_error_detail());
+        cr_assert_eq(memcmp(k, t->k[i], t->T[i] * per), 0, "%s %s seq %zu: K", what, ln, i);
+        cr_assert_eq(memcmp(v, t->v[i], t->T[i] * per), 0, "%s %s seq %zu: V", what, ln, i);
+        free(k);
+        free(v);
+        skv_streams_free(&a);
+        skv_streams_free(&b);
+    }
+    skv_delta_free(fast);
+    skv_delta_free(plain);
+}
+
 /* The same with odd values in every dtype, and huge ones in the calibration
  * set (so that codebook rows hold them too), coded in chunks of 16: stat's
  * constant rows, which the codec takes only where the previous row and the
@@ -368,33 +404,8 @@ Test(delta, fast_paths_give_the_plain_bytes_on_odd_values_in_every_dtype)
         skv_calib *c;
         skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
         cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
-        for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++) {
-            skv_delta *fast, *plain;
-            cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &fast), 0);
-            setenv("SEQKV_PLAIN_PREDICT", "1", 1);
-            cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &plain), 0);
-            unsetenv("SEQKV_PLAIN_PREDICT");
-            for (size_t i = 0; i < t.n; i++) {
-                skv_streams a = {0}, b = {0};
-                cr_assert_eq(skv_delta_encode(fast, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &a), 0);
-                cr_assert_eq(skv_delta_encode(plain, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &b), 0);
-                cr_assert_eq(a.len, b.len, "%s %s seq %zu", skv_dtype_name(dt),
-                             skv_level_name((skv_level)lvl), i);
-                cr_assert_eq(memcmp(a.data, b.data, a.len), 0, "%s %s seq %zu: same bytes",
-                             skv_dtype_name(dt), skv_level_name((skv_level)lvl), i);
-                uint8_t *k = malloc(t.T[i] * per), *v = malloc(t.T[i] * per);
-                cr_assert_eq(skv_delta_decode(fast, t.tok[i], t.T[i], &a, 0, 16, k, v), 0, "%s",
-                             skv_error_detail());
-                cr_assert_eq(memcmp(k, t.k[i], t.T[i] * per), 0);
-                cr_assert_eq(memcmp(v, t.v[i], t.T[i] * per), 0);
-                free(k);
-                free(v);
-                skv_streams_free(&a);
-                skv_streams_free(&b);
-            }
-            skv_delta_free(fast);
-            skv_delta_free(plain);
-        }
+        for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++)
+            check_fast_is_plain(c, lvl, &t, per, skv_dtype_name(dt));
         skv_calib_free(c);
         skv_st_free(st);
         free(buf);
@@ -427,34 +438,8 @@ Test(delta, fast_prediction_paths_give_the_plain_paths_bytes)
             skv_store16_le(t.k[i] + 2 * at, odd[j]);
             skv_store16_le(t.v[i] + 2 * ((at * 7) % (t.T[i] * per / 2)), odd[(j + 3) % 6]);
         }
-    for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++) {
-        skv_delta *fast, *plain;
-        cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &fast), 0);
-        setenv("SEQKV_PLAIN_PREDICT", "1", 1);
-        cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &plain), 0);
-        unsetenv("SEQKV_PLAIN_PREDICT");
-        for (size_t i = 0; i < t.n; i++) {
-            skv_streams a = {0}, b = {0};
-            cr_assert_eq(skv_delta_encode(fast, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &a), 0);
-            cr_assert_eq(skv_delta_encode(plain, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &b), 0);
-            cr_assert_eq(a.len, b.len, "%s seq %zu", skv_level_name((skv_level)lvl), i);
-            cr_assert_eq(memcmp(a.data, b.data, a.len), 0, "%s seq %zu: same bytes",
-                         skv_level_name((skv_level)lvl), i);
-            uint8_t *k = malloc(t.T[i] * per), *v = malloc(t.T[i] * per);
-            cr_assert_eq(skv_delta_decode(fast, t.tok[i], t.T[i], &b, 0, 16, k, v), 0, "%s",
-                         skv_error_detail());
-            cr_assert_eq(memcmp(k, t.k[i], t.T[i] * per), 0);
-            cr_assert_eq(memcmp(v, t.v[i], t.T[i] * per), 0);
-            cr_assert_eq(skv_delta_decode(plain, t.tok[i], t.T[i], &a, 0, 16, k, v), 0);
-            cr_assert_eq(memcmp(k, t.k[i], t.T[i] * per), 0);
-            free(k);
-            free(v);
-            skv_streams_free(&a);
-            skv_streams_free(&b);
-        }
-        skv_delta_free(fast);
-        skv_delta_free(plain);
-    }
+    for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++)
+        check_fast_is_plain(c, lvl, &t, per, "bf16");
     skv_calib_free(c);
     skv_st_free(st);
     free(buf);
