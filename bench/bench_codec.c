@@ -3,10 +3,13 @@
  * medium "ctx"-like one, and a tight "spec"-like one), through the batch
  * API (rows of ROW scalars, as the delta coder calls it) and the
  * one-scalar API, with the memcpy of the same bytes as the in-process
- * baseline. Encode includes skv_encoder_finish. These machines are
- * shared: every figure is the best of REPS runs of the thread's CPU time,
- * and the ratios matter more than the absolute numbers.
- * usage: bench_codec [N_MILLIONS] */
+ * baseline. The scalars are coded as streams of STREAM scalars each
+ * (default 8192: a 256-token chunk of one stories260K layer's K or V, the
+ * streams the sequence coder writes; a stream's queue and tables then
+ * stay in cache as they do there). Encode includes skv_encoder_finish.
+ * These machines are shared: every figure is the best of REPS runs of the
+ * thread's CPU time, and the ratios matter more than the absolute numbers.
+ * usage: bench_codec [N_MILLIONS] [STREAM] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,31 +33,54 @@ typedef struct {
     const uint32_t *x;
     uint32_t *y;
     const float *mu, *s;
-    size_t n, cap, len;
+    size_t n, slen, cap, len;
     uint8_t *buf;
+    size_t *end; /* stream k's bytes end at buf + end[k] */
 } job;
 
-static int encode(job *j, size_t row)
+/* scalars [a, b) of one stream, in rows of row (1: the one-scalar API) */
+static int encode_stream(job *j, size_t a, size_t b, size_t row, size_t *at)
 {
     skv_encoder_reset(j->e, NULL);
     int rc = 0;
-    for (size_t i = 0; i < j->n && !rc; i += row) {
-        size_t k = j->n - i < row ? j->n - i : row;
+    for (size_t i = a; i < b && !rc; i += row) {
+        size_t k = b - i < row ? b - i : row;
         rc = row == 1 ? skv_encoder_put(j->e, j->x[i], j->mu[i], j->s[i])
                       : skv_encoder_put_n(j->e, j->x + i, j->mu + i, j->s + i, k);
     }
-    return rc ? rc : skv_encoder_finish(j->e, j->buf, j->cap, &j->len);
+    size_t len = 0;
+    if (!rc)
+        rc = skv_encoder_finish(j->e, j->buf + *at, j->cap - *at, &len);
+    *at += len;
+    return rc;
+}
+
+static int encode(job *j, size_t row)
+{
+    int rc = 0;
+    j->len = 0;
+    for (size_t a = 0, k = 0; a < j->n && !rc; a += j->slen, k++) {
+        rc = encode_stream(j, a, a + j->slen < j->n ? a + j->slen : j->n, row, &j->len);
+        j->end[k] = j->len;
+    }
+    return rc;
 }
 
 static int decode(job *j, size_t row)
 {
-    int rc = skv_decoder_begin(j->d, j->buf, j->len, NULL);
-    for (size_t i = 0; i < j->n && !rc; i += row) {
-        size_t k = j->n - i < row ? j->n - i : row;
-        rc = row == 1 ? skv_decoder_get(j->d, j->mu[i], j->s[i], &j->y[i])
-                      : skv_decoder_get_n(j->d, j->mu + i, j->s + i, j->y + i, k);
+    int rc = 0;
+    for (size_t a = 0, k = 0; a < j->n && !rc; a += j->slen, k++) {
+        size_t b = a + j->slen < j->n ? a + j->slen : j->n, from = k ? j->end[k - 1] : 0;
+        rc = skv_decoder_begin(j->d, j->buf + from, j->end[k] - from, NULL);
+        for (size_t i = a; i < b && !rc; i += row) {
+            size_t c = b - i < row ? b - i : row;
+            rc = row == 1 ? skv_decoder_get(j->d, j->mu[i], j->s[i], &j->y[i])
+                          : skv_decoder_get_n(j->d, j->mu + i, j->s + i, j->y + i, c);
+        }
+        if (!rc)
+            rc = skv_decoder_end(j->d);
     }
-    return rc ? rc : skv_decoder_end(j->d);
+    return rc;
 }
 
 /* best M scalars/s of REPS runs; -1 on a failed or inexact run */
@@ -80,20 +106,25 @@ int main(int argc, char **argv)
     size_t n = (size_t)((argc > 1 ? atof(argv[1]) : 2.0) * 1e6);
     if (n < 1000)
         n = 1000;
+    size_t slen = argc > 2 ? (size_t)atol(argv[2]) : 8192;
+    if (slen < ROW || slen > n)
+        slen = slen < ROW ? ROW : n;
     static const struct { const char *name; float spread; } regimes[] = {
         {"wide (stat-like)", 1.0f}, {"medium (ctx-like)", 0.2f}, {"tight (spec-like)", 0.02f}};
     uint32_t *x = malloc(n * 4), *y = malloc(n * 4);
     float *mu = malloc(n * 4), *s = malloc(n * 4);
+    size_t *end = malloc((n / slen + 1) * sizeof *end);
     skv_cmodel *m;
-    if (!x || !y || !mu || !s || skv_cmodel_create(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL, &m)) {
+    if (!x || !y || !mu || !s || !end || skv_cmodel_create(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL, &m)) {
         fprintf(stderr, "bench_codec: setup failed\n");
         return 1;
     }
-    job j = {NULL, NULL, x, y, mu, s, n, 0, 0, NULL};
+    job j = {NULL, NULL, x, y, mu, s, n, slen, 0, 0, NULL, end};
     skv_encoder_create(m, &j.e);
     skv_decoder_create(m, &j.d);
-    printf("bench_codec: %zu bf16 scalars per regime, one thread, best of %d (thread CPU time)\n", n,
-           REPS);
+    printf("bench_codec: %zu bf16 scalars per regime in streams of %zu, one thread, best of %d "
+           "(thread CPU time)\n",
+           n, slen, REPS);
     printf("batch: put_n/get_n in rows of %d; scalar: put/get one at a time; M scalars/s\n", ROW);
     printf("%-20s %7s %9s %9s %9s %9s %9s\n", "regime", "bits", "enc", "dec", "enc(sc)", "dec(sc)",
            "memcpy");
@@ -109,16 +140,24 @@ int main(int argc, char **argv)
             mu[i] = r == 0 ? chan_mean : vv + sp * skv_rng_normal(&rng);
             s[i] = r == 0 ? chan_sd : sp;
         }
-        /* the reference stream from the one-scalar API; the batch API must
-         * write the same bytes */
-        skv_encoder_reset(j.e, NULL);
-        for (size_t i = 0; i < n; i++)
-            skv_encoder_put(j.e, x[i], mu[i], s[i]);
-        j.cap = skv_encoder_bound(j.e);
+        /* the reference streams from the one-scalar API; the batch API
+         * must write the same bytes (room: each stream's bound) */
+        j.cap = 0;
+        for (size_t a = 0; a < n; a += slen) {
+            skv_encoder_reset(j.e, NULL);
+            for (size_t i = a; i < a + slen && i < n; i++)
+                skv_encoder_put(j.e, x[i], mu[i], s[i]);
+            j.cap += skv_encoder_bound(j.e);
+        }
         uint8_t *ref = malloc(j.cap);
+        j.buf = ref;
+        if (!ref || encode(&j, 1)) {
+            fprintf(stderr, "bench_codec: encode failed\n");
+            return 1;
+        }
+        size_t rlen = j.len;
         j.buf = malloc(j.cap);
-        size_t rlen;
-        if (!ref || !j.buf || skv_encoder_finish(j.e, ref, j.cap, &rlen)) {
+        if (!j.buf) {
             fprintf(stderr, "bench_codec: encode failed\n");
             return 1;
         }
@@ -152,5 +191,6 @@ int main(int argc, char **argv)
     free(y);
     free(mu);
     free(s);
+    free(end);
     return 0;
 }
