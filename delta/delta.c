@@ -1651,8 +1651,16 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     /* stat: whether row t - 1 is all_small, found as it was coded (-1: not
      * known here, as at a chunk's first row: test it) */
     int prev_small = -1;
+    /* the codebook row of the next position, fetched a row ahead: its
+     * token picks it from the whole vocabulary, so it is seldom in L1 (not
+     * at stat, whose constant rows mostly skip it) */
+    const float *cb_lk = c->cb + (size_t)l * c->sh.vocab * 2 * C + (size_t)kv * C;
+    const int fetch_cb = !(muc[0] && muc[1]);
     for (size_t t = q->t0; t < q->t1 && !rc; t++) {
         const int32_t tok = q->tok[t];
+        if (fetch_cb && t + 1 < q->t1)
+            for (size_t o = 0; o < C * sizeof(float); o += 64)
+                __builtin_prefetch((const char *)(cb_lk + (size_t)q->tok[t + 1] * 2 * C) + o);
         const size_t seen = c->cb_n[tok] > 0;
         const float *sv = S + seen * C;
         float *row = X + t * C;
