@@ -1651,6 +1651,9 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     /* stat: whether row t - 1 is all_small, found as it was coded (-1: not
      * known here, as at a chunk's first row: test it) */
     int prev_small = -1;
+    /* encoding without a model: a row of X is made from the input when a
+     * prediction first reads it, as the previous row (code_seq) */
+    const int lazy_x = !q->decode && !d->model;
     /* the codebook row of the next position, fetched a row ahead: its
      * token picks it from the whole vocabulary, so it is seldom in L1 (not
      * at stat, whose constant rows mostly skip it) */
@@ -1670,10 +1673,19 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         prev_small = -1;
         const float *mu = mu_row;
         /* (prev and the codebook row: finite, with a margin) */
-        if (muc[seen] && (!t || (ps >= 0 ? ps : all_small(prev, C))) &&
-            c->cb_ok[((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv]) {
+        int cst = muc[seen] && c->cb_ok[((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv];
+        if (cst && t && ps < 0) {
+            if (lazy_x)
+                skv_cast_to_f32(dt, X + (t - 1) * C, B + (t - 1) * C * es, C);
+            cst = all_small(prev, C);
+        } else if (cst && t) {
+            cst = ps;
+        }
+        if (cst) {
             mu = muc[seen];
         } else {
+            if (lazy_x && t)
+                skv_cast_to_f32(dt, X + (t - 1) * C, B + (t - 1) * C * es, C);
             cb_feature_sc(c, l, kv, tok, t, NULL,
                           q->rope_sc ? q->rope_sc + t * (size_t)(c->sh.rope_dim / 2) * 2 : NULL, cbf);
             for (size_t h = 0; h < H && d->plain; h++)
@@ -1867,11 +1879,15 @@ static int code_seq(seq_ctx *q, size_t chunk)
                 rope_angles(c, t, (int)i, &q->rope_sc[(t * half + i) * 2],
                             &q->rope_sc[(t * half + i) * 2 + 1]);
     }
-    /* exact floats: everything when encoding, the context when decoding */
-    for (int kv = 0; kv < 2; kv++)
+    /* exact floats: the context when decoding; everything when encoding
+     * for a model (its hook reads whole chunks), else code_stream makes
+     * each row when a prediction first reads it (stat's constant rows
+     * seldom do) */
+    const size_t pre_rows = q->decode ? q->start : d->model ? T : 0;
+    for (int kv = 0; kv < 2 && pre_rows; kv++)
         for (size_t l = 0; l < L; l++)
             skv_cast_to_f32(c->sh.dtype, q->kvf[kv] + l * T * C, q->kvb[kv] + l * q->stride * C * es,
-                            (q->decode ? q->start : T) * C);
+                            pre_rows * C);
     if (d->model && T && (rc = skv_kvcache_create(skv_model_cfg(d->model), T, &cache)))
         goto done;
     if (cache && q->start && d->level == SKV_LEVEL_FULL) {
