@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# A/B timing of two bench_delta builds on a shared machine: both run at
+# the same time, one per core (swapped each round), so that both see the
+# same load; prints each round's M scalars/s and the geometric mean of the
+# new/old ratios over an even number of rounds (a core faster than the
+# other then favours each build equally often). Absolute rates drop when
+# both cores are busy; the ratios are the figure.
+# usage: bench/pair.sh OLD_BENCH_DELTA NEW_BENCH_DELTA C.cal TEST.safetensors [stat|ctx] [ROUNDS]
+set -euo pipefail
+if [ $# -lt 4 ]; then
+    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+fi
+old=$1 new=$2 cal=$3 test=$4 lvl=${5:-stat} rounds=${6:-6}
+rounds=$(((rounds + 1) / 2 * 2))
+command -v taskset >/dev/null || { echo "pair.sh: needs taskset (util-linux)" >&2; exit 1; }
+[ "$(nproc)" -ge 2 ] || { echo "pair.sh: needs two cores" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+rate() { sed -n 's/.*encode \([0-9.]*\) M\/s, decode \([0-9.]*\) M\/s.*/\1 \2/p' "$1"; }
+: > "$tmp/ratios"
+for r in $(seq "$rounds"); do
+    co=$((r % 2)) cn=$(((r + 1) % 2))
+    taskset -c "$co" "$old" "$cal" "$test" "$lvl" 4 6 > "$tmp/o" &
+    po=$!
+    taskset -c "$cn" "$new" "$cal" "$test" "$lvl" 4 6 > "$tmp/n" &
+    pn=$!
+    wait "$po" "$pn"
+    read -r oe od < <(rate "$tmp/o")
+    read -r ne nd < <(rate "$tmp/n")
+    echo "round $r $lvl: old encode $oe decode $od | new encode $ne decode $nd"
+    echo "$oe $od $ne $nd" >> "$tmp/ratios"
+done
+awk -v lvl="$lvl" '{ e += log($3 / $1); d += log($4 / $2) }
+    END { printf "%s new/old, geometric mean of %d rounds: encode %.2fx, decode %.2fx\n", lvl, NR,
+                 exp(e / NR), exp(d / NR) }' "$tmp/ratios"
