@@ -268,15 +268,12 @@ static void build_lut(skv_ftab *t)
 {
     uint32_t sym = 0;
     for (uint32_t j = 0; j < (1u << (SKV_CODEC_PREC - LUT_SHIFT)); j++) {
-        uint32_t slot = j << LUT_SHIFT, end = slot + (1u << LUT_SHIFT);
+        uint32_t slot = j << LUT_SHIFT;
         while (t->cum[sym + 1] <= slot)
             sym++;
-        uint32_t starts = 0;
-        for (uint32_t k = sym + 1; k < t->n && t->cum[k] < end; k++)
-            starts++;
         uint64_t c2 = sym + 2 <= t->n ? t->cum[sym + 2] : 65536u;
         t->lut[j] = (uint64_t)t->cum[sym] | (uint64_t)t->cum[sym + 1] << 16 | c2 << 33 |
-                    (uint64_t)sym << 53 | (starts > 1 ? LUT_MULTI : 0u);
+                    (uint64_t)sym << 53;
     }
 }
 

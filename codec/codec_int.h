@@ -31,20 +31,17 @@ typedef struct {
  *
  * The decoder's index, lut[j] for the run of slots [j << LUT_SHIFT,
  * (j + 1) << LUT_SHIFT):
- * the symbol k holding the run's first slot and, when at most one more
- * symbol starts inside the run, everything needed to decode any slot of
- * it without touching cum: a slot below cum[k + 1] is k, else k + 1.
+ * the symbol k holding the run's first slot and everything needed to
+ * decode any slot of it below cum[k + 2] without touching cum: a slot
+ * below cum[k + 1] is k, else k + 1. A slot at or above cum[k + 2] (only
+ * in runs where several symbols start) searches cum from k + 2.
  *   bits  0..15  cum[k]
  *   bits 16..32  cum[k + 1]
  *   bits 33..49  cum[k + 2] (2^16 past the end)
- *   bit  50      LUT_MULTI: several symbols start inside (a slot at or
- *                above cum[k + 2] then searches cum from k + 2; the
- *                decoder tests that, not the bit)
  *   bits 53..63  k */
 #define LUT_SHIFT 8 /* 256 entries, 2 KiB a table: the 32+ classes of a stream stay in
                       * L2 (runs of 64 slots were 8 KiB and ~10% slower to decode; the
                       * wider runs take the search on ~3% of operations) */
-#define LUT_MULTI (1ull << 50)
 #define LUT_SYM(e) ((uint32_t)((e) >> 53))
 /* One queued rANS operation as the encoder codes it: a symbol of frequency
  * f at start in a total of 2^bits (table symbols: bits = 16, f < 2^16;

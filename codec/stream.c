@@ -865,7 +865,7 @@ SKV_ALWAYS_INLINE uint32_t rd_sym(rd_t *r, const skv_ftab *t, int checked)
     uint32_t b = (uint32_t)(e >> 16) & 0x1ffffu, c2 = (uint32_t)(e >> 33) & 0x1ffffu;
     /* Below cum[k + 2] the symbol is k or k + 1, in any run: always when
      * at most one more symbol starts inside it, and for about half the
-     * operations of the runs marked LUT_MULTI */
+     * operations of runs where several do */
     if (__builtin_expect(slot < c2, 1)) {
         /* k or k + 1: a coin flip near the boundary, so conditional moves */
         uint32_t up = slot >= b;

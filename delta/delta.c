@@ -1674,9 +1674,11 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         const float *mu = mu_row;
         /* (prev and the codebook row: finite, with a margin) */
         int cst = muc[seen] && c->cb_ok[((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv];
+        int made = !lazy_x || !t; /* prev's floats are there */
         if (cst && t && ps < 0) {
-            if (lazy_x)
+            if (!made)
                 skv_cast_to_f32(dt, X + (t - 1) * C, B + (t - 1) * C * es, C);
+            made = 1;
             cst = all_small(prev, C);
         } else if (cst && t) {
             cst = ps;
@@ -1684,7 +1686,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         if (cst) {
             mu = muc[seen];
         } else {
-            if (lazy_x && t)
+            if (!made)
                 skv_cast_to_f32(dt, X + (t - 1) * C, B + (t - 1) * C * es, C);
             cb_feature_sc(c, l, kv, tok, t, NULL,
                           q->rope_sc ? q->rope_sc + t * (size_t)(c->sh.rope_dim / 2) * 2 : NULL, cbf);
