@@ -720,8 +720,7 @@ int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info)
 struct skv_decoder {
     skv_cmodel *m;
     const uint8_t *w, *wend; /* 16-bit words */
-    uint32_t x[4];
-    size_t op;               /* operations decoded so far */
+    uint32_t x[4];           /* the states, the next operation's first */
     uint32_t n, got;
     uint64_t h, want;
     int bad;                 /* sticky: a read past the end or an impossible symbol */
@@ -777,7 +776,6 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
     }
     d->w = p + 16;
     d->wend = p + info->payload;
-    d->op = 0;
     d->n = info->n;
     d->got = 0;
     d->h = 0x243f6a8885a308d3ull;
@@ -790,13 +788,12 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
 
 /* The reader of a batch: s0 is the state of the next operation, s1..s3
  * the ones after it (a rotation replaces "op mod 4" indexing, so the
- * states stay in registers). Checked readers test every word read
+ * states stay in registers; the decoder keeps them in the same order). Checked readers test every word read
  * against the end; the scalars of a batch for which the payload left holds
  * SKV_MAX_OPS words each run unchecked (an operation reads at most one). */
 typedef struct {
     uint32_t s0, s1, s2, s3;
     const uint8_t *w, *wend;
-    size_t ops;
     int bad;
 } rd_t;
 
@@ -805,24 +802,22 @@ typedef struct {
  * its state in registers). */
 SKV_ALWAYS_INLINE void rd_save(skv_decoder *d, const rd_t *r)
 {
-    d->x[r->ops & 3] = r->s0;
-    d->x[(r->ops + 1) & 3] = r->s1;
-    d->x[(r->ops + 2) & 3] = r->s2;
-    d->x[(r->ops + 3) & 3] = r->s3;
+    d->x[0] = r->s0;
+    d->x[1] = r->s1;
+    d->x[2] = r->s2;
+    d->x[3] = r->s3;
     d->w = r->w;
-    d->op = r->ops;
     d->bad = r->bad;
 }
 
 SKV_ALWAYS_INLINE void rd_load(const skv_decoder *d, rd_t *r)
 {
-    r->s0 = d->x[d->op & 3];
-    r->s1 = d->x[(d->op + 1) & 3];
-    r->s2 = d->x[(d->op + 2) & 3];
-    r->s3 = d->x[(d->op + 3) & 3];
+    r->s0 = d->x[0];
+    r->s1 = d->x[1];
+    r->s2 = d->x[2];
+    r->s3 = d->x[3];
     r->w = d->w;
     r->wend = d->wend;
-    r->ops = d->op;
     r->bad = d->bad;
 }
 
@@ -839,15 +834,24 @@ SKV_ALWAYS_INLINE void rd_next(rd_t *r, uint32_t v, int checked)
             }
         }
     } else { /* branch-free (the test is a coin flip): a word is there to read either way */
-        uint32_t need = v < RANS_L, nv = (v << 16) | skv_load16_le(r->w);
+        uint32_t nv = (v << 16) | skv_load16_le(r->w);
+#if defined(__x86_64__) && defined(__GNUC__)
+        /* one compare feeds both moves (GCC makes a 0/1 of it otherwise) */
+        const uint8_t *wn = r->w + 2;
+        __asm__("cmpl %[lim], %[v]\n\tcmovb %[nv], %[v]\n\tcmovb %[wn], %[w]"
+                : [v] "+&r"(v), [w] "+r"(r->w)
+                : [nv] "r"(nv), [wn] "r"(wn), [lim] "i"(RANS_L)
+                : "cc");
+#else
+        uint32_t need = v < RANS_L;
         v = fsel(need, nv, v);
         r->w += 2 * need;
+#endif
     }
     r->s0 = r->s1;
     r->s1 = r->s2;
     r->s2 = r->s3;
     r->s3 = v;
-    r->ops++;
 }
 
 static __attribute__((noinline)) uint32_t find_multi(const skv_ftab *t, uint32_t slot, uint32_t k)
@@ -868,10 +872,21 @@ SKV_ALWAYS_INLINE uint32_t rd_sym(rd_t *r, const skv_ftab *t, int checked)
      * operations of runs where several do */
     if (__builtin_expect(slot < c2, 1)) {
         /* k or k + 1: a coin flip near the boundary, so conditional moves */
+        start = (uint32_t)e & 0xffffu;
+        end = b;
+#if defined(__x86_64__) && defined(__GNUC__)
+        /* slot >= b: start = b, end = c2, k + 1 (sbb -1 adds 1 - CF) */
+        __asm__("cmpl %[b], %[slot]\n\tcmovae %[b], %[start]\n\tcmovae %[c2], %[end]\n\t"
+                "sbbl $-1, %[k]"
+                : [start] "+&r"(start), [end] "+&r"(end), [k] "+&r"(k)
+                : [b] "r"(b), [c2] "r"(c2), [slot] "r"(slot)
+                : "cc");
+#else
         uint32_t up = slot >= b;
-        start = fsel(up, b, (uint32_t)e & 0xffffu);
-        end = fsel(up, c2, b);
+        start = fsel(up, b, start);
+        end = fsel(up, c2, end);
         k += up;
+#endif
     } else {
         k = find_multi(t, slot, k + 2);
         start = t->cum[k];
@@ -949,10 +964,9 @@ static __attribute__((noinline)) uint32_t dec_bucket_slow(skv_decoder *d, const 
 /* One scalar of class c; the result counts when r->bad stays 0. The
  * common case mirrors enc_one: bucket j >= 1 with 2^nb lattice points
  * inside a normal binade, x = (exponent, j's low bits, nb plain bits). */
-SKV_ALWAYS_INLINE uint32_t dec_one(skv_decoder *d, const skv_lat *L, rd_t *r, const skv_fcls *c,
-                                   int checked)
+SKV_ALWAYS_INLINE uint32_t dec_after(skv_decoder *d, const skv_lat *L, rd_t *r, const skv_fcls *c,
+                                     uint32_t sym, int checked)
 {
-    uint32_t sym = rd_sym(r, c->tab, checked);
     int64_t key = c->base + (int64_t)sym;
     if (__builtin_expect(sym == c->nesc, 0)) {
         rd_save(d, r);
@@ -1003,6 +1017,90 @@ SKV_ALWAYS_INLINE uint32_t dec_one(skv_decoder *d, const skv_lat *L, rd_t *r, co
     return (uint32_t)(key ^ neg) | (L->sign & (uint32_t)neg); /* the signed ordinal to bits */
 }
 
+SKV_ALWAYS_INLINE uint32_t dec_one(skv_decoder *d, const skv_lat *L, rd_t *r, const skv_fcls *c,
+                                   int checked)
+{
+    return dec_after(d, L, r, c, rd_sym(r, c->tab, checked), checked);
+}
+
+/* dec_after out of line, unchecked, for dec_run: the reader's state goes
+ * through d (rd_save before, rd_load after). */
+#define DEC_TAIL_OOL(name, LAT)                                                                    \
+    static __attribute__((noinline)) uint32_t name(skv_decoder *d, const skv_fcls *c, uint32_t sym) \
+    {                                                                                              \
+        rd_t r;                                                                                    \
+        rd_load(d, &r);                                                                            \
+        uint32_t x = dec_after(d, LAT, &r, c, sym, 0);                                             \
+        rd_save(d, &r);                                                                            \
+        return x;                                                                                  \
+    }
+DEC_TAIL_OOL(dec_tail_bf16, &SKV__LAT_BF16)
+DEC_TAIL_OOL(dec_tail_f16, &SKV__LAT_F16)
+DEC_TAIL_OOL(dec_tail_f8, &SKV__LAT_F8)
+
+/* Unchecked decoding of the scalars cb[0..n) into out for the dtypes of
+ * at most 16 mantissa bits, the hot loop with its state in locals: the
+ * symbol, then a STEP scalar in range or a BUCKET scalar in a normal
+ * binade with plain bits (dec_after's common cases) inline, anything
+ * else through dec_tail_*. Same operations, same results as dec_one;
+ * returns the scalars done (all of them unless r->bad). */
+SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, rd_t *r, const skv_fcls *cb,
+                                 size_t n, uint32_t *out, uint64_t *hp)
+{
+    uint32_t s0 = r->s0, s1 = r->s1, s2 = r->s2, s3 = r->s3;
+    const uint8_t *w = r->w;
+    uint64_t h = *hp;
+    const skv_fcls *c = cb, *cend = cb + n;
+    uint32_t *o = out;
+    for (; c < cend; c++) {
+        rd_t t = {s0, s1, s2, s3, w, NULL, 0};
+        uint32_t sym = rd_sym(&t, c->tab, 0);
+        s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
+        int64_t key = c->base + (int64_t)sym, neg = key >> 63;
+        uint32_t x;
+        if (c->bucket) {
+            uint64_t j = (uint64_t)(key ^ neg);
+            int kk = 63 - __builtin_clzll(j | 1u), e = kk + c->G, nb = L->mbits - kk;
+            uint32_t lo = ((uint32_t)(e + L->bias - 1) << L->mbits) + (uint32_t)(j << (nb & 31));
+            if (__builtin_expect(j - 1u < (1ull << L->mbits) - 1u && sym != c->nesc &&
+                                     (unsigned)(e - lat_emin(L)) <=
+                                         (unsigned)(lat_emax(L) - lat_emin(L)) &&
+                                     (L->dt != SKV_DT_F8E4M3 || lo + (1u << nb) <= L->inf_mag),
+                                 1)) {
+                /* 1 <= j < 2^mbits: nb >= 1 plain bits */
+                t = (rd_t){s0, s1, s2, s3, w, NULL, 0};
+                uint32_t idx = rd_bits(&t, nb, 0);
+                s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
+                x = (L->sign & (uint32_t)neg) | (lo + idx);
+                goto done;
+            }
+        } else {
+            int64_t top = (int64_t)L->inf_mag - 1;
+            if (__builtin_expect(sym != c->nesc && key <= top && key >= -top - 1, 1)) {
+                x = (uint32_t)(key ^ neg) | (L->sign & (uint32_t)neg);
+                goto done;
+            }
+        }
+        t = (rd_t){s0, s1, s2, s3, w, NULL, 0};
+        rd_save(d, &t);
+        x = L->dt == SKV_DT_BF16 ? dec_tail_bf16(d, c, sym)
+            : L->dt == SKV_DT_F16 ? dec_tail_f16(d, c, sym)
+                                  : dec_tail_f8(d, c, sym);
+        rd_load(d, &t);
+        s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
+        if (__builtin_expect(t.bad, 0)) {
+            r->bad = 1;
+            break;
+        }
+    done:
+        h = mix_in(h, x);
+        *o++ = x;
+    }
+    r->s0 = s0, r->s1 = s1, r->s2 = s2, r->s3 = s3, r->w = w;
+    *hp = h;
+    return (size_t)(o - out);
+}
+
 SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *mu, const float *s,
                                  uint32_t *out, size_t n, int checked)
 {
@@ -1036,6 +1134,11 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
             fcache_count(&d->fc, (uint32_t)nb, hits);
         } else {
             rc = fclassify_block(m, L, mu + i, s + i, nb, cls, &nb);
+        }
+        if (!checked && L->mbits <= 16) {
+            size_t got = dec_run(d, L, &r, cb, nb, out + i, &h);
+            i += got;
+            continue;
         }
         for (size_t k = 0; k < nb; k++, i++) {
             /* The next scalar's table operation will most likely use s2
