@@ -351,6 +351,22 @@ SKV_ALWAYS_INLINE int cls8_finish(skv_cmodel *m, const skv_lat *L, const float *
 }
 #endif
 
+/* A cache for a new stream of dtype dt: off from the start where bf16 is
+ * classified eight lanes at a time (a miss there costs several block
+ * classifications, and repeating predictors repeat whole rows, which the
+ * row cache serves), else on, probing its hit rate again. */
+static inline void fcache_start(skv_fcache *fc, skv_dtype dt)
+{
+#ifdef SKV_HAVE_CLS8
+    if (dt == SKV_DT_BF16 && cls_simd() == 2) {
+        fc->lookups = fc->hits = 0;
+        fc->off = 1;
+        return;
+    }
+#endif
+    fcache_clear(fc);
+}
+
 SKV_ALWAYS_INLINE int fclassify_block(skv_cmodel *m, const skv_lat *L, const float *mu,
                                       const float *s, size_t n, skv_fcls *cls, size_t *done)
 {

@@ -262,7 +262,7 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
     e->nops = 0;
     e->n = 0;
     e->ideal = 0;
-    fcache_clear(&e->fc);
+    fcache_start(&e->fc, e->m->lat.dt);
     rcache_clear(&e->rc);
     e->h = 0x243f6a8885a308d3ull;
     if (calib_id)
@@ -781,7 +781,7 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
     d->h = 0x243f6a8885a308d3ull;
     d->want = info->checksum;
     d->bad = 0;
-    fcache_clear(&d->fc);
+    fcache_start(&d->fc, d->m->lat.dt);
     rcache_clear(&d->rc);
     return SKV_OK;
 }
