@@ -1074,6 +1074,26 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, rd_t *r, cons
                 x = (L->sign & (uint32_t)neg) | (lo + idx);
                 goto done;
             }
+            if (j == 0 && sym != c->nesc) {
+                /* the bucket at zero (dec_after): its level, then mbits
+                 * plain bits when the level's binade is normal */
+                t = (rd_t){s0, s1, s2, s3, w, NULL, 0};
+                int lvl = (int)rd_sym(&t, &d->m->zero, 0);
+                e = c->G - lvl - 1;
+                if (__builtin_expect(lvl < ZLEVELS && e >= lat_emin(L) &&
+                                         e <= lat_emax(L) - (L->dt == SKV_DT_F8E4M3),
+                                     1)) {
+                    uint32_t idx = rd_bits(&t, L->mbits, 0);
+                    s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
+                    x = (L->sign & (uint32_t)neg) | (((uint32_t)(e + L->bias) << L->mbits) + idx);
+                    goto done;
+                }
+                rd_save(d, &t);
+                x = dec_bucket_slow(d, c, key, lvl);
+                rd_load(d, &t);
+                s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
+                goto checked_bad;
+            }
         } else {
             int64_t top = (int64_t)L->inf_mag - 1;
             if (__builtin_expect(sym != c->nesc && key <= top && key >= -top - 1, 1)) {
@@ -1088,6 +1108,7 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, rd_t *r, cons
                                   : dec_tail_f8(d, c, sym);
         rd_load(d, &t);
         s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
+    checked_bad:
         if (__builtin_expect(t.bad, 0)) {
             r->bad = 1;
             break;
