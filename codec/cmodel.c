@@ -365,6 +365,8 @@ int skv_cmodel_create(skv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256], 
     int rc = skv__lat_init(&m->lat, dt);
     m->mix = mix;
     pthread_mutex_init(&m->mu, NULL);
+    for (int g = 0; g < 256; g++)
+        m->bvt[g] = skv__bvt_none;
     if (!rc)
         rc = build_pemp(m, pemp_hist);
     if (!rc)
@@ -409,6 +411,9 @@ void skv_cmodel_free(skv_cmodel *m)
             ftab_free(m->bucket[i]);
             skv_free(m->bucket[i]);
         }
+    for (int g = 0; g < 256; g++)
+        if (m->bvt[g] != skv__bvt_none)
+            skv_free((void *)m->bvt[g]);
     ftab_free(&m->pemp);
     ftab_free(&m->zero);
     pthread_mutex_destroy(&m->mu);
@@ -430,6 +435,39 @@ static inline const skv_ftab *get_table(skv_cmodel *m, int bucket_mode, int idx,
     skv_ftab *const *slot = bucket_mode ? &m->bucket[idx] : &m->step[idx];
     skv_ftab *t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     return t ? t : skv__build_table(m, bucket_mode, idx, oct, sub, ph, nph);
+}
+
+const uint32_t skv__bvt_none[2 * BVT_K];
+
+/* Build (once, under the model's lock) the bucket values of width 2^G
+ * (codec_int.h): the closed form of the decoder's common BUCKET case
+ * (stream.c dec_after), entry by entry. Out of memory leaves
+ * skv__bvt_none, which sends every bucket down the general path. */
+void skv__build_bvt(skv_cmodel *m, int G)
+{
+    const skv_lat *L = &m->lat;
+    if (L->mbits > 16 || G + BVT_G0 < 0 || G + BVT_G0 > 255)
+        return;
+    pthread_mutex_lock(&m->mu);
+    if (m->bvt[G + BVT_G0] == skv__bvt_none) {
+        uint32_t *t = skv_malloc(2 * BVT_K * sizeof *t);
+        const int emin = 1 - L->bias, emax = (int)((L->inf_mag - 1u) >> L->mbits) - L->bias;
+        for (int i = 0; t && i < 2 * BVT_K; i++) {
+            int64_t key = i - BVT_K, neg = key >> 63;
+            uint64_t j = (uint64_t)(key ^ neg);
+            t[i] = 0;
+            if (j < 1 || j >= (1ull << L->mbits))
+                continue;
+            int k = 63 - __builtin_clzll(j), e = k + G, nb = L->mbits - k;
+            uint32_t lo = ((uint32_t)(e + L->bias - 1) << L->mbits) + (uint32_t)(j << nb);
+            if (e < emin || e > emax || lo + (1u << nb) > L->inf_mag)
+                continue;
+            t[i] = (L->sign & (uint32_t)neg) | lo | (uint32_t)nb << 24;
+        }
+        if (t)
+            __atomic_store_n(&m->bvt[G + BVT_G0], t, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&m->mu);
 }
 
 /* Build (once, under the model's lock) the table of a class; NULL when

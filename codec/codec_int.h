@@ -93,6 +93,19 @@ typedef struct {
     uint64_t lut[1u << (SKV_CODEC_PREC - LUT_SHIFT)];
 } skv_ftab;
 
+/* The decoder's bucket values (dtypes of at most 16 bits): for bucket
+ * width g = 2^G, entry k + BVT_K of bvt[G + BVT_G0] is what the common
+ * case of a BUCKET scalar with bucket index k (floor(x / g), -1 - j for
+ * negative x) decodes to: bits 0..23 the dtype bits of the bucket's first
+ * point with x's sign, bits 24..28 the plain bits nb that follow (x is
+ * the two summed), or 0 where the bucket takes the general path (the
+ * bucket at zero, below one lattice step, outside the normal binades).
+ * Built on first use per G; until then bvt[G] is skv__bvt_none (all 0).
+ * Classification keeps G = Es - 3 within [-123, 97]. */
+#define BVT_K 128
+#define BVT_G0 128
+extern const uint32_t skv__bvt_none[2 * BVT_K];
+
 struct skv_cmodel {
     skv_lat lat;
     skv_mix mix;
@@ -100,6 +113,7 @@ struct skv_cmodel {
     skv_ftab pemp, zero;
     skv_ftab *step[N_STEP_TABS];
     skv_ftab *bucket[N_BUCKET_TABS];
+    const uint32_t *bvt[256];
     pthread_mutex_t mu;
 };
 
@@ -157,6 +171,7 @@ static inline uint32_t skv__atom_find(const skv_atom_ch *a, uint32_t x)
 int skv__lat_init(skv_lat *L, skv_dtype dt);
 double skv__lat_value(const skv_lat *L, uint32_t x);
 int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c);
+void skv__build_bvt(skv_cmodel *m, int G);
 const skv_ftab *skv__build_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub, int ph,
                                  int nph);
 int skv__plan(skv_cmodel *m, const skv_cls *c, uint32_t x, skv_op *o);

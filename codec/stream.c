@@ -1051,6 +1051,7 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, rd_t *r, cons
     const uint8_t *w = r->w;
     uint64_t h = *hp;
     const skv_fcls *c = cb, *cend = cb + n;
+    const uint32_t **bvt = d->m->bvt;
     uint32_t *o = out;
     for (; c < cend; c++) {
         rd_t t = {s0, s1, s2, s3, w, NULL, 0};
@@ -1059,6 +1060,21 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, rd_t *r, cons
         int64_t key = c->base + (int64_t)sym, neg = key >> 63;
         uint32_t x;
         if (c->bucket) {
+            /* the common case from the bucket values of g (one load
+             * instead of the closed form below, which also builds them) */
+            const uint32_t *vt = __atomic_load_n(&bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
+            if (__builtin_expect((uint64_t)(key + BVT_K) < 2 * BVT_K, 1)) {
+                uint32_t ent = vt[key + BVT_K];
+                if (__builtin_expect((ent >> 24) != 0 && sym != 2 * BUCKET_R + 1, 1)) {
+                    t = (rd_t){s0, s1, s2, s3, w, NULL, 0};
+                    uint32_t idx = rd_bits(&t, (int)(ent >> 24), 0);
+                    s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
+                    x = (ent & 0xffffffu) + idx;
+                    goto done;
+                }
+            }
+            if (__builtin_expect(vt == skv__bvt_none, 0))
+                skv__build_bvt(d->m, c->G);
             uint64_t j = (uint64_t)(key ^ neg);
             int kk = 63 - __builtin_clzll(j | 1u), e = kk + c->G, nb = L->mbits - kk;
             uint32_t lo = ((uint32_t)(e + L->bias - 1) << L->mbits) + (uint32_t)(j << (nb & 31));

@@ -1033,6 +1033,52 @@ Test(batch, truncated_streams_fail_under_get_n_without_reading_past_the_end)
     skv_cmodel_free(m);
 }
 
+/* The decoder's bucket values (codec_int.h) against the reference
+ * planner: for every bucket width of every dtype the decoder takes them
+ * for, each entry that is not 0 is bucket k's first point and plain-bit
+ * count, so x = entry + idx plans as the symbol of k then nb plain bits
+ * holding idx; an entry of 0 only sends a bucket down the general path. */
+Test(batch, bucket_values_are_what_the_reference_plans)
+{
+    const skv_dtype dts[] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3};
+    for (size_t di = 0; di < 3; di++) {
+        skv_cmodel *m = model_new(dts[di], SKV_MIX_DEFAULT, NULL);
+        const skv_ftab *tab = skv__build_table(m, 1, 0, 0, 0, 0, 4);
+        cr_assert_not_null(tab);
+        size_t fast = 0;
+        for (int G = -123; G <= 97; G++) {
+            cr_assert_eq(m->bvt[G + BVT_G0], skv__bvt_none);
+            skv__build_bvt(m, G);
+            const uint32_t *t = m->bvt[G + BVT_G0];
+            cr_assert_neq(t, skv__bvt_none, "%s G %d: not built", skv_dtype_name(dts[di]), G);
+            for (int key = -BVT_K; key < BVT_K; key++) {
+                uint32_t e = t[key + BVT_K];
+                if (!e)
+                    continue;
+                fast++;
+                int nb = (int)(e >> 24);
+                cr_assert(nb >= 1 && nb <= m->lat.mbits, "%s G %d key %d: nb %d",
+                          skv_dtype_name(dts[di]), G, key, nb);
+                skv_cls c = {.bucket = 1, .G = G, .b0 = key, .tab = tab};
+                for (uint32_t idx = 0; idx < (1u << nb); idx += (1u << nb) > 4 ? (1u << nb) / 3 : 1) {
+                    uint32_t x = (e & 0xffffffu) + idx;
+                    skv_op o[SKV_MAX_OPS];
+                    int n = skv__plan(m, &c, x, o);
+                    cr_assert_eq(n, 2, "%s G %d key %d idx %u: x 0x%x plans %d operations",
+                                 skv_dtype_name(dts[di]), G, key, idx, x, n);
+                    cr_assert_eq(o[0].start, tab->cum[tab->R], "%s G %d key %d: not bucket k's symbol",
+                                 skv_dtype_name(dts[di]), G, key);
+                    cr_assert(o[1].freq == 1 && o[1].bits == nb && o[1].start == idx,
+                              "%s G %d key %d idx %u: plain bits %u of %u, want %u of %d",
+                              skv_dtype_name(dts[di]), G, key, idx, o[1].start, o[1].bits, idx, nb);
+                }
+            }
+        }
+        cr_assert_gt(fast, 100, "%s: only %zu buckets take the table", skv_dtype_name(dts[di]), fast);
+        skv_cmodel_free(m);
+    }
+}
+
 /* ========================================================================
  * Determinism and model identity
  * ====================================================================== */
