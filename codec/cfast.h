@@ -106,7 +106,7 @@ SKV_ALWAYS_INLINE double fvalue(const skv_lat *L, uint32_t x)
 SKV_ALWAYS_INLINE const skv_ftab *ftable(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
                                           int ph, int nph)
 {
-    skv_ftab *const *slot = bucket_mode ? &m->bucket[idx] : &m->step[idx];
+    skv_ftab *const *slot = &m->tabs[bucket_mode ? N_STEP_TABS + idx : idx];
     skv_ftab *t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (__builtin_expect(t != NULL, 1))
         return t;
@@ -300,7 +300,8 @@ static inline void rcache_clear(skv_rcache *rc)
  * the integer arithmetic of fclassify on 32-bit lanes, for the ranges
  * where 32 bits are exact; every other lane is flagged for fclassify. Out:
  * per lane flag (0 STEP, 1 BUCKET, 2 take fclassify), the table index, key
- * (STEP: c's bits; BUCKET: floor(mu / 2^G)) and G. */
+ * (STEP: c's bits; BUCKET: floor(mu / 2^G)) and G; the table index is
+ * into skv_cmodel.tabs (BUCKET: N_STEP_TABS + class). */
 typedef int32_t skv_v8i __attribute__((vector_size(32)));
 typedef uint32_t skv_v8u __attribute__((vector_size(32)));
 typedef struct {
@@ -325,11 +326,8 @@ SKV_ALWAYS_INLINE int cls8_finish(skv_cmodel *m, const skv_lat *L, const float *
 {
     for (int k = 0; k < 8; k++) {
         skv_fcls *c = &cls[k];
-        const skv_ftab *t = NULL;
-        if (o->flag[k] == 1)
-            t = __atomic_load_n(&m->bucket[o->idx[k]], __ATOMIC_ACQUIRE);
-        else if (o->flag[k] == 0)
-            t = __atomic_load_n(&m->step[o->idx[k]], __ATOMIC_ACQUIRE);
+        const int f = o->flag[k];
+        const skv_ftab *t = f == 2 ? NULL : __atomic_load_n(&m->tabs[o->idx[k]], __ATOMIC_ACQUIRE);
         if (__builtin_expect(!t, 0)) {
             if (fclassify(m, L, mu[k], s[k], c) != SKV_OK)
                 return SKV_ERR_NOMEM;
@@ -337,12 +335,11 @@ SKV_ALWAYS_INLINE int cls8_finish(skv_cmodel *m, const skv_lat *L, const float *
         }
         c->tab = t;
         c->G = o->G[k];
-        if (o->flag[k]) {
-            c->bucket = 1;
+        c->bucket = f;
+        if (f) {
             c->base = (int64_t)o->key[k] - BUCKET_R;
             c->nesc = 2 * BUCKET_R + 1;
         } else {
-            c->bucket = 0;
             c->base = fordinal(L, (uint32_t)o->key[k]) - t->R;
             c->nesc = t->n - 1;
         }

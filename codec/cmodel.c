@@ -401,15 +401,10 @@ void skv_cmodel_free(skv_cmodel *m)
 {
     if (!m)
         return;
-    for (size_t i = 0; i < N_STEP_TABS; i++)
-        if (m->step[i]) {
-            ftab_free(m->step[i]);
-            skv_free(m->step[i]);
-        }
-    for (size_t i = 0; i < N_BUCKET_TABS; i++)
-        if (m->bucket[i]) {
-            ftab_free(m->bucket[i]);
-            skv_free(m->bucket[i]);
+    for (size_t i = 0; i < N_STEP_TABS + N_BUCKET_TABS; i++)
+        if (m->tabs[i]) {
+            ftab_free(m->tabs[i]);
+            skv_free(m->tabs[i]);
         }
     for (int g = 0; g < 256; g++)
         if (m->bvt[g] != skv__bvt_none)
@@ -432,7 +427,7 @@ static inline int step_phases(int oct)
 static inline const skv_ftab *get_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub,
                                         int ph, int nph)
 {
-    skv_ftab *const *slot = bucket_mode ? &m->bucket[idx] : &m->step[idx];
+    skv_ftab *const *slot = &m->tabs[bucket_mode ? N_STEP_TABS + idx : idx];
     skv_ftab *t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     return t ? t : skv__build_table(m, bucket_mode, idx, oct, sub, ph, nph);
 }
@@ -475,7 +470,7 @@ void skv__build_bvt(skv_cmodel *m, int G)
 const skv_ftab *skv__build_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub, int ph,
                                  int nph)
 {
-    skv_ftab *const *slot = bucket_mode ? &m->bucket[idx] : &m->step[idx];
+    skv_ftab *const *slot = &m->tabs[bucket_mode ? N_STEP_TABS + idx : idx];
     skv_ftab *t;
     pthread_mutex_lock(&m->mu);
     t = *slot;

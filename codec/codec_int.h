@@ -111,8 +111,7 @@ struct skv_cmodel {
     skv_mix mix;
     uint32_t id;
     skv_ftab pemp, zero;
-    skv_ftab *step[N_STEP_TABS];
-    skv_ftab *bucket[N_BUCKET_TABS];
+    skv_ftab *tabs[N_STEP_TABS + N_BUCKET_TABS]; /* STEP classes, then BUCKET ones */
     const uint32_t *bvt[256];
     pthread_mutex_t mu;
 };

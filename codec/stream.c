@@ -56,7 +56,7 @@ int skv__cls_simd_pick(void)
 enum {
     K_X7F800000, K_X03800000, K_X71800000, K_XFF, K_127, K_7, K_3, K_X7FFFFF, K_X800000, K_150,
     K_X7FFF, K_1, K_X7F80, K_X8000, K_X7F7F, K_134, K_M12, K_16, K_2, K_4, K_X7F, K_X80, K_22,
-    K_P26, K_M26, K_12, K_6, K_31
+    K_P26, K_M26, K_12, K_6, K_31, K_NSTEP
 };
 static const skv_v8i cls8_k[] = {
     V8(0x7f800000),
@@ -87,6 +87,7 @@ static const skv_v8i cls8_k[] = {
     V8(12),
     V8(6),
     V8(31),
+    V8(N_STEP_TABS),
 };
 
 __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float *s, size_t groups,
@@ -151,7 +152,7 @@ __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float
         skv_v8i phB = phN & ~pos;
         skv_v8i idxB = sub * 4 + phB;
         skv_v8i flag = SEL(step, SEL(okS, V8(0), K[K_2]), SEL(okB, K[K_1], K[K_2]));
-        skv_v8i idx = SEL(step, idxS, idxB), key = SEL(step, cc, bi);
+        skv_v8i idx = SEL(step, idxS, idxB + K[K_NSTEP]), key = SEL(step, cc, bi);
         memcpy(o->flag, &flag, sizeof flag);
         memcpy(o->idx, &idx, sizeof idx);
         memcpy(o->key, &key, sizeof key);
