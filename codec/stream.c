@@ -789,9 +789,10 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
 
 /* The reader of a batch: s0 is the state of the next operation, s1..s3
  * the ones after it (a rotation replaces "op mod 4" indexing, so the
- * states stay in registers; the decoder keeps them in the same order). Checked readers test every word read
- * against the end; the scalars of a batch for which the payload left holds
- * SKV_MAX_OPS words each run unchecked (an operation reads at most one). */
+ * states stay in registers; the decoder keeps them in the same order).
+ * Checked readers test every word read against the end; the scalars of a
+ * batch for which the payload left holds SKV_MAX_OPS words each run
+ * unchecked (an operation reads at most one). */
 typedef struct {
     uint32_t s0, s1, s2, s3;
     const uint8_t *w, *wend;
