@@ -1,9 +1,10 @@
 /* Entropy-stage throughput on one thread: encode and decode M scalars/s of
- * bf16 data for three prediction regimes (a wide "stat"-like spread, a
- * medium "ctx"-like one, and a tight "spec"-like one), through the batch
- * API (rows of ROW scalars, as the delta coder calls it) and the
- * one-scalar API, with the memcpy of the same bytes as the in-process
- * baseline. The scalars are coded as streams of STREAM scalars each
+ * bf16 data for four prediction regimes (stat's rows, whose (mu, s) repeat
+ * row after row so the row cache serves them; a wide "stat"-like spread
+ * out of row step; a medium "ctx"-like one; a tight "spec"-like one),
+ * through the batch API (rows of ROW scalars, as the delta coder calls
+ * it) and the one-scalar API, with the memcpy of the same bytes as the
+ * in-process baseline. The scalars are coded as streams of STREAM scalars each
  * (default 8192: a 256-token chunk of one stories260K layer's K or V, the
  * streams the sequence coder writes; a stream's queue and tables then
  * stay in cache as they do there). Encode includes skv_encoder_finish.
@@ -109,8 +110,16 @@ int main(int argc, char **argv)
     size_t slen = argc > 2 ? (size_t)atol(argv[2]) : 8192;
     if (slen < ROW || slen > n)
         slen = slen < ROW ? ROW : n;
+    /* spread < 0: mu and s are the channel's mean and sd, the same every
+     * row (stat's case: the row cache serves every row after the first);
+     * 0: the same per channel but out of row step (a classification per
+     * scalar); > 0: mu drawn around the value with sd spread * the
+     * channel's */
     static const struct { const char *name; float spread; } regimes[] = {
-        {"wide (stat-like)", 1.0f}, {"medium (ctx-like)", 0.2f}, {"tight (spec-like)", 0.02f}};
+        {"rows (stat)", -1.0f},
+        {"wide (stat-like)", 0.0f},
+        {"medium (ctx-like)", 0.2f},
+        {"tight (spec-like)", 0.02f}};
     uint32_t *x = malloc(n * 4), *y = malloc(n * 4);
     float *mu = malloc(n * 4), *s = malloc(n * 4);
     size_t *end = malloc((n / slen + 1) * sizeof *end);
@@ -132,13 +141,15 @@ int main(int argc, char **argv)
         skv_rng rng;
         skv_rng_seed(&rng, 17 + r);
         for (size_t i = 0; i < n; i++) {
-            float chan_mean = (float)(i % 32) * 0.05f - 0.8f, chan_sd = 0.5f + (float)(i % 7) * 0.2f;
+            const float sp0 = regimes[r].spread;
+            float chan_mean = (float)(i % 32) * 0.05f - 0.8f,
+                  chan_sd = 0.5f + (float)((sp0 < 0 ? i % 32 : i % 7) % 7) * 0.2f;
             float v = chan_mean + chan_sd * skv_rng_normal(&rng);
             x[i] = skv_f32_to_bf16(v);
             float vv = skv_bf16_to_f32((uint16_t)x[i]);
-            float sp = regimes[r].spread * chan_sd;
-            mu[i] = r == 0 ? chan_mean : vv + sp * skv_rng_normal(&rng);
-            s[i] = r == 0 ? chan_sd : sp;
+            float sp = sp0 * chan_sd;
+            mu[i] = sp0 <= 0 ? chan_mean : vv + sp * skv_rng_normal(&rng);
+            s[i] = sp0 <= 0 ? chan_sd : sp;
         }
         /* the reference streams from the one-scalar API; the batch API
          * must write the same bytes (room: each stream's bound) */
