@@ -13,6 +13,8 @@
  *   values+h  values, plus the version-1 checksum step per scalar
  *   rawbits   values, with the plain bits in a separate raw bit stream
  *             instead of rANS operations (a stream format change)
+ *   raw+h4    rawbits, plus a checksum step per four scalars packed in
+ *             a 64-bit word (what a second stream version could carry)
  * Every variant's output is checked against the scalars encoded.
  * usage: bench_rans_floor [REPS] */
 #include <stdint.h>
@@ -205,14 +207,15 @@ static inline __attribute__((always_inline)) uint32_t bits_op(uint32_t *st, cons
         s0 = s1, s1 = s2, s2 = s3, s3 = t_;                                                        \
     } while (0)
 
-/* mode 0 closed, 1 values, 2 values + checksum, 3 raw bits */
+/* mode 0 closed, 1 values, 2 values + checksum, 3 raw bits, 4 raw bits +
+ * a checksum step per four scalars */
 static inline __attribute__((always_inline)) uint64_t decode(int mode)
 {
-    const int raw_bits = mode == 3;
+    const int raw_bits = mode >= 3;
     const uint32_t *f = raw_bits ? fin2 : fin1;
     uint32_t s0 = f[0], s1 = f[1], s2 = f[2], s3 = f[3];
     const uint16_t *w = raw_bits ? w2start : w1start;
-    uint64_t h = 0x243f6a8885a308d3ull, pos = 0;
+    uint64_t h = 0x243f6a8885a308d3ull, pos = 0, pk = 0;
     for (int i = 0; i < N; i++) {
         const cls_t *c = &cls[i % NCH];
         uint32_t k = tab_op(&s0, &w, c->tab);
@@ -249,6 +252,12 @@ static inline __attribute__((always_inline)) uint64_t decode(int mode)
         if (mode == 2) {
             h = (h + x + 1) * 0x9e3779b97f4a7c15ull;
             h ^= h >> 29;
+        } else if (mode == 4) {
+            pk = pk << 16 | x;
+            if ((i & 3) == 3) {
+                h = (h + pk + 1) * 0x9e3779b97f4a7c15ull;
+                h ^= h >> 29;
+            }
         }
         out[i] = x;
     }
@@ -261,7 +270,8 @@ static __attribute__((noinline)) uint64_t run(int mode)
     case 0: return decode(0);
     case 1: return decode(1);
     case 2: return decode(2);
-    default: return decode(3);
+    case 3: return decode(3);
+    default: return decode(4);
     }
 }
 
@@ -272,10 +282,10 @@ int main(int argc, char **argv)
         reps = 1;
     setup();
     make_streams();
-    static const char *names[] = {"closed", "values", "values+h", "rawbits"};
-    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    static const char *names[] = {"closed", "values", "values+h", "rawbits", "raw+h4"};
+    double best[5] = {1e30, 1e30, 1e30, 1e30, 1e30};
     volatile uint64_t sink = 0;
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m < 5; m++) {
         memset(out, 0, sizeof out);
         sink += run(m);
         if (memcmp(out, want, sizeof out) != 0) {
@@ -284,7 +294,7 @@ int main(int argc, char **argv)
         }
     }
     for (int r = 0; r < reps; r++)
-        for (int m = 0; m < 4; m++) {
+        for (int m = 0; m < 5; m++) {
             double t = now();
             sink += run(m);
             t = now() - t;
@@ -294,7 +304,7 @@ int main(int argc, char **argv)
     printf("bench_rans_floor: bf16 BUCKET scalars, streams of %d, %d channel tables, best of %d "
            "alternated runs (M scalars/s, ratio to closed)\n",
            N, NCH, reps);
-    for (int m = 0; m < 4; m++)
+    for (int m = 0; m < 5; m++)
         printf("%-9s %7.1f  %.2fx\n", names[m], N / best[m] / 1e6, best[0] / best[m]);
     return (int)(sink & 0);
 }
