@@ -1025,117 +1025,45 @@ SKV_ALWAYS_INLINE uint32_t dec_one(skv_decoder *d, const skv_lat *L, rd_t *r, co
     return dec_after(d, L, r, c, rd_sym(r, c->tab, checked), checked);
 }
 
-/* dec_after out of line, unchecked, for dec_run: the reader's state goes
- * through d (rd_save before, rd_load after). */
-#define DEC_TAIL_OOL(name, LAT)                                                                    \
-    static __attribute__((noinline)) uint32_t name(skv_decoder *d, const skv_fcls *c, uint32_t sym) \
-    {                                                                                              \
-        rd_t r;                                                                                    \
-        rd_load(d, &r);                                                                            \
-        uint32_t x = dec_after(d, LAT, &r, c, sym, 0);                                             \
-        rd_save(d, &r);                                                                            \
-        return x;                                                                                  \
-    }
-DEC_TAIL_OOL(dec_tail_bf16, &SKV__LAT_BF16)
-DEC_TAIL_OOL(dec_tail_f16, &SKV__LAT_F16)
-DEC_TAIL_OOL(dec_tail_f8, &SKV__LAT_F8)
-
 /* Unchecked decoding of the scalars cb[0..n) into out for the dtypes of
- * at most 16 mantissa bits, the hot loop with its state in locals: the
- * symbol, then a STEP scalar in range or a BUCKET scalar in a normal
- * binade with plain bits (dec_after's common cases) inline, anything
- * else through dec_tail_*. Same operations, same results as dec_one;
- * returns the scalars done (all of them unless r->bad). */
+ * at most 16 mantissa bits, the hot loop with its reader in locals: a
+ * common BUCKET scalar from the bucket values of its width (one load
+ * where dec_after's closed form needs a bit scan and five checks on the
+ * way to the plain bits), everything else through dec_after. Same
+ * operations, same results as dec_one; returns the scalars done (all of
+ * them unless r->bad). */
 SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, rd_t *r, const skv_fcls *cb,
                                  size_t n, uint32_t *out, uint64_t *hp)
 {
-    uint32_t s0 = r->s0, s1 = r->s1, s2 = r->s2, s3 = r->s3;
-    const uint8_t *w = r->w;
+    rd_t st = {r->s0, r->s1, r->s2, r->s3, r->w, r->wend, 0};
     uint64_t h = *hp;
     const skv_fcls *c = cb, *cend = cb + n;
     const uint32_t **bvt = d->m->bvt;
     uint32_t *o = out;
     for (; c < cend; c++) {
-        rd_t t = {s0, s1, s2, s3, w, NULL, 0};
-        uint32_t sym = rd_sym(&t, c->tab, 0);
-        s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
-        int64_t key = c->base + (int64_t)sym, neg = key >> 63;
-        uint32_t x;
+        uint32_t sym = rd_sym(&st, c->tab, 0), x;
+        int64_t key = c->base + (int64_t)sym;
+        uint32_t ent = 0;
         if (c->bucket) {
-            /* the common case from the bucket values of g (one load
-             * instead of the closed form below, which also builds them) */
             const uint32_t *vt = __atomic_load_n(&bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
-            if (__builtin_expect((uint64_t)(key + BVT_K) < 2 * BVT_K, 1)) {
-                uint32_t ent = vt[key + BVT_K];
-                if (__builtin_expect((ent >> 24) != 0 && sym != 2 * BUCKET_R + 1, 1)) {
-                    t = (rd_t){s0, s1, s2, s3, w, NULL, 0};
-                    uint32_t idx = rd_bits(&t, (int)(ent >> 24), 0);
-                    s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
-                    x = (ent & 0xffffffu) + idx;
-                    goto done;
-                }
-            }
             if (__builtin_expect(vt == skv__bvt_none, 0))
-                skv__build_bvt(d->m, c->G);
-            uint64_t j = (uint64_t)(key ^ neg);
-            int kk = 63 - __builtin_clzll(j | 1u), e = kk + c->G, nb = L->mbits - kk;
-            uint32_t lo = ((uint32_t)(e + L->bias - 1) << L->mbits) + (uint32_t)(j << (nb & 31));
-            if (__builtin_expect(j - 1u < (1ull << L->mbits) - 1u && sym != c->nesc &&
-                                     (unsigned)(e - lat_emin(L)) <=
-                                         (unsigned)(lat_emax(L) - lat_emin(L)) &&
-                                     (L->dt != SKV_DT_F8E4M3 || lo + (1u << nb) <= L->inf_mag),
-                                 1)) {
-                /* 1 <= j < 2^mbits: nb >= 1 plain bits */
-                t = (rd_t){s0, s1, s2, s3, w, NULL, 0};
-                uint32_t idx = rd_bits(&t, nb, 0);
-                s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
-                x = (L->sign & (uint32_t)neg) | (lo + idx);
-                goto done;
-            }
-            if (j == 0 && sym != c->nesc) {
-                /* the bucket at zero (dec_after): its level, then mbits
-                 * plain bits when the level's binade is normal */
-                t = (rd_t){s0, s1, s2, s3, w, NULL, 0};
-                int lvl = (int)rd_sym(&t, &d->m->zero, 0);
-                e = c->G - lvl - 1;
-                if (__builtin_expect(lvl < ZLEVELS && e >= lat_emin(L) &&
-                                         e <= lat_emax(L) - (L->dt == SKV_DT_F8E4M3),
-                                     1)) {
-                    uint32_t idx = rd_bits(&t, L->mbits, 0);
-                    s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
-                    x = (L->sign & (uint32_t)neg) | (((uint32_t)(e + L->bias) << L->mbits) + idx);
-                    goto done;
-                }
-                rd_save(d, &t);
-                x = dec_bucket_slow(d, c, key, lvl);
-                rd_load(d, &t);
-                s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
-                goto checked_bad;
-            }
+                skv__build_bvt(d->m, c->G); /* this scalar takes dec_after */
+            else if (__builtin_expect((uint64_t)(key + BVT_K) < 2 * BVT_K, 1))
+                ent = vt[key + BVT_K];
+        }
+        if (__builtin_expect((ent >> 24) != 0 && sym != 2 * BUCKET_R + 1, 1)) {
+            x = (ent & 0xffffffu) + rd_bits(&st, (int)(ent >> 24), 0);
         } else {
-            int64_t top = (int64_t)L->inf_mag - 1;
-            if (__builtin_expect(sym != c->nesc && key <= top && key >= -top - 1, 1)) {
-                x = (uint32_t)(key ^ neg) | (L->sign & (uint32_t)neg);
-                goto done;
+            x = dec_after(d, L, &st, c, sym, 0);
+            if (__builtin_expect(st.bad, 0)) {
+                r->bad = 1;
+                break;
             }
         }
-        t = (rd_t){s0, s1, s2, s3, w, NULL, 0};
-        rd_save(d, &t);
-        x = L->dt == SKV_DT_BF16 ? dec_tail_bf16(d, c, sym)
-            : L->dt == SKV_DT_F16 ? dec_tail_f16(d, c, sym)
-                                  : dec_tail_f8(d, c, sym);
-        rd_load(d, &t);
-        s0 = t.s0, s1 = t.s1, s2 = t.s2, s3 = t.s3, w = t.w;
-    checked_bad:
-        if (__builtin_expect(t.bad, 0)) {
-            r->bad = 1;
-            break;
-        }
-    done:
         h = mix_in(h, x);
         *o++ = x;
     }
-    r->s0 = s0, r->s1 = s1, r->s2 = s2, r->s3 = s3, r->w = w;
+    r->s0 = st.s0, r->s1 = st.s1, r->s2 = st.s2, r->s3 = st.s3, r->w = st.w;
     *hp = h;
     return (size_t)(o - out);
 }
