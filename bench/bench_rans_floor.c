@@ -14,7 +14,15 @@
  *   rawbits   values, with the plain bits in a separate raw bit stream
  *             instead of rANS operations (a stream format change)
  *   raw+h4    rawbits, plus a checksum step per four scalars packed in
- *             a 64-bit word (what a second stream version could carry)
+ *             a 64-bit word
+ *   simd8     a second stream version as AVX2 could decode it: eight
+ *             states, scalar j of each eight on state j (one table symbol
+ *             each, so eight lanes are independent), the renormalisation
+ *             words read in lane order (a mask, a popcount and a lane
+ *             permutation: the same words a one-at-a-time reader takes),
+ *             index entries and bucket values gathered, plain bits from
+ *             a raw bit stream, a 32-bit checksum lane per state
+ *   simd16    simd8 on sixteen states, two vectors in flight
  * Every variant's output is checked against the scalars encoded.
  * usage: bench_rans_floor [REPS] */
 #include <stdint.h>
@@ -37,6 +45,10 @@ static uint16_t words1[4 * N + 8], words2[2 * N + 8];
 static const uint16_t *w1start, *w2start;
 static uint32_t fin1[4], fin2[4];
 static uint8_t raw[2 * N + 16];
+/* the SIMD variants' stream: table symbols only, 8 or 16 states */
+static uint16_t words3[2 * N + 16], words4[2 * N + 16];
+static const uint16_t *w3start, *w4start;
+static uint32_t fin3[8], fin4[16];
 
 typedef struct {
     const uint64_t *tab;
@@ -104,14 +116,18 @@ static void setup(void)
         vals[k + 128] = k >= 1 && k < 128 ? first_point((uint64_t)k, -3) | (uint32_t)nb_of((uint64_t)k) << 24 : 0;
 }
 
-/* rANS encode ops (start, freq, bits) in reverse into words, four states */
+/* rANS encode ops (start, freq, bits) in reverse into words, nst states
+ * used round robin (op i on state i mod nst) */
 static void rans_encode(const uint32_t *st, const uint32_t *fr, const uint8_t *nbits, int nops,
-                        uint16_t *words, size_t cap, const uint16_t **wstart, uint32_t fin[4])
+                        uint16_t *words, size_t cap, const uint16_t **wstart, uint32_t *fin,
+                        int nst)
 {
-    uint32_t x[4] = {1u << 16, 1u << 16, 1u << 16, 1u << 16};
+    uint32_t x[16];
+    for (int i = 0; i < nst; i++)
+        x[i] = 1u << 16;
     uint16_t *top = words + cap;
     for (int i = nops - 1; i >= 0; i--) {
-        uint32_t *s = &x[i & 3], v = *s, f = fr[i];
+        uint32_t *s = &x[i % nst], v = *s, f = fr[i];
         if (v >= f << (32 - nbits[i])) {
             *--top = (uint16_t)v;
             v >>= 16;
@@ -119,7 +135,7 @@ static void rans_encode(const uint32_t *st, const uint32_t *fr, const uint8_t *n
         *s = ((v / f) << nbits[i]) + v % f + st[i];
     }
     *wstart = top;
-    memcpy(fin, x, 4 * sizeof *x);
+    memcpy(fin, x, (size_t)nst * sizeof *x);
 }
 
 static void make_streams(void)
@@ -143,10 +159,12 @@ static void make_streams(void)
             if (bits[i] >> b & 1)
                 raw[pos >> 3] |= (uint8_t)(1u << (pos & 7));
     }
-    rans_encode(st, fr, nbits, no, words1, sizeof words1 / 2, &w1start, fin1);
+    rans_encode(st, fr, nbits, no, words1, sizeof words1 / 2 - 8, &w1start, fin1, 4);
     for (int i = 0; i < N; i++) /* table symbols only */
         st[i] = cum[syms[i]], fr[i] = freq[syms[i]], nbits[i] = 16;
-    rans_encode(st, fr, nbits, N, words2, sizeof words2 / 2, &w2start, fin2);
+    rans_encode(st, fr, nbits, N, words2, sizeof words2 / 2 - 8, &w2start, fin2, 4);
+    rans_encode(st, fr, nbits, N, words3, sizeof words3 / 2 - 8, &w3start, fin3, 8); /* slack after each stream: the readers load words they may not take */
+    rans_encode(st, fr, nbits, N, words4, sizeof words4 / 2 - 8, &w4start, fin4, 16);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -264,6 +282,155 @@ static inline __attribute__((always_inline)) uint64_t decode(int mode)
     return h;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_SIMD 1
+/* The index split in two 32-bit words for 32-bit gathers, per table t and
+ * run j at t * 256 + j:
+ *   ix0  cum[k] | (cum[k + 1] - 1) << 16
+ *   ix1  cum[k + 2] | k << 17                                        */
+static uint32_t ix0[NCH * 256], ix1[NCH * 256];
+static int32_t toff[NCH], cbase[NCH]; /* per channel: table offset, base (int32) */
+static uint32_t perm[256][8]; /* lane j of a renormalisation mask m: the word it reads */
+
+static void setup_simd(void)
+{
+    for (int ch = 0; ch < NCH; ch++) {
+        toff[ch] = ch * 256;
+        cbase[ch] = (int32_t)cls[ch].base;
+        for (int j = 0; j < 256; j++) {
+            uint64_t e = lut[ch][j];
+            ix0[ch * 256 + j] = (uint32_t)(e & 0xffff) | (((uint32_t)(e >> 16) & 0x1ffff) - 1) << 16;
+            ix1[ch * 256 + j] = ((uint32_t)(e >> 33) & 0x1ffff) | (uint32_t)(e >> 53) << 17;
+        }
+    }
+    for (int m = 0; m < 256; m++)
+        for (int j = 0, c = 0; j < 8; j++)
+            if (m >> j & 1)
+                perm[m][j] = (uint32_t)c++;
+}
+
+/* Eight scalars on eight states x (lane j: the scalar of state j), as a
+ * second stream version could decode them: one table symbol each, the
+ * renormalisation words read in lane order, the plain bits from a raw bit
+ * stream, a checksum lane per state. Returns nonzero when a lane leaves
+ * the common case (the general path; none in this model). */
+__attribute__((target("avx2,popcnt"))) static inline __attribute__((always_inline)) int
+simd8(__m256i *x, const uint16_t **w, uint64_t *pos, int i, __m256i *acc)
+{
+    const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
+    int ch = i % NCH;
+    __m256i to = _mm256_loadu_si256((const __m256i *)(toff + ch));
+    __m256i base = _mm256_loadu_si256((const __m256i *)(cbase + ch));
+    __m256i slot = _mm256_and_si256(*x, m16);
+    __m256i ix = _mm256_add_epi32(to, _mm256_srli_epi32(slot, 8));
+    __m256i e0 = _mm256_i32gather_epi32((const int *)ix0, ix, 4);
+    __m256i e1 = _mm256_i32gather_epi32((const int *)ix1, ix, 4);
+    __m256i start = _mm256_and_si256(e0, m16), bm1 = _mm256_srli_epi32(e0, 16);
+    __m256i c2 = _mm256_and_si256(e1, _mm256_set1_epi32(0x1ffff)), k = _mm256_srli_epi32(e1, 17);
+    __m256i up = _mm256_cmpgt_epi32(slot, bm1); /* slot >= cum[k + 1]: k + 1 */
+    __m256i bad = _mm256_cmpgt_epi32(slot, _mm256_sub_epi32(c2, one)); /* slot >= cum[k + 2] */
+    __m256i b = _mm256_add_epi32(bm1, one);
+    __m256i st = _mm256_blendv_epi8(start, b, up), en = _mm256_blendv_epi8(b, c2, up);
+    k = _mm256_sub_epi32(k, up);
+    int mb = _mm256_movemask_ps(_mm256_castsi256_ps(bad));
+    if (__builtin_expect(mb != 0, 0)) { /* runs where several symbols start: search cum */
+        uint32_t as[8], at[8], ae[8], ak[8];
+        _mm256_storeu_si256((__m256i *)as, slot);
+        _mm256_storeu_si256((__m256i *)at, st);
+        _mm256_storeu_si256((__m256i *)ae, en);
+        _mm256_storeu_si256((__m256i *)ak, k);
+        for (; mb; mb &= mb - 1) {
+            int j = __builtin_ctz((unsigned)mb);
+            uint32_t kk = ak[j] + 1;
+            while (cum[kk + 1] <= as[j])
+                kk++;
+            ak[j] = kk, at[j] = cum[kk], ae[j] = cum[kk + 1];
+        }
+        st = _mm256_loadu_si256((const __m256i *)at);
+        en = _mm256_loadu_si256((const __m256i *)ae);
+        k = _mm256_loadu_si256((const __m256i *)ak);
+        bad = _mm256_setzero_si256();
+    }
+    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(*x, 16)),
+                                  _mm256_sub_epi32(slot, st));
+    __m256i need = _mm256_cmpeq_epi32(_mm256_min_epu32(nx, m16), nx); /* nx < 2^16 */
+    int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
+    __m256i wv = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)*w));
+    wv = _mm256_permutevar8x32_epi32(wv, _mm256_loadu_si256((const __m256i *)perm[m]));
+    *x = _mm256_blendv_epi8(nx, _mm256_or_si256(_mm256_slli_epi32(nx, 16), wv), need);
+    *w += __builtin_popcount((unsigned)m);
+    /* bucket values: key = base + k in [-128, 128) */
+    __m256i kp = _mm256_add_epi32(_mm256_add_epi32(base, k), _mm256_set1_epi32(128));
+    bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(256)), _mm256_set1_epi32(255)));
+    kp = _mm256_and_si256(kp, _mm256_set1_epi32(255));
+    __m256i ent = _mm256_i32gather_epi32((const int *)vals, kp, 4);
+    __m256i nb = _mm256_srli_epi32(ent, 24), first = _mm256_and_si256(ent, _mm256_set1_epi32(0xffffff));
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(nb, _mm256_setzero_si256()));
+    /* plain bits: lane j's start is pos + the bits of lanes 0..j-1 */
+    __m256i p = _mm256_add_epi32(nb, _mm256_slli_si256(nb, 4));
+    p = _mm256_add_epi32(p, _mm256_slli_si256(p, 8));
+    p = _mm256_add_epi32(p, _mm256_blend_epi32(_mm256_setzero_si256(),
+                                               _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(3)), 0xf0));
+    __m256i bp = _mm256_add_epi32(_mm256_sub_epi32(p, nb), _mm256_set1_epi32((int)(*pos & 7)));
+    /* at most 7 + 8 * 7 = 63 bits from the byte at pos: one 64-bit word,
+     * shifted right per lane (a gather of 32-bit words was ~10% slower) */
+    uint64_t wd;
+    memcpy(&wd, raw + (*pos >> 3), 8);
+    __m256i W = _mm256_set1_epi64x((long long)wd);
+    __m256i lo = _mm256_srlv_epi64(W, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(bp)));
+    __m256i hi = _mm256_srlv_epi64(W, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bp, 1)));
+    __m256i g = _mm256_permutevar8x32_epi32(_mm256_blend_epi32(lo, _mm256_slli_epi64(hi, 32), 0xaa),
+                                            _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+    __m256i v = _mm256_and_si256(g, _mm256_sub_epi32(_mm256_sllv_epi32(one, nb), one));
+    *pos += (uint32_t)_mm256_extract_epi32(p, 7);
+    __m256i xv = _mm256_add_epi32(first, v);
+    _mm256_storeu_si256((__m256i *)(out + i), xv);
+    __m256i a = _mm256_add_epi32(*acc, xv);
+    *acc = _mm256_mullo_epi32(_mm256_xor_si256(a, _mm256_srli_epi32(a, 15)), _mm256_set1_epi32((int)0x9e3779b1));
+    return _mm256_movemask_ps(_mm256_castsi256_ps(bad));
+}
+
+static uint64_t fold(const uint32_t *a, int n)
+{
+    uint64_t h = 0;
+    for (int j = 0; j < n; j++)
+        h = (h + a[j] + 1) * 0x9e3779b97f4a7c15ull, h ^= h >> 29;
+    return h;
+}
+
+/* eight states, one vector */
+__attribute__((target("avx2,popcnt"))) static uint64_t decode_simd8(void)
+{
+    __m256i x = _mm256_loadu_si256((const __m256i *)fin3), acc = _mm256_set1_epi32(0x243f6a88);
+    const uint16_t *w = w3start;
+    uint64_t pos = 0;
+    for (int i = 0; i < N; i += 8)
+        if (__builtin_expect(simd8(&x, &w, &pos, i, &acc), 0))
+            return 0;
+    uint32_t a[8];
+    _mm256_storeu_si256((__m256i *)a, acc);
+    return fold(a, 8);
+}
+
+/* sixteen states, two vectors in flight (scalars i..i+7 on states 0..7,
+ * i+8..i+15 on 8..15) */
+__attribute__((target("avx2,popcnt"))) static uint64_t decode_simd16(void)
+{
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)fin4), x1 = _mm256_loadu_si256((const __m256i *)(fin4 + 8));
+    __m256i a0 = _mm256_set1_epi32(0x243f6a88), a1 = a0;
+    const uint16_t *w = w4start;
+    uint64_t pos = 0;
+    for (int i = 0; i < N; i += 16)
+        if (__builtin_expect(simd8(&x0, &w, &pos, i, &a0) | simd8(&x1, &w, &pos, i + 8, &a1), 0))
+            return 0;
+    uint32_t a[16];
+    _mm256_storeu_si256((__m256i *)a, a0);
+    _mm256_storeu_si256((__m256i *)(a + 8), a1);
+    return fold(a, 16);
+}
+#endif
+
 static __attribute__((noinline)) uint64_t run(int mode)
 {
     switch (mode) {
@@ -271,6 +438,10 @@ static __attribute__((noinline)) uint64_t run(int mode)
     case 1: return decode(1);
     case 2: return decode(2);
     case 3: return decode(3);
+#ifdef HAVE_SIMD
+    case 5: return decode_simd8();
+    case 6: return decode_simd16();
+#endif
     default: return decode(4);
     }
 }
@@ -282,19 +453,28 @@ int main(int argc, char **argv)
         reps = 1;
     setup();
     make_streams();
-    static const char *names[] = {"closed", "values", "values+h", "rawbits", "raw+h4"};
-    double best[5] = {1e30, 1e30, 1e30, 1e30, 1e30};
+    static const char *names[] = {"closed", "values", "values+h", "rawbits", "raw+h4", "simd8", "simd16"};
+    int nm = 5;
+#ifdef HAVE_SIMD
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) {
+        setup_simd();
+        nm = 7;
+    }
+#endif
+    double best[7] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
     volatile uint64_t sink = 0;
-    for (int m = 0; m < 5; m++) {
+    for (int m = 0; m < nm; m++) {
         memset(out, 0, sizeof out);
-        sink += run(m);
-        if (memcmp(out, want, sizeof out) != 0) {
+        uint64_t h = run(m);
+        sink += h;
+        if (memcmp(out, want, sizeof out) != 0 || (m >= 5 && h == 0)) {
             fprintf(stderr, "bench_rans_floor: %s decodes wrongly\n", names[m]);
             return 1;
         }
     }
     for (int r = 0; r < reps; r++)
-        for (int m = 0; m < 5; m++) {
+        for (int m = 0; m < nm; m++) {
             double t = now();
             sink += run(m);
             t = now() - t;
@@ -304,7 +484,9 @@ int main(int argc, char **argv)
     printf("bench_rans_floor: bf16 BUCKET scalars, streams of %d, %d channel tables, best of %d "
            "alternated runs (M scalars/s, ratio to closed)\n",
            N, NCH, reps);
-    for (int m = 0; m < 5; m++)
+    for (int m = 0; m < nm; m++)
         printf("%-9s %7.1f  %.2fx\n", names[m], N / best[m] / 1e6, best[0] / best[m]);
+    if (nm < 7)
+        printf("(simd8, simd16: need x86-64 with AVX2)\n");
     return (int)(sink & 0);
 }
