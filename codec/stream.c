@@ -1044,16 +1044,18 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, rd_t *r, cons
         uint32_t sym = rd_sym(&st, c->tab, 0), x;
         int64_t key = c->base + (int64_t)sym;
         uint32_t ent = 0;
+        const uint32_t *vt = NULL;
         if (c->bucket) {
-            const uint32_t *vt = __atomic_load_n(&bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
-            if (__builtin_expect(vt == skv__bvt_none, 0))
-                skv__build_bvt(d->m, c->G); /* this scalar takes dec_after */
-            else if (__builtin_expect((uint64_t)(key + BVT_K) < 2 * BVT_K, 1))
+            /* skv__bvt_none is all 0: its entries take dec_after */
+            vt = __atomic_load_n(&bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
+            if (__builtin_expect((uint64_t)(key + BVT_K) < 2 * BVT_K, 1))
                 ent = vt[key + BVT_K];
         }
         if (__builtin_expect((ent >> 24) != 0 && sym != 2 * BUCKET_R + 1, 1)) {
             x = (ent & 0xffffffu) + rd_bits(&st, (int)(ent >> 24), 0);
         } else {
+            if (__builtin_expect(vt == skv__bvt_none, 0))
+                skv__build_bvt(d->m, c->G); /* the next scalar of this width uses them */
             x = dec_after(d, L, &st, c, sym, 0);
             if (__builtin_expect(st.bad, 0)) {
                 r->bad = 1;
