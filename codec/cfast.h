@@ -308,6 +308,14 @@ typedef struct {
     int32_t flag[8], idx[8], key[8], G[8];
 } skv_cls8;
 void skv__cls8_avx2(const float *mu, const float *s, size_t groups, skv_cls8 *o);
+/* The classes of o[0..groups) into cls[0..8 * groups) as BUCKET lanes
+ * with their tables already built are (the common case at ctx); bit k of
+ * fix[j] set for each lane k of group j that is not one of those (STEP,
+ * flagged, or a table not built yet: cls8_lane finishes it). The tables
+ * are read with plain loads, which on x86 order like the acquire loads
+ * of ftable. */
+void skv__cls8_fill_avx2(skv_ftab *const *tabs, const skv_cls8 *o, size_t groups, skv_fcls *cls,
+                         uint8_t *fix);
 /* 0: scalar classification (SEQKV_SIMD=0), 2: AVX2; chosen at the first
  * use (skv__cls_simd_pick); the tests set it to compare the two */
 extern int skv__cls_simd;
@@ -319,30 +327,25 @@ SKV_ALWAYS_INLINE int cls_simd(void)
     return v >= 0 ? v : skv__cls_simd_pick();
 }
 
-/* the eight lanes of o into cls (bf16): tables by index, fclassify for
- * flagged lanes and tables not built yet */
-SKV_ALWAYS_INLINE int cls8_finish(skv_cmodel *m, const skv_lat *L, const float *mu, const float *s,
-                                  const skv_cls8 *o, skv_fcls *cls)
+/* lane k of o into cls[k] (bf16): the table by index, fclassify for a
+ * flagged lane or a table not built yet */
+SKV_ALWAYS_INLINE int cls8_lane(skv_cmodel *m, const skv_lat *L, const float *mu, const float *s,
+                                const skv_cls8 *o, int k, skv_fcls *cls)
 {
-    for (int k = 0; k < 8; k++) {
-        skv_fcls *c = &cls[k];
-        const int f = o->flag[k];
-        const skv_ftab *t = f == 2 ? NULL : __atomic_load_n(&m->tabs[o->idx[k]], __ATOMIC_ACQUIRE);
-        if (__builtin_expect(!t, 0)) {
-            if (fclassify(m, L, mu[k], s[k], c) != SKV_OK)
-                return SKV_ERR_NOMEM;
-            continue;
-        }
-        c->tab = t;
-        c->G = o->G[k];
-        c->bucket = f;
-        if (f) {
-            c->base = (int64_t)o->key[k] - BUCKET_R;
-            c->nesc = 2 * BUCKET_R + 1;
-        } else {
-            c->base = fordinal(L, (uint32_t)o->key[k]) - t->R;
-            c->nesc = t->n - 1;
-        }
+    skv_fcls *c = &cls[k];
+    const int f = o->flag[k];
+    const skv_ftab *t = f == 2 ? NULL : __atomic_load_n(&m->tabs[o->idx[k]], __ATOMIC_ACQUIRE);
+    if (__builtin_expect(!t, 0))
+        return fclassify(m, L, mu[k], s[k], c);
+    c->tab = t;
+    c->G = o->G[k];
+    c->bucket = f;
+    if (f) {
+        c->base = (int64_t)o->key[k] - BUCKET_R;
+        c->nesc = 2 * BUCKET_R + 1;
+    } else {
+        c->base = fordinal(L, (uint32_t)o->key[k]) - t->R;
+        c->nesc = t->n - 1;
     }
     return SKV_OK;
 }
@@ -373,13 +376,17 @@ SKV_ALWAYS_INLINE int fclassify_block(skv_cmodel *m, const skv_lat *L, const flo
         skv_cls8 o[8];
         while (k0 + 8 <= n) {
             size_t g = (n - k0) / 8 < 8 ? (n - k0) / 8 : 8;
+            uint8_t fix[8];
             skv__cls8_avx2(mu + k0, s + k0, g, o);
+            skv__cls8_fill_avx2(m->tabs, o, g, cls + k0, fix);
             for (size_t j = 0; j < g; j++, k0 += 8)
-                if (__builtin_expect(cls8_finish(m, L, mu + k0, s + k0, &o[j], cls + k0) != SKV_OK,
-                                     0)) {
-                    *done = k0; /* the lanes before the failing one are right; report the group */
-                    return SKV_ERR_NOMEM;
-                }
+                for (unsigned f = fix[j]; f; f &= f - 1)
+                    if (__builtin_expect(cls8_lane(m, L, mu + k0, s + k0, &o[j], __builtin_ctz(f),
+                                                   cls + k0) != SKV_OK,
+                                         0)) {
+                        *done = k0; /* the group's lanes are not all right: report the group */
+                        return SKV_ERR_NOMEM;
+                    }
         }
     }
 #endif

@@ -9,6 +9,10 @@
 #include <string.h>
 
 #include "cfast.h"
+#ifdef SKV_HAVE_CLS8
+#include <immintrin.h>
+#include <stddef.h>
+#endif
 
 #define RANS_L (1u << 16)
 
@@ -157,6 +161,54 @@ __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float
         memcpy(o->idx, &idx, sizeof idx);
         memcpy(o->key, &key, sizeof key);
         memcpy(o->G, &G, sizeof G);
+    }
+}
+
+_Static_assert(sizeof(skv_fcls) == 32 && offsetof(skv_fcls, base) == 8 &&
+                   offsetof(skv_fcls, G) == 16 && offsetof(skv_fcls, bucket) == 20 &&
+                   offsetof(skv_fcls, nesc) == 24,
+               "skv__cls8_fill_avx2 writes skv_fcls as four 64-bit words");
+
+__attribute__((target("avx2"))) void skv__cls8_fill_avx2(skv_ftab *const *tabs, const skv_cls8 *o,
+                                                        size_t groups, skv_fcls *cls, uint8_t *fix)
+{
+    const __m256i one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
+    const __m256i R = _mm256_set1_epi64x(BUCKET_R), nesc = _mm256_set1_epi64x(2 * BUCKET_R + 1);
+    for (size_t j = 0; j < groups; j++, o++, cls += 8) {
+        __m256i flag = _mm256_loadu_si256((const __m256i *)o->flag);
+        __m256i idx = _mm256_loadu_si256((const __m256i *)o->idx);
+        __m256i key = _mm256_loadu_si256((const __m256i *)o->key);
+        __m256i G = _mm256_loadu_si256((const __m256i *)o->G);
+        __m256i isb = _mm256_cmpeq_epi32(flag, one);
+        /* the tables of BUCKET lanes only (other lanes' idx may be anything) */
+        __m256i m0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(isb));
+        __m256i m1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(isb, 1));
+        __m256i t0 = _mm256_mask_i32gather_epi64(zero, (const long long *)tabs,
+                                                 _mm256_castsi256_si128(idx), m0, 8);
+        __m256i t1 = _mm256_mask_i32gather_epi64(zero, (const long long *)tabs,
+                                                 _mm256_extracti128_si256(idx, 1), m1, 8);
+        unsigned nb = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(isb)) ^ 0xffu;
+        nb |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(t0, zero)));
+        nb |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(t1, zero))) << 4;
+        fix[j] = (uint8_t)nb;
+        __m256i b0 = _mm256_sub_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(key)), R);
+        __m256i b1 = _mm256_sub_epi64(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(key, 1)), R);
+        /* (G, bucket = 1) pairs: lanes 0, 1, 4, 5 and 2, 3, 6, 7 */
+        __m256i gl = _mm256_unpacklo_epi32(G, one), gh = _mm256_unpackhi_epi32(G, one);
+        __m256i f0 = _mm256_permute2x128_si256(gl, gh, 0x20), f1 = _mm256_permute2x128_si256(gl, gh, 0x31);
+        /* a record (tab, base, G | bucket, nesc) per lane: 4x4 transposes */
+        __m256i a = _mm256_unpacklo_epi64(t0, b0), b = _mm256_unpackhi_epi64(t0, b0);
+        __m256i c = _mm256_unpacklo_epi64(f0, nesc), d = _mm256_unpackhi_epi64(f0, nesc);
+        _mm256_storeu_si256((__m256i *)&cls[0], _mm256_permute2x128_si256(a, c, 0x20));
+        _mm256_storeu_si256((__m256i *)&cls[1], _mm256_permute2x128_si256(b, d, 0x20));
+        _mm256_storeu_si256((__m256i *)&cls[2], _mm256_permute2x128_si256(a, c, 0x31));
+        _mm256_storeu_si256((__m256i *)&cls[3], _mm256_permute2x128_si256(b, d, 0x31));
+        a = _mm256_unpacklo_epi64(t1, b1), b = _mm256_unpackhi_epi64(t1, b1);
+        c = _mm256_unpacklo_epi64(f1, nesc), d = _mm256_unpackhi_epi64(f1, nesc);
+        _mm256_storeu_si256((__m256i *)&cls[4], _mm256_permute2x128_si256(a, c, 0x20));
+        _mm256_storeu_si256((__m256i *)&cls[5], _mm256_permute2x128_si256(b, d, 0x20));
+        _mm256_storeu_si256((__m256i *)&cls[6], _mm256_permute2x128_si256(a, c, 0x31));
+        _mm256_storeu_si256((__m256i *)&cls[7], _mm256_permute2x128_si256(b, d, 0x31));
     }
 }
 #endif
