@@ -271,9 +271,9 @@ static void build_lut(skv_ftab *t)
         uint32_t slot = j << LUT_SHIFT;
         while (t->cum[sym + 1] <= slot)
             sym++;
-        uint64_t c2 = sym + 2 <= t->n ? t->cum[sym + 2] : 65536u;
-        t->lut[j] = (uint64_t)t->cum[sym] | (uint64_t)t->cum[sym + 1] << 16 | c2 << 33 |
-                    (uint64_t)sym << 53;
+        uint32_t c2 = sym + 2 <= t->n ? t->cum[sym + 2] : 65536u;
+        t->lut[j] = (skv_lut){(uint16_t)t->cum[sym], (uint16_t)(t->cum[sym + 1] - 1),
+                              (uint16_t)(c2 - 1), (uint16_t)sym};
     }
 }
 
@@ -677,7 +677,7 @@ uint32_t skv__from_ordinal(const skv_lat *L, int64_t o)
  * frequencies. */
 uint32_t skv__find(const skv_ftab *t, uint32_t slot)
 {
-    uint32_t sym = LUT_SYM(t->lut[slot >> LUT_SHIFT]);
+    uint32_t sym = t->lut[slot >> LUT_SHIFT].k;
     while (t->cum[sym + 1] <= slot)
         sym++;
     return sym;

@@ -34,15 +34,18 @@ typedef struct {
  * the symbol k holding the run's first slot and everything needed to
  * decode any slot of it below cum[k + 2] without touching cum: a slot
  * below cum[k + 1] is k, else k + 1. A slot at or above cum[k + 2] (only
- * in runs where several symbols start) searches cum from k + 2.
- *   bits  0..15  cum[k]
- *   bits 16..32  cum[k + 1]
- *   bits 33..49  cum[k + 2] (2^16 past the end)
- *   bits 53..63  k */
+ * in runs where several symbols start) searches cum from k + 2. Four
+ * 16-bit fields, each one load (no shifts and masks to take them apart):
+ *   start  cum[k]
+ *   bm1    cum[k + 1] - 1
+ *   c2m1   cum[k + 2] - 1 (2^16 - 1 past the end: no slot is above it)
+ *   k */
 #define LUT_SHIFT 8 /* 256 entries, 2 KiB a table: the 32+ classes of a stream stay in
                       * L2 (runs of 64 slots were 8 KiB and ~10% slower to decode; the
                       * wider runs take the search on ~3% of operations) */
-#define LUT_SYM(e) ((uint32_t)((e) >> 53))
+typedef struct {
+    uint16_t start, bm1, c2m1, k;
+} skv_lut;
 /* One queued rANS operation as the encoder codes it: a symbol of frequency
  * f at start in a total of 2^bits (table symbols: bits = 16, f < 2^16;
  * plain bits: f = 1, bits <= 16). A state is first renormalised below
@@ -90,7 +93,7 @@ typedef struct {
     float *lp;
     skv_eop *enc;       /* the encoder's, per symbol */
     const double *lpd;  /* lp as doubles (the encoder's sum), in enc's allocation */
-    uint64_t lut[1u << (SKV_CODEC_PREC - LUT_SHIFT)];
+    skv_lut lut[1u << (SKV_CODEC_PREC - LUT_SHIFT)];
 } skv_ftab;
 
 /* The decoder's bucket values (dtypes of at most 16 bits): for bucket

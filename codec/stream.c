@@ -918,25 +918,25 @@ static __attribute__((noinline)) uint32_t find_multi(const skv_ftab *t, uint32_t
 SKV_ALWAYS_INLINE uint32_t rd_sym(rd_t *r, const skv_ftab *t, int checked)
 {
     uint32_t x = r->s0, slot = x & 0xffffu;
-    uint64_t e = t->lut[slot >> LUT_SHIFT];
-    uint32_t k = LUT_SYM(e), start, end;
-    uint32_t b = (uint32_t)(e >> 16) & 0x1ffffu, c2 = (uint32_t)(e >> 33) & 0x1ffffu;
+    const skv_lut *e = &t->lut[slot >> LUT_SHIFT];
+    uint32_t k = e->k, start, end, bm1 = e->bm1, c2m1 = e->c2m1;
     /* Below cum[k + 2] the symbol is k or k + 1, in any run: always when
      * at most one more symbol starts inside it, and for about half the
      * operations of runs where several do */
-    if (__builtin_expect(slot < c2, 1)) {
+    if (__builtin_expect(slot <= c2m1, 1)) {
         /* k or k + 1: a coin flip near the boundary, so conditional moves */
-        start = (uint32_t)e & 0xffffu;
+        uint32_t b = bm1 + 1, c2 = c2m1 + 1;
+        start = e->start;
         end = b;
 #if defined(__x86_64__) && defined(__GNUC__)
-        /* slot >= b: start = b, end = c2, k + 1 (sbb -1 adds 1 - CF) */
-        __asm__("cmpl %[b], %[slot]\n\tcmovae %[b], %[start]\n\tcmovae %[c2], %[end]\n\t"
-                "sbbl $-1, %[k]"
+        /* slot > bm1 (CF of bm1 - slot): start = b, end = c2, k + 1 */
+        __asm__("cmpl %[slot], %[bm1]\n\tcmovb %[b], %[start]\n\tcmovb %[c2], %[end]\n\t"
+                "adcl $0, %[k]"
                 : [start] "+&r"(start), [end] "+&r"(end), [k] "+&r"(k)
-                : [b] "r"(b), [c2] "r"(c2), [slot] "r"(slot)
+                : [b] "r"(b), [c2] "r"(c2), [bm1] "r"(bm1), [slot] "r"(slot)
                 : "cc");
 #else
-        uint32_t up = slot >= b;
+        uint32_t up = slot > bm1;
         start = fsel(up, b, start);
         end = fsel(up, c2, end);
         k += up;
