@@ -38,7 +38,11 @@
 #define BIAS 127
 
 static uint32_t cum[NSYM + 1], freq[NSYM];
-static uint64_t lut[NCH][256];
+static uint64_t lut[NCH][256]; /* packed (the SIMD variants' source) */
+typedef struct {
+    uint16_t start, bm1, c2m1, k; /* codec_int.h's skv_lut, as dec_run reads it */
+} lut16_t;
+static lut16_t lut16[NCH][256];
 static uint32_t vals[256]; /* bucket values of the one width used: key + 128 */
 static uint32_t syms[N], bits[N], want[N], out[N];
 static uint16_t words1[4 * N + 8], words2[2 * N + 8];
@@ -51,7 +55,7 @@ static const uint16_t *w3start, *w4start;
 static uint32_t fin3[8], fin4[16];
 
 typedef struct {
-    const uint64_t *tab;
+    const lut16_t *tab;
     int64_t base;
     int G;
 } cls_t;
@@ -110,7 +114,10 @@ static void setup(void)
     }
     for (int ch = 0; ch < NCH; ch++) {
         memcpy(lut[ch], l, sizeof l); /* a table per channel, as stat's classes */
-        cls[ch] = (cls_t){lut[ch], 1 + (ch & 3) * 16, -3};
+        for (int j = 0; j < 256; j++)
+            lut16[ch][j] = (lut16_t){(uint16_t)l[j], (uint16_t)(((l[j] >> 16) & 0x1ffff) - 1),
+                                     (uint16_t)(((l[j] >> 33) & 0x1ffff) - 1), (uint16_t)(l[j] >> 53)};
+        cls[ch] = (cls_t){lut16[ch], 1 + (ch & 3) * 16, -3};
     }
     for (int k = -128; k < 128; k++)
         vals[k + 128] = k >= 1 && k < 128 ? first_point((uint64_t)k, -3) | (uint32_t)nb_of((uint64_t)k) << 24 : 0;
@@ -189,20 +196,20 @@ static void make_streams(void)
 
 /* table symbol on *st (codec/stream.c rd_sym) */
 static inline __attribute__((always_inline)) uint32_t tab_op(uint32_t *st, const uint16_t **w,
-                                                             const uint64_t *L)
+                                                             const lut16_t *L)
 {
     uint32_t x = *st, slot = x & 0xffff;
-    uint64_t e = L[slot >> 8];
-    uint32_t k = (uint32_t)(e >> 53), start = (uint32_t)e & 0xffff;
-    uint32_t b = (uint32_t)(e >> 16) & 0x1ffff, c2 = (uint32_t)(e >> 33) & 0x1ffff, end = b;
-    if (__builtin_expect(slot >= c2, 0)) {
+    const lut16_t *e = &L[slot >> 8];
+    uint32_t k = e->k, start = e->start, bm1 = e->bm1, c2m1 = e->c2m1;
+    uint32_t b = bm1 + 1, end = b;
+    if (__builtin_expect(slot > c2m1, 0)) {
         k += 2;
         while (cum[k + 1] <= slot)
             k++;
         start = cum[k], end = cum[k + 1];
     } else {
-        uint32_t up = slot >= b;
-        start = up ? b : start, end = up ? c2 : end, k += up;
+        uint32_t up = slot > bm1;
+        start = up ? b : start, end = up ? c2m1 + 1 : end, k += up;
     }
     uint32_t v = (end - start) * (x >> 16) + slot - start;
     RENORM(v, *w);
