@@ -2,9 +2,8 @@
  * case of skv_decoder_get_n for bf16 (codec/stream.c dec_run) -- four rANS
  * states used round robin by operation, 16-bit renormalisation words, the
  * index entry of a 256-slot run (four 16-bit fields), one BUCKET table
- * symbol then its
- * plain bits -- without escapes, the bucket at zero, atoms, per-row calls
- * or class caches. Variants, timed in the same process alternately (best
+ * symbol then its plain bits -- without escapes, the bucket at zero,
+ * atoms, per-row calls or class caches. Variants, timed in the same process alternately (best
  * of REPS runs of a stream of N scalars, so a noisy neighbour hurts them
  * alike; compare ratios):
  *   closed    plain-bit count and first point from the bucket index in
