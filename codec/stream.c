@@ -1090,7 +1090,7 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, rd_t *r, cons
     rd_t st = {r->s0, r->s1, r->s2, r->s3, r->w, r->wend, 0};
     uint64_t h = *hp;
     const skv_fcls *c = cb, *cend = cb + n;
-    const uint32_t **bvt = d->m->bvt;
+    const uint32_t **bvt = d->m->bvt + BVT_G0; /* indexed by G */
     uint32_t *o = out;
     for (; c < cend; c++) {
         uint32_t sym = rd_sym(&st, c->tab, 0), x;
@@ -1099,7 +1099,7 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, rd_t *r, cons
         const uint32_t *vt = NULL;
         if (c->bucket) {
             /* skv__bvt_none is all 0: its entries take dec_after */
-            vt = __atomic_load_n(&bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
+            vt = __atomic_load_n(&bvt[c->G], __ATOMIC_ACQUIRE);
             if (__builtin_expect((uint64_t)(key + BVT_K) < 2 * BVT_K, 1))
                 ent = vt[key + BVT_K];
         }
