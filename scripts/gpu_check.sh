@@ -8,15 +8,22 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-/tmp/seqkv-gpu-check}
 cc=${CC:-cc}
 mkdir -p "$out"
-# Same archs as meson.build; exact float ops on both sides.
-gencode="-gencode=arch=compute_75,code=sm_75 -gencode=arch=compute_80,code=sm_80
- -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
+# The archs meson.build lists; exact float ops on both sides, as the
+# project builds (no contraction into FMAs).
+gencode=""
+for sm in 75 80 86 89 90; do
+    gencode="$gencode -gencode=arch=compute_$sm,code=sm_$sm"
+done
+gencode="$gencode -gencode=arch=compute_90,code=compute_90"
+cflags="-std=gnu11 -O2 -ffp-contract=off -fno-fast-math"
 objs=""
-for f in error alloc dtype pool rng file dmath; do
-    $cc -std=gnu11 -O2 -I"$root/include" -c "$root/base/$f.c" -o "$out/$f.o"
+for src in "$root"/base/*.c; do
+    f=$(basename "$src" .c)
+    [ "$f" = gpu_none ] && continue # the stand-in for builds without CUDA
+    $cc $cflags -I"$root/include" -c "$src" -o "$out/$f.o"
     objs="$objs $out/$f.o"
 done
-$cc -std=gnu11 -O2 -I"$root/include" -c "$root/tests/gpu/cast_exhaustive.c" -o "$out/check.o"
+$cc $cflags -I"$root/include" -c "$root/tests/gpu/cast_exhaustive.c" -o "$out/check.o"
 nvcc -O2 --fmad=false $gencode -I"$root/include" -c "$root/base/gpu_cuda.cu" -o "$out/gpu_cuda.o"
 nvcc -o "$out/cast_exhaustive" "$out/check.o" "$out/gpu_cuda.o" $objs -lpthread -lm
 exec "$out/cast_exhaustive"
