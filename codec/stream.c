@@ -169,47 +169,54 @@ _Static_assert(sizeof(skv_fcls) == 32 && offsetof(skv_fcls, base) == 8 &&
                    offsetof(skv_fcls, nesc) == 24,
                "skv__cls8_fill_avx2 writes skv_fcls as four 64-bit words");
 
-__attribute__((target("avx2"))) void skv__cls8_fill_avx2(skv_ftab *const *tabs, const skv_cls8 *o,
-                                                        size_t groups, skv_fcls *cls, uint8_t *fix)
+/* One group of skv__cls8_fill_avx2: the eight records into cls, and the
+ * lanes left to cls8_lane as the return value. */
+static inline __attribute__((target("avx2"), always_inline)) unsigned
+fill_group(skv_ftab *const *tabs, const skv_cls8 *o, skv_fcls *cls)
 {
     const __m256i one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
     const __m256i R = _mm256_set1_epi64x(BUCKET_R), nesc = _mm256_set1_epi64x(2 * BUCKET_R + 1);
-    for (size_t j = 0; j < groups; j++, o++, cls += 8) {
-        __m256i flag = _mm256_loadu_si256((const __m256i *)o->flag);
-        __m256i idx = _mm256_loadu_si256((const __m256i *)o->idx);
-        __m256i key = _mm256_loadu_si256((const __m256i *)o->key);
-        __m256i G = _mm256_loadu_si256((const __m256i *)o->G);
-        __m256i isb = _mm256_cmpeq_epi32(flag, one);
-        /* the tables of BUCKET lanes only (other lanes' idx may be anything) */
-        __m256i m0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(isb));
-        __m256i m1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(isb, 1));
-        __m256i t0 = _mm256_mask_i32gather_epi64(zero, (const long long *)tabs,
-                                                 _mm256_castsi256_si128(idx), m0, 8);
-        __m256i t1 = _mm256_mask_i32gather_epi64(zero, (const long long *)tabs,
-                                                 _mm256_extracti128_si256(idx, 1), m1, 8);
-        unsigned nb = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(isb)) ^ 0xffu;
-        nb |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(t0, zero)));
-        nb |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(t1, zero))) << 4;
-        fix[j] = (uint8_t)nb;
-        __m256i b0 = _mm256_sub_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(key)), R);
-        __m256i b1 = _mm256_sub_epi64(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(key, 1)), R);
-        /* (G, bucket = 1) pairs: lanes 0, 1, 4, 5 and 2, 3, 6, 7 */
-        __m256i gl = _mm256_unpacklo_epi32(G, one), gh = _mm256_unpackhi_epi32(G, one);
-        __m256i f0 = _mm256_permute2x128_si256(gl, gh, 0x20), f1 = _mm256_permute2x128_si256(gl, gh, 0x31);
-        /* a record (tab, base, G | bucket, nesc) per lane: 4x4 transposes */
-        __m256i a = _mm256_unpacklo_epi64(t0, b0), b = _mm256_unpackhi_epi64(t0, b0);
-        __m256i c = _mm256_unpacklo_epi64(f0, nesc), d = _mm256_unpackhi_epi64(f0, nesc);
-        _mm256_storeu_si256((__m256i *)&cls[0], _mm256_permute2x128_si256(a, c, 0x20));
-        _mm256_storeu_si256((__m256i *)&cls[1], _mm256_permute2x128_si256(b, d, 0x20));
-        _mm256_storeu_si256((__m256i *)&cls[2], _mm256_permute2x128_si256(a, c, 0x31));
-        _mm256_storeu_si256((__m256i *)&cls[3], _mm256_permute2x128_si256(b, d, 0x31));
-        a = _mm256_unpacklo_epi64(t1, b1), b = _mm256_unpackhi_epi64(t1, b1);
-        c = _mm256_unpacklo_epi64(f1, nesc), d = _mm256_unpackhi_epi64(f1, nesc);
-        _mm256_storeu_si256((__m256i *)&cls[4], _mm256_permute2x128_si256(a, c, 0x20));
-        _mm256_storeu_si256((__m256i *)&cls[5], _mm256_permute2x128_si256(b, d, 0x20));
-        _mm256_storeu_si256((__m256i *)&cls[6], _mm256_permute2x128_si256(a, c, 0x31));
-        _mm256_storeu_si256((__m256i *)&cls[7], _mm256_permute2x128_si256(b, d, 0x31));
-    }
+    __m256i flag = _mm256_loadu_si256((const __m256i *)o->flag);
+    __m256i idx = _mm256_loadu_si256((const __m256i *)o->idx);
+    __m256i key = _mm256_loadu_si256((const __m256i *)o->key);
+    __m256i G = _mm256_loadu_si256((const __m256i *)o->G);
+    __m256i isb = _mm256_cmpeq_epi32(flag, one);
+    /* the tables of BUCKET lanes only (other lanes' idx may be anything) */
+    __m256i m0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(isb));
+    __m256i m1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(isb, 1));
+    __m256i t0 = _mm256_mask_i32gather_epi64(zero, (const long long *)tabs,
+                                             _mm256_castsi256_si128(idx), m0, 8);
+    __m256i t1 = _mm256_mask_i32gather_epi64(zero, (const long long *)tabs,
+                                             _mm256_extracti128_si256(idx, 1), m1, 8);
+    unsigned nb = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(isb)) ^ 0xffu;
+    nb |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(t0, zero)));
+    nb |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(t1, zero))) << 4;
+    __m256i b0 = _mm256_sub_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(key)), R);
+    __m256i b1 = _mm256_sub_epi64(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(key, 1)), R);
+    /* (G, bucket = 1) pairs: lanes 0, 1, 4, 5 and 2, 3, 6, 7 */
+    __m256i gl = _mm256_unpacklo_epi32(G, one), gh = _mm256_unpackhi_epi32(G, one);
+    __m256i f0 = _mm256_permute2x128_si256(gl, gh, 0x20), f1 = _mm256_permute2x128_si256(gl, gh, 0x31);
+    /* a record (tab, base, G | bucket, nesc) per lane: 4x4 transposes */
+    __m256i a = _mm256_unpacklo_epi64(t0, b0), b = _mm256_unpackhi_epi64(t0, b0);
+    __m256i c = _mm256_unpacklo_epi64(f0, nesc), d = _mm256_unpackhi_epi64(f0, nesc);
+    _mm256_storeu_si256((__m256i *)&cls[0], _mm256_permute2x128_si256(a, c, 0x20));
+    _mm256_storeu_si256((__m256i *)&cls[1], _mm256_permute2x128_si256(b, d, 0x20));
+    _mm256_storeu_si256((__m256i *)&cls[2], _mm256_permute2x128_si256(a, c, 0x31));
+    _mm256_storeu_si256((__m256i *)&cls[3], _mm256_permute2x128_si256(b, d, 0x31));
+    a = _mm256_unpacklo_epi64(t1, b1), b = _mm256_unpackhi_epi64(t1, b1);
+    c = _mm256_unpacklo_epi64(f1, nesc), d = _mm256_unpackhi_epi64(f1, nesc);
+    _mm256_storeu_si256((__m256i *)&cls[4], _mm256_permute2x128_si256(a, c, 0x20));
+    _mm256_storeu_si256((__m256i *)&cls[5], _mm256_permute2x128_si256(b, d, 0x20));
+    _mm256_storeu_si256((__m256i *)&cls[6], _mm256_permute2x128_si256(a, c, 0x31));
+    _mm256_storeu_si256((__m256i *)&cls[7], _mm256_permute2x128_si256(b, d, 0x31));
+    return nb;
+}
+
+__attribute__((target("avx2"))) void skv__cls8_fill_avx2(skv_ftab *const *tabs, const skv_cls8 *o,
+                                                        size_t groups, skv_fcls *cls, uint8_t *fix)
+{
+    for (size_t j = 0; j < groups; j++, o++, cls += 8)
+        fix[j] = (uint8_t)fill_group(tabs, o, cls);
 }
 #endif
 
@@ -265,6 +272,79 @@ SKV_ALWAYS_INLINE void put_plain(uint64_t **o, uint32_t v, int nb)
     else
         *(*o)++ = 1u | (uint64_t)nb << 1 | (uint64_t)v << 8;
 }
+
+/* Scalars are classified a block at a time, then planned. */
+#define SKV_BLOCK 64
+
+#ifdef SKV_HAVE_CLS8
+/* The encoder's common case for bf16, eight lanes at a time (AVX2): the
+ * groups of skv__cls8_avx2's output filled as skv__cls8_fill_avx2 fills
+ * them (cls, fix), and for every lane that enc_one would code by its
+ * first branch (a BUCKET scalar whose table is built, x normal in a
+ * bucket j >= 1 of 2^nb points, a symbol below the escape) its symbol,
+ * the entry of its nb plain bits (queued when nb > 0), and in cnt its
+ * number of operations (bits 0-1) and nb (bits 2-4). A STEP lane of
+ * finite x has cnt ENC8_STEP, sym = ordinal(x) - ordinal(c) and is left
+ * out of fix: the caller finds its table, and if the symbol is not below
+ * the escape there, has it classified and coded by enc_one. cnt is 0 for
+ * every other lane (enc_one codes it). */
+#define ENC8_STEP 0x80
+typedef struct {
+    uint64_t plain[SKV_BLOCK];
+    uint32_t sym[SKV_BLOCK];
+    uint8_t cnt[SKV_BLOCK];
+} skv_enc8;
+
+/* x: the scalars (bits above the 16th are ignored). In the arithmetic of
+ * skv__cls8_avx2: lane masks are -1 or 0. */
+static __attribute__((target("avx2"))) void enc8_avx2(skv_ftab *const *tabs, const skv_cls8 *o,
+                                                      size_t groups, const uint32_t *x,
+                                                      skv_fcls *cls, uint8_t *fix, skv_enc8 *p)
+{
+    const skv_v8i lanebit = {1, 2, 4, 8, 16, 32, 64, 128};
+    for (size_t j = 0; j < groups; j++, o++, cls += 8, x += 8) {
+        unsigned f = fill_group(tabs, o, cls);
+        skv_v8i xv, G, key, flag;
+        memcpy(&xv, x, sizeof xv);
+        memcpy(&G, o->G, sizeof G);
+        memcpy(&key, o->key, sizeof key);
+        memcpy(&flag, o->flag, sizeof flag);
+        xv &= V8(0xffff);
+        skv_v8i mag = xv & V8(0x7fff), neg = -(xv >> 15);
+        /* BUCKET: nb = bias + mbits + G - E; j = x's significand >> nb */
+        skv_v8i nb = G + V8(134) - (mag >> 7);
+        skv_v8i ok = (mag > V8(0x7f)) & (mag < V8(0x7f80)) & (nb >= V8(0)) & (nb <= V8(7));
+        skv_v8i sig = (mag & V8(0x7f)) | V8(0x80);
+        skv_v8i jv = (skv_v8i)_mm256_srlv_epi32((__m256i)sig, (__m256i)nb);
+        /* kb - base = kb - key + R, exact in 32 bits for every symbol in
+         * range (|kb - key + R| < 2^31 + 2^10 cannot wrap into it) */
+        skv_v8i sym = (skv_v8i)((skv_v8u)(jv ^ neg) - (skv_v8u)key + (skv_v8u)V8(BUCKET_R));
+        ok &= (sym >= V8(0)) & (sym < V8(2 * BUCKET_R + 1)) & ((V8((int)f) & lanebit) == V8(0));
+        skv_v8i cnt = ok & ((V8(1) - (nb > V8(0))) | ((nb & V8(7)) << 2));
+        /* plain_tab[2^nb + (mag mod 2^nb)] */
+        skv_v8u p2 = (skv_v8u)_mm256_sllv_epi32((__m256i)V8(1), (__m256i)nb);
+        __m256i pidx = (__m256i)(p2 + ((skv_v8u)mag & (p2 - 1u)));
+        const __m256i ptab = _mm256_set1_epi64x((long long)(uintptr_t)plain_tab);
+        __m256i i0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(pidx));
+        __m256i i1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(pidx, 1));
+        _mm256_storeu_si256((__m256i *)&p->plain[8 * j],
+                            _mm256_add_epi64(ptab, _mm256_slli_epi64(i0, 4)));
+        _mm256_storeu_si256((__m256i *)&p->plain[8 * j + 4],
+                            _mm256_add_epi64(ptab, _mm256_slli_epi64(i1, 4)));
+        /* STEP lanes of finite x: ordinal(x) - ordinal(c), key = c's bits
+         * (the caller adds its table's R and checks the symbol) */
+        skv_v8i st = (flag == V8(0)) & (mag < V8(0x7f80));
+        skv_v8i dord = (mag ^ neg) - ((key & V8(0x7fff)) ^ -((key >> 15) & V8(1)));
+        sym = SEL(st, dord, sym);
+        memcpy(&p->sym[8 * j], &sym, sizeof sym);
+        cnt |= st & V8(ENC8_STEP);
+        fix[j] = (uint8_t)(f & ~(unsigned)_mm256_movemask_ps((__m256)st));
+        __m128i c16 = _mm_packs_epi32(_mm256_castsi256_si128((__m256i)cnt),
+                                      _mm256_extracti128_si256((__m256i)cnt, 1));
+        _mm_storel_epi64((__m128i *)&p->cnt[8 * j], _mm_packus_epi16(c16, c16));
+    }
+}
+#endif
 
 struct skv_encoder {
     skv_cmodel *m;
@@ -472,9 +552,6 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
     }
 }
 
-/* Scalars are classified a block at a time, then planned. */
-#define SKV_BLOCK 64
-
 SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_t *x,
                                  const float *mu, const float *s, size_t n)
 {
@@ -511,6 +588,61 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
         }
         fcache_count(&e->fc, (uint32_t)i, hits);
     }
+#ifdef SKV_HAVE_CLS8
+    if (L->dt == SKV_DT_BF16 && n - i >= 8 && !rc && cls_simd() == 2) {
+        skv_cls8 o8[SKV_BLOCK / 8];
+        uint8_t fix[SKV_BLOCK / 8];
+        skv_enc8 p;
+        while (n - i >= 8 && !rc) {
+            size_t g = (n - i) / 8 < SKV_BLOCK / 8 ? (n - i) / 8 : SKV_BLOCK / 8, nk = 8 * g;
+            skv__cls8_avx2(mu + i, s + i, g, o8);
+            enc8_avx2(m->tabs, o8, g, x + i, cls, fix, &p);
+            for (size_t j = 0; j < g && !rc; j++)
+                for (unsigned f = fix[j]; f; f &= f - 1)
+                    if (__builtin_expect(cls8_lane(m, L, mu + i + 8 * j, s + i + 8 * j, &o8[j],
+                                                   __builtin_ctz(f), cls + 8 * j) != SKV_OK,
+                                         0)) {
+                        rc = SKV_ERR_NOMEM; /* code the groups before this one */
+                        nk = 8 * j;
+                        break;
+                    }
+            for (size_t k = 0; k < nk; k++, i++) {
+                uint32_t xi = x[i] & mask;
+                uint32_t c = p.cnt[k];
+                if (c & 3u) { /* a BUCKET lane planned */
+                    const skv_ftab *t = cls[k].tab;
+                    uint32_t sy = p.sym[k];
+                    o[0] = (uint64_t)(uintptr_t)&t->enc[sy];
+                    o[1] = p.plain[k];
+                    o += c & 3u;
+                    raw_bits += c >> 2;
+                    ideal += t->lpd[sy];
+                } else if (c == ENC8_STEP) {
+                    const skv_cls8 *g8 = &o8[k >> 3];
+                    const skv_ftab *t = __atomic_load_n(&m->tabs[g8->idx[k & 7]], __ATOMIC_ACQUIRE);
+                    uint32_t sy = t ? p.sym[k] + (uint32_t)t->R : 0;
+                    if (__builtin_expect(t != NULL && sy < t->n - 1, 1)) {
+                        o[0] = (uint64_t)(uintptr_t)&t->enc[sy];
+                        o++;
+                        ideal += t->lpd[sy];
+                    } else {
+                        size_t b = i - (k & 7); /* the group's first scalar */
+                        if (__builtin_expect(cls8_lane(m, L, mu + b, s + b, g8, (int)(k & 7),
+                                                       cls + (k & ~(size_t)7)) != SKV_OK,
+                                             0)) {
+                            rc = SKV_ERR_NOMEM;
+                            break;
+                        }
+                        enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits, &e->raw_slow);
+                    }
+                } else {
+                    enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits, &e->raw_slow);
+                }
+                h = mix_in(h, xi);
+            }
+        }
+    }
+#endif
     while (i < n && !rc) {
         size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
         rc = fclassify_block(m, L, mu + i, s + i, nb, cls, &nb);
