@@ -1491,8 +1491,9 @@ Test(header, finish_reports_a_buffer_that_is_too_small)
  * ====================================================================== */
 
 /* Create a model, an encoder, code q, decode it with a fresh model and
- * decoder; the first error, or 0 (and the round trip checked). */
-static int alloc_pass(const seq_t *q)
+ * decoder, one scalar at a time (batch 1) or in put_n/get_n batches; the
+ * first error, or 0 (and the round trip checked). */
+static int alloc_pass(const seq_t *q, size_t batch)
 {
     skv_cmodel *m = NULL, *m2 = NULL;
     skv_encoder *e = NULL;
@@ -1509,9 +1510,12 @@ static int alloc_pass(const seq_t *q)
         goto out;
     }
     skv_encoder_reset(e, NULL);
-    for (size_t i = 0; i < q->n; i++)
-        if ((rc = skv_encoder_put(e, q->x[i], q->mu[i], q->s[i])))
+    for (size_t i = 0; i < q->n; i += batch) {
+        size_t nb = q->n - i < batch ? q->n - i : batch;
+        if ((rc = batch == 1 ? skv_encoder_put(e, q->x[i], q->mu[i], q->s[i])
+                             : skv_encoder_put_n(e, q->x + i, q->mu + i, q->s + i, nb)))
             goto out;
+    }
     size_t cap = skv_encoder_bound(e);
     buf = malloc(cap);
     if ((rc = skv_encoder_finish(e, buf, cap, &len)))
@@ -1524,11 +1528,14 @@ static int alloc_pass(const seq_t *q)
     }
     if ((rc = skv_decoder_begin(d, buf, len, NULL)))
         goto out;
-    for (size_t i = 0; i < q->n; i++) {
-        uint32_t x;
-        if ((rc = skv_decoder_get(d, q->mu[i], q->s[i], &x)))
+    uint32_t x[64];
+    for (size_t i = 0; i < q->n; i += batch) {
+        size_t nb = q->n - i < batch ? q->n - i : batch;
+        if ((rc = batch == 1 ? skv_decoder_get(d, q->mu[i], q->s[i], x)
+                             : skv_decoder_get_n(d, q->mu + i, q->s + i, x, nb)))
             goto out;
-        cr_assert_eq(x, q->x[i]);
+        for (size_t k = 0; k < nb; k++)
+            cr_assert_eq(x[k], q->x[i + k]);
     }
     rc = skv_decoder_end(d);
 out:
@@ -1543,40 +1550,50 @@ out:
 Test(alloc_failure, every_failure_is_nomem_and_frees_everything)
 {
     /* enough scalars to grow the op queue past its first 4096 entries,
-     * with few distinct (mu, s) classes so the table count stays small */
+     * with few distinct s so the table count stays small; mu varies, so
+     * that rows of the batch paths do not repeat (a row cache hit would
+     * skip the per-scalar classes), and the second half brings new s, so
+     * that tables are first needed after the row cache has turned off */
     seq_t q;
     seq_init(&q, SKV_DT_BF16, 5000);
     skv_rng r;
     skv_rng_seed(&r, 5);
-    const float ss[] = {0.01f, 0.5f, 1e-6f};
+    const float ss[2][3] = {{0.01f, 0.5f, 1e-6f}, {0.03f, 0.75f, 3e-6f}};
     for (size_t i = 0; i < q.cap; i++) {
-        float mu = 1.0f + (float)(i % 3);
-        float s = ss[i % 3];
+        float mu = 1.0f + (float)(skv_rng_next(&r) % 1024) / 256.0f;
+        float s = ss[2 * i >= q.cap][i % 3];
         float v = i % 97 == 0 ? 1e30f : mu + s * skv_rng_normal(&r);
         seq_push(&q, skv_f32_to_bf16(v), mu, s);
     }
-    long fails = 0;
-    for (long k = 0;; k++) {
-        skv_alloc_fail_after(k, 0);
-        int rc = alloc_pass(&q);
-        skv_alloc_fail_after(-1, 0);
-        if (rc == 0)
-            break;
-        cr_assert_eq(rc, SKV_ERR_NOMEM, "allocation %ld: %s (%s)", k, skv_strerror(rc),
-                     skv_error_detail());
-        fails++;
-        cr_assert_lt(k, 2000);
+    /* one at a time, and in rows of 61 (they do not repeat: the batch
+     * paths, with bf16's eight-lane classes and encoder planning where the
+     * CPU has AVX2, meet tables not built yet in STEP and BUCKET lanes) */
+    const size_t batches[2] = {1, 61};
+    for (int b = 0; b < 2; b++) {
+        long fails = 0;
+        for (long k = 0;; k++) {
+            skv_alloc_fail_after(k, 0);
+            int rc = alloc_pass(&q, batches[b]);
+            skv_alloc_fail_after(-1, 0);
+            if (rc == 0)
+                break;
+            cr_assert_eq(rc, SKV_ERR_NOMEM, "batch %zu, allocation %ld: %s (%s)", batches[b], k,
+                         skv_strerror(rc), skv_error_detail());
+            fails++;
+            cr_assert_lt(k, 2000);
+        }
+        cr_expect_geq(fails, 10, "batch %zu: %ld injected failures", batches[b], fails);
+        /* sticky failure from some point on: still NOMEM, never a crash */
+        for (long k = 0; k < fails; k += 3) {
+            skv_alloc_fail_after(k, 1);
+            int rc = alloc_pass(&q, batches[b]);
+            skv_alloc_fail_after(-1, 0);
+            cr_expect_eq(rc, SKV_ERR_NOMEM, "batch %zu, sticky from %ld: %s", batches[b], k,
+                         skv_strerror(rc));
+        }
+        /* and everything works again afterwards */
+        cr_expect_eq(alloc_pass(&q, batches[b]), 0);
     }
-    cr_expect_geq(fails, 10, "%ld injected failures", fails);
-    /* sticky failure from some point on: still NOMEM, never a crash */
-    for (long k = 0; k < fails; k += 3) {
-        skv_alloc_fail_after(k, 1);
-        int rc = alloc_pass(&q);
-        skv_alloc_fail_after(-1, 0);
-        cr_expect_eq(rc, SKV_ERR_NOMEM, "sticky from %ld: %s", k, skv_strerror(rc));
-    }
-    /* and everything works again afterwards */
-    cr_expect_eq(alloc_pass(&q), 0);
     seq_free(&q);
 }
 
