@@ -20,6 +20,9 @@ int cli_parse_float(const char *s, float lo, float hi, float *out);
 void cli_progress(const char *what, size_t done, size_t total);
 /* Monotonic seconds. */
 double cli_now(void);
+/* Seconds of this thread's CPU time (single-thread rates on a shared
+ * machine: time the thread was not running does not count). */
+double cli_cpu_now(void);
 
 /* Token sequences: one per non-empty line of whitespace-separated ids
  * ('#' starts a comment line). */

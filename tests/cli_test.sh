@@ -27,6 +27,8 @@ for sub in calibrate encode decode bench; do
     grep -q "usage: seqkv codec $sub" "$tmp/out" || bad "codec $sub --help prints its usage"
 done
 expect_rc 2 "codec bench without --test" "$bin" codec bench --calib x
+expect_rc 2 "codec bench --reps 0" "$bin" codec bench --cal x --test y --reps 0
+expect_rc 2 "--reps outside bench" "$bin" codec encode --cal a --kv b --out c --reps 2
 expect_rc 2 "codec encode with a bad level" "$bin" codec encode --cal a --kv b --out c --level turbo
 for sub in info greedy sample kv convert; do
     expect_rc 0 "model $sub --help" "$bin" model "$sub" --help
@@ -87,8 +89,12 @@ if [ -r "$models/stories260K.bin" ]; then
     expect_rc 1 "decode needs the model for spec" "$bin" codec decode --cal "$tmp/c.cal" --in "$tmp/kv.spec.skv" --out "$tmp/x.dec"
     head -c 200 "$tmp/kv.ctx.skv" > "$tmp/trunc.skv"
     expect_rc 1 "decode rejects a truncated file" "$bin" codec decode --cal "$tmp/c.cal" --in "$tmp/trunc.skv" --out "$tmp/x.dec"
-    expect_rc 0 "codec bench --json" "$bin" codec bench --cal "$tmp/c.cal" --test "$tmp/kv.safetensors" --model "$m" --json
+    expect_rc 0 "codec bench --json" "$bin" codec bench --cal "$tmp/c.cal" --test "$tmp/kv.safetensors" --model "$m" --json --reps 2
     [ "$(grep -c '"roundtrip":"ok"' "$tmp/out")" -eq 4 ] && ok || bad "bench: 4 levels round-trip ok: $(cat "$tmp/out")"
+    # the sizes are the same however many passes are timed
+    grep '"level":"ctx"' "$tmp/out" | grep -o '"bits_per_scalar":[0-9.]*' | head -1 > "$tmp/b2"
+    expect_rc 0 "codec bench --reps 1" "$bin" codec bench --cal "$tmp/c.cal" --test "$tmp/kv.safetensors" --level ctx --json --reps 1
+    grep '"level":"ctx"' "$tmp/out" | grep -o '"bits_per_scalar":[0-9.]*' | head -1 | cmp -s - "$tmp/b2" && ok || bad "bench: ctx bits differ between --reps 1 and 2"
 else
     echo "cli_test: SKIP model cases: $models/stories260K.bin not present"
 fi
