@@ -2,7 +2,8 @@
  * zstd baselines and calibration of `seqkv codec bench`: encode and decode
  * the first N sequences of a KV file with a saved calibration, checking
  * the round trip, best of REPS runs of the thread's CPU time (these
- * machines are shared). Short enough to run under callgrind.
+ * machines are shared), encoding as the store does (no ideal code
+ * length). Short enough to run under callgrind.
  * usage: bench_delta CAL.cal TEST.safetensors [stat|ctx] [N_SEQ] [REPS] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ int main(int argc, char **argv)
         return fail(argv[2], rc);
     if ((rc = skv_delta_create(c, lv, NULL, NULL, &d)))
         return fail("delta", rc);
+    skv_delta_set_ideal(d, 0); /* as the store encodes: bytes only */
     n_seq = want < n_seq ? want : n_seq;
     skv_kvseq *sq = calloc(n_seq + 1, sizeof *sq);
     int32_t **tok = calloc(n_seq + 1, sizeof *tok);

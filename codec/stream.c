@@ -5,6 +5,7 @@
  * encoder queues every scalar's operations, then codes them in reverse;
  * the decoder reads the four final states and then the words in order,
  * checking every read against the end of the payload. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -353,6 +354,7 @@ struct skv_encoder {
     uint32_t n;
     uint64_t h;
     double ideal;
+    int ideal_on, ideal_now; /* the ideal cost asked for; kept for this stream */
     uint8_t calib[16];
     const skv_atoms *atoms;
     uint16_t *words;
@@ -370,6 +372,7 @@ int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
     if (!e)
         return skv_error(SKV_ERR_NOMEM, "encoder");
     e->m = m;
+    e->ideal_on = 1;
     skv_encoder_reset(e, NULL);
     *out = e;
     return SKV_OK;
@@ -395,6 +398,7 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
     e->nops = 0;
     e->n = 0;
     e->ideal = 0;
+    e->ideal_now = e->ideal_on;
     fcache_start(&e->fc, e->m->lat.dt);
     rcache_clear(&e->rc);
     e->h = 0x243f6a8885a308d3ull;
@@ -404,11 +408,14 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
         memset(e->calib, 0, 16);
 }
 
-/* queue a table symbol */
-SKV_ALWAYS_INLINE void put_sym(uint64_t **o, double *ideal, const skv_ftab *t, uint32_t sym)
+/* queue a table symbol (and add its ideal cost when the stream keeps it:
+ * track, skv_encoder_set_ideal) */
+SKV_ALWAYS_INLINE void put_sym(uint64_t **o, double *ideal, int track, const skv_ftab *t,
+                               uint32_t sym)
 {
     *(*o)++ = (uint64_t)(uintptr_t)&t->enc[sym];
-    *ideal += t->lpd[sym]; /* (double)t->lp[sym] */
+    if (track)
+        *ideal += t->lpd[sym]; /* (double)t->lp[sym] */
 }
 
 /* queue nb (<= 32) plain bits of v, high 16 first (cmodel.c op_raw) */
@@ -426,11 +433,11 @@ SKV_ALWAYS_INLINE void put_raw(uint64_t **o, uint64_t *raw_bits, uint32_t v, int
 /* the escape: the table's last symbol, x's high byte under p_emp, the rest
  * as plain bits */
 SKV_ALWAYS_INLINE void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32_t x, uint64_t **o,
-                                  double *ideal, uint64_t *raw_bits)
+                                  double *ideal, int track, uint64_t *raw_bits)
 {
     const skv_lat *L = &m->lat;
-    put_sym(o, ideal, t, t->n - 1);
-    put_sym(o, ideal, &m->pemp, x >> (L->nbits - 8));
+    put_sym(o, ideal, track, t, t->n - 1);
+    put_sym(o, ideal, track, &m->pemp, x >> (L->nbits - 8));
     if (L->nbits > 8)
         put_raw(o, raw_bits, x & ((1u << (L->nbits - 8)) - 1u), L->nbits - 8);
 }
@@ -438,29 +445,30 @@ SKV_ALWAYS_INLINE void put_escape(const skv_cmodel *m, const skv_ftab *t, uint32
 /* BUCKET mode off the common case: the zero bucket, buckets below one
  * lattice step or in subnormals, escapes (skv__plan) */
 SKV_ALWAYS_INLINE void put_bucket_slow(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c,
-                                       uint32_t x, uint64_t **o, double *ideal, uint64_t *raw_bits)
+                                       uint32_t x, uint64_t **o, double *ideal, int track,
+                                       uint64_t *raw_bits)
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
     int big = mag >= L->inf_mag;
     uint64_t j = big ? 0 : fbucket_of(L, mag, c->G, &big);
     if (big) { /* not finite, or j >= 2^40: far outside any window */
-        put_escape(m, t, x, o, ideal, raw_bits);
+        put_escape(m, t, x, o, ideal, track, raw_bits);
         return;
     }
     int64_t kb = (int64_t)j ^ -(int64_t)((x & L->sign) != 0); /* -1 - j for negative x */
     uint64_t sym = (uint64_t)(kb - c->base);
     if (sym >= c->nesc) {
-        put_escape(m, t, x, o, ideal, raw_bits);
+        put_escape(m, t, x, o, ideal, track, raw_bits);
         return;
     }
-    put_sym(o, ideal, t, (uint32_t)sym);
+    put_sym(o, ideal, track, t, (uint32_t)sym);
     uint32_t lo, hi;
     if (j > 0) {
         fbucket_range(L, j, c->G, &lo, &hi);
     } else {
         int lvl = fzero_level(L, mag, c->G);
-        put_sym(o, ideal, &m->zero, (uint32_t)lvl);
+        put_sym(o, ideal, track, &m->zero, (uint32_t)lvl);
         fzero_range(L, c->G, lvl, &lo, &hi);
     }
     put_raw(o, raw_bits, mag - lo, fbits_for((uint64_t)hi - lo));
@@ -477,17 +485,17 @@ typedef struct {
 
 static __attribute__((noinline)) skv_eret put_escape_ool(const skv_cmodel *m, const skv_ftab *t,
                                                          uint32_t x, uint64_t *o, double ideal,
-                                                         uint64_t *raw_slow)
+                                                         int track, uint64_t *raw_slow)
 {
-    put_escape(m, t, x, &o, &ideal, raw_slow);
+    put_escape(m, t, x, &o, &ideal, track, raw_slow);
     return (skv_eret){o, ideal};
 }
 
 static __attribute__((noinline)) skv_eret put_bucket_ool(const skv_cmodel *m, const skv_lat *L,
                                                          const skv_fcls *c, uint32_t x, uint64_t *o,
-                                                         double ideal, uint64_t *raw_slow)
+                                                         double ideal, int track, uint64_t *raw_slow)
 {
-    put_bucket_slow(m, L, c, x, &o, &ideal, raw_slow);
+    put_bucket_slow(m, L, c, x, &o, &ideal, track, raw_slow);
     return (skv_eret){o, ideal};
 }
 
@@ -496,7 +504,8 @@ static __attribute__((noinline)) skv_eret put_bucket_ool(const skv_cmodel *m, co
  * j is x's significand shifted right by nb, and x's index in the bucket its
  * low nb bits. */
 SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_fcls *c, uint32_t x,
-                               uint64_t **o, double *ideal, uint64_t *raw_bits, uint64_t *raw_slow)
+                               uint64_t **o, double *ideal, int track, uint64_t *raw_bits,
+                               uint64_t *raw_slow)
 {
     const skv_ftab *t = c->tab;
     uint32_t mag = x & (L->sign - 1u);
@@ -512,7 +521,7 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
             int64_t kb = (int64_t)j ^ -(int64_t)(x >> (L->nbits - 1)); /* x < 2^nbits */
             uint64_t sym = (uint64_t)(kb - c->base);
             if (__builtin_expect(sym < c->nesc, 1)) {
-                put_sym(o, ideal, t, (uint32_t)sym);
+                put_sym(o, ideal, track, t, (uint32_t)sym);
                 if (L->mbits > 16) { /* f32: up to 23 bits, as 16 + the rest */
                     put_raw(o, raw_bits, mag & ((1u << nb) - 1u), nb);
                 } else {
@@ -531,22 +540,22 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
             int64_t kb = -(int64_t)((x & L->sign) != 0);
             uint64_t sym = (uint64_t)(kb - c->base);
             if (__builtin_expect(sym < c->nesc, 1)) {
-                put_sym(o, ideal, t, (uint32_t)sym);
-                put_sym(o, ideal, &m->zero, (uint32_t)(nb - L->mbits - 1));
+                put_sym(o, ideal, track, t, (uint32_t)sym);
+                put_sym(o, ideal, track, &m->zero, (uint32_t)(nb - L->mbits - 1));
                 put_raw(o, raw_bits, mag & ((1u << L->mbits) - 1u), L->mbits);
                 return;
             }
         }
-        skv_eret r = put_bucket_ool(m, L, c, x, *o, *ideal, raw_slow);
+        skv_eret r = put_bucket_ool(m, L, c, x, *o, *ideal, track, raw_slow);
         *o = r.o;
         *ideal = r.ideal;
         return;
     }
     uint64_t sym = (uint64_t)(fordinal(L, x) - c->base);
     if (__builtin_expect(mag < L->inf_mag && sym < c->nesc, 1)) {
-        put_sym(o, ideal, t, (uint32_t)sym);
+        put_sym(o, ideal, track, t, (uint32_t)sym);
     } else {
-        skv_eret r = put_escape_ool(m, t, x, *o, *ideal, raw_slow);
+        skv_eret r = put_escape_ool(m, t, x, *o, *ideal, track, raw_slow);
         *o = r.o;
         *ideal = r.ideal;
     }
@@ -559,6 +568,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
     const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
     uint64_t *o = e->ops + e->nops;
     double ideal = 0;
+    const int track = e->ideal_now;
     uint64_t raw_bits = 0, h = e->h;
     e->raw_slow = 0;
     int rc = SKV_OK;
@@ -571,7 +581,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
         else
             for (; i < n; i++) {
                 uint32_t xi = x[i] & mask;
-                enc_one(m, L, &row[i], xi, &o, &ideal, &raw_bits, &e->raw_slow);
+                enc_one(m, L, &row[i], xi, &o, &ideal, track, &raw_bits, &e->raw_slow);
                 h = mix_in(h, xi);
             }
     } else if (!e->fc.off) { /* repeating (mu, s): look each class up as it comes */
@@ -583,7 +593,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
                 break;
             }
             uint32_t xi = x[i] & mask;
-            enc_one(m, L, c, xi, &o, &ideal, &raw_bits, &e->raw_slow);
+            enc_one(m, L, c, xi, &o, &ideal, track, &raw_bits, &e->raw_slow);
             h = mix_in(h, xi);
         }
         fcache_count(&e->fc, (uint32_t)i, hits);
@@ -616,7 +626,8 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
                     o[1] = p.plain[k];
                     o += c & 3u;
                     raw_bits += c >> 2;
-                    ideal += t->lpd[sy];
+                    if (track)
+                        ideal += t->lpd[sy];
                 } else if (c == ENC8_STEP) {
                     const skv_cls8 *g8 = &o8[k >> 3];
                     const skv_ftab *t = __atomic_load_n(&m->tabs[g8->idx[k & 7]], __ATOMIC_ACQUIRE);
@@ -624,7 +635,8 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
                     if (__builtin_expect(t != NULL && sy < t->n - 1, 1)) {
                         o[0] = (uint64_t)(uintptr_t)&t->enc[sy];
                         o++;
-                        ideal += t->lpd[sy];
+                        if (track)
+                            ideal += t->lpd[sy];
                     } else {
                         size_t b = i - (k & 7); /* the group's first scalar */
                         if (__builtin_expect(cls8_lane(m, L, mu + b, s + b, g8, (int)(k & 7),
@@ -633,10 +645,10 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
                             rc = SKV_ERR_NOMEM;
                             break;
                         }
-                        enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits, &e->raw_slow);
+                        enc_one(m, L, &cls[k], xi, &o, &ideal, track, &raw_bits, &e->raw_slow);
                     }
                 } else {
-                    enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits, &e->raw_slow);
+                    enc_one(m, L, &cls[k], xi, &o, &ideal, track, &raw_bits, &e->raw_slow);
                 }
                 h = mix_in(h, xi);
             }
@@ -648,7 +660,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
         rc = fclassify_block(m, L, mu + i, s + i, nb, cls, &nb);
         for (size_t k = 0; k < nb; k++, i++) {
             uint32_t xi = x[i] & mask;
-            enc_one(m, L, &cls[k], xi, &o, &ideal, &raw_bits, &e->raw_slow);
+            enc_one(m, L, &cls[k], xi, &o, &ideal, track, &raw_bits, &e->raw_slow);
             h = mix_in(h, xi);
         }
     }
@@ -686,6 +698,7 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
     const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
     uint64_t *o = e->ops + e->nops;
     double ideal = 0;
+    const int track = e->ideal_now;
     uint64_t raw_bits = 0, h = e->h;
     e->raw_slow = 0;
     int rc = SKV_OK;
@@ -704,7 +717,7 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
         h = mix_in(h, xi);
         if (a->k) {
             uint32_t j = skv__atom_find(a, xi);
-            put_sym(&o, &ideal, &a->tab, j);
+            put_sym(&o, &ideal, track, &a->tab, j);
             if (j < a->k)
                 continue;
         }
@@ -715,7 +728,7 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
             h = e->h; /* the stream is unusable until the next reset */
             break;
         }
-        enc_one(m, L, c, xi, &o, &ideal, &raw_bits, &e->raw_slow);
+        enc_one(m, L, c, xi, &o, &ideal, track, &raw_bits, &e->raw_slow);
     }
     if (looks)
         fcache_count(&e->fc, looks, hits);
@@ -766,7 +779,12 @@ int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s)
 
 double skv_encoder_ideal_bits(const skv_encoder *e)
 {
-    return e->ideal;
+    return e->ideal_now ? e->ideal : NAN;
+}
+
+void skv_encoder_set_ideal(skv_encoder *e, int on)
+{
+    e->ideal_on = on != 0;
 }
 
 size_t skv_encoder_bound(const skv_encoder *e)

@@ -1337,6 +1337,7 @@ struct skv_delta {
         float *cbf;
     } *ws;                  /* one per pool thread */
     double *ideal, *bytes;
+    int ideal_on; /* encoders add up the ideal code length (skv_delta_set_ideal) */
     uint64_t *nsc;
 };
 
@@ -1359,6 +1360,7 @@ int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *mod
         return skv_error(SKV_ERR_NOMEM, "delta coder");
     d->cal = cal;
     d->level = level;
+    d->ideal_on = 1;
     d->pool = pool;
     const char *pl = getenv("SEQKV_PLAIN_PREDICT");
     d->plain = pl && *pl && strcmp(pl, "0") != 0;
@@ -1438,6 +1440,11 @@ void skv_delta_costs(const skv_delta *d, const double **ideal_bits, const double
     *ideal_bits = d->ideal;
     *coded_bytes = d->bytes;
     *scalars = d->nsc;
+}
+
+void skv_delta_set_ideal(skv_delta *d, int on)
+{
+    d->ideal_on = on != 0;
 }
 
 void skv_delta_reset_costs(skv_delta *d)
@@ -1605,6 +1612,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         if (memcmp(info.calib_id, c->id, 16) != 0)
             return skv_error(SKV_ERR_CORRUPT, "stream was coded with another calibration");
     } else if (!q->mu_out[0]) {
+        skv_encoder_set_ideal(ws->enc, d->ideal_on);
         skv_encoder_reset_atoms(ws->enc, c->id, atoms);
     }
     /* range coding: an optional second prediction (a centroid) blended per

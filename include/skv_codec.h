@@ -119,8 +119,13 @@ int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s);
 int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s,
                       size_t n);
 /* Ideal code length (bits, unquantized model) of the scalars queued since
- * the last reset. */
+ * the last reset; NaN for a stream coded without it (skv_encoder_set_ideal). */
 double skv_encoder_ideal_bits(const skv_encoder *e);
+/* Whether the streams from the next reset on add up their ideal code length
+ * (on after create). The sum costs a table load and an add a symbol, which
+ * coders that only want the bytes (the store) turn off; the bytes are the
+ * same either way. */
+void skv_encoder_set_ideal(skv_encoder *e, int on);
 /* Upper bound of the stream size for n queued scalars. */
 size_t skv_encoder_bound(const skv_encoder *e);
 /* Write the stream; SKV_ERR_TOO_LARGE if cap is too small. */

@@ -144,11 +144,17 @@ int skv_delta_decode_range(skv_delta *d, const int32_t *tokens, size_t start, si
  * side, every value known): mu_k, mu_v receive [layers][end - start][C]. */
 int skv_delta_predict_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
                             size_t stride, const void *k, const void *v, float *mu_k, float *mu_v);
-/* Cost accounting of the last encode: ideal and actual bits per layer and
- * k/v (arrays of layers*2, index layer*2 + kv). */
+/* Cost accounting of the encodes since the last reset: ideal and actual
+ * bits per layer and k/v (arrays of layers*2, index layer*2 + kv); the
+ * ideal bits are NaN once a stream was coded without them. */
 void skv_delta_costs(const skv_delta *d, const double **ideal_bits, const double **coded_bytes,
                      const uint64_t **scalars);
 void skv_delta_reset_costs(skv_delta *d);
+/* Whether encodes add up the ideal code length (on after create). It costs
+ * the encoder a table load and an add a symbol (about 9% of ctx's encode);
+ * coders that only want the bytes (the store) turn it off. The bytes are
+ * the same either way. */
+void skv_delta_set_ideal(skv_delta *d, int on);
 
 /* ------------------------------------------------------------------------
  * Coded KV files ("SKVF", FORMAT.md): a 40-byte header, then per sequence

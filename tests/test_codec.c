@@ -1979,3 +1979,83 @@ Test(atoms, create_rejects_unsorted_duplicate_zero_count_and_too_wide_values)
     skv_atoms_free(a);
     skv_atoms_free(NULL);
 }
+
+/* skv_encoder_set_ideal: a stream coded without its ideal code length is
+ * the same bytes (every path of put_n: rows the row cache serves, scalars
+ * classified one by one or eight lanes at a time, atoms), its ideal bits
+ * are NaN, and the setting takes effect at the next reset. */
+static void put_rows(skv_encoder *e, const seq_t *q, const skv_atoms *a, size_t row)
+{
+    skv_encoder_reset_atoms(e, NULL, a);
+    for (size_t i = 0; i < q->n; i += row) {
+        size_t k = q->n - i < row ? q->n - i : row;
+        int rc = skv_encoder_put_n(e, q->x + i, q->mu + i, q->s + i, k);
+        cr_assert_eq(rc, 0, "put_n at %zu: %s (%s)", i, skv_strerror(rc), skv_error_detail());
+    }
+}
+
+static uint8_t *finish_copy(skv_encoder *e, size_t *len)
+{
+    size_t cap = skv_encoder_bound(e);
+    uint8_t *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    cr_assert_eq(skv_encoder_finish(e, buf, cap, len), 0, "%s", skv_error_detail());
+    return buf;
+}
+
+Test(code_length, streams_without_the_ideal_cost_are_the_same_bytes)
+{
+    const skv_dtype dts[] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_F32};
+    for (size_t di = 0; di < 4; di++) {
+        const skv_dtype dt = dts[di];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        skv_atoms *atoms = test_atoms(dt, 40000);
+        for (int kind = 0; kind < 3; kind++) {
+            seq_t q;
+            if (kind == 0) {
+                gaussian_seq(&q, dt, 6000, 77 + di);
+            } else if (kind == 1) { /* rows of 32 channels that repeat: the row cache */
+                seq_t g;
+                gaussian_seq(&g, dt, 6000, 91 + di);
+                seq_init(&q, dt, 6000);
+                for (size_t i = 0; i < 6000; i++)
+                    seq_push(&q, g.x[i], g.mu[i % 32], g.s[i % 32]);
+                seq_free(&g);
+            } else {
+                atoms_seq(&q, dt, 6000, 55 + di);
+            }
+            const skv_atoms *a = kind == 2 ? atoms : NULL;
+            const size_t row = kind == 1 ? 32 : 61;
+            skv_encoder *e = NULL;
+            cr_assert_eq(skv_encoder_create(m, &e), 0);
+            size_t l_on, l_off, l_again;
+            put_rows(e, &q, a, row);
+            const double ideal = skv_encoder_ideal_bits(e);
+            uint8_t *on = finish_copy(e, &l_on);
+            cr_assert(isfinite(ideal) && ideal > 0, "%s kind %d: ideal %g", skv_dtype_name(dt), kind,
+                      ideal);
+            skv_encoder_set_ideal(e, 0);
+            put_rows(e, &q, a, row);
+            skv_encoder_set_ideal(e, 1); /* from the next reset on */
+            cr_assert(isnan(skv_encoder_ideal_bits(e)), "%s kind %d: no ideal cost kept",
+                      skv_dtype_name(dt), kind);
+            uint8_t *off = finish_copy(e, &l_off);
+            cr_assert_eq(l_on, l_off, "%s kind %d: %zu vs %zu bytes", skv_dtype_name(dt), kind, l_on,
+                         l_off);
+            cr_assert_eq(memcmp(on, off, l_on), 0, "%s kind %d: the same bytes", skv_dtype_name(dt),
+                         kind);
+            put_rows(e, &q, a, row);
+            cr_assert_eq(skv_encoder_ideal_bits(e), ideal, "%s kind %d: on again, the same sum",
+                         skv_dtype_name(dt), kind);
+            uint8_t *again = finish_copy(e, &l_again);
+            cr_assert(l_again == l_on && memcmp(again, on, l_on) == 0);
+            free(on);
+            free(off);
+            free(again);
+            skv_encoder_free(e);
+            seq_free(&q);
+        }
+        skv_atoms_free(atoms);
+        skv_cmodel_free(m);
+    }
+}

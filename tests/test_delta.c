@@ -3,6 +3,7 @@
  * every dtype; levels are ordered as they should be; calibration files
  * round-trip and reject corruption; mismatched inputs are refused. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +277,7 @@ Test(delta, parallel_layers_give_the_same_streams_and_bytes)
         skv_delta *d1, *d2;
         cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &d1), 0);
         cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, pool, &d2), 0);
+        skv_delta_set_ideal(d2, 0); /* as the store codes: the same bytes, no ideal cost */
         for (size_t i = 0; i < t.n; i++) {
             skv_streams a = {0}, b = {0};
             cr_assert_eq(skv_delta_encode(d1, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &a), 0);
@@ -291,6 +293,15 @@ Test(delta, parallel_layers_give_the_same_streams_and_bytes)
             free(v);
             skv_streams_free(&a);
             skv_streams_free(&b);
+        }
+        const double *i1, *b1, *i2, *b2;
+        const uint64_t *n1, *n2;
+        skv_delta_costs(d1, &i1, &b1, &n1);
+        skv_delta_costs(d2, &i2, &b2, &n2);
+        for (int j = 0; j < 2 * skv_model_cfg(m)->n_layers; j++) {
+            cr_assert(isfinite(i1[j]) && i1[j] > 0 && isnan(i2[j]), "layer/kv %d: %g, %g", j, i1[j],
+                      i2[j]);
+            cr_assert(b1[j] == b2[j] && n1[j] == n2[j]);
         }
         skv_delta_free(d1);
         skv_delta_free(d2);
