@@ -390,6 +390,47 @@ static size_t zstd_planes(const uint8_t *src, size_t n_elem, size_t es, int leve
     return tot;
 }
 
+/* The test set as codec bench decodes it, with one output buffer pair
+ * for the largest sequence. */
+typedef struct {
+    const skv_kvshape *sh;
+    size_t n;
+    int32_t *const *toks;
+    const skv_kvseq *seqs;
+    const skv_streams *ss;
+    size_t chunk;
+    uint8_t *kb, *vb;
+    long reps;
+} bench_set;
+
+/* bytes of one of K or V of a sequence of T tokens */
+static size_t seq_bytes(const skv_kvshape *sh, size_t T)
+{
+    return (size_t)sh->layers * T * sh->kv_heads * sh->head_dim * skv_dtype_size(sh->dtype);
+}
+
+/* The least time over reps decodes of every sequence on clock clk (the
+ * thread's CPU clock, or the wall clock for a coder on a pool), the
+ * round trip compared outside it; *ok = 0 where a sequence differs. */
+static int best_decode(skv_delta *d, const bench_set *b, double (*clk)(void), double *best, int *ok)
+{
+    int rc = SKV_OK;
+    *best = 1e30;
+    for (long rep = 0; rep < b->reps && !rc; rep++) {
+        double t = 0;
+        for (size_t i = 0; i < b->n && !rc; i++) {
+            size_t nb = seq_bytes(b->sh, b->seqs[i].T);
+            double t0 = clk();
+            rc = skv_delta_decode(d, b->toks[i], b->seqs[i].T, &b->ss[i], 0, b->chunk, b->kb, b->vb);
+            t += clk() - t0;
+            if (!rc && (memcmp(b->kb, b->seqs[i].k, nb) || memcmp(b->vb, b->seqs[i].v, nb)))
+                *ok = 0;
+        }
+        *best = t < *best ? t : *best;
+    }
+    return rc;
+}
+
 static int do_bench(int argc, char **argv)
 {
     cargs a;
@@ -466,7 +507,7 @@ static int do_bench(int argc, char **argv)
         uint8_t *all = malloc(tot_sc * es + 1);
         size_t o = 0;
         for (size_t i = 0; i < n_seq; i++) {
-            size_t nb = tot_sc ? (size_t)sh->layers * seqs[i].T * sh->kv_heads * sh->head_dim * es : 0;
+            size_t nb = tot_sc ? seq_bytes(sh, seqs[i].T) : 0;
             memcpy(all + o, seqs[i].k, nb);
             memcpy(all + o + nb, seqs[i].v, nb);
             o += 2 * nb;
@@ -503,12 +544,13 @@ static int do_bench(int argc, char **argv)
         /* output buffers for the largest sequence, allocated before any clock */
         size_t nbmax = 0;
         for (size_t i = 0; i < n_seq; i++) {
-            size_t nb = (size_t)sh->layers * seqs[i].T * sh->kv_heads * sh->head_dim * es;
+            size_t nb = seq_bytes(sh, seqs[i].T);
             nbmax = nb > nbmax ? nb : nbmax;
         }
         uint8_t *kb = malloc(nbmax + 1), *vb = malloc(nbmax + 1);
         if (!ss || !kb || !vb)
             rc = skv_error(SKV_ERR_NOMEM, "bench buffers");
+        const bench_set bs = {sh, n_seq, toks, seqs, ss, (size_t)a.chunk, kb, vb, a.reps};
         double te = 1e30, td = 1e30, tp = 0;
         int ok = 1;
         /* best of reps passes as the store encodes (without the ideal code
@@ -530,39 +572,15 @@ static int do_bench(int argc, char **argv)
             if (timed)
                 te = t < te ? t : te;
         }
-        for (long rep = 0; rep < a.reps && !rc; rep++) {
-            double t = 0;
-            for (size_t i = 0; i < n_seq && !rc; i++) {
-                size_t nb = (size_t)sh->layers * seqs[i].T * sh->kv_heads * sh->head_dim * es;
-                double t0 = cli_cpu_now();
-                rc = skv_delta_decode(d, toks[i], seqs[i].T, &ss[i], 0, (size_t)a.chunk, kb, vb);
-                t += cli_cpu_now() - t0;
-                if (!rc && (memcmp(kb, seqs[i].k, nb) || memcmp(vb, seqs[i].v, nb)))
-                    ok = 0;
-            }
-            td = t < td ? t : td;
-        }
+        if (!rc)
+            rc = best_decode(d, &bs, cli_cpu_now, &td, &ok);
         /* stat and ctx streams are independent per (layer, k/v): decode them
          * again on every core, as a GET would (wall clock) */
         int threads = skv_pool_threads(pool);
         if (!rc && lv <= SKV_LEVEL_CTX && threads > 1) {
             skv_delta *dp;
             if ((rc = skv_delta_create(c, (skv_level)lv, m, pool, &dp)) == SKV_OK) {
-                tp = 1e30;
-                for (long rep = 0; rep < a.reps && !rc; rep++) {
-                    double t = 0;
-                    for (size_t i = 0; i < n_seq && !rc; i++) {
-                        size_t nb =
-                            (size_t)sh->layers * seqs[i].T * sh->kv_heads * sh->head_dim * es;
-                        double t0 = cli_now();
-                        rc = skv_delta_decode(dp, toks[i], seqs[i].T, &ss[i], 0, (size_t)a.chunk,
-                                              kb, vb);
-                        t += cli_now() - t0;
-                        if (!rc && (memcmp(kb, seqs[i].k, nb) || memcmp(vb, seqs[i].v, nb)))
-                            ok = 0;
-                    }
-                    tp = t < tp ? t : tp;
-                }
+                rc = best_decode(dp, &bs, cli_now, &tp, &ok);
                 skv_delta_free(dp);
             }
         }
