@@ -562,7 +562,7 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
 }
 
 SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_t *x,
-                                 const float *mu, const float *s, size_t n)
+                                 const float *mu, const float *s, size_t n, const skv_fcls *given)
 {
     skv_cmodel *m = e->m;
     const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
@@ -574,8 +574,8 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
     int rc = SKV_OK;
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
-    if (!e->rc.off && n - 1 < RCACHE_N) { /* repeating rows of (mu, s) */
-        const skv_fcls *row = rcache_get(m, L, &e->rc, mu, s, n);
+    if (given || (!e->rc.off && n - 1 < RCACHE_N)) { /* repeating rows of (mu, s) */
+        const skv_fcls *row = given ? given : rcache_get(m, L, &e->rc, mu, s, n);
         if (__builtin_expect(!row, 0))
             rc = SKV_ERR_NOMEM;
         else
@@ -691,7 +691,8 @@ SKV_ALWAYS_INLINE const skv_fcls *cls_one(skv_cmodel *m, const skv_lat *L, const
 /* With atoms: scalar i is channel (e->n + i) mod nch; a channel with atoms
  * codes its atom symbol first and, for "none", the scalar as usual. */
 SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const uint32_t *x,
-                                       const float *mu, const float *s, size_t n)
+                                       const float *mu, const float *s, size_t n,
+                                       const skv_fcls *given)
 {
     skv_cmodel *m = e->m;
     const skv_atoms *as = e->atoms;
@@ -704,8 +705,8 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
     int rc = SKV_OK;
     size_t i = 0;
     uint32_t ch = e->n % as->nch, hits = 0, looks = 0;
-    const skv_fcls *row = NULL;
-    if (!e->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &e->rc, mu, s, n))) {
+    const skv_fcls *row = given;
+    if (!row && !e->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &e->rc, mu, s, n))) {
         rc = SKV_ERR_NOMEM;
         n = 0;
     }
@@ -739,7 +740,8 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
     return rc ? skv_error(rc, "codec table") : SKV_OK;
 }
 
-int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n)
+/* put_n's checks and queue room for n more scalars */
+static int put_room(skv_encoder *e, size_t n)
 {
     if (e->atoms && e->atoms->dt != e->m->lat.dt)
         return skv_error(SKV_ERR_ARG, "atoms of %s for a model of %s", skv_dtype_name(e->atoms->dt),
@@ -756,20 +758,54 @@ int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const 
         e->ops = o;
         e->cap = nc;
     }
+    return SKV_OK;
+}
+
+/* n scalars, with the classes of their row given (or NULL: found here) */
+static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
+                       const skv_fcls *given)
+{
     if (e->atoms) {
         switch (e->m->lat.dt) {
-        case SKV_DT_BF16: return put_n_atoms_impl(e, &SKV__LAT_BF16, x, mu, s, n);
-        case SKV_DT_F16: return put_n_atoms_impl(e, &SKV__LAT_F16, x, mu, s, n);
-        case SKV_DT_F8E4M3: return put_n_atoms_impl(e, &SKV__LAT_F8, x, mu, s, n);
-        default: return put_n_atoms_impl(e, &SKV__LAT_F32, x, mu, s, n);
+        case SKV_DT_BF16: return put_n_atoms_impl(e, &SKV__LAT_BF16, x, mu, s, n, given);
+        case SKV_DT_F16: return put_n_atoms_impl(e, &SKV__LAT_F16, x, mu, s, n, given);
+        case SKV_DT_F8E4M3: return put_n_atoms_impl(e, &SKV__LAT_F8, x, mu, s, n, given);
+        default: return put_n_atoms_impl(e, &SKV__LAT_F32, x, mu, s, n, given);
         }
     }
     switch (e->m->lat.dt) {
-    case SKV_DT_BF16: return put_n_impl(e, &SKV__LAT_BF16, x, mu, s, n);
-    case SKV_DT_F16: return put_n_impl(e, &SKV__LAT_F16, x, mu, s, n);
-    case SKV_DT_F8E4M3: return put_n_impl(e, &SKV__LAT_F8, x, mu, s, n);
-    default: return put_n_impl(e, &SKV__LAT_F32, x, mu, s, n);
+    case SKV_DT_BF16: return put_n_impl(e, &SKV__LAT_BF16, x, mu, s, n, given);
+    case SKV_DT_F16: return put_n_impl(e, &SKV__LAT_F16, x, mu, s, n, given);
+    case SKV_DT_F8E4M3: return put_n_impl(e, &SKV__LAT_F8, x, mu, s, n, given);
+    default: return put_n_impl(e, &SKV__LAT_F32, x, mu, s, n, given);
     }
+}
+
+int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n)
+{
+    int rc = put_room(e, n);
+    return rc ? rc : put_n_given(e, x, mu, s, n, NULL);
+}
+
+int skv_encoder_put_rows(skv_encoder *e, const uint32_t *x, const float *mu, const float *s,
+                         size_t n, size_t rows)
+{
+    if (n == 0 || rows == 0)
+        return SKV_OK;
+    if (rows > SKV_STREAM_MAX_SCALARS / n)
+        return skv_error(SKV_ERR_TOO_LARGE, "stream holds at most %u scalars", SKV_STREAM_MAX_SCALARS);
+    int rc = put_room(e, n * rows);
+    if (rc)
+        return rc;
+    /* the row's classes once (the row cache), then every row with them */
+    const skv_fcls *row = NULL;
+    if (!e->rc.off && n - 1 < RCACHE_N) {
+        if (!(row = rcache_get(e->m, &e->m->lat, &e->rc, mu, s, n)))
+            return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing queued */
+    }
+    for (size_t r = 0; r < rows && !rc; r++)
+        rc = put_n_given(e, x + r * n, mu, s, n, row);
+    return rc;
 }
 
 int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s)
@@ -1273,7 +1309,7 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, rd_t *r, cons
 }
 
 SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *mu, const float *s,
-                                 uint32_t *out, size_t n, int checked)
+                                 uint32_t *out, size_t n, int checked, const skv_fcls *given)
 {
     skv_cmodel *m = d->m;
     rd_t r;
@@ -1282,8 +1318,8 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
     int rc = SKV_OK;
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
-    const skv_fcls *row = NULL;
-    if (!d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &d->rc, mu, s, n)))
+    const skv_fcls *row = given;
+    if (!row && !d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &d->rc, mu, s, n)))
         rc = SKV_ERR_NOMEM;
     while (i < n && !rc && !r.bad) {
         size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
@@ -1338,7 +1374,8 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
 /* With atoms (put_n_atoms_impl): one scalar at a time, the channel's atom
  * symbol first. */
 SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const float *mu,
-                                       const float *s, uint32_t *out, size_t n, int checked)
+                                       const float *s, uint32_t *out, size_t n, int checked,
+                                       const skv_fcls *given)
 {
     skv_cmodel *m = d->m;
     const skv_atoms *as = d->atoms;
@@ -1348,8 +1385,8 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
     int rc = SKV_OK;
     size_t i = 0;
     uint32_t ch = d->got % as->nch, hits = 0, looks = 0;
-    const skv_fcls *row = NULL;
-    if (!d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &d->rc, mu, s, n))) {
+    const skv_fcls *row = given;
+    if (!row && !d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &d->rc, mu, s, n))) {
         rd_save(d, &r);
         return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing consumed */
     }
@@ -1396,22 +1433,35 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
 }
 
 /* The scalars that cannot reach the end of the payload (an operation reads
- * at most one word) run unchecked, the rest checked. */
+ * at most one word) run unchecked, the rest checked; given: the classes
+ * of the row (NULL: found here). */
 SKV_ALWAYS_INLINE int get_n_split(skv_decoder *d, const skv_lat *L, const float *mu,
-                                  const float *s, uint32_t *x, size_t n)
+                                  const float *s, uint32_t *x, size_t n, const skv_fcls *given)
 {
     size_t safe = (size_t)(d->wend - d->w) / (2 * SKV_MAX_OPS), fast = safe < n ? safe : n;
+    const skv_fcls *rest = given ? given + fast : NULL;
     int rc;
     if (d->atoms) {
-        rc = fast ? get_n_atoms_impl(d, L, mu, s, x, fast, 0) : SKV_OK;
+        rc = fast ? get_n_atoms_impl(d, L, mu, s, x, fast, 0, given) : SKV_OK;
         if (!rc && fast < n)
-            rc = get_n_atoms_impl(d, L, mu + fast, s + fast, x + fast, n - fast, 1);
+            rc = get_n_atoms_impl(d, L, mu + fast, s + fast, x + fast, n - fast, 1, rest);
         return rc;
     }
-    rc = fast ? get_n_impl(d, L, mu, s, x, fast, 0) : SKV_OK;
+    rc = fast ? get_n_impl(d, L, mu, s, x, fast, 0, given) : SKV_OK;
     if (!rc && fast < n)
-        rc = get_n_impl(d, L, mu + fast, s + fast, x + fast, n - fast, 1);
+        rc = get_n_impl(d, L, mu + fast, s + fast, x + fast, n - fast, 1, rest);
     return rc;
+}
+
+static int get_n_given(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
+                       const skv_fcls *given)
+{
+    switch (d->m->lat.dt) {
+    case SKV_DT_BF16: return get_n_split(d, &SKV__LAT_BF16, mu, s, x, n, given);
+    case SKV_DT_F16: return get_n_split(d, &SKV__LAT_F16, mu, s, x, n, given);
+    case SKV_DT_F8E4M3: return get_n_split(d, &SKV__LAT_F8, mu, s, x, n, given);
+    default: return get_n_split(d, &SKV__LAT_F32, mu, s, x, n, given);
+    }
 }
 
 int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n)
@@ -1421,12 +1471,54 @@ int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t 
                          n, d->got);
     if (d->bad)
         return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
-    switch (d->m->lat.dt) {
-    case SKV_DT_BF16: return get_n_split(d, &SKV__LAT_BF16, mu, s, x, n);
-    case SKV_DT_F16: return get_n_split(d, &SKV__LAT_F16, mu, s, x, n);
-    case SKV_DT_F8E4M3: return get_n_split(d, &SKV__LAT_F8, mu, s, x, n);
-    default: return get_n_split(d, &SKV__LAT_F32, mu, s, x, n);
+    return get_n_given(d, mu, s, x, n, NULL);
+}
+
+/* Whether some x[i] & mag is above big (mag < 2^31: signed lanes), four
+ * lanes at a time. */
+static int row_over(const uint32_t *x, size_t n, uint32_t mag, uint32_t big)
+{
+    typedef int32_t v4i __attribute__((vector_size(16)));
+    const v4i m = {(int32_t)mag, (int32_t)mag, (int32_t)mag, (int32_t)mag},
+              b = {(int32_t)big, (int32_t)big, (int32_t)big, (int32_t)big};
+    v4i over = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4i v;
+        memcpy(&v, x + i, sizeof v);
+        over |= (v & m) > b;
     }
+    int any = over[0] | over[1] | over[2] | over[3];
+    for (; i < n; i++)
+        any |= (x[i] & mag) > big;
+    return any;
+}
+
+int skv_decoder_get_rows(skv_decoder *d, const float *mu, const float *s, size_t n, size_t rows,
+                         uint32_t big, uint32_t *x, size_t *done)
+{
+    *done = 0;
+    if (n == 0 || rows == 0)
+        return SKV_OK;
+    if (rows > (d->n - d->got) / n)
+        return skv_error(SKV_ERR_ARG, "stream holds %u scalars; asked for %zu rows of %zu after %u",
+                         d->n, rows, n, d->got);
+    if (d->bad)
+        return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
+    const skv_fcls *row = NULL;
+    if (!d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(d->m, &d->m->lat, &d->rc, mu, s, n)))
+        return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing decoded */
+    const uint32_t mag = ~d->m->lat.sign & 0x7fffffffu; /* no magnitude is above it */
+    for (size_t r = 0; r < rows; r++) {
+        uint32_t *xr = x + r * n;
+        int rc = get_n_given(d, mu, s, xr, n, row);
+        if (rc)
+            return rc;
+        *done = r + 1;
+        if (big < mag && row_over(xr, n, mag, big))
+            break;
+    }
+    return SKV_OK;
 }
 
 int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *out)

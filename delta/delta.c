@@ -352,6 +352,26 @@ static int all_small(const float *v, size_t n)
     return !any;
 }
 
+/* Stat codes a run of constant rows (the same mu and s row) in one codec
+ * call of up to this many rows: about 16k scalars, at least one row. */
+static size_t batch_rows(size_t C)
+{
+    return C < 16384 ? 16384 / C : 1;
+}
+
+/* The largest magnitude (dtype bits without the sign) whose value passes
+ * all_small's test (finite, at most 2^100): get_rows stops after a row
+ * above it, since the next row's prediction is then not the constant. */
+static uint32_t small_mag(skv_dtype dt)
+{
+    switch (dt) {
+    case SKV_DT_BF16: return 0x7180u;
+    case SKV_DT_F16: return 0x7bffu;    /* every finite half */
+    case SKV_DT_F8E4M3: return 0x7eu;   /* every finite e4m3 (0x7f: NaN) */
+    default: return 0x71800000u;
+    }
+}
+
 /* The coder's per-row test of the codebook feature (stat's constant rows
  * need it finite, with all_small's margin) is a constant of the
  * calibration: worked out once when a calibration is made or loaded. */
@@ -1335,6 +1355,7 @@ struct skv_delta {
         skv_encoder *enc;
         skv_decoder *dec;
         float *cbf;
+        uint32_t *xb; /* stat's runs of constant rows: batch_rows(C) rows */
     } *ws;                  /* one per pool thread */
     double *ideal, *bytes;
     int ideal_on; /* encoders add up the ideal code length (skv_delta_set_ideal) */
@@ -1396,7 +1417,10 @@ int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *mod
         if (!rc)
             rc = skv_decoder_create(d->cm, &d->ws[i].dec);
         d->ws[i].cbf = rc ? NULL : skv_malloc(chan_count(&cal->sh) * sizeof(float));
-        if (!rc && !d->ws[i].cbf)
+        d->ws[i].xb = rc ? NULL
+                         : skv_malloc(batch_rows(chan_count(&cal->sh)) * chan_count(&cal->sh) *
+                                      sizeof(uint32_t));
+        if (!rc && (!d->ws[i].cbf || !d->ws[i].xb))
             rc = skv_error(SKV_ERR_NOMEM, "delta coder");
     }
     if (!rc && level == SKV_LEVEL_SPEC) {
@@ -1421,6 +1445,7 @@ void skv_delta_free(skv_delta *d)
         skv_encoder_free(d->ws[i].enc);
         skv_decoder_free(d->ws[i].dec);
         skv_free(d->ws[i].cbf);
+        skv_free(d->ws[i].xb);
     }
     skv_free(d->ws);
     for (size_t j = 0; d->atoms && j < (size_t)d->cal->sh.layers * 2; j++)
@@ -1579,6 +1604,36 @@ static int bf16_row_load(uint32_t *x, const uint8_t *p, size_t n)
     return !big;
 }
 
+/* A decoded row's bits into the output bytes p and its floats into row;
+ * returns whether the row is all_small. */
+static int store_row(skv_dtype dt, uint8_t *p, float *row, const uint32_t *x, size_t C)
+{
+    if (dt == SKV_DT_BF16) /* the common dtype without a switch per scalar */
+        return bf16_row_store(p, row, x, C);
+    const size_t es = skv_dtype_size(dt);
+    uint32_t big = 0;
+    for (size_t ch = 0; ch < C; ch++) {
+        row[ch] = store_bits(dt, p + ch * es, x[ch]);
+        big |= (skv_f32_bits(row[ch]) & 0x7fffffffu) > 0x71800000u; /* all_small */
+    }
+    return !big;
+}
+
+/* A row to encode from its bytes p; returns whether it is all_small. */
+static int load_row(skv_dtype dt, uint32_t *x, const uint8_t *p, size_t C)
+{
+    if (dt == SKV_DT_BF16)
+        return bf16_row_load(x, p, C);
+    const size_t es = skv_dtype_size(dt);
+    const uint32_t mag = (uint32_t)((1ull << (8 * es - 1)) - 1u), lim = small_mag(dt);
+    uint32_t big = 0;
+    for (size_t ch = 0; ch < C; ch++) {
+        x[ch] = load_bits(dt, p + ch * es);
+        big |= (x[ch] & mag) > lim; /* all_small on the bits */
+    }
+    return !big;
+}
+
 /* Code the stream of (layer l, kv) for the current chunk with workspace ws.
  * Decoding reads stream first_stream + chunk_index * 2L + 2l + kv;
  * encoding returns the finished stream in *out_buf (skv_free it). Streams
@@ -1691,6 +1746,37 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         } else if (cst && t) {
             cst = ps;
         }
+        if (cst && !mo && !apred) {
+            /* a run of rows whose predictions are this constant row: while
+             * the tokens keep its seen-class and codebook test, and each row
+             * before is all_small (known as it is loaded or decoded) */
+            size_t k = 1, kmax = batch_rows(C);
+            while (k < kmax && t + k < q->t1) {
+                const int32_t tk = q->tok[t + k];
+                if ((size_t)(c->cb_n[tk] > 0) != seen ||
+                    !c->cb_ok[((size_t)l * c->sh.vocab + (size_t)tk) * 2 + (size_t)kv])
+                    break;
+                k++;
+            }
+            uint8_t *p = B + t * C * es;
+            size_t done = 0;
+            int small = 1;
+            if (q->decode) {
+                rc = skv_decoder_get_rows(ws->dec, muc[seen], sv, C, k, small_mag(dt), ws->xb,
+                                          &done);
+                for (size_t j = 0; j < done; j++)
+                    small = store_row(dt, p + j * C * es, X + (t + j) * C, ws->xb + j * C, C);
+            } else {
+                while (done < k && small)
+                    small = load_row(dt, ws->xb + done * C, p + done * C * es, C), done++;
+                rc = skv_encoder_put_rows(ws->enc, ws->xb, muc[seen], sv, C, done);
+            }
+            if (rc)
+                break;
+            prev_small = small;
+            t += done - 1; /* done >= 1: the loop adds the last one */
+            continue;
+        }
         if (cst) {
             mu = muc[seen];
         } else {
@@ -1732,22 +1818,9 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         if (q->decode) {
             if ((rc = skv_decoder_get_n(ws->dec, mu, sv, x_row, C)))
                 break;
-            if (dt == SKV_DT_BF16) { /* the common dtype without a switch per scalar */
-                prev_small = bf16_row_store(p, row, x_row, C);
-            } else {
-                uint32_t big = 0;
-                for (size_t ch = 0; ch < C; ch++) {
-                    row[ch] = store_bits(dt, p + ch * es, x_row[ch]);
-                    big |= (skv_f32_bits(row[ch]) & 0x7fffffffu) > 0x71800000u; /* all_small */
-                }
-                prev_small = !big;
-            }
+            prev_small = store_row(dt, p, row, x_row, C);
         } else {
-            if (dt == SKV_DT_BF16)
-                prev_small = bf16_row_load(x_row, p, C);
-            else
-                for (size_t ch = 0; ch < C; ch++)
-                    x_row[ch] = load_bits(dt, p + ch * es);
+            prev_small = load_row(dt, x_row, p, C);
             rc = skv_encoder_put_n(ws->enc, x_row, mu, sv, C);
         }
     }

@@ -118,6 +118,14 @@ int skv_encoder_put(skv_encoder *e, uint32_t x, float mu, float s);
  * SKV_ERR_NOMEM (the stream is then unusable until the next reset). */
 int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s,
                       size_t n);
+/* Queue rows of n scalars that share one row of predictions: row r is
+ * x[r * n .. r * n + n), all under (mu[0..n), s[0..n)). The same stream as
+ * rows calls of skv_encoder_put_n with that row, faster for short rows
+ * (the row is classified, or found in the row cache, once). Errors as
+ * put_n; on SKV_ERR_NOMEM rows before the failing one may be queued, and
+ * the stream is unusable until the next reset. */
+int skv_encoder_put_rows(skv_encoder *e, const uint32_t *x, const float *mu, const float *s,
+                         size_t n, size_t rows);
 /* Ideal code length (bits, unquantized model) of the scalars queued since
  * the last reset; NaN for a stream coded without it (skv_encoder_set_ideal). */
 double skv_encoder_ideal_bits(const skv_encoder *e);
@@ -164,6 +172,17 @@ int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *x);
  * SKV_ERR_CORRUPT the scalars before the damaged one are in x and the
  * decoder refuses further calls. */
 int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n);
+/* Up to rows rows of n scalars under one row of predictions (the
+ * counterpart of skv_encoder_put_rows) into x[0..rows * n): the same values
+ * as that many calls of skv_decoder_get_n. Stops after the first row that
+ * holds a scalar whose magnitude (its bits without the sign bit) is above
+ * big, for callers whose next prediction depends on that (UINT32_MAX: never
+ * stops). *done: the rows decoded. Errors as get_n (SKV_ERR_ARG, with
+ * nothing decoded, when fewer than rows * n scalars are left; on
+ * SKV_ERR_CORRUPT the rows before *done are whole, and the damaged row
+ * holds the scalars before the damaged one). */
+int skv_decoder_get_rows(skv_decoder *d, const float *mu, const float *s, size_t n, size_t rows,
+                         uint32_t big, uint32_t *x, size_t *done);
 /* After n scalars: the payload must be fully consumed and the checksum
  * must match (SKV_ERR_CORRUPT otherwise). */
 int skv_decoder_end(skv_decoder *d);

@@ -2059,3 +2059,126 @@ Test(code_length, streams_without_the_ideal_cost_are_the_same_bytes)
         skv_cmodel_free(m);
     }
 }
+
+/* The first row at or after r0 of the rows x[r * n ..] (of nrow) holding a
+ * magnitude above big; nrow when none. */
+static size_t first_big_row(const uint32_t *x, size_t n, size_t r0, size_t nrow, skv_dtype dt,
+                            uint32_t big)
+{
+    const uint32_t mag = width_mask(dt) >> 1;
+    for (size_t r = r0; r < nrow; r++)
+        for (size_t i = 0; i < n; i++)
+            if ((x[r * n + i] & mag) > big)
+                return r;
+    return nrow;
+}
+
+/* put_rows is rows calls of put_n with one row of predictions (the same
+ * bytes, in any split of the rows), and get_rows decodes it back, stopping
+ * right after each row that holds a magnitude above its limit; both with
+ * the row cache (rows of 32) and without (rows of 300), with and without
+ * atoms, in every dtype. Asking for more rows than are left decodes
+ * nothing. */
+Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
+{
+    skv_rng r;
+    skv_rng_seed(&r, 777);
+    enum { NROW = 37 };
+    const size_t widths[2] = {32, 300};
+    for (int di = 0; di < 4; di++) {
+        const skv_dtype dt = DTYPES[di];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        /* a limit most rows stay under: the magnitude of 100 (fp8 holds up
+         * to 448) */
+        const uint32_t big = to_dt(dt, 100.0f) & (width_mask(dt) >> 1);
+        for (int with_atoms = 0; with_atoms < 2; with_atoms++) {
+            skv_atoms *a = with_atoms ? test_atoms(dt, 40000) : NULL;
+            for (int wi = 0; wi < 2; wi++) {
+                const size_t n = widths[wi];
+                float *mu = malloc(n * sizeof *mu), *s = malloc(n * sizeof *s);
+                uint32_t *x = malloc(n * NROW * sizeof *x), *y = malloc(n * NROW * sizeof *y);
+                cr_assert(mu && s && x && y);
+                for (size_t c = 0; c < n; c++) {
+                    random_mu_s(&r, dt, &mu[c], &s[c]);
+                    if (c % 3 == 0) { /* tame ones too, so that most rows pass the limit */
+                        mu[c] = (float)skv_rng_normal(&r);
+                        s[c] = 0.25f;
+                    }
+                }
+                for (size_t t = 0; t < NROW; t++)
+                    for (size_t c = 0; c < n; c++) {
+                        uint64_t k = skv_rng_next(&r);
+                        float v = isfinite(mu[c]) && isfinite(s[c])
+                                      ? mu[c] + s[c] * (float)skv_rng_normal(&r)
+                                      : 0.5f;
+                        if (!(fabsf(v) <= 50.0f))
+                            v = 1.0f;
+                        uint32_t xv = to_dt(dt, v);
+                        if (k % 97 == 0)
+                            xv = (uint32_t)(k >> 8); /* anything, big ones included */
+                        x[t * n + c] = xv & width_mask(dt);
+                    }
+                x[9 * n + 1] = to_dt(dt, 300.0f); /* at least row 9 is over the limit */
+                const char *what = skv_dtype_name(dt);
+                /* put_n row by row, then put_rows in three pieces */
+                skv_encoder *e = NULL;
+                cr_assert_eq(skv_encoder_create(m, &e), 0);
+                skv_encoder_reset_atoms(e, NULL, a);
+                for (size_t t = 0; t < NROW; t++)
+                    cr_assert_eq(skv_encoder_put_n(e, x + t * n, mu, s, n), 0);
+                size_t lref, lrows;
+                uint8_t *ref = finish_copy(e, &lref);
+                skv_encoder_reset_atoms(e, NULL, a);
+                cr_assert_eq(skv_encoder_put_rows(e, x, mu, s, n, 0), 0);
+                cr_assert_eq(skv_encoder_put_rows(e, x, mu, s, n, 5), 0, "%s", skv_error_detail());
+                cr_assert_eq(skv_encoder_put_rows(e, x + 5 * n, mu, s, n, 1), 0);
+                cr_assert_eq(skv_encoder_put_rows(e, x + 6 * n, mu, s, n, NROW - 6), 0);
+                uint8_t *rows = finish_copy(e, &lrows);
+                cr_assert_eq(lrows, lref, "%s n %zu atoms %d", what, n, with_atoms);
+                cr_assert_eq(memcmp(rows, ref, lref), 0, "%s n %zu atoms %d: same bytes", what, n,
+                             with_atoms);
+                /* get_rows: too many rows decodes nothing; then it stops after
+                 * each row over the limit, and the rest follows */
+                skv_decoder *d = NULL;
+                skv_stream_info info;
+                cr_assert_eq(skv_decoder_create(m, &d), 0);
+                cr_assert_eq(skv_decoder_begin_atoms(d, ref, lref, a, &info), 0);
+                size_t done = 99;
+                cr_assert_eq(skv_decoder_get_rows(d, mu, s, n, NROW + 1, big, y, &done),
+                             SKV_ERR_ARG);
+                cr_assert_eq(done, 0);
+                size_t at = 0, stops = 0;
+                while (at < NROW) {
+                    size_t want = first_big_row(x, n, at, NROW, dt, big);
+                    want = want < NROW ? want + 1 : NROW;
+                    int rc = skv_decoder_get_rows(d, mu, s, n, NROW - at, big, y + at * n, &done);
+                    cr_assert_eq(rc, 0, "%s: %s", what, skv_error_detail());
+                    cr_assert_eq(at + done, want, "%s n %zu atoms %d: stopped at row %zu, not %zu",
+                                 what, n, with_atoms, at + done, want);
+                    at += done;
+                    stops++;
+                }
+                cr_assert_geq(stops, 2, "row 9 stops it");
+                cr_assert_eq(memcmp(y, x, n * NROW * sizeof *x), 0, "%s: rows decoded", what);
+                cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
+                /* no limit: every row in one call */
+                cr_assert_eq(skv_decoder_begin_atoms(d, rows, lrows, a, &info), 0);
+                memset(y, 0, n * NROW * sizeof *y);
+                cr_assert_eq(skv_decoder_get_rows(d, mu, s, n, NROW, UINT32_MAX, y, &done), 0);
+                cr_assert_eq(done, NROW);
+                cr_assert_eq(memcmp(y, x, n * NROW * sizeof *x), 0);
+                cr_assert_eq(skv_decoder_end(d), 0);
+                skv_decoder_free(d);
+                skv_encoder_free(e);
+                free(ref);
+                free(rows);
+                free(mu);
+                free(s);
+                free(x);
+                free(y);
+            }
+            skv_atoms_free(a);
+        }
+        skv_cmodel_free(m);
+    }
+}

@@ -14,11 +14,15 @@
  *
  * The stream is decoded with skv_decoder_begin/get (up to min(n, 2^16)
  * scalars)/end, and again with skv_decoder_get_n in batches (same scalars,
- * same first error, same end); every decoded scalar must fit the dtype
- * width. Inputs of at most 4 KiB are also taken as raw little-endian
- * scalars of the dtype and encoded twice, with skv_encoder_put and in
- * batches with skv_encoder_put_n (identical bytes, within
- * skv_encoder_bound) and decoded: the scalars must come back exactly.
+ * same first error, same end), and with the first scalars' (mu, s) as a
+ * row that repeats, row by row with get_n and a few rows at a time with
+ * skv_decoder_get_rows under a limit (same scalars, same first error, a
+ * stop right after each row over the limit); every decoded scalar must
+ * fit the dtype width. Inputs of at most 4 KiB are also taken as raw
+ * little-endian scalars of the dtype and encoded twice, with
+ * skv_encoder_put and in batches with skv_encoder_put_n (identical bytes,
+ * within skv_encoder_bound) and decoded: the scalars must come back
+ * exactly.
  * Atoms: a stream whose model id is that of the model with the fixed atoms
  * of atoms_for() (3 channels: none, the dtype's special values, 16 low bit
  * patterns) is decoded with them; raw inputs of odd length are encoded
@@ -121,6 +125,59 @@ static uint32_t width_mask(skv_dtype dt)
     return dt == SKV_DT_F32 ? 0xffffffffu : dt == SKV_DT_F8E4M3 ? 0xffu : 0xffffu;
 }
 
+/* Rows: the first w scalars' (mu, s) as one row that repeats. Decoded
+ * with skv_decoder_get_n row by row, then with skv_decoder_get_rows a few
+ * rows at a time under a limit: the same scalars and the same first
+ * error, and get_rows stops right after each row over its limit. */
+static void decode_rows(skv_decoder *d, const skv_atoms *A, const uint8_t *src, size_t len, int di,
+                        const float *mus, const float *ss, uint32_t lim, uint32_t key)
+{
+    const uint32_t w = 1 + key % 40, rows = lim / w, mag = width_mask(GOLD_DT[di]) >> 1;
+    if (rows == 0)
+        return;
+    uint32_t *zs = malloc((size_t)rows * w * sizeof *zs), *ys = malloc((size_t)rows * w * sizeof *ys);
+    CHECK(zs && ys);
+    CHECK(skv_decoder_begin_atoms(d, src, len, A, NULL) == 0);
+    uint32_t good = 0;
+    int zrc = 0;
+    for (uint32_t r = 0; r < rows && !zrc; r++) {
+        zrc = skv_decoder_get_n(d, mus, ss, zs + (size_t)r * w, w);
+        CHECK(zrc == 0 || zrc == SKV_ERR_CORRUPT);
+        good += zrc == 0;
+    }
+    const uint32_t big = key & 1 ? UINT32_MAX : (key >> 4) & mag;
+    CHECK(skv_decoder_begin_atoms(d, src, len, A, NULL) == 0);
+    uint32_t at = 0;
+    int yrc = 0;
+    while (at < rows) {
+        size_t done = 0, ask = 1 + (at * 3u + key) % 9u;
+        if (ask > rows - at)
+            ask = rows - at;
+        yrc = skv_decoder_get_rows(d, mus, ss, w, ask, big, ys + (size_t)at * w, &done);
+        CHECK(done <= ask);
+        if (yrc) {
+            CHECK(yrc == SKV_ERR_CORRUPT && zrc == SKV_ERR_CORRUPT && at + done == good);
+            at += (uint32_t)done;
+            break;
+        }
+        CHECK(done >= 1);
+        for (size_t k = 0; k < done; k++) {
+            int over = 0;
+            for (uint32_t i = 0; i < w; i++)
+                over |= (ys[(at + k) * w + i] & mag) > big;
+            CHECK(!over || k + 1 == done);     /* it stops right after a row over */
+            CHECK(over || k + 1 < done || done == ask); /* and only there */
+        }
+        at += (uint32_t)done;
+    }
+    if (!yrc)
+        CHECK(zrc == 0 && at == rows);
+    for (size_t k = 0; k < (size_t)at * w; k++)
+        CHECK(ys[k] == zs[k]);
+    free(zs);
+    free(ys);
+}
+
 /* Decode src one scalar at a time, then again with skv_decoder_get_n in
  * batches of 1..67 scalars: the two must agree on every scalar before the
  * first error, on that error and on skv_decoder_end. */
@@ -194,6 +251,7 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
                 CHECK(skv_decoder_end(d) == end_rc);
         }
         free(ys);
+        decode_rows(d, A, src, len, di, mus, ss, lim, key);
         free(xs);
         free(mus);
         free(ss);
