@@ -1474,26 +1474,6 @@ int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t 
     return get_n_given(d, mu, s, x, n, NULL);
 }
 
-/* Whether some x[i] & mag is above big (mag < 2^31: signed lanes), four
- * lanes at a time. */
-static int row_over(const uint32_t *x, size_t n, uint32_t mag, uint32_t big)
-{
-    typedef int32_t v4i __attribute__((vector_size(16)));
-    const v4i m = {(int32_t)mag, (int32_t)mag, (int32_t)mag, (int32_t)mag},
-              b = {(int32_t)big, (int32_t)big, (int32_t)big, (int32_t)big};
-    v4i over = {0, 0, 0, 0};
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        v4i v;
-        memcpy(&v, x + i, sizeof v);
-        over |= (v & m) > b;
-    }
-    int any = over[0] | over[1] | over[2] | over[3];
-    for (; i < n; i++)
-        any |= (x[i] & mag) > big;
-    return any;
-}
-
 int skv_decoder_get_rows(skv_decoder *d, const float *mu, const float *s, size_t n, size_t rows,
                          uint32_t big, uint32_t *x, size_t *done)
 {
@@ -1515,7 +1495,7 @@ int skv_decoder_get_rows(skv_decoder *d, const float *mu, const float *s, size_t
         if (rc)
             return rc;
         *done = r + 1;
-        if (big < mag && row_over(xr, n, mag, big))
+        if (big < mag && skv_any_above32(xr, n, mag, big))
             break;
     }
     return SKV_OK;

@@ -336,20 +336,7 @@ static int mean_only(const float *W, size_t H, size_t seen)
  * row stays finite); four lanes at a time on the bits */
 static int all_small(const float *v, size_t n)
 {
-    typedef int32_t v4i __attribute__((vector_size(16)));
-    const v4i mag = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff},
-              lim = {0x71800000, 0x71800000, 0x71800000, 0x71800000};
-    v4i bad = {0, 0, 0, 0};
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        v4i b;
-        memcpy(&b, v + i, sizeof b);
-        bad |= (b & mag) > lim;
-    }
-    int any = bad[0] | bad[1] | bad[2] | bad[3];
-    for (; i < n; i++)
-        any |= (skv_f32_bits(v[i]) & 0x7fffffffu) > 0x71800000u;
-    return !any;
+    return !skv_any_above32(v, n, 0x7fffffffu, 0x71800000u);
 }
 
 /* Stat codes a run of constant rows (the same mu and s row) in one codec

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -120,6 +121,31 @@ static inline float skv_bits_f32(uint32_t u)
     union { float f; uint32_t u; } c;
     c.u = u;
     return c.f;
+}
+
+/* Whether some 32-bit word p[i] (i < n, native order) has (p[i] & mask) >
+ * lim; mask and lim below 2^31 (the words are compared as signed), four
+ * at a time. For floats: magnitude bits against a bound. */
+static inline int skv_any_above32(const void *p, size_t n, uint32_t mask, uint32_t lim)
+{
+    typedef int32_t v4i __attribute__((vector_size(16)));
+    const uint8_t *b = (const uint8_t *)p;
+    const v4i m = {(int32_t)mask, (int32_t)mask, (int32_t)mask, (int32_t)mask},
+              l = {(int32_t)lim, (int32_t)lim, (int32_t)lim, (int32_t)lim};
+    v4i over = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4i v;
+        memcpy(&v, b + 4 * i, sizeof v);
+        over |= (v & m) > l;
+    }
+    int any = over[0] | over[1] | over[2] | over[3];
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, b + 4 * i, sizeof u);
+        any |= (u & mask) > lim;
+    }
+    return any;
 }
 
 /* ------------------------------------------------------------------------
