@@ -1488,7 +1488,7 @@ int skv_decoder_get_rows(skv_decoder *d, const float *mu, const float *s, size_t
     const skv_fcls *row = NULL;
     if (!d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(d->m, &d->m->lat, &d->rc, mu, s, n)))
         return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing decoded */
-    const uint32_t mag = ~d->m->lat.sign & 0x7fffffffu; /* no magnitude is above it */
+    const uint32_t mag = d->m->lat.sign - 1u; /* a magnitude's bits; none is above it */
     for (size_t r = 0; r < rows; r++) {
         uint32_t *xr = x + r * n;
         int rc = get_n_given(d, mu, s, xr, n, row);

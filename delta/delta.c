@@ -1598,12 +1598,9 @@ static int store_row(skv_dtype dt, uint8_t *p, float *row, const uint32_t *x, si
     if (dt == SKV_DT_BF16) /* the common dtype without a switch per scalar */
         return bf16_row_store(p, row, x, C);
     const size_t es = skv_dtype_size(dt);
-    uint32_t big = 0;
-    for (size_t ch = 0; ch < C; ch++) {
+    for (size_t ch = 0; ch < C; ch++)
         row[ch] = store_bits(dt, p + ch * es, x[ch]);
-        big |= (skv_f32_bits(row[ch]) & 0x7fffffffu) > 0x71800000u; /* all_small */
-    }
-    return !big;
+    return all_small(row, C);
 }
 
 /* A row to encode from its bytes p; returns whether it is all_small. */
