@@ -270,14 +270,15 @@ static int bench_store(int argc, char **argv)
     uint64_t raw_req = 0, req_tokens = 0;
     size_t cap = 1 << 16, nkeys = 0;
     uint8_t(*keys)[16] = malloc(cap * 16);
-    uint64_t chunk_bytes = 0, member_req_tokens = 0;
-    for (long k = 0; k < a.turns; k++)
-        for (size_t i = 0; i < ns; i++) {
+    uint64_t chunk_bytes = 0;
+    if (!keys)
+        rc = skv_error(SKV_ERR_NOMEM, "chunk keys");
+    for (long k = 0; k < a.turns && !rc; k++)
+        for (size_t i = 0; i < ns && !rc; i++) {
             const cli_session *s = &S[i];
             size_t n = s->turn_end[k];
             raw_req += n * per_tok;
             req_tokens += n;
-            (void)member_req_tokens;
             /* 256-token chunks keyed by (tenant, prefix through the chunk);
              * the last, partial one too */
             for (size_t c0 = 0; c0 < n; c0 += 256) {
@@ -293,8 +294,13 @@ static int bench_store(int argc, char **argv)
                     j++;
                 if (j == nkeys) {
                     if (nkeys == cap) {
+                        uint8_t(*more)[16] = realloc(keys, cap * 2 * 16);
+                        if (!more) {
+                            rc = skv_error(SKV_ERR_NOMEM, "chunk keys");
+                            break;
+                        }
+                        keys = more;
                         cap *= 2;
-                        keys = realloc(keys, cap * 16);
                     }
                     memcpy(keys[nkeys++], key, 16);
                     chunk_bytes += (c1 - c0) * per_tok;
@@ -302,6 +308,14 @@ static int bench_store(int argc, char **argv)
             }
         }
     free(keys);
+    if (rc) {
+        cli_workload_free(S, ns);
+        if (!a.keep)
+            rm_tree(tmp);
+        skv_pool_free(pool);
+        skv_model_free(m);
+        return cli_fail(rc, "bench store: baselines");
+    }
     const double scalars_per_tok = (double)(L * 2 * row / 2);
     if (a.json) {
         printf("{\"kind\":\"workload\",\"tenants\":%ld,\"sessions\":%ld,\"turns\":%ld,\"requests\":%llu,"
