@@ -23,6 +23,13 @@
  *             index entries and bucket values gathered, plain bits from
  *             a raw bit stream, a 32-bit checksum lane per state
  *   simd16    simd8 on sixteen states, two vectors in flight
+ *   2pass+h   a second stream version as a scalar decoder could take it
+ *             in two passes: the table symbols alone first (four states,
+ *             one operation a scalar, into a buffer), then per scalar its
+ *             bucket value, its plain bits from a raw bit stream and the
+ *             version-1 checksum step (no rANS state in the second pass)
+ *   2pass+h4  2pass+h with a checksum step per four scalars
+ *   pass1     the first pass alone (not a decoder: what the symbols cost)
  * Every variant's output is checked against the scalars encoded.
  * usage: bench_rans_floor [REPS] */
 #include <stdint.h>
@@ -289,6 +296,54 @@ static inline __attribute__((always_inline)) uint64_t decode(int mode)
     return h;
 }
 
+/* 2pass+h (hmode 0), 2pass+h4 (1), pass1 (2) */
+static uint16_t symbuf[N];
+static inline __attribute__((always_inline)) uint64_t decode2(int hmode)
+{
+    uint32_t s0 = fin2[0], s1 = fin2[1], s2 = fin2[2], s3 = fin2[3];
+    const uint16_t *w = w2start;
+    for (int i = 0; i < N; i += 4) { /* N % 4 == 0; op i on state i mod 4 */
+        symbuf[i] = (uint16_t)tab_op(&s0, &w, cls[i % NCH].tab);
+        symbuf[i + 1] = (uint16_t)tab_op(&s1, &w, cls[(i + 1) % NCH].tab);
+        symbuf[i + 2] = (uint16_t)tab_op(&s2, &w, cls[(i + 2) % NCH].tab);
+        symbuf[i + 3] = (uint16_t)tab_op(&s3, &w, cls[(i + 3) % NCH].tab);
+    }
+    if (hmode == 2) {
+        for (int i = 0; i < N; i++)
+            if (symbuf[i] != syms[i])
+                return 0;
+        memcpy(out, want, sizeof out); /* the check below is of the symbols */
+        return 1;
+    }
+    uint64_t h = 0x243f6a8885a308d3ull, pos = 0, pk = 0;
+    for (int i = 0; i < N; i++) {
+        const cls_t *c = &cls[i % NCH];
+        int64_t key = c->base + (int64_t)symbuf[i];
+        if (__builtin_expect((uint64_t)(key + 128) >= 256u, 0))
+            return 0;
+        uint32_t ent = vals[key + 128];
+        int nb = (int)(ent >> 24);
+        if (__builtin_expect(nb == 0, 0))
+            return 0;
+        uint64_t word;
+        memcpy(&word, raw + (pos >> 3), 8);
+        uint32_t x = (ent & 0xffffff) + ((uint32_t)(word >> (pos & 7)) & ((1u << nb) - 1));
+        pos += (uint64_t)nb;
+        if (hmode == 0) {
+            h = (h + x + 1) * 0x9e3779b97f4a7c15ull;
+            h ^= h >> 29;
+        } else {
+            pk = pk << 16 | x;
+            if ((i & 3) == 3) {
+                h = (h + pk + 1) * 0x9e3779b97f4a7c15ull;
+                h ^= h >> 29;
+            }
+        }
+        out[i] = x;
+    }
+    return h | 1;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_SIMD 1
@@ -449,6 +504,9 @@ static __attribute__((noinline)) uint64_t run(int mode)
     case 5: return decode_simd8();
     case 6: return decode_simd16();
 #endif
+    case 7: return decode2(0);
+    case 8: return decode2(1);
+    case 9: return decode2(2);
     default: return decode(4);
     }
 }
@@ -460,18 +518,27 @@ int main(int argc, char **argv)
         reps = 1;
     setup();
     make_streams();
-    static const char *names[] = {"closed", "values", "values+h", "rawbits", "raw+h4", "simd8", "simd16"};
-    int nm = 5;
+    static const char *names[] = {"closed", "values", "values+h", "rawbits", "raw+h4",
+                                  "simd8",  "simd16", "2pass+h",  "2pass+h4", "pass1"};
+    int modes[10], nm = 0;
+    for (int m = 0; m < 5; m++)
+        modes[nm++] = m;
 #ifdef HAVE_SIMD
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) {
         setup_simd();
-        nm = 7;
+        modes[nm++] = 5;
+        modes[nm++] = 6;
     }
 #endif
-    double best[7] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
+    for (int m = 7; m < 10; m++)
+        modes[nm++] = m;
+    double best[10];
+    for (int m = 0; m < 10; m++)
+        best[m] = 1e30;
     volatile uint64_t sink = 0;
-    for (int m = 0; m < nm; m++) {
+    for (int i = 0; i < nm; i++) {
+        int m = modes[i];
         memset(out, 0, sizeof out);
         uint64_t h = run(m);
         sink += h;
@@ -481,7 +548,8 @@ int main(int argc, char **argv)
         }
     }
     for (int r = 0; r < reps; r++)
-        for (int m = 0; m < nm; m++) {
+        for (int i = 0; i < nm; i++) {
+            int m = modes[i];
             double t = now();
             sink += run(m);
             t = now() - t;
@@ -491,9 +559,9 @@ int main(int argc, char **argv)
     printf("bench_rans_floor: bf16 BUCKET scalars, streams of %d, %d channel tables, best of %d "
            "alternated runs (M scalars/s, ratio to closed)\n",
            N, NCH, reps);
-    for (int m = 0; m < nm; m++)
-        printf("%-9s %7.1f  %.2fx\n", names[m], N / best[m] / 1e6, best[0] / best[m]);
-    if (nm < 7)
+    for (int i = 0; i < nm; i++)
+        printf("%-9s %7.1f  %.2fx\n", names[modes[i]], N / best[modes[i]] / 1e6, best[0] / best[modes[i]]);
+    if (nm < 10)
         printf("(simd8, simd16: need x86-64 with AVX2)\n");
     return (int)(sink & 0);
 }
