@@ -380,8 +380,9 @@ static int st_parse(skv_st *st, const uint8_t *buf, size_t len)
     uint64_t hlen = skv_load64_le(buf);
     if (hlen > SKV_ST_MAX_HEADER)
         return skv_error(SKV_ERR_TOO_LARGE,
-                         "safetensors: header length %" PRIu64 " exceeds the limit of %u",
-                         hlen, SKV_ST_MAX_HEADER);
+                         "safetensors: header length %" PRIu64 " exceeds the limit of %u%s",
+                         hlen, SKV_ST_MAX_HEADER,
+                         hlen > len - 8 ? " and the file (not a safetensors file?)" : "");
     if (hlen > len - 8)
         return skv_error(SKV_ERR_RANGE,
                          "safetensors: header length %" PRIu64 " runs past the end of the "
