@@ -268,10 +268,14 @@ static inline void fcache_count(skv_fcache *fc, uint32_t n, uint32_t hits)
  * (mu, s), per encoder/decoder and stream: a predictor whose rows repeat
  * (stat: mu is the channel mean, s one of two rows, seen/unseen) pays one
  * compare of the row instead of a lookup per scalar. Rows of at most
- * RCACHE_N scalars, RCACHE_SLOTS of them (the least recently used goes).
- * It switches itself off after RCACHE_PROBE rows with under half hits
- * (ctx: mu varies per row). Purely a speed-up, like skv_fcache. */
-#define RCACHE_N 256
+ * RCACHE_MAX scalars (a model's kv_heads x head_dim), RCACHE_SLOTS of them
+ * (the least recently used goes), in memory for RCACHE_MIN scalars a slot
+ * made with the coder, grown for a longer row when one comes and kept
+ * across streams. It switches itself off after RCACHE_PROBE rows with
+ * under half hits (ctx: mu varies per row), and for the stream when the
+ * larger memory cannot be had. Purely a speed-up, like skv_fcache. */
+#define RCACHE_MIN 256
+#define RCACHE_MAX 8192
 #define RCACHE_SLOTS 2
 #define RCACHE_PROBE 8
 typedef struct {
@@ -279,8 +283,10 @@ typedef struct {
     uint32_t age[RCACHE_SLOTS];
     uint32_t clock, lookups, hits;
     int off;
-    float mu[RCACHE_SLOTS][RCACHE_N], s[RCACHE_SLOTS][RCACHE_N];
-    skv_fcls cls[RCACHE_SLOTS][RCACHE_N];
+    size_t cap;  /* scalars a slot holds; 0: nothing allocated */
+    void *mem;   /* the slots' classes, then mu, then s */
+    skv_fcls *cls[RCACHE_SLOTS];
+    float *mu[RCACHE_SLOTS], *s[RCACHE_SLOTS];
 } skv_rcache;
 
 static inline void rcache_clear(skv_rcache *rc)
@@ -289,6 +295,51 @@ static inline void rcache_clear(skv_rcache *rc)
         rc->n[k] = 0, rc->age[k] = 0;
     rc->clock = rc->lookups = rc->hits = 0;
     rc->off = 0;
+}
+
+static inline void rcache_free(skv_rcache *rc)
+{
+    skv_free(rc->mem);
+    rc->mem = NULL;
+    rc->cap = 0;
+}
+
+/* Room for slots of n scalars: the memory grows (slots emptied) when n is
+ * longer than any row before; 0 when n is too long or the memory cannot
+ * be had (the cache is then off for this stream). */
+static __attribute__((noinline)) int rcache_grow(skv_rcache *rc, size_t n)
+{
+    size_t cap = rc->cap ? rc->cap : RCACHE_MIN;
+    while (cap < n)
+        cap *= 2;
+    void *mem = skv_malloc(RCACHE_SLOTS * cap * (sizeof(skv_fcls) + 2 * sizeof(float)));
+    if (!mem) {
+        rc->off = 1;
+        return 0;
+    }
+    skv_free(rc->mem);
+    rc->mem = mem;
+    rc->cap = cap;
+    float *f = (float *)((skv_fcls *)mem + RCACHE_SLOTS * cap);
+    for (int k = 0; k < RCACHE_SLOTS; k++) {
+        rc->cls[k] = (skv_fcls *)mem + k * cap;
+        rc->mu[k] = f + (2 * k) * cap;
+        rc->s[k] = f + (2 * k + 1) * cap;
+        rc->n[k] = 0;
+    }
+    return 1;
+}
+
+/* The row caches of a coder, for tests */
+const skv_rcache *skv__encoder_rcache(const skv_encoder *e);
+const skv_rcache *skv__decoder_rcache(const skv_decoder *d);
+
+/* Whether rows of n scalars go through the cache (rcache_get) */
+static inline int rcache_on(skv_rcache *rc, size_t n)
+{
+    if (rc->off || n - 1 >= RCACHE_MAX)
+        return 0;
+    return __builtin_expect(n <= rc->cap, 1) || rcache_grow(rc, n);
 }
 
 /* Classify mu[0..n), s[0..n) into cls (a block ahead of the rANS chain,
@@ -399,8 +450,8 @@ SKV_ALWAYS_INLINE int fclassify_block(skv_cmodel *m, const skv_lat *L, const flo
     return SKV_OK;
 }
 
-/* The classes of the row mu[0..n), s[0..n) (n <= RCACHE_N) through the
- * row cache (which must be on): a hit returns the stored row, a miss
+/* The classes of the row mu[0..n), s[0..n) through the row cache (for
+ * which rcache_on(rc, n) must hold): a hit returns the stored row, a miss
  * classifies the row into the least recently used slot. NULL when a table
  * cannot be built (the slot is then left empty). The pointer is valid
  * until the next lookup. */

@@ -369,8 +369,10 @@ int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
     *out = NULL;
     pthread_once(&plain_once, plain_init);
     skv_encoder *e = skv_calloc(1, sizeof *e);
-    if (!e)
+    if (!e || !rcache_grow(&e->rc, RCACHE_MIN)) {
+        skv_free(e);
         return skv_error(SKV_ERR_NOMEM, "encoder");
+    }
     e->m = m;
     e->ideal_on = 1;
     skv_encoder_reset(e, NULL);
@@ -384,7 +386,13 @@ void skv_encoder_free(skv_encoder *e)
         return;
     skv_free(e->ops);
     skv_free(e->words);
+    rcache_free(&e->rc);
     skv_free(e);
+}
+
+const skv_rcache *skv__encoder_rcache(const skv_encoder *e)
+{
+    return &e->rc;
 }
 
 void skv_encoder_reset(skv_encoder *e, const uint8_t calib_id[16])
@@ -574,7 +582,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
     int rc = SKV_OK;
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
-    if (given || (!e->rc.off && n - 1 < RCACHE_N)) { /* repeating rows of (mu, s) */
+    if (given || rcache_on(&e->rc, n)) { /* repeating rows of (mu, s) */
         const skv_fcls *row = given ? given : rcache_get(m, L, &e->rc, mu, s, n);
         if (__builtin_expect(!row, 0))
             rc = SKV_ERR_NOMEM;
@@ -706,7 +714,7 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
     size_t i = 0;
     uint32_t ch = e->n % as->nch, hits = 0, looks = 0;
     const skv_fcls *row = given;
-    if (!row && !e->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &e->rc, mu, s, n))) {
+    if (!row && rcache_on(&e->rc, n) && !(row = rcache_get(m, L, &e->rc, mu, s, n))) {
         rc = SKV_ERR_NOMEM;
         n = 0;
     }
@@ -799,7 +807,7 @@ int skv_encoder_put_rows(skv_encoder *e, const uint32_t *x, const float *mu, con
         return rc;
     /* the row's classes once (the row cache), then every row with them */
     const skv_fcls *row = NULL;
-    if (!e->rc.off && n - 1 < RCACHE_N) {
+    if (rcache_on(&e->rc, n)) {
         if (!(row = rcache_get(e->m, &e->m->lat, &e->rc, mu, s, n)))
             return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing queued */
     }
@@ -970,15 +978,26 @@ struct skv_decoder {
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
 {
-    *out = skv_calloc(1, sizeof **out);
-    if (!*out)
+    *out = NULL;
+    skv_decoder *d = skv_calloc(1, sizeof *d);
+    if (!d || !rcache_grow(&d->rc, RCACHE_MIN)) {
+        skv_free(d);
         return skv_error(SKV_ERR_NOMEM, "decoder");
-    (*out)->m = m;
+    }
+    d->m = m;
+    *out = d;
     return SKV_OK;
+}
+
+const skv_rcache *skv__decoder_rcache(const skv_decoder *d)
+{
+    return &d->rc;
 }
 
 void skv_decoder_free(skv_decoder *d)
 {
+    if (d)
+        rcache_free(&d->rc);
     skv_free(d);
 }
 
@@ -1319,7 +1338,7 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
     size_t i = 0;
     skv_fcls cls[SKV_BLOCK];
     const skv_fcls *row = given;
-    if (!row && !d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &d->rc, mu, s, n)))
+    if (!row && rcache_on(&d->rc, n) && !(row = rcache_get(m, L, &d->rc, mu, s, n)))
         rc = SKV_ERR_NOMEM;
     while (i < n && !rc && !r.bad) {
         size_t nb = n - i < SKV_BLOCK ? n - i : SKV_BLOCK;
@@ -1386,7 +1405,7 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
     size_t i = 0;
     uint32_t ch = d->got % as->nch, hits = 0, looks = 0;
     const skv_fcls *row = given;
-    if (!row && !d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(m, L, &d->rc, mu, s, n))) {
+    if (!row && rcache_on(&d->rc, n) && !(row = rcache_get(m, L, &d->rc, mu, s, n))) {
         rd_save(d, &r);
         return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing consumed */
     }
@@ -1432,13 +1451,26 @@ SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const f
     return SKV_OK;
 }
 
+/* get_n_split's row cache lookup for a row it splits: SKV_ERR_NOMEM (set)
+ * when a table cannot be built */
+static __attribute__((noinline)) int split_row(skv_decoder *d, const float *mu, const float *s,
+                                               size_t n, const skv_fcls **row)
+{
+    if (rcache_on(&d->rc, n) && !(*row = rcache_get(d->m, &d->m->lat, &d->rc, mu, s, n)))
+        return skv_error(SKV_ERR_NOMEM, "codec table");
+    return SKV_OK;
+}
+
 /* The scalars that cannot reach the end of the payload (an operation reads
  * at most one word) run unchecked, the rest checked; given: the classes
- * of the row (NULL: found here). */
+ * of the row (NULL: found here). A row split in two (near a stream's end)
+ * takes its classes from the row cache once, for both parts. */
 SKV_ALWAYS_INLINE int get_n_split(skv_decoder *d, const skv_lat *L, const float *mu,
                                   const float *s, uint32_t *x, size_t n, const skv_fcls *given)
 {
     size_t safe = (size_t)(d->wend - d->w) / (2 * SKV_MAX_OPS), fast = safe < n ? safe : n;
+    if (__builtin_expect(!given && fast - 1 < n - 1, 0) && split_row(d, mu, s, n, &given))
+        return SKV_ERR_NOMEM; /* nothing decoded */
     const skv_fcls *rest = given ? given + fast : NULL;
     int rc;
     if (d->atoms) {
@@ -1486,7 +1518,7 @@ int skv_decoder_get_rows(skv_decoder *d, const float *mu, const float *s, size_t
     if (d->bad)
         return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
     const skv_fcls *row = NULL;
-    if (!d->rc.off && n - 1 < RCACHE_N && !(row = rcache_get(d->m, &d->m->lat, &d->rc, mu, s, n)))
+    if (rcache_on(&d->rc, n) && !(row = rcache_get(d->m, &d->m->lat, &d->rc, mu, s, n)))
         return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing decoded */
     const uint32_t mag = d->m->lat.sign - 1u; /* a magnitude's bits; none is above it */
     for (size_t r = 0; r < rows; r++) {

@@ -2075,16 +2075,17 @@ static size_t first_big_row(const uint32_t *x, size_t n, size_t r0, size_t nrow,
 
 /* put_rows is rows calls of put_n with one row of predictions (the same
  * bytes, in any split of the rows), and get_rows decodes it back, stopping
- * right after each row that holds a magnitude above its limit; both with
- * the row cache (rows of 32) and without (rows of 300), with and without
- * atoms, in every dtype. Asking for more rows than are left decodes
- * nothing. */
+ * right after each row that holds a magnitude above its limit; through
+ * the row cache in the memory it is made with (rows of 32), in memory
+ * grown for longer rows (300) and without it (rows longer than it takes),
+ * with and without atoms, in every dtype. Asking for more rows than are
+ * left decodes nothing. */
 Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
 {
     skv_rng r;
     skv_rng_seed(&r, 777);
     enum { NROW = 37 };
-    const size_t widths[2] = {32, 300};
+    const size_t widths[3] = {32, 300, RCACHE_MAX + 1};
     for (int di = 0; di < 4; di++) {
         const skv_dtype dt = DTYPES[di];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
@@ -2093,7 +2094,7 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
         const uint32_t big = to_dt(dt, 100.0f) & (width_mask(dt) >> 1);
         for (int with_atoms = 0; with_atoms < 2; with_atoms++) {
             skv_atoms *a = with_atoms ? test_atoms(dt, 40000) : NULL;
-            for (int wi = 0; wi < 2; wi++) {
+            for (int wi = 0; wi < 3; wi++) {
                 const size_t n = widths[wi];
                 float *mu = malloc(n * sizeof *mu), *s = malloc(n * sizeof *s);
                 uint32_t *x = malloc(n * NROW * sizeof *x), *y = malloc(n * NROW * sizeof *y);
@@ -2181,4 +2182,117 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
         }
         skv_cmodel_free(m);
     }
+}
+
+/* Rows longer than the row cache's first memory (RCACHE_MIN) grow it,
+ * twice over for 1000 scalars, and code the bytes the same rows give in
+ * pieces short enough for that memory; when the larger memory cannot be
+ * had (every allocation failing, after a first stream that built the
+ * tables and the encoder's buffers), the coder goes on without the cache
+ * to the same bytes and scalars. */
+Test(rcache, longer_rows_grow_the_cache_or_go_without_it)
+{
+    skv_rng r;
+    skv_rng_seed(&r, 4242);
+    enum { NROW = 12, PIECE = 50 };
+    const size_t widths[2] = {300, 1000};
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    for (int wi = 0; wi < 2; wi++) {
+        const size_t n = widths[wi];
+        cr_assert_gt(n, RCACHE_MIN);
+        float *mu = malloc(n * sizeof *mu), *s = malloc(n * sizeof *s);
+        uint32_t *x = malloc(n * NROW * sizeof *x), *y = malloc(n * NROW * sizeof *y);
+        cr_assert(mu && s && x && y);
+        for (size_t c = 0; c < n; c++)
+            random_mu_s(&r, SKV_DT_BF16, &mu[c], &s[c]);
+        for (size_t t = 0; t < NROW; t++)
+            for (size_t c = 0; c < n; c++) {
+                float v = isfinite(mu[c]) && isfinite(s[c]) ? mu[c] + s[c] * (float)skv_rng_normal(&r)
+                                                            : 0.5f;
+                x[t * n + c] = to_dt(SKV_DT_BF16, v);
+            }
+        skv_encoder *e = NULL;
+        skv_decoder *d = NULL;
+        skv_stream_info info;
+        cr_assert_eq(skv_encoder_create(m, &e), 0);
+        cr_assert_eq(skv_decoder_create(m, &d), 0);
+        /* pieces of PIECE scalars: the first memory holds them */
+        skv_encoder_reset(e, NULL);
+        for (size_t t = 0; t < NROW; t++)
+            for (size_t c = 0; c < n; c += PIECE) {
+                size_t k = n - c < PIECE ? n - c : PIECE;
+                cr_assert_eq(skv_encoder_put_n(e, x + t * n + c, mu + c, s + c, k), 0);
+            }
+        size_t lref, len;
+        uint8_t *ref = finish_copy(e, &lref);
+        /* whole rows: the cache grows, and its second row on is a hit */
+        skv_encoder_reset(e, NULL);
+        for (size_t t = 0; t < NROW; t++)
+            cr_assert_eq(skv_encoder_put_n(e, x + t * n, mu, s, n), 0);
+        cr_assert_geq(skv__encoder_rcache(e)->cap, n);
+        cr_assert_eq(skv__encoder_rcache(e)->off, 0);
+        cr_assert_eq(skv__encoder_rcache(e)->hits, NROW - 1);
+        uint8_t *got = finish_copy(e, &len);
+        cr_assert_eq(len, lref);
+        cr_assert_eq(memcmp(got, ref, lref), 0, "n %zu: the same bytes", n);
+        free(got);
+        cr_assert_eq(skv_decoder_begin(d, ref, lref, &info), 0);
+        for (size_t t = 0; t < NROW; t++)
+            cr_assert_eq(skv_decoder_get_n(d, mu, s, y + t * n, n), 0);
+        cr_assert_eq(skv__decoder_rcache(d)->hits, NROW - 1);
+        cr_assert_eq(skv_decoder_end(d), 0);
+        cr_assert_eq(memcmp(y, x, n * NROW * sizeof *x), 0);
+        /* the same with fresh coders whose memory cannot grow */
+        skv_encoder *e2 = NULL;
+        skv_decoder *d2 = NULL;
+        cr_assert_eq(skv_encoder_create(m, &e2), 0);
+        cr_assert_eq(skv_decoder_create(m, &d2), 0);
+        skv_encoder_reset(e2, NULL); /* a first stream in pieces: the encoder's buffers */
+        for (size_t t = 0; t < NROW; t++)
+            for (size_t c = 0; c < n; c += PIECE) {
+                size_t k = n - c < PIECE ? n - c : PIECE;
+                cr_assert_eq(skv_encoder_put_n(e2, x + t * n + c, mu + c, s + c, k), 0);
+            }
+        free(finish_copy(e2, &len));
+        skv_encoder_reset(e2, NULL);
+        uint8_t *buf = malloc(lref);
+        cr_assert(buf);
+        skv_alloc_fail_after(0, 1);
+        int rc = 0;
+        for (size_t t = 0; t < NROW && !rc; t++)
+            rc = skv_encoder_put_n(e2, x + t * n, mu, s, n);
+        if (!rc)
+            rc = skv_encoder_finish(e2, buf, lref, &len);
+        int off = skv__encoder_rcache(e2)->off;
+        size_t cap = skv__encoder_rcache(e2)->cap;
+        skv_alloc_fail_after(-1, 0);
+        cr_assert_eq(rc, 0, "n %zu: %s", n, skv_error_detail());
+        cr_assert_eq(off, 1);
+        cr_assert_eq(cap, RCACHE_MIN);
+        cr_assert_eq(len, lref);
+        cr_assert_eq(memcmp(buf, ref, lref), 0, "n %zu: the same bytes without the cache", n);
+        memset(y, 0, n * NROW * sizeof *y);
+        cr_assert_eq(skv_decoder_begin(d2, ref, lref, &info), 0);
+        skv_alloc_fail_after(0, 1);
+        for (size_t t = 0; t < NROW && !rc; t++)
+            rc = skv_decoder_get_n(d2, mu, s, y + t * n, n);
+        if (!rc)
+            rc = skv_decoder_end(d2);
+        off = skv__decoder_rcache(d2)->off;
+        skv_alloc_fail_after(-1, 0);
+        cr_assert_eq(rc, 0, "n %zu: %s", n, skv_error_detail());
+        cr_assert_eq(off, 1);
+        cr_assert_eq(memcmp(y, x, n * NROW * sizeof *x), 0, "n %zu: decoded without the cache", n);
+        free(buf);
+        free(ref);
+        skv_decoder_free(d2);
+        skv_encoder_free(e2);
+        skv_decoder_free(d);
+        skv_encoder_free(e);
+        free(mu);
+        free(s);
+        free(x);
+        free(y);
+    }
+    skv_cmodel_free(m);
 }
