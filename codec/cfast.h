@@ -304,9 +304,9 @@ static inline void rcache_free(skv_rcache *rc)
     rc->cap = 0;
 }
 
-/* Room for slots of n scalars: the memory grows (slots emptied) when n is
- * longer than any row before; 0 when n is too long or the memory cannot
- * be had (the cache is then off for this stream). */
+/* Room for slots of n scalars (n <= RCACHE_MAX): the memory grows, and
+ * the slots are emptied; 0 when it cannot be had (the cache is then off
+ * for this stream). */
 static __attribute__((noinline)) int rcache_grow(skv_rcache *rc, size_t n)
 {
     size_t cap = rc->cap ? rc->cap : RCACHE_MIN;
