@@ -41,7 +41,7 @@ int main(int argc, char **argv)
     uint64_t seed = argc == 8 ? strtoull(argv[7], NULL, 10) : 7;
     size_t len;
     uint8_t *b = rm_llama2c(&s, seed, &len);
-    FILE *f = b ? fopen(argv[6], "wb") : NULL;
+    FILE *f = fopen(argv[6], "wb");
     if (!f || fwrite(b, 1, len, f) != len || fclose(f) != 0) {
         perror(argv[6]);
         return 1;

@@ -3,8 +3,9 @@
 # model (bench_randmodel; default dim 512, ffn 1376, 4 layers, 8 heads and
 # 8 kv heads of 64, so rows of 512 scalars against stories260K's 32), N
 # calibration and N disjoint test sequences of 256 sampled tokens, its bf16
-# KV, a calibration, then bench_delta at stat and ctx (instruction counts
-# too with --instr: bench/instr.sh, needs valgrind). Random weights make
+# KV, a calibration, then bench_delta at stat and ctx (with --instr also
+# instructions a scalar in steady state: bench/instr.sh with INSTR_STEADY=1
+# over 3 rounds of 1 sequence, needs valgrind). Random weights make
 # noise-like KV, so its bits say little; the rates and instructions a
 # scalar are the point. usage: bench/wide_bench.sh [BUILD_DIR] [N] [--instr]
 #   SHAPE="DIM HIDDEN LAYERS HEADS KV_HEADS" overrides the shape.
@@ -26,6 +27,7 @@ trap 'rm -rf "$tmp"' EXIT
 for lv in stat ctx; do
     "$build/bench/bench_delta" "$tmp/c.cal" "$tmp/test.safetensors" "$lv" 2 5
     if [ "$instr" = --instr ]; then
-        "$(dirname "$0")/instr.sh" "$build/bench/bench_delta" "$tmp/c.cal" "$tmp/test.safetensors" "$lv" 1 3
+        INSTR_STEADY=1 "$(dirname "$0")/instr.sh" "$build/bench/bench_delta" "$tmp/c.cal" \
+            "$tmp/test.safetensors" "$lv" 1 3
     fi
 done
