@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "skv_delta.h"
 #include "skv_tensor.h"
 
@@ -110,6 +111,12 @@ int main(int argc, char **argv)
     free(nbs);
     printf("bench_delta %s: %zu sequences, %zu scalars, best of %d: encode %.1f M/s, decode %.1f M/s\n",
            skv_level_name(lv), n_seq, total, reps, best_e, best_d);
+    double ghz = skv_bench_clock_ghz();
+    if (ghz > 0 && best_e > 0 && best_d > 0)
+        printf("bench_delta %s: at the core's %.2f GHz (bench/clock.h): encode %.1f cycles a scalar, "
+               "decode %.1f (100 M/s is %.1f, 150 M/s is %.1f)\n",
+               skv_level_name(lv), ghz, ghz * 1e3 / best_e, ghz * 1e3 / best_d, ghz * 10,
+               ghz * 1e3 / 150);
     for (size_t i = 0; i < n_seq; i++) {
         skv_streams_free(&ss[i]);
         free(tok[i]);

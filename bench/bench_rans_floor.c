@@ -30,6 +30,12 @@
  *             version-1 checksum step (no rANS state in the second pass)
  *   2pass+h4  2pass+h with a checksum step per four scalars
  *   pass1     the first pass alone (not a decoder: what the symbols cost)
+ *   pair+h    values+h on two streams at once, interleaved scalar by
+ *             scalar in one loop (two sets of states and word pointers):
+ *             whether a core has latency to spare for a second stream
+ *             (a GET could decode a layer's K and V together)
+ * Rates are also given in cycles a scalar at the core's clock
+ * (bench/clock.h), the figure that carries over to other machines.
  * Every variant's output is checked against the scalars encoded.
  * usage: bench_rans_floor [REPS] */
 #include <stdint.h>
@@ -37,6 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "clock.h"
 
 #define N 8192      /* scalars a stream: a 256-token stories260K layer's K or V */
 #define NCH 32      /* channels a row, each with its own class */
@@ -493,6 +501,42 @@ __attribute__((target("avx2,popcnt"))) static uint64_t decode_simd16(void)
 }
 #endif
 
+/* pair+h: two streams (the same words twice, so two independent
+ * chains), scalar by scalar */
+static uint32_t out2[N];
+static __attribute__((noinline)) uint64_t decode_pair(void)
+{
+    uint32_t a0 = fin1[0], a1 = fin1[1], a2 = fin1[2], a3 = fin1[3];
+    uint32_t b0 = fin1[0], b1 = fin1[1], b2 = fin1[2], b3 = fin1[3];
+    const uint16_t *wa = w1start, *wb = w1start;
+    uint64_t ha = 0x243f6a8885a308d3ull, hb = ha;
+    for (int i = 0; i < N; i++) {
+        const cls_t *c = &cls[i % NCH];
+        uint32_t ka = tab_op(&a0, &wa, c->tab);
+        ROT(a0, a1, a2, a3);
+        uint32_t kb = tab_op(&b0, &wb, c->tab);
+        ROT(b0, b1, b2, b3);
+        int64_t keya = c->base + (int64_t)ka, keyb = c->base + (int64_t)kb;
+        if (__builtin_expect((uint64_t)(keya + 128) >= 256u || (uint64_t)(keyb + 128) >= 256u, 0))
+            return 0;
+        uint32_t ea = vals[keya + 128], eb = vals[keyb + 128];
+        int nba = (int)(ea >> 24), nbb = (int)(eb >> 24);
+        if (__builtin_expect(nba == 0 || nbb == 0, 0))
+            return 0;
+        uint32_t xa = (ea & 0xffffff) + bits_op(&a0, &wa, nba);
+        ROT(a0, a1, a2, a3);
+        uint32_t xb = (eb & 0xffffff) + bits_op(&b0, &wb, nbb);
+        ROT(b0, b1, b2, b3);
+        ha = (ha + xa + 1) * 0x9e3779b97f4a7c15ull;
+        ha ^= ha >> 29;
+        hb = (hb + xb + 1) * 0x9e3779b97f4a7c15ull;
+        hb ^= hb >> 29;
+        out[i] = xa;
+        out2[i] = xb;
+    }
+    return ha + 3 * hb; /* equal chains: not ha ^ hb, which is 0 */
+}
+
 static __attribute__((noinline)) uint64_t run(int mode)
 {
     switch (mode) {
@@ -507,6 +551,7 @@ static __attribute__((noinline)) uint64_t run(int mode)
     case 7: return decode2(0);
     case 8: return decode2(1);
     case 9: return decode2(2);
+    case 10: return decode_pair();
     default: return decode(4);
     }
 }
@@ -519,8 +564,8 @@ int main(int argc, char **argv)
     setup();
     make_streams();
     static const char *names[] = {"closed", "values", "values+h", "rawbits", "raw+h4",
-                                  "simd8",  "simd16", "2pass+h",  "2pass+h4", "pass1"};
-    int modes[10], nm = 0;
+                                  "simd8",  "simd16", "2pass+h",  "2pass+h4", "pass1",  "pair+h"};
+    int modes[11], nm = 0;
     for (int m = 0; m < 5; m++)
         modes[nm++] = m;
 #ifdef HAVE_SIMD
@@ -531,10 +576,10 @@ int main(int argc, char **argv)
         modes[nm++] = 6;
     }
 #endif
-    for (int m = 7; m < 10; m++)
+    for (int m = 7; m < 11; m++)
         modes[nm++] = m;
-    double best[10];
-    for (int m = 0; m < 10; m++)
+    double best[11];
+    for (int m = 0; m < 11; m++)
         best[m] = 1e30;
     volatile uint64_t sink = 0;
     for (int i = 0; i < nm; i++) {
@@ -542,7 +587,8 @@ int main(int argc, char **argv)
         memset(out, 0, sizeof out);
         uint64_t h = run(m);
         sink += h;
-        if (memcmp(out, want, sizeof out) != 0 || (m >= 5 && h == 0)) {
+        if (memcmp(out, want, sizeof out) != 0 || (m == 10 && memcmp(out2, want, sizeof out2) != 0) ||
+            (m >= 5 && h == 0)) {
             fprintf(stderr, "bench_rans_floor: %s decodes wrongly\n", names[m]);
             return 1;
         }
@@ -556,12 +602,22 @@ int main(int argc, char **argv)
             if (t < best[m])
                 best[m] = t;
         }
+    double ghz = skv_bench_clock_ghz();
     printf("bench_rans_floor: bf16 BUCKET scalars, streams of %d, %d channel tables, best of %d "
-           "alternated runs (M scalars/s, ratio to closed)\n",
+           "alternated runs (M scalars/s, ratio to closed",
            N, NCH, reps);
-    for (int i = 0; i < nm; i++)
-        printf("%-9s %7.1f  %.2fx\n", names[modes[i]], N / best[modes[i]] / 1e6, best[0] / best[modes[i]]);
-    if (nm < 10)
+    if (ghz > 0)
+        printf(", cycles a scalar at the core's %.2f GHz; 150 M/s is %.1f", ghz, ghz * 1e3 / 150);
+    printf(")\n");
+    for (int i = 0; i < nm; i++) {
+        int m = modes[i];
+        double rate = (m == 10 ? 2 : 1) * N / best[m] / 1e6;
+        printf("%-9s %7.1f  %.2fx", names[m], rate, rate / (N / best[0] / 1e6));
+        if (ghz > 0)
+            printf("  %5.1f", ghz * 1e3 / rate);
+        printf("\n");
+    }
+    if (nm < 11)
         printf("(simd8, simd16: need x86-64 with AVX2)\n");
     return (int)(sink & 0);
 }
