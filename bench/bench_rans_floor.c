@@ -34,6 +34,14 @@
  *             scalar in one loop (two sets of states and word pointers):
  *             whether a core has latency to spare for a second stream
  *             (a GET could decode a layer's K and V together)
+ * and on a second data set where half the channels are centred on zero,
+ * so that 6.2% of the scalars fall in the buckets at zero (stat's rate on
+ * stories260K is 6.7%) and code a level symbol and seven plain bits:
+ *   z:values+h  values+h with that level decoded in the loop
+ *   z:simd8     simd8 with a second round for the lanes at zero (when a
+ *               group has any), the level in closed form from the slot
+ *               (the zero table is fixed: no gather)
+ *   z:simd16    the same on sixteen states, two vectors in flight
  * Rates are also given in cycles a scalar at the core's clock
  * (bench/clock.h), the figure that carries over to other machines.
  * Every variant's output is checked against the scalars encoded.
@@ -209,9 +217,10 @@ static void make_streams(void)
     } while (0)
 #endif
 
-/* table symbol on *st (codec/stream.c rd_sym) */
-static inline __attribute__((always_inline)) uint32_t tab_op(uint32_t *st, const uint16_t **w,
-                                                             const lut16_t *L)
+/* table symbol on *st (codec/stream.c rd_sym), of the table with
+ * cumulative frequencies cm and index L */
+static inline __attribute__((always_inline)) uint32_t tab_op_c(uint32_t *st, const uint16_t **w,
+                                                               const lut16_t *L, const uint32_t *cm)
 {
     uint32_t x = *st, slot = x & 0xffff;
     const lut16_t *e = &L[slot >> 8];
@@ -219,9 +228,9 @@ static inline __attribute__((always_inline)) uint32_t tab_op(uint32_t *st, const
     uint32_t b = bm1 + 1, end = b;
     if (__builtin_expect(slot > c2m1, 0)) {
         k += 2;
-        while (cum[k + 1] <= slot)
+        while (cm[k + 1] <= slot)
             k++;
-        start = cum[k], end = cum[k + 1];
+        start = cm[k], end = cm[k + 1];
     } else {
         uint32_t up = slot > bm1;
         start = up ? b : start, end = up ? c2m1 + 1 : end, k += up;
@@ -230,6 +239,12 @@ static inline __attribute__((always_inline)) uint32_t tab_op(uint32_t *st, const
     RENORM(v, *w);
     *st = v;
     return k;
+}
+
+static inline __attribute__((always_inline)) uint32_t tab_op(uint32_t *st, const uint16_t **w,
+                                                             const lut16_t *L)
+{
+    return tab_op_c(st, w, L, cum);
 }
 
 static inline __attribute__((always_inline)) uint32_t bits_op(uint32_t *st, const uint16_t **w,
@@ -352,6 +367,163 @@ static inline __attribute__((always_inline)) uint64_t decode2(int hmode)
     return h | 1;
 }
 
+
+/* ---- the zero-bucket set: the same table, but half the channels centred
+ * on zero (base -32), so that 6.5% of the scalars fall in the buckets at
+ * zero, as stat's do on stories260K (6.7%). Such a scalar codes a second
+ * table symbol, its level t under the zero table (t < 24: the binade
+ * 2^(G - t - 1), probability 2^-(t + 1)), then the seven fraction bits:
+ * the version-1 decoder's dec_after path, here kept in the loop (z
+ * variants) or in the lanes. */
+#define ZL 25
+static uint32_t zcum[ZL + 1], zfreq[ZL];
+static lut16_t zlut16[256];
+static cls_t clsz[NCH];
+static uint32_t valsz[256]; /* vals with the negative keys; 0 at keys 0 and -1 */
+static uint32_t wantz[N];
+static uint8_t rawz[2 * N + 16];
+static uint16_t wordsz1[6 * N + 8], wordsz8[4 * N + 16], wordsz16[4 * N + 16];
+static const uint16_t *wz1start, *wz8start, *wz16start;
+static uint32_t finz1[4], finz8[8], finz16[16];
+static int nzero;
+
+static void make_lut16(const uint32_t *c, int n, lut16_t *l)
+{
+    for (uint32_t j = 0, s = 0; j < 256; j++) {
+        while (c[s + 1] <= j << 8)
+            s++;
+        uint32_t c2 = s + 2 <= (uint32_t)n ? c[s + 2] : 65536;
+        l[j] = (lut16_t){(uint16_t)c[s], (uint16_t)(c[s + 1] - 1), (uint16_t)(c2 - 1), (uint16_t)s};
+    }
+}
+
+/* ops in decoding order, op i on state lane[i] (rans_encode's general form) */
+static void rans_encode_on(const uint32_t *st, const uint32_t *fr, const uint8_t *nbits,
+                           const uint8_t *lane, int nops, uint16_t *words, size_t cap,
+                           const uint16_t **wstart, uint32_t *fin, int nst)
+{
+    uint32_t x[16];
+    for (int i = 0; i < nst; i++)
+        x[i] = 1u << 16;
+    uint16_t *top = words + cap;
+    for (int i = nops - 1; i >= 0; i--) {
+        uint32_t *sp = &x[lane[i]], v = *sp, f = fr[i];
+        if (v >= f << (32 - nbits[i])) {
+            *--top = (uint16_t)v;
+            v >>= 16;
+        }
+        *sp = ((v / f) << nbits[i]) + v % f + st[i];
+    }
+    *wstart = top;
+    memcpy(fin, x, (size_t)nst * sizeof *x);
+}
+
+static void make_zero_set(void)
+{
+    uint32_t c = 0;
+    for (int t = 0; t < ZL; t++)
+        zfreq[t] = t < 16 ? 1u << (15 - t) : 1u;
+    zfreq[0] -= ZL - 17; /* 2^16 - 1 + 9: the codec's rounding takes the 8 over off the most probable */
+    for (int t = 0; t < ZL; t++)
+        zcum[t] = c, c += zfreq[t];
+    zcum[ZL] = c;
+    make_lut16(zcum, ZL, zlut16);
+    for (int ch = 0; ch < NCH; ch++)
+        clsz[ch] = (cls_t){lut16[ch], ch & 1 ? 1 + (ch & 3) * 16 : -32, -3};
+    for (int k = -128; k < 128; k++) {
+        uint64_t j = (uint64_t)(k < 0 ? -1 - k : k);
+        valsz[k + 128] = j >= 1 ? (k < 0 ? 0x8000u : 0) | first_point(j, -3) | (uint32_t)nb_of(j) << 24 : 0;
+    }
+    static uint32_t zs[N], zt[N], zb[N], znb[N]; /* symbol, level (or ~0), bits, nb */
+    for (int i = 0; i < N; i++) {
+        uint32_t r = rnd() & 0xffff, sy = 0;
+        while (cum[sy + 1] <= r)
+            sy++;
+        int64_t key = clsz[i % NCH].base + (int64_t)sy;
+        zs[i] = sy;
+        if (key == 0 || key == -1) {
+            uint32_t r2 = rnd() & 0xffff, t = 0;
+            while (zcum[t + 1] <= r2)
+                t++;
+            zt[i] = t, znb[i] = MBITS, zb[i] = rnd() & 127;
+            wantz[i] = (key < 0 ? 0x8000u : 0) + ((123u - t) << MBITS) + zb[i]; /* 2^(G - t - 1), G = -3 */
+            nzero++;
+        } else {
+            uint64_t j = (uint64_t)(key < 0 ? -1 - key : key);
+            zt[i] = ~0u, znb[i] = (uint32_t)nb_of(j), zb[i] = rnd() & ((1u << znb[i]) - 1);
+            wantz[i] = (key < 0 ? 0x8000u : 0) + first_point(j, -3) + zb[i];
+        }
+    }
+    static uint32_t st[3 * N], fr[3 * N];
+    static uint8_t nbits[3 * N], lane[3 * N];
+    /* version 1: per scalar its symbol, its level, its bits, on states op mod 4 */
+    int no = 0;
+    for (int i = 0; i < N; i++) {
+        st[no] = cum[zs[i]], fr[no] = freq[zs[i]], nbits[no] = 16, lane[no] = (uint8_t)(no & 3), no++;
+        if (zt[i] != ~0u)
+            st[no] = zcum[zt[i]], fr[no] = zfreq[zt[i]], nbits[no] = 16, lane[no] = (uint8_t)(no & 3), no++;
+        st[no] = zb[i], fr[no] = 1, nbits[no] = (uint8_t)znb[i], lane[no] = (uint8_t)(no & 3), no++;
+    }
+    rans_encode_on(st, fr, nbits, lane, no, wordsz1, sizeof wordsz1 / 2 - 8, &wz1start, finz1, 4);
+    /* lanes: groups of eight, scalar j of a group on state j (+ 8 for the
+     * second vector of simd16z); per group the symbols of its lanes, then
+     * the levels of its lanes at zero; plain bits in the raw stream */
+    for (int nst = 8; nst <= 16; nst += 8) {
+        no = 0;
+        for (int g = 0; g < N; g += 8) {
+            int l0 = nst == 16 ? g & 8 : 0;
+            for (int j = 0; j < 8; j++)
+                st[no] = cum[zs[g + j]], fr[no] = freq[zs[g + j]], nbits[no] = 16,
+                lane[no++] = (uint8_t)(l0 + j);
+            for (int j = 0; j < 8; j++)
+                if (zt[g + j] != ~0u)
+                    st[no] = zcum[zt[g + j]], fr[no] = zfreq[zt[g + j]], nbits[no] = 16,
+                    lane[no++] = (uint8_t)(l0 + j);
+        }
+        if (nst == 8)
+            rans_encode_on(st, fr, nbits, lane, no, wordsz8, sizeof wordsz8 / 2 - 8, &wz8start, finz8, 8);
+        else
+            rans_encode_on(st, fr, nbits, lane, no, wordsz16, sizeof wordsz16 / 2 - 8, &wz16start, finz16, 16);
+    }
+    uint64_t pos = 0;
+    for (int i = 0; i < N; i++)
+        for (uint32_t b = 0; b < znb[i]; b++, pos++)
+            if (zb[i] >> b & 1)
+                rawz[pos >> 3] |= (uint8_t)(1u << (pos & 7));
+}
+
+/* values+h on the zero-bucket set, the level decoded in the loop */
+static __attribute__((noinline)) uint64_t decode_z(void)
+{
+    uint32_t s0 = finz1[0], s1 = finz1[1], s2 = finz1[2], s3 = finz1[3];
+    const uint16_t *w = wz1start;
+    uint64_t h = 0x243f6a8885a308d3ull;
+    for (int i = 0; i < N; i++) {
+        const cls_t *c = &clsz[i % NCH];
+        uint32_t k = tab_op(&s0, &w, c->tab);
+        ROT(s0, s1, s2, s3);
+        int64_t key = c->base + (int64_t)k;
+        if (__builtin_expect((uint64_t)(key + 128) >= 256u, 0))
+            return 0;
+        uint32_t ent = valsz[key + 128], x;
+        if (__builtin_expect(ent != 0, 1)) {
+            x = (ent & 0xffffff) + bits_op(&s0, &w, (int)(ent >> 24));
+            ROT(s0, s1, s2, s3);
+        } else {
+            uint32_t t = tab_op_c(&s0, &w, zlut16, zcum);
+            ROT(s0, s1, s2, s3);
+            if (__builtin_expect(t >= 24, 0))
+                return 0;
+            x = (key < 0 ? 0x8000u : 0) + ((123u - t) << MBITS) + bits_op(&s0, &w, MBITS);
+            ROT(s0, s1, s2, s3);
+        }
+        h = (h + x + 1) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+        out[i] = x;
+    }
+    return h;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_SIMD 1
@@ -362,6 +534,7 @@ static inline __attribute__((always_inline)) uint64_t decode2(int hmode)
 static uint32_t ix0[NCH * 256], ix1[NCH * 256];
 static int32_t toff[NCH], cbase[NCH]; /* per channel: table offset, base (int32) */
 static uint32_t perm[256][8]; /* lane j of a renormalisation mask m: the word it reads */
+static int32_t cbasez[NCH];
 
 static void setup_simd(void)
 {
@@ -374,10 +547,92 @@ static void setup_simd(void)
             ix1[ch * 256 + j] = ((uint32_t)(e >> 33) & 0x1ffff) | (uint32_t)(e >> 53) << 17;
         }
     }
+    for (int ch = 0; ch < NCH; ch++)
+        cbasez[ch] = (int32_t)clsz[ch].base;
     for (int m = 0; m < 256; m++)
         for (int j = 0, c = 0; j < 8; j++)
             if (m >> j & 1)
                 perm[m][j] = (uint32_t)c++;
+}
+
+/* A table symbol on the lanes of mask zm (all ones: every lane) of the
+ * states x, index runs gathered from i0/i1 at ix (ix0/ix1's format),
+ * cumulative frequencies cm for runs where several symbols start; the
+ * renormalisation words read in lane order. Returns the symbols (lanes
+ * outside zm: anything). */
+__attribute__((target("avx2,popcnt"))) static inline __attribute__((always_inline)) __m256i
+lane_sym(__m256i *x, const uint16_t **w, const uint32_t *i0, const uint32_t *i1, __m256i ix,
+         const uint32_t *cm, __m256i zm)
+{
+    const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
+    __m256i slot = _mm256_and_si256(*x, m16);
+    __m256i e0 = _mm256_i32gather_epi32((const int *)i0, ix, 4);
+    __m256i e1 = _mm256_i32gather_epi32((const int *)i1, ix, 4);
+    __m256i start = _mm256_and_si256(e0, m16), bm1 = _mm256_srli_epi32(e0, 16);
+    __m256i c2 = _mm256_and_si256(e1, _mm256_set1_epi32(0x1ffff)), k = _mm256_srli_epi32(e1, 17);
+    __m256i up = _mm256_cmpgt_epi32(slot, bm1); /* slot >= cum[k + 1]: k + 1 */
+    __m256i many = _mm256_and_si256(_mm256_cmpgt_epi32(slot, _mm256_sub_epi32(c2, one)), zm);
+    __m256i b = _mm256_add_epi32(bm1, one);
+    __m256i st = _mm256_blendv_epi8(start, b, up), en = _mm256_blendv_epi8(b, c2, up);
+    k = _mm256_sub_epi32(k, up);
+    int mb = _mm256_movemask_ps(_mm256_castsi256_ps(many));
+    if (__builtin_expect(mb != 0, 0)) { /* runs where several symbols start: search cm */
+        uint32_t as[8], at[8], ae[8], ak[8];
+        _mm256_storeu_si256((__m256i *)as, slot);
+        _mm256_storeu_si256((__m256i *)at, st);
+        _mm256_storeu_si256((__m256i *)ae, en);
+        _mm256_storeu_si256((__m256i *)ak, k);
+        for (; mb; mb &= mb - 1) {
+            int j = __builtin_ctz((unsigned)mb);
+            uint32_t kk = ak[j] + 1;
+            while (cm[kk + 1] <= as[j])
+                kk++;
+            ak[j] = kk, at[j] = cm[kk], ae[j] = cm[kk + 1];
+        }
+        st = _mm256_loadu_si256((const __m256i *)at);
+        en = _mm256_loadu_si256((const __m256i *)ae);
+        k = _mm256_loadu_si256((const __m256i *)ak);
+    }
+    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(*x, 16)),
+                                  _mm256_sub_epi32(slot, st));
+    nx = _mm256_blendv_epi8(*x, nx, zm);
+    __m256i need = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_min_epu32(nx, m16), nx), zm); /* nx < 2^16 */
+    int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
+    __m256i wv = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)*w));
+    wv = _mm256_permutevar8x32_epi32(wv, _mm256_loadu_si256((const __m256i *)perm[m]));
+    *x = _mm256_blendv_epi8(nx, _mm256_or_si256(_mm256_slli_epi32(nx, 16), wv), need);
+    *w += __builtin_popcount((unsigned)m);
+    return k;
+}
+
+/* The plain bits of the eight lanes (nb each, lane j's after lanes
+ * 0..j-1's, from the raw bit stream rw at *pos) added to first, stored at
+ * o, and folded into the checksum lanes */
+__attribute__((target("avx2,popcnt"))) static inline __attribute__((always_inline)) void
+lane_bits(__m256i first, __m256i nb, const uint8_t *rw, uint64_t *pos, uint32_t *o, __m256i *acc)
+{
+    const __m256i one = _mm256_set1_epi32(1);
+    /* plain bits: lane j's start is pos + the bits of lanes 0..j-1 */
+    __m256i p = _mm256_add_epi32(nb, _mm256_slli_si256(nb, 4));
+    p = _mm256_add_epi32(p, _mm256_slli_si256(p, 8));
+    p = _mm256_add_epi32(p, _mm256_blend_epi32(_mm256_setzero_si256(),
+                                               _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(3)), 0xf0));
+    __m256i bp = _mm256_add_epi32(_mm256_sub_epi32(p, nb), _mm256_set1_epi32((int)(*pos & 7)));
+    /* at most 7 + 8 * 7 = 63 bits from the byte at pos: one 64-bit word,
+     * shifted right per lane (a gather of 32-bit words was ~10% slower) */
+    uint64_t wd;
+    memcpy(&wd, rw + (*pos >> 3), 8);
+    __m256i W = _mm256_set1_epi64x((long long)wd);
+    __m256i lo = _mm256_srlv_epi64(W, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(bp)));
+    __m256i hi = _mm256_srlv_epi64(W, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bp, 1)));
+    __m256i g = _mm256_permutevar8x32_epi32(_mm256_blend_epi32(lo, _mm256_slli_epi64(hi, 32), 0xaa),
+                                            _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+    __m256i v = _mm256_and_si256(g, _mm256_sub_epi32(_mm256_sllv_epi32(one, nb), one));
+    *pos += (uint32_t)_mm256_extract_epi32(p, 7);
+    __m256i xv = _mm256_add_epi32(first, v);
+    _mm256_storeu_si256((__m256i *)o, xv);
+    __m256i a = _mm256_add_epi32(*acc, xv);
+    *acc = _mm256_mullo_epi32(_mm256_xor_si256(a, _mm256_srli_epi32(a, 15)), _mm256_set1_epi32((int)0x9e3779b1));
 }
 
 /* Eight scalars on eight states x (lane j: the scalar of state j), as a
@@ -388,48 +643,12 @@ static void setup_simd(void)
 __attribute__((target("avx2,popcnt"))) static inline __attribute__((always_inline)) int
 simd8(__m256i *x, const uint16_t **w, uint64_t *pos, int i, __m256i *acc)
 {
-    const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
     int ch = i % NCH;
     __m256i to = _mm256_loadu_si256((const __m256i *)(toff + ch));
     __m256i base = _mm256_loadu_si256((const __m256i *)(cbase + ch));
-    __m256i slot = _mm256_and_si256(*x, m16);
-    __m256i ix = _mm256_add_epi32(to, _mm256_srli_epi32(slot, 8));
-    __m256i e0 = _mm256_i32gather_epi32((const int *)ix0, ix, 4);
-    __m256i e1 = _mm256_i32gather_epi32((const int *)ix1, ix, 4);
-    __m256i start = _mm256_and_si256(e0, m16), bm1 = _mm256_srli_epi32(e0, 16);
-    __m256i c2 = _mm256_and_si256(e1, _mm256_set1_epi32(0x1ffff)), k = _mm256_srli_epi32(e1, 17);
-    __m256i up = _mm256_cmpgt_epi32(slot, bm1); /* slot >= cum[k + 1]: k + 1 */
-    __m256i bad = _mm256_cmpgt_epi32(slot, _mm256_sub_epi32(c2, one)); /* slot >= cum[k + 2] */
-    __m256i b = _mm256_add_epi32(bm1, one);
-    __m256i st = _mm256_blendv_epi8(start, b, up), en = _mm256_blendv_epi8(b, c2, up);
-    k = _mm256_sub_epi32(k, up);
-    int mb = _mm256_movemask_ps(_mm256_castsi256_ps(bad));
-    if (__builtin_expect(mb != 0, 0)) { /* runs where several symbols start: search cum */
-        uint32_t as[8], at[8], ae[8], ak[8];
-        _mm256_storeu_si256((__m256i *)as, slot);
-        _mm256_storeu_si256((__m256i *)at, st);
-        _mm256_storeu_si256((__m256i *)ae, en);
-        _mm256_storeu_si256((__m256i *)ak, k);
-        for (; mb; mb &= mb - 1) {
-            int j = __builtin_ctz((unsigned)mb);
-            uint32_t kk = ak[j] + 1;
-            while (cum[kk + 1] <= as[j])
-                kk++;
-            ak[j] = kk, at[j] = cum[kk], ae[j] = cum[kk + 1];
-        }
-        st = _mm256_loadu_si256((const __m256i *)at);
-        en = _mm256_loadu_si256((const __m256i *)ae);
-        k = _mm256_loadu_si256((const __m256i *)ak);
-        bad = _mm256_setzero_si256();
-    }
-    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(*x, 16)),
-                                  _mm256_sub_epi32(slot, st));
-    __m256i need = _mm256_cmpeq_epi32(_mm256_min_epu32(nx, m16), nx); /* nx < 2^16 */
-    int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
-    __m256i wv = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)*w));
-    wv = _mm256_permutevar8x32_epi32(wv, _mm256_loadu_si256((const __m256i *)perm[m]));
-    *x = _mm256_blendv_epi8(nx, _mm256_or_si256(_mm256_slli_epi32(nx, 16), wv), need);
-    *w += __builtin_popcount((unsigned)m);
+    __m256i ix = _mm256_add_epi32(to, _mm256_srli_epi32(_mm256_and_si256(*x, _mm256_set1_epi32(0xffff)), 8));
+    __m256i bad = _mm256_setzero_si256();
+    __m256i k = lane_sym(x, w, ix0, ix1, ix, cum, _mm256_set1_epi32(-1));
     /* bucket values: key = base + k in [-128, 128) */
     __m256i kp = _mm256_add_epi32(_mm256_add_epi32(base, k), _mm256_set1_epi32(128));
     bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(256)), _mm256_set1_epi32(255)));
@@ -437,27 +656,82 @@ simd8(__m256i *x, const uint16_t **w, uint64_t *pos, int i, __m256i *acc)
     __m256i ent = _mm256_i32gather_epi32((const int *)vals, kp, 4);
     __m256i nb = _mm256_srli_epi32(ent, 24), first = _mm256_and_si256(ent, _mm256_set1_epi32(0xffffff));
     bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(nb, _mm256_setzero_si256()));
-    /* plain bits: lane j's start is pos + the bits of lanes 0..j-1 */
-    __m256i p = _mm256_add_epi32(nb, _mm256_slli_si256(nb, 4));
-    p = _mm256_add_epi32(p, _mm256_slli_si256(p, 8));
-    p = _mm256_add_epi32(p, _mm256_blend_epi32(_mm256_setzero_si256(),
-                                               _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(3)), 0xf0));
-    __m256i bp = _mm256_add_epi32(_mm256_sub_epi32(p, nb), _mm256_set1_epi32((int)(*pos & 7)));
-    /* at most 7 + 8 * 7 = 63 bits from the byte at pos: one 64-bit word,
-     * shifted right per lane (a gather of 32-bit words was ~10% slower) */
-    uint64_t wd;
-    memcpy(&wd, raw + (*pos >> 3), 8);
-    __m256i W = _mm256_set1_epi64x((long long)wd);
-    __m256i lo = _mm256_srlv_epi64(W, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(bp)));
-    __m256i hi = _mm256_srlv_epi64(W, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bp, 1)));
-    __m256i g = _mm256_permutevar8x32_epi32(_mm256_blend_epi32(lo, _mm256_slli_epi64(hi, 32), 0xaa),
-                                            _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-    __m256i v = _mm256_and_si256(g, _mm256_sub_epi32(_mm256_sllv_epi32(one, nb), one));
-    *pos += (uint32_t)_mm256_extract_epi32(p, 7);
-    __m256i xv = _mm256_add_epi32(first, v);
-    _mm256_storeu_si256((__m256i *)(out + i), xv);
-    __m256i a = _mm256_add_epi32(*acc, xv);
-    *acc = _mm256_mullo_epi32(_mm256_xor_si256(a, _mm256_srli_epi32(a, 15)), _mm256_set1_epi32((int)0x9e3779b1));
+    lane_bits(first, nb, raw, pos, out + i, acc);
+    return _mm256_movemask_ps(_mm256_castsi256_ps(bad));
+}
+
+/* The zero table's symbol on the lanes of zm in closed form, no gather:
+ * its frequencies are 32760 (t = 0), 2^(15 - t) (1 <= t <= 15), 1 (t >= 16;
+ * the 8 counts of t = 16..24 come off t = 0), so with r = 65528 - slot a
+ * slot of 32760..65526 has t = 16 - ceil(log2 r), and slots from 65527 on
+ * are t = slot - 65511. ceil(log2 r) is read off the exponent of the
+ * float r - 1. */
+__attribute__((target("avx2,popcnt"))) static inline __attribute__((always_inline)) __m256i
+lane_zero(__m256i *x, const uint16_t **w, __m256i zm)
+{
+    const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
+    __m256i slot = _mm256_and_si256(*x, m16);
+    __m256i r = _mm256_sub_epi32(_mm256_set1_epi32(65528), slot);
+    __m256i rm1 = _mm256_sub_epi32(r, one); /* >= 1 where it is used */
+    __m256i fl = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(rm1)), 23),
+                                  _mm256_set1_epi32(127)); /* floor(log2(r - 1)) */
+    __m256i tmid = _mm256_sub_epi32(_mm256_set1_epi32(15), fl);
+    __m256i hi = _mm256_cmpgt_epi32(slot, _mm256_set1_epi32(65526));
+    __m256i lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(32760), slot);
+    __m256i t = _mm256_blendv_epi8(tmid, _mm256_sub_epi32(slot, _mm256_set1_epi32(65511)), hi);
+    t = _mm256_andnot_si256(lo, t);
+    /* start and frequency of t */
+    __m256i p = _mm256_sllv_epi32(one, _mm256_sub_epi32(_mm256_set1_epi32(15), tmid)); /* 2^(15 - t) */
+    __m256i st = _mm256_sub_epi32(_mm256_set1_epi32(65528), _mm256_add_epi32(p, p));
+    __m256i f = p;
+    st = _mm256_blendv_epi8(st, _mm256_add_epi32(t, _mm256_set1_epi32(65511)), hi);
+    f = _mm256_blendv_epi8(f, one, hi);
+    st = _mm256_andnot_si256(lo, st);
+    f = _mm256_blendv_epi8(f, _mm256_set1_epi32(32760), lo);
+    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(*x, 16)), _mm256_sub_epi32(slot, st));
+    nx = _mm256_blendv_epi8(*x, nx, zm);
+    __m256i need = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_min_epu32(nx, m16), nx), zm);
+    int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
+    __m256i wv = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)*w));
+    wv = _mm256_permutevar8x32_epi32(wv, _mm256_loadu_si256((const __m256i *)perm[m]));
+    *x = _mm256_blendv_epi8(nx, _mm256_or_si256(_mm256_slli_epi32(nx, 16), wv), need);
+    *w += __builtin_popcount((unsigned)m);
+    return t;
+}
+
+/* simd8 on the zero-bucket set: the lanes whose key is 0 or -1 decode
+ * their level on their own state in a second round, when there are any
+ * (other lanes keep their state; doing the round always was slower, and
+ * so was the level from the zero table's index by gathers, 16.4 against
+ * 14-15 cycles a scalar on eight states), then seven plain bits like the
+ * rest */
+__attribute__((target("avx2,popcnt"))) static inline __attribute__((always_inline)) int
+simd8z(__m256i *x, const uint16_t **w, uint64_t *pos, int i, __m256i *acc)
+{
+    const __m256i m16 = _mm256_set1_epi32(0xffff);
+    int ch = i % NCH;
+    __m256i to = _mm256_loadu_si256((const __m256i *)(toff + ch));
+    __m256i base = _mm256_loadu_si256((const __m256i *)(cbasez + ch));
+    __m256i ix = _mm256_add_epi32(to, _mm256_srli_epi32(_mm256_and_si256(*x, m16), 8));
+    __m256i bad = _mm256_setzero_si256();
+    __m256i k = lane_sym(x, w, ix0, ix1, ix, cum, _mm256_set1_epi32(-1));
+    __m256i kp = _mm256_add_epi32(_mm256_add_epi32(base, k), _mm256_set1_epi32(128));
+    bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(256)), _mm256_set1_epi32(255)));
+    kp = _mm256_and_si256(kp, _mm256_set1_epi32(255));
+    __m256i ent = _mm256_i32gather_epi32((const int *)valsz, kp, 4);
+    __m256i nb = _mm256_srli_epi32(ent, 24), first = _mm256_and_si256(ent, _mm256_set1_epi32(0xffffff));
+    __m256i neg = _mm256_cmpeq_epi32(kp, _mm256_set1_epi32(127));
+    __m256i zm = _mm256_or_si256(_mm256_cmpeq_epi32(kp, _mm256_set1_epi32(128)), neg);
+    bad = _mm256_or_si256(bad, _mm256_andnot_si256(zm, _mm256_cmpeq_epi32(nb, _mm256_setzero_si256())));
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(zm))) {
+        __m256i t = lane_zero(x, w, zm);
+        bad = _mm256_or_si256(bad, _mm256_and_si256(zm, _mm256_cmpgt_epi32(t, _mm256_set1_epi32(23))));
+        __m256i zf = _mm256_or_si256(_mm256_and_si256(neg, _mm256_set1_epi32(0x8000)),
+                                     _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(123), t), MBITS));
+        first = _mm256_blendv_epi8(first, zf, zm);
+        nb = _mm256_blendv_epi8(nb, _mm256_set1_epi32(MBITS), zm);
+    }
+    lane_bits(first, nb, rawz, pos, out + i, acc);
     return _mm256_movemask_ps(_mm256_castsi256_ps(bad));
 }
 
@@ -493,6 +767,35 @@ __attribute__((target("avx2,popcnt"))) static uint64_t decode_simd16(void)
     uint64_t pos = 0;
     for (int i = 0; i < N; i += 16)
         if (__builtin_expect(simd8(&x0, &w, &pos, i, &a0) | simd8(&x1, &w, &pos, i + 8, &a1), 0))
+            return 0;
+    uint32_t a[16];
+    _mm256_storeu_si256((__m256i *)a, a0);
+    _mm256_storeu_si256((__m256i *)(a + 8), a1);
+    return fold(a, 16);
+}
+
+/* the zero-bucket set on eight and on sixteen states */
+__attribute__((target("avx2,popcnt"))) static uint64_t decode_simd8z(void)
+{
+    __m256i x = _mm256_loadu_si256((const __m256i *)finz8), acc = _mm256_set1_epi32(0x243f6a88);
+    const uint16_t *w = wz8start;
+    uint64_t pos = 0;
+    for (int i = 0; i < N; i += 8)
+        if (__builtin_expect(simd8z(&x, &w, &pos, i, &acc), 0))
+            return 0;
+    uint32_t a[8];
+    _mm256_storeu_si256((__m256i *)a, acc);
+    return fold(a, 8);
+}
+
+__attribute__((target("avx2,popcnt"))) static uint64_t decode_simd16z(void)
+{
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)finz16), x1 = _mm256_loadu_si256((const __m256i *)(finz16 + 8));
+    __m256i a0 = _mm256_set1_epi32(0x243f6a88), a1 = a0;
+    const uint16_t *w = wz16start;
+    uint64_t pos = 0;
+    for (int i = 0; i < N; i += 16)
+        if (__builtin_expect(simd8z(&x0, &w, &pos, i, &a0) | simd8z(&x1, &w, &pos, i + 8, &a1), 0))
             return 0;
     uint32_t a[16];
     _mm256_storeu_si256((__m256i *)a, a0);
@@ -552,10 +855,16 @@ static __attribute__((noinline)) uint64_t run(int mode)
     case 8: return decode2(1);
     case 9: return decode2(2);
     case 10: return decode_pair();
+    case 11: return decode_z();
+#ifdef HAVE_SIMD
+    case 12: return decode_simd8z();
+    case 13: return decode_simd16z();
+#endif
     default: return decode(4);
     }
 }
 
+#define NMODES 14
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 2000;
@@ -563,31 +872,32 @@ int main(int argc, char **argv)
         reps = 1;
     setup();
     make_streams();
-    static const char *names[] = {"closed", "values", "values+h", "rawbits", "raw+h4",
-                                  "simd8",  "simd16", "2pass+h",  "2pass+h4", "pass1",  "pair+h"};
-    int modes[11], nm = 0;
-    for (int m = 0; m < 5; m++)
-        modes[nm++] = m;
+    make_zero_set();
+    static const char *names[NMODES] = {"closed", "values", "values+h", "rawbits", "raw+h4",
+                                        "simd8",  "simd16", "2pass+h",  "2pass+h4", "pass1",
+                                        "pair+h", "z:values+h", "z:simd8", "z:simd16"};
+    int modes[NMODES], nm = 0, simd = 0;
 #ifdef HAVE_SIMD
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) {
         setup_simd();
-        modes[nm++] = 5;
-        modes[nm++] = 6;
+        simd = 1;
     }
 #endif
-    for (int m = 7; m < 11; m++)
-        modes[nm++] = m;
-    double best[11];
-    for (int m = 0; m < 11; m++)
+    for (int m = 0; m < NMODES; m++)
+        if (simd || (m != 5 && m != 6 && m != 12 && m != 13))
+            modes[nm++] = m;
+    double best[NMODES];
+    for (int m = 0; m < NMODES; m++)
         best[m] = 1e30;
     volatile uint64_t sink = 0;
     for (int i = 0; i < nm; i++) {
         int m = modes[i];
+        const uint32_t *ref = m >= 11 ? wantz : want;
         memset(out, 0, sizeof out);
         uint64_t h = run(m);
         sink += h;
-        if (memcmp(out, want, sizeof out) != 0 || (m == 10 && memcmp(out2, want, sizeof out2) != 0) ||
+        if (memcmp(out, ref, sizeof out) != 0 || (m == 10 && memcmp(out2, want, sizeof out2) != 0) ||
             (m >= 5 && h == 0)) {
             fprintf(stderr, "bench_rans_floor: %s decodes wrongly\n", names[m]);
             return 1;
@@ -611,13 +921,16 @@ int main(int argc, char **argv)
     printf(")\n");
     for (int i = 0; i < nm; i++) {
         int m = modes[i];
+        if (m == 11)
+            printf("z: the zero-bucket set, %.1f%% of the scalars in the buckets at zero\n",
+                   100.0 * nzero / N);
         double rate = (m == 10 ? 2 : 1) * N / best[m] / 1e6;
-        printf("%-9s %7.1f  %.2fx", names[m], rate, rate / (N / best[0] / 1e6));
+        printf("%-10s %7.1f  %.2fx", names[m], rate, rate / (N / best[0] / 1e6));
         if (ghz > 0)
             printf("  %5.1f", ghz * 1e3 / rate);
         printf("\n");
     }
-    if (nm < 11)
+    if (!simd)
         printf("(simd8, simd16: need x86-64 with AVX2)\n");
     return (int)(sink & 0);
 }
