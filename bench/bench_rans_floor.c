@@ -53,6 +53,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "lanes.h"
 
 #define N 8192      /* scalars a stream: a 256-token stories260K layer's K or V */
 #define NCH 32      /* channels a row, each with its own class */
@@ -533,7 +534,6 @@ static __attribute__((noinline)) uint64_t decode_z(void)
  *   ix1  cum[k + 2] | k << 17                                        */
 static uint32_t ix0[NCH * 256], ix1[NCH * 256];
 static int32_t toff[NCH], cbase[NCH]; /* per channel: table offset, base (int32) */
-static uint32_t perm[256][8]; /* lane j of a renormalisation mask m: the word it reads */
 static int32_t cbasez[NCH];
 
 static void setup_simd(void)
@@ -549,10 +549,7 @@ static void setup_simd(void)
     }
     for (int ch = 0; ch < NCH; ch++)
         cbasez[ch] = (int32_t)clsz[ch].base;
-    for (int m = 0; m < 256; m++)
-        for (int j = 0, c = 0; j < 8; j++)
-            if (m >> j & 1)
-                perm[m][j] = (uint32_t)c++;
+    lanes_init();
 }
 
 /* A table symbol on the lanes of mask zm (all ones: every lane) of the
@@ -595,44 +592,8 @@ lane_sym(__m256i *x, const uint16_t **w, const uint32_t *i0, const uint32_t *i1,
     }
     __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(*x, 16)),
                                   _mm256_sub_epi32(slot, st));
-    nx = _mm256_blendv_epi8(*x, nx, zm);
-    __m256i need = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_min_epu32(nx, m16), nx), zm); /* nx < 2^16 */
-    int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
-    __m256i wv = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)*w));
-    wv = _mm256_permutevar8x32_epi32(wv, _mm256_loadu_si256((const __m256i *)perm[m]));
-    *x = _mm256_blendv_epi8(nx, _mm256_or_si256(_mm256_slli_epi32(nx, 16), wv), need);
-    *w += __builtin_popcount((unsigned)m);
+    lanes_renorm(x, nx, zm, w);
     return k;
-}
-
-/* The plain bits of the eight lanes (nb each, lane j's after lanes
- * 0..j-1's, from the raw bit stream rw at *pos) added to first, stored at
- * o, and folded into the checksum lanes */
-__attribute__((target("avx2,popcnt"))) static inline __attribute__((always_inline)) void
-lane_bits(__m256i first, __m256i nb, const uint8_t *rw, uint64_t *pos, uint32_t *o, __m256i *acc)
-{
-    const __m256i one = _mm256_set1_epi32(1);
-    /* plain bits: lane j's start is pos + the bits of lanes 0..j-1 */
-    __m256i p = _mm256_add_epi32(nb, _mm256_slli_si256(nb, 4));
-    p = _mm256_add_epi32(p, _mm256_slli_si256(p, 8));
-    p = _mm256_add_epi32(p, _mm256_blend_epi32(_mm256_setzero_si256(),
-                                               _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(3)), 0xf0));
-    __m256i bp = _mm256_add_epi32(_mm256_sub_epi32(p, nb), _mm256_set1_epi32((int)(*pos & 7)));
-    /* at most 7 + 8 * 7 = 63 bits from the byte at pos: one 64-bit word,
-     * shifted right per lane (a gather of 32-bit words was ~10% slower) */
-    uint64_t wd;
-    memcpy(&wd, rw + (*pos >> 3), 8);
-    __m256i W = _mm256_set1_epi64x((long long)wd);
-    __m256i lo = _mm256_srlv_epi64(W, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(bp)));
-    __m256i hi = _mm256_srlv_epi64(W, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bp, 1)));
-    __m256i g = _mm256_permutevar8x32_epi32(_mm256_blend_epi32(lo, _mm256_slli_epi64(hi, 32), 0xaa),
-                                            _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-    __m256i v = _mm256_and_si256(g, _mm256_sub_epi32(_mm256_sllv_epi32(one, nb), one));
-    *pos += (uint32_t)_mm256_extract_epi32(p, 7);
-    __m256i xv = _mm256_add_epi32(first, v);
-    _mm256_storeu_si256((__m256i *)o, xv);
-    __m256i a = _mm256_add_epi32(*acc, xv);
-    *acc = _mm256_mullo_epi32(_mm256_xor_si256(a, _mm256_srli_epi32(a, 15)), _mm256_set1_epi32((int)0x9e3779b1));
 }
 
 /* Eight scalars on eight states x (lane j: the scalar of state j), as a
@@ -656,47 +617,8 @@ simd8(__m256i *x, const uint16_t **w, uint64_t *pos, int i, __m256i *acc)
     __m256i ent = _mm256_i32gather_epi32((const int *)vals, kp, 4);
     __m256i nb = _mm256_srli_epi32(ent, 24), first = _mm256_and_si256(ent, _mm256_set1_epi32(0xffffff));
     bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(nb, _mm256_setzero_si256()));
-    lane_bits(first, nb, raw, pos, out + i, acc);
+    lanes_bits(first, nb, raw, pos, out + i, acc);
     return _mm256_movemask_ps(_mm256_castsi256_ps(bad));
-}
-
-/* The zero table's symbol on the lanes of zm in closed form, no gather:
- * its frequencies are 32760 (t = 0), 2^(15 - t) (1 <= t <= 15), 1 (t >= 16;
- * the 8 counts of t = 16..24 come off t = 0), so with r = 65528 - slot a
- * slot of 32760..65526 has t = 16 - ceil(log2 r), and slots from 65527 on
- * are t = slot - 65511. ceil(log2 r) is read off the exponent of the
- * float r - 1. */
-__attribute__((target("avx2,popcnt"))) static inline __attribute__((always_inline)) __m256i
-lane_zero(__m256i *x, const uint16_t **w, __m256i zm)
-{
-    const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
-    __m256i slot = _mm256_and_si256(*x, m16);
-    __m256i r = _mm256_sub_epi32(_mm256_set1_epi32(65528), slot);
-    __m256i rm1 = _mm256_sub_epi32(r, one); /* >= 1 where it is used */
-    __m256i fl = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(rm1)), 23),
-                                  _mm256_set1_epi32(127)); /* floor(log2(r - 1)) */
-    __m256i tmid = _mm256_sub_epi32(_mm256_set1_epi32(15), fl);
-    __m256i hi = _mm256_cmpgt_epi32(slot, _mm256_set1_epi32(65526));
-    __m256i lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(32760), slot);
-    __m256i t = _mm256_blendv_epi8(tmid, _mm256_sub_epi32(slot, _mm256_set1_epi32(65511)), hi);
-    t = _mm256_andnot_si256(lo, t);
-    /* start and frequency of t */
-    __m256i p = _mm256_sllv_epi32(one, _mm256_sub_epi32(_mm256_set1_epi32(15), tmid)); /* 2^(15 - t) */
-    __m256i st = _mm256_sub_epi32(_mm256_set1_epi32(65528), _mm256_add_epi32(p, p));
-    __m256i f = p;
-    st = _mm256_blendv_epi8(st, _mm256_add_epi32(t, _mm256_set1_epi32(65511)), hi);
-    f = _mm256_blendv_epi8(f, one, hi);
-    st = _mm256_andnot_si256(lo, st);
-    f = _mm256_blendv_epi8(f, _mm256_set1_epi32(32760), lo);
-    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(*x, 16)), _mm256_sub_epi32(slot, st));
-    nx = _mm256_blendv_epi8(*x, nx, zm);
-    __m256i need = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_min_epu32(nx, m16), nx), zm);
-    int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
-    __m256i wv = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)*w));
-    wv = _mm256_permutevar8x32_epi32(wv, _mm256_loadu_si256((const __m256i *)perm[m]));
-    *x = _mm256_blendv_epi8(nx, _mm256_or_si256(_mm256_slli_epi32(nx, 16), wv), need);
-    *w += __builtin_popcount((unsigned)m);
-    return t;
 }
 
 /* simd8 on the zero-bucket set: the lanes whose key is 0 or -1 decode
@@ -724,14 +646,14 @@ simd8z(__m256i *x, const uint16_t **w, uint64_t *pos, int i, __m256i *acc)
     __m256i zm = _mm256_or_si256(_mm256_cmpeq_epi32(kp, _mm256_set1_epi32(128)), neg);
     bad = _mm256_or_si256(bad, _mm256_andnot_si256(zm, _mm256_cmpeq_epi32(nb, _mm256_setzero_si256())));
     if (_mm256_movemask_ps(_mm256_castsi256_ps(zm))) {
-        __m256i t = lane_zero(x, w, zm);
+        __m256i t = lanes_zero(x, w, zm);
         bad = _mm256_or_si256(bad, _mm256_and_si256(zm, _mm256_cmpgt_epi32(t, _mm256_set1_epi32(23))));
         __m256i zf = _mm256_or_si256(_mm256_and_si256(neg, _mm256_set1_epi32(0x8000)),
                                      _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(123), t), MBITS));
         first = _mm256_blendv_epi8(first, zf, zm);
         nb = _mm256_blendv_epi8(nb, _mm256_set1_epi32(MBITS), zm);
     }
-    lane_bits(first, nb, rawz, pos, out + i, acc);
+    lanes_bits(first, nb, rawz, pos, out + i, acc);
     return _mm256_movemask_ps(_mm256_castsi256_ps(bad));
 }
 

@@ -3,7 +3,9 @@
 # sequences and a disjoint test set of 32 x 256 tokens (temperature 1.0,
 # top-p 0.9, seeds 100 and 200), every level, against zstd -3/-19 on raw
 # bytes and byte planes in the same run, then bench_rans_floor (the
-# decoder's stripped common case; not with --json). usage:
+# decoder's stripped common case) and, for bf16, bench_lanes (stat-style
+# streams of the test set in a lane layout against version 1); neither
+# with --json. usage:
 # bench/codec_bench.sh [BUILD_DIR] [DTYPE] [--json]
 set -euo pipefail
 build=${1:-build}
@@ -23,5 +25,8 @@ trap 'rm -rf "$tmp"' EXIT
 floor=$build/bench/bench_rans_floor
 case " $* " in
 *" --json "*) ;;
-*) if [ -x "$floor" ]; then "$floor" 400; fi ;;
+*) if [ -x "$floor" ]; then "$floor" 400; fi
+   if [ -x "$build/bench/bench_lanes" ] && [ "$dt" = bf16 ]; then
+       "$build/bench/bench_lanes" "$tmp/test.safetensors" 8 10
+   fi ;;
 esac
