@@ -114,6 +114,15 @@ static int sym_bits(uint32_t x, const skv_fcls *c, uint32_t *sym, int *zero, uin
     return 1;
 }
 
+/* Whether o holds stream z's scalars */
+static int same(const uint32_t *o, const stream *z)
+{
+    for (size_t j = 0; j < T * C; j++)
+        if (o[j] != skv_load16_le((const uint8_t *)(z->x + j)))
+            return 0;
+    return 1;
+}
+
 /* Code stream z in the lane layout; 0 when a scalar is off the common case */
 static int lane_encode(stream *z, const skv_cmodel *m)
 {
@@ -290,24 +299,8 @@ LANES_INLINE int group(__m256i *x, const uint16_t **w, const uint8_t *raw, uint6
     __m256i st = _mm256_blendv_epi8(start, b, up), en = _mm256_blendv_epi8(b, c2, up);
     k = _mm256_sub_epi32(k, up);
     int mb = _mm256_movemask_ps(_mm256_castsi256_ps(many));
-    if (__builtin_expect(mb != 0, 0)) { /* runs where several symbols start: search the lane's cum */
-        uint32_t as[8], at[8], ae[8], ak[8];
-        _mm256_storeu_si256((__m256i *)as, slot);
-        _mm256_storeu_si256((__m256i *)at, st);
-        _mm256_storeu_si256((__m256i *)ae, en);
-        _mm256_storeu_si256((__m256i *)ak, k);
-        for (; mb; mb &= mb - 1) {
-            int j = __builtin_ctz((unsigned)mb);
-            const uint32_t *cm = ty->cum[c0 + (size_t)j];
-            uint32_t kk = ak[j] + 1;
-            while (cm[kk + 1] <= as[j])
-                kk++;
-            ak[j] = kk, at[j] = cm[kk], ae[j] = cm[kk + 1];
-        }
-        st = _mm256_loadu_si256((const __m256i *)at);
-        en = _mm256_loadu_si256((const __m256i *)ae);
-        k = _mm256_loadu_si256((const __m256i *)ak);
-    }
+    if (__builtin_expect(mb != 0, 0)) /* runs where several symbols start: search the lane's cum */
+        lanes_search(slot, &st, &en, &k, mb, ty->cum + c0);
     __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(*x, 16)),
                                   _mm256_sub_epi32(slot, st));
     lanes_renorm(x, nx, all, w);
@@ -499,64 +492,49 @@ int main(int argc, char **argv)
         }
     if (!nz)
         return fail("no stream in the common case", SKV_ERR_SHAPE);
-    /* check both decoders once, then time them alternately */
-    double best1 = 1e30, best2 = 1e30;
-    for (int r = 0; r <= reps; r++) {
-        double t1 = 0, t2 = 0;
-        for (size_t q = 0; q < nz; q++) {
-            stream *z = &zs[q];
-            const stype *ty = &types[z->type];
-            double t0 = now();
-            rc = skv_decoder_begin(d, z->v1, z->v1len, NULL);
-            for (size_t t = 0; t < T && !rc; t++)
-                rc = skv_decoder_get_n(d, ty->mu, ty->s, out + t * C, C);
-            if (!rc)
-                rc = skv_decoder_end(d);
-            t1 += now() - t0;
-            if (rc)
-                return fail("v1 decode", rc);
-            if (r == 0)
-                for (size_t j = 0; j < n; j++)
-                    if (out[j] != skv_load16_le((const uint8_t *)(z->x + j)))
-                        return fail("v1 round trip", SKV_ERR_CORRUPT);
-            t0 = now();
-            uint64_t h = lane_decode(z, out);
-            t2 += now() - t0;
-            if (!h)
-                return fail("a lane left the common case", SKV_ERR_CORRUPT);
-            if (r == 0)
-                for (size_t j = 0; j < n; j++)
-                    if (out[j] != skv_load16_le((const uint8_t *)(z->x + j)))
-                        return fail("lane round trip", SKV_ERR_CORRUPT);
-        }
-        if (r > 0) {
-            best1 = t1 < best1 ? t1 : best1;
-            best2 = t2 < best2 ? t2 : best2;
-        }
-    }
-    /* the encoders: version 1 (put_n by row, finish) and the lane layout's,
-     * whose output is checked against the reference lane_encode's */
+    /* per round and stream: version 1's decoder, the lanes', version 1's
+     * encoder (its bytes checked against the first encode), the lanes'
+     * (checked against the reference lane_encode); the decoders' output
+     * checked in the first round, which is not timed */
     uint64_t *qbuf = malloc(2 * n * sizeof *qbuf);
     uint16_t *wbuf = malloc((2 * n + 16) * sizeof *wbuf);
     uint8_t *rbuf = malloc(n + 16), *v1buf = malloc(skv_encoder_bound(e) + 4 * n + 1024);
     if (!qbuf || !wbuf || !rbuf || !v1buf)
         return fail("buffers", SKV_ERR_NOMEM);
-    double ebest1 = 1e30, ebest2 = 1e30;
+    double best[4] = {1e30, 1e30, 1e30, 1e30}; /* decode v1, lanes; encode v1, lanes */
     for (int r = 0; r <= reps; r++) {
-        double t1 = 0, t2 = 0;
+        double t[4] = {0, 0, 0, 0}, t0;
         for (size_t q = 0; q < nz; q++) {
             stream *z = &zs[q];
             const stype *ty = &types[z->type];
+            t0 = now();
+            rc = skv_decoder_begin(d, z->v1, z->v1len, NULL);
+            for (size_t i = 0; i < T && !rc; i++)
+                rc = skv_decoder_get_n(d, ty->mu, ty->s, out + i * C, C);
+            if (!rc)
+                rc = skv_decoder_end(d);
+            t[0] += now() - t0;
+            if (rc)
+                return fail("v1 decode", rc);
+            if (r == 0 && !same(out, z))
+                return fail("v1 round trip", SKV_ERR_CORRUPT);
+            t0 = now();
+            uint64_t h = lane_decode(z, out);
+            t[1] += now() - t0;
+            if (!h)
+                return fail("a lane left the common case", SKV_ERR_CORRUPT);
+            if (r == 0 && !same(out, z))
+                return fail("lane round trip", SKV_ERR_CORRUPT);
             for (size_t j = 0; j < n; j++)
                 xin[j] = skv_load16_le((const uint8_t *)(z->x + j));
-            double t0 = now();
+            t0 = now();
             skv_encoder_reset(e, cid);
-            for (size_t t = 0; t < T && !rc; t++)
-                rc = skv_encoder_put_n(e, xin + t * C, ty->mu, ty->s, C);
+            for (size_t i = 0; i < T && !rc; i++)
+                rc = skv_encoder_put_n(e, xin + i * C, ty->mu, ty->s, C);
             size_t len = 0;
             if (!rc)
                 rc = skv_encoder_finish(e, v1buf, skv_encoder_bound(e) + 4 * n + 1024, &len);
-            t1 += now() - t0;
+            t[2] += now() - t0;
             if (rc || len != z->v1len || memcmp(v1buf, z->v1, len) != 0)
                 return fail("v1 encode again", rc ? rc : SKV_ERR_CORRUPT);
             const uint16_t *ws;
@@ -564,18 +542,17 @@ int main(int argc, char **argv)
             t0 = now();
             memset(rbuf, 0, n + 16); /* at most 7 bits a scalar */
             int ok = lane_encode_fast(z, m, qbuf, wbuf + 2 * n + 8, rbuf, &ws, fin);
-            t2 += now() - t0;
+            t[3] += now() - t0;
             size_t nw = (size_t)(wbuf + 2 * n + 8 - ws);
             if (!ok || memcmp(fin, z->fin, sizeof fin) != 0 ||
                 nw != (size_t)(z->words + 2 * n + 8 - z->wstart) || memcmp(ws, z->wstart, 2 * nw) != 0 ||
                 memcmp(rbuf, z->raw, z->nraw) != 0)
                 return fail("the lane encoders disagree", SKV_ERR_CORRUPT);
         }
-        if (r > 0) {
-            ebest1 = t1 < ebest1 ? t1 : ebest1;
-            ebest2 = t2 < ebest2 ? t2 : ebest2;
-        }
+        for (int k = 0; k < 4 && r > 0; k++)
+            best[k] = t[k] < best[k] ? t[k] : best[k];
     }
+    double best1 = best[0], best2 = best[1], ebest1 = best[2], ebest2 = best[3];
     free(qbuf), free(wbuf), free(rbuf), free(v1buf);
     double tot = (double)(nz * n), ghz = skv_bench_clock_ghz();
     printf("bench_lanes: %zu streams of %zu bf16 scalars (rows of %zu; %zu left out: off the common "

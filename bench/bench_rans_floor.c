@@ -574,21 +574,8 @@ lane_sym(__m256i *x, const uint16_t **w, const uint32_t *i0, const uint32_t *i1,
     k = _mm256_sub_epi32(k, up);
     int mb = _mm256_movemask_ps(_mm256_castsi256_ps(many));
     if (__builtin_expect(mb != 0, 0)) { /* runs where several symbols start: search cm */
-        uint32_t as[8], at[8], ae[8], ak[8];
-        _mm256_storeu_si256((__m256i *)as, slot);
-        _mm256_storeu_si256((__m256i *)at, st);
-        _mm256_storeu_si256((__m256i *)ae, en);
-        _mm256_storeu_si256((__m256i *)ak, k);
-        for (; mb; mb &= mb - 1) {
-            int j = __builtin_ctz((unsigned)mb);
-            uint32_t kk = ak[j] + 1;
-            while (cm[kk + 1] <= as[j])
-                kk++;
-            ak[j] = kk, at[j] = cm[kk], ae[j] = cm[kk + 1];
-        }
-        st = _mm256_loadu_si256((const __m256i *)at);
-        en = _mm256_loadu_si256((const __m256i *)ae);
-        k = _mm256_loadu_si256((const __m256i *)ak);
+        const uint32_t *const cms[8] = {cm, cm, cm, cm, cm, cm, cm, cm};
+        lanes_search(slot, &st, &en, &k, mb, cms);
     }
     __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(*x, 16)),
                                   _mm256_sub_epi32(slot, st));

@@ -28,6 +28,31 @@ static void lanes_init(void)
                 lanes_perm[m][j] = (uint32_t)c++;
 }
 
+/* The lanes of mask mb whose slot lies past their index run's second
+ * symbol (a run where several symbols start): their symbol k, start st
+ * and end en found by a search of lane j's cumulative frequencies cm[j],
+ * from k + 1 (k comes in as the run's second symbol). */
+LANES_INLINE void lanes_search(__m256i slot, __m256i *st, __m256i *en, __m256i *k, int mb,
+                               const uint32_t *const *cm)
+{
+    uint32_t as[8], at[8], ae[8], ak[8];
+    _mm256_storeu_si256((__m256i *)as, slot);
+    _mm256_storeu_si256((__m256i *)at, *st);
+    _mm256_storeu_si256((__m256i *)ae, *en);
+    _mm256_storeu_si256((__m256i *)ak, *k);
+    for (; mb; mb &= mb - 1) {
+        int j = __builtin_ctz((unsigned)mb);
+        const uint32_t *c = cm[j];
+        uint32_t kk = ak[j] + 1;
+        while (c[kk + 1] <= as[j])
+            kk++;
+        ak[j] = kk, at[j] = c[kk], ae[j] = c[kk + 1];
+    }
+    *st = _mm256_loadu_si256((const __m256i *)at);
+    *en = _mm256_loadu_si256((const __m256i *)ae);
+    *k = _mm256_loadu_si256((const __m256i *)ak);
+}
+
 /* The states nx (new values) on the lanes of act, renormalised: a lane
  * below 2^16 takes the next word, in lane order; other lanes keep *x. */
 LANES_INLINE void lanes_renorm(__m256i *x, __m256i nx, __m256i act, const uint16_t **w)
