@@ -88,6 +88,9 @@ static size_t C, T, NTYPE;
 static stype *types;
 static uint32_t *IX0, *IX1, *BVT;
 
+/* The plan of bf16 scalar x under class c, enc_one's common case: its
+ * class symbol, whether it is in a bucket at zero (then its level t),
+ * its plain bits and their count; 0 off the common case. */
 static int sym_bits(uint32_t x, const skv_fcls *c, uint32_t *sym, int *zero, uint32_t *t,
                     uint32_t *plain, int *nb)
 {
