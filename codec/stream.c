@@ -25,6 +25,21 @@ static inline uint64_t mix_in(uint64_t h, uint64_t v)
     return h ^ (h >> 29);
 }
 
+/* Version 2 streams (FORMAT.md): scalar i on state v2_lane(i) of
+ * sixteen, a 32-bit checksum lane per state. */
+#define SKV_V2_STATES 16
+#define V2_ACC0 0x243f6a88u
+static inline int v2_lane(uint32_t i)
+{
+    return (int)((i & 7u) | ((i >> 3 & 1u) << 3));
+}
+
+static inline uint32_t v2_acc(uint32_t a, uint32_t x)
+{
+    a += x;
+    return (a ^ (a >> 15)) * 0x9e3779b1u;
+}
+
 uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed)
 {
     const uint8_t *p = data;
@@ -362,6 +377,10 @@ struct skv_encoder {
     uint64_t raw_slow; /* plain bits queued out of line by the current put_n */
     skv_fcache fc;
     skv_rcache rc;
+    int version_on, version; /* the stream version asked for; this stream's */
+    uint8_t *cnt;            /* version 2: each scalar's number of queued operations */
+    size_t ccap;
+    uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
 };
 
 int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
@@ -375,6 +394,7 @@ int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
     }
     e->m = m;
     e->ideal_on = 1;
+    e->version_on = 1;
     skv_encoder_reset(e, NULL);
     *out = e;
     return SKV_OK;
@@ -386,6 +406,7 @@ void skv_encoder_free(skv_encoder *e)
         return;
     skv_free(e->ops);
     skv_free(e->words);
+    skv_free(e->cnt);
     rcache_free(&e->rc);
     skv_free(e);
 }
@@ -410,6 +431,9 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
     fcache_start(&e->fc, e->m->lat.dt);
     rcache_clear(&e->rc);
     e->h = 0x243f6a8885a308d3ull;
+    e->version = e->version_on;
+    for (int l = 0; l < SKV_V2_STATES; l++)
+        e->acc[l] = V2_ACC0;
     if (calib_id)
         memcpy(e->calib, calib_id, 16);
     else
@@ -770,8 +794,8 @@ static int put_room(skv_encoder *e, size_t n)
 }
 
 /* n scalars, with the classes of their row given (or NULL: found here) */
-static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
-                       const skv_fcls *given)
+static int put_n_given1(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
+                        const skv_fcls *given)
 {
     if (e->atoms) {
         switch (e->m->lat.dt) {
@@ -787,6 +811,38 @@ static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const
     case SKV_DT_F8E4M3: return put_n_impl(e, &SKV__LAT_F8, x, mu, s, n, given);
     default: return put_n_impl(e, &SKV__LAT_F32, x, mu, s, n, given);
     }
+}
+
+/* Version 2 queues each scalar's operations as version 1 does, one
+ * scalar at a time, and records their number: skv_encoder_finish then
+ * sorts them into the lanes' rounds and the raw bit stream. */
+static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
+                       const skv_fcls *given)
+{
+    if (e->version != 2)
+        return put_n_given1(e, x, mu, s, n, given);
+    if (e->n + n > e->ccap) {
+        size_t nc = e->ccap ? 2 * e->ccap : 4096;
+        while (nc < e->n + n)
+            nc *= 2;
+        uint8_t *c = skv_realloc(e->cnt, nc);
+        if (!c)
+            return skv_error(SKV_ERR_NOMEM, "encoder ops");
+        e->cnt = c;
+        e->ccap = nc;
+    }
+    const skv_lat *L = &e->m->lat;
+    const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
+    for (size_t i = 0; i < n; i++) {
+        size_t before = e->nops;
+        uint32_t at = e->n;
+        int rc = put_n_given1(e, x + i, mu + i, s + i, 1, given ? given + i : NULL);
+        if (rc)
+            return rc;
+        e->cnt[at] = (uint8_t)(e->nops - before);
+        e->acc[v2_lane(at)] = v2_acc(e->acc[v2_lane(at)], x[i] & mask);
+    }
+    return SKV_OK;
 }
 
 int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n)
@@ -831,8 +887,18 @@ void skv_encoder_set_ideal(skv_encoder *e, int on)
     e->ideal_on = on != 0;
 }
 
+int skv_encoder_set_version(skv_encoder *e, int version)
+{
+    if (version != 1 && version != 2)
+        return skv_error(SKV_ERR_ARG, "stream version %d: 1 or 2", version);
+    e->version_on = version;
+    return SKV_OK;
+}
+
 size_t skv_encoder_bound(const skv_encoder *e)
 {
+    if (e->version == 2) /* 16 states; a word and at most 16 plain bits an operation */
+        return SKV_STREAM_HEADER + 4 * SKV_V2_STATES + 4 * e->nops + 8;
     return SKV_STREAM_HEADER + 16 + 2 * e->nops;
 }
 
@@ -864,9 +930,128 @@ SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *top, ptrdiff_t
         enc_eop(s, (const skv_eop *)(uintptr_t)op, 0, top, nn);
 }
 
+/* A queued operation of version 2's sorting: its plain bits (*v, *nb;
+ * returns 1) or a table symbol (returns 0) */
+static int v2_plain(uint64_t op, uint32_t *v, int *nb)
+{
+    if (op & 1u) { /* wide plain bits */
+        *nb = (int)((op >> 1) & 31u);
+        *v = (uint32_t)(op >> 8);
+        return 1;
+    }
+    const skv_eop *p = (const skv_eop *)(uintptr_t)op;
+    if (p >= plain_tab && p < plain_tab + (2u << PLAIN_TAB_BITS)) {
+        uint32_t idx = (uint32_t)(p - plain_tab);
+        *nb = 31 - __builtin_clz(idx);
+        *v = idx - (1u << *nb);
+        return 1;
+    }
+    return 0;
+}
+
+/* Version 2 (FORMAT.md): per group of eight scalars, the first operation
+ * of each (a table symbol) in lane order, then each scalar's other table
+ * symbols, lane after lane, on the scalar's state; the plain bits in a
+ * raw bit stream, scalar after scalar, least significant bit first. The
+ * table symbols are sorted into that order (an operation is its skv_eop
+ * address shifted left by 4, the state in the low bits), then coded last
+ * to first. */
+static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
+{
+    size_t nops = e->nops;
+    if (e->wcap < nops + 1) {
+        uint16_t *w = skv_realloc(e->words, (nops + 1) * sizeof *w);
+        if (!w)
+            return skv_error(SKV_ERR_NOMEM, "encoder words");
+        e->words = w;
+        e->wcap = nops + 1;
+    }
+    uint64_t *q = skv_malloc((nops + 1) * sizeof *q);
+    uint8_t *raw = skv_malloc(2 * nops + 16);
+    if (!q || !raw) {
+        skv_free(q);
+        skv_free(raw);
+        return skv_error(SKV_ERR_NOMEM, "encoder words");
+    }
+    size_t nq = 0, nraw = 0, p = 0;
+    uint64_t bits = 0;
+    int nbits = 0;
+    for (uint32_t g = 0; g < e->n; g += 8) {
+        uint32_t m = e->n - g < 8 ? e->n - g : 8;
+        size_t at[8];
+        for (uint32_t j = 0; j < m; j++) {
+            at[j] = p;
+            p += e->cnt[g + j];
+            q[nq++] = e->ops[at[j]] << 4 | (uint64_t)v2_lane(g + j); /* a table symbol */
+        }
+        for (uint32_t j = 0; j < m; j++)
+            for (size_t k = at[j] + 1; k < at[j] + e->cnt[g + j]; k++) {
+                uint32_t v;
+                int nb;
+                if (v2_plain(e->ops[k], &v, &nb)) {
+                    bits |= (uint64_t)(v & ((1u << nb) - 1u)) << nbits;
+                    for (nbits += nb; nbits >= 8; nbits -= 8, bits >>= 8)
+                        raw[nraw++] = (uint8_t)bits;
+                } else {
+                    q[nq++] = e->ops[k] << 4 | (uint64_t)v2_lane(g + j);
+                }
+            }
+    }
+    if (nbits > 0)
+        raw[nraw++] = (uint8_t)bits;
+    uint32_t x[SKV_V2_STATES];
+    for (int l = 0; l < SKV_V2_STATES; l++)
+        x[l] = RANS_L;
+    uint16_t *top = e->words + nq;
+    ptrdiff_t nn = 0;
+    for (size_t k = nq; k-- > 0;)
+        enc_eop(&x[q[k] & 15u], (const skv_eop *)(uintptr_t)(q[k] >> 4), 0, top, &nn);
+    skv_free(q);
+    size_t nw = (size_t)-nn;
+    const uint16_t *words = top + nn + 1;
+    size_t payload = 4 * SKV_V2_STATES + 2 * nw + nraw;
+    size_t total = SKV_STREAM_HEADER + payload;
+    int rc = SKV_OK;
+    if (total > cap)
+        rc = skv_error(SKV_ERR_TOO_LARGE, "stream needs %zu bytes, buffer has %zu", total, cap);
+    else if (payload > 0xffffffffu)
+        rc = skv_error(SKV_ERR_TOO_LARGE, "stream payload over 4 GiB");
+    if (rc) {
+        skv_free(raw);
+        return rc;
+    }
+    uint64_t h = 0x243f6a8885a308d3ull;
+    for (int l = 0; l < SKV_V2_STATES; l++)
+        h = mix_in(h, e->acc[l]);
+    uint8_t *o = dst;
+    memset(o, 0, SKV_STREAM_HEADER);
+    skv_store32_le(o, SKV_STREAM_MAGIC);
+    skv_store16_le(o + 4, 2);
+    o[6] = (uint8_t)e->m->lat.dt;
+    skv_store32_le(o + 8, e->n);
+    skv_store32_le(o + 12, (uint32_t)payload);
+    skv_store32_le(o + 16, skv_stream_model_id(e->m, e->atoms));
+    skv_store32_le(o + 20, (uint32_t)nraw);
+    skv_store64_le(o + 24, final_checksum(h, e->n));
+    memcpy(o + 32, e->calib, 16);
+    o += SKV_STREAM_HEADER;
+    for (int l = 0; l < SKV_V2_STATES; l++)
+        skv_store32_le(o + 4 * l, x[l]);
+    o += 4 * SKV_V2_STATES;
+    for (size_t k = 0; k < nw; k++)
+        skv_store16_le(o + 2 * k, words[k]);
+    o += 2 * nw;
+    memcpy(o, raw, nraw);
+    skv_free(raw);
+    *len = total;
+    return SKV_OK;
+}
+
 int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
 {
     *len = 0;
+    if (e->version == 2)
+        return finish_v2(e, dst, cap, len);
     if (e->wcap < e->nops + 1) {
         uint16_t *w = skv_realloc(e->words, (e->nops + 1) * sizeof *w);
         if (!w)
@@ -936,16 +1121,17 @@ int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info)
     if (skv_load32_le(src) != SKV_STREAM_MAGIC)
         return skv_error(SKV_ERR_FORMAT, "stream: bad magic 0x%08x", skv_load32_le(src));
     unsigned ver = skv_load16_le(src + 4);
-    if (ver > SKV_STREAM_VERSION)
-        return skv_error(SKV_ERR_VERSION, "stream: version %u, this build reads up to %d", ver,
-                         SKV_STREAM_VERSION);
+    if (ver > 2)
+        return skv_error(SKV_ERR_VERSION, "stream: version %u, this build reads up to 2", ver);
     if (ver == 0)
         return skv_error(SKV_ERR_FORMAT, "stream: version 0");
     skv_lat L;
     if (src[6] > SKV_DT_F8E4M3 || skv__lat_init(&L, (skv_dtype)src[6]))
         return skv_error(SKV_ERR_FORMAT, "stream: bad dtype %u", src[6]);
-    if (src[7] != 0 || skv_load32_le(src + 20) != 0)
+    if (src[7] != 0 || (ver == 1 && skv_load32_le(src + 20) != 0))
         return skv_error(SKV_ERR_FORMAT, "stream: reserved header fields are not zero");
+    info->version = ver;
+    info->raw = ver == 2 ? skv_load32_le(src + 20) : 0;
     info->dtype = (skv_dtype)src[6];
     info->n = skv_load32_le(src + 8);
     info->payload = skv_load32_le(src + 12);
@@ -954,8 +1140,12 @@ int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info)
     memcpy(info->calib_id, src + 32, 16);
     if (info->n > SKV_STREAM_MAX_SCALARS)
         return skv_error(SKV_ERR_TOO_LARGE, "stream: %u scalars exceeds the limit", info->n);
-    if (info->payload < 16 || (info->payload & 1))
+    if (ver == 1 && (info->payload < 16 || (info->payload & 1)))
         return skv_error(SKV_ERR_FORMAT, "stream: payload size %u is impossible", info->payload);
+    if (ver == 2 && ((uint64_t)info->raw + 4 * SKV_V2_STATES > info->payload ||
+                     ((info->payload - info->raw) & 1)))
+        return skv_error(SKV_ERR_FORMAT, "stream: payload size %u with %u raw bytes is impossible",
+                         info->payload, info->raw);
     if ((uint64_t)SKV_STREAM_HEADER + info->payload > len)
         return skv_error(SKV_ERR_RANGE, "stream: truncated: header says %u payload bytes, %zu present",
                          info->payload, len - SKV_STREAM_HEADER);
@@ -974,6 +1164,11 @@ struct skv_decoder {
     const skv_atoms *atoms;
     skv_fcache fc;
     skv_rcache rc;
+    uint32_t version;
+    uint32_t x2[SKV_V2_STATES];  /* version 2: the states */
+    uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
+    const uint8_t *rb;           /* version 2: the raw bit stream, rbits long */
+    uint64_t rpos, rbits;
 };
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -1027,6 +1222,28 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
                          info->cmodel_id, want_id);
     d->atoms = atoms;
     const uint8_t *p = src + SKV_STREAM_HEADER;
+    d->version = info->version;
+    if (info->version == 2) {
+        for (int l = 0; l < SKV_V2_STATES; l++) {
+            d->x2[l] = skv_load32_le(p + 4 * l);
+            d->acc[l] = V2_ACC0;
+            if (d->x2[l] < RANS_L)
+                return skv_error(SKV_ERR_CORRUPT, "stream: rANS state %d out of range", l);
+        }
+        d->w = p + 4 * SKV_V2_STATES;
+        d->wend = p + info->payload - info->raw;
+        d->rb = d->wend;
+        d->rpos = 0;
+        d->rbits = 8 * (uint64_t)info->raw;
+        d->n = info->n;
+        d->got = 0;
+        d->h = 0x243f6a8885a308d3ull;
+        d->want = info->checksum;
+        d->bad = 0;
+        fcache_start(&d->fc, d->m->lat.dt);
+        rcache_clear(&d->rc);
+        return SKV_OK;
+    }
     for (int k = 0; k < 4; k++) {
         d->x[k] = skv_load32_le(p + 4 * k);
         if (d->x[k] < RANS_L)
@@ -1485,9 +1702,154 @@ SKV_ALWAYS_INLINE int get_n_split(skv_decoder *d, const skv_lat *L, const float 
     return rc;
 }
 
+/* ---- version 2: the reference path -------------------------------------
+ * A group's scalars are classified, then the first table symbol of each
+ * is read in lane order, then each scalar in lane order reads its other
+ * table symbols on its state and its plain bits from the raw bit stream.
+ * Every read is checked. */
+typedef struct {
+    uint32_t *x;
+    const uint8_t *w, *wend, *rb;
+    uint64_t rpos, rbits;
+    int bad;
+} r2_t;
+
+static uint32_t r2_sym(r2_t *r, int lane, const skv_ftab *t)
+{
+    uint32_t x = r->x[lane], slot = x & 0xffffu, k = skv__find(t, slot);
+    uint32_t v = (t->cum[k + 1] - t->cum[k]) * (x >> 16) + slot - t->cum[k];
+    if (v < RANS_L) {
+        if (r->w >= r->wend) {
+            r->bad = 1;
+            v = RANS_L; /* keep going safely; the error is reported */
+        } else {
+            v = (v << 16) | skv_load16_le(r->w);
+            r->w += 2;
+        }
+    }
+    r->x[lane] = v;
+    return k;
+}
+
+/* nb (0..16) plain bits, least significant first */
+static uint32_t r2_bits(r2_t *r, int nb)
+{
+    if (r->rpos + (uint64_t)nb > r->rbits) {
+        r->bad = 1;
+        return 0;
+    }
+    uint32_t v = 0;
+    for (int b = 0; b < nb; b++, r->rpos++)
+        v |= (uint32_t)(r->rb[r->rpos >> 3] >> (r->rpos & 7) & 1u) << b;
+    return v;
+}
+
+/* nb (0..32) plain bits, as rd_raw: the high 16 first */
+static uint32_t r2_raw(r2_t *r, int nb)
+{
+    uint32_t v = 0;
+    if (nb > 16) {
+        nb -= 16;
+        v = r2_bits(r, 16) << nb;
+    }
+    return v | r2_bits(r, nb);
+}
+
+/* The scalar of class c whose table symbol is sym (dec_after's cases: the
+ * escape, a bucket with its place, the bucket at zero with its level, a
+ * STEP ordinal; the bucket ranges of the general path serve them all) */
+static uint32_t dec2_after(skv_decoder *d, r2_t *r, int lane, const skv_fcls *c, uint32_t sym)
+{
+    const skv_cmodel *m = d->m;
+    const skv_lat *L = &m->lat;
+    if (sym == c->nesc) {
+        uint32_t hi = r2_sym(r, lane, &m->pemp);
+        uint32_t lo = L->nbits > 8 ? r2_raw(r, L->nbits - 8) : 0;
+        return (hi << (L->nbits - 8)) | lo;
+    }
+    int64_t key = c->base + (int64_t)sym, neg = key >> 63;
+    if (c->bucket) {
+        uint64_t j = (uint64_t)(key ^ neg);
+        uint32_t lo, hi;
+        if (j > 0)
+            fbucket_range(L, j, c->G, &lo, &hi);
+        else
+            fzero_range(L, c->G, (int)r2_sym(r, lane, &m->zero), &lo, &hi);
+        if (hi <= lo) {
+            r->bad = 1;
+            return 0;
+        }
+        uint32_t idx = r2_raw(r, fbits_for((uint64_t)hi - lo));
+        if (idx >= hi - lo || lo + idx >= L->inf_mag) {
+            r->bad = 1;
+            return 0;
+        }
+        return (L->sign & (uint32_t)neg) | (lo + idx);
+    }
+    int64_t top = (int64_t)L->inf_mag - 1;
+    if (key > top || key < -top - 1) {
+        r->bad = 1;
+        return 0;
+    }
+    return (uint32_t)(key ^ neg) | (L->sign & (uint32_t)neg);
+}
+
+static int get_n_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n)
+{
+    if ((d->got & 7u) || ((n & 7u) && d->got + n != d->n))
+        return skv_error(SKV_ERR_ARG, "stream version 2: scalars %u..%zu do not make whole groups of 8",
+                         d->got, d->got + n);
+    skv_cmodel *m = d->m;
+    const skv_lat *L = &m->lat;
+    const skv_atoms *as = d->atoms;
+    r2_t r = {d->x2, d->w, d->wend, d->rb, d->rpos, d->rbits, 0};
+    size_t i = 0;
+    int rc = SKV_OK;
+    for (; i < n && !r.bad; i += 8) {
+        uint32_t k = n - i < 8 ? (uint32_t)(n - i) : 8, sym[8];
+        skv_fcls cl[8];
+        const skv_atom_ch *a[8];
+        for (uint32_t j = 0; j < k && !rc; j++) {
+            uint32_t at = d->got + (uint32_t)i + j;
+            a[j] = as && as->ch[at % as->nch].k ? &as->ch[at % as->nch] : NULL;
+            rc = fclassify(m, L, mu[i + j], s[i + j], &cl[j]);
+        }
+        if (rc)
+            break;
+        for (uint32_t j = 0; j < k; j++)
+            sym[j] = r2_sym(&r, v2_lane(d->got + (uint32_t)i + j), a[j] ? &a[j]->tab : cl[j].tab);
+        for (uint32_t j = 0; j < k; j++) {
+            int lane = v2_lane(d->got + (uint32_t)i + j);
+            uint32_t v;
+            if (a[j] && sym[j] < a[j]->k)
+                v = a[j]->val[sym[j]];
+            else if (a[j])
+                v = dec2_after(d, &r, lane, &cl[j], r2_sym(&r, lane, cl[j].tab));
+            else
+                v = dec2_after(d, &r, lane, &cl[j], sym[j]);
+            d->acc[lane] = v2_acc(d->acc[lane], v);
+            x[i + j] = v;
+        }
+    }
+    d->w = r.w;
+    d->rpos = r.rpos;
+    if (r.bad) {
+        d->bad = 1;
+        return skv_error(SKV_ERR_CORRUPT, "stream: corrupted in the group of scalar %u", d->got + (uint32_t)i - 8);
+    }
+    if (rc) { /* a table: nothing of this group was read */
+        d->got += (uint32_t)i;
+        return skv_error(rc, "codec table");
+    }
+    d->got += (uint32_t)n;
+    return SKV_OK;
+}
+
 static int get_n_given(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
                        const skv_fcls *given)
 {
+    if (d->version == 2)
+        return get_n_v2(d, mu, s, x, n);
     switch (d->m->lat.dt) {
     case SKV_DT_BF16: return get_n_split(d, &SKV__LAT_BF16, mu, s, x, n, given);
     case SKV_DT_F16: return get_n_split(d, &SKV__LAT_F16, mu, s, x, n, given);
@@ -1542,6 +1904,23 @@ int skv_decoder_end(skv_decoder *d)
 {
     if (d->got != d->n)
         return skv_error(SKV_ERR_ARG, "stream: %u of %u scalars decoded", d->got, d->n);
+    if (d->version == 2) {
+        if (d->bad || d->w != d->wend)
+            return skv_error(SKV_ERR_CORRUPT, "stream: %td payload bytes left over",
+                             (ptrdiff_t)(d->wend - d->w));
+        /* the raw bit stream: consumed but for the zero bits of its last byte */
+        if (d->rbits - d->rpos >= 8 || (d->rpos < d->rbits && (d->rb[d->rpos >> 3] >> (d->rpos & 7))))
+            return skv_error(SKV_ERR_CORRUPT, "stream: raw bits left over");
+        for (int l = 0; l < SKV_V2_STATES; l++)
+            if (d->x2[l] != RANS_L)
+                return skv_error(SKV_ERR_CORRUPT, "stream: rANS state %d did not return to its start", l);
+        uint64_t h = 0x243f6a8885a308d3ull;
+        for (int l = 0; l < SKV_V2_STATES; l++)
+            h = mix_in(h, d->acc[l]);
+        if (final_checksum(h, d->n) != d->want)
+            return skv_error(SKV_ERR_CORRUPT, "stream: checksum of the decoded scalars does not match");
+        return SKV_OK;
+    }
     if (d->bad || d->w != d->wend)
         return skv_error(SKV_ERR_CORRUPT, "stream: %td payload bytes left over",
                          (ptrdiff_t)(d->wend - d->w));

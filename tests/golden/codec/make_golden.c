@@ -19,7 +19,7 @@
  * Known-bad streams bad_*.skvr are edits of good_bf16.skvr; EXPECTED lists
  * the error of the FIRST failing call when each is decoded with the
  * good_bf16 model and the bf16 gold_input() sequence (begin, get for
- * i < n, end). The generator checks every expectation with this build's
+ * i < n (version 2: get_n of each group of eight), end). The generator checks every expectation with this build's
  * decoder and exits non-zero if one does not hold.
  *
  * The input formula (copied in tests/test_codec.c and
@@ -118,7 +118,8 @@ static void write_file(const char *name, const uint8_t *b, size_t len)
     }
 }
 
-/* First error of begin, get (i < n, bf16 gold inputs), end. */
+/* First error of begin, get (i < n, bf16 gold inputs; version 2: get_n
+ * of each group of eight), end. */
 static int decode_rc(skv_cmodel *m, int di, const uint8_t *b, size_t len)
 {
     skv_decoder *d = NULL;
@@ -129,11 +130,14 @@ static int decode_rc(skv_cmodel *m, int di, const uint8_t *b, size_t len)
     uint8_t *copy = malloc(len ? len : 1);
     memcpy(copy, b, len);
     rc = skv_decoder_begin(d, copy, len, &info);
-    for (uint32_t i = 0; !rc && i < info.n; i++) {
-        uint32_t x, want;
-        float mu, s;
-        gold_input(di, i, &want, &mu, &s);
-        rc = skv_decoder_get(d, mu, s, &x);
+    for (uint32_t i = 0; !rc && i < info.n; i += info.version == 2 ? 8 : 1) {
+        /* version 2: a group of eight at a time */
+        uint32_t k = info.version == 2 ? (info.n - i < 8 ? info.n - i : 8) : 1, want;
+        uint32_t x[8];
+        float mu[8], s[8];
+        for (uint32_t j = 0; j < k; j++)
+            gold_input(di, i + j, &want, &mu[j], &s[j]);
+        rc = skv_decoder_get_n(d, mu, s, x, k);
     }
     if (!rc)
         rc = skv_decoder_end(d);
@@ -204,7 +208,8 @@ int main(void)
         perror("EXPECTED");
         return 1;
     }
-    fprintf(g_expected, "# file error: the first failing call (begin, get for i < n, end) when the\n"
+    fprintf(g_expected, "# file error: the first failing call (begin, get for i < n (version 2: get_n\n"
+                        "# of each group of eight), end) when the\n"
                         "# file is decoded with the model and (mu, s) sequence of good_bf16.skvr.\n"
                         "# Written by make_golden.c.\n");
     skv_cmodel *m = model(0, 0);
@@ -217,8 +222,10 @@ int main(void)
     b[0] = 'X';
     BAD("bad_magic.skvr", b, glen, SKV_ERR_FORMAT);
     FRESH();
-    skv_store16_le(b + 4, 2);
-    BAD("bad_version2.skvr", b, glen, SKV_ERR_VERSION);
+    skv_store16_le(b + 4, 2); /* a version 1 body read as version 2 */
+    BAD("bad_version2.skvr", b, glen, SKV_ERR_CORRUPT);
+    skv_store16_le(b + 4, 3);
+    BAD("bad_version3.skvr", b, glen, SKV_ERR_VERSION);
     skv_store16_le(b + 4, 0);
     BAD("bad_version0.skvr", b, glen, SKV_ERR_FORMAT);
     FRESH();
