@@ -13,6 +13,8 @@
 #ifdef SKV_HAVE_CLS8
 #include <immintrin.h>
 #include <stddef.h>
+
+#include "lanes.h"
 #endif
 
 #define RANS_L (1u << 16)
@@ -1154,6 +1156,8 @@ int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info)
 
 /* ---- decoder ------------------------------------------------------------------ */
 
+static int v2_fast_ok(const skv_cmodel *m);
+
 struct skv_decoder {
     skv_cmodel *m;
     const uint8_t *w, *wend; /* 16-bit words */
@@ -1169,6 +1173,21 @@ struct skv_decoder {
     uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
     const uint8_t *rb;           /* version 2: the raw bit stream, rbits long */
     uint64_t rpos, rbits;
+    int fast2;                   /* version 2: the AVX2 group path applies (bf16, the zero table
+                                  * lanes_zero assumes) */
+    uint64_t nfast;              /* version 2: groups the AVX2 path took (tests) */
+    struct v2pack {              /* version 2: a row's classes as the AVX2 path loads them */
+        const skv_fcls *row;     /* the row cache's array they came from, n scalars */
+        uint32_t gen;            /* that slot's generation (rcache gen) */
+        size_t n, cap;
+        void *mem;
+        const uint8_t *lbase, *bbase; /* the indexes' and bucket values' base addresses */
+        int32_t *lut, *bvt;      /* per scalar: its table's index and its width's bucket values,
+                                  * as byte offsets from them (32-bit gathers) */
+        int32_t *base, *g, *nesc;
+        const uint32_t **cum;
+        uint8_t *ok;             /* per group: every class a BUCKET one the path takes */
+    } pk;
 };
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -1189,10 +1208,17 @@ const skv_rcache *skv__decoder_rcache(const skv_decoder *d)
     return &d->rc;
 }
 
+uint64_t skv__decoder_fast_groups(const skv_decoder *d)
+{
+    return d->nfast;
+}
+
 void skv_decoder_free(skv_decoder *d)
 {
-    if (d)
+    if (d) {
         rcache_free(&d->rc);
+        skv_free(d->pk.mem);
+    }
     skv_free(d);
 }
 
@@ -1235,6 +1261,8 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
         d->rb = d->wend;
         d->rpos = 0;
         d->rbits = 8 * (uint64_t)info->raw;
+        d->fast2 = v2_fast_ok(d->m);
+        d->pk.row = NULL; /* the row cache starts empty */
         d->n = info->n;
         d->got = 0;
         d->h = 0x243f6a8885a308d3ull;
@@ -1794,42 +1822,252 @@ static uint32_t dec2_after(skv_decoder *d, r2_t *r, int lane, const skv_fcls *c,
     return (uint32_t)(key ^ neg) | (L->sign & (uint32_t)neg);
 }
 
-static int get_n_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n)
+/* The k (<= 8) scalars of the group at scalar `at`, of classes c, by the
+ * reference path into x */
+static void v2_group_ref(skv_decoder *d, r2_t *r, const skv_fcls *c, uint32_t at, uint32_t k,
+                         uint32_t *x)
+{
+    const skv_atoms *as = d->atoms;
+    const skv_atom_ch *a[8];
+    uint32_t sym[8];
+    for (uint32_t j = 0; j < k; j++)
+        a[j] = as && as->ch[(at + j) % as->nch].k ? &as->ch[(at + j) % as->nch] : NULL;
+    for (uint32_t j = 0; j < k; j++)
+        sym[j] = r2_sym(r, v2_lane(at + j), a[j] ? &a[j]->tab : c[j].tab);
+    for (uint32_t j = 0; j < k; j++) {
+        int lane = v2_lane(at + j);
+        uint32_t v;
+        if (a[j] && sym[j] < a[j]->k)
+            v = a[j]->val[sym[j]];
+        else if (a[j])
+            v = dec2_after(d, r, lane, &c[j], r2_sym(r, lane, c[j].tab));
+        else
+            v = dec2_after(d, r, lane, &c[j], sym[j]);
+        d->acc[lane] = v2_acc(d->acc[lane], v);
+        x[j] = v;
+    }
+}
+
+#ifdef SKV_HAVE_CLS8
+static pthread_once_t lanes_once = PTHREAD_ONCE_INIT;
+
+/* Whether m's zero table is the one lanes_zero decodes in closed form */
+static int v2_fast_ok(const skv_cmodel *m)
+{
+    if (m->lat.dt != SKV_DT_BF16 || cls_simd() != 2)
+        return 0;
+    for (uint32_t t = 0; t <= ZLEVELS; t++)
+        if (m->zero.cum[t] != (t == 0 ? 0 : t <= 16 ? 65528u - (1u << (16 - t)) : 65511u + t))
+            return 0;
+    pthread_once(&lanes_once, lanes_init);
+    return 1;
+}
+
+/* A whole group of bf16 scalars at `at` (no atoms) in the common case, on
+ * AVX2 (bench_lanes's group on the codec's tables): every lane's table
+ * symbol from its class's index (64-bit gathers), its bucket's value
+ * from the bucket values of its width, the levels of the lanes at zero
+ * in closed form, the plain bits from one 64-bit load. Returns 0, with
+ * nothing changed, when a lane leaves that case (a STEP class, an escape,
+ * a bucket the values send to the general path, a level off the normal
+ * binades) or the reads could pass the payload's end: the caller then
+ * takes the reference path. */
+/* The row's classes as v2_group_fast loads them (d->pk), built when the
+ * row cache gives a row they do not hold; 0 when memory fails (the
+ * reference path then serves the row). */
+/* Whether d->pk holds row (an array of the row cache) as it is now */
+static int v2_packed(const skv_decoder *d, const skv_fcls *row, size_t n)
+{
+    for (int k = 0; k < RCACHE_SLOTS; k++)
+        if (d->rc.cls[k] == row)
+            return d->pk.row == row && d->pk.n == n && d->pk.gen == d->rc.gen[k] && d->rc.n[k] == n;
+    return 0;
+}
+
+static int v2_pack(skv_decoder *d, const skv_fcls *row, size_t n)
+{
+    struct v2pack *p = &d->pk;
+    if (n > p->cap) {
+        size_t per = sizeof(const uint32_t *) + 5 * sizeof(int32_t) + 1;
+        void *mem = skv_malloc(n * per + 64);
+        if (!mem)
+            return 0;
+        skv_free(p->mem);
+        p->mem = mem;
+        p->cap = n;
+        p->cum = mem;
+        p->lut = (int32_t *)(void *)(p->cum + n);
+        p->bvt = p->lut + n;
+        p->base = p->bvt + n;
+        p->g = p->base + n;
+        p->nesc = p->g + n;
+        p->ok = (uint8_t *)(p->nesc + n);
+    }
+    p->lbase = p->bbase = NULL;
+    skv_cmodel *m = d->m;
+    for (size_t j = 0; j + 8 <= n; j += 8)
+        p->ok[j / 8] = 1;
+    for (size_t j = 0; j < n; j++) {
+        const skv_fcls *c = &row[j];
+        const uint32_t *vt = NULL;
+        if (c->bucket) {
+            vt = __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
+            if (vt == skv__bvt_none) {
+                skv__build_bvt(m, c->G);
+                vt = __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
+            }
+            if (!p->lbase)
+                p->lbase = (const uint8_t *)c->tab->lut, p->bbase = (const uint8_t *)vt;
+        }
+        /* byte offsets within +-2^30 of the bases (heap blocks are; a
+         * group with one that is not takes the reference path) */
+        ptrdiff_t lo = c->bucket ? (const uint8_t *)c->tab->lut - p->lbase : 0;
+        ptrdiff_t bo = c->bucket ? (const uint8_t *)vt - p->bbase : 0;
+        if (!c->bucket || c->base < -(1 << 30) || c->base > (1 << 30) || lo < -(1 << 30) ||
+            lo > (1 << 30) || bo < -(1 << 30) || bo > (1 << 30)) {
+            if (j / 8 < n / 8)
+                p->ok[j / 8] = 0;
+            lo = bo = 0;
+        }
+        p->lut[j] = (int32_t)lo;
+        p->bvt[j] = (int32_t)bo;
+        p->cum[j] = c->tab->cum;
+        p->base[j] = (int32_t)c->base, p->g[j] = c->G, p->nesc[j] = (int32_t)c->nesc;
+    }
+    p->row = row;
+    p->n = n;
+    p->gen = 0;
+    for (int k = 0; k < RCACHE_SLOTS; k++)
+        if (d->rc.cls[k] == row)
+            p->gen = d->rc.gen[k];
+    return 1;
+}
+
+/* A whole group of bf16 scalars at `at` (no atoms; classes d->pk from
+ * scalar i of the row on) in the common case, on AVX2 (bench_lanes's
+ * group on the codec's tables): every lane's table symbol from its
+ * class's index (32-bit gathers from one base), its bucket's value from the bucket
+ * values of its width, the levels of the lanes at zero in closed form,
+ * the plain bits from one 64-bit load. Returns 0, with nothing changed,
+ * when a lane leaves that case (an escape, a bucket the values send to
+ * the general path, a level off the normal binades) or the reads could
+ * pass the payload's end: the caller then takes the reference path. */
+static __attribute__((target("avx2,popcnt"))) int v2_group_fast(skv_decoder *d, r2_t *r, size_t i,
+                                                               uint32_t at, uint32_t *x)
+{
+    const struct v2pack *p = &d->pk;
+    if (r->wend - r->w < 32 || r->rpos + 64 > r->rbits)
+        return 0;
+    const int32_t *lut = p->lut + i, *bvt = p->bvt + i;
+    const int32_t *base = p->base + i, *g = p->g + i, *nesc = p->nesc + i;
+    const uint32_t *const *cm = p->cum + i;
+    const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
+    uint32_t *xs = r->x + 8 * (at >> 3 & 1u);
+    __m256i X = _mm256_loadu_si256((const __m256i *)xs);
+    const uint16_t *w = (const uint16_t *)(const void *)r->w;
+    /* the table symbol: index entries start | bm1 << 16 | c2m1 << 32 | k << 48 */
+    __m256i slot = _mm256_and_si256(X, m16);
+    /* the run's entry: skv_lut's start | bm1 << 16 at +0, c2m1 | k << 16 at +4 */
+    __m256i ix = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)lut),
+                                  _mm256_slli_epi32(_mm256_srli_epi32(slot, 8), 3));
+    __m256i e0 = _mm256_i32gather_epi32((const int *)(const void *)p->lbase, ix, 1);
+    __m256i e1 = _mm256_i32gather_epi32((const int *)(const void *)(p->lbase + 4), ix, 1);
+    __m256i start = _mm256_and_si256(e0, m16), bm1 = _mm256_srli_epi32(e0, 16);
+    __m256i c2m1 = _mm256_and_si256(e1, m16), k = _mm256_srli_epi32(e1, 16);
+    __m256i up = _mm256_cmpgt_epi32(slot, bm1);
+    __m256i b = _mm256_add_epi32(bm1, one);
+    __m256i st = _mm256_blendv_epi8(start, b, up);
+    __m256i en = _mm256_blendv_epi8(b, _mm256_add_epi32(c2m1, one), up);
+    k = _mm256_sub_epi32(k, up);
+    int mb = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(slot, c2m1)));
+    if (__builtin_expect(mb != 0, 0)) /* runs where several symbols start */
+        lanes_search(slot, &st, &en, &k, mb, cm);
+    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(X, 16)),
+                                  _mm256_sub_epi32(slot, st));
+    lanes_renorm(&X, nx, _mm256_set1_epi32(-1), &w);
+    /* the bucket's value: entry key + BVT_K of the width's values */
+    __m256i kp = _mm256_add_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)base), k),
+                                  _mm256_set1_epi32(BVT_K));
+    __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi32(k, _mm256_loadu_si256((const __m256i *)nesc)),
+                                  _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(2 * BVT_K)),
+                                                     _mm256_set1_epi32(2 * BVT_K - 1)));
+    kp = _mm256_and_si256(kp, _mm256_set1_epi32(2 * BVT_K - 1));
+    __m256i ent = _mm256_i32gather_epi32(
+        (const int *)(const void *)p->bbase,
+        _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)bvt), _mm256_slli_epi32(kp, 2)), 1);
+    __m256i nb = _mm256_srli_epi32(ent, 24), first = _mm256_and_si256(ent, _mm256_set1_epi32(0xffffff));
+    __m256i neg = _mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K - 1));
+    __m256i zm = _mm256_or_si256(_mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K)), neg);
+    bad = _mm256_or_si256(bad, _mm256_andnot_si256(zm, _mm256_cmpeq_epi32(nb, _mm256_setzero_si256())));
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(zm))) {
+        __m256i t = lanes_zero(&X, &w, zm);
+        /* the binade 2^(G - t - 1): exponent field 126 + G - t, normal */
+        __m256i E = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)g),
+                                                      _mm256_set1_epi32(126)), t);
+        __m256i off = _mm256_or_si256(_mm256_cmpgt_epi32(t, _mm256_set1_epi32(ZLEVELS - 1)),
+                                      _mm256_or_si256(_mm256_cmpgt_epi32(one, E),
+                                                      _mm256_cmpgt_epi32(E, _mm256_set1_epi32(254))));
+        bad = _mm256_or_si256(bad, _mm256_and_si256(zm, off));
+        __m256i zf = _mm256_or_si256(_mm256_and_si256(neg, _mm256_set1_epi32(0x8000)), _mm256_slli_epi32(E, 7));
+        first = _mm256_blendv_epi8(first, zf, zm);
+        nb = _mm256_blendv_epi8(nb, _mm256_set1_epi32(7), zm);
+    }
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(bad)))
+        return 0;
+    uint32_t *acc = d->acc + 8 * (at >> 3 & 1u);
+    __m256i A8 = _mm256_loadu_si256((const __m256i *)acc);
+    uint64_t pos = r->rpos;
+    lanes_bits(first, nb, r->rb, &pos, x, &A8);
+    _mm256_storeu_si256((__m256i *)acc, A8);
+    _mm256_storeu_si256((__m256i *)xs, X);
+    r->w = (const uint8_t *)(const void *)w;
+    r->rpos = pos;
+    return 1;
+}
+#else
+static int v2_fast_ok(const skv_cmodel *m)
+{
+    (void)m;
+    return 0;
+}
+#endif
+
+static int get_n_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
+                    const skv_fcls *given)
 {
     if ((d->got & 7u) || ((n & 7u) && d->got + n != d->n))
         return skv_error(SKV_ERR_ARG, "stream version 2: scalars %u..%zu do not make whole groups of 8",
                          d->got, d->got + n);
     skv_cmodel *m = d->m;
     const skv_lat *L = &m->lat;
-    const skv_atoms *as = d->atoms;
     r2_t r = {d->x2, d->w, d->wend, d->rb, d->rpos, d->rbits, 0};
+    /* the call's classes: the row cache (stat's rows repeat), else one by one */
+    const skv_fcls *row = given;
+    if (!row && rcache_on(&d->rc, n) && !(row = rcache_get(m, L, &d->rc, mu, s, n)))
+        return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing decoded */
+    int fast = 0;
+#ifdef SKV_HAVE_CLS8
+    /* the AVX2 path takes rows from the row cache, their classes packed once */
+    if (row && d->fast2 && !d->atoms)
+        fast = v2_packed(d, row, n) || v2_pack(d, row, n);
+#endif
     size_t i = 0;
     int rc = SKV_OK;
     for (; i < n && !r.bad; i += 8) {
-        uint32_t k = n - i < 8 ? (uint32_t)(n - i) : 8, sym[8];
+        uint32_t k = n - i < 8 ? (uint32_t)(n - i) : 8, at = d->got + (uint32_t)i;
         skv_fcls cl[8];
-        const skv_atom_ch *a[8];
-        for (uint32_t j = 0; j < k && !rc; j++) {
-            uint32_t at = d->got + (uint32_t)i + j;
-            a[j] = as && as->ch[at % as->nch].k ? &as->ch[at % as->nch] : NULL;
+        const skv_fcls *c = row ? row + i : cl;
+        for (uint32_t j = 0; j < k && !row && !rc; j++)
             rc = fclassify(m, L, mu[i + j], s[i + j], &cl[j]);
-        }
         if (rc)
             break;
-        for (uint32_t j = 0; j < k; j++)
-            sym[j] = r2_sym(&r, v2_lane(d->got + (uint32_t)i + j), a[j] ? &a[j]->tab : cl[j].tab);
-        for (uint32_t j = 0; j < k; j++) {
-            int lane = v2_lane(d->got + (uint32_t)i + j);
-            uint32_t v;
-            if (a[j] && sym[j] < a[j]->k)
-                v = a[j]->val[sym[j]];
-            else if (a[j])
-                v = dec2_after(d, &r, lane, &cl[j], r2_sym(&r, lane, cl[j].tab));
-            else
-                v = dec2_after(d, &r, lane, &cl[j], sym[j]);
-            d->acc[lane] = v2_acc(d->acc[lane], v);
-            x[i + j] = v;
+#ifdef SKV_HAVE_CLS8
+        if (fast && k == 8 && d->pk.ok[i / 8] && v2_group_fast(d, &r, i, at, x + i)) {
+            d->nfast++;
+            continue;
         }
+#endif
+        v2_group_ref(d, &r, c, at, k, x + i);
     }
     d->w = r.w;
     d->rpos = r.rpos;
@@ -1849,7 +2087,7 @@ static int get_n_given(skv_decoder *d, const float *mu, const float *s, uint32_t
                        const skv_fcls *given)
 {
     if (d->version == 2)
-        return get_n_v2(d, mu, s, x, n);
+        return get_n_v2(d, mu, s, x, n, given);
     switch (d->m->lat.dt) {
     case SKV_DT_BF16: return get_n_split(d, &SKV__LAT_BF16, mu, s, x, n, given);
     case SKV_DT_F16: return get_n_split(d, &SKV__LAT_F16, mu, s, x, n, given);

@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <float.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -2464,6 +2465,67 @@ Test(v2, truncated_and_flipped_streams_fail)
         }
     cr_assert_eq(v2_decode(m, NULL, buf, len, &q, 8, got), 0);
     free(got);
+    free(buf);
+    seq_free(&q);
+    skv_cmodel_free(m);
+}
+
+/* Stat-like rows (32 channels of fixed (mu, s), bf16), with a few
+ * escapes, exact zeros and subnormals among them: the AVX2 group path
+ * (skv__cls_simd = 2) and the reference path (0) decode the same
+ * scalars, and the AVX2 path takes most groups. */
+Test(v2, the_avx2_group_path_decodes_what_the_reference_path_decodes)
+{
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    enum { C = 32, T = 300 };
+    float mu[C], sg[C];
+    skv_rng r;
+    skv_rng_seed(&r, 2026);
+    for (int c = 0; c < C; c++) {
+        mu[c] = (c % 3 == 0) ? 0.0f : (skv_rng_uniform(&r) - 0.5f) * 4.0f;
+        sg[c] = 0.05f + 2.0f * skv_rng_uniform(&r);
+    }
+    seq_t q;
+    seq_init(&q, SKV_DT_BF16, C * T);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            float v = mu[c] + sg[c] * skv_rng_normal(&r);
+            uint64_t k = skv_rng_next(&r) % 500;
+            if (k == 0)
+                v = mu[c] + sg[c] * 1e4f; /* an escape */
+            else if (k == 1)
+                v = 0.0f;
+            else if (k == 2)
+                v = 0x1p-130f; /* subnormal in bf16 */
+            seq_push(&q, to_dt(SKV_DT_BF16, v), mu[c], sg[c]);
+        }
+    size_t len;
+    uint8_t *buf = v2_encode(m, NULL, &q, C, &len);
+    int saved = skv__cls_simd;
+    uint64_t fast[2];
+    for (int pass = 0; pass < 2; pass++) {
+        skv__cls_simd = pass ? 0 : 2;
+        skv_decoder *d = NULL;
+        cr_assert_eq(skv_decoder_create(m, &d), 0);
+        cr_assert_eq(skv_decoder_begin(d, buf, len, NULL), 0);
+        uint32_t x[C];
+        for (int t = 0; t < T; t++) {
+            int rc = skv_decoder_get_n(d, mu, sg, x, C);
+            cr_assert_eq(rc, 0, "pass %d row %d: %s (%s)", pass, t, skv_strerror(rc), skv_error_detail());
+            for (int c = 0; c < C; c++)
+                cr_assert_eq(x[c], q.x[t * C + c], "pass %d row %d channel %d", pass, t, c);
+        }
+        cr_assert_eq(skv_decoder_end(d), 0, "pass %d: %s", pass, skv_error_detail());
+        fast[pass] = skv__decoder_fast_groups(d);
+        skv_decoder_free(d);
+    }
+    skv__cls_simd = saved;
+    cr_expect_eq(fast[1], 0, "the reference pass took %" PRIu64 " groups by AVX2", fast[1]);
+#ifdef SKV_HAVE_CLS8
+    if (__builtin_cpu_supports("avx2"))
+        cr_expect_gt(fast[0], (uint64_t)(C * T / 8) * 3 / 4, "the AVX2 path took %" PRIu64 " of %d groups",
+                     fast[0], C * T / 8);
+#endif
     free(buf);
     seq_free(&q);
     skv_cmodel_free(m);
