@@ -380,8 +380,6 @@ struct skv_encoder {
     skv_fcache fc;
     skv_rcache rc;
     int version_on, version; /* the stream version asked for; this stream's */
-    uint8_t *cnt;            /* version 2: each scalar's number of queued operations */
-    size_t ccap;
     uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
 };
 
@@ -408,7 +406,6 @@ void skv_encoder_free(skv_encoder *e)
         return;
     skv_free(e->ops);
     skv_free(e->words);
-    skv_free(e->cnt);
     rcache_free(&e->rc);
     skv_free(e);
 }
@@ -815,36 +812,22 @@ static int put_n_given1(skv_encoder *e, const uint32_t *x, const float *mu, cons
     }
 }
 
-/* Version 2 queues each scalar's operations as version 1 does, one
- * scalar at a time, and records their number: skv_encoder_finish then
- * sorts them into the lanes' rounds and the raw bit stream. */
+/* Version 2 queues the scalars' operations as version 1 does (the same
+ * paths); skv_encoder_finish then finds each scalar's operations in the
+ * queue (v2_next) and sorts them into the lanes' rounds and the raw bit
+ * stream. The checksum lanes are summed here. */
 static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
                        const skv_fcls *given)
 {
+    uint32_t at = e->n;
+    int rc = put_n_given1(e, x, mu, s, n, given);
     if (e->version != 2)
-        return put_n_given1(e, x, mu, s, n, given);
-    if (e->n + n > e->ccap) {
-        size_t nc = e->ccap ? 2 * e->ccap : 4096;
-        while (nc < e->n + n)
-            nc *= 2;
-        uint8_t *c = skv_realloc(e->cnt, nc);
-        if (!c)
-            return skv_error(SKV_ERR_NOMEM, "encoder ops");
-        e->cnt = c;
-        e->ccap = nc;
-    }
+        return rc;
     const skv_lat *L = &e->m->lat;
     const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
-    for (size_t i = 0; i < n; i++) {
-        size_t before = e->nops;
-        uint32_t at = e->n;
-        int rc = put_n_given1(e, x + i, mu + i, s + i, 1, given ? given + i : NULL);
-        if (rc)
-            return rc;
-        e->cnt[at] = (uint8_t)(e->nops - before);
-        e->acc[v2_lane(at)] = v2_acc(e->acc[v2_lane(at)], x[i] & mask);
-    }
-    return SKV_OK;
+    for (uint32_t i = 0; at + i < e->n; i++)
+        e->acc[v2_lane(at + i)] = v2_acc(e->acc[v2_lane(at + i)], x[i] & mask);
+    return rc;
 }
 
 int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n)
@@ -951,6 +934,35 @@ static int v2_plain(uint64_t op, uint32_t *v, int *nb)
     return 0;
 }
 
+/* The end of scalar i's operations in the queue, which start at p: its
+ * first (the atom symbol, or the class symbol), the class symbol after an
+ * atom "none", then the operations that cannot start a scalar: the zero
+ * level, the p_emp byte and plain bits (version 1's plans put nothing
+ * else after a scalar's first symbol). */
+static size_t v2_next(const skv_encoder *e, uint32_t i, size_t p)
+{
+    const skv_cmodel *m = e->m;
+    const uint64_t *o = e->ops;
+    const skv_atoms *as = e->atoms;
+    if (as) {
+        const skv_atom_ch *a = &as->ch[i % as->nch];
+        if (a->k && o[p] == (uint64_t)(uintptr_t)&a->tab.enc[a->k])
+            p++; /* "none": the class symbol follows */
+        else if (a->k)
+            return p + 1; /* an atom: nothing follows */
+    }
+    const skv_eop *z0 = m->zero.enc, *z1 = z0 + m->zero.n, *p0 = m->pemp.enc, *p1 = p0 + m->pemp.n;
+    for (p++; p < e->nops; p++) {
+        uint64_t op = o[p];
+        uint32_t v;
+        int nb;
+        const skv_eop *ep = (const skv_eop *)(uintptr_t)op;
+        if (!v2_plain(op, &v, &nb) && !(ep >= z0 && ep < z1) && !(ep >= p0 && ep < p1))
+            break;
+    }
+    return p;
+}
+
 /* Version 2 (FORMAT.md): per group of eight scalars, the first operation
  * of each (a table symbol) in lane order, then each scalar's other table
  * symbols, lane after lane, on the scalar's state; the plain bits in a
@@ -980,14 +992,15 @@ static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     int nbits = 0;
     for (uint32_t g = 0; g < e->n; g += 8) {
         uint32_t m = e->n - g < 8 ? e->n - g : 8;
-        size_t at[8];
+        size_t at[9];
         for (uint32_t j = 0; j < m; j++) {
             at[j] = p;
-            p += e->cnt[g + j];
+            p = v2_next(e, g + j, p);
             q[nq++] = e->ops[at[j]] << 4 | (uint64_t)v2_lane(g + j); /* a table symbol */
         }
+        at[m] = p;
         for (uint32_t j = 0; j < m; j++)
-            for (size_t k = at[j] + 1; k < at[j] + e->cnt[g + j]; k++) {
+            for (size_t k = at[j] + 1; k < at[j + 1]; k++) {
                 uint32_t v;
                 int nb;
                 if (v2_plain(e->ops[k], &v, &nb)) {
@@ -1943,30 +1956,23 @@ static int v2_pack(skv_decoder *d, const skv_fcls *row, size_t n)
     return 1;
 }
 
-/* A whole group of bf16 scalars at `at` (no atoms; classes d->pk from
- * scalar i of the row on) in the common case, on AVX2 (bench_lanes's
- * group on the codec's tables): every lane's table symbol from its
- * class's index (32-bit gathers from one base), its bucket's value from the bucket
- * values of its width, the levels of the lanes at zero in closed form,
- * the plain bits from one 64-bit load. Returns 0, with nothing changed,
- * when a lane leaves that case (an escape, a bucket the values send to
- * the general path, a level off the normal binades) or the reads could
- * pass the payload's end: the caller then takes the reference path. */
-static __attribute__((target("avx2,popcnt"))) int v2_group_fast(skv_decoder *d, r2_t *r, size_t i,
-                                                               uint32_t at, uint32_t *x)
+/* One group of bf16 scalars in the common case on AVX2, classes from p at
+ * scalar i of the row (bench_lanes's group on the codec's tables): every
+ * lane's table symbol from its class's index (32-bit gathers from one
+ * base), its bucket's value from the bucket values of its width, the
+ * levels of the lanes at zero in closed form, the plain bits from one
+ * 64-bit load, folded into the checksum lanes *A. Returns nonzero, with
+ * nothing stored to x or *A (but *X and *w moved), when a lane leaves
+ * that case (an escape, a bucket the values send to the general path, a
+ * level off the normal binades). */
+static inline __attribute__((target("avx2,popcnt"), always_inline)) int
+v2_group(const struct v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t **w, uint64_t *pos,
+         const uint8_t *rb, uint32_t *x)
 {
-    const struct v2pack *p = &d->pk;
-    if (r->wend - r->w < 32 || r->rpos + 64 > r->rbits)
-        return 0;
     const int32_t *lut = p->lut + i, *bvt = p->bvt + i;
     const int32_t *base = p->base + i, *g = p->g + i, *nesc = p->nesc + i;
-    const uint32_t *const *cm = p->cum + i;
     const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
-    uint32_t *xs = r->x + 8 * (at >> 3 & 1u);
-    __m256i X = _mm256_loadu_si256((const __m256i *)xs);
-    const uint16_t *w = (const uint16_t *)(const void *)r->w;
-    /* the table symbol: index entries start | bm1 << 16 | c2m1 << 32 | k << 48 */
-    __m256i slot = _mm256_and_si256(X, m16);
+    __m256i slot = _mm256_and_si256(*X, m16);
     /* the run's entry: skv_lut's start | bm1 << 16 at +0, c2m1 | k << 16 at +4 */
     __m256i ix = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)lut),
                                   _mm256_slli_epi32(_mm256_srli_epi32(slot, 8), 3));
@@ -1981,10 +1987,10 @@ static __attribute__((target("avx2,popcnt"))) int v2_group_fast(skv_decoder *d, 
     k = _mm256_sub_epi32(k, up);
     int mb = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(slot, c2m1)));
     if (__builtin_expect(mb != 0, 0)) /* runs where several symbols start */
-        lanes_search(slot, &st, &en, &k, mb, cm);
-    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(X, 16)),
+        lanes_search(slot, &st, &en, &k, mb, p->cum + i);
+    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(*X, 16)),
                                   _mm256_sub_epi32(slot, st));
-    lanes_renorm(&X, nx, _mm256_set1_epi32(-1), &w);
+    lanes_renorm(X, nx, _mm256_set1_epi32(-1), w);
     /* the bucket's value: entry key + BVT_K of the width's values */
     __m256i kp = _mm256_add_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)base), k),
                                   _mm256_set1_epi32(BVT_K));
@@ -2000,7 +2006,7 @@ static __attribute__((target("avx2,popcnt"))) int v2_group_fast(skv_decoder *d, 
     __m256i zm = _mm256_or_si256(_mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K)), neg);
     bad = _mm256_or_si256(bad, _mm256_andnot_si256(zm, _mm256_cmpeq_epi32(nb, _mm256_setzero_si256())));
     if (_mm256_movemask_ps(_mm256_castsi256_ps(zm))) {
-        __m256i t = lanes_zero(&X, &w, zm);
+        __m256i t = lanes_zero(X, w, zm);
         /* the binade 2^(G - t - 1): exponent field 126 + G - t, normal */
         __m256i E = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)g),
                                                       _mm256_set1_epi32(126)), t);
@@ -2013,16 +2019,43 @@ static __attribute__((target("avx2,popcnt"))) int v2_group_fast(skv_decoder *d, 
         nb = _mm256_blendv_epi8(nb, _mm256_set1_epi32(7), zm);
     }
     if (_mm256_movemask_ps(_mm256_castsi256_ps(bad)))
-        return 0;
-    uint32_t *acc = d->acc + 8 * (at >> 3 & 1u);
-    __m256i A8 = _mm256_loadu_si256((const __m256i *)acc);
-    uint64_t pos = r->rpos;
-    lanes_bits(first, nb, r->rb, &pos, x, &A8);
-    _mm256_storeu_si256((__m256i *)acc, A8);
-    _mm256_storeu_si256((__m256i *)xs, X);
+        return 1;
+    lanes_bits(first, nb, rb, pos, x, A);
+    return 0;
+}
+
+/* Whole groups of the row from scalar i on (at: its index in the stream),
+ * up to ng of them, by v2_group with the states and checksum lanes in
+ * registers; stops before a group that leaves the common case, that
+ * d->pk does not pass, or whose reads could pass the payload's end.
+ * Returns the groups done (their state kept in d and r). */
+static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t *r, size_t i,
+                                                           uint32_t at, size_t ng, uint32_t *x)
+{
+    const struct v2pack *p = &d->pk;
+    int bank = (int)(at >> 3 & 1u);
+    __m256i X[2], A[2];
+    X[0] = _mm256_loadu_si256((const __m256i *)r->x), X[1] = _mm256_loadu_si256((const __m256i *)(r->x + 8));
+    A[0] = _mm256_loadu_si256((const __m256i *)d->acc), A[1] = _mm256_loadu_si256((const __m256i *)(d->acc + 8));
+    const uint16_t *w = (const uint16_t *)(const void *)r->w, *wend = (const uint16_t *)(const void *)r->wend;
+    uint64_t pos = r->rpos, plim = r->rbits >= 64 ? r->rbits - 64 : 0;
+    size_t k = 0;
+    for (; k < ng; k++, bank ^= 1) {
+        if (!p->ok[i / 8 + k] || wend - w < 16 || pos > plim || r->rbits < 64)
+            break;
+        __m256i Xs = X[bank];
+        const uint16_t *ws = w;
+        if (v2_group(p, i + 8 * k, &X[bank], &A[bank], &w, &pos, r->rb, x + 8 * k)) {
+            X[bank] = Xs, w = ws;
+            break;
+        }
+    }
+    _mm256_storeu_si256((__m256i *)r->x, X[0]), _mm256_storeu_si256((__m256i *)(r->x + 8), X[1]);
+    _mm256_storeu_si256((__m256i *)d->acc, A[0]), _mm256_storeu_si256((__m256i *)(d->acc + 8), A[1]);
     r->w = (const uint8_t *)(const void *)w;
     r->rpos = pos;
-    return 1;
+    d->nfast += k;
+    return k;
 }
 #else
 static int v2_fast_ok(const skv_cmodel *m)
@@ -2062,9 +2095,12 @@ static int get_n_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x
         if (rc)
             break;
 #ifdef SKV_HAVE_CLS8
-        if (fast && k == 8 && d->pk.ok[i / 8] && v2_group_fast(d, &r, i, at, x + i)) {
-            d->nfast++;
-            continue;
+        if (fast && k == 8) {
+            size_t done = v2_run(d, &r, i, at, (n - i) / 8, x + i);
+            if (done) {
+                i += 8 * done - 8; /* the loop adds the last 8 */
+                continue;
+            }
         }
 #endif
         v2_group_ref(d, &r, c, at, k, x + i);
