@@ -380,6 +380,9 @@ struct skv_encoder {
     skv_fcache fc;
     skv_rcache rc;
     int version_on, version; /* the stream version asked for; this stream's */
+    uint64_t *q2;            /* version 2's finish: the sorted operations, and the raw bits */
+    uint8_t *raw2;
+    size_t q2cap;
     uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
 };
 
@@ -406,6 +409,8 @@ void skv_encoder_free(skv_encoder *e)
         return;
     skv_free(e->ops);
     skv_free(e->words);
+    skv_free(e->q2);
+    skv_free(e->raw2);
     rcache_free(&e->rc);
     skv_free(e);
 }
@@ -814,8 +819,7 @@ static int put_n_given1(skv_encoder *e, const uint32_t *x, const float *mu, cons
 
 /* Version 2 queues the scalars' operations as version 1 does (the same
  * paths); skv_encoder_finish then finds each scalar's operations in the
- * queue (v2_next) and sorts them into the lanes' rounds and the raw bit
- * stream. The checksum lanes are summed here. */
+ * queue and sorts them into the lanes' rounds and the raw bit stream. The checksum lanes are summed here. */
 static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
                        const skv_fcls *given)
 {
@@ -915,54 +919,6 @@ SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *top, ptrdiff_t
         enc_eop(s, (const skv_eop *)(uintptr_t)op, 0, top, nn);
 }
 
-/* A queued operation of version 2's sorting: its plain bits (*v, *nb;
- * returns 1) or a table symbol (returns 0) */
-static int v2_plain(uint64_t op, uint32_t *v, int *nb)
-{
-    if (op & 1u) { /* wide plain bits */
-        *nb = (int)((op >> 1) & 31u);
-        *v = (uint32_t)(op >> 8);
-        return 1;
-    }
-    const skv_eop *p = (const skv_eop *)(uintptr_t)op;
-    if (p >= plain_tab && p < plain_tab + (2u << PLAIN_TAB_BITS)) {
-        uint32_t idx = (uint32_t)(p - plain_tab);
-        *nb = 31 - __builtin_clz(idx);
-        *v = idx - (1u << *nb);
-        return 1;
-    }
-    return 0;
-}
-
-/* The end of scalar i's operations in the queue, which start at p: its
- * first (the atom symbol, or the class symbol), the class symbol after an
- * atom "none", then the operations that cannot start a scalar: the zero
- * level, the p_emp byte and plain bits (version 1's plans put nothing
- * else after a scalar's first symbol). */
-static size_t v2_next(const skv_encoder *e, uint32_t i, size_t p)
-{
-    const skv_cmodel *m = e->m;
-    const uint64_t *o = e->ops;
-    const skv_atoms *as = e->atoms;
-    if (as) {
-        const skv_atom_ch *a = &as->ch[i % as->nch];
-        if (a->k && o[p] == (uint64_t)(uintptr_t)&a->tab.enc[a->k])
-            p++; /* "none": the class symbol follows */
-        else if (a->k)
-            return p + 1; /* an atom: nothing follows */
-    }
-    const skv_eop *z0 = m->zero.enc, *z1 = z0 + m->zero.n, *p0 = m->pemp.enc, *p1 = p0 + m->pemp.n;
-    for (p++; p < e->nops; p++) {
-        uint64_t op = o[p];
-        uint32_t v;
-        int nb;
-        const skv_eop *ep = (const skv_eop *)(uintptr_t)op;
-        if (!v2_plain(op, &v, &nb) && !(ep >= z0 && ep < z1) && !(ep >= p0 && ep < p1))
-            break;
-    }
-    return p;
-}
-
 /* Version 2 (FORMAT.md): per group of eight scalars, the first operation
  * of each (a table symbol) in lane order, then each scalar's other table
  * symbols, lane after lane, on the scalar's state; the plain bits in a
@@ -980,40 +936,79 @@ static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
         e->words = w;
         e->wcap = nops + 1;
     }
-    uint64_t *q = skv_malloc((nops + 1) * sizeof *q);
-    uint8_t *raw = skv_malloc(2 * nops + 16);
-    if (!q || !raw) {
-        skv_free(q);
-        skv_free(raw);
-        return skv_error(SKV_ERR_NOMEM, "encoder words");
+    if (e->q2cap < nops + 1) { /* kept across streams, as the words */
+        uint64_t *q = skv_realloc(e->q2, (nops + 1) * sizeof *q);
+        if (q)
+            e->q2 = q;
+        uint8_t *raw = skv_realloc(e->raw2, 2 * nops + 16);
+        if (raw)
+            e->raw2 = raw;
+        if (!q || !raw)
+            return skv_error(SKV_ERR_NOMEM, "encoder words");
+        e->q2cap = nops + 1;
     }
+    uint64_t *q = e->q2;
+    uint8_t *raw = e->raw2;
+    /* A scalar's operations in the queue: its first (the atom symbol, or
+     * the class symbol), the class symbol after an atom "none", then only
+     * operations that cannot start a scalar: the zero level, the p_emp
+     * byte, plain bits (version 1's plans put nothing else after a first
+     * symbol). */
+    const skv_cmodel *cm = e->m;
+    const skv_eop *z0 = cm->zero.enc, *z1 = z0 + cm->zero.n, *e0 = cm->pemp.enc, *e1 = e0 + cm->pemp.n;
+    const skv_eop *t0 = plain_tab, *t1 = plain_tab + (2u << PLAIN_TAB_BITS);
+    const skv_atoms *as = e->atoms;
+    const uint64_t *ops = e->ops;
     size_t nq = 0, nraw = 0, p = 0;
     uint64_t bits = 0;
     int nbits = 0;
     for (uint32_t g = 0; g < e->n; g += 8) {
         uint32_t m = e->n - g < 8 ? e->n - g : 8;
-        size_t at[9];
+        uint64_t more[8][3];
+        int nm[8];
         for (uint32_t j = 0; j < m; j++) {
-            at[j] = p;
-            p = v2_next(e, g + j, p);
-            q[nq++] = e->ops[at[j]] << 4 | (uint64_t)v2_lane(g + j); /* a table symbol */
-        }
-        at[m] = p;
-        for (uint32_t j = 0; j < m; j++)
-            for (size_t k = at[j] + 1; k < at[j + 1]; k++) {
+            uint64_t lane = (uint64_t)v2_lane(g + j);
+            uint64_t op = ops[p++];
+            q[nq++] = op << 4 | lane; /* the first: a table symbol */
+            nm[j] = 0;
+            if (as) {
+                const skv_atom_ch *a = &as->ch[(g + j) % as->nch];
+                if (a->k && op != (uint64_t)(uintptr_t)&a->tab.enc[a->k])
+                    continue; /* an atom: nothing follows */
+                if (a->k) /* "none": the class symbol */
+                    more[j][nm[j]++] = ops[p++] << 4 | lane;
+            }
+            for (; p < nops; p++) {
+                op = ops[p];
+                const skv_eop *ep = (const skv_eop *)(uintptr_t)op;
                 uint32_t v;
                 int nb;
-                if (v2_plain(e->ops[k], &v, &nb)) {
-                    bits |= (uint64_t)(v & ((1u << nb) - 1u)) << nbits;
-                    for (nbits += nb; nbits >= 8; nbits -= 8, bits >>= 8)
-                        raw[nraw++] = (uint8_t)bits;
+                if (op & 1u) { /* wide plain bits */
+                    nb = (int)((op >> 1) & 31u), v = (uint32_t)(op >> 8) & ((1u << nb) - 1u);
+                } else if (ep >= t0 && ep < t1) {
+                    uint32_t idx = (uint32_t)(ep - t0);
+                    nb = 31 - __builtin_clz(idx), v = idx - (1u << nb);
+                } else if ((ep >= z0 && ep < z1) || (ep >= e0 && ep < e1)) {
+                    more[j][nm[j]++] = op << 4 | lane;
+                    continue;
                 } else {
-                    q[nq++] = e->ops[k] << 4 | (uint64_t)v2_lane(g + j);
+                    break; /* the next scalar's first */
+                }
+                bits |= (uint64_t)v << nbits;
+                nbits += nb;
+                if (nbits >= 32) {
+                    skv_store32_le(raw + nraw, (uint32_t)bits);
+                    nraw += 4, bits >>= 32, nbits -= 32;
                 }
             }
+        }
+        for (uint32_t j = 0; j < m; j++)
+            for (int k = 0; k < nm[j]; k++)
+                q[nq++] = more[j][k];
     }
-    if (nbits > 0)
+    for (; nbits > 0; nbits -= 8, bits >>= 8)
         raw[nraw++] = (uint8_t)bits;
+
     uint32_t x[SKV_V2_STATES];
     for (int l = 0; l < SKV_V2_STATES; l++)
         x[l] = RANS_L;
@@ -1021,7 +1016,6 @@ static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     ptrdiff_t nn = 0;
     for (size_t k = nq; k-- > 0;)
         enc_eop(&x[q[k] & 15u], (const skv_eop *)(uintptr_t)(q[k] >> 4), 0, top, &nn);
-    skv_free(q);
     size_t nw = (size_t)-nn;
     const uint16_t *words = top + nn + 1;
     size_t payload = 4 * SKV_V2_STATES + 2 * nw + nraw;
@@ -1031,10 +1025,8 @@ static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
         rc = skv_error(SKV_ERR_TOO_LARGE, "stream needs %zu bytes, buffer has %zu", total, cap);
     else if (payload > 0xffffffffu)
         rc = skv_error(SKV_ERR_TOO_LARGE, "stream payload over 4 GiB");
-    if (rc) {
-        skv_free(raw);
+    if (rc)
         return rc;
-    }
     uint64_t h = 0x243f6a8885a308d3ull;
     for (int l = 0; l < SKV_V2_STATES; l++)
         h = mix_in(h, e->acc[l]);
@@ -1057,7 +1049,6 @@ static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
         skv_store16_le(o + 2 * k, words[k]);
     o += 2 * nw;
     memcpy(o, raw, nraw);
-    skv_free(raw);
     *len = total;
     return SKV_OK;
 }
