@@ -13,7 +13,9 @@
  * The encoders too: version 1's (skv_encoder_put_rows, finish; its
  * bytes checked against the first encode) and the lane layout's
  * (lane_encode_fast: AVX2 planning, a queue, sixteen states; its output
- * checked against the plain reference lane_encode).
+ * checked against the plain reference lane_encode). And the codec's own
+ * stream version 2 (FORMAT.md), which is that layout: encoded with
+ * put_rows and decoded with get_rows, timed in the same rounds.
  *
  * The predictions are the stat level's kind: per (layer, k/v, channel)
  * mean mu and spread s, here the test data's own mean and standard

@@ -380,9 +380,22 @@ struct skv_encoder {
     skv_fcache fc;
     skv_rcache rc;
     int version_on, version; /* the stream version asked for; this stream's */
-    uint64_t *q2;            /* version 2's finish: the sorted operations, and the raw bits */
+    /* version 2: the table symbols in decoding order (skv_eop address << 4
+     * | state), the raw bit stream (zero past rbits2), the operations of
+     * an unfinished group waiting in ops, the fast path's packed row */
+    uint64_t *q2;
+    size_t nq2, q2cap;
     uint8_t *raw2;
-    size_t q2cap;
+    uint64_t rbits2;
+    size_t raw2cap;
+    struct e2pack {
+        const skv_fcls *row; /* the row cache's array, n scalars, of generation gen */
+        uint32_t gen;
+        size_t n, cap;
+        void *mem;
+        uint64_t *e4;        /* the table's skv_eop array << 4 */
+        int32_t *base, *g, *nesc1, *ok; /* ok: -1 for a BUCKET class the path takes */
+    } pk2;
     uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
 };
 
@@ -411,6 +424,7 @@ void skv_encoder_free(skv_encoder *e)
     skv_free(e->words);
     skv_free(e->q2);
     skv_free(e->raw2);
+    skv_free(e->pk2.mem);
     rcache_free(&e->rc);
     skv_free(e);
 }
@@ -436,6 +450,10 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
     rcache_clear(&e->rc);
     e->h = 0x243f6a8885a308d3ull;
     e->version = e->version_on;
+    if (e->raw2) /* the raw bit stream is ORed into zeros */
+        memset(e->raw2, 0, (size_t)(e->rbits2 / 8) + 16 < e->raw2cap ? (size_t)(e->rbits2 / 8) + 16 : e->raw2cap);
+    e->nq2 = 0;
+    e->rbits2 = 0;
     for (int l = 0; l < SKV_V2_STATES; l++)
         e->acc[l] = V2_ACC0;
     if (calib_id)
@@ -794,6 +812,30 @@ static int put_room(skv_encoder *e, size_t n)
         e->ops = o;
         e->cap = nc;
     }
+    if (e->version == 2) { /* at most 3 table symbols and 32 plain bits a scalar */
+        if (e->nq2 + 3 * n + 24 > e->q2cap) {
+            size_t nc = e->q2cap ? 2 * e->q2cap : 4096;
+            while (nc < e->nq2 + 3 * n + 24)
+                nc *= 2;
+            uint64_t *q = skv_realloc(e->q2, nc * sizeof *q);
+            if (!q)
+                return skv_error(SKV_ERR_NOMEM, "encoder ops");
+            e->q2 = q;
+            e->q2cap = nc;
+        }
+        size_t need = (size_t)(e->rbits2 / 8) + 4 * (n + 16) + 16;
+        if (need > e->raw2cap) {
+            size_t nc = e->raw2cap ? 2 * e->raw2cap : 4096;
+            while (nc < need)
+                nc *= 2;
+            uint8_t *r = skv_realloc(e->raw2, nc);
+            if (!r)
+                return skv_error(SKV_ERR_NOMEM, "encoder ops");
+            memset(r + e->raw2cap, 0, nc - e->raw2cap);
+            e->raw2 = r;
+            e->raw2cap = nc;
+        }
+    }
     return SKV_OK;
 }
 
@@ -817,21 +859,241 @@ static int put_n_given1(skv_encoder *e, const uint32_t *x, const float *mu, cons
     }
 }
 
-/* Version 2 queues the scalars' operations as version 1 does (the same
- * paths); skv_encoder_finish then finds each scalar's operations in the
- * queue and sorts them into the lanes' rounds and the raw bit stream. The checksum lanes are summed here. */
+/* nb plain bits of v into version 2's raw bit stream */
+static inline void v2_raw(skv_encoder *e, uint32_t v, int nb)
+{
+    uint8_t *p = e->raw2 + (e->rbits2 >> 3);
+    uint64_t cur;
+    memcpy(&cur, p, 8);
+    cur |= (uint64_t)(v & (uint32_t)((1ull << nb) - 1u)) << (e->rbits2 & 7);
+    memcpy(p, &cur, 8); /* little-endian hosts; see skv_load64_le elsewhere */
+    e->rbits2 += (uint64_t)nb;
+}
+
+/* The m scalars of the group at g0, whose version 1 operations are
+ * ops[0..nops), sorted into version 2's order: the first operation of
+ * each (the atom symbol, or the class symbol), then each scalar's other
+ * table symbols (the class symbol after an atom "none", a zero level, a
+ * p_emp byte), on the scalar's state; its plain bits to the raw bit
+ * stream (version 1's plans put nothing else after a first symbol). */
+static void v2_sort_group(skv_encoder *e, uint32_t g0, uint32_t m)
+{
+    const skv_cmodel *cm = e->m;
+    const skv_eop *z0 = cm->zero.enc, *z1 = z0 + cm->zero.n, *e0 = cm->pemp.enc, *e1 = e0 + cm->pemp.n;
+    const skv_eop *t0 = plain_tab, *t1 = plain_tab + (2u << PLAIN_TAB_BITS);
+    const skv_atoms *as = e->atoms;
+    const uint64_t *ops = e->ops;
+    size_t p = 0, nops = e->nops;
+    uint64_t more[8][3];
+    int nm[8];
+    for (uint32_t j = 0; j < m; j++) {
+        uint64_t lane = (uint64_t)v2_lane(g0 + j);
+        uint64_t op = ops[p++];
+        e->q2[e->nq2++] = op << 4 | lane;
+        nm[j] = 0;
+        if (as) {
+            const skv_atom_ch *a = &as->ch[(g0 + j) % as->nch];
+            if (a->k && op != (uint64_t)(uintptr_t)&a->tab.enc[a->k])
+                continue; /* an atom: nothing follows */
+            if (a->k) /* "none": the class symbol */
+                more[j][nm[j]++] = ops[p++] << 4 | lane;
+        }
+        for (; p < nops; p++) {
+            op = ops[p];
+            const skv_eop *ep = (const skv_eop *)(uintptr_t)op;
+            if (op & 1u) { /* wide plain bits */
+                v2_raw(e, (uint32_t)(op >> 8), (int)((op >> 1) & 31u));
+            } else if (ep >= t0 && ep < t1) {
+                uint32_t idx = (uint32_t)(ep - t0);
+                int nb = 31 - __builtin_clz(idx);
+                v2_raw(e, idx - (1u << nb), nb);
+            } else if ((ep >= z0 && ep < z1) || (ep >= e0 && ep < e1)) {
+                more[j][nm[j]++] = op << 4 | lane;
+            } else {
+                break; /* the next scalar's first */
+            }
+        }
+    }
+    for (uint32_t j = 0; j < m; j++)
+        for (int k = 0; k < nm[j]; k++)
+            e->q2[e->nq2++] = more[j][k];
+    e->nops = 0;
+}
+
+#ifdef SKV_HAVE_CLS8
+/* The row's classes as v2_put_run loads them (e->pk2), rebuilt when the
+ * row cache gives a row they do not hold; 0 when memory fails. */
+static int v2_epack(skv_encoder *e, const skv_fcls *row, size_t n)
+{
+    struct e2pack *p = &e->pk2;
+    for (int k = 0; k < RCACHE_SLOTS; k++)
+        if (e->rc.cls[k] == row && p->row == row && p->n == n && p->gen == e->rc.gen[k] && e->rc.n[k] == n)
+            return 1;
+    if (n > p->cap) {
+        void *mem = skv_malloc(n * (sizeof(uint64_t) + 4 * sizeof(int32_t)) + 64);
+        if (!mem)
+            return 0;
+        skv_free(p->mem);
+        p->mem = mem;
+        p->cap = n;
+        p->e4 = mem;
+        p->base = (int32_t *)(void *)(p->e4 + n);
+        p->g = p->base + n;
+        p->nesc1 = p->g + n;
+        p->ok = p->nesc1 + n;
+    }
+    for (size_t j = 0; j < n; j++) {
+        const skv_fcls *c = &row[j];
+        int ok = c->bucket && c->base > -(1 << 30) && c->base < (1 << 30) && c->tab->enc;
+        p->ok[j] = ok ? -1 : 0;
+        p->e4[j] = ok ? (uint64_t)(uintptr_t)c->tab->enc << 4 : 0;
+        p->base[j] = ok ? (int32_t)c->base : 0;
+        p->g[j] = c->G;
+        p->nesc1[j] = ok ? (int32_t)c->nesc - 1 : 0;
+    }
+    p->row = row;
+    p->n = n;
+    p->gen = 0;
+    for (int k = 0; k < RCACHE_SLOTS; k++)
+        if (e->rc.cls[k] == row)
+            p->gen = e->rc.gen[k];
+    return 1;
+}
+
+/* Whole groups of bf16 scalars x (the row's scalars from i on, at stream
+ * position e->n, a multiple of 8), up to ng, planned eight at a time on
+ * AVX2 (enc_one's common case, bench_lanes's lane_encode_fast): each
+ * group's table symbols into q2 in decoding order, its plain bits into
+ * the raw bit stream at once; stops before a group with a lane off that
+ * case. Returns the groups done. */
+static __attribute__((target("avx2"))) size_t v2_put_run(skv_encoder *e, const uint32_t *x, size_t i,
+                                                        size_t ng)
+{
+    const struct e2pack *p = &e->pk2;
+    const __m256i m7f = _mm256_set1_epi32(0x7f), one = _mm256_set1_epi32(1);
+    const uint64_t zenc = (uint64_t)(uintptr_t)e->m->zero.enc << 4;
+    size_t k = 0;
+    for (; k < ng; k++) {
+        size_t c0 = i + 8 * k;
+        uint32_t at = e->n + 8 * (uint32_t)k;
+        uint64_t l0 = (at >> 3 & 1u) * 8;
+        __m256i xv = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + 8 * k)), _mm256_set1_epi32(0xffff));
+        __m256i mag = _mm256_and_si256(xv, _mm256_set1_epi32(0x7fff)), sg = _mm256_srli_epi32(xv, 15);
+        __m256i nb = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(p->g + c0)),
+                                                       _mm256_set1_epi32(134)),
+                                      _mm256_srli_epi32(mag, 7));
+        __m256i normal = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x80), mag),
+                                             _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7f80), mag));
+        __m256i common = _mm256_and_si256(normal, _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), nb),
+                                                                      _mm256_cmpgt_epi32(_mm256_set1_epi32(8), nb)));
+        __m256i zb = _mm256_and_si256(normal, _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), nb),
+                                                                  _mm256_cmpgt_epi32(_mm256_set1_epi32(8 + ZLEVELS), nb)));
+        __m256i nbc = _mm256_and_si256(nb, _mm256_set1_epi32(7));
+        __m256i j = _mm256_srlv_epi32(_mm256_or_si256(_mm256_and_si256(mag, m7f), _mm256_set1_epi32(0x80)), nbc);
+        __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), sg);
+        __m256i kb = _mm256_blendv_epi8(_mm256_xor_si256(j, neg), neg, zb);
+        __m256i sy = _mm256_sub_epi32(kb, _mm256_loadu_si256((const __m256i *)(p->base + c0)));
+        __m256i nm1 = _mm256_loadu_si256((const __m256i *)(p->nesc1 + c0));
+        __m256i ok = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p->ok + c0)),
+                                      _mm256_and_si256(_mm256_or_si256(common, zb),
+                                                       _mm256_cmpeq_epi32(_mm256_min_epu32(sy, nm1), sy)));
+        if (_mm256_movemask_ps(_mm256_castsi256_ps(ok)) != 0xff)
+            break;
+        __m256i nbv = _mm256_blendv_epi8(nbc, _mm256_set1_epi32(7), zb);
+        __m256i plain = _mm256_and_si256(mag, _mm256_sub_epi32(_mm256_sllv_epi32(one, nbv), one));
+        const __m256i lane0 = _mm256_setr_epi64x((long long)l0, (long long)l0 + 1, (long long)l0 + 2,
+                                                 (long long)l0 + 3); /* the group's states */
+        uint64_t *qo = e->q2 + e->nq2;
+        __m256i q0 = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)(p->e4 + c0)),
+                                      _mm256_slli_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(sy)), 8));
+        __m256i q1 = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)(p->e4 + c0 + 4)),
+                                      _mm256_slli_epi64(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(sy, 1)), 8));
+        _mm256_storeu_si256((__m256i *)qo, _mm256_add_epi64(q0, lane0));
+        _mm256_storeu_si256((__m256i *)(qo + 4), _mm256_add_epi64(q1, _mm256_add_epi64(lane0, _mm256_set1_epi64x(4))));
+        qo += 8;
+        unsigned zmask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(zb));
+        if (zmask) {
+            uint32_t nbs[8];
+            _mm256_storeu_si256((__m256i *)nbs, nb);
+            for (; zmask; zmask &= zmask - 1) {
+                unsigned jj = (unsigned)__builtin_ctz(zmask);
+                *qo++ = (zenc + ((uint64_t)(nbs[jj] - 8) << 8)) | (l0 + jj);
+            }
+        }
+        e->nq2 = (size_t)(qo - e->q2);
+        /* plain bits: lane j's at the sum of lanes 0..j-1's, as one word */
+        __m256i ps = _mm256_add_epi32(nbv, _mm256_slli_si256(nbv, 4));
+        ps = _mm256_add_epi32(ps, _mm256_slli_si256(ps, 8));
+        ps = _mm256_add_epi32(ps, _mm256_blend_epi32(_mm256_setzero_si256(),
+                                                     _mm256_permutevar8x32_epi32(ps, _mm256_set1_epi32(3)), 0xf0));
+        __m256i atb = _mm256_sub_epi32(ps, nbv);
+        __m256i w0 = _mm256_sllv_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(plain)),
+                                       _mm256_cvtepu32_epi64(_mm256_castsi256_si128(atb)));
+        __m256i w1 = _mm256_sllv_epi64(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(plain, 1)),
+                                       _mm256_cvtepu32_epi64(_mm256_extracti128_si256(atb, 1)));
+        __m256i wo = _mm256_or_si256(w0, w1);
+        __m128i h = _mm_or_si128(_mm256_castsi256_si128(wo), _mm256_extracti128_si256(wo, 1));
+        uint64_t bits = (uint64_t)_mm_cvtsi128_si64(_mm_or_si128(h, _mm_unpackhi_epi64(h, h))), cur;
+        uint8_t *rp = e->raw2 + (e->rbits2 >> 3);
+        memcpy(&cur, rp, 8);
+        cur |= bits << (e->rbits2 & 7);
+        memcpy(rp, &cur, 8);
+        e->rbits2 += (uint32_t)_mm256_extract_epi32(ps, 7);
+        /* the checksum lanes */
+        uint32_t *acc = e->acc + l0;
+        __m256i A = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)acc), xv);
+        A = _mm256_mullo_epi32(_mm256_xor_si256(A, _mm256_srli_epi32(A, 15)), _mm256_set1_epi32((int)0x9e3779b1));
+        _mm256_storeu_si256((__m256i *)acc, A);
+    }
+    e->n += 8 * (uint32_t)k;
+    return k;
+}
+#endif
+
+/* Version 2: whole groups that start on a group and whose row the row
+ * cache holds go by v2_put_run (bf16, AVX2, no atoms, streams without
+ * their ideal cost); the rest queue version 1's operations (the same
+ * paths), a group at a time, sorted by v2_sort_group when the group is
+ * whole. The checksum lanes are summed as the scalars come. */
 static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
                        const skv_fcls *given)
 {
-    uint32_t at = e->n;
-    int rc = put_n_given1(e, x, mu, s, n, given);
     if (e->version != 2)
-        return rc;
+        return put_n_given1(e, x, mu, s, n, given);
     const skv_lat *L = &e->m->lat;
     const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
-    for (uint32_t i = 0; at + i < e->n; i++)
-        e->acc[v2_lane(at + i)] = v2_acc(e->acc[v2_lane(at + i)], x[i] & mask);
-    return rc;
+    const skv_fcls *row = given;
+    int fast = 0;
+#ifdef SKV_HAVE_CLS8
+    if (L->dt == SKV_DT_BF16 && !e->atoms && !e->ideal_now && n >= 8 && cls_simd() == 2) {
+        if (!row && rcache_on(&e->rc, n) && !(row = rcache_get(e->m, L, &e->rc, mu, s, n)))
+            return skv_error(SKV_ERR_NOMEM, "codec table");
+        fast = row && v2_epack(e, row, n);
+    }
+#endif
+    size_t i = 0;
+    while (i < n) {
+#ifdef SKV_HAVE_CLS8
+        if (fast && e->n % 8 == 0 && n - i >= 8) {
+            size_t done = v2_put_run(e, x + i, i, (n - i) / 8);
+            i += 8 * done;
+            if (done)
+                continue;
+        }
+#endif
+        uint32_t k = 8 - e->n % 8, at = e->n;
+        if (k > n - i)
+            k = (uint32_t)(n - i);
+        int rc = put_n_given1(e, x + i, mu + i, s + i, k, row ? row + i : NULL);
+        for (uint32_t j = 0; at + j < e->n; j++)
+            e->acc[v2_lane(at + j)] = v2_acc(e->acc[v2_lane(at + j)], x[i + j] & mask);
+        if (rc)
+            return rc;
+        i += k;
+        if (e->n % 8 == 0)
+            v2_sort_group(e, e->n - 8, 8);
+    }
+    return SKV_OK;
 }
 
 int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n)
@@ -886,8 +1148,9 @@ int skv_encoder_set_version(skv_encoder *e, int version)
 
 size_t skv_encoder_bound(const skv_encoder *e)
 {
-    if (e->version == 2) /* 16 states; a word and at most 16 plain bits an operation */
-        return SKV_STREAM_HEADER + 4 * SKV_V2_STATES + 4 * e->nops + 8;
+    if (e->version == 2) /* 16 states; a word a table symbol; the raw bits; a waiting group */
+        return SKV_STREAM_HEADER + 4 * SKV_V2_STATES + 2 * e->nq2 + (size_t)(e->rbits2 / 8) + 1 +
+               4 * e->nops + 8;
     return SKV_STREAM_HEADER + 16 + 2 * e->nops;
 }
 
@@ -928,87 +1191,18 @@ SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *top, ptrdiff_t
  * to first. */
 static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
 {
-    size_t nops = e->nops;
-    if (e->wcap < nops + 1) {
-        uint16_t *w = skv_realloc(e->words, (nops + 1) * sizeof *w);
+    if (e->n % 8 && e->nops) /* the last group, not whole (once: finish may be called again) */
+        v2_sort_group(e, e->n - e->n % 8, e->n % 8);
+    size_t nq = e->nq2, nraw = (size_t)((e->rbits2 + 7) / 8);
+    if (e->wcap < nq + 1) {
+        uint16_t *w = skv_realloc(e->words, (nq + 1) * sizeof *w);
         if (!w)
             return skv_error(SKV_ERR_NOMEM, "encoder words");
         e->words = w;
-        e->wcap = nops + 1;
+        e->wcap = nq + 1;
     }
-    if (e->q2cap < nops + 1) { /* kept across streams, as the words */
-        uint64_t *q = skv_realloc(e->q2, (nops + 1) * sizeof *q);
-        if (q)
-            e->q2 = q;
-        uint8_t *raw = skv_realloc(e->raw2, 2 * nops + 16);
-        if (raw)
-            e->raw2 = raw;
-        if (!q || !raw)
-            return skv_error(SKV_ERR_NOMEM, "encoder words");
-        e->q2cap = nops + 1;
-    }
-    uint64_t *q = e->q2;
-    uint8_t *raw = e->raw2;
-    /* A scalar's operations in the queue: its first (the atom symbol, or
-     * the class symbol), the class symbol after an atom "none", then only
-     * operations that cannot start a scalar: the zero level, the p_emp
-     * byte, plain bits (version 1's plans put nothing else after a first
-     * symbol). */
-    const skv_cmodel *cm = e->m;
-    const skv_eop *z0 = cm->zero.enc, *z1 = z0 + cm->zero.n, *e0 = cm->pemp.enc, *e1 = e0 + cm->pemp.n;
-    const skv_eop *t0 = plain_tab, *t1 = plain_tab + (2u << PLAIN_TAB_BITS);
-    const skv_atoms *as = e->atoms;
-    const uint64_t *ops = e->ops;
-    size_t nq = 0, nraw = 0, p = 0;
-    uint64_t bits = 0;
-    int nbits = 0;
-    for (uint32_t g = 0; g < e->n; g += 8) {
-        uint32_t m = e->n - g < 8 ? e->n - g : 8;
-        uint64_t more[8][3];
-        int nm[8];
-        for (uint32_t j = 0; j < m; j++) {
-            uint64_t lane = (uint64_t)v2_lane(g + j);
-            uint64_t op = ops[p++];
-            q[nq++] = op << 4 | lane; /* the first: a table symbol */
-            nm[j] = 0;
-            if (as) {
-                const skv_atom_ch *a = &as->ch[(g + j) % as->nch];
-                if (a->k && op != (uint64_t)(uintptr_t)&a->tab.enc[a->k])
-                    continue; /* an atom: nothing follows */
-                if (a->k) /* "none": the class symbol */
-                    more[j][nm[j]++] = ops[p++] << 4 | lane;
-            }
-            for (; p < nops; p++) {
-                op = ops[p];
-                const skv_eop *ep = (const skv_eop *)(uintptr_t)op;
-                uint32_t v;
-                int nb;
-                if (op & 1u) { /* wide plain bits */
-                    nb = (int)((op >> 1) & 31u), v = (uint32_t)(op >> 8) & ((1u << nb) - 1u);
-                } else if (ep >= t0 && ep < t1) {
-                    uint32_t idx = (uint32_t)(ep - t0);
-                    nb = 31 - __builtin_clz(idx), v = idx - (1u << nb);
-                } else if ((ep >= z0 && ep < z1) || (ep >= e0 && ep < e1)) {
-                    more[j][nm[j]++] = op << 4 | lane;
-                    continue;
-                } else {
-                    break; /* the next scalar's first */
-                }
-                bits |= (uint64_t)v << nbits;
-                nbits += nb;
-                if (nbits >= 32) {
-                    skv_store32_le(raw + nraw, (uint32_t)bits);
-                    nraw += 4, bits >>= 32, nbits -= 32;
-                }
-            }
-        }
-        for (uint32_t j = 0; j < m; j++)
-            for (int k = 0; k < nm[j]; k++)
-                q[nq++] = more[j][k];
-    }
-    for (; nbits > 0; nbits -= 8, bits >>= 8)
-        raw[nraw++] = (uint8_t)bits;
-
+    const uint64_t *q = e->q2;
+    const uint8_t *raw = e->raw2;
     uint32_t x[SKV_V2_STATES];
     for (int l = 0; l < SKV_V2_STATES; l++)
         x[l] = RANS_L;
@@ -1048,7 +1242,8 @@ static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     for (size_t k = 0; k < nw; k++)
         skv_store16_le(o + 2 * k, words[k]);
     o += 2 * nw;
-    memcpy(o, raw, nraw);
+    if (nraw) /* an empty stream has no raw buffer */
+        memcpy(o, raw, nraw);
     *len = total;
     return SKV_OK;
 }

@@ -1620,10 +1620,13 @@ static const struct {
     int di;       /* index into GOLD_DT */
     int hist;     /* GOLD_HIST_MIX and gold_hist() instead of the defaults */
     uint32_t n;
+    int version;  /* the stream version */
 } GOOD[] = {
-    {"good_bf16.skvr", 0, 0, N_GOLD},     {"good_f16.skvr", 1, 0, N_GOLD},
-    {"good_f8e4m3.skvr", 2, 0, N_GOLD},   {"good_f32.skvr", 3, 0, N_GOLD},
-    {"good_bf16_hist.skvr", 0, 1, N_GOLD}, {"good_f32_empty.skvr", 3, 0, 0},
+    {"good_bf16.skvr", 0, 0, N_GOLD, 1},      {"good_f16.skvr", 1, 0, N_GOLD, 1},
+    {"good_f8e4m3.skvr", 2, 0, N_GOLD, 1},    {"good_f32.skvr", 3, 0, N_GOLD, 1},
+    {"good_bf16_hist.skvr", 0, 1, N_GOLD, 1}, {"good_f32_empty.skvr", 3, 0, 0, 1},
+    {"good2_bf16.skvr", 0, 0, N_GOLD, 2},     {"good2_f16.skvr", 1, 0, N_GOLD, 2},
+    {"good2_f8e4m3.skvr", 2, 0, N_GOLD, 2},   {"good2_f32.skvr", 3, 0, N_GOLD, 2},
 };
 #define N_GOOD (sizeof GOOD / sizeof GOOD[0])
 
@@ -1654,19 +1657,24 @@ Test(golden, good_streams_decode_to_the_formula_and_re_encode_byte_for_byte)
         for (size_t i = 0; i < q.n; i++)
             cr_assert_eq(got[i], q.x[i], "%s: scalar %zu decoded 0x%x, the formula gives 0x%x",
                          GOOD[g].file, i, got[i], q.x[i]);
+        cr_expect_eq(info.version, (uint32_t)GOOD[g].version, "%s", GOOD[g].file);
         /* format stability: today's encoder writes the same bytes */
         size_t elen;
-        uint8_t *enc = encode_seq(m, &q, GOLD_CALIB, &elen);
+        skv_encoder *e = NULL;
+        cr_assert_eq(skv_encoder_create(m, &e), 0);
+        cr_assert_eq(skv_encoder_set_version(e, GOOD[g].version), 0);
+        uint8_t *enc = encode_with(e, &q, GOLD_CALIB, &elen);
+        skv_encoder_free(e);
         cr_assert_eq(elen, len,
-                     "%s: the encoder now writes %zu bytes, the version-1 golden file has %zu: "
-                     "an encoding change breaks stream version 1",
+                     "%s: the encoder now writes %zu bytes, the golden file has %zu: "
+                     "an encoding change breaks its stream version",
                      GOOD[g].file, elen, len);
         size_t diff = 0;
         while (diff < len && enc[diff] == file[diff])
             diff++;
         cr_assert_eq(diff, len,
-                     "%s: re-encoding differs from the version-1 golden file at byte %zu: "
-                     "an encoding change breaks stream version 1",
+                     "%s: re-encoding differs from the golden file at byte %zu: "
+                     "an encoding change breaks its stream version",
                      GOOD[g].file, diff);
         free(enc);
         free(got);
@@ -1708,7 +1716,7 @@ Test(golden, bad_streams_fail_with_the_expected_error)
     struct dirent *e;
     int goods = 0;
     while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "good_", 5) != 0)
+        if (strncmp(e->d_name, "good_", 5) != 0 && strncmp(e->d_name, "good2_", 6) != 0)
             continue;
         int found = 0;
         for (size_t g = 0; g < N_GOOD; g++)
@@ -2430,6 +2438,11 @@ Test(v2, the_decoder_takes_whole_groups_and_version_1_stays_the_default)
     for (int i = 0; i < 21; i++)
         cr_expect_eq(x[i], q.x[i]);
     free(buf);
+    /* an empty stream */
+    seq_t none = {SKV_DT_BF16, 0, 0, NULL, NULL, NULL};
+    buf = v2_encode(m, NULL, &none, 8, &len);
+    cr_expect_eq(v2_decode(m, NULL, buf, len, &none, 8, x), 0, "%s", skv_error_detail());
+    free(buf);
     /* a fresh encoder writes version 1; other versions are refused */
     skv_encoder *e = NULL;
     cr_assert_eq(skv_encoder_create(m, &e), 0);
@@ -2502,6 +2515,29 @@ Test(v2, the_avx2_group_path_decodes_what_the_reference_path_decodes)
     size_t len;
     uint8_t *buf = v2_encode(m, NULL, &q, C, &len);
     int saved = skv__cls_simd;
+    /* the encoder's AVX2 path (streams without their ideal cost, rows of
+     * whole groups) writes the same bytes as version 1's planning sorted:
+     * rows of 32 and batches of 13 (groups split across calls), each with
+     * the AVX2 path on and off */
+    for (int pass = 0; pass < 4; pass++) {
+        skv__cls_simd = pass & 1 ? 0 : 2;
+        skv_encoder *e = NULL;
+        cr_assert_eq(skv_encoder_create(m, &e), 0);
+        cr_assert_eq(skv_encoder_set_version(e, 2), 0);
+        skv_encoder_set_ideal(e, 0);
+        skv_encoder_reset(e, NULL);
+        size_t pb = pass < 2 ? C : 13;
+        for (size_t i = 0; i < q.n; i += pb) {
+            size_t nb = q.n - i < pb ? q.n - i : pb;
+            cr_assert_eq(skv_encoder_put_n(e, q.x + i, q.mu + i, q.s + i, nb), 0, "%s", skv_error_detail());
+        }
+        size_t cap = skv_encoder_bound(e), l2;
+        uint8_t *b2 = malloc(cap);
+        cr_assert_eq(skv_encoder_finish(e, b2, cap, &l2), 0, "%s", skv_error_detail());
+        cr_expect(l2 == len && memcmp(b2, buf, len) == 0, "pass %d: the stream differs", pass);
+        free(b2);
+        skv_encoder_free(e);
+    }
     uint64_t fast[2];
     for (int pass = 0; pass < 2; pass++) {
         skv__cls_simd = pass ? 0 : 2;

@@ -211,7 +211,7 @@ static void decode_v2(skv_decoder *d, const skv_atoms *A, int di, unsigned mode,
         for (uint32_t k = i; k < i + b; k++)
             CHECK((xs[k] & ~width_mask(GOLD_DT[di])) == 0);
     }
-    uint32_t bad_at = i; /* the first failing group's first scalar, or lim */
+    uint32_t bad_at = rc ? i : lim; /* the first failing group's first scalar, or lim */
     if (rc == 0 && lim == info->n) {
         end_rc = skv_decoder_end(d);
         CHECK(end_rc == 0 || end_rc == SKV_ERR_CORRUPT);
@@ -339,6 +339,8 @@ static uint8_t *encode(skv_cmodel *m, int di, unsigned mode, uint32_t key, const
     skv_encoder *e = NULL;
     CHECK(skv_encoder_create(m, &e) == 0);
     CHECK(skv_encoder_set_version(e, version) == 0);
+    if (version == 2) /* without the ideal cost, put_n may take the AVX2 path; put never does */
+        skv_encoder_set_ideal(e, 0);
     skv_encoder_reset_atoms(e, calib, A);
     float *mus = malloc((n + 1) * sizeof *mus), *ss = malloc((n + 1) * sizeof *ss);
     CHECK(mus && ss);

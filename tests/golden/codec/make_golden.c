@@ -9,6 +9,11 @@
  *       -lm -lpthread -o /tmp/make_golden && \
  *   (cd tests/golden/codec && /tmp/make_golden)
  *
+ * Version 2 (the lane layout): good2_bf16.skvr good2_f16.skvr
+ * good2_f8e4m3.skvr good2_f32.skvr, the same inputs and models as
+ * good_*.skvr; bad2_*.skvr are edits of good2_bf16.skvr, in EXPECTED like
+ * the others.
+ *
  * Good streams: 300 scalars each (good_f32_empty.skvr: none), coded with
  * the (x, mu, s) of gold_input() below, calib_id GOLD_CALIB:
  *   good_bf16.skvr good_f16.skvr good_f8e4m3.skvr good_f32.skvr
@@ -75,12 +80,16 @@ static skv_cmodel *model(int di, int hist)
     return m;
 }
 
+static int g_version = 1; /* the stream version encode() writes */
+
 static uint8_t *encode(skv_cmodel *m, int di, uint32_t n, size_t *len)
 {
     skv_encoder *e = NULL;
     int rc = skv_encoder_create(m, &e);
     if (rc)
         die("encoder_create", rc);
+    if ((rc = skv_encoder_set_version(e, g_version)))
+        die("set_version", rc);
     skv_encoder_reset(e, GOLD_CALIB);
     int mode[3] = {0, 0, 0};
     for (uint32_t i = 0; i < n; i++) {
@@ -285,6 +294,55 @@ int main(void)
     FRESH();
     b[P + 16] ^= 0xff;
     BAD("bad_flip_first_word.skvr", b, glen, SKV_ERR_CORRUPT);
+    free(b);
+    free(g);
+
+    /* version 2: the same inputs in the lane layout (FORMAT.md), and edits
+     * of good2_bf16.skvr */
+    static const char *const names2[4] = {"good2_bf16.skvr", "good2_f16.skvr", "good2_f8e4m3.skvr",
+                                          "good2_f32.skvr"};
+    g_version = 2;
+    for (int di = 0; di < 4; di++) {
+        skv_cmodel *m2 = model(di, 0);
+        size_t len;
+        uint8_t *b2 = encode(m2, di, N_GOLD, &len);
+        write_file(names2[di], b2, len);
+        if (decode_rc(m2, di, b2, len) != 0)
+            die(names2[di], decode_rc(m2, di, b2, len));
+        if (di == 0) {
+            g = b2;
+            glen = len;
+        } else {
+            free(b2);
+        }
+        skv_cmodel_free(m2);
+    }
+    b = malloc(glen + 16);
+    const uint32_t pay2 = skv_load32_le(g + 12), raw2 = skv_load32_le(g + 20);
+    FRESH();
+    skv_store32_le(b + 20, pay2 - 62); /* the raw bytes leave less than the 16 states */
+    BAD("bad2_raw_over_payload.skvr", b, glen, SKV_ERR_FORMAT);
+    FRESH();
+    skv_store32_le(b + 20, raw2 + 1); /* an odd word region */
+    BAD("bad2_raw_odd_words.skvr", b, glen, SKV_ERR_FORMAT);
+    FRESH();
+    skv_store32_le(b + 20, raw2 + 2); /* two bytes moved from the words to the raw bits */
+    BAD("bad2_raw_plus_two.skvr", b, glen, SKV_ERR_CORRUPT);
+    FRESH();
+    skv_store32_le(b + P + 4 * 9, 0xffff);
+    BAD("bad2_state9_small.skvr", b, glen, SKV_ERR_CORRUPT);
+    FRESH();
+    b[P + 64 + 3] ^= 0x40;
+    BAD("bad2_flip_word.skvr", b, glen, SKV_ERR_CORRUPT);
+    FRESH();
+    b[glen - raw2 / 2] ^= 0x08;
+    BAD("bad2_flip_raw.skvr", b, glen, SKV_ERR_CORRUPT);
+    FRESH();
+    b[glen - 1] |= 0x80; /* a padding bit of the last raw byte, or a data bit */
+    if (b[glen - 1] != g[glen - 1])
+        BAD("bad2_last_raw_bit.skvr", b, glen, SKV_ERR_CORRUPT);
+    FRESH();
+    BAD("bad2_truncated.skvr", b, glen - 1, SKV_ERR_RANGE);
     fclose(g_expected);
     free(b);
     free(g);
