@@ -1,7 +1,7 @@
 /* What a lane layout of the coded stream would decode at on real KV: the
  * stat level's scalars of a KV file, coded with the codec's own classes
- * and tables, once as version-1 streams (skv_encoder, decoded by
- * skv_decoder_get_n row by row, as the delta coder does) and once in a
+ * and tables, once as version-1 streams (skv_encoder_put_rows, decoded
+ * by skv_decoder_get_rows, as the delta coder codes stat) and once in a
  * model of a second stream version (bench/lanes.h): sixteen states, the
  * scalars of a row in groups of eight with scalar j of a group on state
  * j (+ 8 for odd groups, two vectors in flight); per group the table
@@ -10,10 +10,12 @@
  * stream; a checksum lane per state. Both decoders' output is checked
  * against the input; they are timed alternately in one process (best of
  * REPS, thread CPU time) and printed in M scalars/s and cycles a scalar.
- * The encoders too: version 1's (skv_encoder_put_n by row, finish; its
+ * The encoders too: version 1's (skv_encoder_put_rows, finish; its
  * bytes checked against the first encode) and the lane layout's
  * (lane_encode_fast: AVX2 planning, a queue, sixteen states; its output
- * checked against the plain reference lane_encode).
+ * checked against the plain reference lane_encode). And the codec's own
+ * stream version 2 (FORMAT.md), which is that layout: encoded with
+ * put_rows and decoded with get_rows, timed in the same rounds.
  *
  * The predictions are the stat level's kind: per (layer, k/v, channel)
  * mean mu and spread s, here the test data's own mean and standard
@@ -32,7 +34,7 @@
 
 #include "../codec/cfast.h"
 #include "clock.h"
-#include "lanes.h"
+#include "../codec/lanes.h"
 #include "skv_codec.h"
 #include "skv_tensor.h"
 
@@ -75,8 +77,8 @@ typedef struct {
 typedef struct {
     int type;
     const uint16_t *x; /* the input, T * C bf16 */
-    uint8_t *v1;
-    size_t v1len;
+    uint8_t *v1, *v2; /* version 1 and version 2 (the codec's own lane layout) */
+    size_t v1len, v2len;
     uint16_t *words; /* the lane version: words (from wstart), raw bits, final states */
     const uint16_t *wstart;
     uint8_t *raw;
@@ -465,11 +467,14 @@ int main(int argc, char **argv)
     size_t nz = 0, left = 0, n = T * C;
     skv_encoder *e;
     skv_decoder *d;
-    if ((rc = skv_encoder_create(m, &e)) || (rc = skv_decoder_create(m, &d)))
+    skv_encoder *e2;
+    if ((rc = skv_encoder_create(m, &e)) || (rc = skv_decoder_create(m, &d)) ||
+        (rc = skv_encoder_create(m, &e2)))
         return fail("coder", rc);
+    skv_encoder_set_ideal(e2, 0);
     skv_encoder_set_ideal(e, 0);
     uint8_t cid[16] = {0};
-    double b1 = 0, b2 = 0;
+    double b1 = 0, b2 = 0, b3 = 0;
     uint32_t *xin = malloc(n * 4), *out = malloc(n * 4 + 64);
     for (size_t i = 0; i < n_seq; i++)
         for (size_t y = 0; y < NTYPE; y++) {
@@ -490,6 +495,15 @@ int main(int argc, char **argv)
             if (rc || !z->v1 || (rc = skv_encoder_finish(e, z->v1, skv_encoder_bound(e), &z->v1len)))
                 return fail("v1 encode", rc ? rc : SKV_ERR_NOMEM);
             b1 += 8.0 * (double)(z->v1len - SKV_STREAM_HEADER - 16);
+            if ((rc = skv_encoder_set_version(e2, 2)))
+                return fail("v2", rc);
+            skv_encoder_reset(e2, cid);
+            for (size_t t = 0; t < T && !rc; t++)
+                rc = skv_encoder_put_n(e2, xin + t * C, types[y].mu, types[y].s, C);
+            z->v2 = malloc(skv_encoder_bound(e2));
+            if (rc || !z->v2 || (rc = skv_encoder_finish(e2, z->v2, skv_encoder_bound(e2), &z->v2len)))
+                return fail("v2 encode", rc ? rc : SKV_ERR_NOMEM);
+            b3 += 8.0 * (double)(z->v2len - SKV_STREAM_HEADER - 64);
             b2 += 16.0 * (double)(z->words + 2 * n + 8 - z->wstart) + 8.0 * (double)z->nraw;
             nz++;
         }
@@ -504,16 +518,18 @@ int main(int argc, char **argv)
     uint8_t *rbuf = malloc(n + 16), *v1buf = malloc(skv_encoder_bound(e) + 4 * n + 1024);
     if (!qbuf || !wbuf || !rbuf || !v1buf)
         return fail("buffers", SKV_ERR_NOMEM);
-    double best[4] = {1e30, 1e30, 1e30, 1e30}; /* decode v1, lanes; encode v1, lanes */
+    /* decode v1, lanes; encode v1, lanes; decode, encode version 2 */
+    double best[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
     for (int r = 0; r <= reps; r++) {
-        double t[4] = {0, 0, 0, 0}, t0;
+        double t[6] = {0, 0, 0, 0, 0, 0}, t0;
         for (size_t q = 0; q < nz; q++) {
             stream *z = &zs[q];
             const stype *ty = &types[z->type];
             t0 = now();
+            size_t done = 0;
             rc = skv_decoder_begin(d, z->v1, z->v1len, NULL);
-            for (size_t i = 0; i < T && !rc; i++)
-                rc = skv_decoder_get_n(d, ty->mu, ty->s, out + i * C, C);
+            if (!rc)
+                rc = skv_decoder_get_rows(d, ty->mu, ty->s, C, T, UINT32_MAX, out, &done);
             if (!rc)
                 rc = skv_decoder_end(d);
             t[0] += now() - t0;
@@ -532,8 +548,7 @@ int main(int argc, char **argv)
                 xin[j] = skv_load16_le((const uint8_t *)(z->x + j));
             t0 = now();
             skv_encoder_reset(e, cid);
-            for (size_t i = 0; i < T && !rc; i++)
-                rc = skv_encoder_put_n(e, xin + i * C, ty->mu, ty->s, C);
+            rc = skv_encoder_put_rows(e, xin, ty->mu, ty->s, C, T);
             size_t len = 0;
             if (!rc)
                 rc = skv_encoder_finish(e, v1buf, skv_encoder_bound(e) + 4 * n + 1024, &len);
@@ -551,8 +566,27 @@ int main(int argc, char **argv)
                 nw != (size_t)(z->words + 2 * n + 8 - z->wstart) || memcmp(ws, z->wstart, 2 * nw) != 0 ||
                 memcmp(rbuf, z->raw, z->nraw) != 0)
                 return fail("the lane encoders disagree", SKV_ERR_CORRUPT);
+            t0 = now();
+            rc = skv_decoder_begin(d, z->v2, z->v2len, NULL);
+            if (!rc)
+                rc = skv_decoder_get_rows(d, ty->mu, ty->s, C, T, UINT32_MAX, out, &done);
+            if (!rc)
+                rc = skv_decoder_end(d);
+            t[4] += now() - t0;
+            if (rc)
+                return fail("v2 decode", rc);
+            if (r == 0 && !same(out, z))
+                return fail("v2 round trip", SKV_ERR_CORRUPT);
+            t0 = now();
+            skv_encoder_reset(e2, cid);
+            rc = skv_encoder_put_rows(e2, xin, ty->mu, ty->s, C, T);
+            if (!rc)
+                rc = skv_encoder_finish(e2, v1buf, skv_encoder_bound(e) + 4 * n + 1024, &len);
+            t[5] += now() - t0;
+            if (rc || len != z->v2len || memcmp(v1buf, z->v2, len) != 0)
+                return fail("v2 encode again", rc ? rc : SKV_ERR_CORRUPT);
         }
-        for (int k = 0; k < 4 && r > 0; k++)
+        for (int k = 0; k < 6 && r > 0; k++)
             best[k] = t[k] < best[k] ? t[k] : best[k];
     }
     double best1 = best[0], best2 = best[1], ebest1 = best[2], ebest2 = best[3];
@@ -563,17 +597,20 @@ int main(int argc, char **argv)
            nz, n, C, left, reps);
     printf("  %-40s %.3f bits a scalar (payload)\n", "version 1", b1 / tot);
     printf("  %-40s %.3f bits a scalar (payload)\n", "lanes (16 states, words in lane order)", b2 / tot);
-    printf("  decode: version 1 (get_n by row) %6.1f M/s, lanes %6.1f M/s, %.2fx\n", tot / best1 / 1e6,
+    printf("  decode: version 1 (get_rows) %6.1f M/s, lanes %6.1f M/s, %.2fx\n", tot / best1 / 1e6,
            tot / best2 / 1e6, best1 / best2);
-    printf("  encode: version 1 (put_n by row) %6.1f M/s, lanes %6.1f M/s, %.2fx\n", tot / ebest1 / 1e6,
+    printf("  encode: version 1 (put_rows) %6.1f M/s, lanes %6.1f M/s, %.2fx\n", tot / ebest1 / 1e6,
            tot / ebest2 / 1e6, ebest1 / ebest2);
+    printf("  the codec's version 2 (%.3f bits a scalar): decode %6.1f M/s (%.2fx version 1), encode %6.1f M/s "
+           "(%.2fx)\n",
+           b3 / tot, tot / best[4] / 1e6, best1 / best[4], tot / best[5] / 1e6, ebest1 / best[5]);
     if (ghz > 0)
         printf("  cycles a scalar at the core's %.2f GHz: decode %.1f and %.1f, encode %.1f and %.1f "
                "(150 M/s is %.1f, 100 M/s %.1f)\n",
                ghz, ghz * 1e9 * best1 / tot, ghz * 1e9 * best2 / tot, ghz * 1e9 * ebest1 / tot,
                ghz * 1e9 * ebest2 / tot, ghz * 1e3 / 150, ghz * 10);
     for (size_t q = 0; q < nz; q++)
-        free(zs[q].v1), free(zs[q].raw), free(zs[q].words);
+        free(zs[q].v1), free(zs[q].v2), free(zs[q].raw), free(zs[q].words);
     for (size_t y = 0; y < NTYPE; y++) {
         stype *ty = &types[y];
         free(ty->mu), free(ty->s), free(ty->fc), free(ty->toff), free(ty->base), free(ty->boff);
@@ -582,6 +619,7 @@ int main(int argc, char **argv)
     free(zs), free(types), free(tabs), free(gs), free(IX0), free(IX1), free(BVT), free(xin), free(out);
     free(sq);
     skv_encoder_free(e);
+    skv_encoder_free(e2);
     skv_decoder_free(d);
     skv_cmodel_free(m);
     skv_st_free(stf);

@@ -53,7 +53,7 @@
 #include <time.h>
 
 #include "clock.h"
-#include "lanes.h"
+#include "../codec/lanes.h"
 
 #define N 8192      /* scalars a stream: a 256-token stories260K layer's K or V */
 #define NCH 32      /* channels a row, each with its own class */

@@ -281,6 +281,7 @@ static inline void fcache_count(skv_fcache *fc, uint32_t n, uint32_t hits)
 typedef struct {
     uint32_t n[RCACHE_SLOTS]; /* scalars in the slot; 0: empty */
     uint32_t age[RCACHE_SLOTS];
+    uint32_t gen[RCACHE_SLOTS]; /* bumped whenever the slot is filled (v2's packed rows) */
     uint32_t clock, lookups, hits;
     int off;
     size_t cap;  /* scalars a slot holds; 0: nothing allocated */
@@ -333,6 +334,8 @@ static __attribute__((noinline)) int rcache_grow(skv_rcache *rc, size_t n)
 /* The row caches of a coder, for tests */
 const skv_rcache *skv__encoder_rcache(const skv_encoder *e);
 const skv_rcache *skv__decoder_rcache(const skv_decoder *d);
+/* test hook: the version 2 groups this decoder took by its AVX2 path */
+uint64_t skv__decoder_fast_groups(const skv_decoder *d);
 
 /* Whether rows of n scalars go through the cache (rcache_get) */
 static inline int rcache_on(skv_rcache *rc, size_t n)
@@ -480,6 +483,7 @@ static inline const skv_fcls *rcache_get(skv_cmodel *m, const skv_lat *L, skv_rc
     memcpy(rc->mu[v], mu, n * sizeof *mu);
     memcpy(rc->s[v], s, n * sizeof *s);
     rc->n[v] = (uint32_t)n;
+    rc->gen[v]++;
     rc->age[v] = rc->clock;
     return rc->cls[v];
 }

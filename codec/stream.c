@@ -13,6 +13,8 @@
 #ifdef SKV_HAVE_CLS8
 #include <immintrin.h>
 #include <stddef.h>
+
+#include "lanes.h"
 #endif
 
 #define RANS_L (1u << 16)
@@ -23,6 +25,21 @@ static inline uint64_t mix_in(uint64_t h, uint64_t v)
 {
     h = (h + v + 1) * 0x9e3779b97f4a7c15ull;
     return h ^ (h >> 29);
+}
+
+/* Version 2 streams (FORMAT.md): scalar i on state v2_lane(i) of
+ * sixteen, a 32-bit checksum lane per state. */
+#define SKV_V2_STATES 16
+#define V2_ACC0 0x243f6a88u
+static inline int v2_lane(uint32_t i)
+{
+    return (int)((i & 7u) | ((i >> 3 & 1u) << 3));
+}
+
+static inline uint32_t v2_acc(uint32_t a, uint32_t x)
+{
+    a += x;
+    return (a ^ (a >> 15)) * 0x9e3779b1u;
 }
 
 uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed)
@@ -362,6 +379,24 @@ struct skv_encoder {
     uint64_t raw_slow; /* plain bits queued out of line by the current put_n */
     skv_fcache fc;
     skv_rcache rc;
+    int version_on, version; /* the stream version asked for; this stream's */
+    /* version 2: the table symbols in decoding order (skv_eop address << 4
+     * | state), the raw bit stream (zero past rbits2), the operations of
+     * an unfinished group waiting in ops, the fast path's packed row */
+    uint64_t *q2;
+    size_t nq2, q2cap;
+    uint8_t *raw2;
+    uint64_t rbits2;
+    size_t raw2cap;
+    struct e2pack {
+        const skv_fcls *row; /* the row cache's array, n scalars, of generation gen */
+        uint32_t gen;
+        size_t n, cap;
+        void *mem;
+        uint64_t *e4;        /* the table's skv_eop array << 4 */
+        int32_t *base, *g, *nesc1, *ok; /* ok: -1 for a BUCKET class the path takes */
+    } pk2;
+    uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
 };
 
 int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
@@ -375,6 +410,7 @@ int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
     }
     e->m = m;
     e->ideal_on = 1;
+    e->version_on = 1;
     skv_encoder_reset(e, NULL);
     *out = e;
     return SKV_OK;
@@ -386,6 +422,9 @@ void skv_encoder_free(skv_encoder *e)
         return;
     skv_free(e->ops);
     skv_free(e->words);
+    skv_free(e->q2);
+    skv_free(e->raw2);
+    skv_free(e->pk2.mem);
     rcache_free(&e->rc);
     skv_free(e);
 }
@@ -410,6 +449,13 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
     fcache_start(&e->fc, e->m->lat.dt);
     rcache_clear(&e->rc);
     e->h = 0x243f6a8885a308d3ull;
+    e->version = e->version_on;
+    if (e->raw2) /* the raw bit stream is ORed into zeros */
+        memset(e->raw2, 0, (size_t)(e->rbits2 / 8) + 16 < e->raw2cap ? (size_t)(e->rbits2 / 8) + 16 : e->raw2cap);
+    e->nq2 = 0;
+    e->rbits2 = 0;
+    for (int l = 0; l < SKV_V2_STATES; l++)
+        e->acc[l] = V2_ACC0;
     if (calib_id)
         memcpy(e->calib, calib_id, 16);
     else
@@ -766,12 +812,36 @@ static int put_room(skv_encoder *e, size_t n)
         e->ops = o;
         e->cap = nc;
     }
+    if (e->version == 2) { /* at most 3 table symbols and 32 plain bits a scalar */
+        if (e->nq2 + 3 * n + 24 > e->q2cap) {
+            size_t nc = e->q2cap ? 2 * e->q2cap : 4096;
+            while (nc < e->nq2 + 3 * n + 24)
+                nc *= 2;
+            uint64_t *q = skv_realloc(e->q2, nc * sizeof *q);
+            if (!q)
+                return skv_error(SKV_ERR_NOMEM, "encoder ops");
+            e->q2 = q;
+            e->q2cap = nc;
+        }
+        size_t need = (size_t)(e->rbits2 / 8) + 4 * (n + 16) + 16;
+        if (need > e->raw2cap) {
+            size_t nc = e->raw2cap ? 2 * e->raw2cap : 4096;
+            while (nc < need)
+                nc *= 2;
+            uint8_t *r = skv_realloc(e->raw2, nc);
+            if (!r)
+                return skv_error(SKV_ERR_NOMEM, "encoder ops");
+            memset(r + e->raw2cap, 0, nc - e->raw2cap);
+            e->raw2 = r;
+            e->raw2cap = nc;
+        }
+    }
     return SKV_OK;
 }
 
 /* n scalars, with the classes of their row given (or NULL: found here) */
-static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
-                       const skv_fcls *given)
+static int put_n_given1(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
+                        const skv_fcls *given)
 {
     if (e->atoms) {
         switch (e->m->lat.dt) {
@@ -787,6 +857,243 @@ static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const
     case SKV_DT_F8E4M3: return put_n_impl(e, &SKV__LAT_F8, x, mu, s, n, given);
     default: return put_n_impl(e, &SKV__LAT_F32, x, mu, s, n, given);
     }
+}
+
+/* nb plain bits of v into version 2's raw bit stream */
+static inline void v2_raw(skv_encoder *e, uint32_t v, int nb)
+{
+    uint8_t *p = e->raw2 + (e->rbits2 >> 3);
+    uint64_t cur;
+    memcpy(&cur, p, 8);
+    cur |= (uint64_t)(v & (uint32_t)((1ull << nb) - 1u)) << (e->rbits2 & 7);
+    memcpy(p, &cur, 8); /* little-endian hosts; see skv_load64_le elsewhere */
+    e->rbits2 += (uint64_t)nb;
+}
+
+/* The m scalars of the group at g0, whose version 1 operations are
+ * ops[0..nops), sorted into version 2's order: the first operation of
+ * each (the atom symbol, or the class symbol), then each scalar's other
+ * table symbols (the class symbol after an atom "none", a zero level, a
+ * p_emp byte), on the scalar's state; its plain bits to the raw bit
+ * stream (version 1's plans put nothing else after a first symbol). */
+static void v2_sort_group(skv_encoder *e, uint32_t g0, uint32_t m)
+{
+    const skv_cmodel *cm = e->m;
+    const skv_eop *z0 = cm->zero.enc, *z1 = z0 + cm->zero.n, *e0 = cm->pemp.enc, *e1 = e0 + cm->pemp.n;
+    const skv_eop *t0 = plain_tab, *t1 = plain_tab + (2u << PLAIN_TAB_BITS);
+    const skv_atoms *as = e->atoms;
+    const uint64_t *ops = e->ops;
+    size_t p = 0, nops = e->nops;
+    uint64_t more[8][3];
+    int nm[8];
+    for (uint32_t j = 0; j < m; j++) {
+        uint64_t lane = (uint64_t)v2_lane(g0 + j);
+        uint64_t op = ops[p++];
+        e->q2[e->nq2++] = op << 4 | lane;
+        nm[j] = 0;
+        if (as) {
+            const skv_atom_ch *a = &as->ch[(g0 + j) % as->nch];
+            if (a->k && op != (uint64_t)(uintptr_t)&a->tab.enc[a->k])
+                continue; /* an atom: nothing follows */
+            if (a->k) /* "none": the class symbol */
+                more[j][nm[j]++] = ops[p++] << 4 | lane;
+        }
+        for (; p < nops; p++) {
+            op = ops[p];
+            const skv_eop *ep = (const skv_eop *)(uintptr_t)op;
+            if (op & 1u) { /* wide plain bits */
+                v2_raw(e, (uint32_t)(op >> 8), (int)((op >> 1) & 31u));
+            } else if (ep >= t0 && ep < t1) {
+                uint32_t idx = (uint32_t)(ep - t0);
+                int nb = 31 - __builtin_clz(idx);
+                v2_raw(e, idx - (1u << nb), nb);
+            } else if ((ep >= z0 && ep < z1) || (ep >= e0 && ep < e1)) {
+                more[j][nm[j]++] = op << 4 | lane;
+            } else {
+                break; /* the next scalar's first */
+            }
+        }
+    }
+    for (uint32_t j = 0; j < m; j++)
+        for (int k = 0; k < nm[j]; k++)
+            e->q2[e->nq2++] = more[j][k];
+    e->nops = 0;
+}
+
+#ifdef SKV_HAVE_CLS8
+/* The row's classes as v2_put_run loads them (e->pk2), rebuilt when the
+ * row cache gives a row they do not hold; 0 when memory fails. */
+static int v2_epack(skv_encoder *e, const skv_fcls *row, size_t n)
+{
+    struct e2pack *p = &e->pk2;
+    for (int k = 0; k < RCACHE_SLOTS; k++)
+        if (e->rc.cls[k] == row && p->row == row && p->n == n && p->gen == e->rc.gen[k] && e->rc.n[k] == n)
+            return 1;
+    if (n > p->cap) {
+        void *mem = skv_malloc(n * (sizeof(uint64_t) + 4 * sizeof(int32_t)) + 64);
+        if (!mem)
+            return 0;
+        skv_free(p->mem);
+        p->mem = mem;
+        p->cap = n;
+        p->e4 = mem;
+        p->base = (int32_t *)(void *)(p->e4 + n);
+        p->g = p->base + n;
+        p->nesc1 = p->g + n;
+        p->ok = p->nesc1 + n;
+    }
+    for (size_t j = 0; j < n; j++) {
+        const skv_fcls *c = &row[j];
+        int ok = c->bucket && c->base > -(1 << 30) && c->base < (1 << 30) && c->tab->enc;
+        p->ok[j] = ok ? -1 : 0;
+        p->e4[j] = ok ? (uint64_t)(uintptr_t)c->tab->enc << 4 : 0;
+        p->base[j] = ok ? (int32_t)c->base : 0;
+        p->g[j] = c->G;
+        p->nesc1[j] = ok ? (int32_t)c->nesc - 1 : 0;
+    }
+    p->row = row;
+    p->n = n;
+    p->gen = 0;
+    for (int k = 0; k < RCACHE_SLOTS; k++)
+        if (e->rc.cls[k] == row)
+            p->gen = e->rc.gen[k];
+    return 1;
+}
+
+/* Whole groups of bf16 scalars x (the row's scalars from i on, at stream
+ * position e->n, a multiple of 8), up to ng, planned eight at a time on
+ * AVX2 (enc_one's common case, bench_lanes's lane_encode_fast): each
+ * group's table symbols into q2 in decoding order, its plain bits into
+ * the raw bit stream at once; stops before a group with a lane off that
+ * case. Returns the groups done. */
+static __attribute__((target("avx2"))) size_t v2_put_run(skv_encoder *e, const uint32_t *x, size_t i,
+                                                        size_t ng)
+{
+    const struct e2pack *p = &e->pk2;
+    const __m256i m7f = _mm256_set1_epi32(0x7f), one = _mm256_set1_epi32(1);
+    const uint64_t zenc = (uint64_t)(uintptr_t)e->m->zero.enc << 4;
+    size_t k = 0;
+    for (; k < ng; k++) {
+        size_t c0 = i + 8 * k;
+        uint32_t at = e->n + 8 * (uint32_t)k;
+        uint64_t l0 = (at >> 3 & 1u) * 8;
+        __m256i xv = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + 8 * k)), _mm256_set1_epi32(0xffff));
+        __m256i mag = _mm256_and_si256(xv, _mm256_set1_epi32(0x7fff)), sg = _mm256_srli_epi32(xv, 15);
+        __m256i nb = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(p->g + c0)),
+                                                       _mm256_set1_epi32(134)),
+                                      _mm256_srli_epi32(mag, 7));
+        __m256i normal = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x80), mag),
+                                             _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7f80), mag));
+        __m256i common = _mm256_and_si256(normal, _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), nb),
+                                                                      _mm256_cmpgt_epi32(_mm256_set1_epi32(8), nb)));
+        __m256i zb = _mm256_and_si256(normal, _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), nb),
+                                                                  _mm256_cmpgt_epi32(_mm256_set1_epi32(8 + ZLEVELS), nb)));
+        __m256i nbc = _mm256_and_si256(nb, _mm256_set1_epi32(7));
+        __m256i j = _mm256_srlv_epi32(_mm256_or_si256(_mm256_and_si256(mag, m7f), _mm256_set1_epi32(0x80)), nbc);
+        __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), sg);
+        __m256i kb = _mm256_blendv_epi8(_mm256_xor_si256(j, neg), neg, zb);
+        __m256i sy = _mm256_sub_epi32(kb, _mm256_loadu_si256((const __m256i *)(p->base + c0)));
+        __m256i nm1 = _mm256_loadu_si256((const __m256i *)(p->nesc1 + c0));
+        __m256i ok = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p->ok + c0)),
+                                      _mm256_and_si256(_mm256_or_si256(common, zb),
+                                                       _mm256_cmpeq_epi32(_mm256_min_epu32(sy, nm1), sy)));
+        if (_mm256_movemask_ps(_mm256_castsi256_ps(ok)) != 0xff)
+            break;
+        __m256i nbv = _mm256_blendv_epi8(nbc, _mm256_set1_epi32(7), zb);
+        __m256i plain = _mm256_and_si256(mag, _mm256_sub_epi32(_mm256_sllv_epi32(one, nbv), one));
+        const __m256i lane0 = _mm256_setr_epi64x((long long)l0, (long long)l0 + 1, (long long)l0 + 2,
+                                                 (long long)l0 + 3); /* the group's states */
+        uint64_t *qo = e->q2 + e->nq2;
+        __m256i q0 = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)(p->e4 + c0)),
+                                      _mm256_slli_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(sy)), 8));
+        __m256i q1 = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)(p->e4 + c0 + 4)),
+                                      _mm256_slli_epi64(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(sy, 1)), 8));
+        _mm256_storeu_si256((__m256i *)qo, _mm256_add_epi64(q0, lane0));
+        _mm256_storeu_si256((__m256i *)(qo + 4), _mm256_add_epi64(q1, _mm256_add_epi64(lane0, _mm256_set1_epi64x(4))));
+        qo += 8;
+        unsigned zmask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(zb));
+        if (zmask) {
+            uint32_t nbs[8];
+            _mm256_storeu_si256((__m256i *)nbs, nb);
+            for (; zmask; zmask &= zmask - 1) {
+                unsigned jj = (unsigned)__builtin_ctz(zmask);
+                *qo++ = (zenc + ((uint64_t)(nbs[jj] - 8) << 8)) | (l0 + jj);
+            }
+        }
+        e->nq2 = (size_t)(qo - e->q2);
+        /* plain bits: lane j's at the sum of lanes 0..j-1's, as one word */
+        __m256i ps = _mm256_add_epi32(nbv, _mm256_slli_si256(nbv, 4));
+        ps = _mm256_add_epi32(ps, _mm256_slli_si256(ps, 8));
+        ps = _mm256_add_epi32(ps, _mm256_blend_epi32(_mm256_setzero_si256(),
+                                                     _mm256_permutevar8x32_epi32(ps, _mm256_set1_epi32(3)), 0xf0));
+        __m256i atb = _mm256_sub_epi32(ps, nbv);
+        __m256i w0 = _mm256_sllv_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(plain)),
+                                       _mm256_cvtepu32_epi64(_mm256_castsi256_si128(atb)));
+        __m256i w1 = _mm256_sllv_epi64(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(plain, 1)),
+                                       _mm256_cvtepu32_epi64(_mm256_extracti128_si256(atb, 1)));
+        __m256i wo = _mm256_or_si256(w0, w1);
+        __m128i h = _mm_or_si128(_mm256_castsi256_si128(wo), _mm256_extracti128_si256(wo, 1));
+        uint64_t bits = (uint64_t)_mm_cvtsi128_si64(_mm_or_si128(h, _mm_unpackhi_epi64(h, h))), cur;
+        uint8_t *rp = e->raw2 + (e->rbits2 >> 3);
+        memcpy(&cur, rp, 8);
+        cur |= bits << (e->rbits2 & 7);
+        memcpy(rp, &cur, 8);
+        e->rbits2 += (uint32_t)_mm256_extract_epi32(ps, 7);
+        /* the checksum lanes */
+        uint32_t *acc = e->acc + l0;
+        __m256i A = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)acc), xv);
+        A = _mm256_mullo_epi32(_mm256_xor_si256(A, _mm256_srli_epi32(A, 15)), _mm256_set1_epi32((int)0x9e3779b1));
+        _mm256_storeu_si256((__m256i *)acc, A);
+    }
+    e->n += 8 * (uint32_t)k;
+    return k;
+}
+#endif
+
+/* Version 2: whole groups that start on a group and whose row the row
+ * cache holds go by v2_put_run (bf16, AVX2, no atoms, streams without
+ * their ideal cost); the rest queue version 1's operations (the same
+ * paths), a group at a time, sorted by v2_sort_group when the group is
+ * whole. The checksum lanes are summed as the scalars come. */
+static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
+                       const skv_fcls *given)
+{
+    if (e->version != 2)
+        return put_n_given1(e, x, mu, s, n, given);
+    const skv_lat *L = &e->m->lat;
+    const uint32_t mask = L->nbits == 32 ? 0xffffffffu : ((1u << L->nbits) - 1u);
+    const skv_fcls *row = given;
+    int fast = 0;
+#ifdef SKV_HAVE_CLS8
+    if (L->dt == SKV_DT_BF16 && !e->atoms && !e->ideal_now && n >= 8 && cls_simd() == 2) {
+        if (!row && rcache_on(&e->rc, n) && !(row = rcache_get(e->m, L, &e->rc, mu, s, n)))
+            return skv_error(SKV_ERR_NOMEM, "codec table");
+        fast = row && v2_epack(e, row, n);
+    }
+#endif
+    size_t i = 0;
+    while (i < n) {
+#ifdef SKV_HAVE_CLS8
+        if (fast && e->n % 8 == 0 && n - i >= 8) {
+            size_t done = v2_put_run(e, x + i, i, (n - i) / 8);
+            i += 8 * done;
+            if (done)
+                continue;
+        }
+#endif
+        uint32_t k = 8 - e->n % 8, at = e->n;
+        if (k > n - i)
+            k = (uint32_t)(n - i);
+        int rc = put_n_given1(e, x + i, mu + i, s + i, k, row ? row + i : NULL);
+        for (uint32_t j = 0; at + j < e->n; j++)
+            e->acc[v2_lane(at + j)] = v2_acc(e->acc[v2_lane(at + j)], x[i + j] & mask);
+        if (rc)
+            return rc;
+        i += k;
+        if (e->n % 8 == 0)
+            v2_sort_group(e, e->n - 8, 8);
+    }
+    return SKV_OK;
 }
 
 int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n)
@@ -831,8 +1138,19 @@ void skv_encoder_set_ideal(skv_encoder *e, int on)
     e->ideal_on = on != 0;
 }
 
+int skv_encoder_set_version(skv_encoder *e, int version)
+{
+    if (version != 1 && version != 2)
+        return skv_error(SKV_ERR_ARG, "stream version %d: 1 or 2", version);
+    e->version_on = version;
+    return SKV_OK;
+}
+
 size_t skv_encoder_bound(const skv_encoder *e)
 {
+    if (e->version == 2) /* 16 states; a word a table symbol; the raw bits; a waiting group */
+        return SKV_STREAM_HEADER + 4 * SKV_V2_STATES + 2 * e->nq2 + (size_t)(e->rbits2 / 8) + 1 +
+               4 * e->nops + 8;
     return SKV_STREAM_HEADER + 16 + 2 * e->nops;
 }
 
@@ -864,9 +1182,77 @@ SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *top, ptrdiff_t
         enc_eop(s, (const skv_eop *)(uintptr_t)op, 0, top, nn);
 }
 
+/* Version 2 (FORMAT.md): per group of eight scalars, the first operation
+ * of each (a table symbol) in lane order, then each scalar's other table
+ * symbols, lane after lane, on the scalar's state; the plain bits in a
+ * raw bit stream, scalar after scalar, least significant bit first. The
+ * table symbols are sorted into that order (an operation is its skv_eop
+ * address shifted left by 4, the state in the low bits), then coded last
+ * to first. */
+static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
+{
+    if (e->n % 8 && e->nops) /* the last group, not whole (once: finish may be called again) */
+        v2_sort_group(e, e->n - e->n % 8, e->n % 8);
+    size_t nq = e->nq2, nraw = (size_t)((e->rbits2 + 7) / 8);
+    if (e->wcap < nq + 1) {
+        uint16_t *w = skv_realloc(e->words, (nq + 1) * sizeof *w);
+        if (!w)
+            return skv_error(SKV_ERR_NOMEM, "encoder words");
+        e->words = w;
+        e->wcap = nq + 1;
+    }
+    const uint64_t *q = e->q2;
+    const uint8_t *raw = e->raw2;
+    uint32_t x[SKV_V2_STATES];
+    for (int l = 0; l < SKV_V2_STATES; l++)
+        x[l] = RANS_L;
+    uint16_t *top = e->words + nq;
+    ptrdiff_t nn = 0;
+    for (size_t k = nq; k-- > 0;)
+        enc_eop(&x[q[k] & 15u], (const skv_eop *)(uintptr_t)(q[k] >> 4), 0, top, &nn);
+    size_t nw = (size_t)-nn;
+    const uint16_t *words = top + nn + 1;
+    size_t payload = 4 * SKV_V2_STATES + 2 * nw + nraw;
+    size_t total = SKV_STREAM_HEADER + payload;
+    int rc = SKV_OK;
+    if (total > cap)
+        rc = skv_error(SKV_ERR_TOO_LARGE, "stream needs %zu bytes, buffer has %zu", total, cap);
+    else if (payload > 0xffffffffu)
+        rc = skv_error(SKV_ERR_TOO_LARGE, "stream payload over 4 GiB");
+    if (rc)
+        return rc;
+    uint64_t h = 0x243f6a8885a308d3ull;
+    for (int l = 0; l < SKV_V2_STATES; l++)
+        h = mix_in(h, e->acc[l]);
+    uint8_t *o = dst;
+    memset(o, 0, SKV_STREAM_HEADER);
+    skv_store32_le(o, SKV_STREAM_MAGIC);
+    skv_store16_le(o + 4, 2);
+    o[6] = (uint8_t)e->m->lat.dt;
+    skv_store32_le(o + 8, e->n);
+    skv_store32_le(o + 12, (uint32_t)payload);
+    skv_store32_le(o + 16, skv_stream_model_id(e->m, e->atoms));
+    skv_store32_le(o + 20, (uint32_t)nraw);
+    skv_store64_le(o + 24, final_checksum(h, e->n));
+    memcpy(o + 32, e->calib, 16);
+    o += SKV_STREAM_HEADER;
+    for (int l = 0; l < SKV_V2_STATES; l++)
+        skv_store32_le(o + 4 * l, x[l]);
+    o += 4 * SKV_V2_STATES;
+    for (size_t k = 0; k < nw; k++)
+        skv_store16_le(o + 2 * k, words[k]);
+    o += 2 * nw;
+    if (nraw) /* an empty stream has no raw buffer */
+        memcpy(o, raw, nraw);
+    *len = total;
+    return SKV_OK;
+}
+
 int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
 {
     *len = 0;
+    if (e->version == 2)
+        return finish_v2(e, dst, cap, len);
     if (e->wcap < e->nops + 1) {
         uint16_t *w = skv_realloc(e->words, (e->nops + 1) * sizeof *w);
         if (!w)
@@ -936,16 +1322,17 @@ int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info)
     if (skv_load32_le(src) != SKV_STREAM_MAGIC)
         return skv_error(SKV_ERR_FORMAT, "stream: bad magic 0x%08x", skv_load32_le(src));
     unsigned ver = skv_load16_le(src + 4);
-    if (ver > SKV_STREAM_VERSION)
-        return skv_error(SKV_ERR_VERSION, "stream: version %u, this build reads up to %d", ver,
-                         SKV_STREAM_VERSION);
+    if (ver > 2)
+        return skv_error(SKV_ERR_VERSION, "stream: version %u, this build reads up to 2", ver);
     if (ver == 0)
         return skv_error(SKV_ERR_FORMAT, "stream: version 0");
     skv_lat L;
     if (src[6] > SKV_DT_F8E4M3 || skv__lat_init(&L, (skv_dtype)src[6]))
         return skv_error(SKV_ERR_FORMAT, "stream: bad dtype %u", src[6]);
-    if (src[7] != 0 || skv_load32_le(src + 20) != 0)
+    if (src[7] != 0 || (ver == 1 && skv_load32_le(src + 20) != 0))
         return skv_error(SKV_ERR_FORMAT, "stream: reserved header fields are not zero");
+    info->version = ver;
+    info->raw = ver == 2 ? skv_load32_le(src + 20) : 0;
     info->dtype = (skv_dtype)src[6];
     info->n = skv_load32_le(src + 8);
     info->payload = skv_load32_le(src + 12);
@@ -954,8 +1341,12 @@ int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info)
     memcpy(info->calib_id, src + 32, 16);
     if (info->n > SKV_STREAM_MAX_SCALARS)
         return skv_error(SKV_ERR_TOO_LARGE, "stream: %u scalars exceeds the limit", info->n);
-    if (info->payload < 16 || (info->payload & 1))
+    if (ver == 1 && (info->payload < 16 || (info->payload & 1)))
         return skv_error(SKV_ERR_FORMAT, "stream: payload size %u is impossible", info->payload);
+    if (ver == 2 && ((uint64_t)info->raw + 4 * SKV_V2_STATES > info->payload ||
+                     ((info->payload - info->raw) & 1)))
+        return skv_error(SKV_ERR_FORMAT, "stream: payload size %u with %u raw bytes is impossible",
+                         info->payload, info->raw);
     if ((uint64_t)SKV_STREAM_HEADER + info->payload > len)
         return skv_error(SKV_ERR_RANGE, "stream: truncated: header says %u payload bytes, %zu present",
                          info->payload, len - SKV_STREAM_HEADER);
@@ -963,6 +1354,8 @@ int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info)
 }
 
 /* ---- decoder ------------------------------------------------------------------ */
+
+static int v2_fast_ok(const skv_cmodel *m);
 
 struct skv_decoder {
     skv_cmodel *m;
@@ -974,6 +1367,26 @@ struct skv_decoder {
     const skv_atoms *atoms;
     skv_fcache fc;
     skv_rcache rc;
+    uint32_t version;
+    uint32_t x2[SKV_V2_STATES];  /* version 2: the states */
+    uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
+    const uint8_t *rb;           /* version 2: the raw bit stream, rbits long */
+    uint64_t rpos, rbits;
+    int fast2;                   /* version 2: the AVX2 group path applies (bf16, the zero table
+                                  * lanes_zero assumes) */
+    uint64_t nfast;              /* version 2: groups the AVX2 path took (tests) */
+    struct v2pack {              /* version 2: a row's classes as the AVX2 path loads them */
+        const skv_fcls *row;     /* the row cache's array they came from, n scalars */
+        uint32_t gen;            /* that slot's generation (rcache gen) */
+        size_t n, cap;
+        void *mem;
+        const uint8_t *lbase, *bbase; /* the indexes' and bucket values' base addresses */
+        int32_t *lut, *bvt;      /* per scalar: its table's index and its width's bucket values,
+                                  * as byte offsets from them (32-bit gathers) */
+        int32_t *base, *g, *nesc;
+        const uint32_t **cum;
+        uint8_t *ok;             /* per group: every class a BUCKET one the path takes */
+    } pk;
 };
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -994,10 +1407,17 @@ const skv_rcache *skv__decoder_rcache(const skv_decoder *d)
     return &d->rc;
 }
 
+uint64_t skv__decoder_fast_groups(const skv_decoder *d)
+{
+    return d->nfast;
+}
+
 void skv_decoder_free(skv_decoder *d)
 {
-    if (d)
+    if (d) {
         rcache_free(&d->rc);
+        skv_free(d->pk.mem);
+    }
     skv_free(d);
 }
 
@@ -1027,6 +1447,30 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
                          info->cmodel_id, want_id);
     d->atoms = atoms;
     const uint8_t *p = src + SKV_STREAM_HEADER;
+    d->version = info->version;
+    if (info->version == 2) {
+        for (int l = 0; l < SKV_V2_STATES; l++) {
+            d->x2[l] = skv_load32_le(p + 4 * l);
+            d->acc[l] = V2_ACC0;
+            if (d->x2[l] < RANS_L)
+                return skv_error(SKV_ERR_CORRUPT, "stream: rANS state %d out of range", l);
+        }
+        d->w = p + 4 * SKV_V2_STATES;
+        d->wend = p + info->payload - info->raw;
+        d->rb = d->wend;
+        d->rpos = 0;
+        d->rbits = 8 * (uint64_t)info->raw;
+        d->fast2 = v2_fast_ok(d->m);
+        d->pk.row = NULL; /* the row cache starts empty */
+        d->n = info->n;
+        d->got = 0;
+        d->h = 0x243f6a8885a308d3ull;
+        d->want = info->checksum;
+        d->bad = 0;
+        fcache_start(&d->fc, d->m->lat.dt);
+        rcache_clear(&d->rc);
+        return SKV_OK;
+    }
     for (int k = 0; k < 4; k++) {
         d->x[k] = skv_load32_le(p + 4 * k);
         if (d->x[k] < RANS_L)
@@ -1485,9 +1929,387 @@ SKV_ALWAYS_INLINE int get_n_split(skv_decoder *d, const skv_lat *L, const float 
     return rc;
 }
 
+/* ---- version 2: the reference path -------------------------------------
+ * A group's scalars are classified, then the first table symbol of each
+ * is read in lane order, then each scalar in lane order reads its other
+ * table symbols on its state and its plain bits from the raw bit stream.
+ * Every read is checked. */
+typedef struct {
+    uint32_t *x;
+    const uint8_t *w, *wend, *rb;
+    uint64_t rpos, rbits;
+    int bad;
+} r2_t;
+
+static uint32_t r2_sym(r2_t *r, int lane, const skv_ftab *t)
+{
+    uint32_t x = r->x[lane], slot = x & 0xffffu, k = skv__find(t, slot);
+    uint32_t v = (t->cum[k + 1] - t->cum[k]) * (x >> 16) + slot - t->cum[k];
+    if (v < RANS_L) {
+        if (r->w >= r->wend) {
+            r->bad = 1;
+            v = RANS_L; /* keep going safely; the error is reported */
+        } else {
+            v = (v << 16) | skv_load16_le(r->w);
+            r->w += 2;
+        }
+    }
+    r->x[lane] = v;
+    return k;
+}
+
+/* nb (0..16) plain bits, least significant first */
+static uint32_t r2_bits(r2_t *r, int nb)
+{
+    if (r->rpos + (uint64_t)nb > r->rbits) {
+        r->bad = 1;
+        return 0;
+    }
+    uint32_t v = 0;
+    for (int b = 0; b < nb; b++, r->rpos++)
+        v |= (uint32_t)(r->rb[r->rpos >> 3] >> (r->rpos & 7) & 1u) << b;
+    return v;
+}
+
+/* nb (0..32) plain bits, as rd_raw: the high 16 first */
+static uint32_t r2_raw(r2_t *r, int nb)
+{
+    uint32_t v = 0;
+    if (nb > 16) {
+        nb -= 16;
+        v = r2_bits(r, 16) << nb;
+    }
+    return v | r2_bits(r, nb);
+}
+
+/* The scalar of class c whose table symbol is sym (dec_after's cases: the
+ * escape, a bucket with its place, the bucket at zero with its level, a
+ * STEP ordinal; the bucket ranges of the general path serve them all) */
+static uint32_t dec2_after(skv_decoder *d, r2_t *r, int lane, const skv_fcls *c, uint32_t sym)
+{
+    const skv_cmodel *m = d->m;
+    const skv_lat *L = &m->lat;
+    if (sym == c->nesc) {
+        uint32_t hi = r2_sym(r, lane, &m->pemp);
+        uint32_t lo = L->nbits > 8 ? r2_raw(r, L->nbits - 8) : 0;
+        return (hi << (L->nbits - 8)) | lo;
+    }
+    int64_t key = c->base + (int64_t)sym, neg = key >> 63;
+    if (c->bucket) {
+        uint64_t j = (uint64_t)(key ^ neg);
+        uint32_t lo, hi;
+        if (j > 0)
+            fbucket_range(L, j, c->G, &lo, &hi);
+        else
+            fzero_range(L, c->G, (int)r2_sym(r, lane, &m->zero), &lo, &hi);
+        if (hi <= lo) {
+            r->bad = 1;
+            return 0;
+        }
+        uint32_t idx = r2_raw(r, fbits_for((uint64_t)hi - lo));
+        if (idx >= hi - lo || lo + idx >= L->inf_mag) {
+            r->bad = 1;
+            return 0;
+        }
+        return (L->sign & (uint32_t)neg) | (lo + idx);
+    }
+    int64_t top = (int64_t)L->inf_mag - 1;
+    if (key > top || key < -top - 1) {
+        r->bad = 1;
+        return 0;
+    }
+    return (uint32_t)(key ^ neg) | (L->sign & (uint32_t)neg);
+}
+
+/* The k (<= 8) scalars of the group at scalar `at`, of classes c, by the
+ * reference path into x */
+static void v2_group_ref(skv_decoder *d, r2_t *r, const skv_fcls *c, uint32_t at, uint32_t k,
+                         uint32_t *x)
+{
+    const skv_atoms *as = d->atoms;
+    const skv_atom_ch *a[8];
+    uint32_t sym[8];
+    for (uint32_t j = 0; j < k; j++)
+        a[j] = as && as->ch[(at + j) % as->nch].k ? &as->ch[(at + j) % as->nch] : NULL;
+    for (uint32_t j = 0; j < k; j++)
+        sym[j] = r2_sym(r, v2_lane(at + j), a[j] ? &a[j]->tab : c[j].tab);
+    for (uint32_t j = 0; j < k; j++) {
+        int lane = v2_lane(at + j);
+        uint32_t v;
+        if (a[j] && sym[j] < a[j]->k)
+            v = a[j]->val[sym[j]];
+        else if (a[j])
+            v = dec2_after(d, r, lane, &c[j], r2_sym(r, lane, c[j].tab));
+        else
+            v = dec2_after(d, r, lane, &c[j], sym[j]);
+        d->acc[lane] = v2_acc(d->acc[lane], v);
+        x[j] = v;
+    }
+}
+
+#ifdef SKV_HAVE_CLS8
+static pthread_once_t lanes_once = PTHREAD_ONCE_INIT;
+
+/* Whether m's zero table is the one lanes_zero decodes in closed form */
+static int v2_fast_ok(const skv_cmodel *m)
+{
+    if (m->lat.dt != SKV_DT_BF16 || cls_simd() != 2)
+        return 0;
+    for (uint32_t t = 0; t <= ZLEVELS; t++)
+        if (m->zero.cum[t] != (t == 0 ? 0 : t <= 16 ? 65528u - (1u << (16 - t)) : 65511u + t))
+            return 0;
+    pthread_once(&lanes_once, lanes_init);
+    return 1;
+}
+
+/* A whole group of bf16 scalars at `at` (no atoms) in the common case, on
+ * AVX2 (bench_lanes's group on the codec's tables): every lane's table
+ * symbol from its class's index (64-bit gathers), its bucket's value
+ * from the bucket values of its width, the levels of the lanes at zero
+ * in closed form, the plain bits from one 64-bit load. Returns 0, with
+ * nothing changed, when a lane leaves that case (a STEP class, an escape,
+ * a bucket the values send to the general path, a level off the normal
+ * binades) or the reads could pass the payload's end: the caller then
+ * takes the reference path. */
+/* The row's classes as v2_group_fast loads them (d->pk), built when the
+ * row cache gives a row they do not hold; 0 when memory fails (the
+ * reference path then serves the row). */
+/* Whether d->pk holds row (an array of the row cache) as it is now */
+static int v2_packed(const skv_decoder *d, const skv_fcls *row, size_t n)
+{
+    for (int k = 0; k < RCACHE_SLOTS; k++)
+        if (d->rc.cls[k] == row)
+            return d->pk.row == row && d->pk.n == n && d->pk.gen == d->rc.gen[k] && d->rc.n[k] == n;
+    return 0;
+}
+
+static int v2_pack(skv_decoder *d, const skv_fcls *row, size_t n)
+{
+    struct v2pack *p = &d->pk;
+    if (n > p->cap) {
+        size_t per = sizeof(const uint32_t *) + 5 * sizeof(int32_t) + 1;
+        void *mem = skv_malloc(n * per + 64);
+        if (!mem)
+            return 0;
+        skv_free(p->mem);
+        p->mem = mem;
+        p->cap = n;
+        p->cum = mem;
+        p->lut = (int32_t *)(void *)(p->cum + n);
+        p->bvt = p->lut + n;
+        p->base = p->bvt + n;
+        p->g = p->base + n;
+        p->nesc = p->g + n;
+        p->ok = (uint8_t *)(p->nesc + n);
+    }
+    p->lbase = p->bbase = NULL;
+    skv_cmodel *m = d->m;
+    for (size_t j = 0; j + 8 <= n; j += 8)
+        p->ok[j / 8] = 1;
+    for (size_t j = 0; j < n; j++) {
+        const skv_fcls *c = &row[j];
+        const uint32_t *vt = NULL;
+        if (c->bucket) {
+            vt = __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
+            if (vt == skv__bvt_none) {
+                skv__build_bvt(m, c->G);
+                vt = __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
+            }
+            if (!p->lbase)
+                p->lbase = (const uint8_t *)c->tab->lut, p->bbase = (const uint8_t *)vt;
+        }
+        /* byte offsets within +-2^30 of the bases (heap blocks are; a
+         * group with one that is not takes the reference path) */
+        ptrdiff_t lo = c->bucket ? (const uint8_t *)c->tab->lut - p->lbase : 0;
+        ptrdiff_t bo = c->bucket ? (const uint8_t *)vt - p->bbase : 0;
+        if (!c->bucket || c->base < -(1 << 30) || c->base > (1 << 30) || lo < -(1 << 30) ||
+            lo > (1 << 30) || bo < -(1 << 30) || bo > (1 << 30)) {
+            if (j / 8 < n / 8)
+                p->ok[j / 8] = 0;
+            lo = bo = 0;
+        }
+        p->lut[j] = (int32_t)lo;
+        p->bvt[j] = (int32_t)bo;
+        p->cum[j] = c->tab->cum;
+        p->base[j] = (int32_t)c->base, p->g[j] = c->G, p->nesc[j] = (int32_t)c->nesc;
+    }
+    p->row = row;
+    p->n = n;
+    p->gen = 0;
+    for (int k = 0; k < RCACHE_SLOTS; k++)
+        if (d->rc.cls[k] == row)
+            p->gen = d->rc.gen[k];
+    return 1;
+}
+
+/* One group of bf16 scalars in the common case on AVX2, classes from p at
+ * scalar i of the row (bench_lanes's group on the codec's tables): every
+ * lane's table symbol from its class's index (32-bit gathers from one
+ * base), its bucket's value from the bucket values of its width, the
+ * levels of the lanes at zero in closed form, the plain bits from one
+ * 64-bit load, folded into the checksum lanes *A. Returns nonzero, with
+ * nothing stored to x or *A (but *X and *w moved), when a lane leaves
+ * that case (an escape, a bucket the values send to the general path, a
+ * level off the normal binades). */
+static inline __attribute__((target("avx2,popcnt"), always_inline)) int
+v2_group(const struct v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t **w, uint64_t *pos,
+         const uint8_t *rb, uint32_t *x)
+{
+    const int32_t *lut = p->lut + i, *bvt = p->bvt + i;
+    const int32_t *base = p->base + i, *g = p->g + i, *nesc = p->nesc + i;
+    const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
+    __m256i slot = _mm256_and_si256(*X, m16);
+    /* the run's entry: skv_lut's start | bm1 << 16 at +0, c2m1 | k << 16 at +4 */
+    __m256i ix = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)lut),
+                                  _mm256_slli_epi32(_mm256_srli_epi32(slot, 8), 3));
+    __m256i e0 = _mm256_i32gather_epi32((const int *)(const void *)p->lbase, ix, 1);
+    __m256i e1 = _mm256_i32gather_epi32((const int *)(const void *)(p->lbase + 4), ix, 1);
+    __m256i start = _mm256_and_si256(e0, m16), bm1 = _mm256_srli_epi32(e0, 16);
+    __m256i c2m1 = _mm256_and_si256(e1, m16), k = _mm256_srli_epi32(e1, 16);
+    __m256i up = _mm256_cmpgt_epi32(slot, bm1);
+    __m256i b = _mm256_add_epi32(bm1, one);
+    __m256i st = _mm256_blendv_epi8(start, b, up);
+    __m256i en = _mm256_blendv_epi8(b, _mm256_add_epi32(c2m1, one), up);
+    k = _mm256_sub_epi32(k, up);
+    int mb = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(slot, c2m1)));
+    if (__builtin_expect(mb != 0, 0)) /* runs where several symbols start */
+        lanes_search(slot, &st, &en, &k, mb, p->cum + i);
+    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(*X, 16)),
+                                  _mm256_sub_epi32(slot, st));
+    lanes_renorm(X, nx, _mm256_set1_epi32(-1), w);
+    /* the bucket's value: entry key + BVT_K of the width's values */
+    __m256i kp = _mm256_add_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)base), k),
+                                  _mm256_set1_epi32(BVT_K));
+    __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi32(k, _mm256_loadu_si256((const __m256i *)nesc)),
+                                  _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(2 * BVT_K)),
+                                                     _mm256_set1_epi32(2 * BVT_K - 1)));
+    kp = _mm256_and_si256(kp, _mm256_set1_epi32(2 * BVT_K - 1));
+    __m256i ent = _mm256_i32gather_epi32(
+        (const int *)(const void *)p->bbase,
+        _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)bvt), _mm256_slli_epi32(kp, 2)), 1);
+    __m256i nb = _mm256_srli_epi32(ent, 24), first = _mm256_and_si256(ent, _mm256_set1_epi32(0xffffff));
+    __m256i neg = _mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K - 1));
+    __m256i zm = _mm256_or_si256(_mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K)), neg);
+    bad = _mm256_or_si256(bad, _mm256_andnot_si256(zm, _mm256_cmpeq_epi32(nb, _mm256_setzero_si256())));
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(zm))) {
+        __m256i t = lanes_zero(X, w, zm);
+        /* the binade 2^(G - t - 1): exponent field 126 + G - t, normal */
+        __m256i E = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)g),
+                                                      _mm256_set1_epi32(126)), t);
+        __m256i off = _mm256_or_si256(_mm256_cmpgt_epi32(t, _mm256_set1_epi32(ZLEVELS - 1)),
+                                      _mm256_or_si256(_mm256_cmpgt_epi32(one, E),
+                                                      _mm256_cmpgt_epi32(E, _mm256_set1_epi32(254))));
+        bad = _mm256_or_si256(bad, _mm256_and_si256(zm, off));
+        __m256i zf = _mm256_or_si256(_mm256_and_si256(neg, _mm256_set1_epi32(0x8000)), _mm256_slli_epi32(E, 7));
+        first = _mm256_blendv_epi8(first, zf, zm);
+        nb = _mm256_blendv_epi8(nb, _mm256_set1_epi32(7), zm);
+    }
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(bad)))
+        return 1;
+    lanes_bits(first, nb, rb, pos, x, A);
+    return 0;
+}
+
+/* Whole groups of the row from scalar i on (at: its index in the stream),
+ * up to ng of them, by v2_group with the states and checksum lanes in
+ * registers; stops before a group that leaves the common case, that
+ * d->pk does not pass, or whose reads could pass the payload's end.
+ * Returns the groups done (their state kept in d and r). */
+static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t *r, size_t i,
+                                                           uint32_t at, size_t ng, uint32_t *x)
+{
+    const struct v2pack *p = &d->pk;
+    int bank = (int)(at >> 3 & 1u);
+    __m256i X[2], A[2];
+    X[0] = _mm256_loadu_si256((const __m256i *)r->x), X[1] = _mm256_loadu_si256((const __m256i *)(r->x + 8));
+    A[0] = _mm256_loadu_si256((const __m256i *)d->acc), A[1] = _mm256_loadu_si256((const __m256i *)(d->acc + 8));
+    const uint16_t *w = (const uint16_t *)(const void *)r->w, *wend = (const uint16_t *)(const void *)r->wend;
+    uint64_t pos = r->rpos, plim = r->rbits >= 64 ? r->rbits - 64 : 0;
+    size_t k = 0;
+    for (; k < ng; k++, bank ^= 1) {
+        if (!p->ok[i / 8 + k] || wend - w < 16 || pos > plim || r->rbits < 64)
+            break;
+        __m256i Xs = X[bank];
+        const uint16_t *ws = w;
+        if (v2_group(p, i + 8 * k, &X[bank], &A[bank], &w, &pos, r->rb, x + 8 * k)) {
+            X[bank] = Xs, w = ws;
+            break;
+        }
+    }
+    _mm256_storeu_si256((__m256i *)r->x, X[0]), _mm256_storeu_si256((__m256i *)(r->x + 8), X[1]);
+    _mm256_storeu_si256((__m256i *)d->acc, A[0]), _mm256_storeu_si256((__m256i *)(d->acc + 8), A[1]);
+    r->w = (const uint8_t *)(const void *)w;
+    r->rpos = pos;
+    d->nfast += k;
+    return k;
+}
+#else
+static int v2_fast_ok(const skv_cmodel *m)
+{
+    (void)m;
+    return 0;
+}
+#endif
+
+static int get_n_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
+                    const skv_fcls *given)
+{
+    if ((d->got & 7u) || ((n & 7u) && d->got + n != d->n))
+        return skv_error(SKV_ERR_ARG, "stream version 2: scalars %u..%zu do not make whole groups of 8",
+                         d->got, d->got + n);
+    skv_cmodel *m = d->m;
+    const skv_lat *L = &m->lat;
+    r2_t r = {d->x2, d->w, d->wend, d->rb, d->rpos, d->rbits, 0};
+    /* the call's classes: the row cache (stat's rows repeat), else one by one */
+    const skv_fcls *row = given;
+    if (!row && rcache_on(&d->rc, n) && !(row = rcache_get(m, L, &d->rc, mu, s, n)))
+        return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing decoded */
+    int fast = 0;
+#ifdef SKV_HAVE_CLS8
+    /* the AVX2 path takes rows from the row cache, their classes packed once */
+    if (row && d->fast2 && !d->atoms)
+        fast = v2_packed(d, row, n) || v2_pack(d, row, n);
+#endif
+    size_t i = 0;
+    int rc = SKV_OK;
+    for (; i < n && !r.bad; i += 8) {
+        uint32_t k = n - i < 8 ? (uint32_t)(n - i) : 8, at = d->got + (uint32_t)i;
+        skv_fcls cl[8];
+        const skv_fcls *c = row ? row + i : cl;
+        for (uint32_t j = 0; j < k && !row && !rc; j++)
+            rc = fclassify(m, L, mu[i + j], s[i + j], &cl[j]);
+        if (rc)
+            break;
+#ifdef SKV_HAVE_CLS8
+        if (fast && k == 8) {
+            size_t done = v2_run(d, &r, i, at, (n - i) / 8, x + i);
+            if (done) {
+                i += 8 * done - 8; /* the loop adds the last 8 */
+                continue;
+            }
+        }
+#endif
+        v2_group_ref(d, &r, c, at, k, x + i);
+    }
+    d->w = r.w;
+    d->rpos = r.rpos;
+    if (r.bad) {
+        d->bad = 1;
+        return skv_error(SKV_ERR_CORRUPT, "stream: corrupted in the group of scalar %u", d->got + (uint32_t)i - 8);
+    }
+    if (rc) { /* a table: nothing of this group was read */
+        d->got += (uint32_t)i;
+        return skv_error(rc, "codec table");
+    }
+    d->got += (uint32_t)n;
+    return SKV_OK;
+}
+
 static int get_n_given(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
                        const skv_fcls *given)
 {
+    if (d->version == 2)
+        return get_n_v2(d, mu, s, x, n, given);
     switch (d->m->lat.dt) {
     case SKV_DT_BF16: return get_n_split(d, &SKV__LAT_BF16, mu, s, x, n, given);
     case SKV_DT_F16: return get_n_split(d, &SKV__LAT_F16, mu, s, x, n, given);
@@ -1542,6 +2364,23 @@ int skv_decoder_end(skv_decoder *d)
 {
     if (d->got != d->n)
         return skv_error(SKV_ERR_ARG, "stream: %u of %u scalars decoded", d->got, d->n);
+    if (d->version == 2) {
+        if (d->bad || d->w != d->wend)
+            return skv_error(SKV_ERR_CORRUPT, "stream: %td payload bytes left over",
+                             (ptrdiff_t)(d->wend - d->w));
+        /* the raw bit stream: consumed but for the zero bits of its last byte */
+        if (d->rbits - d->rpos >= 8 || (d->rpos < d->rbits && (d->rb[d->rpos >> 3] >> (d->rpos & 7))))
+            return skv_error(SKV_ERR_CORRUPT, "stream: raw bits left over");
+        for (int l = 0; l < SKV_V2_STATES; l++)
+            if (d->x2[l] != RANS_L)
+                return skv_error(SKV_ERR_CORRUPT, "stream: rANS state %d did not return to its start", l);
+        uint64_t h = 0x243f6a8885a308d3ull;
+        for (int l = 0; l < SKV_V2_STATES; l++)
+            h = mix_in(h, d->acc[l]);
+        if (final_checksum(h, d->n) != d->want)
+            return skv_error(SKV_ERR_CORRUPT, "stream: checksum of the decoded scalars does not match");
+        return SKV_OK;
+    }
     if (d->bad || d->w != d->wend)
         return skv_error(SKV_ERR_CORRUPT, "stream: %td payload bytes left over",
                          (ptrdiff_t)(d->wend - d->w));

@@ -134,6 +134,10 @@ double skv_encoder_ideal_bits(const skv_encoder *e);
  * coders that only want the bytes (the store) turn off; the bytes are the
  * same either way. */
 void skv_encoder_set_ideal(skv_encoder *e, int on);
+/* The stream version written from the next reset on (1 after create; 2:
+ * the lane layout of FORMAT.md, which a decoder takes in whole groups of
+ * eight scalars). SKV_ERR_ARG for any other. */
+int skv_encoder_set_version(skv_encoder *e, int version);
 /* Upper bound of the stream size for n queued scalars. */
 size_t skv_encoder_bound(const skv_encoder *e);
 /* Write the stream; SKV_ERR_TOO_LARGE if cap is too small. */
@@ -144,8 +148,10 @@ typedef struct {
     uint32_t n;          /* scalars */
     uint32_t payload;    /* bytes after the header */
     uint32_t cmodel_id;
-    uint64_t checksum;   /* of the decoded scalars as LE dtype bytes */
+    uint64_t checksum;   /* of the decoded scalars (FORMAT.md) */
     uint8_t calib_id[16];
+    uint32_t version;    /* 1, or 2: get_n must then take whole groups of eight */
+    uint32_t raw;        /* version 2: bytes of the raw bit stream at the payload's end */
 } skv_stream_info;
 
 /* Parse and check a stream header (magic, version, sizes against len). */
@@ -164,7 +170,8 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
 /* The model id a stream coded with m and atoms (NULL: m's id) records. */
 uint32_t skv_stream_model_id(const skv_cmodel *m, const skv_atoms *atoms);
 /* Next scalar given its (mu, s). Errors: SKV_ERR_CORRUPT (an impossible
- * symbol, reading past the payload), SKV_ERR_ARG (more than n). */
+ * symbol, reading past the payload), SKV_ERR_ARG (more than n; a version
+ * 2 stream's scalar that does not end a group). */
 int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *x);
 /* The next n scalars into x[0..n), given their (mu[i], s[i]): the same
  * values as n calls of skv_decoder_get, faster. Errors as skv_decoder_get
@@ -172,6 +179,9 @@ int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *x);
  * SKV_ERR_CORRUPT the scalars before the damaged one are in x and the
  * decoder refuses further calls. */
 int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n);
+/* (A version 2 stream is decoded a group of eight scalars at a time: a
+ * call must start at a multiple of 8 and take a multiple of 8, or all
+ * that is left; SKV_ERR_ARG, with nothing decoded, otherwise.) */
 /* Up to rows rows of n scalars under one row of predictions (the
  * counterpart of skv_encoder_put_rows) into x[0..rows * n): the same values
  * as that many calls of skv_decoder_get_n. Stops after the first row that

@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <float.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -160,8 +161,8 @@ static uint8_t *encode_seq(skv_cmodel *m, const seq_t *q, const uint8_t *calib, 
     return out;
 }
 
-/* Decode with q's (mu, s): the first error of begin, get (i < n) and end,
- * or 0. Scalars i < q->n land in out (if not NULL). Never asks for more
+/* Decode with q's (mu, s): the first error of begin, get (i < n; version
+ * 2: get_n of each group of eight) and end, or 0. Scalars i < q->n land in out (if not NULL). Never asks for more
  * than max_get scalars (a damaged n), in which case end reports. */
 static int decode_with(skv_decoder *d, const uint8_t *buf, size_t len, const seq_t *q,
                        uint32_t *out, skv_stream_info *info_out)
@@ -174,15 +175,19 @@ static int decode_with(skv_decoder *d, const uint8_t *buf, size_t len, const seq
         *info_out = info;
     if (rc)
         return rc;
-    for (uint32_t i = 0; i < info.n && i < max_get; i++) {
-        float mu, s;
-        uint32_t x = 0xdeadbeefu;
-        seq_param(q, i, &mu, &s);
-        rc = skv_decoder_get(d, mu, s, &x);
+    for (uint32_t i = 0; i < info.n && i < max_get; i += info.version == 2 ? 8 : 1) {
+        /* version 2: a group of eight at a time */
+        uint32_t k = info.version == 2 && info.n - i > 1 ? (info.n - i < 8 ? info.n - i : 8) : 1;
+        float mu[8], s[8];
+        uint32_t x[8];
+        for (uint32_t j = 0; j < k; j++)
+            seq_param(q, i + j, &mu[j], &s[j]);
+        rc = k == 1 ? skv_decoder_get(d, mu[0], s[0], x) : skv_decoder_get_n(d, mu, s, x, k);
         if (rc)
             return rc;
-        if (out && i < q->n)
-            out[i] = x;
+        for (uint32_t j = 0; j < k; j++)
+            if (out && i + j < q->n)
+                out[i + j] = x[j];
     }
     return skv_decoder_end(d);
 }
@@ -1410,8 +1415,10 @@ Test(header, each_malformation_has_its_own_error)
     b[3] = 'Q';
     cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_FORMAT, "bad magic");
     memcpy(b, full, len);
-    skv_store16_le(b + 4, 2);
-    cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_VERSION, "version 2");
+    skv_store16_le(b + 4, 2); /* a version 1 body read as version 2 */
+    cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_CORRUPT, "version 2");
+    skv_store16_le(b + 4, 3);
+    cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_VERSION, "version 3");
     skv_store16_le(b + 4, 0xffff);
     cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_VERSION, "version 65535");
     memcpy(b, full, len);
@@ -1613,10 +1620,13 @@ static const struct {
     int di;       /* index into GOLD_DT */
     int hist;     /* GOLD_HIST_MIX and gold_hist() instead of the defaults */
     uint32_t n;
+    int version;  /* the stream version */
 } GOOD[] = {
-    {"good_bf16.skvr", 0, 0, N_GOLD},     {"good_f16.skvr", 1, 0, N_GOLD},
-    {"good_f8e4m3.skvr", 2, 0, N_GOLD},   {"good_f32.skvr", 3, 0, N_GOLD},
-    {"good_bf16_hist.skvr", 0, 1, N_GOLD}, {"good_f32_empty.skvr", 3, 0, 0},
+    {"good_bf16.skvr", 0, 0, N_GOLD, 1},      {"good_f16.skvr", 1, 0, N_GOLD, 1},
+    {"good_f8e4m3.skvr", 2, 0, N_GOLD, 1},    {"good_f32.skvr", 3, 0, N_GOLD, 1},
+    {"good_bf16_hist.skvr", 0, 1, N_GOLD, 1}, {"good_f32_empty.skvr", 3, 0, 0, 1},
+    {"good2_bf16.skvr", 0, 0, N_GOLD, 2},     {"good2_f16.skvr", 1, 0, N_GOLD, 2},
+    {"good2_f8e4m3.skvr", 2, 0, N_GOLD, 2},   {"good2_f32.skvr", 3, 0, N_GOLD, 2},
 };
 #define N_GOOD (sizeof GOOD / sizeof GOOD[0])
 
@@ -1647,19 +1657,24 @@ Test(golden, good_streams_decode_to_the_formula_and_re_encode_byte_for_byte)
         for (size_t i = 0; i < q.n; i++)
             cr_assert_eq(got[i], q.x[i], "%s: scalar %zu decoded 0x%x, the formula gives 0x%x",
                          GOOD[g].file, i, got[i], q.x[i]);
+        cr_expect_eq(info.version, (uint32_t)GOOD[g].version, "%s", GOOD[g].file);
         /* format stability: today's encoder writes the same bytes */
         size_t elen;
-        uint8_t *enc = encode_seq(m, &q, GOLD_CALIB, &elen);
+        skv_encoder *e = NULL;
+        cr_assert_eq(skv_encoder_create(m, &e), 0);
+        cr_assert_eq(skv_encoder_set_version(e, GOOD[g].version), 0);
+        uint8_t *enc = encode_with(e, &q, GOLD_CALIB, &elen);
+        skv_encoder_free(e);
         cr_assert_eq(elen, len,
-                     "%s: the encoder now writes %zu bytes, the version-1 golden file has %zu: "
-                     "an encoding change breaks stream version 1",
+                     "%s: the encoder now writes %zu bytes, the golden file has %zu: "
+                     "an encoding change breaks its stream version",
                      GOOD[g].file, elen, len);
         size_t diff = 0;
         while (diff < len && enc[diff] == file[diff])
             diff++;
         cr_assert_eq(diff, len,
-                     "%s: re-encoding differs from the version-1 golden file at byte %zu: "
-                     "an encoding change breaks stream version 1",
+                     "%s: re-encoding differs from the golden file at byte %zu: "
+                     "an encoding change breaks its stream version",
                      GOOD[g].file, diff);
         free(enc);
         free(got);
@@ -1701,7 +1716,7 @@ Test(golden, bad_streams_fail_with_the_expected_error)
     struct dirent *e;
     int goods = 0;
     while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "good_", 5) != 0)
+        if (strncmp(e->d_name, "good_", 5) != 0 && strncmp(e->d_name, "good2_", 6) != 0)
             continue;
         int found = 0;
         for (size_t g = 0; g < N_GOOD; g++)
@@ -2294,5 +2309,260 @@ Test(rcache, longer_rows_grow_the_cache_or_go_without_it)
         free(x);
         free(y);
     }
+    skv_cmodel_free(m);
+}
+
+/* ========================================================================
+ * Stream version 2 (the lane layout): the reference path
+ * ====================================================================== */
+
+/* q coded as version 2 (with atoms a, or NULL), put_n in batches of pb */
+static uint8_t *v2_encode(skv_cmodel *m, const skv_atoms *a, const seq_t *q, size_t pb, size_t *len)
+{
+    skv_encoder *e = NULL;
+    cr_assert_eq(skv_encoder_create(m, &e), 0);
+    cr_assert_eq(skv_encoder_set_version(e, 2), 0);
+    skv_encoder_reset_atoms(e, NULL, a);
+    for (size_t i = 0; i < q->n; i += pb) {
+        size_t nb = q->n - i < pb ? q->n - i : pb;
+        int rc = skv_encoder_put_n(e, q->x + i, q->mu + i, q->s + i, nb);
+        cr_assert_eq(rc, 0, "%s", skv_error_detail());
+    }
+    size_t cap = skv_encoder_bound(e);
+    uint8_t *out = malloc(cap);
+    cr_assert_not_null(out);
+    int rc = skv_encoder_finish(e, out, cap, len);
+    cr_assert_eq(rc, 0, "finish: %s (%s)", skv_strerror(rc), skv_error_detail());
+    skv_encoder_free(e);
+    return out;
+}
+
+/* Decode in get_n calls of gb scalars (a multiple of 8); first error or 0 */
+static int v2_decode(skv_cmodel *m, const skv_atoms *a, const uint8_t *buf, size_t len, const seq_t *q,
+                     size_t gb, uint32_t *out)
+{
+    skv_decoder *d = NULL;
+    cr_assert_eq(skv_decoder_create(m, &d), 0);
+    skv_stream_info info;
+    int rc = skv_decoder_begin_atoms(d, buf, len, a, &info);
+    if (!rc)
+        cr_assert_eq(info.version, 2);
+    for (size_t i = 0; !rc && i < info.n && i < q->n; i += gb) {
+        size_t nb = q->n - i < gb ? q->n - i : gb;
+        rc = skv_decoder_get_n(d, q->mu + i, q->s + i, out + i, nb);
+    }
+    if (!rc)
+        rc = skv_decoder_end(d);
+    skv_decoder_free(d);
+    return rc;
+}
+
+static void v2_assert_round_trip(skv_cmodel *m, const skv_atoms *a, const seq_t *q, const char *what)
+{
+    static const size_t pbs[] = {1, 7, 64, 1000000}, gbs[] = {8, 24, 1 << 20};
+    uint32_t *got = malloc((q->n + 1) * sizeof *got);
+    cr_assert_not_null(got);
+    for (size_t p = 0; p < sizeof pbs / sizeof *pbs; p++) {
+        size_t len;
+        uint8_t *buf = v2_encode(m, a, q, pbs[p], &len);
+        for (size_t g = 0; g < sizeof gbs / sizeof *gbs; g++) {
+            memset(got, 0xa5, (q->n + 1) * sizeof *got);
+            int rc = v2_decode(m, a, buf, len, q, gbs[g], got);
+            cr_assert_eq(rc, 0, "%s %s: decode in %zu: %s (%s)", skv_dtype_name(q->dt), what, gbs[g],
+                         skv_strerror(rc), skv_error_detail());
+            for (size_t i = 0; i < q->n; i++)
+                cr_assert_eq(got[i], q->x[i], "%s %s: scalar %zu: coded 0x%x, decoded 0x%x",
+                             skv_dtype_name(q->dt), what, i, q->x[i], got[i]);
+        }
+        free(buf);
+    }
+    free(got);
+}
+
+Test(v2, round_trip_for_every_dtype_and_way_of_coding)
+{
+    for (int di = 0; di < 4; di++) {
+        skv_dtype dt = DTYPES[di];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        seq_t q;
+        gaussian_seq(&q, dt, 6003, 300 + (uint64_t)di); /* STEP, BUCKET, escapes; a ragged end */
+        v2_assert_round_trip(m, NULL, &q, "gaussian");
+        seq_free(&q);
+        /* edge values under hostile predictions */
+        uint32_t ev[32];
+        size_t ne = edge_values(dt, ev);
+        seq_init(&q, dt, ne * 6);
+        const float mus[] = {0.0f, NAN, INFINITY, 1.0f, -FLT_MAX, 0x1p-149f};
+        for (size_t k = 0; k < ne; k++)
+            for (size_t j = 0; j < 6; j++)
+                seq_push(&q, ev[k], mus[j], j % 2 ? 1e-30f : 1.0f);
+        v2_assert_round_trip(m, NULL, &q, "edge values");
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+}
+
+Test(v2, round_trip_with_atoms)
+{
+    for (int di = 0; di < 4; di++) {
+        skv_dtype dt = DTYPES[di];
+        skv_cmodel *m = model_new(dt, (skv_mix){600u, 100u}, NULL);
+        skv_atoms *a = test_atoms(dt, 20000u);
+        seq_t q;
+        atoms_seq(&q, dt, 2001, 91 + (uint64_t)di);
+        v2_assert_round_trip(m, a, &q, "atoms");
+        seq_free(&q);
+        skv_atoms_free(a);
+        skv_cmodel_free(m);
+    }
+}
+
+Test(v2, the_decoder_takes_whole_groups_and_version_1_stays_the_default)
+{
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    seq_t q;
+    gaussian_seq(&q, SKV_DT_BF16, 21, 5);
+    size_t len;
+    uint8_t *buf = v2_encode(m, NULL, &q, 21, &len);
+    skv_decoder *d = NULL;
+    cr_assert_eq(skv_decoder_create(m, &d), 0);
+    skv_stream_info info;
+    cr_assert_eq(skv_decoder_begin(d, buf, len, &info), 0);
+    uint32_t x[24];
+    cr_expect_eq(skv_decoder_get(d, q.mu[0], q.s[0], x), SKV_ERR_ARG);
+    cr_expect_eq(skv_decoder_get_n(d, q.mu, q.s, x, 12), SKV_ERR_ARG);
+    cr_assert_eq(skv_decoder_get_n(d, q.mu, q.s, x, 16), 0, "%s", skv_error_detail());
+    cr_expect_eq(skv_decoder_get_n(d, q.mu + 16, q.s + 16, x + 16, 4), SKV_ERR_ARG);
+    cr_assert_eq(skv_decoder_get_n(d, q.mu + 16, q.s + 16, x + 16, 5), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
+    for (int i = 0; i < 21; i++)
+        cr_expect_eq(x[i], q.x[i]);
+    free(buf);
+    /* an empty stream */
+    seq_t none = {SKV_DT_BF16, 0, 0, NULL, NULL, NULL};
+    buf = v2_encode(m, NULL, &none, 8, &len);
+    cr_expect_eq(v2_decode(m, NULL, buf, len, &none, 8, x), 0, "%s", skv_error_detail());
+    free(buf);
+    /* a fresh encoder writes version 1; other versions are refused */
+    skv_encoder *e = NULL;
+    cr_assert_eq(skv_encoder_create(m, &e), 0);
+    cr_expect_eq(skv_encoder_set_version(e, 3), SKV_ERR_ARG);
+    cr_expect_eq(skv_encoder_set_version(e, 0), SKV_ERR_ARG);
+    buf = encode_with(e, &q, NULL, &len);
+    cr_assert_eq(skv_stream_info_read(buf, len, &info), 0);
+    cr_expect_eq(info.version, 1);
+    free(buf);
+    skv_encoder_free(e);
+    skv_decoder_free(d);
+    seq_free(&q);
+    skv_cmodel_free(m);
+}
+
+Test(v2, truncated_and_flipped_streams_fail)
+{
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    seq_t q;
+    gaussian_seq(&q, SKV_DT_BF16, 203, 17);
+    size_t len;
+    uint8_t *buf = v2_encode(m, NULL, &q, 64, &len);
+    uint32_t *got = malloc(q.n * sizeof *got);
+    for (size_t cut = 0; cut < len; cut++)
+        cr_expect_neq(v2_decode(m, NULL, buf, cut, &q, 8, got), 0, "prefix of %zu of %zu bytes", cut, len);
+    /* every bit of the payload */
+    for (size_t b = SKV_STREAM_HEADER; b < len; b++)
+        for (int bit = 0; bit < 8; bit++) {
+            buf[b] ^= (uint8_t)(1u << bit);
+            int rc = v2_decode(m, NULL, buf, len, &q, 8, got);
+            cr_expect_neq(rc, 0, "byte %zu bit %d flipped: decoded without an error", b, bit);
+            buf[b] ^= (uint8_t)(1u << bit);
+        }
+    cr_assert_eq(v2_decode(m, NULL, buf, len, &q, 8, got), 0);
+    free(got);
+    free(buf);
+    seq_free(&q);
+    skv_cmodel_free(m);
+}
+
+/* Stat-like rows (32 channels of fixed (mu, s), bf16), with a few
+ * escapes, exact zeros and subnormals among them: the AVX2 group path
+ * (skv__cls_simd = 2) and the reference path (0) decode the same
+ * scalars, and the AVX2 path takes most groups. */
+Test(v2, the_avx2_group_path_decodes_what_the_reference_path_decodes)
+{
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    enum { C = 32, T = 300 };
+    float mu[C], sg[C];
+    skv_rng r;
+    skv_rng_seed(&r, 2026);
+    for (int c = 0; c < C; c++) {
+        mu[c] = (c % 3 == 0) ? 0.0f : (skv_rng_uniform(&r) - 0.5f) * 4.0f;
+        sg[c] = 0.05f + 2.0f * skv_rng_uniform(&r);
+    }
+    seq_t q;
+    seq_init(&q, SKV_DT_BF16, C * T);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            float v = mu[c] + sg[c] * skv_rng_normal(&r);
+            uint64_t k = skv_rng_next(&r) % 500;
+            if (k == 0)
+                v = mu[c] + sg[c] * 1e4f; /* an escape */
+            else if (k == 1)
+                v = 0.0f;
+            else if (k == 2)
+                v = 0x1p-130f; /* subnormal in bf16 */
+            seq_push(&q, to_dt(SKV_DT_BF16, v), mu[c], sg[c]);
+        }
+    size_t len;
+    uint8_t *buf = v2_encode(m, NULL, &q, C, &len);
+    int saved = skv__cls_simd;
+    /* the encoder's AVX2 path (streams without their ideal cost, rows of
+     * whole groups) writes the same bytes as version 1's planning sorted:
+     * rows of 32 and batches of 13 (groups split across calls), each with
+     * the AVX2 path on and off */
+    for (int pass = 0; pass < 4; pass++) {
+        skv__cls_simd = pass & 1 ? 0 : 2;
+        skv_encoder *e = NULL;
+        cr_assert_eq(skv_encoder_create(m, &e), 0);
+        cr_assert_eq(skv_encoder_set_version(e, 2), 0);
+        skv_encoder_set_ideal(e, 0);
+        skv_encoder_reset(e, NULL);
+        size_t pb = pass < 2 ? C : 13;
+        for (size_t i = 0; i < q.n; i += pb) {
+            size_t nb = q.n - i < pb ? q.n - i : pb;
+            cr_assert_eq(skv_encoder_put_n(e, q.x + i, q.mu + i, q.s + i, nb), 0, "%s", skv_error_detail());
+        }
+        size_t cap = skv_encoder_bound(e), l2;
+        uint8_t *b2 = malloc(cap);
+        cr_assert_eq(skv_encoder_finish(e, b2, cap, &l2), 0, "%s", skv_error_detail());
+        cr_expect(l2 == len && memcmp(b2, buf, len) == 0, "pass %d: the stream differs", pass);
+        free(b2);
+        skv_encoder_free(e);
+    }
+    uint64_t fast[2];
+    for (int pass = 0; pass < 2; pass++) {
+        skv__cls_simd = pass ? 0 : 2;
+        skv_decoder *d = NULL;
+        cr_assert_eq(skv_decoder_create(m, &d), 0);
+        cr_assert_eq(skv_decoder_begin(d, buf, len, NULL), 0);
+        uint32_t x[C];
+        for (int t = 0; t < T; t++) {
+            int rc = skv_decoder_get_n(d, mu, sg, x, C);
+            cr_assert_eq(rc, 0, "pass %d row %d: %s (%s)", pass, t, skv_strerror(rc), skv_error_detail());
+            for (int c = 0; c < C; c++)
+                cr_assert_eq(x[c], q.x[t * C + c], "pass %d row %d channel %d", pass, t, c);
+        }
+        cr_assert_eq(skv_decoder_end(d), 0, "pass %d: %s", pass, skv_error_detail());
+        fast[pass] = skv__decoder_fast_groups(d);
+        skv_decoder_free(d);
+    }
+    skv__cls_simd = saved;
+    cr_expect_eq(fast[1], 0, "the reference pass took %" PRIu64 " groups by AVX2", fast[1]);
+#ifdef SKV_HAVE_CLS8
+    if (__builtin_cpu_supports("avx2"))
+        cr_expect_gt(fast[0], (uint64_t)(C * T / 8) * 3 / 4, "the AVX2 path took %" PRIu64 " of %d groups",
+                     fast[0], C * T / 8);
+#endif
+    free(buf);
+    seq_free(&q);
     skv_cmodel_free(m);
 }

@@ -181,9 +181,72 @@ static void decode_rows(skv_decoder *d, const skv_atoms *A, const uint8_t *src, 
     free(ys);
 }
 
+/* A version 2 stream (begun on d): in groups of 8, then in batches of
+ * 8..72 scalars; the two must agree on every scalar before the group of
+ * the first error, on that error and on skv_decoder_end; a call that
+ * does not take whole groups is refused without decoding. */
+static void decode_v2(skv_decoder *d, const skv_atoms *A, int di, unsigned mode, uint32_t key,
+                      const uint8_t *src, size_t len, const skv_stream_info *info)
+{
+    CHECK(info->dtype == GOLD_DT[di]);
+    CHECK((uint64_t)SKV_STREAM_HEADER + info->payload <= len);
+    uint32_t lim = info->n < (1u << 16) ? info->n : (1u << 16);
+    uint32_t *xs = malloc((lim + 1) * sizeof *xs), *ys = malloc((lim + 1) * sizeof *ys);
+    float *mus = malloc((lim + 1) * sizeof *mus), *ss = malloc((lim + 1) * sizeof *ss);
+    CHECK(xs && ys && mus && ss);
+    for (uint32_t i = 0; i < lim; i++)
+        fuzz_param(di, mode, key, i, &mus[i], &ss[i]);
+    if (lim > 1) {
+        uint32_t x[2];
+        CHECK(skv_decoder_get_n(d, mus, ss, x, 1 + (lim > 8)) == SKV_ERR_ARG);
+    }
+    int rc = 0, end_rc = -1;
+    uint32_t i = 0;
+    for (; i < lim; i += 8) {
+        uint32_t b = lim - i < 8 ? lim - i : 8;
+        if ((rc = skv_decoder_get_n(d, mus + i, ss + i, xs + i, b)) != 0) {
+            CHECK(rc == SKV_ERR_CORRUPT);
+            break;
+        }
+        for (uint32_t k = i; k < i + b; k++)
+            CHECK((xs[k] & ~width_mask(GOLD_DT[di])) == 0);
+    }
+    uint32_t bad_at = rc ? i : lim; /* the first failing group's first scalar, or lim */
+    if (rc == 0 && lim == info->n) {
+        end_rc = skv_decoder_end(d);
+        CHECK(end_rc == 0 || end_rc == SKV_ERR_CORRUPT);
+    }
+    CHECK(skv_decoder_begin_atoms(d, src, len, A, NULL) == 0);
+    int brc = 0;
+    for (uint32_t j = 0; j < lim;) {
+        uint32_t b = 8 * (1 + (j * 7u + key) % 9u);
+        if (b > lim - j)
+            b = lim - j;
+        if ((brc = skv_decoder_get_n(d, mus + j, ss + j, ys + j, b)) != 0) {
+            CHECK(brc == SKV_ERR_CORRUPT && bad_at >= j && bad_at < j + b);
+            for (uint32_t k = j; k < bad_at; k++)
+                CHECK(ys[k] == xs[k]);
+            break;
+        }
+        j += b;
+    }
+    if (!brc) {
+        CHECK(bad_at == lim);
+        for (uint32_t k = 0; k < lim; k++)
+            CHECK(ys[k] == xs[k]);
+        if (end_rc != -1)
+            CHECK(skv_decoder_end(d) == end_rc);
+    }
+    free(xs);
+    free(ys);
+    free(mus);
+    free(ss);
+}
+
 /* Decode src one scalar at a time, then again with skv_decoder_get_n in
  * batches of 1..67 scalars: the two must agree on every scalar before the
- * first error, on that error and on skv_decoder_end. */
+ * first error, on that error and on skv_decoder_end. Version 2 streams:
+ * decode_v2. */
 static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, const uint8_t *src,
                          size_t len)
 {
@@ -195,7 +258,9 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
         info.cmodel_id == skv_stream_model_id(m, atoms_for(di)))
         A = atoms_for(di);
     int rc = skv_decoder_begin_atoms(d, src, len, A, &info);
-    if (rc == 0) {
+    if (rc == 0 && info.version == 2) {
+        decode_v2(d, A, di, mode, key, src, len, &info);
+    } else if (rc == 0) {
         CHECK(info.dtype == GOLD_DT[di]);
         CHECK((uint64_t)SKV_STREAM_HEADER + info.payload <= len);
         CHECK(info.n <= SKV_STREAM_MAX_SCALARS);
@@ -265,13 +330,17 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
     skv_decoder_free(d);
 }
 
-/* batched: skv_encoder_put_n in batches of 1..61 scalars */
+/* batched: skv_encoder_put_n in batches of 1..61 scalars; version: the
+ * stream version written */
 static uint8_t *encode(skv_cmodel *m, int di, unsigned mode, uint32_t key, const uint32_t *xs,
                        size_t n, const uint8_t *calib, size_t *len, int batched,
-                       const skv_atoms *A)
+                       const skv_atoms *A, int version)
 {
     skv_encoder *e = NULL;
     CHECK(skv_encoder_create(m, &e) == 0);
+    CHECK(skv_encoder_set_version(e, version) == 0);
+    if (version == 2) /* without the ideal cost, put_n may take the AVX2 path; put never does */
+        skv_encoder_set_ideal(e, 0);
     skv_encoder_reset_atoms(e, calib, A);
     float *mus = malloc((n + 1) * sizeof *mus), *ss = malloc((n + 1) * sizeof *ss);
     CHECK(mus && ss);
@@ -310,9 +379,33 @@ static void round_trip(skv_cmodel *m, int di, unsigned mode, uint32_t key, const
     memcpy(calib, src, len < 16 ? len : 16);
     size_t l1, l2;
     const skv_atoms *A = (len & 1) ? atoms_for(di) : NULL;
-    uint8_t *b1 = encode(m, di, mode, key, xs, n, calib, &l1, 0, A);
-    uint8_t *b2 = encode(m, di, mode, key, xs, n, calib, &l2, 1, A);
+    uint8_t *b1 = encode(m, di, mode, key, xs, n, calib, &l1, 0, A, 1);
+    uint8_t *b2 = encode(m, di, mode, key, xs, n, calib, &l2, 1, A, 1);
     CHECK(l1 == l2 && memcmp(b1, b2, l1) == 0); /* deterministic; put_n == put */
+    free(b2);
+    /* version 2 (put and put_n give the same bytes), decoded in groups */
+    size_t l3;
+    uint8_t *b3 = encode(m, di, mode, key, xs, n, calib, &l3, 0, A, 2);
+    b2 = encode(m, di, mode, key, xs, n, calib, &l2, 1, A, 2);
+    CHECK(l3 == l2 && memcmp(b3, b2, l3) == 0);
+    {
+        skv_decoder *d2 = NULL;
+        CHECK(skv_decoder_create(m, &d2) == 0);
+        skv_stream_info i2;
+        CHECK(skv_decoder_begin_atoms(d2, b3, l3, A, &i2) == 0 && i2.version == 2 && i2.n == n);
+        for (size_t i = 0; i < n; i += 8) {
+            float mu[8], s[8];
+            uint32_t x[8], b = n - i < 8 ? (uint32_t)(n - i) : 8;
+            for (uint32_t k = 0; k < b; k++)
+                fuzz_param(di, mode, key, (uint32_t)(i + k), &mu[k], &s[k]);
+            CHECK(skv_decoder_get_n(d2, mu, s, x, b) == 0);
+            for (uint32_t k = 0; k < b; k++)
+                CHECK(x[k] == xs[i + k]);
+        }
+        CHECK(skv_decoder_end(d2) == 0);
+        skv_decoder_free(d2);
+    }
+    free(b3);
 
     skv_decoder *d = NULL;
     CHECK(skv_decoder_create(m, &d) == 0);

@@ -9,6 +9,11 @@
  *       -lm -lpthread -o /tmp/make_golden && \
  *   (cd tests/golden/codec && /tmp/make_golden)
  *
+ * Version 2 (the lane layout): good2_bf16.skvr good2_f16.skvr
+ * good2_f8e4m3.skvr good2_f32.skvr, the same inputs and models as
+ * good_*.skvr; bad2_*.skvr are edits of good2_bf16.skvr, in EXPECTED like
+ * the others.
+ *
  * Good streams: 300 scalars each (good_f32_empty.skvr: none), coded with
  * the (x, mu, s) of gold_input() below, calib_id GOLD_CALIB:
  *   good_bf16.skvr good_f16.skvr good_f8e4m3.skvr good_f32.skvr
@@ -19,7 +24,7 @@
  * Known-bad streams bad_*.skvr are edits of good_bf16.skvr; EXPECTED lists
  * the error of the FIRST failing call when each is decoded with the
  * good_bf16 model and the bf16 gold_input() sequence (begin, get for
- * i < n, end). The generator checks every expectation with this build's
+ * i < n (version 2: get_n of each group of eight), end). The generator checks every expectation with this build's
  * decoder and exits non-zero if one does not hold.
  *
  * The input formula (copied in tests/test_codec.c and
@@ -75,12 +80,16 @@ static skv_cmodel *model(int di, int hist)
     return m;
 }
 
+static int g_version = 1; /* the stream version encode() writes */
+
 static uint8_t *encode(skv_cmodel *m, int di, uint32_t n, size_t *len)
 {
     skv_encoder *e = NULL;
     int rc = skv_encoder_create(m, &e);
     if (rc)
         die("encoder_create", rc);
+    if ((rc = skv_encoder_set_version(e, g_version)))
+        die("set_version", rc);
     skv_encoder_reset(e, GOLD_CALIB);
     int mode[3] = {0, 0, 0};
     for (uint32_t i = 0; i < n; i++) {
@@ -118,7 +127,8 @@ static void write_file(const char *name, const uint8_t *b, size_t len)
     }
 }
 
-/* First error of begin, get (i < n, bf16 gold inputs), end. */
+/* First error of begin, get (i < n, bf16 gold inputs; version 2: get_n
+ * of each group of eight), end. */
 static int decode_rc(skv_cmodel *m, int di, const uint8_t *b, size_t len)
 {
     skv_decoder *d = NULL;
@@ -129,11 +139,14 @@ static int decode_rc(skv_cmodel *m, int di, const uint8_t *b, size_t len)
     uint8_t *copy = malloc(len ? len : 1);
     memcpy(copy, b, len);
     rc = skv_decoder_begin(d, copy, len, &info);
-    for (uint32_t i = 0; !rc && i < info.n; i++) {
-        uint32_t x, want;
-        float mu, s;
-        gold_input(di, i, &want, &mu, &s);
-        rc = skv_decoder_get(d, mu, s, &x);
+    for (uint32_t i = 0; !rc && i < info.n; i += info.version == 2 ? 8 : 1) {
+        /* version 2: a group of eight at a time */
+        uint32_t k = info.version == 2 ? (info.n - i < 8 ? info.n - i : 8) : 1, want;
+        uint32_t x[8];
+        float mu[8], s[8];
+        for (uint32_t j = 0; j < k; j++)
+            gold_input(di, i + j, &want, &mu[j], &s[j]);
+        rc = skv_decoder_get_n(d, mu, s, x, k);
     }
     if (!rc)
         rc = skv_decoder_end(d);
@@ -204,7 +217,8 @@ int main(void)
         perror("EXPECTED");
         return 1;
     }
-    fprintf(g_expected, "# file error: the first failing call (begin, get for i < n, end) when the\n"
+    fprintf(g_expected, "# file error: the first failing call (begin, get for i < n (version 2: get_n\n"
+                        "# of each group of eight), end) when the\n"
                         "# file is decoded with the model and (mu, s) sequence of good_bf16.skvr.\n"
                         "# Written by make_golden.c.\n");
     skv_cmodel *m = model(0, 0);
@@ -217,8 +231,10 @@ int main(void)
     b[0] = 'X';
     BAD("bad_magic.skvr", b, glen, SKV_ERR_FORMAT);
     FRESH();
-    skv_store16_le(b + 4, 2);
-    BAD("bad_version2.skvr", b, glen, SKV_ERR_VERSION);
+    skv_store16_le(b + 4, 2); /* a version 1 body read as version 2 */
+    BAD("bad_version2.skvr", b, glen, SKV_ERR_CORRUPT);
+    skv_store16_le(b + 4, 3);
+    BAD("bad_version3.skvr", b, glen, SKV_ERR_VERSION);
     skv_store16_le(b + 4, 0);
     BAD("bad_version0.skvr", b, glen, SKV_ERR_FORMAT);
     FRESH();
@@ -278,6 +294,55 @@ int main(void)
     FRESH();
     b[P + 16] ^= 0xff;
     BAD("bad_flip_first_word.skvr", b, glen, SKV_ERR_CORRUPT);
+    free(b);
+    free(g);
+
+    /* version 2: the same inputs in the lane layout (FORMAT.md), and edits
+     * of good2_bf16.skvr */
+    static const char *const names2[4] = {"good2_bf16.skvr", "good2_f16.skvr", "good2_f8e4m3.skvr",
+                                          "good2_f32.skvr"};
+    g_version = 2;
+    for (int di = 0; di < 4; di++) {
+        skv_cmodel *m2 = model(di, 0);
+        size_t len;
+        uint8_t *b2 = encode(m2, di, N_GOLD, &len);
+        write_file(names2[di], b2, len);
+        if (decode_rc(m2, di, b2, len) != 0)
+            die(names2[di], decode_rc(m2, di, b2, len));
+        if (di == 0) {
+            g = b2;
+            glen = len;
+        } else {
+            free(b2);
+        }
+        skv_cmodel_free(m2);
+    }
+    b = malloc(glen + 16);
+    const uint32_t pay2 = skv_load32_le(g + 12), raw2 = skv_load32_le(g + 20);
+    FRESH();
+    skv_store32_le(b + 20, pay2 - 62); /* the raw bytes leave less than the 16 states */
+    BAD("bad2_raw_over_payload.skvr", b, glen, SKV_ERR_FORMAT);
+    FRESH();
+    skv_store32_le(b + 20, raw2 + 1); /* an odd word region */
+    BAD("bad2_raw_odd_words.skvr", b, glen, SKV_ERR_FORMAT);
+    FRESH();
+    skv_store32_le(b + 20, raw2 + 2); /* two bytes moved from the words to the raw bits */
+    BAD("bad2_raw_plus_two.skvr", b, glen, SKV_ERR_CORRUPT);
+    FRESH();
+    skv_store32_le(b + P + 4 * 9, 0xffff);
+    BAD("bad2_state9_small.skvr", b, glen, SKV_ERR_CORRUPT);
+    FRESH();
+    b[P + 64 + 3] ^= 0x40;
+    BAD("bad2_flip_word.skvr", b, glen, SKV_ERR_CORRUPT);
+    FRESH();
+    b[glen - raw2 / 2] ^= 0x08;
+    BAD("bad2_flip_raw.skvr", b, glen, SKV_ERR_CORRUPT);
+    FRESH();
+    b[glen - 1] |= 0x80; /* a padding bit of the last raw byte, or a data bit */
+    if (b[glen - 1] != g[glen - 1])
+        BAD("bad2_last_raw_bit.skvr", b, glen, SKV_ERR_CORRUPT);
+    FRESH();
+    BAD("bad2_truncated.skvr", b, glen - 1, SKV_ERR_RANGE);
     fclose(g_expected);
     free(b);
     free(g);

@@ -1,10 +1,10 @@
-/* AVX2 pieces of an eight-lane rANS decoder, for the benches that measure
- * what a lane layout of the coded stream would decode at
- * (bench_rans_floor's simd variants, bench_lanes): eight 32-bit states
- * in a vector, lane j on state j, 16-bit renormalisation words read from
- * one stream in lane order, plain bits from a separate raw bit stream in
- * scalar order. Not the codec's format (FORMAT.md): a model of a second
- * stream version. x86-64 with GCC or Clang only (SKV_LANES_OK). */
+/* AVX2 pieces of an eight-lane rANS decoder: eight 32-bit states in a
+ * vector, lane j on state j, 16-bit renormalisation words read from one
+ * stream in lane order, plain bits from a separate raw bit stream in
+ * scalar order -- stream version 2's layout (FORMAT.md), whose common
+ * case codec/stream.c decodes with them, and the benches that measure
+ * it (bench_rans_floor's simd variants, bench_lanes). x86-64 with GCC or
+ * Clang only (SKV_LANES_OK). */
 #ifndef SKV_BENCH_LANES_H
 #define SKV_BENCH_LANES_H
 
