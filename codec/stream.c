@@ -42,6 +42,23 @@ static inline uint32_t v2_acc(uint32_t a, uint32_t x)
     return (a ^ (a >> 15)) * 0x9e3779b1u;
 }
 
+/* A row's classes as version 2's AVX2 paths load them, one per coder:
+ * packed when the row cache hands a row (slot and generation) they do
+ * not hold (v2_pack) */
+typedef struct {
+    const skv_fcls *row; /* the row cache's array they came from, n scalars */
+    uint32_t gen;        /* that slot's generation */
+    size_t n, cap;
+    void *mem;
+    const uint8_t *lbase, *bbase; /* the indexes' and bucket values' base addresses */
+    int32_t *lut, *bvt;  /* per scalar: its table's index, its width's bucket values, as byte
+                          * offsets from them (32-bit gathers; the decoder) */
+    uint64_t *e4;        /* per scalar: its table's skv_eop array << 4 (the encoder) */
+    const uint32_t **cum;
+    int32_t *base, *g, *nesc;
+    int32_t *ok;         /* per scalar: -1 when the paths take its class (BUCKET, in range) */
+} skv_v2pack;
+
 uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed)
 {
     const uint8_t *p = data;
@@ -388,14 +405,7 @@ struct skv_encoder {
     uint8_t *raw2;
     uint64_t rbits2;
     size_t raw2cap;
-    struct e2pack {
-        const skv_fcls *row; /* the row cache's array, n scalars, of generation gen */
-        uint32_t gen;
-        size_t n, cap;
-        void *mem;
-        uint64_t *e4;        /* the table's skv_eop array << 4 */
-        int32_t *base, *g, *nesc1, *ok; /* ok: -1 for a BUCKET class the path takes */
-    } pk2;
+    skv_v2pack pk2;
     uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
 };
 
@@ -921,42 +931,66 @@ static void v2_sort_group(skv_encoder *e, uint32_t g0, uint32_t m)
 }
 
 #ifdef SKV_HAVE_CLS8
-/* The row's classes as v2_put_run loads them (e->pk2), rebuilt when the
- * row cache gives a row they do not hold; 0 when memory fails. */
-static int v2_epack(skv_encoder *e, const skv_fcls *row, size_t n)
+/* p holding row (n scalars, an array of the row cache rc) as it is now:
+ * packed unless it already is; 0 when memory fails. The bucket values
+ * of the row's widths are built here. */
+static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv_fcls *row, size_t n)
 {
-    struct e2pack *p = &e->pk2;
+    uint32_t gen = 0;
     for (int k = 0; k < RCACHE_SLOTS; k++)
-        if (e->rc.cls[k] == row && p->row == row && p->n == n && p->gen == e->rc.gen[k] && e->rc.n[k] == n)
-            return 1;
+        if (rc->cls[k] == row) {
+            if (p->row == row && p->n == n && p->gen == rc->gen[k] && rc->n[k] == n)
+                return 1;
+            gen = rc->gen[k];
+        }
     if (n > p->cap) {
-        void *mem = skv_malloc(n * (sizeof(uint64_t) + 4 * sizeof(int32_t)) + 64);
+        size_t per = sizeof(uint64_t) + sizeof(const uint32_t *) + 6 * sizeof(int32_t);
+        void *mem = skv_malloc(n * per + 64);
         if (!mem)
             return 0;
         skv_free(p->mem);
         p->mem = mem;
         p->cap = n;
         p->e4 = mem;
-        p->base = (int32_t *)(void *)(p->e4 + n);
+        p->cum = (const uint32_t **)(void *)(p->e4 + n);
+        p->lut = (int32_t *)(void *)(p->cum + n);
+        p->bvt = p->lut + n;
+        p->base = p->bvt + n;
         p->g = p->base + n;
-        p->nesc1 = p->g + n;
-        p->ok = p->nesc1 + n;
+        p->nesc = p->g + n;
+        p->ok = p->nesc + n;
     }
+    p->lbase = p->bbase = NULL;
     for (size_t j = 0; j < n; j++) {
         const skv_fcls *c = &row[j];
-        int ok = c->bucket && c->base > -(1 << 30) && c->base < (1 << 30) && c->tab->enc;
+        const uint32_t *vt = NULL;
+        if (c->bucket) {
+            vt = __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
+            if (vt == skv__bvt_none) {
+                skv__build_bvt(m, c->G);
+                vt = __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
+            }
+            if (!p->lbase)
+                p->lbase = (const uint8_t *)c->tab->lut, p->bbase = (const uint8_t *)vt;
+        }
+        /* byte offsets within +-2^30 of the bases (heap blocks are; a
+         * class with one that is not takes the other paths) */
+        ptrdiff_t lo = c->bucket ? (const uint8_t *)c->tab->lut - p->lbase : 0;
+        ptrdiff_t bo = c->bucket ? (const uint8_t *)vt - p->bbase : 0;
+        int ok = c->bucket && c->tab->enc && c->base > -(1 << 30) && c->base < (1 << 30) &&
+                 lo > -(1 << 30) && lo < (1 << 30) && bo > -(1 << 30) && bo < (1 << 30);
         p->ok[j] = ok ? -1 : 0;
+        p->lut[j] = ok ? (int32_t)lo : 0;
+        p->bvt[j] = ok ? (int32_t)bo : 0;
         p->e4[j] = ok ? (uint64_t)(uintptr_t)c->tab->enc << 4 : 0;
+        p->cum[j] = c->tab->cum;
         p->base[j] = ok ? (int32_t)c->base : 0;
         p->g[j] = c->G;
-        p->nesc1[j] = ok ? (int32_t)c->nesc - 1 : 0;
+        p->nesc[j] = (int32_t)c->nesc;
     }
     p->row = row;
     p->n = n;
-    p->gen = 0;
-    for (int k = 0; k < RCACHE_SLOTS; k++)
-        if (e->rc.cls[k] == row)
-            p->gen = e->rc.gen[k];
+    p->gen = gen;
     return 1;
 }
 
@@ -969,7 +1003,7 @@ static int v2_epack(skv_encoder *e, const skv_fcls *row, size_t n)
 static __attribute__((target("avx2"))) size_t v2_put_run(skv_encoder *e, const uint32_t *x, size_t i,
                                                         size_t ng)
 {
-    const struct e2pack *p = &e->pk2;
+    const skv_v2pack *p = &e->pk2;
     const __m256i m7f = _mm256_set1_epi32(0x7f), one = _mm256_set1_epi32(1);
     const uint64_t zenc = (uint64_t)(uintptr_t)e->m->zero.enc << 4;
     size_t k = 0;
@@ -993,7 +1027,7 @@ static __attribute__((target("avx2"))) size_t v2_put_run(skv_encoder *e, const u
         __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), sg);
         __m256i kb = _mm256_blendv_epi8(_mm256_xor_si256(j, neg), neg, zb);
         __m256i sy = _mm256_sub_epi32(kb, _mm256_loadu_si256((const __m256i *)(p->base + c0)));
-        __m256i nm1 = _mm256_loadu_si256((const __m256i *)(p->nesc1 + c0));
+        __m256i nm1 = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(p->nesc + c0)), one);
         __m256i ok = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p->ok + c0)),
                                       _mm256_and_si256(_mm256_or_si256(common, zb),
                                                        _mm256_cmpeq_epi32(_mm256_min_epu32(sy, nm1), sy)));
@@ -1068,7 +1102,7 @@ static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const
     if (L->dt == SKV_DT_BF16 && !e->atoms && !e->ideal_now && n >= 8 && cls_simd() == 2) {
         if (!row && rcache_on(&e->rc, n) && !(row = rcache_get(e->m, L, &e->rc, mu, s, n)))
             return skv_error(SKV_ERR_NOMEM, "codec table");
-        fast = row && v2_epack(e, row, n);
+        fast = row && v2_pack(e->m, &e->rc, &e->pk2, row, n);
     }
 #endif
     size_t i = 0;
@@ -1375,18 +1409,7 @@ struct skv_decoder {
     int fast2;                   /* version 2: the AVX2 group path applies (bf16, the zero table
                                   * lanes_zero assumes) */
     uint64_t nfast;              /* version 2: groups the AVX2 path took (tests) */
-    struct v2pack {              /* version 2: a row's classes as the AVX2 path loads them */
-        const skv_fcls *row;     /* the row cache's array they came from, n scalars */
-        uint32_t gen;            /* that slot's generation (rcache gen) */
-        size_t n, cap;
-        void *mem;
-        const uint8_t *lbase, *bbase; /* the indexes' and bucket values' base addresses */
-        int32_t *lut, *bvt;      /* per scalar: its table's index and its width's bucket values,
-                                  * as byte offsets from them (32-bit gathers) */
-        int32_t *base, *g, *nesc;
-        const uint32_t **cum;
-        uint8_t *ok;             /* per group: every class a BUCKET one the path takes */
-    } pk;
+    skv_v2pack pk;               /* version 2: the AVX2 path's packed row */
 };
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -1462,22 +1485,15 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
         d->rbits = 8 * (uint64_t)info->raw;
         d->fast2 = v2_fast_ok(d->m);
         d->pk.row = NULL; /* the row cache starts empty */
-        d->n = info->n;
-        d->got = 0;
-        d->h = 0x243f6a8885a308d3ull;
-        d->want = info->checksum;
-        d->bad = 0;
-        fcache_start(&d->fc, d->m->lat.dt);
-        rcache_clear(&d->rc);
-        return SKV_OK;
+    } else {
+        for (int k = 0; k < 4; k++) {
+            d->x[k] = skv_load32_le(p + 4 * k);
+            if (d->x[k] < RANS_L)
+                return skv_error(SKV_ERR_CORRUPT, "stream: rANS state %d out of range", k);
+        }
+        d->w = p + 16;
+        d->wend = p + info->payload;
     }
-    for (int k = 0; k < 4; k++) {
-        d->x[k] = skv_load32_le(p + 4 * k);
-        if (d->x[k] < RANS_L)
-            return skv_error(SKV_ERR_CORRUPT, "stream: rANS state %d out of range", k);
-    }
-    d->w = p + 16;
-    d->wend = p + info->payload;
     d->n = info->n;
     d->got = 0;
     d->h = 0x243f6a8885a308d3ull;
@@ -1524,18 +1540,26 @@ SKV_ALWAYS_INLINE void rd_load(const skv_decoder *d, rd_t *r)
     r->bad = d->bad;
 }
 
+/* A state v renormalised from the words at *w, checked against wend
+ * (both versions' checked readers) */
+SKV_ALWAYS_INLINE uint32_t renorm_checked(uint32_t v, const uint8_t **w, const uint8_t *wend, int *bad)
+{
+    if (v < RANS_L) {
+        if (*w >= wend) {
+            *bad = 1;
+            v = RANS_L; /* keep going safely; the error is reported */
+        } else {
+            v = (v << 16) | skv_load16_le(*w);
+            *w += 2;
+        }
+    }
+    return v;
+}
+
 SKV_ALWAYS_INLINE void rd_next(rd_t *r, uint32_t v, int checked)
 {
     if (checked) {
-        if (v < RANS_L) {
-            if (r->w >= r->wend) {
-                r->bad = 1;
-                v = RANS_L; /* keep going safely; the error is reported */
-            } else {
-                v = (v << 16) | skv_load16_le(r->w);
-                r->w += 2;
-            }
-        }
+        v = renorm_checked(v, &r->w, r->wend, &r->bad);
     } else { /* branch-free (the test is a coin flip): a word is there to read either way */
         uint32_t nv = (v << 16) | skv_load16_le(r->w);
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -1945,16 +1969,7 @@ static uint32_t r2_sym(r2_t *r, int lane, const skv_ftab *t)
 {
     uint32_t x = r->x[lane], slot = x & 0xffffu, k = skv__find(t, slot);
     uint32_t v = (t->cum[k + 1] - t->cum[k]) * (x >> 16) + slot - t->cum[k];
-    if (v < RANS_L) {
-        if (r->w >= r->wend) {
-            r->bad = 1;
-            v = RANS_L; /* keep going safely; the error is reported */
-        } else {
-            v = (v << 16) | skv_load16_le(r->w);
-            r->w += 2;
-        }
-    }
-    r->x[lane] = v;
+    r->x[lane] = renorm_checked(v, &r->w, r->wend, &r->bad);
     return k;
 }
 
@@ -2071,77 +2086,6 @@ static int v2_fast_ok(const skv_cmodel *m)
  * a bucket the values send to the general path, a level off the normal
  * binades) or the reads could pass the payload's end: the caller then
  * takes the reference path. */
-/* The row's classes as v2_group_fast loads them (d->pk), built when the
- * row cache gives a row they do not hold; 0 when memory fails (the
- * reference path then serves the row). */
-/* Whether d->pk holds row (an array of the row cache) as it is now */
-static int v2_packed(const skv_decoder *d, const skv_fcls *row, size_t n)
-{
-    for (int k = 0; k < RCACHE_SLOTS; k++)
-        if (d->rc.cls[k] == row)
-            return d->pk.row == row && d->pk.n == n && d->pk.gen == d->rc.gen[k] && d->rc.n[k] == n;
-    return 0;
-}
-
-static int v2_pack(skv_decoder *d, const skv_fcls *row, size_t n)
-{
-    struct v2pack *p = &d->pk;
-    if (n > p->cap) {
-        size_t per = sizeof(const uint32_t *) + 5 * sizeof(int32_t) + 1;
-        void *mem = skv_malloc(n * per + 64);
-        if (!mem)
-            return 0;
-        skv_free(p->mem);
-        p->mem = mem;
-        p->cap = n;
-        p->cum = mem;
-        p->lut = (int32_t *)(void *)(p->cum + n);
-        p->bvt = p->lut + n;
-        p->base = p->bvt + n;
-        p->g = p->base + n;
-        p->nesc = p->g + n;
-        p->ok = (uint8_t *)(p->nesc + n);
-    }
-    p->lbase = p->bbase = NULL;
-    skv_cmodel *m = d->m;
-    for (size_t j = 0; j + 8 <= n; j += 8)
-        p->ok[j / 8] = 1;
-    for (size_t j = 0; j < n; j++) {
-        const skv_fcls *c = &row[j];
-        const uint32_t *vt = NULL;
-        if (c->bucket) {
-            vt = __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
-            if (vt == skv__bvt_none) {
-                skv__build_bvt(m, c->G);
-                vt = __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
-            }
-            if (!p->lbase)
-                p->lbase = (const uint8_t *)c->tab->lut, p->bbase = (const uint8_t *)vt;
-        }
-        /* byte offsets within +-2^30 of the bases (heap blocks are; a
-         * group with one that is not takes the reference path) */
-        ptrdiff_t lo = c->bucket ? (const uint8_t *)c->tab->lut - p->lbase : 0;
-        ptrdiff_t bo = c->bucket ? (const uint8_t *)vt - p->bbase : 0;
-        if (!c->bucket || c->base < -(1 << 30) || c->base > (1 << 30) || lo < -(1 << 30) ||
-            lo > (1 << 30) || bo < -(1 << 30) || bo > (1 << 30)) {
-            if (j / 8 < n / 8)
-                p->ok[j / 8] = 0;
-            lo = bo = 0;
-        }
-        p->lut[j] = (int32_t)lo;
-        p->bvt[j] = (int32_t)bo;
-        p->cum[j] = c->tab->cum;
-        p->base[j] = (int32_t)c->base, p->g[j] = c->G, p->nesc[j] = (int32_t)c->nesc;
-    }
-    p->row = row;
-    p->n = n;
-    p->gen = 0;
-    for (int k = 0; k < RCACHE_SLOTS; k++)
-        if (d->rc.cls[k] == row)
-            p->gen = d->rc.gen[k];
-    return 1;
-}
-
 /* One group of bf16 scalars in the common case on AVX2, classes from p at
  * scalar i of the row (bench_lanes's group on the codec's tables): every
  * lane's table symbol from its class's index (32-bit gathers from one
@@ -2152,7 +2096,7 @@ static int v2_pack(skv_decoder *d, const skv_fcls *row, size_t n)
  * that case (an escape, a bucket the values send to the general path, a
  * level off the normal binades). */
 static inline __attribute__((target("avx2,popcnt"), always_inline)) int
-v2_group(const struct v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t **w, uint64_t *pos,
+v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t **w, uint64_t *pos,
          const uint8_t *rb, uint32_t *x)
 {
     const int32_t *lut = p->lut + i, *bvt = p->bvt + i;
@@ -2218,7 +2162,7 @@ v2_group(const struct v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_
 static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t *r, size_t i,
                                                            uint32_t at, size_t ng, uint32_t *x)
 {
-    const struct v2pack *p = &d->pk;
+    const skv_v2pack *p = &d->pk;
     int bank = (int)(at >> 3 & 1u);
     __m256i X[2], A[2];
     X[0] = _mm256_loadu_si256((const __m256i *)r->x), X[1] = _mm256_loadu_si256((const __m256i *)(r->x + 8));
@@ -2227,7 +2171,8 @@ static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t
     uint64_t pos = r->rpos, plim = r->rbits >= 64 ? r->rbits - 64 : 0;
     size_t k = 0;
     for (; k < ng; k++, bank ^= 1) {
-        if (!p->ok[i / 8 + k] || wend - w < 16 || pos > plim || r->rbits < 64)
+        if (wend - w < 16 || pos > plim || r->rbits < 64 ||
+            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i + 8 * k)))) != 0xff)
             break;
         __m256i Xs = X[bank];
         const uint16_t *ws = w;
@@ -2268,7 +2213,7 @@ static int get_n_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x
 #ifdef SKV_HAVE_CLS8
     /* the AVX2 path takes rows from the row cache, their classes packed once */
     if (row && d->fast2 && !d->atoms)
-        fast = v2_packed(d, row, n) || v2_pack(d, row, n);
+        fast = v2_pack(d->m, &d->rc, &d->pk, row, n);
 #endif
     size_t i = 0;
     int rc = SKV_OK;
