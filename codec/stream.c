@@ -2199,6 +2199,8 @@ static int v2_fast_ok(const skv_cmodel *m)
 static int get_n_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
                     const skv_fcls *given)
 {
+    if (n == 0)
+        return SKV_OK;
     if ((d->got & 7u) || ((n & 7u) && d->got + n != d->n))
         return skv_error(SKV_ERR_ARG, "stream version 2: scalars %u..%zu do not make whole groups of 8",
                          d->got, d->got + n);

@@ -2434,6 +2434,7 @@ Test(v2, the_decoder_takes_whole_groups_and_version_1_stays_the_default)
     cr_assert_eq(skv_decoder_get_n(d, q.mu, q.s, x, 16), 0, "%s", skv_error_detail());
     cr_expect_eq(skv_decoder_get_n(d, q.mu + 16, q.s + 16, x + 16, 4), SKV_ERR_ARG);
     cr_assert_eq(skv_decoder_get_n(d, q.mu + 16, q.s + 16, x + 16, 5), 0, "%s", skv_error_detail());
+    cr_expect_eq(skv_decoder_get_n(d, q.mu, q.s, x, 0), 0, "after a ragged last group, nothing asked");
     cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
     for (int i = 0; i < 21; i++)
         cr_expect_eq(x[i], q.x[i]);
