@@ -804,6 +804,22 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
     return rc ? skv_error(rc, "codec table") : SKV_OK;
 }
 
+/* p (holding *cap elements of size sz) grown to hold need, its capacity
+ * doubled from 4096: the block, or NULL when memory fails (p is then
+ * unchanged, and so is *cap) */
+static void *grow(void *p, size_t *cap, size_t need, size_t sz)
+{
+    if (need <= *cap && p)
+        return p;
+    size_t nc = *cap ? 2 * *cap : 4096;
+    while (nc < need)
+        nc *= 2;
+    void *q = skv_realloc(p, nc * sz);
+    if (q)
+        *cap = nc;
+    return q;
+}
+
 /* put_n's checks and queue room for n more scalars */
 static int put_room(skv_encoder *e, size_t n)
 {
@@ -812,39 +828,25 @@ static int put_room(skv_encoder *e, size_t n)
                          skv_dtype_name(e->m->lat.dt));
     if (n > SKV_STREAM_MAX_SCALARS - e->n)
         return skv_error(SKV_ERR_TOO_LARGE, "stream holds at most %u scalars", SKV_STREAM_MAX_SCALARS);
-    if (e->nops + SKV_MAX_OPS * n > e->cap) {
-        size_t nc = e->cap ? 2 * e->cap : 4096;
-        while (nc < e->nops + SKV_MAX_OPS * n)
-            nc *= 2;
-        uint64_t *o = skv_realloc(e->ops, nc * sizeof *o);
-        if (!o)
-            return skv_error(SKV_ERR_NOMEM, "encoder ops");
-        e->ops = o;
-        e->cap = nc;
-    }
+    /* version 2 queues version 1's operations for at most two partial
+     * groups at a time (the one waiting and the one being put) */
+    size_t nq = e->version == 2 ? 16 : n;
+    uint64_t *o = grow(e->ops, &e->cap, e->nops + SKV_MAX_OPS * nq, sizeof *o);
+    if (!o)
+        return skv_error(SKV_ERR_NOMEM, "encoder ops");
+    e->ops = o;
     if (e->version == 2) { /* at most 3 table symbols and 32 plain bits a scalar */
-        if (e->nq2 + 3 * n + 24 > e->q2cap) {
-            size_t nc = e->q2cap ? 2 * e->q2cap : 4096;
-            while (nc < e->nq2 + 3 * n + 24)
-                nc *= 2;
-            uint64_t *q = skv_realloc(e->q2, nc * sizeof *q);
-            if (!q)
-                return skv_error(SKV_ERR_NOMEM, "encoder ops");
-            e->q2 = q;
-            e->q2cap = nc;
-        }
-        size_t need = (size_t)(e->rbits2 / 8) + 4 * (n + 16) + 16;
-        if (need > e->raw2cap) {
-            size_t nc = e->raw2cap ? 2 * e->raw2cap : 4096;
-            while (nc < need)
-                nc *= 2;
-            uint8_t *r = skv_realloc(e->raw2, nc);
-            if (!r)
-                return skv_error(SKV_ERR_NOMEM, "encoder ops");
-            memset(r + e->raw2cap, 0, nc - e->raw2cap);
-            e->raw2 = r;
-            e->raw2cap = nc;
-        }
+        uint64_t *q = grow(e->q2, &e->q2cap, e->nq2 + 3 * n + 24, sizeof *q);
+        if (!q)
+            return skv_error(SKV_ERR_NOMEM, "encoder ops");
+        e->q2 = q;
+        size_t had = e->raw2cap;
+        uint8_t *r = grow(e->raw2, &e->raw2cap, (size_t)(e->rbits2 / 8) + 4 * (n + 16) + 16, 1);
+        if (!r)
+            return skv_error(SKV_ERR_NOMEM, "encoder ops");
+        e->raw2 = r;
+        if (e->raw2cap > had) /* the raw bit stream is ORed into zeros */
+            memset(e->raw2 + had, 0, e->raw2cap - had);
     }
     return SKV_OK;
 }
