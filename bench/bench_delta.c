@@ -4,7 +4,10 @@
  * the round trip, best of REPS runs of the thread's CPU time (these
  * machines are shared), encoding as the store does (no ideal code
  * length). Short enough to run under callgrind.
- * usage: bench_delta CAL.cal TEST.safetensors [stat|ctx] [N_SEQ] [REPS] */
+ * At stat it times its default stream version against version 1 in the
+ * same rounds; VERSION (1 or 2; 0: the level's default) times that one
+ * alone.
+ * usage: bench_delta CAL.cal TEST.safetensors [stat|ctx] [N_SEQ] [REPS] [VERSION] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +33,7 @@ static int fail(const char *what, int rc)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: bench_delta CAL.cal TEST.safetensors [stat|ctx] [N_SEQ] [REPS]\n");
+        fprintf(stderr, "usage: bench_delta CAL.cal TEST.safetensors [stat|ctx] [N_SEQ] [REPS] [VERSION]\n");
         return 2;
     }
     skv_level lv = argc > 3 && strcmp(argv[3], "ctx") == 0 ? SKV_LEVEL_CTX : SKV_LEVEL_STAT;
@@ -75,33 +78,46 @@ int main(int argc, char **argv)
         if (!ko[i] || !vo[i])
             return fail("buffers", SKV_ERR_NOMEM);
     }
-    double best_e = 0, best_d = 0;
-    for (int r = 0; r < reps; r++) {
-        for (size_t i = 0; i < n_seq; i++) {
-            memset(ko[i], 0xa5, nbs[i]);
-            memset(vo[i], 0xa5, nbs[i]);
-        }
-        double t0 = now();
-        for (size_t i = 0; i < n_seq; i++) {
-            skv_streams_free(&ss[i]);
-            if ((rc = skv_delta_encode(d, tok[i], sq[i].T, sq[i].k, sq[i].v, 256, &ss[i])))
-                return fail("encode", rc);
-        }
-        double t1 = now();
-        for (size_t i = 0; i < n_seq; i++)
-            if ((rc = skv_delta_decode(d, tok[i], sq[i].T, &ss[i], 0, 256, ko[i], vo[i])))
-                return fail("decode", rc);
-        double t2 = now();
-        for (size_t i = 0; i < n_seq; i++)
-            if (memcmp(ko[i], sq[i].k, nbs[i]) || memcmp(vo[i], sq[i].v, nbs[i])) {
-                fprintf(stderr, "bench_delta: round trip differs\n");
-                return 1;
+    /* stat: its default stream version and version 1 as the baseline,
+     * alternated round by round; ctx: version 1 only */
+    if (argc > 6 && (rc = skv_delta_set_stream_version(d, atoi(argv[6]))))
+        return fail("stream version", rc);
+    const int v_def = skv_delta_stream_version(d);
+    const int nv = argc <= 6 && v_def == 2 ? 2 : 1, vers[2] = {v_def, 1};
+    double best_e[2] = {0, 0}, best_d[2] = {0, 0};
+    size_t bytes[2] = {0, 0};
+    for (int r = 0; r < reps; r++)
+        for (int vi = 0; vi < nv; vi++) {
+            if ((rc = skv_delta_set_stream_version(d, vers[vi])))
+                return fail("stream version", rc);
+            for (size_t i = 0; i < n_seq; i++) {
+                memset(ko[i], 0xa5, nbs[i]);
+                memset(vo[i], 0xa5, nbs[i]);
             }
-        if ((double)total / (t1 - t0) / 1e6 > best_e)
-            best_e = (double)total / (t1 - t0) / 1e6;
-        if ((double)total / (t2 - t1) / 1e6 > best_d)
-            best_d = (double)total / (t2 - t1) / 1e6;
-    }
+            double t0 = now();
+            for (size_t i = 0; i < n_seq; i++) {
+                skv_streams_free(&ss[i]);
+                if ((rc = skv_delta_encode(d, tok[i], sq[i].T, sq[i].k, sq[i].v, 256, &ss[i])))
+                    return fail("encode", rc);
+            }
+            double t1 = now();
+            for (size_t i = 0; i < n_seq; i++)
+                if ((rc = skv_delta_decode(d, tok[i], sq[i].T, &ss[i], 0, 256, ko[i], vo[i])))
+                    return fail("decode", rc);
+            double t2 = now();
+            bytes[vi] = 0;
+            for (size_t i = 0; i < n_seq; i++) {
+                if (memcmp(ko[i], sq[i].k, nbs[i]) || memcmp(vo[i], sq[i].v, nbs[i])) {
+                    fprintf(stderr, "bench_delta: round trip differs (stream version %d)\n", vers[vi]);
+                    return 1;
+                }
+                bytes[vi] += ss[i].len;
+            }
+            if ((double)total / (t1 - t0) / 1e6 > best_e[vi])
+                best_e[vi] = (double)total / (t1 - t0) / 1e6;
+            if ((double)total / (t2 - t1) / 1e6 > best_d[vi])
+                best_d[vi] = (double)total / (t2 - t1) / 1e6;
+        }
     for (size_t i = 0; i < n_seq; i++) {
         free(ko[i]);
         free(vo[i]);
@@ -109,14 +125,21 @@ int main(int argc, char **argv)
     free(ko);
     free(vo);
     free(nbs);
-    printf("bench_delta %s: %zu sequences, %zu scalars, best of %d: encode %.1f M/s, decode %.1f M/s\n",
-           skv_level_name(lv), n_seq, total, reps, best_e, best_d);
     double ghz = skv_bench_clock_ghz();
-    if (ghz > 0 && best_e > 0 && best_d > 0)
-        printf("bench_delta %s: at the core's %.2f GHz (bench/clock.h): encode %.1f cycles a scalar, "
-               "decode %.1f (100 M/s is %.1f, 150 M/s is %.1f)\n",
-               skv_level_name(lv), ghz, ghz * 1e3 / best_e, ghz * 1e3 / best_d, ghz * 10,
-               ghz * 1e3 / 150);
+    for (int vi = 0; vi < nv; vi++) {
+        printf("bench_delta %s: stream version %d: %zu sequences, %zu scalars, best of %d: encode %.1f M/s, "
+               "decode %.1f M/s, %.3f bits a scalar\n",
+               skv_level_name(lv), vers[vi], n_seq, total, reps, best_e[vi], best_d[vi],
+               8.0 * (double)bytes[vi] / (double)total);
+        if (ghz > 0 && best_e[vi] > 0 && best_d[vi] > 0)
+            printf("bench_delta %s: stream version %d at the core's %.2f GHz (bench/clock.h): encode %.1f "
+                   "cycles a scalar, decode %.1f (100 M/s is %.1f, 150 M/s is %.1f)\n",
+                   skv_level_name(lv), vers[vi], ghz, ghz * 1e3 / best_e[vi], ghz * 1e3 / best_d[vi],
+                   ghz * 10, ghz * 1e3 / 150);
+    }
+    if (nv == 2)
+        printf("bench_delta %s: version %d against version 1: encode %.2fx, decode %.2fx\n",
+               skv_level_name(lv), vers[0], best_e[0] / best_e[1], best_d[0] / best_d[1]);
     for (size_t i = 0; i < n_seq; i++) {
         skv_streams_free(&ss[i]);
         free(tok[i]);

@@ -6,21 +6,22 @@
 # counts include) and prints each function's inclusive instructions
 # divided by the scalars one side codes in all rounds; with INSTR_STEADY=1
 # (and ROUNDS > 1) a second run of one round is taken off, which leaves
-# the steady state of rounds 2..ROUNDS.
-# usage: bench/instr.sh BENCH_DELTA C.cal TEST.safetensors [stat|ctx] [N_SEQ] [ROUNDS]
+# the steady state of rounds 2..ROUNDS. VERSION is the stream version
+# (bench_delta's; 0, the default, is the level's own).
+# usage: bench/instr.sh BENCH_DELTA C.cal TEST.safetensors [stat|ctx] [N_SEQ] [ROUNDS] [VERSION]
 set -euo pipefail
 if [ $# -lt 3 ]; then
     sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 fi
-bin=$1 cal=$2 test=$3 lvl=${4:-stat} nseq=${5:-8} rounds=${6:-2}
+bin=$1 cal=$2 test=$3 lvl=${4:-stat} nseq=${5:-8} rounds=${6:-2} ver=${7:-0}
 command -v valgrind >/dev/null || { echo "instr.sh: needs valgrind (apt install valgrind)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fns="skv_delta_encode skv_encoder_put_n skv_encoder_finish skv_delta_decode skv_decoder_get_n"
+fns="skv_delta_encode skv_encoder_put_n skv_encoder_put_rows skv_encoder_finish skv_delta_decode skv_decoder_get_n skv_decoder_get_rows"
 # count R: callgrind over R rounds; prints "scalars" then "function count" lines
 count() {
-    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg$1" "$bin" "$cal" "$test" "$lvl" "$nseq" "$1" \
+    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg$1" "$bin" "$cal" "$test" "$lvl" "$nseq" "$1" "$ver" \
         > "$tmp/out" 2> "$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
     # "bench_delta ctx: 8 sequences, 655360 scalars, best of 2: ..."
     sed -n 's/.* \([0-9][0-9]*\) scalars, best of.*/\1/p' "$tmp/out"

@@ -67,16 +67,17 @@ LANES_INLINE void lanes_renorm(__m256i *x, __m256i nx, __m256i act, const uint16
     *w += __builtin_popcount((unsigned)m);
 }
 
-/* The symbol of the zero-bucket level table in closed form, on the lanes
- * of act (the codec's zero table is fixed: frequencies 32760 for t = 0,
+/* The symbol of the zero-bucket level table in closed form, on every lane
+ * (the codec's zero table is fixed: frequencies 32760 for t = 0,
  * 2^(15 - t) for 1 <= t <= 15, 1 for 16 <= t <= 24, so with r = 65528 -
  * slot a slot of 32760..65526 has t = 16 - ceil(log2 r), read off the
  * exponent of the float r - 1, and slots from 65527 on are t = slot -
- * 65511). Returns t; the states step and renormalise. */
-LANES_INLINE __m256i lanes_zero(__m256i *x, const uint16_t **w, __m256i act)
+ * 65511). Returns t; *nx gets the states after the step, before their
+ * renormalisation. */
+LANES_INLINE __m256i lanes_zero_step(__m256i x, __m256i *nx)
 {
     const __m256i one = _mm256_set1_epi32(1);
-    __m256i slot = _mm256_and_si256(*x, _mm256_set1_epi32(0xffff));
+    __m256i slot = _mm256_and_si256(x, _mm256_set1_epi32(0xffff));
     __m256i rm1 = _mm256_sub_epi32(_mm256_set1_epi32(65527), slot); /* r - 1 */
     __m256i fl = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(rm1)), 23),
                                   _mm256_set1_epi32(127)); /* floor(log2(r - 1)) */
@@ -91,7 +92,15 @@ LANES_INLINE __m256i lanes_zero(__m256i *x, const uint16_t **w, __m256i act)
     st = _mm256_andnot_si256(lo, st);
     __m256i f = _mm256_blendv_epi8(p, one, hi);
     f = _mm256_blendv_epi8(f, _mm256_set1_epi32(32760), lo);
-    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(*x, 16)), _mm256_sub_epi32(slot, st));
+    *nx = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, 16)), _mm256_sub_epi32(slot, st));
+    return t;
+}
+
+/* lanes_zero_step on the lanes of act, their states renormalised */
+LANES_INLINE __m256i lanes_zero(__m256i *x, const uint16_t **w, __m256i act)
+{
+    __m256i nx;
+    __m256i t = lanes_zero_step(*x, &nx);
     lanes_renorm(x, nx, act, w);
     return t;
 }

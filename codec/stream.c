@@ -48,6 +48,7 @@ static inline uint32_t v2_acc(uint32_t a, uint32_t x)
 typedef struct {
     const skv_fcls *row; /* the row cache's array they came from, n scalars */
     uint32_t gen;        /* that slot's generation */
+    const skv_atoms *as; /* the atoms they were packed with (scalar j on channel j mod nch) */
     size_t n, cap;
     void *mem;
     const uint8_t *lbase, *bbase; /* the indexes' and bucket values' base addresses */
@@ -57,6 +58,13 @@ typedef struct {
     const uint32_t **cum;
     int32_t *base, *g, *nesc;
     int32_t *ok;         /* per scalar: -1 when the paths take its class (BUCKET, in range) */
+    /* per scalar, its first table: the atoms' of its channel when it has
+     * any (ak atoms, values from vals + aoff), else its class's */
+    int32_t *lut1, *ak, *aoff; /* lut1: from abase on channels with atoms, else lbase */
+    uint64_t *e41;
+    const uint32_t **cum1;
+    const uint32_t *vals;
+    const uint8_t *abase; /* the atoms' channels (one block: their indexes lie close) */
 } skv_v2pack;
 
 uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed)
@@ -883,11 +891,12 @@ static inline void v2_raw(skv_encoder *e, uint32_t v, int nb)
 }
 
 /* The m scalars of the group at g0, whose version 1 operations are
- * ops[0..nops), sorted into version 2's order: the first operation of
- * each (the atom symbol, or the class symbol), then each scalar's other
- * table symbols (the class symbol after an atom "none", a zero level, a
- * p_emp byte), on the scalar's state; its plain bits to the raw bit
- * stream (version 1's plans put nothing else after a first symbol). */
+ * ops[0..nops), sorted into version 2's order: the table symbols in
+ * rounds, each on its scalar's state (the first of each scalar: the atom
+ * symbol, or the class symbol; then the second of those that have one:
+ * the class symbol after an atom "none", a zero level, a p_emp byte;
+ * then the third), the plain bits to the raw bit stream in scalar order
+ * (version 1's plans put nothing else after a first symbol). */
 static void v2_sort_group(skv_encoder *e, uint32_t g0, uint32_t m)
 {
     const skv_cmodel *cm = e->m;
@@ -926,9 +935,10 @@ static void v2_sort_group(skv_encoder *e, uint32_t g0, uint32_t m)
             }
         }
     }
-    for (uint32_t j = 0; j < m; j++)
-        for (int k = 0; k < nm[j]; k++)
-            e->q2[e->nq2++] = more[j][k];
+    for (int k = 0; k < 3; k++) /* rounds 2 and up */
+        for (uint32_t j = 0; j < m; j++)
+            if (nm[j] > k)
+                e->q2[e->nq2++] = more[j][k];
     e->nops = 0;
 }
 
@@ -936,17 +946,20 @@ static void v2_sort_group(skv_encoder *e, uint32_t g0, uint32_t m)
 /* p holding row (n scalars, an array of the row cache rc) as it is now:
  * packed unless it already is; 0 when memory fails. The bucket values
  * of the row's widths are built here. */
-static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv_fcls *row, size_t n)
+static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv_fcls *row, size_t n,
+                   const skv_atoms *as)
 {
+    if (as && (n % as->nch || as->dt != SKV_DT_BF16))
+        return 0;
     uint32_t gen = 0;
     for (int k = 0; k < RCACHE_SLOTS; k++)
         if (rc->cls[k] == row) {
-            if (p->row == row && p->n == n && p->gen == rc->gen[k] && rc->n[k] == n)
+            if (p->row == row && p->n == n && p->gen == rc->gen[k] && rc->n[k] == n && p->as == as)
                 return 1;
             gen = rc->gen[k];
         }
     if (n > p->cap) {
-        size_t per = sizeof(uint64_t) + sizeof(const uint32_t *) + 6 * sizeof(int32_t);
+        size_t per = 2 * sizeof(uint64_t) + 2 * sizeof(const uint32_t *) + 9 * sizeof(int32_t);
         void *mem = skv_malloc(n * per + 64);
         if (!mem)
             return 0;
@@ -954,15 +967,22 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
         p->mem = mem;
         p->cap = n;
         p->e4 = mem;
-        p->cum = (const uint32_t **)(void *)(p->e4 + n);
-        p->lut = (int32_t *)(void *)(p->cum + n);
+        p->e41 = p->e4 + n;
+        p->cum = (const uint32_t **)(void *)(p->e41 + n);
+        p->cum1 = p->cum + n;
+        p->lut = (int32_t *)(void *)(p->cum1 + n);
         p->bvt = p->lut + n;
         p->base = p->bvt + n;
         p->g = p->base + n;
         p->nesc = p->g + n;
         p->ok = p->nesc + n;
+        p->lut1 = p->ok + n;
+        p->ak = p->lut1 + n;
+        p->aoff = p->ak + n;
     }
     p->lbase = p->bbase = NULL;
+    p->vals = as ? as->vals : NULL;
+    p->abase = as ? (const uint8_t *)as->ch : NULL;
     for (size_t j = 0; j < n; j++) {
         const skv_fcls *c = &row[j];
         const uint32_t *vt = NULL;
@@ -975,12 +995,16 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
             if (!p->lbase)
                 p->lbase = (const uint8_t *)c->tab->lut, p->bbase = (const uint8_t *)vt;
         }
+        const skv_atom_ch *a = as && as->ch[j % as->nch].k ? &as->ch[j % as->nch] : NULL;
         /* byte offsets within +-2^30 of the bases (heap blocks are; a
          * class with one that is not takes the other paths) */
         ptrdiff_t lo = c->bucket ? (const uint8_t *)c->tab->lut - p->lbase : 0;
         ptrdiff_t bo = c->bucket ? (const uint8_t *)vt - p->bbase : 0;
+        ptrdiff_t l1 = a ? (const uint8_t *)a->tab.lut - p->abase : lo;
+        ptrdiff_t ao = a ? a->val - as->vals : 0;
         int ok = c->bucket && c->tab->enc && c->base > -(1 << 30) && c->base < (1 << 30) &&
-                 lo > -(1 << 30) && lo < (1 << 30) && bo > -(1 << 30) && bo < (1 << 30);
+                 lo > -(1 << 30) && lo < (1 << 30) && bo > -(1 << 30) && bo < (1 << 30) &&
+                 l1 > -(1 << 30) && l1 < (1 << 30) && ao < (1 << 28) && (!a || a->tab.enc);
         p->ok[j] = ok ? -1 : 0;
         p->lut[j] = ok ? (int32_t)lo : 0;
         p->bvt[j] = ok ? (int32_t)bo : 0;
@@ -989,21 +1013,30 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
         p->base[j] = ok ? (int32_t)c->base : 0;
         p->g[j] = c->G;
         p->nesc[j] = (int32_t)c->nesc;
+        p->lut1[j] = ok ? (int32_t)l1 : 0;
+        p->ak[j] = a ? (int32_t)a->k : 0;
+        p->aoff[j] = (int32_t)ao;
+        p->e41[j] = !ok ? 0 : a ? (uint64_t)(uintptr_t)a->tab.enc << 4 : p->e4[j];
+        p->cum1[j] = a ? a->tab.cum : c->tab->cum;
     }
     p->row = row;
     p->n = n;
     p->gen = gen;
+    p->as = as;
     return 1;
 }
 
 /* Whole groups of bf16 scalars x (the row's scalars from i on, at stream
  * position e->n, a multiple of 8), up to ng, planned eight at a time on
  * AVX2 (enc_one's common case, bench_lanes's lane_encode_fast): each
- * group's table symbols into q2 in decoding order, its plain bits into
- * the raw bit stream at once; stops before a group with a lane off that
- * case. Returns the groups done. */
-static __attribute__((target("avx2"))) size_t v2_put_run(skv_encoder *e, const uint32_t *x, size_t i,
-                                                        size_t ng)
+ * group's table symbols into q2 in decoding order (version 2's rounds),
+ * its plain bits into the raw bit stream at once; stops before a group
+ * with a lane off that case. With ATOMS, a lane on a channel with atoms
+ * looks its value up among them (skv__atom_find): an atom codes its
+ * symbol alone, "none" codes the class symbol in round 2 and a level in
+ * round 3. Returns the groups done. */
+static inline __attribute__((target("avx2"), always_inline)) size_t
+v2_put_run_t(skv_encoder *e, const uint32_t *x, size_t i, size_t ng, const int ATOMS)
 {
     const skv_v2pack *p = &e->pk2;
     const __m256i m7f = _mm256_set1_epi32(0x7f), one = _mm256_set1_epi32(1);
@@ -1030,29 +1063,54 @@ static __attribute__((target("avx2"))) size_t v2_put_run(skv_encoder *e, const u
         __m256i kb = _mm256_blendv_epi8(_mm256_xor_si256(j, neg), neg, zb);
         __m256i sy = _mm256_sub_epi32(kb, _mm256_loadu_si256((const __m256i *)(p->base + c0)));
         __m256i nm1 = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(p->nesc + c0)), one);
-        __m256i ok = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p->ok + c0)),
-                                      _mm256_and_si256(_mm256_or_si256(common, zb),
-                                                       _mm256_cmpeq_epi32(_mm256_min_epu32(sy, nm1), sy)));
+        __m256i cok = _mm256_and_si256(_mm256_or_si256(common, zb), _mm256_cmpeq_epi32(_mm256_min_epu32(sy, nm1), sy));
+        __m256i hit = _mm256_setzero_si256(), none = hit, r1 = sy;
+        if (ATOMS) {
+            uint32_t xs[8], ai[8];
+            _mm256_storeu_si256((__m256i *)xs, xv);
+            for (int jj = 0; jj < 8; jj++)
+                ai[jj] = p->ak[c0 + jj] ? skv__atom_find(&e->atoms->ch[(c0 + jj) % e->atoms->nch], xs[jj]) : 0;
+            __m256i akv = _mm256_loadu_si256((const __m256i *)(p->ak + c0));
+            __m256i aiv = _mm256_loadu_si256((const __m256i *)ai);
+            hit = _mm256_cmpgt_epi32(akv, aiv);
+            none = _mm256_andnot_si256(hit, _mm256_cmpgt_epi32(akv, _mm256_setzero_si256()));
+            r1 = _mm256_blendv_epi8(sy, aiv, _mm256_or_si256(hit, none));
+            cok = _mm256_or_si256(cok, hit);
+            zb = _mm256_andnot_si256(hit, zb);
+        }
+        __m256i ok = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p->ok + c0)), cok);
         if (_mm256_movemask_ps(_mm256_castsi256_ps(ok)) != 0xff)
             break;
         __m256i nbv = _mm256_blendv_epi8(nbc, _mm256_set1_epi32(7), zb);
+        if (ATOMS)
+            nbv = _mm256_andnot_si256(hit, nbv);
         __m256i plain = _mm256_and_si256(mag, _mm256_sub_epi32(_mm256_sllv_epi32(one, nbv), one));
         const __m256i lane0 = _mm256_setr_epi64x((long long)l0, (long long)l0 + 1, (long long)l0 + 2,
                                                  (long long)l0 + 3); /* the group's states */
         uint64_t *qo = e->q2 + e->nq2;
-        __m256i q0 = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)(p->e4 + c0)),
-                                      _mm256_slli_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(sy)), 8));
-        __m256i q1 = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)(p->e4 + c0 + 4)),
-                                      _mm256_slli_epi64(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(sy, 1)), 8));
+        const uint64_t *e1 = ATOMS ? p->e41 : p->e4; /* round 1's tables */
+        __m256i q0 = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)(e1 + c0)),
+                                      _mm256_slli_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(r1)), 8));
+        __m256i q1 = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)(e1 + c0 + 4)),
+                                      _mm256_slli_epi64(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(r1, 1)), 8));
         _mm256_storeu_si256((__m256i *)qo, _mm256_add_epi64(q0, lane0));
         _mm256_storeu_si256((__m256i *)(qo + 4), _mm256_add_epi64(q1, _mm256_add_epi64(lane0, _mm256_set1_epi64x(4))));
         qo += 8;
         unsigned zmask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(zb));
-        if (zmask) {
-            uint32_t nbs[8];
+        unsigned nmask = ATOMS ? (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(none)) : 0;
+        if (zmask | nmask) {
+            uint32_t nbs[8], sys[8];
             _mm256_storeu_si256((__m256i *)nbs, nb);
-            for (; zmask; zmask &= zmask - 1) {
-                unsigned jj = (unsigned)__builtin_ctz(zmask);
+            _mm256_storeu_si256((__m256i *)sys, sy);
+            /* round 2: the class symbols after "none", the levels of the
+             * other lanes at zero; round 3: the levels after "none" */
+            for (unsigned m = zmask | nmask; m; m &= m - 1) {
+                unsigned jj = (unsigned)__builtin_ctz(m);
+                *qo++ = (nmask >> jj & 1u ? p->e4[c0 + jj] + ((uint64_t)sys[jj] << 8)
+                                          : zenc + ((uint64_t)(nbs[jj] - 8) << 8)) | (l0 + jj);
+            }
+            for (unsigned m = zmask & nmask; m; m &= m - 1) {
+                unsigned jj = (unsigned)__builtin_ctz(m);
                 *qo++ = (zenc + ((uint64_t)(nbs[jj] - 8) << 8)) | (l0 + jj);
             }
         }
@@ -1084,6 +1142,12 @@ static __attribute__((target("avx2"))) size_t v2_put_run(skv_encoder *e, const u
     e->n += 8 * (uint32_t)k;
     return k;
 }
+
+static __attribute__((target("avx2"))) size_t v2_put_run(skv_encoder *e, const uint32_t *x, size_t i,
+                                                        size_t ng)
+{
+    return e->pk2.as ? v2_put_run_t(e, x, i, ng, 1) : v2_put_run_t(e, x, i, ng, 0);
+}
 #endif
 
 /* Version 2: whole groups that start on a group and whose row the row
@@ -1101,10 +1165,11 @@ static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const
     const skv_fcls *row = given;
     int fast = 0;
 #ifdef SKV_HAVE_CLS8
-    if (L->dt == SKV_DT_BF16 && !e->atoms && !e->ideal_now && n >= 8 && cls_simd() == 2) {
+    if (L->dt == SKV_DT_BF16 && !e->ideal_now && n >= 8 && cls_simd() == 2 &&
+        (!e->atoms || e->n % e->atoms->nch == 0)) {
         if (!row && rcache_on(&e->rc, n) && !(row = rcache_get(e->m, L, &e->rc, mu, s, n)))
             return skv_error(SKV_ERR_NOMEM, "codec table");
-        fast = row && v2_pack(e->m, &e->rc, &e->pk2, row, n);
+        fast = row && v2_pack(e->m, &e->rc, &e->pk2, row, n, e->atoms);
     }
 #endif
     size_t i = 0;
@@ -1999,17 +2064,31 @@ static uint32_t r2_raw(r2_t *r, int nb)
     return v | r2_bits(r, nb);
 }
 
-/* The scalar of class c whose table symbol is sym (dec_after's cases: the
- * escape, a bucket with its place, the bucket at zero with its level, a
- * STEP ordinal; the bucket ranges of the general path serve them all) */
-static uint32_t dec2_after(skv_decoder *d, r2_t *r, int lane, const skv_fcls *c, uint32_t sym)
+/* The table that follows a scalar of class c whose class symbol is sym
+ * (the p_emp byte after the escape, the level after the bucket at zero),
+ * or NULL */
+static const skv_ftab *dec2_next(const skv_cmodel *m, const skv_fcls *c, uint32_t sym)
+{
+    if (sym == c->nesc)
+        return &m->pemp;
+    if (!c->bucket)
+        return NULL;
+    int64_t key = c->base + (int64_t)sym;
+    return key == 0 || key == -1 ? &m->zero : NULL;
+}
+
+/* The scalar of class c whose class symbol is sym, and `next` the symbol
+ * of the table dec2_next gave (dec_after's cases: the escape, a bucket
+ * with its place, the bucket at zero with its level, a STEP ordinal; the
+ * bucket ranges of the general path serve them all); its plain bits come
+ * from the raw bit stream */
+static uint32_t dec2_after(skv_decoder *d, r2_t *r, const skv_fcls *c, uint32_t sym, uint32_t next)
 {
     const skv_cmodel *m = d->m;
     const skv_lat *L = &m->lat;
     if (sym == c->nesc) {
-        uint32_t hi = r2_sym(r, lane, &m->pemp);
         uint32_t lo = L->nbits > 8 ? r2_raw(r, L->nbits - 8) : 0;
-        return (hi << (L->nbits - 8)) | lo;
+        return (next << (L->nbits - 8)) | lo;
     }
     int64_t key = c->base + (int64_t)sym, neg = key >> 63;
     if (c->bucket) {
@@ -2018,7 +2097,7 @@ static uint32_t dec2_after(skv_decoder *d, r2_t *r, int lane, const skv_fcls *c,
         if (j > 0)
             fbucket_range(L, j, c->G, &lo, &hi);
         else
-            fzero_range(L, c->G, (int)r2_sym(r, lane, &m->zero), &lo, &hi);
+            fzero_range(L, c->G, (int)next, &lo, &hi);
         if (hi <= lo) {
             r->bad = 1;
             return 0;
@@ -2039,28 +2118,54 @@ static uint32_t dec2_after(skv_decoder *d, r2_t *r, int lane, const skv_fcls *c,
 }
 
 /* The k (<= 8) scalars of the group at scalar `at`, of classes c, by the
- * reference path into x */
+ * reference path into x: the table symbols in rounds (each scalar's
+ * first, then the second of those that have one, then the third), then
+ * each scalar's value and plain bits, scalar after scalar */
 static void v2_group_ref(skv_decoder *d, r2_t *r, const skv_fcls *c, uint32_t at, uint32_t k,
                          uint32_t *x)
 {
     const skv_atoms *as = d->atoms;
     const skv_atom_ch *a[8];
-    uint32_t sym[8];
-    for (uint32_t j = 0; j < k; j++)
+    const skv_ftab *t[8]; /* each scalar's next table, NULL once it has none */
+    uint32_t sym[8], next[8] = {0};
+    int val[8]; /* an atom's value is known */
+    for (uint32_t j = 0; j < k; j++) {
         a[j] = as && as->ch[(at + j) % as->nch].k ? &as->ch[(at + j) % as->nch] : NULL;
-    for (uint32_t j = 0; j < k; j++)
-        sym[j] = r2_sym(r, v2_lane(at + j), a[j] ? &a[j]->tab : c[j].tab);
+        t[j] = a[j] ? &a[j]->tab : c[j].tab;
+    }
+    /* round 1: the atom symbol or the class symbol */
+    for (uint32_t j = 0; j < k; j++) {
+        uint32_t s1 = r2_sym(r, v2_lane(at + j), t[j]);
+        val[j] = a[j] && s1 < a[j]->k;
+        if (val[j]) {
+            x[j] = a[j]->val[s1];
+            t[j] = NULL;
+        } else if (a[j]) {
+            t[j] = c[j].tab; /* "none": the class symbol follows */
+        } else {
+            sym[j] = s1;
+            t[j] = dec2_next(d->m, &c[j], s1);
+        }
+    }
+    /* rounds 2 and 3: the class symbol after "none"; a level or p_emp byte */
+    for (int round = 2; round <= 3; round++)
+        for (uint32_t j = 0; j < k; j++) {
+            if (!t[j])
+                continue;
+            uint32_t s = r2_sym(r, v2_lane(at + j), t[j]);
+            if (t[j] == c[j].tab && a[j] && round == 2) {
+                sym[j] = s;
+                t[j] = dec2_next(d->m, &c[j], s);
+            } else {
+                next[j] = s;
+                t[j] = NULL;
+            }
+        }
     for (uint32_t j = 0; j < k; j++) {
         int lane = v2_lane(at + j);
-        uint32_t v;
-        if (a[j] && sym[j] < a[j]->k)
-            v = a[j]->val[sym[j]];
-        else if (a[j])
-            v = dec2_after(d, r, lane, &c[j], r2_sym(r, lane, c[j].tab));
-        else
-            v = dec2_after(d, r, lane, &c[j], sym[j]);
-        d->acc[lane] = v2_acc(d->acc[lane], v);
-        x[j] = v;
+        if (!val[j])
+            x[j] = dec2_after(d, r, &c[j], sym[j], next[j]);
+        d->acc[lane] = v2_acc(d->acc[lane], x[j]);
     }
 }
 
@@ -2079,37 +2184,31 @@ static int v2_fast_ok(const skv_cmodel *m)
     return 1;
 }
 
-/* A whole group of bf16 scalars at `at` (no atoms) in the common case, on
- * AVX2 (bench_lanes's group on the codec's tables): every lane's table
- * symbol from its class's index (64-bit gathers), its bucket's value
- * from the bucket values of its width, the levels of the lanes at zero
- * in closed form, the plain bits from one 64-bit load. Returns 0, with
- * nothing changed, when a lane leaves that case (a STEP class, an escape,
- * a bucket the values send to the general path, a level off the normal
- * binades) or the reads could pass the payload's end: the caller then
- * takes the reference path. */
-/* One group of bf16 scalars in the common case on AVX2, classes from p at
- * scalar i of the row (bench_lanes's group on the codec's tables): every
- * lane's table symbol from its class's index (32-bit gathers from one
- * base), its bucket's value from the bucket values of its width, the
- * levels of the lanes at zero in closed form, the plain bits from one
- * 64-bit load, folded into the checksum lanes *A. Returns nonzero, with
- * nothing stored to x or *A (but *X and *w moved), when a lane leaves
- * that case (an escape, a bucket the values send to the general path, a
- * level off the normal binades). */
-static inline __attribute__((target("avx2,popcnt"), always_inline)) int
-v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t **w, uint64_t *pos,
-         const uint8_t *rb, uint32_t *x)
+/* The table symbol k of every lane from the tables whose indexes lie at
+ * byte offsets lutv from p->lbase, or from p->abase on the lanes of ma
+ * (a movemask; cumulative frequencies cm), and the states after it,
+ * before their renormalisation (*nx); the lanes of act are searched when
+ * their slot lies in a run where several symbols start */
+static inline __attribute__((target("avx2,popcnt"), always_inline)) __m256i
+v2_sym(const skv_v2pack *p, __m256i lutv, const uint32_t *const *cm, __m256i X, int act, int ma,
+       __m256i A, __m256i *nx)
 {
-    const int32_t *lut = p->lut + i, *bvt = p->bvt + i;
-    const int32_t *base = p->base + i, *g = p->g + i, *nesc = p->nesc + i;
     const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
-    __m256i slot = _mm256_and_si256(*X, m16);
+    __m256i slot = _mm256_and_si256(X, m16);
     /* the run's entry: skv_lut's start | bm1 << 16 at +0, c2m1 | k << 16 at +4 */
-    __m256i ix = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)lut),
-                                  _mm256_slli_epi32(_mm256_srli_epi32(slot, 8), 3));
-    __m256i e0 = _mm256_i32gather_epi32((const int *)(const void *)p->lbase, ix, 1);
-    __m256i e1 = _mm256_i32gather_epi32((const int *)(const void *)(p->lbase + 4), ix, 1);
+    __m256i ix = _mm256_add_epi32(lutv, _mm256_slli_epi32(_mm256_srli_epi32(slot, 8), 3));
+    __m256i e0, e1;
+    if (ma == 0 || ma == 0xff) {
+        const uint8_t *tb = ma ? p->abase : p->lbase;
+        e0 = _mm256_i32gather_epi32((const int *)(const void *)tb, ix, 1);
+        e1 = _mm256_i32gather_epi32((const int *)(const void *)(tb + 4), ix, 1);
+    } else { /* some lanes from each */
+        const __m256i z = _mm256_setzero_si256(), L = _mm256_xor_si256(A, _mm256_set1_epi32(-1));
+        e0 = _mm256_mask_i32gather_epi32(z, (const int *)(const void *)p->lbase, ix, L, 1);
+        e1 = _mm256_mask_i32gather_epi32(z, (const int *)(const void *)(p->lbase + 4), ix, L, 1);
+        e0 = _mm256_mask_i32gather_epi32(e0, (const int *)(const void *)p->abase, ix, A, 1);
+        e1 = _mm256_mask_i32gather_epi32(e1, (const int *)(const void *)(p->abase + 4), ix, A, 1);
+    }
     __m256i start = _mm256_and_si256(e0, m16), bm1 = _mm256_srli_epi32(e0, 16);
     __m256i c2m1 = _mm256_and_si256(e1, m16), k = _mm256_srli_epi32(e1, 16);
     __m256i up = _mm256_cmpgt_epi32(slot, bm1);
@@ -2117,33 +2216,100 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
     __m256i st = _mm256_blendv_epi8(start, b, up);
     __m256i en = _mm256_blendv_epi8(b, _mm256_add_epi32(c2m1, one), up);
     k = _mm256_sub_epi32(k, up);
-    int mb = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(slot, c2m1)));
+    int mb = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(slot, c2m1))) & act;
     if (__builtin_expect(mb != 0, 0)) /* runs where several symbols start */
-        lanes_search(slot, &st, &en, &k, mb, p->cum + i);
-    __m256i nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(*X, 16)),
-                                  _mm256_sub_epi32(slot, st));
-    lanes_renorm(X, nx, _mm256_set1_epi32(-1), w);
+        lanes_search(slot, &st, &en, &k, mb, cm);
+    *nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(X, 16)),
+                           _mm256_sub_epi32(slot, st));
+    return k;
+}
+
+/* The lanes whose class symbol k is the bucket at zero (key 0 or -1) */
+static inline __attribute__((target("avx2"), always_inline)) __m256i v2_atzero(const int32_t *base, __m256i k)
+{
+    __m256i key = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)base), k);
+    __m256i k1 = _mm256_add_epi32(key, _mm256_set1_epi32(1)); /* 0 or 1 */
+    return _mm256_cmpeq_epi32(_mm256_min_epu32(k1, _mm256_set1_epi32(1)), k1);
+}
+
+/* One group of bf16 scalars in the common case on AVX2, classes from p at
+ * scalar i of the row (bench_lanes's group on the codec's tables), in
+ * version 2's rounds: every lane's first table symbol from its table's
+ * index (32-bit gathers from one base): with ATOMS, a lane on a channel
+ * with atoms reads the atom symbol first, an atom's value by a gather,
+ * and for "none" its class symbol in round 2; a bucket's value from the
+ * bucket values of its width; the levels of the lanes at zero in closed
+ * form, in the round after their class symbol; the plain bits from one
+ * 64-bit load, folded into the checksum lanes *A. Returns nonzero, with
+ * nothing stored to x or *A (but *X and *w moved), when a lane leaves
+ * that case (an escape, a bucket the values send to the general path, a
+ * level off the normal binades). */
+static inline __attribute__((target("avx2,popcnt"), always_inline)) int
+v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t **w, uint64_t *pos,
+         const uint8_t *rb, uint32_t *x, const int ATOMS)
+{
+    const __m256i ones = _mm256_set1_epi32(-1);
+    const int32_t *base = p->base + i;
+    __m256i nx, k, hit = _mm256_setzero_si256(), none = hit, av = hit, zA = hit, t = hit;
+    int mn = 0;
+    /* round 1 */
+    if (ATOMS) {
+        __m256i akv = _mm256_loadu_si256((const __m256i *)(p->ak + i));
+        __m256i am = _mm256_cmpgt_epi32(akv, _mm256_setzero_si256());
+        k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut1 + i)), p->cum1 + i, *X, 0xff,
+                   _mm256_movemask_ps(_mm256_castsi256_ps(am)), am, &nx);
+        lanes_renorm(X, nx, ones, w);
+        hit = _mm256_cmpgt_epi32(akv, k);
+        none = _mm256_andnot_si256(hit, am);
+        if (_mm256_movemask_ps(_mm256_castsi256_ps(hit)))
+            av = _mm256_mask_i32gather_epi32(
+                av, (const int *)(const void *)p->vals,
+                _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(p->aoff + i)), k), hit, 4);
+        mn = _mm256_movemask_ps(_mm256_castsi256_ps(none));
+        if (mn) { /* round 2: the class symbols after "none", the levels of lanes at zero */
+            zA = _mm256_andnot_si256(_mm256_or_si256(hit, none), v2_atzero(base, k));
+            __m256i k2 = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), p->cum + i, *X, mn, 0,
+                                hit, &nx);
+            if (_mm256_movemask_ps(_mm256_castsi256_ps(zA))) {
+                __m256i nz;
+                t = lanes_zero_step(*X, &nz);
+                nx = _mm256_blendv_epi8(nx, nz, zA);
+            }
+            lanes_renorm(X, nx, _mm256_or_si256(none, zA), w);
+            k = _mm256_blendv_epi8(k, k2, none);
+        }
+    } else {
+        k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), p->cum + i, *X, 0xff, 0, hit, &nx);
+        lanes_renorm(X, nx, ones, w);
+    }
     /* the bucket's value: entry key + BVT_K of the width's values */
     __m256i kp = _mm256_add_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)base), k),
                                   _mm256_set1_epi32(BVT_K));
-    __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi32(k, _mm256_loadu_si256((const __m256i *)nesc)),
+    __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi32(k, _mm256_loadu_si256((const __m256i *)(p->nesc + i))),
                                   _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(2 * BVT_K)),
                                                      _mm256_set1_epi32(2 * BVT_K - 1)));
     kp = _mm256_and_si256(kp, _mm256_set1_epi32(2 * BVT_K - 1));
     __m256i ent = _mm256_i32gather_epi32(
         (const int *)(const void *)p->bbase,
-        _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)bvt), _mm256_slli_epi32(kp, 2)), 1);
+        _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(p->bvt + i)), _mm256_slli_epi32(kp, 2)), 1);
     __m256i nb = _mm256_srli_epi32(ent, 24), first = _mm256_and_si256(ent, _mm256_set1_epi32(0xffffff));
     __m256i neg = _mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K - 1));
     __m256i zm = _mm256_or_si256(_mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K)), neg);
     bad = _mm256_or_si256(bad, _mm256_andnot_si256(zm, _mm256_cmpeq_epi32(nb, _mm256_setzero_si256())));
+    if (ATOMS) {
+        bad = _mm256_andnot_si256(hit, bad);
+        zm = _mm256_andnot_si256(hit, zm);
+    }
     if (_mm256_movemask_ps(_mm256_castsi256_ps(zm))) {
-        __m256i t = lanes_zero(X, w, zm);
+        /* the levels not read in round 2: a third round, or the second */
+        __m256i zB = ATOMS && mn ? _mm256_and_si256(zm, none) : zm;
+        if (!ATOMS || !mn || _mm256_movemask_ps(_mm256_castsi256_ps(zB)))
+            t = _mm256_blendv_epi8(t, lanes_zero(X, w, zB), zB);
         /* the binade 2^(G - t - 1): exponent field 126 + G - t, normal */
-        __m256i E = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)g),
+        __m256i E = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(p->g + i)),
                                                       _mm256_set1_epi32(126)), t);
         __m256i off = _mm256_or_si256(_mm256_cmpgt_epi32(t, _mm256_set1_epi32(ZLEVELS - 1)),
-                                      _mm256_or_si256(_mm256_cmpgt_epi32(one, E),
+                                      _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(1), E),
                                                       _mm256_cmpgt_epi32(E, _mm256_set1_epi32(254))));
         bad = _mm256_or_si256(bad, _mm256_and_si256(zm, off));
         __m256i zf = _mm256_or_si256(_mm256_and_si256(neg, _mm256_set1_epi32(0x8000)), _mm256_slli_epi32(E, 7));
@@ -2152,6 +2318,10 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
     }
     if (_mm256_movemask_ps(_mm256_castsi256_ps(bad)))
         return 1;
+    if (ATOMS) {
+        first = _mm256_blendv_epi8(first, av, hit);
+        nb = _mm256_andnot_si256(hit, nb);
+    }
     lanes_bits(first, nb, rb, pos, x, A);
     return 0;
 }
@@ -2161,8 +2331,8 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
  * registers; stops before a group that leaves the common case, that
  * d->pk does not pass, or whose reads could pass the payload's end.
  * Returns the groups done (their state kept in d and r). */
-static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t *r, size_t i,
-                                                           uint32_t at, size_t ng, uint32_t *x)
+static inline __attribute__((target("avx2,popcnt"), always_inline)) size_t
+v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x, const int ATOMS)
 {
     const skv_v2pack *p = &d->pk;
     int bank = (int)(at >> 3 & 1u);
@@ -2173,12 +2343,12 @@ static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t
     uint64_t pos = r->rpos, plim = r->rbits >= 64 ? r->rbits - 64 : 0;
     size_t k = 0;
     for (; k < ng; k++, bank ^= 1) {
-        if (wend - w < 16 || pos > plim || r->rbits < 64 ||
+        if (wend - w < (ATOMS ? 24 : 16) || pos > plim || r->rbits < 64 ||
             _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i + 8 * k)))) != 0xff)
             break;
         __m256i Xs = X[bank];
         const uint16_t *ws = w;
-        if (v2_group(p, i + 8 * k, &X[bank], &A[bank], &w, &pos, r->rb, x + 8 * k)) {
+        if (v2_group(p, i + 8 * k, &X[bank], &A[bank], &w, &pos, r->rb, x + 8 * k, ATOMS)) {
             X[bank] = Xs, w = ws;
             break;
         }
@@ -2189,6 +2359,12 @@ static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t
     r->rpos = pos;
     d->nfast += k;
     return k;
+}
+
+static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t *r, size_t i,
+                                                           uint32_t at, size_t ng, uint32_t *x)
+{
+    return d->pk.as ? v2_run_t(d, r, i, at, ng, x, 1) : v2_run_t(d, r, i, at, ng, x, 0);
 }
 #else
 static int v2_fast_ok(const skv_cmodel *m)
@@ -2216,8 +2392,8 @@ static int get_n_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x
     int fast = 0;
 #ifdef SKV_HAVE_CLS8
     /* the AVX2 path takes rows from the row cache, their classes packed once */
-    if (row && d->fast2 && !d->atoms)
-        fast = v2_pack(d->m, &d->rc, &d->pk, row, n);
+    if (row && d->fast2 && (!d->atoms || d->got % d->atoms->nch == 0))
+        fast = v2_pack(d->m, &d->rc, &d->pk, row, n, d->atoms);
 #endif
     size_t i = 0;
     int rc = SKV_OK;

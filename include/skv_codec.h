@@ -134,6 +134,8 @@ double skv_encoder_ideal_bits(const skv_encoder *e);
  * coders that only want the bytes (the store) turn off; the bytes are the
  * same either way. */
 void skv_encoder_set_ideal(skv_encoder *e, int on);
+/* Version 2 streams are decoded in groups of this many scalars. */
+#define SKV_V2_GROUP 8
 /* The stream version written from the next reset on (1 after create; 2:
  * the lane layout of FORMAT.md, which a decoder takes in whole groups of
  * eight scalars). SKV_ERR_ARG for any other. */

@@ -155,6 +155,12 @@ void skv_delta_reset_costs(skv_delta *d);
  * coders that only want the bytes (the store) turn it off. The bytes are
  * the same either way. */
 void skv_delta_set_ideal(skv_delta *d, int on);
+/* The codec stream version encodes write (skv_encoder_set_version): 0 is
+ * the level's default, 2 for stat when a row (kv_heads x head_dim) is whole
+ * groups of SKV_V2_GROUP, else 1. Decoders read either. SKV_ERR_ARG for
+ * version 2 on rows that are not whole groups, or a version not 0-2. */
+int skv_delta_set_stream_version(skv_delta *d, int version);
+int skv_delta_stream_version(const skv_delta *d);
 
 /* ------------------------------------------------------------------------
  * Coded KV files ("SKVF", FORMAT.md): a 40-byte header, then per sequence

@@ -2488,17 +2488,17 @@ Test(v2, truncated_and_flipped_streams_fail)
  * escapes, exact zeros and subnormals among them: the AVX2 group path
  * (skv__cls_simd = 2) and the reference path (0) decode the same
  * scalars, and the AVX2 path takes most groups. */
-Test(v2, the_avx2_group_path_decodes_what_the_reference_path_decodes)
+enum { V2C = 32, V2T = 300 };
+
+/* Rows of V2C stat-like bf16 scalars (escapes, zeros, subnormals; with
+ * atoms, each channel's atoms half the time) coded as version 2 with the
+ * AVX2 paths on and off: the same bytes, the same values, and the AVX2
+ * decoder takes more than 3/4 of the groups */
+static void v2_avx2_check(const skv_atoms *a, const float *mu, const float *sg, skv_rng *rp)
 {
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
-    enum { C = 32, T = 300 };
-    float mu[C], sg[C];
-    skv_rng r;
-    skv_rng_seed(&r, 2026);
-    for (int c = 0; c < C; c++) {
-        mu[c] = (c % 3 == 0) ? 0.0f : (skv_rng_uniform(&r) - 0.5f) * 4.0f;
-        sg[c] = 0.05f + 2.0f * skv_rng_uniform(&r);
-    }
+    enum { C = V2C, T = V2T };
+    skv_cmodel *m = model_new(SKV_DT_BF16, a ? (skv_mix){600u, 100u} : SKV_MIX_DEFAULT, NULL);
+    skv_rng r = *rp;
     seq_t q;
     seq_init(&q, SKV_DT_BF16, C * T);
     for (int t = 0; t < T; t++)
@@ -2511,10 +2511,14 @@ Test(v2, the_avx2_group_path_decodes_what_the_reference_path_decodes)
                 v = 0.0f;
             else if (k == 2)
                 v = 0x1p-130f; /* subnormal in bf16 */
-            seq_push(&q, to_dt(SKV_DT_BF16, v), mu[c], sg[c]);
+            uint32_t x = to_dt(SKV_DT_BF16, v);
+            const skv_atom_ch *ch = a ? &a->ch[c] : NULL;
+            if (ch && ch->k && k % 2)
+                x = ch->val[k % ch->k];
+            seq_push(&q, x, mu[c], sg[c]);
         }
     size_t len;
-    uint8_t *buf = v2_encode(m, NULL, &q, C, &len);
+    uint8_t *buf = v2_encode(m, a, &q, C, &len);
     int saved = skv__cls_simd;
     /* the encoder's AVX2 path (streams without their ideal cost, rows of
      * whole groups) writes the same bytes as version 1's planning sorted:
@@ -2526,7 +2530,7 @@ Test(v2, the_avx2_group_path_decodes_what_the_reference_path_decodes)
         cr_assert_eq(skv_encoder_create(m, &e), 0);
         cr_assert_eq(skv_encoder_set_version(e, 2), 0);
         skv_encoder_set_ideal(e, 0);
-        skv_encoder_reset(e, NULL);
+        skv_encoder_reset_atoms(e, NULL, a);
         size_t pb = pass < 2 ? C : 13;
         for (size_t i = 0; i < q.n; i += pb) {
             size_t nb = q.n - i < pb ? q.n - i : pb;
@@ -2535,7 +2539,8 @@ Test(v2, the_avx2_group_path_decodes_what_the_reference_path_decodes)
         size_t cap = skv_encoder_bound(e), l2;
         uint8_t *b2 = malloc(cap);
         cr_assert_eq(skv_encoder_finish(e, b2, cap, &l2), 0, "%s", skv_error_detail());
-        cr_expect(l2 == len && memcmp(b2, buf, len) == 0, "pass %d: the stream differs", pass);
+        cr_expect(l2 == len && memcmp(b2, buf, len) == 0, "%s pass %d: the stream differs",
+                  a ? "atoms" : "no atoms", pass);
         free(b2);
         skv_encoder_free(e);
     }
@@ -2544,7 +2549,7 @@ Test(v2, the_avx2_group_path_decodes_what_the_reference_path_decodes)
         skv__cls_simd = pass ? 0 : 2;
         skv_decoder *d = NULL;
         cr_assert_eq(skv_decoder_create(m, &d), 0);
-        cr_assert_eq(skv_decoder_begin(d, buf, len, NULL), 0);
+        cr_assert_eq(skv_decoder_begin_atoms(d, buf, len, a, NULL), 0);
         uint32_t x[C];
         for (int t = 0; t < T; t++) {
             int rc = skv_decoder_get_n(d, mu, sg, x, C);
@@ -2560,10 +2565,46 @@ Test(v2, the_avx2_group_path_decodes_what_the_reference_path_decodes)
     cr_expect_eq(fast[1], 0, "the reference pass took %" PRIu64 " groups by AVX2", fast[1]);
 #ifdef SKV_HAVE_CLS8
     if (__builtin_cpu_supports("avx2"))
-        cr_expect_gt(fast[0], (uint64_t)(C * T / 8) * 3 / 4, "the AVX2 path took %" PRIu64 " of %d groups",
-                     fast[0], C * T / 8);
+        cr_expect_gt(fast[0], (uint64_t)(C * T / 8) * 3 / 4, "%s: the AVX2 path took %" PRIu64 " of %d groups",
+                     a ? "atoms" : "no atoms", fast[0], C * T / 8);
 #endif
     free(buf);
     seq_free(&q);
     skv_cmodel_free(m);
+    *rp = r;
+}
+
+Test(v2, the_avx2_paths_code_what_the_reference_paths_code)
+{
+    enum { C = V2C };
+    float mu[C], sg[C];
+    skv_rng r;
+    skv_rng_seed(&r, 2026);
+    for (int c = 0; c < C; c++) {
+        mu[c] = (c % 3 == 0) ? 0.0f : (skv_rng_uniform(&r) - 0.5f) * 4.0f;
+        sg[c] = 0.05f + 2.0f * skv_rng_uniform(&r);
+    }
+    v2_avx2_check(NULL, mu, sg, &r);
+    /* atoms on three channels in four: zero, the mean, the mean + s, -s
+     * (stat's layer-0 streams have them) */
+    uint32_t k[C], lam[C], vals[4 * C], cnts[4 * C];
+    size_t off = 0;
+    for (int c = 0; c < C; c++) {
+        uint32_t t[4] = {to_dt(SKV_DT_BF16, 0.0f), to_dt(SKV_DT_BF16, mu[c]), to_dt(SKV_DT_BF16, mu[c] + sg[c]),
+                         to_dt(SKV_DT_BF16, -sg[c])};
+        qsort(t, 4, sizeof *t, cmp_u32_test);
+        k[c] = 0;
+        for (int j = 0; j < 4 && c % 4 != 1; j++)
+            if (k[c] == 0 || t[j] != vals[off + k[c] - 1]) {
+                vals[off + k[c]] = t[j];
+                cnts[off + k[c]] = 5u - (uint32_t)j;
+                k[c]++;
+            }
+        lam[c] = k[c] ? 30000u : 0u;
+        off += k[c];
+    }
+    skv_atoms *a = NULL;
+    cr_assert_eq(skv_atoms_create(SKV_DT_BF16, C, k, lam, vals, cnts, &a), 0, "%s", skv_error_detail());
+    v2_avx2_check(a, mu, sg, &r);
+    skv_atoms_free(a);
 }
