@@ -2335,26 +2335,39 @@ static inline __attribute__((target("avx2,popcnt"), always_inline)) size_t
 v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x, const int ATOMS)
 {
     const skv_v2pack *p = &d->pk;
-    int bank = (int)(at >> 3 & 1u);
-    __m256i X[2], A[2];
-    X[0] = _mm256_loadu_si256((const __m256i *)r->x), X[1] = _mm256_loadu_si256((const __m256i *)(r->x + 8));
-    A[0] = _mm256_loadu_si256((const __m256i *)d->acc), A[1] = _mm256_loadu_si256((const __m256i *)(d->acc + 8));
+    /* the two banks of states in registers: groups two at a time */
+    __m256i X0 = _mm256_loadu_si256((const __m256i *)r->x), X1 = _mm256_loadu_si256((const __m256i *)(r->x + 8));
+    __m256i A0 = _mm256_loadu_si256((const __m256i *)d->acc), A1 = _mm256_loadu_si256((const __m256i *)(d->acc + 8));
     const uint16_t *w = (const uint16_t *)(const void *)r->w, *wend = (const uint16_t *)(const void *)r->wend;
+    const uint8_t *rb = r->rb;
     uint64_t pos = r->rpos, plim = r->rbits >= 64 ? r->rbits - 64 : 0;
+    const ptrdiff_t margin = ATOMS ? 24 : 16;
     size_t k = 0;
-    for (; k < ng; k++, bank ^= 1) {
-        if (wend - w < (ATOMS ? 24 : 16) || pos > plim || r->rbits < 64 ||
-            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i + 8 * k)))) != 0xff)
-            break;
-        __m256i Xs = X[bank];
-        const uint16_t *ws = w;
-        if (v2_group(p, i + 8 * k, &X[bank], &A[bank], &w, &pos, r->rb, x + 8 * k, ATOMS)) {
-            X[bank] = Xs, w = ws;
-            break;
-        }
+    if (r->rbits < 64)
+        goto out;
+#define V2_STEP(XX, AA)                                                                                   \
+    do {                                                                                                  \
+        if (k == ng || wend - w < margin || pos > plim ||                                                 \
+            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i + 8 * k)))) != 0xff) \
+            goto out;                                                                                     \
+        __m256i Xs = XX;                                                                                  \
+        const uint16_t *ws = w;                                                                           \
+        if (v2_group(p, i + 8 * k, &XX, &AA, &w, &pos, rb, x + 8 * k, ATOMS)) {                           \
+            XX = Xs, w = ws;                                                                              \
+            goto out;                                                                                     \
+        }                                                                                                 \
+        k++;                                                                                              \
+    } while (0)
+    if (at >> 3 & 1u)
+        V2_STEP(X1, A1);
+    for (;;) {
+        V2_STEP(X0, A0);
+        V2_STEP(X1, A1);
     }
-    _mm256_storeu_si256((__m256i *)r->x, X[0]), _mm256_storeu_si256((__m256i *)(r->x + 8), X[1]);
-    _mm256_storeu_si256((__m256i *)d->acc, A[0]), _mm256_storeu_si256((__m256i *)(d->acc + 8), A[1]);
+#undef V2_STEP
+out:
+    _mm256_storeu_si256((__m256i *)r->x, X0), _mm256_storeu_si256((__m256i *)(r->x + 8), X1);
+    _mm256_storeu_si256((__m256i *)d->acc, A0), _mm256_storeu_si256((__m256i *)(d->acc + 8), A1);
     r->w = (const uint8_t *)(const void *)w;
     r->rpos = pos;
     d->nfast += k;
@@ -2374,14 +2387,19 @@ static int v2_fast_ok(const skv_cmodel *m)
 }
 #endif
 
-static int get_n_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
-                    const skv_fcls *given)
+/* rows rows of n scalars of version 2, each with the classes of mu, s (or
+ * given), into x; after a row with a magnitude (bits under mag) above big
+ * it stops. *done: the rows decoded. Set up once for all the rows (stat's
+ * runs of rows with one prediction). */
+static int get_rows_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
+                       const skv_fcls *given, size_t rows, uint32_t mag, uint32_t big, size_t *done)
 {
-    if (n == 0)
+    *done = 0;
+    if (n == 0 || rows == 0)
         return SKV_OK;
-    if ((d->got & 7u) || ((n & 7u) && d->got + n != d->n))
+    if ((d->got & 7u) || ((n & 7u) && (rows > 1 || d->got + n != d->n)))
         return skv_error(SKV_ERR_ARG, "stream version 2: scalars %u..%zu do not make whole groups of 8",
-                         d->got, d->got + n);
+                         d->got, d->got + n * rows);
     skv_cmodel *m = d->m;
     const skv_lat *L = &m->lat;
     r2_t r = {d->x2, d->w, d->wend, d->rb, d->rpos, d->rbits, 0};
@@ -2395,46 +2413,60 @@ static int get_n_v2(skv_decoder *d, const float *mu, const float *s, uint32_t *x
     if (row && d->fast2 && (!d->atoms || d->got % d->atoms->nch == 0))
         fast = v2_pack(d->m, &d->rc, &d->pk, row, n, d->atoms);
 #endif
-    size_t i = 0;
     int rc = SKV_OK;
-    for (; i < n && !r.bad; i += 8) {
-        uint32_t k = n - i < 8 ? (uint32_t)(n - i) : 8, at = d->got + (uint32_t)i;
-        skv_fcls cl[8];
-        const skv_fcls *c = row ? row + i : cl;
-        for (uint32_t j = 0; j < k && !row && !rc; j++)
-            rc = fclassify(m, L, mu[i + j], s[i + j], &cl[j]);
-        if (rc)
-            break;
+    size_t i = 0, rw = 0;
+    for (; rw < rows && !r.bad && !rc; rw++) {
+        uint32_t *xr = x + rw * n;
+        const uint32_t at0 = d->got + (uint32_t)(rw * n);
+        for (i = 0; i < n && !r.bad; i += 8) {
+            uint32_t k = n - i < 8 ? (uint32_t)(n - i) : 8, at = at0 + (uint32_t)i;
+            skv_fcls cl[8];
+            const skv_fcls *c = row ? row + i : cl;
+            for (uint32_t j = 0; j < k && !row && !rc; j++)
+                rc = fclassify(m, L, mu[i + j], s[i + j], &cl[j]);
+            if (rc)
+                break;
 #ifdef SKV_HAVE_CLS8
-        if (fast && k == 8) {
-            size_t done = v2_run(d, &r, i, at, (n - i) / 8, x + i);
-            if (done) {
-                i += 8 * done - 8; /* the loop adds the last 8 */
-                continue;
+            if (fast && k == 8) {
+                size_t ng = v2_run(d, &r, i, at, (n - i) / 8, xr + i);
+                if (ng) {
+                    i += 8 * ng - 8; /* the loop adds the last 8 */
+                    continue;
+                }
             }
-        }
 #endif
-        v2_group_ref(d, &r, c, at, k, x + i);
+            v2_group_ref(d, &r, c, at, k, xr + i);
+        }
+        if (r.bad || rc)
+            break;
+        *done = rw + 1;
+        if (big < mag && skv_any_above32(xr, n, mag, big)) {
+            rw++;
+            break;
+        }
     }
     d->w = r.w;
     d->rpos = r.rpos;
     if (r.bad) {
         d->bad = 1;
-        return skv_error(SKV_ERR_CORRUPT, "stream: corrupted in the group of scalar %u", d->got + (uint32_t)i - 8);
+        d->got += (uint32_t)(rw * n + i);
+        return skv_error(SKV_ERR_CORRUPT, "stream: corrupted in the group of scalar %u", d->got - 8);
     }
     if (rc) { /* a table: nothing of this group was read */
-        d->got += (uint32_t)i;
+        d->got += (uint32_t)(rw * n + i);
         return skv_error(rc, "codec table");
     }
-    d->got += (uint32_t)n;
+    d->got += (uint32_t)(*done * n);
     return SKV_OK;
 }
 
 static int get_n_given(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
                        const skv_fcls *given)
 {
-    if (d->version == 2)
-        return get_n_v2(d, mu, s, x, n, given);
+    if (d->version == 2) {
+        size_t done;
+        return get_rows_v2(d, mu, s, x, n, given, 1, 0, 0, &done);
+    }
     switch (d->m->lat.dt) {
     case SKV_DT_BF16: return get_n_split(d, &SKV__LAT_BF16, mu, s, x, n, given);
     case SKV_DT_F16: return get_n_split(d, &SKV__LAT_F16, mu, s, x, n, given);
@@ -2468,6 +2500,8 @@ int skv_decoder_get_rows(skv_decoder *d, const float *mu, const float *s, size_t
     if (rcache_on(&d->rc, n) && !(row = rcache_get(d->m, &d->m->lat, &d->rc, mu, s, n)))
         return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing decoded */
     const uint32_t mag = d->m->lat.sign - 1u; /* a magnitude's bits; none is above it */
+    if (d->version == 2 && n % 8 == 0)
+        return get_rows_v2(d, mu, s, x, n, row, rows, mag, big, done);
     for (size_t r = 0; r < rows; r++) {
         uint32_t *xr = x + r * n;
         int rc = get_n_given(d, mu, s, xr, n, row);
