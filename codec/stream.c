@@ -2340,16 +2340,49 @@ v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x,
     __m256i A0 = _mm256_loadu_si256((const __m256i *)d->acc), A1 = _mm256_loadu_si256((const __m256i *)(d->acc + 8));
     const uint16_t *w = (const uint16_t *)(const void *)r->w, *wend = (const uint16_t *)(const void *)r->wend;
     const uint8_t *rb = r->rb;
-    uint64_t pos = r->rpos, plim = r->rbits >= 64 ? r->rbits - 64 : 0;
-    const ptrdiff_t margin = ATOMS ? 24 : 16;
+    uint64_t pos = r->rpos;
+    /* A group reads at most 24 words (8 a round, ATOMS: 3 rounds), each
+     * round's load 8 words ahead, and at most 63 raw bits by one 8-byte
+     * load. Near either stream's end the groups read from a zero-padded
+     * copy of its last words or bytes (tw, trb) instead, and a group that
+     * consumes past the real end marks the stream corrupt. */
+    const ptrdiff_t margin = ATOMS ? 32 : 24;
+    const uint64_t rbytes = r->rbits >> 3;
+    uint16_t tw[64];
+    uint8_t trb[32];
+    const uint16_t *wreal = NULL; /* in the copy: the real word of tw[0] */
+    /* pos from rgo on reads the copy; there bit0 is the real pos of trb[0] */
+    uint64_t rgo = rbytes >= 8 ? 8 * (rbytes - 8) + 1 : 0, bit0 = 0, rend = 0;
+    int tail_w = 0, tail_r = 0, bad = 0;
     size_t k = 0;
-    if (r->rbits < 64)
-        goto out;
 #define V2_STEP(XX, AA)                                                                                   \
     do {                                                                                                  \
-        if (k == ng || wend - w < margin || pos > plim ||                                                 \
-            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i + 8 * k)))) != 0xff) \
+        if (k == ng || _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i + 8 * k)))) != 0xff) \
             goto out;                                                                                     \
+        if (__builtin_expect(wend - w < margin, 0)) {                                                     \
+            if (w > wend) {                                                                               \
+                bad = 1;                                                                                  \
+                goto out;                                                                                 \
+            }                                                                                             \
+            if (!tail_w) {                                                                                \
+                size_t nw = (size_t)(wend - w);                                                           \
+                memset(tw, 0, sizeof tw);                                                                 \
+                memcpy(tw, w, nw * 2);                                                                    \
+                wreal = w, w = tw, wend = tw + nw, tail_w = 1;                                            \
+            }                                                                                             \
+        }                                                                                                 \
+        if (__builtin_expect(pos >= rgo, 0)) {                                                            \
+            if (!tail_r) {                                                                                \
+                size_t nb = rbytes < 16 ? (size_t)rbytes : 16;                                            \
+                memset(trb, 0, sizeof trb);                                                               \
+                memcpy(trb, rb + (rbytes - nb), nb);                                                      \
+                bit0 = 8 * (rbytes - nb), pos -= bit0, rb = trb, rend = 8 * nb, rgo = 0, tail_r = 1;      \
+            }                                                                                             \
+            if (pos > rend) {                                                                             \
+                bad = 1;                                                                                  \
+                goto out;                                                                                 \
+            }                                                                                             \
+        }                                                                                                 \
         __m256i Xs = XX;                                                                                  \
         const uint16_t *ws = w;                                                                           \
         if (v2_group(p, i + 8 * k, &XX, &AA, &w, &pos, rb, x + 8 * k, ATOMS)) {                           \
@@ -2366,10 +2399,19 @@ v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x,
     }
 #undef V2_STEP
 out:
+    if (tail_w) {
+        bad |= w > wend;
+        w = wreal + (w - tw);
+    }
+    if (tail_r) {
+        bad |= pos > rend;
+        pos += bit0;
+    }
     _mm256_storeu_si256((__m256i *)r->x, X0), _mm256_storeu_si256((__m256i *)(r->x + 8), X1);
     _mm256_storeu_si256((__m256i *)d->acc, A0), _mm256_storeu_si256((__m256i *)(d->acc + 8), A1);
     r->w = (const uint8_t *)(const void *)w;
     r->rpos = pos;
+    r->bad |= bad;
     d->nfast += k;
     return k;
 }
