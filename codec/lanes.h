@@ -105,6 +105,19 @@ LANES_INLINE __m256i lanes_zero(__m256i *x, const uint16_t **w, __m256i act)
     return t;
 }
 
+/* Whether any of the n (a multiple of 8) values at x has its bits under
+ * mag above big */
+LANES_INLINE int lanes_any_above(const uint32_t *x, size_t n, uint32_t mag, uint32_t big)
+{
+    const __m256i m = _mm256_set1_epi32((int)mag), b = _mm256_set1_epi32((int)big);
+    __m256i over = _mm256_setzero_si256();
+    for (size_t j = 0; j < n; j += 8) {
+        __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + j)), m);
+        over = _mm256_or_si256(over, _mm256_cmpgt_epi32(v, b)); /* mag < 2^31: signed is fine */
+    }
+    return !_mm256_testz_si256(over, over);
+}
+
 /* The plain bits of the eight lanes (nb each, at most 7; lane j's after
  * lanes 0..j-1's, from the raw bit stream rw at bit *pos) added to first
  * and stored at o; the values are folded into the checksum lanes *acc. */

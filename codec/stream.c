@@ -2326,15 +2326,20 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
     return 0;
 }
 
-/* Whole groups of the row from scalar i on (at: its index in the stream),
- * up to ng of them, by v2_group with the states and checksum lanes in
- * registers; stops before a group that leaves the common case, that
- * d->pk does not pass, or whose reads could pass the payload's end.
- * Returns the groups done (their state kept in d and r). */
+/* Whole groups from scalar i of d->pk's row on (at: its index in the
+ * stream), up to ng of them, rows after rows of the same classes, by
+ * v2_group with the states and checksum lanes in registers; stops before
+ * a group that leaves the common case or that d->pk does not pass, and
+ * (setting *stop) after a row with a magnitude (bits under mag) above big.
+ * Returns the groups done (their state kept in d and r); a group that
+ * reads past the end of the words or raw bits sets r->bad. */
 static inline __attribute__((target("avx2,popcnt"), always_inline)) size_t
-v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x, const int ATOMS)
+v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x, uint32_t mag, uint32_t big,
+         int *stop, const int ATOMS)
 {
     const skv_v2pack *p = &d->pk;
+    const size_t n = p->n;
+    const uint32_t *x0 = x - i; /* the row's first scalar */
     /* the two banks of states in registers: groups two at a time */
     __m256i X0 = _mm256_loadu_si256((const __m256i *)r->x), X1 = _mm256_loadu_si256((const __m256i *)(r->x + 8));
     __m256i A0 = _mm256_loadu_si256((const __m256i *)d->acc), A1 = _mm256_loadu_si256((const __m256i *)(d->acc + 8));
@@ -2357,7 +2362,7 @@ v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x,
     size_t k = 0;
 #define V2_STEP(XX, AA)                                                                                   \
     do {                                                                                                  \
-        if (k == ng || _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i + 8 * k)))) != 0xff) \
+        if (k == ng || _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i)))) != 0xff) \
             goto out;                                                                                     \
         if (__builtin_expect(wend - w < margin, 0)) {                                                     \
             if (w > wend) {                                                                               \
@@ -2385,11 +2390,19 @@ v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x,
         }                                                                                                 \
         __m256i Xs = XX;                                                                                  \
         const uint16_t *ws = w;                                                                           \
-        if (v2_group(p, i + 8 * k, &XX, &AA, &w, &pos, rb, x + 8 * k, ATOMS)) {                           \
+        if (v2_group(p, i, &XX, &AA, &w, &pos, rb, x + 8 * k, ATOMS)) {                                   \
             XX = Xs, w = ws;                                                                              \
             goto out;                                                                                     \
         }                                                                                                 \
         k++;                                                                                              \
+        if ((i += 8) == n) { /* a row done: the next from the pack's start */                             \
+            i = 0;                                                                                        \
+            if (big < mag && lanes_any_above(x0, n, mag, big)) {                                          \
+                *stop = 1;                                                                                \
+                goto out;                                                                                 \
+            }                                                                                             \
+            x0 += n;                                                                                      \
+        }                                                                                                 \
     } while (0)
     if (at >> 3 & 1u)
         V2_STEP(X1, A1);
@@ -2416,10 +2429,12 @@ out:
     return k;
 }
 
-static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t *r, size_t i,
-                                                           uint32_t at, size_t ng, uint32_t *x)
+static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t *r, size_t i, uint32_t at,
+                                                           size_t ng, uint32_t *x, uint32_t mag, uint32_t big,
+                                                           int *stop)
 {
-    return d->pk.as ? v2_run_t(d, r, i, at, ng, x, 1) : v2_run_t(d, r, i, at, ng, x, 0);
+    return d->pk.as ? v2_run_t(d, r, i, at, ng, x, mag, big, stop, 1)
+                    : v2_run_t(d, r, i, at, ng, x, mag, big, stop, 0);
 }
 #else
 static int v2_fast_ok(const skv_cmodel *m)
@@ -2457,6 +2472,34 @@ static int get_rows_v2(skv_decoder *d, const float *mu, const float *s, uint32_t
 #endif
     int rc = SKV_OK;
     size_t i = 0, rw = 0;
+#ifdef SKV_HAVE_CLS8
+    if (fast && n % 8 == 0) { /* whole rows: v2_run runs across them */
+        const size_t G = rows * (n / 8), gr = n / 8;
+        size_t g = 0;
+        int stop = 0;
+        while (g < G && !r.bad && !stop) {
+            size_t pi = (g % gr) * 8;
+            g += v2_run(d, &r, pi, d->got + (uint32_t)(8 * g), G - g, x + 8 * g, mag, big, &stop);
+            if (g == G || r.bad || stop)
+                break;
+            pi = (g % gr) * 8;
+            v2_group_ref(d, &r, row + pi, d->got + (uint32_t)(8 * g), 8, x + 8 * g);
+            g++;
+            if (g % gr == 0 && !r.bad && big < mag && skv_any_above32(x + 8 * g - n, n, mag, big))
+                stop = 1;
+        }
+        d->w = r.w;
+        d->rpos = r.rpos;
+        *done = 8 * (r.bad ? g - 1 : g) / n; /* on damage, the rows before its group */
+        if (r.bad) {
+            d->bad = 1;
+            d->got += (uint32_t)(8 * g);
+            return skv_error(SKV_ERR_CORRUPT, "stream: corrupted in the group of scalar %u", d->got - 8);
+        }
+        d->got += (uint32_t)(8 * g);
+        return SKV_OK;
+    }
+#endif
     for (; rw < rows && !r.bad && !rc; rw++) {
         uint32_t *xr = x + rw * n;
         const uint32_t at0 = d->got + (uint32_t)(rw * n);
@@ -2470,7 +2513,8 @@ static int get_rows_v2(skv_decoder *d, const float *mu, const float *s, uint32_t
                 break;
 #ifdef SKV_HAVE_CLS8
             if (fast && k == 8) {
-                size_t ng = v2_run(d, &r, i, at, (n - i) / 8, xr + i);
+                int stop = 0;
+                size_t ng = v2_run(d, &r, i, at, (n - i) / 8, xr + i, 0, 0, &stop);
                 if (ng) {
                     i += 8 * ng - 8; /* the loop adds the last 8 */
                     continue;

@@ -2093,15 +2093,18 @@ static size_t first_big_row(const uint32_t *x, size_t n, size_t r0, size_t nrow,
  * right after each row that holds a magnitude above its limit; through
  * the row cache in the memory it is made with (rows of 32), in memory
  * grown for longer rows (300) and without it (rows longer than it takes),
- * with and without atoms, in every dtype. Asking for more rows than are
- * left decodes nothing. */
+ * with and without atoms, in every dtype, in stream versions 1 and 2
+ * (whose rows are whole groups: 320 and RCACHE_MAX + 40, multiples of the
+ * atoms' 5 channels too, which its AVX2 path then takes). Asking for more
+ * rows than are left decodes nothing. */
 Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
 {
     skv_rng r;
     skv_rng_seed(&r, 777);
     enum { NROW = 37 };
-    const size_t widths[3] = {32, 300, RCACHE_MAX + 1};
+    for (int ver = 1; ver <= 2; ver++)
     for (int di = 0; di < 4; di++) {
+        const size_t widths[3] = {32, ver == 1 ? 300 : 320, ver == 1 ? RCACHE_MAX + 1 : RCACHE_MAX + 40};
         const skv_dtype dt = DTYPES[di];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         /* a limit most rows stay under: the magnitude of 100 (fp8 holds up
@@ -2116,7 +2119,9 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
                 cr_assert(mu && s && x && y);
                 for (size_t c = 0; c < n; c++) {
                     random_mu_s(&r, dt, &mu[c], &s[c]);
-                    if (c % 3 == 0) { /* tame ones too, so that most rows pass the limit */
+                    if (ver == 2 ? c % 16 != 5 : c % 3 == 0) { /* tame ones too, so that most rows pass
+                                                                * the limit (version 2: most groups, so
+                                                                * that its AVX2 path takes them) */
                         mu[c] = (float)skv_rng_normal(&r);
                         s[c] = 0.25f;
                     }
@@ -2139,6 +2144,7 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
                 /* put_n row by row, then put_rows in three pieces */
                 skv_encoder *e = NULL;
                 cr_assert_eq(skv_encoder_create(m, &e), 0);
+                cr_assert_eq(skv_encoder_set_version(e, ver), 0);
                 skv_encoder_reset_atoms(e, NULL, a);
                 for (size_t t = 0; t < NROW; t++)
                     cr_assert_eq(skv_encoder_put_n(e, x + t * n, mu, s, n), 0);
@@ -2150,9 +2156,9 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
                 cr_assert_eq(skv_encoder_put_rows(e, x + 5 * n, mu, s, n, 1), 0);
                 cr_assert_eq(skv_encoder_put_rows(e, x + 6 * n, mu, s, n, NROW - 6), 0);
                 uint8_t *rows = finish_copy(e, &lrows);
-                cr_assert_eq(lrows, lref, "%s n %zu atoms %d", what, n, with_atoms);
-                cr_assert_eq(memcmp(rows, ref, lref), 0, "%s n %zu atoms %d: same bytes", what, n,
-                             with_atoms);
+                cr_assert_eq(lrows, lref, "%s n %zu atoms %d version %d", what, n, with_atoms, ver);
+                cr_assert_eq(memcmp(rows, ref, lref), 0, "%s n %zu atoms %d version %d: same bytes", what, n,
+                             with_atoms, ver);
                 /* get_rows: too many rows decodes nothing; then it stops after
                  * each row over the limit, and the rest follows */
                 skv_decoder *d = NULL;
@@ -2169,13 +2175,21 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
                     want = want < NROW ? want + 1 : NROW;
                     int rc = skv_decoder_get_rows(d, mu, s, n, NROW - at, big, y + at * n, &done);
                     cr_assert_eq(rc, 0, "%s: %s", what, skv_error_detail());
-                    cr_assert_eq(at + done, want, "%s n %zu atoms %d: stopped at row %zu, not %zu",
-                                 what, n, with_atoms, at + done, want);
+                    cr_assert_eq(at + done, want, "%s n %zu atoms %d version %d: stopped at row %zu, not %zu",
+                                 what, n, with_atoms, ver, at + done, want);
                     at += done;
                     stops++;
                 }
                 cr_assert_geq(stops, 2, "row 9 stops it");
                 cr_assert_eq(memcmp(y, x, n * NROW * sizeof *x), 0, "%s: rows decoded", what);
+#ifdef SKV_HAVE_CLS8
+                /* (rows of 32 are not whole rounds of the atoms' 5 channels) */
+                if (ver == 2 && dt == SKV_DT_BF16 && n <= RCACHE_MAX && (!a || n % 5 == 0) &&
+                    __builtin_cpu_supports("avx2"))
+                    cr_expect_gt(skv__decoder_fast_groups(d), (uint64_t)(n * NROW / 8) / 4,
+                                 "n %zu atoms %d: the AVX2 path took %" PRIu64 " of %zu groups", n, with_atoms,
+                                 skv__decoder_fast_groups(d), n * NROW / 8);
+#endif
                 cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
                 /* no limit: every row in one call */
                 cr_assert_eq(skv_decoder_begin_atoms(d, rows, lrows, a, &info), 0);
