@@ -1628,6 +1628,43 @@ static int store_row(skv_dtype dt, uint8_t *p, float *row, const uint32_t *x, si
     return all_small(row, C);
 }
 
+/* A decoded row's bits into the output bytes p alone (its floats are made
+ * when a prediction first reads them); returns whether it is all_small,
+ * on the bits as load_row. */
+static int store_row_bytes(skv_dtype dt, uint8_t *p, const uint32_t *x, size_t C)
+{
+    const size_t es = skv_dtype_size(dt);
+    const uint32_t mag = (uint32_t)((1ull << (8 * es - 1)) - 1u), lim = small_mag(dt);
+    uint32_t big = 0;
+    size_t i = 0;
+#ifdef __SSE2__
+    if (dt == SKV_DT_BF16) {
+        const __m128i m = _mm_set1_epi32((int)mag), l = _mm_set1_epi32((int)lim);
+        __m128i bad = _mm_setzero_si128();
+        for (; i + 8 <= C; i += 8) {
+            /* the low 16 bits of each lane, sign-extended so the saturating
+             * pack keeps them as they are */
+            __m128i a = _mm_loadu_si128((const __m128i *)(x + i)), b = _mm_loadu_si128((const __m128i *)(x + i + 4));
+            _mm_storeu_si128((__m128i *)(p + 2 * i), _mm_packs_epi32(_mm_srai_epi32(_mm_slli_epi32(a, 16), 16),
+                                                                     _mm_srai_epi32(_mm_slli_epi32(b, 16), 16)));
+            bad = _mm_or_si128(bad, _mm_or_si128(_mm_cmpgt_epi32(_mm_and_si128(a, m), l),
+                                                 _mm_cmpgt_epi32(_mm_and_si128(b, m), l)));
+        }
+        big = (uint32_t)_mm_movemask_epi8(bad);
+    }
+#endif
+    for (; i < C; i++) {
+        if (es == 1)
+            p[i] = (uint8_t)x[i];
+        else if (es == 2)
+            skv_store16_le(p + 2 * i, (uint16_t)x[i]);
+        else
+            skv_store32_le(p + 4 * i, x[i]);
+        big |= (x[i] & mag) > lim;
+    }
+    return !big;
+}
+
 /* A row to encode from its bytes p; returns whether it is all_small. */
 static int load_row(skv_dtype dt, uint32_t *x, const uint8_t *p, size_t C)
 {
@@ -1724,9 +1761,12 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     /* stat: whether row t - 1 is all_small, found as it was coded (-1: not
      * known here, as at a chunk's first row: test it) */
     int prev_small = -1;
-    /* encoding without a model: a row of X is made from the input when a
-     * prediction first reads it, as the previous row (code_seq) */
-    const int lazy_x = !q->decode && !d->model;
+    /* whether row t - 1's floats were made as it was decoded */
+    int xmade = 0;
+    /* without a model: a row of X is made from the bytes (the input, or
+     * what was decoded) when a prediction first reads it, as the previous
+     * row (code_seq); stat's runs of constant rows store only bytes */
+    const int lazy_x = !d->model;
     /* the codebook row of the next position, fetched a row ahead: its
      * token picks it from the whole vocabulary, so it is seldom in L1 (not
      * at stat, whose constant rows mostly skip it) */
@@ -1747,7 +1787,8 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         const float *mu = mu_row;
         /* (prev and the codebook row: finite, with a margin) */
         int cst = muc[seen] && c->cb_ok[((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv];
-        int made = !lazy_x || !t; /* prev's floats are there */
+        int made = !lazy_x || !t || xmade; /* prev's floats are there */
+        xmade = 0;
         if (cst && t && ps < 0) {
             if (!made)
                 skv_cast_to_f32(dt, X + (t - 1) * C, B + (t - 1) * C * es, C);
@@ -1775,7 +1816,8 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
                 rc = skv_decoder_get_rows(ws->dec, muc[seen], sv, C, k, small_mag(dt), ws->xb,
                                           &done);
                 for (size_t j = 0; j < done; j++)
-                    small = store_row(dt, p + j * C * es, X + (t + j) * C, ws->xb + j * C, C);
+                    small = lazy_x ? store_row_bytes(dt, p + j * C * es, ws->xb + j * C, C)
+                                   : store_row(dt, p + j * C * es, X + (t + j) * C, ws->xb + j * C, C);
             } else {
                 while (done < k && small)
                     small = load_row(dt, ws->xb + done * C, p + done * C * es, C), done++;
@@ -1829,6 +1871,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
             if ((rc = skv_decoder_get_n(ws->dec, mu, sv, x_row, C)))
                 break;
             prev_small = store_row(dt, p, row, x_row, C);
+            xmade = 1;
         } else {
             prev_small = load_row(dt, x_row, p, C);
             rc = skv_encoder_put_n(ws->enc, x_row, mu, sv, C);
@@ -1972,11 +2015,11 @@ static int code_seq(seq_ctx *q, size_t chunk)
                 rope_angles(c, t, (int)i, &q->rope_sc[(t * half + i) * 2],
                             &q->rope_sc[(t * half + i) * 2 + 1]);
     }
-    /* exact floats: the context when decoding; everything when encoding
-     * for a model (its hook reads whole chunks), else code_stream makes
-     * each row when a prediction first reads it (stat's constant rows
-     * seldom do) */
-    const size_t pre_rows = q->decode ? q->start : d->model ? T : 0;
+    /* exact floats, for a model: the context when decoding, everything
+     * when encoding (its hook reads whole chunks); without one,
+     * code_stream makes each row from the bytes when a prediction first
+     * reads it (stat's constant rows seldom do) */
+    const size_t pre_rows = !d->model ? 0 : q->decode ? q->start : T;
     for (int kv = 0; kv < 2 && pre_rows; kv++)
         for (size_t l = 0; l < L; l++)
             skv_cast_to_f32(c->sh.dtype, q->kvf[kv] + l * T * C, q->kvb[kv] + l * q->stride * C * es,
