@@ -130,11 +130,14 @@ static uint32_t width_mask(skv_dtype dt)
  * rows at a time under a limit: the same scalars and the same first
  * error, and get_rows stops right after each row over its limit. */
 static void decode_rows(skv_decoder *d, const skv_atoms *A, const uint8_t *src, size_t len, int di,
-                        const float *mus, const float *ss, uint32_t lim, uint32_t key)
+                        const float *mus, const float *ss, uint32_t lim, uint32_t key, int v2)
 {
     /* rows of 1..40, and a quarter of the time 257..320: longer than the
-     * row cache's first memory, so that it grows */
-    const uint32_t w = (key >> 6) % 4 == 0 ? 257 + key % 64 : 1 + key % 40;
+     * row cache's first memory, so that it grows (version 2: rounded up
+     * to whole groups, which get_rows runs across) */
+    uint32_t w = (key >> 6) % 4 == 0 ? 257 + key % 64 : 1 + key % 40;
+    if (v2)
+        w = (w + 7) & ~7u;
     const uint32_t rows = lim / w, mag = width_mask(GOLD_DT[di]) >> 1;
     if (rows == 0)
         return;
@@ -237,6 +240,7 @@ static void decode_v2(skv_decoder *d, const skv_atoms *A, int di, unsigned mode,
         if (end_rc != -1)
             CHECK(skv_decoder_end(d) == end_rc);
     }
+    decode_rows(d, A, src, len, di, mus, ss, lim, key, 1);
     free(xs);
     free(ys);
     free(mus);
@@ -319,7 +323,7 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
                 CHECK(skv_decoder_end(d) == end_rc);
         }
         free(ys);
-        decode_rows(d, A, src, len, di, mus, ss, lim, key);
+        decode_rows(d, A, src, len, di, mus, ss, lim, key, 0);
         free(xs);
         free(mus);
         free(ss);
