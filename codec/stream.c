@@ -58,6 +58,7 @@ typedef struct {
     const uint32_t **cum;
     int32_t *base, *g, *nesc;
     int32_t *ok;         /* per scalar: -1 when the paths take its class (BUCKET, in range) */
+    int okall;           /* every scalar's is */
     /* per scalar, its first table: the atoms' of its channel when it has
      * any (ak atoms, values from vals + aoff), else its class's */
     int32_t *lut1, *ak, *aoff; /* lut1: from abase on channels with atoms, else lbase */
@@ -981,6 +982,7 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
         p->aoff = p->ak + n;
     }
     p->lbase = p->bbase = NULL;
+    p->okall = 1;
     p->vals = as ? as->vals : NULL;
     p->abase = as ? (const uint8_t *)as->ch : NULL;
     for (size_t j = 0; j < n; j++) {
@@ -1006,6 +1008,7 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
                  lo > -(1 << 30) && lo < (1 << 30) && bo > -(1 << 30) && bo < (1 << 30) &&
                  l1 > -(1 << 30) && l1 < (1 << 30) && ao < (1 << 28) && (!a || a->tab.enc);
         p->ok[j] = ok ? -1 : 0;
+        p->okall &= ok;
         p->lut[j] = ok ? (int32_t)lo : 0;
         p->bvt[j] = ok ? (int32_t)bo : 0;
         p->e4[j] = ok ? (uint64_t)(uintptr_t)c->tab->enc << 4 : 0;
@@ -2304,7 +2307,7 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
         /* the levels not read in round 2: a third round, or the second */
         __m256i zB = ATOMS && mn ? _mm256_and_si256(zm, none) : zm;
         if (!ATOMS || !mn || _mm256_movemask_ps(_mm256_castsi256_ps(zB)))
-            t = _mm256_blendv_epi8(t, lanes_zero(X, w, zB), zB);
+            t = ATOMS ? _mm256_blendv_epi8(t, lanes_zero(X, w, zB), zB) : lanes_zero(X, w, zB);
         /* the binade 2^(G - t - 1): exponent field 126 + G - t, normal */
         __m256i E = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(p->g + i)),
                                                       _mm256_set1_epi32(126)), t);
@@ -2339,6 +2342,7 @@ v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x,
 {
     const skv_v2pack *p = &d->pk;
     const size_t n = p->n;
+    const int okall = p->okall;
     const uint32_t *x0 = x - i; /* the row's first scalar */
     /* the two banks of states in registers: groups two at a time */
     __m256i X0 = _mm256_loadu_si256((const __m256i *)r->x), X1 = _mm256_loadu_si256((const __m256i *)(r->x + 8));
@@ -2362,7 +2366,7 @@ v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x,
     size_t k = 0;
 #define V2_STEP(XX, AA)                                                                                   \
     do {                                                                                                  \
-        if (k == ng || _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i)))) != 0xff) \
+        if (k == ng || (!okall && _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i)))) != 0xff)) \
             goto out;                                                                                     \
         if (__builtin_expect(wend - w < margin, 0)) {                                                     \
             if (w > wend) {                                                                               \
