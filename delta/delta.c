@@ -1351,11 +1351,15 @@ struct skv_delta {
 };
 
 /* stat codes its rows in version 2's lane layout when they are whole
- * groups (it decodes 1.2-1.4x as fast: ARCHITECTURE.md); the levels that
+ * groups and this CPU has its fast paths for the dtype (bf16 on AVX2:
+ * it decodes about 1.5x as fast, ARCHITECTURE.md); the levels that
  * predict row by row from the row before keep version 1 */
 static int default_version(const skv_calib *cal, skv_level level)
 {
-    return level == SKV_LEVEL_STAT && chan_count(&cal->sh) % SKV_V2_GROUP == 0 ? 2 : 1;
+    return level == SKV_LEVEL_STAT && chan_count(&cal->sh) % SKV_V2_GROUP == 0 &&
+                   skv_stream_v2_fast(cal->sh.dtype)
+               ? 2
+               : 1;
 }
 
 int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *model, skv_pool *pool,

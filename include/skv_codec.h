@@ -140,6 +140,10 @@ void skv_encoder_set_ideal(skv_encoder *e, int on);
  * the lane layout of FORMAT.md, which a decoder takes in whole groups of
  * eight scalars). SKV_ERR_ARG for any other. */
 int skv_encoder_set_version(skv_encoder *e, int version);
+/* Whether this build on this CPU has version 2's fast paths for dtype (bf16
+ * rows from the row cache on AVX2); without them version 2 takes its
+ * reference path, slower than version 1. */
+int skv_stream_v2_fast(skv_dtype dt);
 /* Upper bound of the stream size for n queued scalars. */
 size_t skv_encoder_bound(const skv_encoder *e);
 /* Write the stream; SKV_ERR_TOO_LARGE if cap is too small. */
