@@ -118,6 +118,13 @@ LANES_INLINE int lanes_any_above(const uint32_t *x, size_t n, uint32_t mag, uint
     return !_mm256_testz_si256(over, over);
 }
 
+/* The values xv folded into the checksum lanes *acc */
+LANES_INLINE void lanes_acc(__m256i *acc, __m256i xv)
+{
+    __m256i a = _mm256_add_epi32(*acc, xv);
+    *acc = _mm256_mullo_epi32(_mm256_xor_si256(a, _mm256_srli_epi32(a, 15)), _mm256_set1_epi32((int)0x9e3779b1));
+}
+
 /* The plain bits of the eight lanes (nb each, at most 7; lane j's after
  * lanes 0..j-1's, from the raw bit stream rw at bit *pos) added to first
  * and stored at o; the values are folded into the checksum lanes *acc. */
@@ -143,8 +150,7 @@ LANES_INLINE void lanes_bits(__m256i first, __m256i nb, const uint8_t *rw, uint6
     *pos += (uint32_t)_mm256_extract_epi32(p, 7);
     __m256i xv = _mm256_add_epi32(first, v);
     _mm256_storeu_si256((__m256i *)o, xv);
-    __m256i a = _mm256_add_epi32(*acc, xv);
-    *acc = _mm256_mullo_epi32(_mm256_xor_si256(a, _mm256_srli_epi32(a, 15)), _mm256_set1_epi32((int)0x9e3779b1));
+    lanes_acc(acc, xv);
 }
 #endif
 

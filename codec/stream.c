@@ -2279,6 +2279,11 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
                 av, (const int *)(const void *)p->vals,
                 _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(p->aoff + i)), k), hit, 4);
         mn = _mm256_movemask_ps(_mm256_castsi256_ps(none));
+        if (_mm256_movemask_ps(_mm256_castsi256_ps(hit)) == 0xff) { /* every lane an atom */
+            _mm256_storeu_si256((__m256i *)x, av);
+            lanes_acc(A, av);
+            return 0;
+        }
         if (mn) { /* round 2: the class symbols after "none", the levels of lanes at zero */
             zA = _mm256_andnot_si256(_mm256_or_si256(hit, none), v2_atzero(base, k));
             __m256i k2 = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), p->cum + i, *X, mn, 0,

@@ -2527,7 +2527,7 @@ static void v2_avx2_check(const skv_atoms *a, const float *mu, const float *sg, 
                 v = 0x1p-130f; /* subnormal in bf16 */
             uint32_t x = to_dt(SKV_DT_BF16, v);
             const skv_atom_ch *ch = a ? &a->ch[c] : NULL;
-            if (ch && ch->k && k % 2)
+            if (ch && ch->k && (k % 2 || c < 8)) /* the first group of a row: all atoms */
                 x = ch->val[k % ch->k];
             seq_push(&q, x, mu[c], sg[c]);
         }
@@ -2599,8 +2599,8 @@ Test(v2, the_avx2_paths_code_what_the_reference_paths_code)
         sg[c] = 0.05f + 2.0f * skv_rng_uniform(&r);
     }
     v2_avx2_check(NULL, mu, sg, &r);
-    /* atoms on three channels in four: zero, the mean, the mean + s, -s
-     * (stat's layer-0 streams have them) */
+    /* atoms on three channels in four and on the first eight: zero, the
+     * mean, the mean + s, -s (stat's layer-0 streams have them) */
     uint32_t k[C], lam[C], vals[4 * C], cnts[4 * C];
     size_t off = 0;
     for (int c = 0; c < C; c++) {
@@ -2608,7 +2608,7 @@ Test(v2, the_avx2_paths_code_what_the_reference_paths_code)
                          to_dt(SKV_DT_BF16, -sg[c])};
         qsort(t, 4, sizeof *t, cmp_u32_test);
         k[c] = 0;
-        for (int j = 0; j < 4 && c % 4 != 1; j++)
+        for (int j = 0; j < 4 && (c % 4 != 1 || c < 8); j++)
             if (k[c] == 0 || t[j] != vals[off + k[c] - 1]) {
                 vals[off + k[c]] = t[j];
                 cnts[off + k[c]] = 5u - (uint32_t)j;
