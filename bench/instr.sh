@@ -11,7 +11,7 @@
 # usage: bench/instr.sh BENCH_DELTA C.cal TEST.safetensors [stat|ctx] [N_SEQ] [ROUNDS] [VERSION]
 set -euo pipefail
 if [ $# -lt 3 ]; then
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 fi
 bin=$1 cal=$2 test=$3 lvl=${4:-stat} nseq=${5:-8} rounds=${6:-2} ver=${7:-0}

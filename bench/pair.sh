@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # A/B timing of two bench_delta builds on a shared machine: both run at
 # the same time, one per core (swapped each round), so that both see the
-# same load; prints each round's M scalars/s and the geometric mean of the
+# same load (each at the level's default stream version); prints each
+# round's M scalars/s and the geometric mean of the
 # new/old ratios over an even number of rounds (a core faster than the
 # other then favours each build equally often). Absolute rates drop when
 # both cores are busy; the ratios are the figure.
 # usage: bench/pair.sh OLD_BENCH_DELTA NEW_BENCH_DELTA C.cal TEST.safetensors [stat|ctx] [ROUNDS]
 set -euo pipefail
 if [ $# -lt 4 ]; then
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 fi
 old=$1 new=$2 cal=$3 test=$4 lvl=${5:-stat} rounds=${6:-6}
@@ -21,9 +22,9 @@ rate() { sed -n 's/.*encode \([0-9.]*\) M\/s, decode \([0-9.]*\) M\/s.*/\1 \2/p'
 : > "$tmp/ratios"
 for r in $(seq "$rounds"); do
     co=$((r % 2)) cn=$(((r + 1) % 2))
-    taskset -c "$co" "$old" "$cal" "$test" "$lvl" 4 6 > "$tmp/o" &
+    taskset -c "$co" "$old" "$cal" "$test" "$lvl" 4 6 0 > "$tmp/o" &
     po=$!
-    taskset -c "$cn" "$new" "$cal" "$test" "$lvl" 4 6 > "$tmp/n" &
+    taskset -c "$cn" "$new" "$cal" "$test" "$lvl" 4 6 0 > "$tmp/n" &
     pn=$!
     wait "$po" "$pn"
     read -r oe od < <(rate "$tmp/o")
