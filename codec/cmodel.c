@@ -367,6 +367,11 @@ int skv_cmodel_create(skv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256], 
     pthread_mutex_init(&m->mu, NULL);
     for (int g = 0; g < 256; g++)
         m->bvt[g] = skv__bvt_none;
+    /* (untouched pages of these cost no memory) */
+    m->btab = skv_calloc(N_BUCKET_TABS, sizeof *m->btab);
+    m->bvblock = skv_malloc(256 * 2 * BVT_K * sizeof *m->bvblock);
+    if (!rc && (!m->btab || !m->bvblock))
+        rc = skv_error(SKV_ERR_NOMEM, "codec model");
     if (!rc)
         rc = build_pemp(m, pemp_hist);
     if (!rc)
@@ -404,11 +409,11 @@ void skv_cmodel_free(skv_cmodel *m)
     for (size_t i = 0; i < N_STEP_TABS + N_BUCKET_TABS; i++)
         if (m->tabs[i]) {
             ftab_free(m->tabs[i]);
-            skv_free(m->tabs[i]);
+            if (i < N_STEP_TABS)
+                skv_free(m->tabs[i]);
         }
-    for (int g = 0; g < 256; g++)
-        if (m->bvt[g] != skv__bvt_none)
-            skv_free((void *)m->bvt[g]);
+    skv_free(m->btab);
+    skv_free(m->bvblock);
     ftab_free(&m->pemp);
     ftab_free(&m->zero);
     pthread_mutex_destroy(&m->mu);
@@ -445,7 +450,7 @@ void skv__build_bvt(skv_cmodel *m, int G)
         return;
     pthread_mutex_lock(&m->mu);
     if (m->bvt[G + BVT_G0] == skv__bvt_none) {
-        uint32_t *t = skv_malloc(2 * BVT_K * sizeof *t);
+        uint32_t *t = m->bvblock + (size_t)(G + BVT_G0) * 2 * BVT_K;
         const int emin = 1 - L->bias, emax = (int)((L->inf_mag - 1u) >> L->mbits) - L->bias;
         for (int i = 0; t && i < 2 * BVT_K; i++) {
             int64_t key = i - BVT_K, neg = key >> 63;
@@ -475,7 +480,7 @@ const skv_ftab *skv__build_table(skv_cmodel *m, int bucket_mode, int idx, int oc
     pthread_mutex_lock(&m->mu);
     t = *slot;
     if (!t) {
-        t = skv_calloc(1, sizeof *t);
+        t = bucket_mode ? &m->btab[idx] : skv_calloc(1, sizeof *t);
         int rc = t ? SKV_OK : SKV_ERR_NOMEM;
         if (!rc) {
             double phase = ((double)ph + 0.5) / (double)nph;
@@ -490,8 +495,11 @@ const skv_ftab *skv__build_table(skv_cmodel *m, int bucket_mode, int idx, int oc
                 rc = build_mix(m, t, R, sigma, phase - 0.5, -0.5);
             }
         }
-        if (rc) {
-            skv_free(t);
+        if (rc) { /* (build_mix freed what it allocated) */
+            if (bucket_mode)
+                memset(t, 0, sizeof *t);
+            else
+                skv_free(t);
             t = NULL;
         } else {
             __atomic_store_n((skv_ftab **)slot, t, __ATOMIC_RELEASE);

@@ -116,6 +116,12 @@ struct skv_cmodel {
     skv_ftab pemp, zero;
     skv_ftab *tabs[N_STEP_TABS + N_BUCKET_TABS]; /* STEP classes, then BUCKET ones */
     const uint32_t *bvt[256];
+    /* the BUCKET tables and the bucket values live in one block each, so
+     * that stream version 2's gathers reach them by 32-bit offsets from
+     * one base whichever thread built them (each thread's allocations may
+     * lie in its own arena, far from the others) */
+    skv_ftab *btab;    /* N_BUCKET_TABS */
+    uint32_t *bvblock; /* 256 x 2 * BVT_K */
     pthread_mutex_t mu;
 };
 

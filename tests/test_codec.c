@@ -2588,6 +2588,75 @@ static void v2_avx2_check(const skv_atoms *a, const float *mu, const float *sg, 
     *rp = r;
 }
 
+/* The classes of half a row, put on another thread: their tables are
+ * built there (glibc gives a thread its own arena, far from the main
+ * heap) */
+struct half_put {
+    skv_cmodel *m;
+    const float *mu, *sg;
+};
+static void *put_half_row(void *arg)
+{
+    const struct half_put *h = arg;
+    skv_encoder *e = NULL;
+    uint32_t x[16];
+    for (int c = 0; c < 16; c++)
+        x[c] = to_dt(SKV_DT_BF16, h->mu[c]);
+    if (skv_encoder_create(h->m, &e) == 0) {
+        skv_encoder_set_version(e, 2);
+        skv_encoder_reset(e, NULL);
+        skv_encoder_put_n(e, x, h->mu, h->sg, 16);
+    }
+    skv_encoder_free(e);
+    return NULL;
+}
+
+/* A row whose tables were built by two threads (half each) is still
+ * decoded by the AVX2 path (its gathers reach every table from one base:
+ * stat on a pool, as codec bench's decode on two threads, took the
+ * reference path before the tables lived in one block) */
+Test(v2, the_avx2_path_takes_tables_built_on_two_threads)
+{
+    enum { C = 32, T = 64 };
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    float mu[C], sg[C];
+    skv_rng r;
+    skv_rng_seed(&r, 99);
+    for (int c = 0; c < C; c++) {
+        mu[c] = (skv_rng_uniform(&r) - 0.5f) * 4.0f;
+        sg[c] = c < 16 ? 0.5f + 0.1f * (float)c : 3.0f + 0.5f * (float)(c - 16); /* other widths */
+    }
+    pthread_t th;
+    struct half_put h = {m, mu, sg};
+    cr_assert_eq(pthread_create(&th, NULL, put_half_row, &h), 0);
+    cr_assert_eq(pthread_join(th, NULL), 0);
+    seq_t q;
+    seq_init(&q, SKV_DT_BF16, C * T);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++)
+            seq_push(&q, to_dt(SKV_DT_BF16, mu[c] + sg[c] * skv_rng_normal(&r)), mu[c], sg[c]);
+    size_t len;
+    uint8_t *buf = v2_encode(m, NULL, &q, C, &len);
+    skv_decoder *d = NULL;
+    cr_assert_eq(skv_decoder_create(m, &d), 0);
+    cr_assert_eq(skv_decoder_begin(d, buf, len, NULL), 0);
+    uint32_t x[C];
+    for (int t = 0; t < T; t++) {
+        cr_assert_eq(skv_decoder_get_n(d, mu, sg, x, C), 0, "%s", skv_error_detail());
+        cr_assert_eq(memcmp(x, q.x + t * C, sizeof x), 0, "row %d", t);
+    }
+    cr_assert_eq(skv_decoder_end(d), 0);
+#ifdef SKV_HAVE_CLS8
+    if (__builtin_cpu_supports("avx2"))
+        cr_expect_gt(skv__decoder_fast_groups(d), (uint64_t)(C * T / 8) * 3 / 4,
+                     "the AVX2 path took %" PRIu64 " of %d groups", skv__decoder_fast_groups(d), C * T / 8);
+#endif
+    skv_decoder_free(d);
+    free(buf);
+    seq_free(&q);
+    skv_cmodel_free(m);
+}
+
 Test(v2, the_avx2_paths_code_what_the_reference_paths_code)
 {
     enum { C = V2C };
