@@ -1031,7 +1031,7 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
 
 /* Whole groups of bf16 scalars x (the row's scalars from i on, at stream
  * position e->n, a multiple of 8), up to ng, planned eight at a time on
- * AVX2 (enc_one's common case, bench_lanes's lane_encode_fast): each
+ * AVX2 (enc_one's common case; grown from bench_lanes's model): each
  * group's table symbols into q2 in decoding order (version 2's rounds),
  * its plain bits into the raw bit stream at once; stops before a group
  * with a lane off that case. With ATOMS, a lane on a channel with atoms
