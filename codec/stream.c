@@ -950,7 +950,7 @@ static void v2_sort_group(skv_encoder *e, uint32_t g0, uint32_t m)
 static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv_fcls *row, size_t n,
                    const skv_atoms *as)
 {
-    if (as && (n % as->nch || as->dt != SKV_DT_BF16))
+    if (as && n % as->nch) /* (its dtype is the model's: begin and put_room check) */
         return 0;
     uint32_t gen = 0;
     for (int k = 0; k < RCACHE_SLOTS; k++)
@@ -1006,7 +1006,7 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
         ptrdiff_t ao = a ? a->val - as->vals : 0;
         int ok = c->bucket && c->tab->enc && c->base > -(1 << 30) && c->base < (1 << 30) &&
                  lo > -(1 << 30) && lo < (1 << 30) && bo > -(1 << 30) && bo < (1 << 30) &&
-                 l1 > -(1 << 30) && l1 < (1 << 30) && ao < (1 << 28) && (!a || a->tab.enc);
+                 l1 > -(1 << 30) && l1 < (1 << 30) && ao < (1 << 28);
         p->ok[j] = ok ? -1 : 0;
         p->okall &= ok;
         p->lut[j] = ok ? (int32_t)lo : 0;
@@ -2166,7 +2166,7 @@ static void v2_group_ref(skv_decoder *d, r2_t *r, const skv_fcls *c, uint32_t at
             if (!t[j])
                 continue;
             uint32_t s = r2_sym(r, v2_lane(at + j), t[j]);
-            if (t[j] == c[j].tab && a[j] && round == 2) {
+            if (a[j] && round == 2) { /* after "none": the class symbol */
                 sym[j] = s;
                 t[j] = dec2_next(d->m, &c[j], s);
             } else {

@@ -184,6 +184,34 @@ static void decode_rows(skv_decoder *d, const skv_atoms *A, const uint8_t *src, 
     free(ys);
 }
 
+/* Decode again (begun on d) with skv_decoder_get_n in batches of unit x
+ * (1..spread) scalars into ys: it must agree with xs on every scalar
+ * before bad_at (the first failing scalar or group, or lim), fail in the
+ * batch that holds bad_at, and end as end_rc (-1: not known). */
+static void check_batches(skv_decoder *d, const float *mus, const float *ss, const uint32_t *xs, uint32_t *ys,
+                          uint32_t lim, uint32_t bad_at, int end_rc, uint32_t key, uint32_t unit,
+                          uint32_t spread)
+{
+    int brc = 0;
+    for (uint32_t j = 0; j < lim;) {
+        uint32_t b = unit * (1 + (j * 7u + key) % spread);
+        if (b > lim - j)
+            b = lim - j;
+        if ((brc = skv_decoder_get_n(d, mus + j, ss + j, ys + j, b)) != 0) {
+            CHECK(brc == SKV_ERR_CORRUPT && bad_at >= j && bad_at < j + b);
+            for (uint32_t k = j; k < bad_at; k++)
+                CHECK(ys[k] == xs[k]);
+            return;
+        }
+        j += b;
+    }
+    CHECK(bad_at == lim);
+    for (uint32_t k = 0; k < lim; k++)
+        CHECK(ys[k] == xs[k]);
+    if (end_rc != -1)
+        CHECK(skv_decoder_end(d) == end_rc);
+}
+
 /* A version 2 stream (begun on d): in groups of 8, then in batches of
  * 8..72 scalars; the two must agree on every scalar before the group of
  * the first error, on that error and on skv_decoder_end; a call that
@@ -220,26 +248,7 @@ static void decode_v2(skv_decoder *d, const skv_atoms *A, int di, unsigned mode,
         CHECK(end_rc == 0 || end_rc == SKV_ERR_CORRUPT);
     }
     CHECK(skv_decoder_begin_atoms(d, src, len, A, NULL) == 0);
-    int brc = 0;
-    for (uint32_t j = 0; j < lim;) {
-        uint32_t b = 8 * (1 + (j * 7u + key) % 9u);
-        if (b > lim - j)
-            b = lim - j;
-        if ((brc = skv_decoder_get_n(d, mus + j, ss + j, ys + j, b)) != 0) {
-            CHECK(brc == SKV_ERR_CORRUPT && bad_at >= j && bad_at < j + b);
-            for (uint32_t k = j; k < bad_at; k++)
-                CHECK(ys[k] == xs[k]);
-            break;
-        }
-        j += b;
-    }
-    if (!brc) {
-        CHECK(bad_at == lim);
-        for (uint32_t k = 0; k < lim; k++)
-            CHECK(ys[k] == xs[k]);
-        if (end_rc != -1)
-            CHECK(skv_decoder_end(d) == end_rc);
-    }
+    check_batches(d, mus, ss, xs, ys, lim, bad_at, end_rc, key, 8, 9);
     decode_rows(d, A, src, len, di, mus, ss, lim, key, 1);
     free(xs);
     free(ys);
@@ -300,28 +309,7 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
         CHECK(skv_decoder_begin_atoms(d, src, len, A, NULL) == 0);
         uint32_t *ys = malloc((lim + 1) * sizeof *ys);
         CHECK(ys != NULL);
-        int brc = 0;
-        uint32_t j = 0;
-        while (j < lim) {
-            uint32_t b = 1 + (j * 7u + key) % 67u;
-            if (b > lim - j)
-                b = lim - j;
-            brc = skv_decoder_get_n(d, mus + j, ss + j, ys + j, b);
-            if (brc) {
-                CHECK(brc == SKV_ERR_CORRUPT && bad_at >= j && bad_at < j + b);
-                for (uint32_t k = j; k < bad_at; k++)
-                    CHECK(ys[k] == xs[k]);
-                break;
-            }
-            j += b;
-        }
-        if (!brc) {
-            CHECK(bad_at == lim);
-            for (uint32_t k = 0; k < lim; k++)
-                CHECK(ys[k] == xs[k]);
-            if (end_rc != -1)
-                CHECK(skv_decoder_end(d) == end_rc);
-        }
+        check_batches(d, mus, ss, xs, ys, lim, bad_at, end_rc, key, 1, 67);
         free(ys);
         decode_rows(d, A, src, len, di, mus, ss, lim, key, 0);
         free(xs);
