@@ -368,9 +368,9 @@ int skv_cmodel_create(skv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256], 
     for (int g = 0; g < 256; g++)
         m->bvt[g] = skv__bvt_none;
     /* (untouched pages of these cost no memory) */
-    m->btab = skv_calloc(N_BUCKET_TABS, sizeof *m->btab);
-    m->bvblock = skv_malloc(256 * 2 * BVT_K * sizeof *m->bvblock);
-    if (!rc && (!m->btab || !m->bvblock))
+    m->tblock = skv_calloc(N_STEP_TABS + N_BUCKET_TABS, sizeof *m->tblock);
+    m->bvblock = skv_calloc(256 * 2 * BVT_K, sizeof *m->bvblock);
+    if (!rc && (!m->tblock || !m->bvblock))
         rc = skv_error(SKV_ERR_NOMEM, "codec model");
     if (!rc)
         rc = build_pemp(m, pemp_hist);
@@ -407,12 +407,8 @@ void skv_cmodel_free(skv_cmodel *m)
     if (!m)
         return;
     for (size_t i = 0; i < N_STEP_TABS + N_BUCKET_TABS; i++)
-        if (m->tabs[i]) {
-            ftab_free(m->tabs[i]);
-            if (i < N_STEP_TABS)
-                skv_free(m->tabs[i]);
-        }
-    skv_free(m->btab);
+        ftab_free(m->tabs[i]);
+    skv_free(m->tblock);
     skv_free(m->bvblock);
     ftab_free(&m->pemp);
     ftab_free(&m->zero);
@@ -464,8 +460,10 @@ void skv__build_bvt(skv_cmodel *m, int G)
                 continue;
             t[i] = (L->sign & (uint32_t)neg) | lo | (uint32_t)nb << 24;
         }
-        if (t)
+        if (t) {
             __atomic_store_n(&m->bvt[G + BVT_G0], t, __ATOMIC_RELEASE);
+            __atomic_store_n(&m->ready[N_STEP_TABS + N_BUCKET_TABS + G + BVT_G0], -1, __ATOMIC_RELEASE);
+        }
     }
     pthread_mutex_unlock(&m->mu);
 }
@@ -475,13 +473,14 @@ void skv__build_bvt(skv_cmodel *m, int G)
 const skv_ftab *skv__build_table(skv_cmodel *m, int bucket_mode, int idx, int oct, int sub, int ph,
                                  int nph)
 {
-    skv_ftab *const *slot = &m->tabs[bucket_mode ? N_STEP_TABS + idx : idx];
+    const int i = bucket_mode ? N_STEP_TABS + idx : idx;
+    skv_ftab *const *slot = &m->tabs[i];
     skv_ftab *t;
     pthread_mutex_lock(&m->mu);
     t = *slot;
     if (!t) {
-        t = bucket_mode ? &m->btab[idx] : skv_calloc(1, sizeof *t);
-        int rc = t ? SKV_OK : SKV_ERR_NOMEM;
+        t = &m->tblock[i];
+        int rc = SKV_OK;
         if (!rc) {
             double phase = ((double)ph + 0.5) / (double)nph;
             if (bucket_mode) {
@@ -496,13 +495,11 @@ const skv_ftab *skv__build_table(skv_cmodel *m, int bucket_mode, int idx, int oc
             }
         }
         if (rc) { /* (build_mix freed what it allocated) */
-            if (bucket_mode)
-                memset(t, 0, sizeof *t);
-            else
-                skv_free(t);
+            memset(t, 0, sizeof *t);
             t = NULL;
         } else {
             __atomic_store_n((skv_ftab **)slot, t, __ATOMIC_RELEASE);
+            __atomic_store_n(&m->ready[i], -1, __ATOMIC_RELEASE);
         }
     }
     pthread_mutex_unlock(&m->mu);

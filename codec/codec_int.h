@@ -116,12 +116,16 @@ struct skv_cmodel {
     skv_ftab pemp, zero;
     skv_ftab *tabs[N_STEP_TABS + N_BUCKET_TABS]; /* STEP classes, then BUCKET ones */
     const uint32_t *bvt[256];
-    /* the BUCKET tables and the bucket values live in one block each, so
-     * that stream version 2's gathers reach them by 32-bit offsets from
-     * one base whichever thread built them (each thread's allocations may
-     * lie in its own arena, far from the others) */
-    skv_ftab *btab;    /* N_BUCKET_TABS */
+    /* every table and the bucket values live in one block each, so that
+     * stream version 2's gathers reach them by 32-bit offsets from one
+     * base whichever thread built them (each thread's allocations may lie
+     * in its own arena, far from the others): table i of tabs is tblock[i]
+     * once built. ready[i] is -1 from then on (tables, then 256 entries
+     * for the bucket values of G = i - BVT_G0), for the AVX2 packer's
+     * 32-bit gathers; set with release order after the table. */
+    skv_ftab *tblock;  /* N_STEP_TABS + N_BUCKET_TABS (untouched pages cost nothing) */
     uint32_t *bvblock; /* 256 x 2 * BVT_K */
+    int32_t ready[N_STEP_TABS + N_BUCKET_TABS + 256];
     pthread_mutex_t mu;
 };
 

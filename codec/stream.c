@@ -51,19 +51,20 @@ typedef struct {
     const skv_atoms *as; /* the atoms they were packed with (scalar j on channel j mod nch) */
     size_t n, cap;
     void *mem;
-    const uint8_t *lbase, *bbase; /* the indexes' and bucket values' base addresses */
+    const uint8_t *lbase, *bbase; /* the model's table block's first index, its bucket values */
     int32_t *lut, *bvt;  /* per scalar: its table's index, its width's bucket values, as byte
-                          * offsets from them (32-bit gathers; the decoder) */
+                          * offsets from them (32-bit gathers; the decoder); a table's index
+                          * at lbase + i * sizeof(skv_ftab) is table block entry i's */
     uint64_t *e4;        /* per scalar: its table's skv_eop array << 4 (the encoder) */
-    const uint32_t **cum;
     int32_t *base, *g, *nesc;
-    int32_t *ok;         /* per scalar: -1 when the paths take its class (BUCKET, in range) */
+    int32_t *ok;         /* per scalar: -1 when the paths take its class (its table built) */
+    int32_t *stp;        /* per scalar: -1 for a STEP class, 0 for BUCKET */
     int okall;           /* every scalar's is */
+    int anystp;          /* some scalar's class is STEP (the paths' variant that takes them) */
     /* per scalar, its first table: the atoms' of its channel when it has
      * any (ak atoms, values from vals + aoff), else its class's */
     int32_t *lut1, *ak, *aoff; /* lut1: from abase on channels with atoms, else lbase */
     uint64_t *e41;
-    const uint32_t **cum1;
     const uint32_t *vals;
     const uint8_t *abase; /* the atoms' channels (one block: their indexes lie close) */
 } skv_v2pack;
@@ -944,6 +945,56 @@ static void v2_sort_group(skv_encoder *e, uint32_t g0, uint32_t m)
 }
 
 #ifdef SKV_HAVE_CLS8
+/* Room in p for rows of n scalars; 0 when memory fails. */
+static int v2_pack_room(skv_v2pack *p, size_t n)
+{
+    if (n <= p->cap)
+        return 1;
+    size_t per = 2 * sizeof(uint64_t) + 10 * sizeof(int32_t);
+    void *mem = skv_malloc(n * per + 64);
+    if (!mem)
+        return 0;
+    skv_free(p->mem);
+    p->mem = mem;
+    p->cap = n;
+    p->e4 = mem;
+    p->e41 = p->e4 + n;
+    p->lut = (int32_t *)(void *)(p->e41 + n);
+    p->bvt = p->lut + n;
+    p->base = p->bvt + n;
+    p->g = p->base + n;
+    p->nesc = p->g + n;
+    p->ok = p->nesc + n;
+    p->stp = p->ok + n;
+    p->lut1 = p->stp + n;
+    p->ak = p->lut1 + n;
+    p->aoff = p->ak + n;
+    return 1;
+}
+
+/* The bases p's offsets are taken from: m's table block (its indexes),
+ * m's bucket values, the atoms' channels */
+static void v2_pack_bases(const skv_cmodel *m, skv_v2pack *p, const skv_atoms *as)
+{
+    p->lbase = (const uint8_t *)m->tblock[0].lut;
+    p->bbase = (const uint8_t *)m->bvblock;
+    p->okall = 1;
+    p->anystp = 0;
+    p->vals = as ? as->vals : NULL;
+    p->abase = as ? (const uint8_t *)as->ch : NULL;
+}
+
+/* Scalar j's first table in p (its channel's atoms', when it has any),
+ * after its class's (p->lut, p->e4) */
+static inline void v2_pack_atoms(skv_v2pack *p, const skv_atoms *as, size_t j, int ok)
+{
+    const skv_atom_ch *a = as && as->ch[j % as->nch].k ? &as->ch[j % as->nch] : NULL;
+    p->ak[j] = a ? (int32_t)a->k : 0;
+    p->aoff[j] = a ? (int32_t)(a->val - as->vals) : 0;
+    p->lut1[j] = !ok ? 0 : a ? (int32_t)((const uint8_t *)a->tab.lut - p->abase) : p->lut[j];
+    p->e41[j] = !ok ? 0 : a ? (uint64_t)(uintptr_t)a->tab.enc << 4 : p->e4[j];
+}
+
 /* p holding row (n scalars, an array of the row cache rc) as it is now:
  * packed unless it already is; 0 when memory fails. The bucket values
  * of the row's widths are built here. */
@@ -959,68 +1010,28 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
                 return 1;
             gen = rc->gen[k];
         }
-    if (n > p->cap) {
-        size_t per = 2 * sizeof(uint64_t) + 2 * sizeof(const uint32_t *) + 9 * sizeof(int32_t);
-        void *mem = skv_malloc(n * per + 64);
-        if (!mem)
-            return 0;
-        skv_free(p->mem);
-        p->mem = mem;
-        p->cap = n;
-        p->e4 = mem;
-        p->e41 = p->e4 + n;
-        p->cum = (const uint32_t **)(void *)(p->e41 + n);
-        p->cum1 = p->cum + n;
-        p->lut = (int32_t *)(void *)(p->cum1 + n);
-        p->bvt = p->lut + n;
-        p->base = p->bvt + n;
-        p->g = p->base + n;
-        p->nesc = p->g + n;
-        p->ok = p->nesc + n;
-        p->lut1 = p->ok + n;
-        p->ak = p->lut1 + n;
-        p->aoff = p->ak + n;
-    }
-    p->lbase = p->bbase = NULL;
-    p->okall = 1;
-    p->vals = as ? as->vals : NULL;
-    p->abase = as ? (const uint8_t *)as->ch : NULL;
+    if (!v2_pack_room(p, n))
+        return 0;
+    v2_pack_bases(m, p, as);
     for (size_t j = 0; j < n; j++) {
         const skv_fcls *c = &row[j];
-        const uint32_t *vt = NULL;
-        if (c->bucket) {
-            vt = __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
-            if (vt == skv__bvt_none) {
-                skv__build_bvt(m, c->G);
-                vt = __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE);
-            }
-            if (!p->lbase)
-                p->lbase = (const uint8_t *)c->tab->lut, p->bbase = (const uint8_t *)vt;
-        }
-        const skv_atom_ch *a = as && as->ch[j % as->nch].k ? &as->ch[j % as->nch] : NULL;
-        /* byte offsets within +-2^30 of the bases (heap blocks are; a
-         * class with one that is not takes the other paths) */
-        ptrdiff_t lo = c->bucket ? (const uint8_t *)c->tab->lut - p->lbase : 0;
-        ptrdiff_t bo = c->bucket ? (const uint8_t *)vt - p->bbase : 0;
-        ptrdiff_t l1 = a ? (const uint8_t *)a->tab.lut - p->abase : lo;
-        ptrdiff_t ao = a ? a->val - as->vals : 0;
-        int ok = c->bucket && c->tab->enc && c->base > -(1 << 30) && c->base < (1 << 30) &&
-                 lo > -(1 << 30) && lo < (1 << 30) && bo > -(1 << 30) && bo < (1 << 30) &&
-                 l1 > -(1 << 30) && l1 < (1 << 30) && ao < (1 << 28);
+        int ok = c->tab >= m->tblock && c->tab < m->tblock + N_STEP_TABS + N_BUCKET_TABS &&
+                 c->tab->enc && c->base > -(1 << 30) && c->base < (1 << 30);
+        if (c->bucket && ok && __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE) == skv__bvt_none)
+            skv__build_bvt(m, c->G);
+        ok = ok && (!c->bucket || __atomic_load_n(&m->bvt[c->G + BVT_G0], __ATOMIC_ACQUIRE) != skv__bvt_none);
+        const int32_t lo = ok ? (int32_t)((c->tab - m->tblock) * (ptrdiff_t)sizeof(skv_ftab)) : 0;
         p->ok[j] = ok ? -1 : 0;
         p->okall &= ok;
-        p->lut[j] = ok ? (int32_t)lo : 0;
-        p->bvt[j] = ok ? (int32_t)bo : 0;
+        p->stp[j] = c->bucket ? 0 : -1;
+        p->anystp |= !c->bucket;
+        p->lut[j] = lo;
+        p->bvt[j] = ok && c->bucket ? (c->G + BVT_G0) * 2 * BVT_K * 4 : 0;
         p->e4[j] = ok ? (uint64_t)(uintptr_t)c->tab->enc << 4 : 0;
-        p->cum[j] = c->tab->cum;
         p->base[j] = ok ? (int32_t)c->base : 0;
         p->g[j] = c->G;
         p->nesc[j] = (int32_t)c->nesc;
-        p->lut1[j] = ok ? (int32_t)l1 : 0;
-        p->ak[j] = a ? (int32_t)a->k : 0;
-        p->aoff[j] = (int32_t)ao;
-        p->e41[j] = !ok ? 0 : a ? (uint64_t)(uintptr_t)a->tab.enc << 4 : p->e4[j];
-        p->cum1[j] = a ? a->tab.cum : c->tab->cum;
+        v2_pack_atoms(p, as, j, ok);
     }
     p->row = row;
     p->n = n;
@@ -1039,7 +1050,7 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
  * symbol alone, "none" codes the class symbol in round 2 and a level in
  * round 3. Returns the groups done. */
 static inline __attribute__((target("avx2"), always_inline)) size_t
-v2_put_run_t(skv_encoder *e, const uint32_t *x, size_t i, size_t ng, const int ATOMS)
+v2_put_run_t(skv_encoder *e, const uint32_t *x, size_t i, size_t ng, const int ATOMS, const int STEPS)
 {
     const skv_v2pack *p = &e->pk2;
     const __m256i m7f = _mm256_set1_epi32(0x7f), one = _mm256_set1_epi32(1);
@@ -1064,9 +1075,18 @@ v2_put_run_t(skv_encoder *e, const uint32_t *x, size_t i, size_t ng, const int A
         __m256i j = _mm256_srlv_epi32(_mm256_or_si256(_mm256_and_si256(mag, m7f), _mm256_set1_epi32(0x80)), nbc);
         __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), sg);
         __m256i kb = _mm256_blendv_epi8(_mm256_xor_si256(j, neg), neg, zb);
+        /* STEP lanes: the signed ordinal, any finite value */
+        __m256i stp = _mm256_setzero_si256();
+        common = _mm256_or_si256(common, zb);
+        if (STEPS) {
+            stp = _mm256_loadu_si256((const __m256i *)(p->stp + c0));
+            kb = _mm256_blendv_epi8(kb, _mm256_xor_si256(mag, neg), stp);
+            common = _mm256_blendv_epi8(common, _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7f80), mag), stp);
+            zb = _mm256_andnot_si256(stp, zb);
+        }
         __m256i sy = _mm256_sub_epi32(kb, _mm256_loadu_si256((const __m256i *)(p->base + c0)));
         __m256i nm1 = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(p->nesc + c0)), one);
-        __m256i cok = _mm256_and_si256(_mm256_or_si256(common, zb), _mm256_cmpeq_epi32(_mm256_min_epu32(sy, nm1), sy));
+        __m256i cok = _mm256_and_si256(common, _mm256_cmpeq_epi32(_mm256_min_epu32(sy, nm1), sy));
         __m256i hit = _mm256_setzero_si256(), none = hit, r1 = sy;
         if (ATOMS) {
             uint32_t xs[8], ai[8];
@@ -1085,6 +1105,8 @@ v2_put_run_t(skv_encoder *e, const uint32_t *x, size_t i, size_t ng, const int A
         if (_mm256_movemask_ps(_mm256_castsi256_ps(ok)) != 0xff)
             break;
         __m256i nbv = _mm256_blendv_epi8(nbc, _mm256_set1_epi32(7), zb);
+        if (STEPS)
+            nbv = _mm256_andnot_si256(stp, nbv);
         if (ATOMS)
             nbv = _mm256_andnot_si256(hit, nbv);
         __m256i plain = _mm256_and_si256(mag, _mm256_sub_epi32(_mm256_sllv_epi32(one, nbv), one));
@@ -1149,7 +1171,9 @@ v2_put_run_t(skv_encoder *e, const uint32_t *x, size_t i, size_t ng, const int A
 static __attribute__((target("avx2"))) size_t v2_put_run(skv_encoder *e, const uint32_t *x, size_t i,
                                                         size_t ng)
 {
-    return e->pk2.as ? v2_put_run_t(e, x, i, ng, 1) : v2_put_run_t(e, x, i, ng, 0);
+    if (e->pk2.anystp)
+        return e->pk2.as ? v2_put_run_t(e, x, i, ng, 1, 1) : v2_put_run_t(e, x, i, ng, 0, 1);
+    return e->pk2.as ? v2_put_run_t(e, x, i, ng, 1, 0) : v2_put_run_t(e, x, i, ng, 0, 0);
 }
 #endif
 
@@ -2197,14 +2221,30 @@ static int v2_fast_ok(const skv_cmodel *m)
     return 1;
 }
 
+/* lanes_search on the lanes of mb, each table found from its index's
+ * offset (lutv: from p->abase on the lanes of ma, else p->lbase) */
+static inline __attribute__((target("avx2"), always_inline)) void v2_search(const skv_v2pack *p, __m256i lutv, int ma,
+                                                              __m256i slot, __m256i *st, __m256i *en,
+                                                              __m256i *k, int mb)
+{
+    int32_t off[8];
+    const uint32_t *cm[8] = {NULL};
+    _mm256_storeu_si256((__m256i *)off, lutv);
+    for (int m = mb; m; m &= m - 1) {
+        int j = __builtin_ctz((unsigned)m);
+        const uint8_t *b = (ma >> j & 1) ? p->abase : p->lbase;
+        cm[j] = ((const skv_ftab *)(const void *)(b + off[j] - offsetof(skv_ftab, lut)))->cum;
+    }
+    lanes_search(slot, st, en, k, mb, cm);
+}
+
 /* The table symbol k of every lane from the tables whose indexes lie at
  * byte offsets lutv from p->lbase, or from p->abase on the lanes of ma
  * (a movemask; cumulative frequencies cm), and the states after it,
  * before their renormalisation (*nx); the lanes of act are searched when
  * their slot lies in a run where several symbols start */
 static inline __attribute__((target("avx2,popcnt"), always_inline)) __m256i
-v2_sym(const skv_v2pack *p, __m256i lutv, const uint32_t *const *cm, __m256i X, int act, int ma,
-       __m256i A, __m256i *nx)
+v2_sym(const skv_v2pack *p, __m256i lutv, __m256i X, int act, int ma, __m256i A, __m256i *nx)
 {
     const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
     __m256i slot = _mm256_and_si256(X, m16);
@@ -2231,7 +2271,7 @@ v2_sym(const skv_v2pack *p, __m256i lutv, const uint32_t *const *cm, __m256i X, 
     k = _mm256_sub_epi32(k, up);
     int mb = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(slot, c2m1))) & act;
     if (__builtin_expect(mb != 0, 0)) /* runs where several symbols start */
-        lanes_search(slot, &st, &en, &k, mb, cm);
+        v2_search(p, lutv, ma, slot, &st, &en, &k, mb);
     *nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(X, 16)),
                            _mm256_sub_epi32(slot, st));
     return k;
@@ -2259,7 +2299,7 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i v2_atzero(c
  * level off the normal binades). */
 static inline __attribute__((target("avx2,popcnt"), always_inline)) int
 v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t **w, uint64_t *pos,
-         const uint8_t *rb, uint32_t *x, const int ATOMS)
+         const uint8_t *rb, uint32_t *x, const int ATOMS, const int STEPS)
 {
     const __m256i ones = _mm256_set1_epi32(-1);
     const int32_t *base = p->base + i;
@@ -2269,7 +2309,7 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
     if (ATOMS) {
         __m256i akv = _mm256_loadu_si256((const __m256i *)(p->ak + i));
         __m256i am = _mm256_cmpgt_epi32(akv, _mm256_setzero_si256());
-        k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut1 + i)), p->cum1 + i, *X, 0xff,
+        k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut1 + i)), *X, 0xff,
                    _mm256_movemask_ps(_mm256_castsi256_ps(am)), am, &nx);
         lanes_renorm(X, nx, ones, w);
         hit = _mm256_cmpgt_epi32(akv, k);
@@ -2286,7 +2326,9 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
         }
         if (mn) { /* round 2: the class symbols after "none", the levels of lanes at zero */
             zA = _mm256_andnot_si256(_mm256_or_si256(hit, none), v2_atzero(base, k));
-            __m256i k2 = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), p->cum + i, *X, mn, 0,
+            if (STEPS)
+                zA = _mm256_andnot_si256(_mm256_loadu_si256((const __m256i *)(p->stp + i)), zA);
+            __m256i k2 = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), *X, mn, 0,
                                 hit, &nx);
             if (_mm256_movemask_ps(_mm256_castsi256_ps(zA))) {
                 __m256i nz;
@@ -2297,23 +2339,38 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
             k = _mm256_blendv_epi8(k, k2, none);
         }
     } else {
-        k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), p->cum + i, *X, 0xff, 0, hit, &nx);
+        k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), *X, 0xff, 0, hit, &nx);
         lanes_renorm(X, nx, ones, w);
     }
     /* the bucket's value: entry key + BVT_K of the width's values */
-    __m256i kp = _mm256_add_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)base), k),
-                                  _mm256_set1_epi32(BVT_K));
+    __m256i stp = STEPS ? _mm256_loadu_si256((const __m256i *)(p->stp + i)) : _mm256_setzero_si256();
+    if (ATOMS && STEPS)
+        stp = _mm256_andnot_si256(hit, stp);
+    __m256i key = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)base), k);
+    __m256i kp = _mm256_add_epi32(key, _mm256_set1_epi32(BVT_K));
     __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi32(k, _mm256_loadu_si256((const __m256i *)(p->nesc + i))),
-                                  _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(2 * BVT_K)),
-                                                     _mm256_set1_epi32(2 * BVT_K - 1)));
+                                  _mm256_andnot_si256(stp, _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(2 * BVT_K)),
+                                                                              _mm256_set1_epi32(2 * BVT_K - 1))));
     kp = _mm256_and_si256(kp, _mm256_set1_epi32(2 * BVT_K - 1));
     __m256i ent = _mm256_i32gather_epi32(
         (const int *)(const void *)p->bbase,
         _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(p->bvt + i)), _mm256_slli_epi32(kp, 2)), 1);
     __m256i nb = _mm256_srli_epi32(ent, 24), first = _mm256_and_si256(ent, _mm256_set1_epi32(0xffffff));
     __m256i neg = _mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K - 1));
-    __m256i zm = _mm256_or_si256(_mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K)), neg);
-    bad = _mm256_or_si256(bad, _mm256_andnot_si256(zm, _mm256_cmpeq_epi32(nb, _mm256_setzero_si256())));
+    __m256i zm = _mm256_andnot_si256(stp, _mm256_or_si256(_mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K)), neg));
+    bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_or_si256(zm, stp),
+                                                   _mm256_cmpeq_epi32(nb, _mm256_setzero_si256())));
+    if (STEPS && _mm256_movemask_ps(_mm256_castsi256_ps(stp))) {
+        /* STEP: the signed ordinal key, finite ([-0x7f80, 0x7f7f]) */
+        __m256i sn = _mm256_srai_epi32(key, 31);
+        __m256i sv = _mm256_or_si256(_mm256_xor_si256(key, sn), _mm256_and_si256(sn, _mm256_set1_epi32(0x8000)));
+        __m256i ko = _mm256_add_epi32(key, _mm256_set1_epi32(0x7f80));
+        bad = _mm256_or_si256(bad, _mm256_and_si256(stp, _mm256_cmpeq_epi32(
+                                                              _mm256_min_epu32(ko, _mm256_set1_epi32(0xff00)),
+                                                              _mm256_set1_epi32(0xff00))));
+        first = _mm256_blendv_epi8(first, sv, stp);
+        nb = _mm256_andnot_si256(stp, nb);
+    }
     if (ATOMS) {
         bad = _mm256_andnot_si256(hit, bad);
         zm = _mm256_andnot_si256(hit, zm);
@@ -2353,7 +2410,7 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
  * reads past the end of the words or raw bits sets r->bad. */
 static inline __attribute__((target("avx2,popcnt"), always_inline)) size_t
 v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x, uint32_t mag, uint32_t big,
-         int *stop, const int ATOMS)
+         int *stop, const int ATOMS, const int STEPS)
 {
     const skv_v2pack *p = &d->pk;
     const size_t n = p->n;
@@ -2409,7 +2466,7 @@ v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x,
         }                                                                                                 \
         __m256i Xs = XX;                                                                                  \
         const uint16_t *ws = w;                                                                           \
-        if (v2_group(p, i, &XX, &AA, &w, &pos, rb, x + 8 * k, ATOMS)) {                                   \
+        if (v2_group(p, i, &XX, &AA, &w, &pos, rb, x + 8 * k, ATOMS, STEPS)) {                                   \
             XX = Xs, w = ws;                                                                              \
             goto out;                                                                                     \
         }                                                                                                 \
@@ -2452,8 +2509,11 @@ static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t
                                                            size_t ng, uint32_t *x, uint32_t mag, uint32_t big,
                                                            int *stop)
 {
-    return d->pk.as ? v2_run_t(d, r, i, at, ng, x, mag, big, stop, 1)
-                    : v2_run_t(d, r, i, at, ng, x, mag, big, stop, 0);
+    if (d->pk.anystp)
+        return d->pk.as ? v2_run_t(d, r, i, at, ng, x, mag, big, stop, 1, 1)
+                        : v2_run_t(d, r, i, at, ng, x, mag, big, stop, 0, 1);
+    return d->pk.as ? v2_run_t(d, r, i, at, ng, x, mag, big, stop, 1, 0)
+                    : v2_run_t(d, r, i, at, ng, x, mag, big, stop, 0, 0);
 }
 #else
 static int v2_fast_ok(const skv_cmodel *m)

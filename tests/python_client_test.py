@@ -149,7 +149,8 @@ def run(c, sock):
     check(c.ping() == "PONG", "connection usable after errors")
 
     st = c.stats()
-    check(st["tokens"] >= 78 and st["raw_bytes"] == st["tokens"] * TB,
+    # 75 tokens stored above, 3 more by the numpy put (when numpy is there)
+    check(st["tokens"] >= (78 if np is not None else 75) and st["raw_bytes"] == st["tokens"] * TB,
           "stats tokens/raw_bytes %r" % st)
     check(isinstance(st["ratio"], float) and isinstance(st["level.raw"], list),
           "stats types %r" % st)
