@@ -139,6 +139,70 @@ static const skv_v8i cls8_k[] = {
     V8(N_STEP_TABS),
 };
 
+/* One group of skv__cls8_avx2: eight lanes of mu, s into flag, idx, key
+ * and G (constants K: cls8_k) */
+static inline __attribute__((target("avx2"), always_inline)) void
+cls8_group(const skv_v8i *K, const float *mu, const float *s, skv_v8i *flag_o, skv_v8i *idx_o,
+           skv_v8i *key_o, skv_v8i *G_o)
+{
+    skv_v8i mb, sb;
+    memcpy(&mb, mu, sizeof mb);
+    memcpy(&sb, s, sizeof sb);
+    mb &= ~((mb & K[K_X7F800000]) == K[K_X7F800000]); /* NaN, inf: mu = +0 */
+    /* s: NaN, negative or below 2^-120 -> 2^-120; above 2^100 -> 2^100
+     * (positive floats order as their bits) */
+    skv_v8i lo = (sb > K[K_X7F800000]) | (sb < K[K_X03800000]);
+    sb = (sb & ~lo) | (K[K_X03800000] & lo);
+    skv_v8i hi = sb > K[K_X71800000];
+    sb = (sb & ~hi) | (K[K_X71800000] & hi);
+    skv_v8i Es = ((sb >> 23) & K[K_XFF]) - K[K_127], sub = (sb >> 20) & K[K_7], G = Es - K[K_3];
+    skv_v8i emu = (mb >> 23) & K[K_XFF];
+    skv_v8i M = (mb & K[K_X7FFFFF]) | ((emu != V8(0)) & K[K_X800000]);
+    skv_v8i sgn = mb >> 31;
+    skv_v8i Y = (M ^ sgn) - sgn; /* mu = Y * 2^em */
+    skv_v8i em = emu + (emu == V8(0)) * -1 - K[K_150];
+    /* c: bf16 nearest mu (RNE), saturated to the largest finite */
+    skv_v8u u = (skv_v8u)mb;
+    skv_v8i cc = (skv_v8i)((u + (skv_v8u)K[K_X7FFF] + ((u >> 16) & (skv_v8u)K[K_1])) >> 16);
+    skv_v8i sat = (cc & K[K_X7FFF]) >= K[K_X7F80];
+    cc = (cc & ~sat) | (((cc & K[K_X8000]) | K[K_X7F7F]) & sat);
+    skv_v8i cm = cc & K[K_X7FFF], E = cm >> 7;
+    skv_v8i U = E + (E == V8(0)) * -1 - K[K_134];
+    skv_v8i step = U >= G;
+    /* STEP: octave, phases, phase of mu's offset from c */
+    skv_v8i oct = Es - U, low = oct < K[K_M12];
+    oct = (oct & ~low) | (K[K_M12] & low);
+    skv_v8i subS = sub & ~low;
+    skv_v8i nph = SEL(oct < V8(0), K[K_16], SEL(oct < K[K_2], K[K_4], K[K_1]));
+    skv_v8i Mc = (cm & K[K_X7F]) | ((E != V8(0)) & K[K_X80]);
+    skv_v8i csg = (cc & K[K_X8000]) != V8(0);
+    skv_v8i Yc = (Mc ^ csg) - csg; /* c = Yc * 2^U */
+    skv_v8i k = U - em; /* -(em - U) */
+    skv_v8i kok = (k >= K[K_1]) & (k <= K[K_22]);
+    skv_v8i kc = (k & kok) | (K[K_1] & ~kok); /* a safe shift where not ok */
+    skv_v8i N = Y - (Yc << kc); /* (mu - c) / 2^U = N / 2^k */
+    skv_v8i nok = (N < K[K_P26]) & (N > K[K_M26]);
+    skv_v8i T = (N * nph + (nph << (kc - K[K_1]))) >> kc;
+    skv_v8i ph = SEL(T < K[K_1], V8(0), SEL(T >= nph, nph - K[K_1], T));
+    skv_v8i one = nph == K[K_1];
+    ph &= ~one;
+    skv_v8i idxS = ((oct + K[K_12]) * 8 + subS) * 16 + ph;
+    skv_v8i okS = one | (kok & nok);
+    /* BUCKET: floor(mu / 2^G) and the phase of the rest */
+    skv_v8i d = em - G, pos = d >= V8(0);
+    skv_v8i okB = ~pos | (d <= K[K_6]);
+    skv_v8i dp = d & pos & okB;
+    skv_v8i kb = (-d) & ~pos, kb31 = SEL(kb > K[K_31], K[K_31], kb);
+    skv_v8i sh2 = kb - K[K_2], sh2c = SEL(sh2 > K[K_31], K[K_31], SEL(sh2 < V8(0), V8(0), sh2));
+    skv_v8i phN = SEL(kb >= K[K_2], (Y >> sh2c) & K[K_3], (Y & K[K_1]) << 1);
+    skv_v8i bi = SEL(pos, Y << dp, Y >> kb31);
+    skv_v8i phB = phN & ~pos;
+    skv_v8i idxB = sub * 4 + phB;
+    skv_v8i flag = SEL(step, SEL(okS, V8(0), K[K_2]), SEL(okB, K[K_1], K[K_2]));
+    skv_v8i idx = SEL(step, idxS, idxB + K[K_NSTEP]), key = SEL(step, cc, bi);
+    *flag_o = flag, *idx_o = idx, *key_o = key, *G_o = G;
+}
+
 __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float *s, size_t groups,
                                                    skv_cls8 *o)
 {
@@ -147,61 +211,8 @@ __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float
     const skv_v8i *K = cls8_k;
     __asm__("" : "+r"(K));
     for (; groups--; mu += 8, s += 8, o++) {
-        skv_v8i mb, sb;
-        memcpy(&mb, mu, sizeof mb);
-        memcpy(&sb, s, sizeof sb);
-        mb &= ~((mb & K[K_X7F800000]) == K[K_X7F800000]); /* NaN, inf: mu = +0 */
-        /* s: NaN, negative or below 2^-120 -> 2^-120; above 2^100 -> 2^100
-         * (positive floats order as their bits) */
-        skv_v8i lo = (sb > K[K_X7F800000]) | (sb < K[K_X03800000]);
-        sb = (sb & ~lo) | (K[K_X03800000] & lo);
-        skv_v8i hi = sb > K[K_X71800000];
-        sb = (sb & ~hi) | (K[K_X71800000] & hi);
-        skv_v8i Es = ((sb >> 23) & K[K_XFF]) - K[K_127], sub = (sb >> 20) & K[K_7], G = Es - K[K_3];
-        skv_v8i emu = (mb >> 23) & K[K_XFF];
-        skv_v8i M = (mb & K[K_X7FFFFF]) | ((emu != V8(0)) & K[K_X800000]);
-        skv_v8i sgn = mb >> 31;
-        skv_v8i Y = (M ^ sgn) - sgn; /* mu = Y * 2^em */
-        skv_v8i em = emu + (emu == V8(0)) * -1 - K[K_150];
-        /* c: bf16 nearest mu (RNE), saturated to the largest finite */
-        skv_v8u u = (skv_v8u)mb;
-        skv_v8i cc = (skv_v8i)((u + (skv_v8u)K[K_X7FFF] + ((u >> 16) & (skv_v8u)K[K_1])) >> 16);
-        skv_v8i sat = (cc & K[K_X7FFF]) >= K[K_X7F80];
-        cc = (cc & ~sat) | (((cc & K[K_X8000]) | K[K_X7F7F]) & sat);
-        skv_v8i cm = cc & K[K_X7FFF], E = cm >> 7;
-        skv_v8i U = E + (E == V8(0)) * -1 - K[K_134];
-        skv_v8i step = U >= G;
-        /* STEP: octave, phases, phase of mu's offset from c */
-        skv_v8i oct = Es - U, low = oct < K[K_M12];
-        oct = (oct & ~low) | (K[K_M12] & low);
-        skv_v8i subS = sub & ~low;
-        skv_v8i nph = SEL(oct < V8(0), K[K_16], SEL(oct < K[K_2], K[K_4], K[K_1]));
-        skv_v8i Mc = (cm & K[K_X7F]) | ((E != V8(0)) & K[K_X80]);
-        skv_v8i csg = (cc & K[K_X8000]) != V8(0);
-        skv_v8i Yc = (Mc ^ csg) - csg; /* c = Yc * 2^U */
-        skv_v8i k = U - em; /* -(em - U) */
-        skv_v8i kok = (k >= K[K_1]) & (k <= K[K_22]);
-        skv_v8i kc = (k & kok) | (K[K_1] & ~kok); /* a safe shift where not ok */
-        skv_v8i N = Y - (Yc << kc); /* (mu - c) / 2^U = N / 2^k */
-        skv_v8i nok = (N < K[K_P26]) & (N > K[K_M26]);
-        skv_v8i T = (N * nph + (nph << (kc - K[K_1]))) >> kc;
-        skv_v8i ph = SEL(T < K[K_1], V8(0), SEL(T >= nph, nph - K[K_1], T));
-        skv_v8i one = nph == K[K_1];
-        ph &= ~one;
-        skv_v8i idxS = ((oct + K[K_12]) * 8 + subS) * 16 + ph;
-        skv_v8i okS = one | (kok & nok);
-        /* BUCKET: floor(mu / 2^G) and the phase of the rest */
-        skv_v8i d = em - G, pos = d >= V8(0);
-        skv_v8i okB = ~pos | (d <= K[K_6]);
-        skv_v8i dp = d & pos & okB;
-        skv_v8i kb = (-d) & ~pos, kb31 = SEL(kb > K[K_31], K[K_31], kb);
-        skv_v8i sh2 = kb - K[K_2], sh2c = SEL(sh2 > K[K_31], K[K_31], SEL(sh2 < V8(0), V8(0), sh2));
-        skv_v8i phN = SEL(kb >= K[K_2], (Y >> sh2c) & K[K_3], (Y & K[K_1]) << 1);
-        skv_v8i bi = SEL(pos, Y << dp, Y >> kb31);
-        skv_v8i phB = phN & ~pos;
-        skv_v8i idxB = sub * 4 + phB;
-        skv_v8i flag = SEL(step, SEL(okS, V8(0), K[K_2]), SEL(okB, K[K_1], K[K_2]));
-        skv_v8i idx = SEL(step, idxS, idxB + K[K_NSTEP]), key = SEL(step, cc, bi);
+        skv_v8i flag, idx, key, G;
+        cls8_group(K, mu, s, &flag, &idx, &key, &G);
         memcpy(o->flag, &flag, sizeof flag);
         memcpy(o->idx, &idx, sizeof idx);
         memcpy(o->key, &key, sizeof key);
@@ -407,6 +418,7 @@ struct skv_encoder {
     skv_fcache fc;
     skv_rcache rc;
     int version_on, version; /* the stream version asked for; this stream's */
+    int states_on, states;   /* version 2's states asked for; this stream's */
     /* version 2: the table symbols in decoding order (skv_eop address << 4
      * | state), the raw bit stream (zero past rbits2), the operations of
      * an unfinished group waiting in ops, the fast path's packed row */
@@ -431,6 +443,7 @@ int skv_encoder_create(skv_cmodel *m, skv_encoder **out)
     e->m = m;
     e->ideal_on = 1;
     e->version_on = 1;
+    e->states_on = SKV_V2_STATES;
     skv_encoder_reset(e, NULL);
     *out = e;
     return SKV_OK;
@@ -470,6 +483,7 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
     rcache_clear(&e->rc);
     e->h = 0x243f6a8885a308d3ull;
     e->version = e->version_on;
+    e->states = e->states_on;
     if (e->raw2) /* the raw bit stream is ORed into zeros */
         memset(e->raw2, 0, (size_t)(e->rbits2 / 8) + 16 < e->raw2cap ? (size_t)(e->rbits2 / 8) + 16 : e->raw2cap);
     e->nq2 = 0;
@@ -1040,6 +1054,86 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
     return 1;
 }
 
+/* p holding the classes of the bf16 row mu[0..n), s[0..n) (n a multiple
+ * of 8), classified eight lanes at a time (skv__cls8_avx2's arithmetic)
+ * straight into the pack: rows that do not repeat (ctx's, with the row
+ * cache off). Tables not built yet are built on the way; a lane the
+ * arithmetic flags, or whose table cannot be built, is left to the other
+ * paths (p->ok 0). enc: the encoder's e4 as well. 0 when memory fails. */
+static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pack *p, const float *mu,
+                                                      const float *s, size_t n, const skv_atoms *as,
+                                                      int enc)
+{
+    if (n % 8 || (as && n % as->nch) || !v2_pack_room(p, n))
+        return 0;
+    v2_pack_bases(m, p, as);
+    p->row = NULL, p->gen = 0, p->n = n, p->as = as;
+    const skv_v8i *K = cls8_k;
+    __asm__("" : "+r"(K));
+    const uint8_t *tb = (const uint8_t *)m->tblock;
+    const int *rdy = m->ready, *rdyb = m->ready + N_STEP_TABS + N_BUCKET_TABS;
+    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+    __m256i okacc = _mm256_set1_epi32(-1), sacc = zero;
+    for (size_t j = 0; j < n; j += 8) {
+        __m256i isS, isB, ok, ix, kv, Gv;
+        for (int tries = 0;; tries++) {
+            skv_v8i flag, idx, key, G;
+            cls8_group(K, mu + j, s + j, &flag, &idx, &key, &G);
+            __m256i fl = (__m256i)flag;
+            ix = (__m256i)idx, kv = (__m256i)key, Gv = (__m256i)G;
+            isS = _mm256_cmpeq_epi32(fl, zero), isB = _mm256_cmpeq_epi32(fl, one);
+            __m256i okc = _mm256_or_si256(isS, isB);
+            ix = _mm256_and_si256(ix, okc);
+            __m256i gi = _mm256_and_si256(_mm256_add_epi32(Gv, _mm256_set1_epi32(BVT_G0)), isB);
+            __m256i r = _mm256_mask_i32gather_epi32(zero, rdy, ix, okc, 4);
+            __m256i rb = _mm256_mask_i32gather_epi32(zero, rdyb, gi, isB, 4);
+            ok = _mm256_and_si256(r, _mm256_or_si256(isS, rb));
+            unsigned miss = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_andnot_si256(ok, okc)));
+            if (!miss || tries)
+                break;
+            for (; miss; miss &= miss - 1) { /* build what the lane needs, then again */
+                int q = __builtin_ctz(miss);
+                skv_fcls c;
+                if (fclassify(m, &SKV__LAT_BF16, mu[j + q], s[j + q], &c) == SKV_OK && c.bucket)
+                    skv__build_bvt(m, c.G);
+            }
+        }
+        __m256i off = _mm256_and_si256(_mm256_mullo_epi32(ix, _mm256_set1_epi32((int)sizeof(skv_ftab))), ok);
+        __m256i R = _mm256_mask_i32gather_epi32(zero, (const int *)(const void *)(tb + offsetof(skv_ftab, R)),
+                                                off, ok, 1);
+        __m256i nn = _mm256_mask_i32gather_epi32(zero, (const int *)(const void *)(tb + offsetof(skv_ftab, n)),
+                                                 off, ok, 1);
+        /* STEP: key is c's bits, the base its signed ordinal */
+        __m256i neg = _mm256_sub_epi32(zero, _mm256_and_si256(_mm256_srli_epi32(kv, 15), one));
+        __m256i ord = _mm256_xor_si256(_mm256_and_si256(kv, _mm256_set1_epi32(0x7fff)), neg);
+        __m256i base = _mm256_and_si256(_mm256_sub_epi32(_mm256_blendv_epi8(kv, ord, isS), R), ok);
+        __m256i gi = _mm256_and_si256(_mm256_add_epi32(Gv, _mm256_set1_epi32(BVT_G0)), _mm256_andnot_si256(isS, ok));
+        _mm256_storeu_si256((__m256i *)(p->lut + j), off);
+        _mm256_storeu_si256((__m256i *)(p->bvt + j), _mm256_slli_epi32(gi, 10)); /* 2 * BVT_K * 4 bytes */
+        _mm256_storeu_si256((__m256i *)(p->base + j), base);
+        _mm256_storeu_si256((__m256i *)(p->g + j), Gv);
+        _mm256_storeu_si256((__m256i *)(p->nesc + j), _mm256_sub_epi32(nn, one));
+        _mm256_storeu_si256((__m256i *)(p->ok + j), ok);
+        _mm256_storeu_si256((__m256i *)(p->stp + j), isS);
+        okacc = _mm256_and_si256(okacc, ok);
+        sacc = _mm256_or_si256(sacc, _mm256_and_si256(isS, ok));
+        if (enc) {
+            const long long *eb = (const long long *)(const void *)(tb + offsetof(skv_ftab, enc));
+            __m256i m0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(ok));
+            __m256i m1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(ok, 1));
+            __m256i e0 = _mm256_mask_i32gather_epi64(zero, eb, _mm256_castsi256_si128(off), m0, 1);
+            __m256i e1 = _mm256_mask_i32gather_epi64(zero, eb, _mm256_extracti128_si256(off, 1), m1, 1);
+            _mm256_storeu_si256((__m256i *)(p->e4 + j), _mm256_slli_epi64(e0, 4));
+            _mm256_storeu_si256((__m256i *)(p->e4 + j + 4), _mm256_slli_epi64(e1, 4));
+        }
+        for (int q = 0; as && q < 8; q++)
+            v2_pack_atoms(p, as, j + (size_t)q, p->ok[j + q] != 0);
+    }
+    p->okall = _mm256_movemask_ps(_mm256_castsi256_ps(okacc)) == 0xff;
+    p->anystp = _mm256_movemask_ps(_mm256_castsi256_ps(sacc)) != 0;
+    return 1;
+}
+
 /* Whole groups of bf16 scalars x (the row's scalars from i on, at stream
  * position e->n, a multiple of 8), up to ng, planned eight at a time on
  * AVX2 (enc_one's common case; grown from bench_lanes's model): each
@@ -1196,7 +1290,8 @@ static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const
         (!e->atoms || e->n % e->atoms->nch == 0)) {
         if (!row && rcache_on(&e->rc, n) && !(row = rcache_get(e->m, L, &e->rc, mu, s, n)))
             return skv_error(SKV_ERR_NOMEM, "codec table");
-        fast = row && v2_pack(e->m, &e->rc, &e->pk2, row, n, e->atoms);
+        fast = row ? v2_pack(e->m, &e->rc, &e->pk2, row, n, e->atoms)
+                   : v2_pack_rows(e->m, &e->pk2, mu, s, n, e->atoms, 1);
     }
 #endif
     size_t i = 0;
@@ -1274,6 +1369,14 @@ int skv_encoder_set_version(skv_encoder *e, int version)
     return SKV_OK;
 }
 
+int skv_encoder_set_states(skv_encoder *e, int states)
+{
+    if (states != 8 && states != 16)
+        return skv_error(SKV_ERR_ARG, "stream version 2 has 8 or 16 states, not %d", states);
+    e->states_on = states;
+    return SKV_OK;
+}
+
 int skv_stream_v2_fast(skv_dtype dt)
 {
 #ifdef SKV_HAVE_CLS8
@@ -1287,7 +1390,7 @@ int skv_stream_v2_fast(skv_dtype dt)
 size_t skv_encoder_bound(const skv_encoder *e)
 {
     if (e->version == 2) /* 16 states; a word a table symbol; the raw bits; a waiting group */
-        return SKV_STREAM_HEADER + 4 * SKV_V2_STATES + 2 * e->nq2 + (size_t)(e->rbits2 / 8) + 1 +
+        return SKV_STREAM_HEADER + 4 * (size_t)e->states + 2 * e->nq2 + (size_t)(e->rbits2 / 8) + 1 +
                4 * e->nops + 8;
     return SKV_STREAM_HEADER + 16 + 2 * e->nops;
 }
@@ -1341,16 +1444,19 @@ static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     }
     const uint64_t *q = e->q2;
     const uint8_t *raw = e->raw2;
+    /* lane l of the queue (v2_lane) is state l mod states */
+    const int ns = e->states;
+    const uint64_t smask = (uint64_t)ns - 1;
     uint32_t x[SKV_V2_STATES];
     for (int l = 0; l < SKV_V2_STATES; l++)
         x[l] = RANS_L;
     uint16_t *top = e->words + nq;
     ptrdiff_t nn = 0;
     for (size_t k = nq; k-- > 0;)
-        enc_eop(&x[q[k] & 15u], (const skv_eop *)(uintptr_t)(q[k] >> 4), 0, top, &nn);
+        enc_eop(&x[q[k] & smask], (const skv_eop *)(uintptr_t)(q[k] >> 4), 0, top, &nn);
     size_t nw = (size_t)-nn;
     const uint16_t *words = top + nn + 1;
-    size_t payload = 4 * SKV_V2_STATES + 2 * nw + nraw;
+    size_t payload = 4 * (size_t)ns + 2 * nw + nraw;
     size_t total = SKV_STREAM_HEADER + payload;
     int rc = SKV_OK;
     if (total > cap)
@@ -1367,6 +1473,7 @@ static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     skv_store32_le(o, SKV_STREAM_MAGIC);
     skv_store16_le(o + 4, 2);
     o[6] = (uint8_t)e->m->lat.dt;
+    o[7] = ns == 8; /* 0: sixteen states, 1: eight */
     skv_store32_le(o + 8, e->n);
     skv_store32_le(o + 12, (uint32_t)payload);
     skv_store32_le(o + 16, skv_stream_model_id(e->m, e->atoms));
@@ -1374,9 +1481,9 @@ static int finish_v2(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
     skv_store64_le(o + 24, final_checksum(h, e->n));
     memcpy(o + 32, e->calib, 16);
     o += SKV_STREAM_HEADER;
-    for (int l = 0; l < SKV_V2_STATES; l++)
+    for (int l = 0; l < ns; l++)
         skv_store32_le(o + 4 * l, x[l]);
-    o += 4 * SKV_V2_STATES;
+    o += 4 * ns;
     for (size_t k = 0; k < nw; k++)
         skv_store16_le(o + 2 * k, words[k]);
     o += 2 * nw;
@@ -1467,9 +1574,10 @@ int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info)
     skv_lat L;
     if (src[6] > SKV_DT_F8E4M3 || skv__lat_init(&L, (skv_dtype)src[6]))
         return skv_error(SKV_ERR_FORMAT, "stream: bad dtype %u", src[6]);
-    if (src[7] != 0 || (ver == 1 && skv_load32_le(src + 20) != 0))
+    if ((ver == 1 && src[7] != 0) || (ver == 2 && src[7] > 1) || (ver == 1 && skv_load32_le(src + 20) != 0))
         return skv_error(SKV_ERR_FORMAT, "stream: reserved header fields are not zero");
     info->version = ver;
+    info->states = ver == 1 ? 4 : src[7] ? 8 : 16;
     info->raw = ver == 2 ? skv_load32_le(src + 20) : 0;
     info->dtype = (skv_dtype)src[6];
     info->n = skv_load32_le(src + 8);
@@ -1481,7 +1589,7 @@ int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info)
         return skv_error(SKV_ERR_TOO_LARGE, "stream: %u scalars exceeds the limit", info->n);
     if (ver == 1 && (info->payload < 16 || (info->payload & 1)))
         return skv_error(SKV_ERR_FORMAT, "stream: payload size %u is impossible", info->payload);
-    if (ver == 2 && ((uint64_t)info->raw + 4 * SKV_V2_STATES > info->payload ||
+    if (ver == 2 && ((uint64_t)info->raw + 4 * info->states > info->payload ||
                      ((info->payload - info->raw) & 1)))
         return skv_error(SKV_ERR_FORMAT, "stream: payload size %u with %u raw bytes is impossible",
                          info->payload, info->raw);
@@ -1506,7 +1614,8 @@ struct skv_decoder {
     skv_fcache fc;
     skv_rcache rc;
     uint32_t version;
-    uint32_t x2[SKV_V2_STATES];  /* version 2: the states */
+    uint32_t x2[SKV_V2_STATES];  /* version 2: the states (eight: x2[0..8) only) */
+    uint32_t states;             /* version 2: 16 or 8 */
     uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
     const uint8_t *rb;           /* version 2: the raw bit stream, rbits long */
     uint64_t rpos, rbits;
@@ -1576,13 +1685,14 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
     const uint8_t *p = src + SKV_STREAM_HEADER;
     d->version = info->version;
     if (info->version == 2) {
-        for (int l = 0; l < SKV_V2_STATES; l++) {
-            d->x2[l] = skv_load32_le(p + 4 * l);
+        d->states = info->states;
+        for (int l = 0; l < SKV_V2_STATES; l++) { /* eight states: the second bank mirrors the first */
+            d->x2[l] = skv_load32_le(p + 4 * (l & (int)(d->states - 1)));
             d->acc[l] = V2_ACC0;
             if (d->x2[l] < RANS_L)
                 return skv_error(SKV_ERR_CORRUPT, "stream: rANS state %d out of range", l);
         }
-        d->w = p + 4 * SKV_V2_STATES;
+        d->w = p + 4 * d->states;
         d->wend = p + info->payload - info->raw;
         d->rb = d->wend;
         d->rpos = 0;
@@ -2172,7 +2282,7 @@ static void v2_group_ref(skv_decoder *d, r2_t *r, const skv_fcls *c, uint32_t at
     }
     /* round 1: the atom symbol or the class symbol */
     for (uint32_t j = 0; j < k; j++) {
-        uint32_t s1 = r2_sym(r, v2_lane(at + j), t[j]);
+        uint32_t s1 = r2_sym(r, v2_lane(at + j) & (int)(d->states - 1), t[j]);
         val[j] = a[j] && s1 < a[j]->k;
         if (val[j]) {
             x[j] = a[j]->val[s1];
@@ -2189,7 +2299,7 @@ static void v2_group_ref(skv_decoder *d, r2_t *r, const skv_fcls *c, uint32_t at
         for (uint32_t j = 0; j < k; j++) {
             if (!t[j])
                 continue;
-            uint32_t s = r2_sym(r, v2_lane(at + j), t[j]);
+            uint32_t s = r2_sym(r, v2_lane(at + j) & (int)(d->states - 1), t[j]);
             if (a[j] && round == 2) { /* after "none": the class symbol */
                 sym[j] = s;
                 t[j] = dec2_next(d->m, &c[j], s);
@@ -2410,7 +2520,7 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
  * reads past the end of the words or raw bits sets r->bad. */
 static inline __attribute__((target("avx2,popcnt"), always_inline)) size_t
 v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x, uint32_t mag, uint32_t big,
-         int *stop, const int ATOMS, const int STEPS)
+         int *stop, const int ATOMS, const int STEPS, const int ONE)
 {
     const skv_v2pack *p = &d->pk;
     const size_t n = p->n;
@@ -2480,6 +2590,14 @@ v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x,
             x0 += n;                                                                                      \
         }                                                                                                 \
     } while (0)
+    if (ONE) { /* eight states: every group on X0, the checksum lanes still alternate */
+        if (at >> 3 & 1u)
+            V2_STEP(X0, A1);
+        for (;;) {
+            V2_STEP(X0, A0);
+            V2_STEP(X0, A1);
+        }
+    }
     if (at >> 3 & 1u)
         V2_STEP(X1, A1);
     for (;;) {
@@ -2509,11 +2627,14 @@ static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t
                                                            size_t ng, uint32_t *x, uint32_t mag, uint32_t big,
                                                            int *stop)
 {
+    if (d->states == 8) /* (the STEP variant takes packs without STEP lanes too) */
+        return d->pk.as ? v2_run_t(d, r, i, at, ng, x, mag, big, stop, 1, 1, 1)
+                        : v2_run_t(d, r, i, at, ng, x, mag, big, stop, 0, 1, 1);
     if (d->pk.anystp)
-        return d->pk.as ? v2_run_t(d, r, i, at, ng, x, mag, big, stop, 1, 1)
-                        : v2_run_t(d, r, i, at, ng, x, mag, big, stop, 0, 1);
-    return d->pk.as ? v2_run_t(d, r, i, at, ng, x, mag, big, stop, 1, 0)
-                    : v2_run_t(d, r, i, at, ng, x, mag, big, stop, 0, 0);
+        return d->pk.as ? v2_run_t(d, r, i, at, ng, x, mag, big, stop, 1, 1, 0)
+                        : v2_run_t(d, r, i, at, ng, x, mag, big, stop, 0, 1, 0);
+    return d->pk.as ? v2_run_t(d, r, i, at, ng, x, mag, big, stop, 1, 0, 0)
+                    : v2_run_t(d, r, i, at, ng, x, mag, big, stop, 0, 0, 0);
 }
 #else
 static int v2_fast_ok(const skv_cmodel *m)
@@ -2545,9 +2666,11 @@ static int get_rows_v2(skv_decoder *d, const float *mu, const float *s, uint32_t
         return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing decoded */
     int fast = 0;
 #ifdef SKV_HAVE_CLS8
-    /* the AVX2 path takes rows from the row cache, their classes packed once */
-    if (row && d->fast2 && (!d->atoms || d->got % d->atoms->nch == 0))
-        fast = v2_pack(d->m, &d->rc, &d->pk, row, n, d->atoms);
+    /* the AVX2 path takes rows from the row cache, their classes packed
+     * once, or classifies a row that does not repeat straight into the pack */
+    if (d->fast2 && (!d->atoms || d->got % d->atoms->nch == 0))
+        fast = row ? v2_pack(d->m, &d->rc, &d->pk, row, n, d->atoms)
+                   : v2_pack_rows(d->m, &d->pk, mu, s, n, d->atoms, 0);
 #endif
     int rc = SKV_OK;
     size_t i = 0, rw = 0;
@@ -2562,7 +2685,12 @@ static int get_rows_v2(skv_decoder *d, const float *mu, const float *s, uint32_t
             if (g == G || r.bad || stop)
                 break;
             pi = (g % gr) * 8;
-            v2_group_ref(d, &r, row + pi, d->got + (uint32_t)(8 * g), 8, x + 8 * g);
+            skv_fcls cl[8];
+            for (int q = 0; q < 8 && !row && !rc; q++)
+                rc = fclassify(m, L, mu[pi + q], s[pi + q], &cl[q]);
+            if (rc)
+                break;
+            v2_group_ref(d, &r, row ? row + pi : cl, d->got + (uint32_t)(8 * g), 8, x + 8 * g);
             g++;
             if (g % gr == 0 && !r.bad && big < mag && skv_any_above32(x + 8 * g - n, n, mag, big))
                 stop = 1;
@@ -2576,6 +2704,8 @@ static int get_rows_v2(skv_decoder *d, const float *mu, const float *s, uint32_t
             return skv_error(SKV_ERR_CORRUPT, "stream: corrupted in the group of scalar %u", d->got - 8);
         }
         d->got += (uint32_t)(8 * g);
+        if (rc) /* a table: nothing of group g was read */
+            return skv_error(rc, "codec table");
         return SKV_OK;
     }
 #endif
@@ -2695,9 +2825,9 @@ int skv_decoder_end(skv_decoder *d)
         /* the raw bit stream: consumed but for the zero bits of its last byte */
         if (d->rbits - d->rpos >= 8 || (d->rpos < d->rbits && (d->rb[d->rpos >> 3] >> (d->rpos & 7))))
             return skv_error(SKV_ERR_CORRUPT, "stream: raw bits left over");
-        for (int l = 0; l < SKV_V2_STATES; l++)
+        for (uint32_t l = 0; l < d->states; l++)
             if (d->x2[l] != RANS_L)
-                return skv_error(SKV_ERR_CORRUPT, "stream: rANS state %d did not return to its start", l);
+                return skv_error(SKV_ERR_CORRUPT, "stream: rANS state %u did not return to its start", l);
         uint64_t h = 0x243f6a8885a308d3ull;
         for (int l = 0; l < SKV_V2_STATES; l++)
             h = mix_in(h, d->acc[l]);

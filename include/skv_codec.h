@@ -140,6 +140,10 @@ void skv_encoder_set_ideal(skv_encoder *e, int on);
  * the lane layout of FORMAT.md, which a decoder takes in whole groups of
  * eight scalars). SKV_ERR_ARG for any other. */
 int skv_encoder_set_version(skv_encoder *e, int version);
+/* Version 2's rANS states from the next reset on: 16 (after create) or 8,
+ * which costs 32 fewer bytes a stream (FORMAT.md; short streams) and
+ * decodes a little slower. SKV_ERR_ARG for any other count. */
+int skv_encoder_set_states(skv_encoder *e, int states);
 /* Whether this build on this CPU has version 2's fast paths for dtype (bf16
  * rows from the row cache on AVX2); without them version 2 takes its
  * reference path, slower than version 1. */
@@ -158,6 +162,7 @@ typedef struct {
     uint8_t calib_id[16];
     uint32_t version;    /* 1, or 2: get_n must then take whole groups of eight */
     uint32_t raw;        /* version 2: bytes of the raw bit stream at the payload's end */
+    uint32_t states;     /* rANS states: 4 (version 1), 16 or 8 (version 2) */
 } skv_stream_info;
 
 /* Parse and check a stream header (magic, version, sizes against len). */

@@ -2330,12 +2330,16 @@ Test(rcache, longer_rows_grow_the_cache_or_go_without_it)
  * Stream version 2 (the lane layout): the reference path
  * ====================================================================== */
 
+/* the states v2_encode asks for */
+static int v2_states = 16;
+
 /* q coded as version 2 (with atoms a, or NULL), put_n in batches of pb */
 static uint8_t *v2_encode(skv_cmodel *m, const skv_atoms *a, const seq_t *q, size_t pb, size_t *len)
 {
     skv_encoder *e = NULL;
     cr_assert_eq(skv_encoder_create(m, &e), 0);
     cr_assert_eq(skv_encoder_set_version(e, 2), 0);
+    cr_assert_eq(skv_encoder_set_states(e, v2_states), 0);
     skv_encoder_reset_atoms(e, NULL, a);
     for (size_t i = 0; i < q->n; i += pb) {
         size_t nb = q->n - i < pb ? q->n - i : pb;
@@ -2359,8 +2363,10 @@ static int v2_decode(skv_cmodel *m, const skv_atoms *a, const uint8_t *buf, size
     cr_assert_eq(skv_decoder_create(m, &d), 0);
     skv_stream_info info;
     int rc = skv_decoder_begin_atoms(d, buf, len, a, &info);
-    if (!rc)
+    if (!rc) {
         cr_assert_eq(info.version, 2);
+        cr_assert_eq(info.states, (uint32_t)v2_states);
+    }
     for (size_t i = 0; !rc && i < info.n && i < q->n; i += gb) {
         size_t nb = q->n - i < gb ? q->n - i : gb;
         rc = skv_decoder_get_n(d, q->mu + i, q->s + i, out + i, nb);
@@ -2508,7 +2514,7 @@ enum { V2C = 32, V2T = 300 };
  * atoms, each channel's atoms half the time) coded as version 2 with the
  * AVX2 paths on and off: the same bytes, the same values, and the AVX2
  * decoder takes more than 3/4 of the groups */
-static void v2_avx2_check(const skv_atoms *a, const float *mu, const float *sg, skv_rng *rp)
+static void v2_avx2_check(const skv_atoms *a, const float *mu0, size_t mstride, const float *sg, skv_rng *rp)
 {
     enum { C = V2C, T = V2T };
     skv_cmodel *m = model_new(SKV_DT_BF16, a ? (skv_mix){600u, 100u} : SKV_MIX_DEFAULT, NULL);
@@ -2517,6 +2523,7 @@ static void v2_avx2_check(const skv_atoms *a, const float *mu, const float *sg, 
     seq_init(&q, SKV_DT_BF16, C * T);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < C; c++) {
+            const float *mu = mu0 + (size_t)t * mstride;
             float v = mu[c] + sg[c] * skv_rng_normal(&r);
             uint64_t k = skv_rng_next(&r) % 500;
             if (k == 0)
@@ -2543,6 +2550,7 @@ static void v2_avx2_check(const skv_atoms *a, const float *mu, const float *sg, 
         skv_encoder *e = NULL;
         cr_assert_eq(skv_encoder_create(m, &e), 0);
         cr_assert_eq(skv_encoder_set_version(e, 2), 0);
+        cr_assert_eq(skv_encoder_set_states(e, v2_states), 0);
         skv_encoder_set_ideal(e, 0);
         skv_encoder_reset_atoms(e, NULL, a);
         size_t pb = pass < 2 ? C : 13;
@@ -2566,7 +2574,7 @@ static void v2_avx2_check(const skv_atoms *a, const float *mu, const float *sg, 
         cr_assert_eq(skv_decoder_begin_atoms(d, buf, len, a, NULL), 0);
         uint32_t x[C];
         for (int t = 0; t < T; t++) {
-            int rc = skv_decoder_get_n(d, mu, sg, x, C);
+            int rc = skv_decoder_get_n(d, mu0 + (size_t)t * mstride, sg, x, C);
             cr_assert_eq(rc, 0, "pass %d row %d: %s (%s)", pass, t, skv_strerror(rc), skv_error_detail());
             for (int c = 0; c < C; c++)
                 cr_assert_eq(x[c], q.x[t * C + c], "pass %d row %d channel %d", pass, t, c);
@@ -2667,7 +2675,7 @@ Test(v2, the_avx2_paths_code_what_the_reference_paths_code)
         mu[c] = (c % 3 == 0) ? 0.0f : (skv_rng_uniform(&r) - 0.5f) * 4.0f;
         sg[c] = 0.05f + 2.0f * skv_rng_uniform(&r);
     }
-    v2_avx2_check(NULL, mu, sg, &r);
+    v2_avx2_check(NULL, mu, 0, sg, &r);
     /* atoms on three channels in four and on the first eight: zero, the
      * mean, the mean + s, -s (stat's layer-0 streams have them) */
     uint32_t k[C], lam[C], vals[4 * C], cnts[4 * C];
@@ -2688,6 +2696,87 @@ Test(v2, the_avx2_paths_code_what_the_reference_paths_code)
     }
     skv_atoms *a = NULL;
     cr_assert_eq(skv_atoms_create(SKV_DT_BF16, C, k, lam, vals, cnts, &a), 0, "%s", skv_error_detail());
-    v2_avx2_check(a, mu, sg, &r);
+    v2_avx2_check(a, mu, 0, sg, &r);
     skv_atoms_free(a);
+}
+
+/* ctx-like rows: every row its own predictions (the row before, moved a
+ * little), widths from far below a lattice step (STEP classes) to many
+ * steps (BUCKET): classified straight into the AVX2 paths' packs (the row
+ * cache switches itself off), with sixteen states and with eight */
+Test(v2, rows_that_do_not_repeat_take_the_avx2_paths)
+{
+    enum { C = V2C, T = V2T };
+    static float mu[(T + 1) * C];
+    float sg[C];
+    skv_rng r;
+    skv_rng_seed(&r, 4242);
+    for (int c = 0; c < C; c++) {
+        mu[c] = (skv_rng_uniform(&r) - 0.5f) * 8.0f;
+        sg[c] = c % 4 == 0 ? 0.002f + 0.002f * (float)c : 0.05f + 2.0f * skv_rng_uniform(&r);
+    }
+    for (int t = 1; t <= T; t++)
+        for (int c = 0; c < C; c++)
+            mu[t * C + c] = mu[(t - 1) * C + c] + 0.3f * sg[c] * skv_rng_normal(&r);
+    for (int ns = 16; ns >= 8; ns -= 8) {
+        v2_states = ns;
+        skv_rng r2 = r;
+        v2_avx2_check(NULL, mu, C, sg, &r2);
+    }
+    v2_states = 16;
+}
+
+/* Eight states: every dtype and way of coding round-trips, the stream
+ * is shorter, damage fails as with sixteen; other counts are refused */
+Test(v2, eight_states)
+{
+    v2_states = 8;
+    for (int di = 0; di < 4; di++) {
+        skv_dtype dt = DTYPES[di];
+        skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
+        seq_t q;
+        gaussian_seq(&q, dt, 6003, 300 + (uint64_t)di);
+        v2_assert_round_trip(m, NULL, &q, "gaussian, eight states");
+        size_t l8, l16;
+        uint8_t *b8 = v2_encode(m, NULL, &q, 64, &l8);
+        v2_states = 16;
+        uint8_t *b16 = v2_encode(m, NULL, &q, 64, &l16);
+        v2_states = 8;
+        cr_expect_lt(l8 + 16, l16, "%s: %zu bytes with eight states, %zu with sixteen", skv_dtype_name(dt), l8, l16);
+        free(b8);
+        free(b16);
+        seq_free(&q);
+        skv_cmodel_free(m);
+    }
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    seq_t q;
+    gaussian_seq(&q, SKV_DT_BF16, 203, 17);
+    size_t len;
+    uint8_t *buf = v2_encode(m, NULL, &q, 64, &len);
+    uint32_t *got = malloc(q.n * sizeof *got);
+    for (size_t cut = 0; cut < len; cut++)
+        cr_expect_neq(v2_decode(m, NULL, buf, cut, &q, 8, got), 0, "prefix of %zu of %zu bytes", cut, len);
+    for (size_t b = SKV_STREAM_HEADER; b < len; b++)
+        for (int bit = 0; bit < 8; bit++) {
+            buf[b] ^= (uint8_t)(1u << bit);
+            cr_expect_neq(v2_decode(m, NULL, buf, len, &q, 8, got), 0, "byte %zu bit %d flipped", b, bit);
+            buf[b] ^= (uint8_t)(1u << bit);
+        }
+    cr_assert_eq(v2_decode(m, NULL, buf, len, &q, 8, got), 0, "%s", skv_error_detail());
+    skv_stream_info info;
+    buf[7] = 0; /* read as sixteen states: fails, never misdecodes */
+    v2_states = 16;
+    cr_expect_neq(v2_decode(m, NULL, buf, len, &q, 8, got), 0);
+    buf[7] = 2;
+    cr_expect_eq(skv_stream_info_read(buf, len, &info), SKV_ERR_FORMAT);
+    skv_encoder *e = NULL;
+    cr_assert_eq(skv_encoder_create(m, &e), 0);
+    cr_expect_eq(skv_encoder_set_states(e, 4), SKV_ERR_ARG);
+    cr_expect_eq(skv_encoder_set_states(e, 32), SKV_ERR_ARG);
+    skv_encoder_free(e);
+    free(got);
+    free(buf);
+    seq_free(&q);
+    skv_cmodel_free(m);
+    v2_states = 16;
 }

@@ -333,6 +333,8 @@ static uint8_t *encode(skv_cmodel *m, int di, unsigned mode, uint32_t key, const
     CHECK(skv_encoder_set_version(e, version) == 0);
     if (version == 2) /* without the ideal cost, put_n may take the AVX2 path; put never does */
         skv_encoder_set_ideal(e, 0);
+    if (version == 2 && (key >> 7 & 1u)) /* eight states for half the keys */
+        CHECK(skv_encoder_set_states(e, 8) == 0);
     skv_encoder_reset_atoms(e, calib, A);
     float *mus = malloc((n + 1) * sizeof *mus), *ss = malloc((n + 1) * sizeof *ss);
     CHECK(mus && ss);
