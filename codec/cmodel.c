@@ -499,7 +499,7 @@ const skv_ftab *skv__build_table(skv_cmodel *m, int bucket_mode, int idx, int oc
             t = NULL;
         } else {
             __atomic_store_n((skv_ftab **)slot, t, __ATOMIC_RELEASE);
-            __atomic_store_n(&m->ready[i], -1, __ATOMIC_RELEASE);
+            __atomic_store_n(&m->ready[i], t->R, __ATOMIC_RELEASE);
         }
     }
     pthread_mutex_unlock(&m->mu);

@@ -120,9 +120,10 @@ struct skv_cmodel {
      * stream version 2's gathers reach them by 32-bit offsets from one
      * base whichever thread built them (each thread's allocations may lie
      * in its own arena, far from the others): table i of tabs is tblock[i]
-     * once built. ready[i] is -1 from then on (tables, then 256 entries
-     * for the bucket values of G = i - BVT_G0), for the AVX2 packer's
-     * 32-bit gathers; set with release order after the table. */
+     * once built. ready[i] is then the table's R (> 0; it has 2R + 2
+     * symbols), and -1 for the bucket values of G = i - N_STEP_TABS -
+     * N_BUCKET_TABS - BVT_G0 once built; 0 before; for the AVX2 packer's
+     * 32-bit gathers, set with release order after what it announces. */
     skv_ftab *tblock;  /* N_STEP_TABS + N_BUCKET_TABS (untouched pages cost nothing) */
     uint32_t *bvblock; /* 256 x 2 * BVT_K */
     int32_t ready[N_STEP_TABS + N_BUCKET_TABS + 256];

@@ -61,6 +61,8 @@ typedef struct {
     int32_t *stp;        /* per scalar: -1 for a STEP class, 0 for BUCKET */
     int okall;           /* every scalar's is */
     int anystp;          /* some scalar's class is STEP (the paths' variant that takes them) */
+    size_t sn;           /* v2_pack_rows: the widths of s = slast[0..sn) are all built */
+    float slast[256];
     /* per scalar, its first table: the atoms' of its channel when it has
      * any (ak atoms, values from vals + aoff), else its class's */
     int32_t *lut1, *ak, *aoff; /* lut1: from abase on channels with atoms, else lbase */
@@ -1074,8 +1076,12 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
     const int *rdy = m->ready, *rdyb = m->ready + N_STEP_TABS + N_BUCKET_TABS;
     const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
     __m256i okacc = _mm256_set1_epi32(-1), sacc = zero;
+    /* the bucket values' widths depend on s alone: checked again only
+     * when s is not the row's of the call before (ctx: a seen-class's) */
+    int sknown = p->sn == n && memcmp(p->slast, s, n * sizeof *s) == 0;
+    __m256i bvall = _mm256_set1_epi32(-1);
     for (size_t j = 0; j < n; j += 8) {
-        __m256i isS, isB, ok, ix, kv, Gv;
+        __m256i isS, isB, ok, ix, kv, Gv, R;
         for (int tries = 0;; tries++) {
             skv_v8i flag, idx, key, G;
             cls8_group(K, mu + j, s + j, &flag, &idx, &key, &G);
@@ -1084,10 +1090,22 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
             isS = _mm256_cmpeq_epi32(fl, zero), isB = _mm256_cmpeq_epi32(fl, one);
             __m256i okc = _mm256_or_si256(isS, isB);
             ix = _mm256_and_si256(ix, okc);
-            __m256i gi = _mm256_and_si256(_mm256_add_epi32(Gv, _mm256_set1_epi32(BVT_G0)), isB);
-            __m256i r = _mm256_mask_i32gather_epi32(zero, rdy, ix, okc, 4);
-            __m256i rb = _mm256_mask_i32gather_epi32(zero, rdyb, gi, isB, 4);
-            ok = _mm256_and_si256(r, _mm256_or_si256(isS, rb));
+            R = _mm256_mask_i32gather_epi32(zero, rdy, ix, okc, 4); /* 0: not built */
+            ok = _mm256_cmpgt_epi32(R, zero);
+            if (!sknown) { /* every lane's width (G comes from s alone, in range), built here */
+                __m256i gi = _mm256_add_epi32(Gv, _mm256_set1_epi32(BVT_G0));
+                __m256i rb = _mm256_i32gather_epi32(rdyb, gi, 4);
+                unsigned nb = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(rb)) ^ 0xffu;
+                if (nb) {
+                    int32_t gs[8];
+                    _mm256_storeu_si256((__m256i *)gs, Gv);
+                    for (; nb; nb &= nb - 1)
+                        skv__build_bvt(m, gs[__builtin_ctz(nb)]);
+                    rb = _mm256_i32gather_epi32(rdyb, gi, 4);
+                }
+                bvall = _mm256_and_si256(bvall, rb);
+                ok = _mm256_and_si256(ok, _mm256_or_si256(isS, rb));
+            }
             unsigned miss = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_andnot_si256(ok, okc)));
             if (!miss || tries)
                 break;
@@ -1099,10 +1117,8 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
             }
         }
         __m256i off = _mm256_and_si256(_mm256_mullo_epi32(ix, _mm256_set1_epi32((int)sizeof(skv_ftab))), ok);
-        __m256i R = _mm256_mask_i32gather_epi32(zero, (const int *)(const void *)(tb + offsetof(skv_ftab, R)),
-                                                off, ok, 1);
-        __m256i nn = _mm256_mask_i32gather_epi32(zero, (const int *)(const void *)(tb + offsetof(skv_ftab, n)),
-                                                 off, ok, 1);
+        R = _mm256_and_si256(R, ok);
+        __m256i nn = _mm256_add_epi32(_mm256_add_epi32(R, R), _mm256_set1_epi32(2)); /* 2R + 2 symbols */
         /* STEP: key is c's bits, the base its signed ordinal */
         __m256i neg = _mm256_sub_epi32(zero, _mm256_and_si256(_mm256_srli_epi32(kv, 15), one));
         __m256i ord = _mm256_xor_si256(_mm256_and_si256(kv, _mm256_set1_epi32(0x7fff)), neg);
@@ -1131,6 +1147,12 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
     }
     p->okall = _mm256_movemask_ps(_mm256_castsi256_ps(okacc)) == 0xff;
     p->anystp = _mm256_movemask_ps(_mm256_castsi256_ps(sacc)) != 0;
+    if (!sknown && n <= sizeof p->slast / sizeof *p->slast &&
+        _mm256_movemask_ps(_mm256_castsi256_ps(bvall)) == 0xff) {
+        /* every lane's widths checked: the next call with this s may skip it */
+        memcpy(p->slast, s, n * sizeof *s);
+        p->sn = n;
+    }
     return 1;
 }
 
