@@ -421,6 +421,7 @@ struct skv_encoder {
     skv_rcache rc;
     int version_on, version; /* the stream version asked for; this stream's */
     int states_on, states;   /* version 2's states asked for; this stream's */
+    int rc_off;              /* the row cache switched off (skv_encoder_set_row_cache) */
     /* version 2: the table symbols in decoding order (skv_eop address << 4
      * | state), the raw bit stream (zero past rbits2), the operations of
      * an unfinished group waiting in ops, the fast path's packed row */
@@ -483,6 +484,7 @@ void skv_encoder_reset_atoms(skv_encoder *e, const uint8_t calib_id[16], const s
     e->ideal_now = e->ideal_on;
     fcache_start(&e->fc, e->m->lat.dt);
     rcache_clear(&e->rc);
+    e->rc.off = e->rc_off;
     e->h = 0x243f6a8885a308d3ull;
     e->version = e->version_on;
     e->states = e->states_on;
@@ -1378,6 +1380,11 @@ double skv_encoder_ideal_bits(const skv_encoder *e)
     return e->ideal_now ? e->ideal : NAN;
 }
 
+void skv_encoder_set_row_cache(skv_encoder *e, int on)
+{
+    e->rc_off = !on;
+}
+
 void skv_encoder_set_ideal(skv_encoder *e, int on)
 {
     e->ideal_on = on != 0;
@@ -1638,6 +1645,7 @@ struct skv_decoder {
     uint32_t version;
     uint32_t x2[SKV_V2_STATES];  /* version 2: the states (eight: x2[0..8) only) */
     uint32_t states;             /* version 2: 16 or 8 */
+    int rc_off;                  /* the row cache switched off (skv_decoder_set_row_cache) */
     uint32_t acc[SKV_V2_STATES]; /* version 2: the checksum lanes */
     const uint8_t *rb;           /* version 2: the raw bit stream, rbits long */
     uint64_t rpos, rbits;
@@ -1677,6 +1685,11 @@ void skv_decoder_free(skv_decoder *d)
         skv_free(d->pk.mem);
     }
     skv_free(d);
+}
+
+void skv_decoder_set_row_cache(skv_decoder *d, int on)
+{
+    d->rc_off = !on;
 }
 
 int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream_info *info)
@@ -1737,6 +1750,7 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
     d->bad = 0;
     fcache_start(&d->fc, d->m->lat.dt);
     rcache_clear(&d->rc);
+    d->rc.off = d->rc_off;
     return SKV_OK;
 }
 

@@ -1718,6 +1718,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
             return skv_error(SKV_ERR_FORMAT, "missing stream for layer %d %s", l, kv ? "V" : "K");
         size_t a = q->in->offs[si], b = q->in->offs[si + 1];
         skv_stream_info info;
+        skv_decoder_set_row_cache(ws->dec, d->level == SKV_LEVEL_STAT);
         if ((rc = skv_decoder_begin_atoms(ws->dec, q->in->data + a, b - a, atoms, &info)))
             return rc;
         if (info.n != (q->t1 - q->t0) * C)
@@ -1729,6 +1730,8 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         skv_encoder_set_ideal(ws->enc, d->ideal_on);
         skv_encoder_set_version(ws->enc, d->version);
         skv_encoder_set_states(ws->enc, level_states(d->level));
+        /* rows predicted from the row before never repeat (stat's do) */
+        skv_encoder_set_row_cache(ws->enc, d->level == SKV_LEVEL_STAT);
         skv_encoder_reset_atoms(ws->enc, c->id, atoms);
     }
     /* range coding: an optional second prediction (a centroid) blended per

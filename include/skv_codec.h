@@ -134,6 +134,11 @@ double skv_encoder_ideal_bits(const skv_encoder *e);
  * coders that only want the bytes (the store) turn off; the bytes are the
  * same either way. */
 void skv_encoder_set_ideal(skv_encoder *e, int on);
+/* Whether the encoder looks rows of (mu, s) up in its row cache (on after
+ * create): off from the next reset on, for callers whose rows never repeat
+ * (each row predicted from the one before), which then skip the cache's
+ * probing of each stream's first rows. The bytes are the same. */
+void skv_encoder_set_row_cache(skv_encoder *e, int on);
 /* Version 2 streams are decoded in groups of this many scalars. */
 #define SKV_V2_GROUP 8
 /* The stream version written from the next reset on (1 after create; 2:
@@ -178,6 +183,9 @@ int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream
  * with other tables (SKV_ERR_CORRUPT). */
 int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, const skv_atoms *atoms,
                             skv_stream_info *info);
+/* The decoder's counterpart of skv_encoder_set_row_cache, from the next
+ * begin on. */
+void skv_decoder_set_row_cache(skv_decoder *d, int on);
 /* The model id a stream coded with m and atoms (NULL: m's id) records. */
 uint32_t skv_stream_model_id(const skv_cmodel *m, const skv_atoms *atoms);
 /* Next scalar given its (mu, s). Errors: SKV_ERR_CORRUPT (an impossible

@@ -2780,3 +2780,57 @@ Test(v2, eight_states)
     skv_cmodel_free(m);
     v2_states = 16;
 }
+
+/* The row cache switched off by the caller (the delta coder's ctx): the
+ * same bytes and values as with it on, in both versions, and it stays
+ * off across resets and begins */
+Test(v2, the_row_cache_switched_off_changes_nothing_but_speed)
+{
+    enum { C = 32, T = 40 };
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    float mu[C], sg[C];
+    skv_rng r;
+    skv_rng_seed(&r, 77);
+    for (int c = 0; c < C; c++)
+        mu[c] = (skv_rng_uniform(&r) - 0.5f) * 4.0f, sg[c] = 0.01f + skv_rng_uniform(&r);
+    uint32_t x[C * T], y[C * T];
+    for (int i = 0; i < C * T; i++)
+        x[i] = to_dt(SKV_DT_BF16, mu[i % C] + sg[i % C] * skv_rng_normal(&r));
+    for (int ver = 1; ver <= 2; ver++) {
+        uint8_t *buf[2];
+        size_t len[2];
+        for (int on = 0; on < 2; on++) {
+            skv_encoder *e = NULL;
+            cr_assert_eq(skv_encoder_create(m, &e), 0);
+            cr_assert_eq(skv_encoder_set_version(e, ver), 0);
+            skv_encoder_set_row_cache(e, on);
+            for (int round = 0; round < 2; round++) { /* the second after a reset */
+                skv_encoder_reset(e, NULL);
+                for (int t = 0; t < T; t++)
+                    cr_assert_eq(skv_encoder_put_n(e, x + t * C, mu, sg, C), 0, "%s", skv_error_detail());
+                if (!on) /* (on, it may still switch itself off: version 2 with the ideal cost puts groups) */
+                    cr_expect_eq(skv__encoder_rcache(e)->off, 1, "version %d, round %d", ver, round);
+            }
+            size_t cap = skv_encoder_bound(e);
+            buf[on] = malloc(cap);
+            cr_assert_eq(skv_encoder_finish(e, buf[on], cap, &len[on]), 0, "%s", skv_error_detail());
+            skv_encoder_free(e);
+        }
+        cr_expect(len[0] == len[1] && memcmp(buf[0], buf[1], len[0]) == 0, "version %d: the bytes differ", ver);
+        for (int on = 0; on < 2; on++) {
+            skv_decoder *d = NULL;
+            cr_assert_eq(skv_decoder_create(m, &d), 0);
+            skv_decoder_set_row_cache(d, on);
+            cr_assert_eq(skv_decoder_begin(d, buf[0], len[0], NULL), 0);
+            for (int t = 0; t < T; t++)
+                cr_assert_eq(skv_decoder_get_n(d, mu, sg, y + t * C, C), 0, "%s", skv_error_detail());
+            cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
+            cr_expect_eq(skv__decoder_rcache(d)->off, !on, "version %d, row cache %d", ver, on);
+            cr_expect_eq(memcmp(x, y, sizeof x), 0, "version %d, row cache %d: decoded values differ", ver, on);
+            skv_decoder_free(d);
+        }
+        free(buf[0]);
+        free(buf[1]);
+    }
+    skv_cmodel_free(m);
+}
