@@ -161,6 +161,29 @@ static void rope_row_sc(const skv_calib *c, float *v, size_t pos, int sign, cons
      * compiler knows (-fno-strict-aliasing) */
     const int half = c->sh.rope_dim / 2, D = c->sh.head_dim, H = c->sh.kv_heads,
               pair = c->sh.rope_layout == SKV_ROPE_PAIR;
+#ifdef __SSE2__
+    if (sc && pair && half % 2 == 0 && half <= 128 && D % 4 == 0) {
+        /* adjacent pairs four lanes at a time, the same operations on the
+         * same values (x*cc + swap(x)*ss with ss = (-s, s): a - b is
+         * a + (-b), and x0*s + x1*co commutes), so the same bits */
+        float cc[256], ss[256];
+        for (int i = 0; i < half; i++) {
+            const float s = sign > 0 ? sc[2 * i] : -sc[2 * i];
+            cc[2 * i] = cc[2 * i + 1] = sc[2 * i + 1];
+            ss[2 * i] = -s, ss[2 * i + 1] = s;
+        }
+        for (int h = 0; h < H; h++) {
+            float *x = v + (size_t)h * D;
+            for (int j = 0; j < 2 * half; j += 4) {
+                __m128 xv = _mm_loadu_ps(x + j);
+                __m128 sw = _mm_shuffle_ps(xv, xv, _MM_SHUFFLE(2, 3, 0, 1));
+                _mm_storeu_ps(x + j, _mm_add_ps(_mm_mul_ps(xv, _mm_loadu_ps(cc + j)),
+                                                _mm_mul_ps(sw, _mm_loadu_ps(ss + j))));
+            }
+        }
+        return;
+    }
+#endif
     for (int i = 0; i < half; i++) {
         float sn, co;
         if (sc)
