@@ -587,3 +587,73 @@ Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
     free_kv(&t);
     skv_model_free(m);
 }
+
+/* stat and ctx write stream version 2 by default where the CPU has its
+ * fast paths (bf16 on AVX2), stat with sixteen states and ctx with eight;
+ * either version set by hand round-trips, and a coder decodes the other
+ * version's streams; on real KV when ../shared has the model */
+static void versions_case(const skv_model *m, size_t ncal, size_t T)
+{
+    const skv_dtype dt = SKV_DT_BF16;
+    kvset cal = {0}, test = {0};
+    make_kv(m, ncal, T, 1100, dt, &cal);
+    make_kv(m, 2, T, 5100, dt, &test);
+    uint8_t *buf;
+    skv_st *st = as_file(m, &cal, dt, &buf);
+    skv_calib *c;
+    skv_calib_opts o = {.model = m, .max_fit_samples = 256, .quiet = 1};
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    size_t per = skv_model_kv_per_token(m) / 2 * skv_dtype_size(dt);
+    for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++) {
+        skv_delta *d;
+        cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &d), 0, "%s", skv_error_detail());
+        const int v2 = skv_stream_v2_fast(dt);
+        cr_expect_eq(skv_delta_stream_version(d), v2 ? 2 : 1, "%s", skv_level_name((skv_level)lvl));
+        skv_streams s[2] = {{0}, {0}};
+        for (int ver = 1; ver <= 2; ver++) {
+            cr_assert_eq(skv_delta_set_stream_version(d, ver), 0, "%s", skv_error_detail());
+            cr_assert_eq(skv_delta_encode(d, test.tok[0], test.T[0], test.k[0], test.v[0], 64, &s[ver - 1]), 0,
+                         "%s", skv_error_detail());
+            skv_stream_info info;
+            cr_assert_eq(skv_stream_info_read(s[ver - 1].data, s[ver - 1].len, &info), 0);
+            cr_expect_eq(info.version, (uint32_t)ver);
+            cr_expect_eq(info.states, ver == 1 ? 4u : lvl == SKV_LEVEL_STAT ? 16u : 8u, "%s version %d",
+                         skv_level_name((skv_level)lvl), ver);
+        }
+        /* each decoded by a coder set to the other version */
+        for (int ver = 1; ver <= 2; ver++) {
+            cr_assert_eq(skv_delta_set_stream_version(d, 3 - ver), 0);
+            uint8_t *k = malloc(test.T[0] * per), *v = malloc(test.T[0] * per);
+            cr_assert_eq(skv_delta_decode(d, test.tok[0], test.T[0], &s[ver - 1], 0, 64, k, v), 0, "%s version %d: %s",
+                         skv_level_name((skv_level)lvl), ver, skv_error_detail());
+            cr_expect(memcmp(k, test.k[0], test.T[0] * per) == 0 && memcmp(v, test.v[0], test.T[0] * per) == 0,
+                      "%s version %d: not bit-exact", skv_level_name((skv_level)lvl), ver);
+            free(k);
+            free(v);
+        }
+        cr_expect_eq(skv_delta_set_stream_version(d, 3), SKV_ERR_ARG);
+        skv_streams_free(&s[0]);
+        skv_streams_free(&s[1]);
+        skv_delta_free(d);
+    }
+    skv_calib_free(c);
+    skv_st_free(st);
+    free(buf);
+    free_kv(&cal);
+    free_kv(&test);
+}
+
+Test(delta, stat_and_ctx_stream_versions)
+{
+    skv_model *m = random_model();
+    versions_case(m, 6, 96);
+    skv_model_free(m);
+    const char *p = tu_shared_model("stories260K.bin");
+    if (!p) {
+        cr_log_warn("../shared/models/stories260K.bin not present: versions checked on a random model only");
+        return;
+    }
+    cr_assert_eq(skv_model_load(p, &m), 0);
+    versions_case(m, 8, 128);
+    skv_model_free(m);
+}
