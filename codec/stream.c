@@ -145,7 +145,7 @@ static const skv_v8i cls8_k[] = {
  * and G (constants K: cls8_k) */
 static inline __attribute__((target("avx2"), always_inline)) void
 cls8_group(const skv_v8i *K, const float *mu, const float *s, skv_v8i *flag_o, skv_v8i *idx_o,
-           skv_v8i *key_o, skv_v8i *G_o)
+           skv_v8i *key_o, skv_v8i *G_o, const int SPLIT)
 {
     skv_v8i mb, sb;
     memcpy(&mb, mu, sizeof mb);
@@ -171,37 +171,53 @@ cls8_group(const skv_v8i *K, const float *mu, const float *s, skv_v8i *flag_o, s
     skv_v8i cm = cc & K[K_X7FFF], E = cm >> 7;
     skv_v8i U = E + (E == V8(0)) * -1 - K[K_134];
     skv_v8i step = U >= G;
-    /* STEP: octave, phases, phase of mu's offset from c */
-    skv_v8i oct = Es - U, low = oct < K[K_M12];
-    oct = (oct & ~low) | (K[K_M12] & low);
-    skv_v8i subS = sub & ~low;
-    skv_v8i nph = SEL(oct < V8(0), K[K_16], SEL(oct < K[K_2], K[K_4], K[K_1]));
-    skv_v8i Mc = (cm & K[K_X7F]) | ((E != V8(0)) & K[K_X80]);
-    skv_v8i csg = (cc & K[K_X8000]) != V8(0);
-    skv_v8i Yc = (Mc ^ csg) - csg; /* c = Yc * 2^U */
-    skv_v8i k = U - em; /* -(em - U) */
-    skv_v8i kok = (k >= K[K_1]) & (k <= K[K_22]);
-    skv_v8i kc = (k & kok) | (K[K_1] & ~kok); /* a safe shift where not ok */
-    skv_v8i N = Y - (Yc << kc); /* (mu - c) / 2^U = N / 2^k */
-    skv_v8i nok = (N < K[K_P26]) & (N > K[K_M26]);
-    skv_v8i T = (N * nph + (nph << (kc - K[K_1]))) >> kc;
-    skv_v8i ph = SEL(T < K[K_1], V8(0), SEL(T >= nph, nph - K[K_1], T));
-    skv_v8i one = nph == K[K_1];
-    ph &= ~one;
-    skv_v8i idxS = ((oct + K[K_12]) * 8 + subS) * 16 + ph;
-    skv_v8i okS = one | (kok & nok);
-    /* BUCKET: floor(mu / 2^G) and the phase of the rest */
-    skv_v8i d = em - G, pos = d >= V8(0);
-    skv_v8i okB = ~pos | (d <= K[K_6]);
-    skv_v8i dp = d & pos & okB;
-    skv_v8i kb = (-d) & ~pos, kb31 = SEL(kb > K[K_31], K[K_31], kb);
-    skv_v8i sh2 = kb - K[K_2], sh2c = SEL(sh2 > K[K_31], K[K_31], SEL(sh2 < V8(0), V8(0), sh2));
-    skv_v8i phN = SEL(kb >= K[K_2], (Y >> sh2c) & K[K_3], (Y & K[K_1]) << 1);
-    skv_v8i bi = SEL(pos, Y << dp, Y >> kb31);
-    skv_v8i phB = phN & ~pos;
-    skv_v8i idxB = sub * 4 + phB;
-    skv_v8i flag = SEL(step, SEL(okS, V8(0), K[K_2]), SEL(okB, K[K_1], K[K_2]));
-    skv_v8i idx = SEL(step, idxS, idxB + K[K_NSTEP]), key = SEL(step, cc, bi);
+    /* SPLIT (v2_pack_rows): a group whose lanes are all STEP or all
+     * BUCKET, nearly every group at ctx (a head's channels share their
+     * scale), works out that class alone */
+    const int ms = SPLIT ? _mm256_movemask_ps((__m256)step) : 0x100;
+    skv_v8i idxS = V8(0), okS = V8(0), bi = V8(0), idxB = V8(0), okB = V8(0);
+    if (ms != 0) {
+        /* STEP: octave, phases, phase of mu's offset from c */
+        skv_v8i oct = Es - U, low = oct < K[K_M12];
+        oct = (oct & ~low) | (K[K_M12] & low);
+        skv_v8i subS = sub & ~low;
+        skv_v8i nph = SEL(oct < V8(0), K[K_16], SEL(oct < K[K_2], K[K_4], K[K_1]));
+        skv_v8i Mc = (cm & K[K_X7F]) | ((E != V8(0)) & K[K_X80]);
+        skv_v8i csg = (cc & K[K_X8000]) != V8(0);
+        skv_v8i Yc = (Mc ^ csg) - csg; /* c = Yc * 2^U */
+        skv_v8i k = U - em; /* -(em - U) */
+        skv_v8i kok = (k >= K[K_1]) & (k <= K[K_22]);
+        skv_v8i kc = (k & kok) | (K[K_1] & ~kok); /* a safe shift where not ok */
+        skv_v8i N = Y - (Yc << kc); /* (mu - c) / 2^U = N / 2^k */
+        skv_v8i nok = (N < K[K_P26]) & (N > K[K_M26]);
+        skv_v8i T = (N * nph + (nph << (kc - K[K_1]))) >> kc;
+        skv_v8i ph = SEL(T < K[K_1], V8(0), SEL(T >= nph, nph - K[K_1], T));
+        skv_v8i one = nph == K[K_1];
+        ph &= ~one;
+        idxS = ((oct + K[K_12]) * 8 + subS) * 16 + ph;
+        okS = one | (kok & nok);
+    }
+    if (ms != 0xff) {
+        /* BUCKET: floor(mu / 2^G) and the phase of the rest */
+        skv_v8i d = em - G, pos = d >= V8(0);
+        okB = ~pos | (d <= K[K_6]);
+        skv_v8i dp = d & pos & okB;
+        skv_v8i kb = (-d) & ~pos, kb31 = SEL(kb > K[K_31], K[K_31], kb);
+        skv_v8i sh2 = kb - K[K_2], sh2c = SEL(sh2 > K[K_31], K[K_31], SEL(sh2 < V8(0), V8(0), sh2));
+        skv_v8i phN = SEL(kb >= K[K_2], (Y >> sh2c) & K[K_3], (Y & K[K_1]) << 1);
+        bi = SEL(pos, Y << dp, Y >> kb31);
+        skv_v8i phB = phN & ~pos;
+        idxB = sub * 4 + phB;
+    }
+    skv_v8i flag, idx, key;
+    if (ms == 0) {
+        flag = SEL(okB, K[K_1], K[K_2]), idx = idxB + K[K_NSTEP], key = bi;
+    } else if (ms == 0xff) {
+        flag = SEL(okS, V8(0), K[K_2]), idx = idxS, key = cc;
+    } else {
+        flag = SEL(step, SEL(okS, V8(0), K[K_2]), SEL(okB, K[K_1], K[K_2]));
+        idx = SEL(step, idxS, idxB + K[K_NSTEP]), key = SEL(step, cc, bi);
+    }
     *flag_o = flag, *idx_o = idx, *key_o = key, *G_o = G;
 }
 
@@ -214,7 +230,7 @@ __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float
     __asm__("" : "+r"(K));
     for (; groups--; mu += 8, s += 8, o++) {
         skv_v8i flag, idx, key, G;
-        cls8_group(K, mu, s, &flag, &idx, &key, &G);
+        cls8_group(K, mu, s, &flag, &idx, &key, &G, 0);
         memcpy(o->flag, &flag, sizeof flag);
         memcpy(o->idx, &idx, sizeof idx);
         memcpy(o->key, &key, sizeof key);
@@ -1086,7 +1102,7 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
         __m256i isS, isB, ok, ix, kv, Gv, R;
         for (int tries = 0;; tries++) {
             skv_v8i flag, idx, key, G;
-            cls8_group(K, mu + j, s + j, &flag, &idx, &key, &G);
+            cls8_group(K, mu + j, s + j, &flag, &idx, &key, &G, 1);
             __m256i fl = (__m256i)flag;
             ix = (__m256i)idx, kv = (__m256i)key, Gv = (__m256i)G;
             isS = _mm256_cmpeq_epi32(fl, zero), isB = _mm256_cmpeq_epi32(fl, one);

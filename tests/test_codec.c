@@ -2717,9 +2717,14 @@ Test(v2, rows_that_do_not_repeat_take_the_avx2_paths)
     float sg[C];
     skv_rng r;
     skv_rng_seed(&r, 4242);
+    /* the first group all STEP, the second all BUCKET (v2_pack_rows works
+     * such a group's class out alone), the others mixed */
     for (int c = 0; c < C; c++) {
         mu[c] = (skv_rng_uniform(&r) - 0.5f) * 8.0f;
-        sg[c] = c % 4 == 0 ? 0.002f + 0.002f * (float)c : 0.05f + 2.0f * skv_rng_uniform(&r);
+        if (c < 8)
+            mu[c] = 2.0f + (float)c; /* |mu| >= 2: a bf16 step of 2^-6 or more */
+        int tiny = c < 8 || (c >= 16 && c % 4 == 0);
+        sg[c] = tiny ? 0.0005f + 0.0001f * (float)c : 0.05f + 2.0f * skv_rng_uniform(&r);
     }
     for (int t = 1; t <= T; t++)
         for (int c = 0; c < C; c++)
