@@ -2504,11 +2504,26 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
         k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), *X, 0xff, 0, hit, &nx);
         lanes_renorm(X, nx, ones, w);
     }
-    /* the bucket's value: entry key + BVT_K of the width's values */
     __m256i stp = STEPS ? _mm256_loadu_si256((const __m256i *)(p->stp + i)) : _mm256_setzero_si256();
+    __m256i key = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)base), k);
+    if (STEPS && !ATOMS && _mm256_movemask_ps(_mm256_castsi256_ps(stp)) == 0xff) {
+        /* every lane STEP (a fifth of ctx's groups): the signed ordinal
+         * keys, finite ([-0x7f80, 0x7f7f]), no plain bits */
+        __m256i ko = _mm256_add_epi32(key, _mm256_set1_epi32(0x7f80));
+        __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi32(k, _mm256_loadu_si256((const __m256i *)(p->nesc + i))),
+                                      _mm256_cmpeq_epi32(_mm256_min_epu32(ko, _mm256_set1_epi32(0xff00)),
+                                                         _mm256_set1_epi32(0xff00)));
+        if (_mm256_movemask_ps(_mm256_castsi256_ps(bad)))
+            return 1;
+        __m256i sn = _mm256_srai_epi32(key, 31);
+        __m256i sv = _mm256_or_si256(_mm256_xor_si256(key, sn), _mm256_and_si256(sn, _mm256_set1_epi32(0x8000)));
+        _mm256_storeu_si256((__m256i *)x, sv);
+        lanes_acc(A, sv);
+        return 0;
+    }
+    /* the bucket's value: entry key + BVT_K of the width's values */
     if (ATOMS && STEPS)
         stp = _mm256_andnot_si256(hit, stp);
-    __m256i key = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)base), k);
     __m256i kp = _mm256_add_epi32(key, _mm256_set1_epi32(BVT_K));
     __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi32(k, _mm256_loadu_si256((const __m256i *)(p->nesc + i))),
                                   _mm256_andnot_si256(stp, _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(2 * BVT_K)),
