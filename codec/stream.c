@@ -61,8 +61,9 @@ typedef struct {
     int32_t *stp;        /* per scalar: -1 for a STEP class, 0 for BUCKET */
     int okall;           /* every scalar's is */
     int anystp;          /* some scalar's class is STEP (the paths' variant that takes them) */
-    size_t sn;           /* v2_pack_rows: the widths of s = slast[0..sn) are all built */
+    size_t sn;           /* v2_pack_rows: the widths of s = slast[0..sn) are all built, */
     float slast[256];
+    int32_t ses[256], ssub[256], sg[256]; /* and s's part of its classes (cls8_s) */
     /* per scalar, its first table: the atoms' of its channel when it has
      * any (ak atoms, values from vals + aoff), else its class's */
     int32_t *lut1, *ak, *aoff; /* lut1: from abase on channels with atoms, else lbase */
@@ -141,23 +142,32 @@ static const skv_v8i cls8_k[] = {
     V8(N_STEP_TABS),
 };
 
-/* One group of skv__cls8_avx2: eight lanes of mu, s into flag, idx, key
- * and G (constants K: cls8_k) */
+/* skv__cls8_avx2 in parts (constants K: cls8_k): cls8_s takes s's part
+ * of eight lanes (its exponent Es, width class sub, G), cls8_mu the rest
+ * from mu, cls8_group both (flag, idx, key and G) */
 static inline __attribute__((target("avx2"), always_inline)) void
-cls8_group(const skv_v8i *K, const float *mu, const float *s, skv_v8i *flag_o, skv_v8i *idx_o,
-           skv_v8i *key_o, skv_v8i *G_o, const int SPLIT)
+cls8_s(const skv_v8i *K, const float *s, skv_v8i *Es_o, skv_v8i *sub_o, skv_v8i *G_o)
 {
-    skv_v8i mb, sb;
-    memcpy(&mb, mu, sizeof mb);
+    skv_v8i sb;
     memcpy(&sb, s, sizeof sb);
-    mb &= ~((mb & K[K_X7F800000]) == K[K_X7F800000]); /* NaN, inf: mu = +0 */
     /* s: NaN, negative or below 2^-120 -> 2^-120; above 2^100 -> 2^100
      * (positive floats order as their bits) */
     skv_v8i lo = (sb > K[K_X7F800000]) | (sb < K[K_X03800000]);
     sb = (sb & ~lo) | (K[K_X03800000] & lo);
     skv_v8i hi = sb > K[K_X71800000];
     sb = (sb & ~hi) | (K[K_X71800000] & hi);
-    skv_v8i Es = ((sb >> 23) & K[K_XFF]) - K[K_127], sub = (sb >> 20) & K[K_7], G = Es - K[K_3];
+    skv_v8i Es = ((sb >> 23) & K[K_XFF]) - K[K_127];
+    *Es_o = Es, *sub_o = (sb >> 20) & K[K_7], *G_o = Es - K[K_3];
+}
+
+/* cls8_group with s's part (cls8_s) given */
+static inline __attribute__((target("avx2"), always_inline)) void
+cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, skv_v8i *flag_o, skv_v8i *idx_o,
+        skv_v8i *key_o, const int SPLIT)
+{
+    skv_v8i mb;
+    memcpy(&mb, mu, sizeof mb);
+    mb &= ~((mb & K[K_X7F800000]) == K[K_X7F800000]); /* NaN, inf: mu = +0 */
     skv_v8i emu = (mb >> 23) & K[K_XFF];
     skv_v8i M = (mb & K[K_X7FFFFF]) | ((emu != V8(0)) & K[K_X800000]);
     skv_v8i sgn = mb >> 31;
@@ -218,7 +228,16 @@ cls8_group(const skv_v8i *K, const float *mu, const float *s, skv_v8i *flag_o, s
         flag = SEL(step, SEL(okS, V8(0), K[K_2]), SEL(okB, K[K_1], K[K_2]));
         idx = SEL(step, idxS, idxB + K[K_NSTEP]), key = SEL(step, cc, bi);
     }
-    *flag_o = flag, *idx_o = idx, *key_o = key, *G_o = G;
+    *flag_o = flag, *idx_o = idx, *key_o = key;
+}
+
+static inline __attribute__((target("avx2"), always_inline)) void
+cls8_group(const skv_v8i *K, const float *mu, const float *s, skv_v8i *flag_o, skv_v8i *idx_o,
+           skv_v8i *key_o, skv_v8i *G_o, const int SPLIT)
+{
+    skv_v8i Es, sub;
+    cls8_s(K, s, &Es, &sub, G_o);
+    cls8_mu(K, mu, Es, sub, *G_o, flag_o, idx_o, key_o, SPLIT);
 }
 
 __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float *s, size_t groups,
@@ -1101,8 +1120,20 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
     for (size_t j = 0; j < n; j += 8) {
         __m256i isS, isB, ok, ix, kv, Gv, R;
         for (int tries = 0;; tries++) {
-            skv_v8i flag, idx, key, G;
-            cls8_group(K, mu + j, s + j, &flag, &idx, &key, &G, 1);
+            skv_v8i flag, idx, key, G, Es, sub;
+            if (sknown) {
+                memcpy(&Es, p->ses + j, sizeof Es);
+                memcpy(&sub, p->ssub + j, sizeof sub);
+                memcpy(&G, p->sg + j, sizeof G);
+            } else {
+                cls8_s(K, s + j, &Es, &sub, &G);
+                if (n <= sizeof p->slast / sizeof *p->slast) {
+                    memcpy(p->ses + j, &Es, sizeof Es);
+                    memcpy(p->ssub + j, &sub, sizeof sub);
+                    memcpy(p->sg + j, &G, sizeof G);
+                }
+            }
+            cls8_mu(K, mu + j, Es, sub, G, &flag, &idx, &key, 1);
             __m256i fl = (__m256i)flag;
             ix = (__m256i)idx, kv = (__m256i)key, Gv = (__m256i)G;
             isS = _mm256_cmpeq_epi32(fl, zero), isB = _mm256_cmpeq_epi32(fl, one);
