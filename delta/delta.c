@@ -311,20 +311,25 @@ static inline float predict(const float *w, float fm, float fp, float fc, float 
     return ((w[0] * fm + w[1] * fp) + w[2] * fc) + w[3] * fmean;
 }
 
-/* predict() over the n channels of one head (weights w), four lanes at a
- * time: each lane is the same IEEE single-precision products and sums in
- * the same order (no contraction: -ffp-contract=off), so the result is
- * predict()'s bit for bit; fm NULL reads as 0. */
 typedef float skv_v4f __attribute__((vector_size(16)));
-static inline void predict_head(const float *w, const float *fm, const float *fp, const float *fc,
-                                const float *fmean, float *out, size_t n)
+/* predict() over a whole row, four lanes at a time, with each channel's
+ * weights (wc: the NF weights of its head, feature after feature, C
+ * each): each lane is the same IEEE single-precision products and sums in
+ * the same order (no contraction: -ffp-contract=off), so the result is
+ * predict()'s bit for bit (the plain path, SEQKV_PLAIN); fm NULL reads as
+ * 0. */
+static inline void predict_row(const float *wc, size_t C, const float *fm, const float *fp,
+                               const float *fc, const float *fmean, float *out)
 {
-    const skv_v4f w0 = {w[0], w[0], w[0], w[0]}, w1 = {w[1], w[1], w[1], w[1]},
-                  w2 = {w[2], w[2], w[2], w[2]}, w3 = {w[3], w[3], w[3], w[3]};
+    const float *w0 = wc, *w1 = wc + C, *w2 = wc + 2 * C, *w3 = wc + 3 * C;
     const skv_v4f zero = {0.0f, 0.0f, 0.0f, 0.0f};
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        skv_v4f a, b, c, m, r;
+    for (; i + 4 <= C; i += 4) {
+        skv_v4f a0, a1, a2, a3, a, b, c, m, r;
+        memcpy(&a0, w0 + i, sizeof a0);
+        memcpy(&a1, w1 + i, sizeof a1);
+        memcpy(&a2, w2 + i, sizeof a2);
+        memcpy(&a3, w3 + i, sizeof a3);
         if (fm)
             memcpy(&a, fm + i, sizeof a);
         else
@@ -332,11 +337,11 @@ static inline void predict_head(const float *w, const float *fm, const float *fp
         memcpy(&b, fp + i, sizeof b);
         memcpy(&c, fc + i, sizeof c);
         memcpy(&m, fmean + i, sizeof m);
-        r = ((w0 * a + w1 * b) + w2 * c) + w3 * m;
+        r = ((a0 * a + a1 * b) + a2 * c) + a3 * m;
         memcpy(out + i, &r, sizeof r);
     }
-    for (; i < n; i++)
-        out[i] = predict(w, fm ? fm[i] : 0.0f, fp[i], fc[i], fmean[i]);
+    for (; i < C; i++)
+        out[i] = ((w0[i] * (fm ? fm[i] : 0.0f) + w1[i] * fp[i]) + w2[i] * fc[i]) + w3[i] * fmean[i];
 }
 
 /* Whether every weight of the model, previous-position and codebook
@@ -1767,9 +1772,9 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     float *mo = q->mu_out[0] ? q->mu_out[kv] + (size_t)l * naux * C : NULL;
     /* one position row at a time through the codec's batch calls: the row's
      * predictions depend only on earlier rows */
-    float mu_stack[512], s_stack[512];
+    float mu_stack[512], s_stack[512], wc_stack[2 * NF * 256];
     uint32_t x_stack[512];
-    float *mu_row = mu_stack, *s_row = s_stack;
+    float *mu_row = mu_stack, *s_row = s_stack, *wc = wc_stack;
     uint32_t *x_row = x_stack;
     if (C > 512) {
         mu_row = skv_malloc(C * sizeof *mu_row);
@@ -1778,6 +1783,14 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         if (!mu_row || !s_row || !x_row)
             rc = skv_error(SKV_ERR_NOMEM, "row buffers");
     }
+    if (C > 256 && !rc && !(wc = skv_malloc(2 * NF * C * sizeof *wc)))
+        rc = skv_error(SKV_ERR_NOMEM, "row buffers");
+    /* each channel's weights, per seen-class (predict_row) */
+    for (size_t seen = 0; seen < 2 && !rc; seen++)
+        for (size_t f = 0; f < NF; f++)
+            for (size_t h = 0; h < H; h++)
+                for (size_t dd = 0; dd < D; dd++)
+                    wc[(seen * NF + f) * C + h * D + dd] = W[(h * 2 + seen) * NF + f];
     const skv_dtype dt = c->sh.dtype;
     /* stat: mu is a constant row per seen-class (mean_only), computed once;
      * rows whose features are not all finite take the general path */
@@ -1882,9 +1895,8 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
                     mu_row[ch] = predict(W + (h * 2 + seen) * NF, fm_row ? fm_row[ch] : 0.0f,
                                          prev[ch], cbf[ch], mean[ch]);
                 }
-            for (size_t h = 0; h < H && !d->plain; h++)
-                predict_head(W + (h * 2 + seen) * NF, fm_row ? fm_row + h * D : NULL,
-                             prev + h * D, cbf + h * D, mean + h * D, mu_row + h * D, D);
+            if (!d->plain)
+                predict_row(wc + seen * NF * C, C, fm_row, prev, cbf, mean, mu_row);
         }
         if (mo) {
             memcpy(mo + (t - q->start) * C, mu, C * sizeof(float));
@@ -1925,6 +1937,8 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
         skv_free(s_row);
         skv_free(x_row);
     }
+    if (wc != wc_stack)
+        skv_free(wc);
     if (rc)
         return rc;
     size_t idx = (size_t)l * 2 + (size_t)kv;
