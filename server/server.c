@@ -151,7 +151,18 @@ static void client_free(skv_server *s, srv_client *c)
     skv_resp_reset(&c->rp);
     skv_rbuf_free(&c->out);
     skv_free(c->in);
-    skv_free(c);
+    c->in = NULL;
+    c->next = s->freed; /* released after the batch of events (release_freed) */
+    s->freed = c;
+}
+
+static void release_freed(skv_server *s)
+{
+    for (srv_client *c = s->freed, *n; c; c = n) {
+        n = c->next;
+        skv_free(c);
+    }
+    s->freed = NULL;
 }
 
 /* Send what is pending; 0, or -1 when the client was freed. */
@@ -913,12 +924,14 @@ int skv_server_run(skv_server *s)
                     client_read(s, c);
             }
         }
+        release_freed(s);
     }
     for (srv_client *c = s->clients, *n; c; c = n) {
         n = c->next;
         if (c->fd >= 0)
             client_free(s, c);
     }
+    release_freed(s);
     srv_log(s, "stopped");
     return 0;
 }
@@ -948,6 +961,7 @@ void skv_server_free(skv_server *s)
         s->clients->busy = 0;
         client_free(s, s->clients);
     }
+    release_freed(s);
     if (s->lfd >= 0)
         close(s->lfd);
     if (s->socket_path && s->sock_ino) {

@@ -106,6 +106,10 @@ struct skv_server {
     uint64_t batches, batched_puts; /* under smu */
     /* loop thread only */
     srv_client *clients;
+    /* clients freed during one batch of epoll events, released after it:
+     * a later event of the same batch may still name one (its fd is then
+     * -1, and the loop skips it) */
+    srv_client *freed;
     size_t nclients, inflight;
     uint64_t next_id, accepted, rejected, proto_errors;
     int stopping;
