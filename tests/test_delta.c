@@ -101,25 +101,35 @@ static double round_trip(const skv_calib *cal, skv_level lvl, const skv_model *m
     return 8.0 * (double)bytes / (double)scalars;
 }
 
-static void levels_case(const skv_model *m, skv_dtype dt, size_t ncal, size_t T, size_t chunk,
-                        double bits[SKV_LEVEL_COUNT])
+/* ncal calibration sequences and ntest test sequences of T tokens from m
+ * (seeds seed and seed + 4000), and a calibration learned from the first */
+static skv_calib *learned(const skv_model *m, skv_dtype dt, size_t ncal, size_t ntest, size_t T,
+                          uint64_t seed, kvset *test)
 {
-    kvset cal = {0}, test = {0};
-    make_kv(m, ncal, T, 1000, dt, &cal);
-    make_kv(m, 3, T, 5000, dt, &test);
+    kvset cal = {0};
+    make_kv(m, ncal, T, seed, dt, &cal);
+    make_kv(m, ntest, T, seed + 4000, dt, test);
     uint8_t *buf;
     skv_st *st = as_file(m, &cal, dt, &buf);
     skv_calib *c;
     skv_calib_opts o = {.model = m, .max_fit_samples = 256, .quiet = 1};
     cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    skv_st_free(st);
+    free(buf);
+    free_kv(&cal);
+    return c;
+}
+
+static void levels_case(const skv_model *m, skv_dtype dt, size_t ncal, size_t T, size_t chunk,
+                        double bits[SKV_LEVEL_COUNT])
+{
+    kvset test = {0};
+    skv_calib *c = learned(m, dt, ncal, 3, T, 1000, &test);
     for (int l = 0; l < SKV_LEVEL_COUNT; l++) {
         cr_assert(skv_calib_has_level(c, (skv_level)l));
         bits[l] = round_trip(c, (skv_level)l, m, &test, dt, chunk);
     }
     skv_calib_free(c);
-    skv_st_free(st);
-    free(buf);
-    free_kv(&cal);
     free_kv(&test);
 }
 
@@ -595,14 +605,8 @@ Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
 static void versions_case(const skv_model *m, size_t ncal, size_t T)
 {
     const skv_dtype dt = SKV_DT_BF16;
-    kvset cal = {0}, test = {0};
-    make_kv(m, ncal, T, 1100, dt, &cal);
-    make_kv(m, 2, T, 5100, dt, &test);
-    uint8_t *buf;
-    skv_st *st = as_file(m, &cal, dt, &buf);
-    skv_calib *c;
-    skv_calib_opts o = {.model = m, .max_fit_samples = 256, .quiet = 1};
-    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    kvset test = {0};
+    skv_calib *c = learned(m, dt, ncal, 2, T, 1100, &test);
     size_t per = skv_model_kv_per_token(m) / 2 * skv_dtype_size(dt);
     for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++) {
         skv_delta *d;
@@ -637,9 +641,6 @@ static void versions_case(const skv_model *m, size_t ncal, size_t T)
         skv_delta_free(d);
     }
     skv_calib_free(c);
-    skv_st_free(st);
-    free(buf);
-    free_kv(&cal);
     free_kv(&test);
 }
 
