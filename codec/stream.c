@@ -1093,6 +1093,91 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
     return 1;
 }
 
+/* v2_pack_rows's group of lanes j..j+7 into p (enc: the encoder's e4
+ * too), its lanes' ok, STEP and widths folded into *okacc, *sacc, *bvall
+ * (sknown: s's part already in p) */
+static inline __attribute__((target("avx2"), always_inline)) void
+v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, size_t n,
+              size_t j, int sknown, int enc, __m256i *okacc, __m256i *sacc, __m256i *bvall)
+{
+    const uint8_t *tb = (const uint8_t *)m->tblock;
+    const int *rdy = m->ready, *rdyb = m->ready + N_STEP_TABS + N_BUCKET_TABS;
+    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+    __m256i isS, isB, ok, ix, kv, Gv, R;
+    for (int tries = 0;; tries++) {
+        skv_v8i flag, idx, key, G, Es, sub;
+        if (sknown) {
+            memcpy(&Es, p->ses + j, sizeof Es);
+            memcpy(&sub, p->ssub + j, sizeof sub);
+            memcpy(&G, p->sg + j, sizeof G);
+        } else {
+            cls8_s(K, s + j, &Es, &sub, &G);
+            if (n <= sizeof p->slast / sizeof *p->slast) {
+                memcpy(p->ses + j, &Es, sizeof Es);
+                memcpy(p->ssub + j, &sub, sizeof sub);
+                memcpy(p->sg + j, &G, sizeof G);
+            }
+        }
+        cls8_mu(K, mu + j, Es, sub, G, &flag, &idx, &key, 1);
+        __m256i fl = (__m256i)flag;
+        ix = (__m256i)idx, kv = (__m256i)key, Gv = (__m256i)G;
+        isS = _mm256_cmpeq_epi32(fl, zero), isB = _mm256_cmpeq_epi32(fl, one);
+        __m256i okc = _mm256_or_si256(isS, isB);
+        ix = _mm256_and_si256(ix, okc);
+        R = _mm256_mask_i32gather_epi32(zero, rdy, ix, okc, 4); /* 0: not built */
+        ok = _mm256_cmpgt_epi32(R, zero);
+        if (!sknown) { /* every lane's width (G comes from s alone, in range), built here */
+            __m256i gi = _mm256_add_epi32(Gv, _mm256_set1_epi32(BVT_G0));
+            __m256i rb = _mm256_i32gather_epi32(rdyb, gi, 4);
+            unsigned nb = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(rb)) ^ 0xffu;
+            if (nb) {
+                int32_t gs[8];
+                _mm256_storeu_si256((__m256i *)gs, Gv);
+                for (; nb; nb &= nb - 1)
+                    skv__build_bvt(m, gs[__builtin_ctz(nb)]);
+                rb = _mm256_i32gather_epi32(rdyb, gi, 4);
+            }
+            *bvall = _mm256_and_si256(*bvall, rb);
+            ok = _mm256_and_si256(ok, _mm256_or_si256(isS, rb));
+        }
+        unsigned miss = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_andnot_si256(ok, okc)));
+        if (!miss || tries)
+            break;
+        for (; miss; miss &= miss - 1) { /* build what the lane needs, then again */
+            int q = __builtin_ctz(miss);
+            skv_fcls c;
+            if (fclassify(m, &SKV__LAT_BF16, mu[j + q], s[j + q], &c) == SKV_OK && c.bucket)
+                skv__build_bvt(m, c.G);
+        }
+    }
+    __m256i off = _mm256_and_si256(_mm256_mullo_epi32(ix, _mm256_set1_epi32((int)sizeof(skv_ftab))), ok);
+    R = _mm256_and_si256(R, ok);
+    __m256i nn = _mm256_add_epi32(_mm256_add_epi32(R, R), _mm256_set1_epi32(2)); /* 2R + 2 symbols */
+    /* STEP: key is c's bits, the base its signed ordinal */
+    __m256i neg = _mm256_sub_epi32(zero, _mm256_and_si256(_mm256_srli_epi32(kv, 15), one));
+    __m256i ord = _mm256_xor_si256(_mm256_and_si256(kv, _mm256_set1_epi32(0x7fff)), neg);
+    __m256i base = _mm256_and_si256(_mm256_sub_epi32(_mm256_blendv_epi8(kv, ord, isS), R), ok);
+    __m256i gi = _mm256_and_si256(_mm256_add_epi32(Gv, _mm256_set1_epi32(BVT_G0)), _mm256_andnot_si256(isS, ok));
+    _mm256_storeu_si256((__m256i *)(p->lut + j), off);
+    _mm256_storeu_si256((__m256i *)(p->bvt + j), _mm256_slli_epi32(gi, 10)); /* 2 * BVT_K * 4 bytes */
+    _mm256_storeu_si256((__m256i *)(p->base + j), base);
+    _mm256_storeu_si256((__m256i *)(p->g + j), Gv);
+    _mm256_storeu_si256((__m256i *)(p->nesc + j), _mm256_sub_epi32(nn, one));
+    _mm256_storeu_si256((__m256i *)(p->ok + j), ok);
+    _mm256_storeu_si256((__m256i *)(p->stp + j), isS);
+    *okacc = _mm256_and_si256(*okacc, ok);
+    *sacc = _mm256_or_si256(*sacc, _mm256_and_si256(isS, ok));
+    if (enc) {
+        const long long *eb = (const long long *)(const void *)(tb + offsetof(skv_ftab, enc));
+        __m256i m0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(ok));
+        __m256i m1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(ok, 1));
+        __m256i e0 = _mm256_mask_i32gather_epi64(zero, eb, _mm256_castsi256_si128(off), m0, 1);
+        __m256i e1 = _mm256_mask_i32gather_epi64(zero, eb, _mm256_extracti128_si256(off, 1), m1, 1);
+        _mm256_storeu_si256((__m256i *)(p->e4 + j), _mm256_slli_epi64(e0, 4));
+        _mm256_storeu_si256((__m256i *)(p->e4 + j + 4), _mm256_slli_epi64(e1, 4));
+    }
+}
+
 /* p holding the classes of the bf16 row mu[0..n), s[0..n) (n a multiple
  * of 8), classified eight lanes at a time (skv__cls8_avx2's arithmetic)
  * straight into the pack: rows that do not repeat (ctx's, with the row
@@ -1109,88 +1194,13 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
     p->row = NULL, p->gen = 0, p->n = n, p->as = as;
     const skv_v8i *K = cls8_k;
     __asm__("" : "+r"(K));
-    const uint8_t *tb = (const uint8_t *)m->tblock;
-    const int *rdy = m->ready, *rdyb = m->ready + N_STEP_TABS + N_BUCKET_TABS;
-    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
-    __m256i okacc = _mm256_set1_epi32(-1), sacc = zero;
+    __m256i okacc = _mm256_set1_epi32(-1), sacc = _mm256_setzero_si256();
     /* the bucket values' widths depend on s alone: checked again only
      * when s is not the row's of the call before (ctx: a seen-class's) */
     int sknown = p->sn == n && memcmp(p->slast, s, n * sizeof *s) == 0;
     __m256i bvall = _mm256_set1_epi32(-1);
     for (size_t j = 0; j < n; j += 8) {
-        __m256i isS, isB, ok, ix, kv, Gv, R;
-        for (int tries = 0;; tries++) {
-            skv_v8i flag, idx, key, G, Es, sub;
-            if (sknown) {
-                memcpy(&Es, p->ses + j, sizeof Es);
-                memcpy(&sub, p->ssub + j, sizeof sub);
-                memcpy(&G, p->sg + j, sizeof G);
-            } else {
-                cls8_s(K, s + j, &Es, &sub, &G);
-                if (n <= sizeof p->slast / sizeof *p->slast) {
-                    memcpy(p->ses + j, &Es, sizeof Es);
-                    memcpy(p->ssub + j, &sub, sizeof sub);
-                    memcpy(p->sg + j, &G, sizeof G);
-                }
-            }
-            cls8_mu(K, mu + j, Es, sub, G, &flag, &idx, &key, 1);
-            __m256i fl = (__m256i)flag;
-            ix = (__m256i)idx, kv = (__m256i)key, Gv = (__m256i)G;
-            isS = _mm256_cmpeq_epi32(fl, zero), isB = _mm256_cmpeq_epi32(fl, one);
-            __m256i okc = _mm256_or_si256(isS, isB);
-            ix = _mm256_and_si256(ix, okc);
-            R = _mm256_mask_i32gather_epi32(zero, rdy, ix, okc, 4); /* 0: not built */
-            ok = _mm256_cmpgt_epi32(R, zero);
-            if (!sknown) { /* every lane's width (G comes from s alone, in range), built here */
-                __m256i gi = _mm256_add_epi32(Gv, _mm256_set1_epi32(BVT_G0));
-                __m256i rb = _mm256_i32gather_epi32(rdyb, gi, 4);
-                unsigned nb = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(rb)) ^ 0xffu;
-                if (nb) {
-                    int32_t gs[8];
-                    _mm256_storeu_si256((__m256i *)gs, Gv);
-                    for (; nb; nb &= nb - 1)
-                        skv__build_bvt(m, gs[__builtin_ctz(nb)]);
-                    rb = _mm256_i32gather_epi32(rdyb, gi, 4);
-                }
-                bvall = _mm256_and_si256(bvall, rb);
-                ok = _mm256_and_si256(ok, _mm256_or_si256(isS, rb));
-            }
-            unsigned miss = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_andnot_si256(ok, okc)));
-            if (!miss || tries)
-                break;
-            for (; miss; miss &= miss - 1) { /* build what the lane needs, then again */
-                int q = __builtin_ctz(miss);
-                skv_fcls c;
-                if (fclassify(m, &SKV__LAT_BF16, mu[j + q], s[j + q], &c) == SKV_OK && c.bucket)
-                    skv__build_bvt(m, c.G);
-            }
-        }
-        __m256i off = _mm256_and_si256(_mm256_mullo_epi32(ix, _mm256_set1_epi32((int)sizeof(skv_ftab))), ok);
-        R = _mm256_and_si256(R, ok);
-        __m256i nn = _mm256_add_epi32(_mm256_add_epi32(R, R), _mm256_set1_epi32(2)); /* 2R + 2 symbols */
-        /* STEP: key is c's bits, the base its signed ordinal */
-        __m256i neg = _mm256_sub_epi32(zero, _mm256_and_si256(_mm256_srli_epi32(kv, 15), one));
-        __m256i ord = _mm256_xor_si256(_mm256_and_si256(kv, _mm256_set1_epi32(0x7fff)), neg);
-        __m256i base = _mm256_and_si256(_mm256_sub_epi32(_mm256_blendv_epi8(kv, ord, isS), R), ok);
-        __m256i gi = _mm256_and_si256(_mm256_add_epi32(Gv, _mm256_set1_epi32(BVT_G0)), _mm256_andnot_si256(isS, ok));
-        _mm256_storeu_si256((__m256i *)(p->lut + j), off);
-        _mm256_storeu_si256((__m256i *)(p->bvt + j), _mm256_slli_epi32(gi, 10)); /* 2 * BVT_K * 4 bytes */
-        _mm256_storeu_si256((__m256i *)(p->base + j), base);
-        _mm256_storeu_si256((__m256i *)(p->g + j), Gv);
-        _mm256_storeu_si256((__m256i *)(p->nesc + j), _mm256_sub_epi32(nn, one));
-        _mm256_storeu_si256((__m256i *)(p->ok + j), ok);
-        _mm256_storeu_si256((__m256i *)(p->stp + j), isS);
-        okacc = _mm256_and_si256(okacc, ok);
-        sacc = _mm256_or_si256(sacc, _mm256_and_si256(isS, ok));
-        if (enc) {
-            const long long *eb = (const long long *)(const void *)(tb + offsetof(skv_ftab, enc));
-            __m256i m0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(ok));
-            __m256i m1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(ok, 1));
-            __m256i e0 = _mm256_mask_i32gather_epi64(zero, eb, _mm256_castsi256_si128(off), m0, 1);
-            __m256i e1 = _mm256_mask_i32gather_epi64(zero, eb, _mm256_extracti128_si256(off, 1), m1, 1);
-            _mm256_storeu_si256((__m256i *)(p->e4 + j), _mm256_slli_epi64(e0, 4));
-            _mm256_storeu_si256((__m256i *)(p->e4 + j + 4), _mm256_slli_epi64(e1, 4));
-        }
+        v2_pack_group(K, m, p, mu, s, n, j, sknown, enc, &okacc, &sacc, &bvall);
         for (int q = 0; as && q < 8; q++)
             v2_pack_atoms(p, as, j + (size_t)q, p->ok[j + q] != 0);
     }
