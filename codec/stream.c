@@ -62,8 +62,8 @@ typedef struct {
     int okall;           /* every scalar's is */
     int anystp;          /* some scalar's class is STEP (the paths' variant that takes them) */
     size_t sn;           /* v2_pack_rows: the widths of s = slast[0..sn) are all built, */
-    float slast[256];
-    int32_t ses[256], ssub[256], sg[256]; /* and s's part of its classes (cls8_s) */
+    float *slast;
+    int32_t *ses, *ssub, *sg; /* and s's part of its classes (cls8_s); cap each */
     /* per scalar, its first table: the atoms' of its channel when it has
      * any (ak atoms, values from vals + aoff), else its class's */
     int32_t *lut1, *ak, *aoff; /* lut1: from abase on channels with atoms, else lbase */
@@ -1003,13 +1003,14 @@ static int v2_pack_room(skv_v2pack *p, size_t n)
 {
     if (n <= p->cap)
         return 1;
-    size_t per = 2 * sizeof(uint64_t) + 10 * sizeof(int32_t);
+    size_t per = 2 * sizeof(uint64_t) + 14 * sizeof(int32_t);
     void *mem = skv_malloc(n * per + 64);
     if (!mem)
         return 0;
     skv_free(p->mem);
     p->mem = mem;
     p->cap = n;
+    p->sn = 0; /* (slast is new) */
     p->e4 = mem;
     p->e41 = p->e4 + n;
     p->lut = (int32_t *)(void *)(p->e41 + n);
@@ -1022,6 +1023,10 @@ static int v2_pack_room(skv_v2pack *p, size_t n)
     p->lut1 = p->stp + n;
     p->ak = p->lut1 + n;
     p->aoff = p->ak + n;
+    p->ses = p->aoff + n;
+    p->ssub = p->ses + n;
+    p->sg = p->ssub + n;
+    p->slast = (float *)(void *)(p->sg + n);
     return 1;
 }
 
@@ -1112,11 +1117,9 @@ v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, c
             memcpy(&G, p->sg + j, sizeof G);
         } else {
             cls8_s(K, s + j, &Es, &sub, &G);
-            if (n <= sizeof p->slast / sizeof *p->slast) {
-                memcpy(p->ses + j, &Es, sizeof Es);
-                memcpy(p->ssub + j, &sub, sizeof sub);
-                memcpy(p->sg + j, &G, sizeof G);
-            }
+            memcpy(p->ses + j, &Es, sizeof Es);
+            memcpy(p->ssub + j, &sub, sizeof sub);
+            memcpy(p->sg + j, &G, sizeof G);
         }
         cls8_mu(K, mu + j, Es, sub, G, &flag, &idx, &key, 1);
         __m256i fl = (__m256i)flag;
@@ -1206,8 +1209,7 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
     }
     p->okall = _mm256_movemask_ps(_mm256_castsi256_ps(okacc)) == 0xff;
     p->anystp = _mm256_movemask_ps(_mm256_castsi256_ps(sacc)) != 0;
-    if (!sknown && n <= sizeof p->slast / sizeof *p->slast &&
-        _mm256_movemask_ps(_mm256_castsi256_ps(bvall)) == 0xff) {
+    if (!sknown && _mm256_movemask_ps(_mm256_castsi256_ps(bvall)) == 0xff) {
         /* every lane's widths checked: the next call with this s may skip it */
         memcpy(p->slast, s, n * sizeof *s);
         p->sn = n;

@@ -2838,3 +2838,60 @@ Test(v2, the_row_cache_switched_off_changes_nothing_but_speed)
     }
     skv_cmodel_free(m);
 }
+
+/* ctx-like rows wider than the classification's per-s memory ever was
+ * (320 scalars; real models' rows are 1024 and more), classified straight
+ * into the pack with the row cache off: decoded as coded, most groups on
+ * the AVX2 path, with eight states */
+Test(v2, wide_rows_that_do_not_repeat)
+{
+    enum { C = 320, T = 24 };
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    static float mu[T * C];
+    float sg[2][C];
+    static uint32_t x[T * C], y[T * C];
+    skv_rng r;
+    skv_rng_seed(&r, 320);
+    for (int c = 0; c < C; c++) {
+        mu[c] = (skv_rng_uniform(&r) - 0.5f) * 6.0f;
+        /* a head in four of tiny widths (STEP); two seen-classes of s */
+        sg[0][c] = (c / 8) % 4 == 0 ? 0.0007f : 0.05f + 2.0f * skv_rng_uniform(&r);
+        sg[1][c] = 1.5f * sg[0][c];
+    }
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            if (t)
+                mu[t * C + c] = mu[(t - 1) * C + c] + 0.2f * sg[0][c] * skv_rng_normal(&r);
+            x[t * C + c] = to_dt(SKV_DT_BF16, mu[t * C + c] + sg[t % 3 == 1][c] * skv_rng_normal(&r));
+        }
+    skv_encoder *e = NULL;
+    cr_assert_eq(skv_encoder_create(m, &e), 0);
+    cr_assert_eq(skv_encoder_set_version(e, 2), 0);
+    cr_assert_eq(skv_encoder_set_states(e, 8), 0);
+    skv_encoder_set_row_cache(e, 0);
+    skv_encoder_set_ideal(e, 0);
+    skv_encoder_reset(e, NULL);
+    for (int t = 0; t < T; t++)
+        cr_assert_eq(skv_encoder_put_n(e, x + t * C, mu + t * C, sg[t % 3 == 1], C), 0, "%s", skv_error_detail());
+    size_t cap = skv_encoder_bound(e), len;
+    uint8_t *buf = malloc(cap);
+    cr_assert_eq(skv_encoder_finish(e, buf, cap, &len), 0, "%s", skv_error_detail());
+    skv_encoder_free(e);
+    skv_decoder *d = NULL;
+    cr_assert_eq(skv_decoder_create(m, &d), 0);
+    skv_decoder_set_row_cache(d, 0);
+    cr_assert_eq(skv_decoder_begin(d, buf, len, NULL), 0);
+    for (int t = 0; t < T; t++)
+        cr_assert_eq(skv_decoder_get_n(d, mu + t * C, sg[t % 3 == 1], y + t * C, C), 0, "row %d: %s", t,
+                     skv_error_detail());
+    cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
+    cr_expect_eq(memcmp(x, y, sizeof x), 0, "decoded values differ");
+#ifdef SKV_HAVE_CLS8
+    if (__builtin_cpu_supports("avx2"))
+        cr_expect_gt(skv__decoder_fast_groups(d), (uint64_t)(C * T / 8) * 3 / 4, "the AVX2 path took %" PRIu64 " of %d groups",
+                     skv__decoder_fast_groups(d), C * T / 8);
+#endif
+    skv_decoder_free(d);
+    free(buf);
+    skv_cmodel_free(m);
+}
