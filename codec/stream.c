@@ -1013,20 +1013,12 @@ static int v2_pack_room(skv_v2pack *p, size_t n)
     p->sn = 0; /* (slast is new) */
     p->e4 = mem;
     p->e41 = p->e4 + n;
-    p->lut = (int32_t *)(void *)(p->e41 + n);
-    p->bvt = p->lut + n;
-    p->base = p->bvt + n;
-    p->g = p->base + n;
-    p->nesc = p->g + n;
-    p->ok = p->nesc + n;
-    p->stp = p->ok + n;
-    p->lut1 = p->stp + n;
-    p->ak = p->lut1 + n;
-    p->aoff = p->ak + n;
-    p->ses = p->aoff + n;
-    p->ssub = p->ses + n;
-    p->sg = p->ssub + n;
-    p->slast = (float *)(void *)(p->sg + n);
+    int32_t **arr[] = {&p->lut, &p->bvt, &p->base, &p->g, &p->nesc, &p->ok, &p->stp,
+                       &p->lut1, &p->ak, &p->aoff, &p->ses, &p->ssub, &p->sg};
+    int32_t *q = (int32_t *)(void *)(p->e41 + n);
+    for (size_t k = 0; k < sizeof arr / sizeof *arr; k++, q += n)
+        *arr[k] = q;
+    p->slast = (float *)(void *)q; /* 13 arrays of int32_t and this one: per above */
     return 1;
 }
 
