@@ -437,8 +437,10 @@ const uint32_t skv__bvt_none[2 * BVT_K];
 
 /* Build (once, under the model's lock) the bucket values of width 2^G
  * (codec_int.h): the closed form of the decoder's common BUCKET case
- * (stream.c dec_after), entry by entry. Out of memory leaves
- * skv__bvt_none, which sends every bucket down the general path. */
+ * (stream.c dec_after), entry by entry, into the model's block of them
+ * (allocated with the model). A width outside the block's range, or a
+ * dtype of more than 16 bits, keeps skv__bvt_none, which sends every
+ * bucket down the general path. */
 void skv__build_bvt(skv_cmodel *m, int G)
 {
     const skv_lat *L = &m->lat;
@@ -448,7 +450,7 @@ void skv__build_bvt(skv_cmodel *m, int G)
     if (m->bvt[G + BVT_G0] == skv__bvt_none) {
         uint32_t *t = m->bvblock + (size_t)(G + BVT_G0) * 2 * BVT_K;
         const int emin = 1 - L->bias, emax = (int)((L->inf_mag - 1u) >> L->mbits) - L->bias;
-        for (int i = 0; t && i < 2 * BVT_K; i++) {
+        for (int i = 0; i < 2 * BVT_K; i++) {
             int64_t key = i - BVT_K, neg = key >> 63;
             uint64_t j = (uint64_t)(key ^ neg);
             t[i] = 0;
@@ -460,10 +462,8 @@ void skv__build_bvt(skv_cmodel *m, int G)
                 continue;
             t[i] = (L->sign & (uint32_t)neg) | lo | (uint32_t)nb << 24;
         }
-        if (t) {
-            __atomic_store_n(&m->bvt[G + BVT_G0], t, __ATOMIC_RELEASE);
-            __atomic_store_n(&m->ready[N_STEP_TABS + N_BUCKET_TABS + G + BVT_G0], -1, __ATOMIC_RELEASE);
-        }
+        __atomic_store_n(&m->bvt[G + BVT_G0], t, __ATOMIC_RELEASE);
+        __atomic_store_n(&m->ready[N_STEP_TABS + N_BUCKET_TABS + G + BVT_G0], -1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&m->mu);
 }

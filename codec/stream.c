@@ -1094,8 +1094,8 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
  * too), its lanes' ok, STEP and widths folded into *okacc, *sacc, *bvall
  * (sknown: s's part already in p) */
 static inline __attribute__((target("avx2"), always_inline)) void
-v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, size_t n,
-              size_t j, int sknown, int enc, __m256i *okacc, __m256i *sacc, __m256i *bvall)
+v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, size_t j,
+              int sknown, int enc, __m256i *okacc, __m256i *sacc, __m256i *bvall)
 {
     const uint8_t *tb = (const uint8_t *)m->tblock;
     const int *rdy = m->ready, *rdyb = m->ready + N_STEP_TABS + N_BUCKET_TABS;
@@ -1195,7 +1195,7 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
     int sknown = p->sn == n && memcmp(p->slast, s, n * sizeof *s) == 0;
     __m256i bvall = _mm256_set1_epi32(-1);
     for (size_t j = 0; j < n; j += 8) {
-        v2_pack_group(K, m, p, mu, s, n, j, sknown, enc, &okacc, &sacc, &bvall);
+        v2_pack_group(K, m, p, mu, s, j, sknown, enc, &okacc, &sacc, &bvall);
         for (int q = 0; as && q < 8; q++)
             v2_pack_atoms(p, as, j + (size_t)q, p->ok[j + q] != 0);
     }
@@ -1469,7 +1469,7 @@ int skv_stream_v2_fast(skv_dtype dt)
 
 size_t skv_encoder_bound(const skv_encoder *e)
 {
-    if (e->version == 2) /* 16 states; a word a table symbol; the raw bits; a waiting group */
+    if (e->version == 2) /* the states; a word a table symbol; the raw bits; a waiting group */
         return SKV_STREAM_HEADER + 4 * (size_t)e->states + 2 * e->nq2 + (size_t)(e->rbits2 / 8) + 1 +
                4 * e->nops + 8;
     return SKV_STREAM_HEADER + 16 + 2 * e->nops;
@@ -2437,7 +2437,7 @@ static inline __attribute__((target("avx2"), always_inline)) void v2_search(cons
 
 /* The table symbol k of every lane from the tables whose indexes lie at
  * byte offsets lutv from p->lbase, or from p->abase on the lanes of ma
- * (a movemask; cumulative frequencies cm), and the states after it,
+ * (a movemask; A the same lanes as a mask), and the states after it,
  * before their renormalisation (*nx); the lanes of act are searched when
  * their slot lies in a run where several symbols start */
 static inline __attribute__((target("avx2,popcnt"), always_inline)) __m256i
@@ -2472,6 +2472,17 @@ v2_sym(const skv_v2pack *p, __m256i lutv, __m256i X, int act, int ma, __m256i A,
     *nx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(en, st), _mm256_srli_epi32(X, 16)),
                            _mm256_sub_epi32(slot, st));
     return k;
+}
+
+/* A STEP lane's value from its signed ordinal key (bf16 bits: sign and
+ * magnitude) into *v; the lanes whose key is not finite ([-0x7f80,
+ * 0x7f7f]) as the mask returned */
+static inline __attribute__((target("avx2"), always_inline)) __m256i v2_step_value(__m256i key, __m256i *v)
+{
+    __m256i sn = _mm256_srai_epi32(key, 31);
+    *v = _mm256_or_si256(_mm256_xor_si256(key, sn), _mm256_and_si256(sn, _mm256_set1_epi32(0x8000)));
+    __m256i ko = _mm256_add_epi32(key, _mm256_set1_epi32(0x7f80));
+    return _mm256_cmpeq_epi32(_mm256_min_epu32(ko, _mm256_set1_epi32(0xff00)), _mm256_set1_epi32(0xff00));
 }
 
 /* The lanes whose class symbol k is the bucket at zero (key 0 or -1) */
@@ -2544,14 +2555,10 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
     if (STEPS && !ATOMS && _mm256_movemask_ps(_mm256_castsi256_ps(stp)) == 0xff) {
         /* every lane STEP (a fifth of ctx's groups): the signed ordinal
          * keys, finite ([-0x7f80, 0x7f7f]), no plain bits */
-        __m256i ko = _mm256_add_epi32(key, _mm256_set1_epi32(0x7f80));
-        __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi32(k, _mm256_loadu_si256((const __m256i *)(p->nesc + i))),
-                                      _mm256_cmpeq_epi32(_mm256_min_epu32(ko, _mm256_set1_epi32(0xff00)),
-                                                         _mm256_set1_epi32(0xff00)));
+        __m256i sv, bad = _mm256_or_si256(_mm256_cmpeq_epi32(k, _mm256_loadu_si256((const __m256i *)(p->nesc + i))),
+                                          v2_step_value(key, &sv));
         if (_mm256_movemask_ps(_mm256_castsi256_ps(bad)))
             return 1;
-        __m256i sn = _mm256_srai_epi32(key, 31);
-        __m256i sv = _mm256_or_si256(_mm256_xor_si256(key, sn), _mm256_and_si256(sn, _mm256_set1_epi32(0x8000)));
         _mm256_storeu_si256((__m256i *)x, sv);
         lanes_acc(A, sv);
         return 0;
@@ -2573,13 +2580,8 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
     bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_or_si256(zm, stp),
                                                    _mm256_cmpeq_epi32(nb, _mm256_setzero_si256())));
     if (STEPS && _mm256_movemask_ps(_mm256_castsi256_ps(stp))) {
-        /* STEP: the signed ordinal key, finite ([-0x7f80, 0x7f7f]) */
-        __m256i sn = _mm256_srai_epi32(key, 31);
-        __m256i sv = _mm256_or_si256(_mm256_xor_si256(key, sn), _mm256_and_si256(sn, _mm256_set1_epi32(0x8000)));
-        __m256i ko = _mm256_add_epi32(key, _mm256_set1_epi32(0x7f80));
-        bad = _mm256_or_si256(bad, _mm256_and_si256(stp, _mm256_cmpeq_epi32(
-                                                              _mm256_min_epu32(ko, _mm256_set1_epi32(0xff00)),
-                                                              _mm256_set1_epi32(0xff00))));
+        __m256i sv;
+        bad = _mm256_or_si256(bad, _mm256_and_si256(stp, v2_step_value(key, &sv)));
         first = _mm256_blendv_epi8(first, sv, stp);
         nb = _mm256_andnot_si256(stp, nb);
     }

@@ -150,8 +150,8 @@ int skv_encoder_set_version(skv_encoder *e, int version);
  * decodes a little slower. SKV_ERR_ARG for any other count. */
 int skv_encoder_set_states(skv_encoder *e, int states);
 /* Whether this build on this CPU has version 2's fast paths for dtype (bf16
- * rows from the row cache on AVX2); without them version 2 takes its
- * reference path, slower than version 1. */
+ * rows on AVX2); without them version 2 takes its reference path, slower
+ * than version 1. */
 int skv_stream_v2_fast(skv_dtype dt);
 /* Upper bound of the stream size for n queued scalars. */
 size_t skv_encoder_bound(const skv_encoder *e);
