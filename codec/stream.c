@@ -2740,6 +2740,128 @@ static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t
     return d->pk.as ? v2_run_t(d, r, i, at, ng, x, mag, big, stop, 1, 0, 0)
                     : v2_run_t(d, r, i, at, ng, x, mag, big, stop, 0, 0, 0);
 }
+
+/* Two streams of eight states (K and V of a layer), their groups taken in
+ * turn: group k of d[0], then group k of d[1], from scalar i of their
+ * packs' rows (the same n; at: both streams' index of scalar i), up to ng
+ * groups each, into x[0] and x[1]. Each group is v2_run_t's (no atoms);
+ * the two state chains do not wait on each other, so one stream's group
+ * runs while the other's waits on its loads. Stops before a group that
+ * leaves the common case or a pack does not pass; done[s]: stream s's
+ * groups (done[1] is done[0] or done[0] - 1). */
+#define SIDE(S)                                                                                           \
+    const uint16_t *w##S = (const uint16_t *)(const void *)r[S]->w,                                       \
+                   *wend##S = (const uint16_t *)(const void *)r[S]->wend, *wreal##S = NULL;              \
+    const uint8_t *rb##S = r[S]->rb;                                                                      \
+    uint64_t pos##S = r[S]->rpos, rbytes##S = r[S]->rbits >> 3;                                           \
+    uint64_t rgo##S = rbytes##S >= 8 ? 8 * (rbytes##S - 8) + 1 : 0, bit0##S = 0, rend##S = 0;             \
+    int tail_w##S = 0, tail_r##S = 0, bad##S = 0;                                                         \
+    uint16_t tw##S[64];                                                                                   \
+    uint8_t trb##S[32]
+/* v2_run_t's checks before a group, on stream S (24 words at most) */
+#define SIDE_ROOM(S)                                                                                      \
+    do {                                                                                                  \
+        if (__builtin_expect(wend##S - w##S < 24, 0)) {                                                   \
+            if (w##S > wend##S) {                                                                         \
+                bad##S = 1;                                                                               \
+                goto out;                                                                                 \
+            }                                                                                             \
+            if (!tail_w##S) {                                                                             \
+                size_t nw = (size_t)(wend##S - w##S);                                                     \
+                memset(tw##S, 0, sizeof tw##S);                                                           \
+                memcpy(tw##S, w##S, nw * 2);                                                              \
+                wreal##S = w##S, w##S = tw##S, wend##S = tw##S + nw, tail_w##S = 1;                       \
+            }                                                                                             \
+        }                                                                                                 \
+        if (__builtin_expect(pos##S >= rgo##S, 0)) {                                                      \
+            if (!tail_r##S) {                                                                             \
+                size_t nb = rbytes##S < 16 ? (size_t)rbytes##S : 16;                                      \
+                memset(trb##S, 0, sizeof trb##S);                                                         \
+                memcpy(trb##S, rb##S + (rbytes##S - nb), nb);                                             \
+                bit0##S = 8 * (rbytes##S - nb), pos##S -= bit0##S, rb##S = trb##S, rend##S = 8 * nb;      \
+                rgo##S = 0, tail_r##S = 1;                                                                \
+            }                                                                                             \
+            if (pos##S > rend##S) {                                                                       \
+                bad##S = 1;                                                                               \
+                goto out;                                                                                 \
+            }                                                                                             \
+        }                                                                                                 \
+    } while (0)
+#define SIDE_CLOSE(S)                                                                                     \
+    do {                                                                                                  \
+        if (tail_w##S) {                                                                                  \
+            bad##S |= w##S > wend##S;                                                                     \
+            w##S = wreal##S + (w##S - tw##S);                                                             \
+        }                                                                                                 \
+        if (tail_r##S) {                                                                                  \
+            bad##S |= pos##S > rend##S;                                                                   \
+            pos##S += bit0##S;                                                                            \
+        }                                                                                                 \
+        r[S]->w = (const uint8_t *)(const void *)w##S;                                                    \
+        r[S]->rpos = pos##S;                                                                              \
+        r[S]->bad |= bad##S;                                                                              \
+    } while (0)
+static __attribute__((target("avx2,popcnt"))) void v2_run2(skv_decoder *const d[2], r2_t *const r[2], size_t i,
+                                                         uint32_t at, size_t ng, uint32_t *const x[2],
+                                                         size_t done[2])
+{
+    const skv_v2pack *p0 = &d[0]->pk, *p1 = &d[1]->pk;
+    const size_t n = p0->n;
+    const int okall = p0->okall && p1->okall;
+    __m256i X0 = _mm256_loadu_si256((const __m256i *)r[0]->x), X1 = _mm256_loadu_si256((const __m256i *)r[1]->x);
+    /* each stream's checksum lanes of even and odd groups: A*0 holds the next group's */
+    __m256i A00 = _mm256_loadu_si256((const __m256i *)d[0]->acc), A01 = _mm256_loadu_si256((const __m256i *)(d[0]->acc + 8));
+    __m256i A10 = _mm256_loadu_si256((const __m256i *)d[1]->acc), A11 = _mm256_loadu_si256((const __m256i *)(d[1]->acc + 8));
+    const int odd = at >> 3 & 1u;
+    if (odd) {
+        __m256i t = A00;
+        A00 = A01, A01 = t, t = A10, A10 = A11, A11 = t;
+    }
+    SIDE(0);
+    SIDE(1);
+    size_t k0 = 0, k1 = 0;
+    while (k0 < ng) {
+        if (!okall && (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p0->ok + i)))) != 0xff ||
+                       _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p1->ok + i)))) != 0xff))
+            break;
+        SIDE_ROOM(0);
+        SIDE_ROOM(1);
+        __m256i Xs = X0;
+        const uint16_t *ws = w0;
+        if (v2_group(p0, i, &X0, &A00, &w0, &pos0, rb0, x[0] + 8 * k0, 0, 1)) {
+            X0 = Xs, w0 = ws;
+            break;
+        }
+        k0++;
+        Xs = X1, ws = w1;
+        if (v2_group(p1, i, &X1, &A10, &w1, &pos1, rb1, x[1] + 8 * k1, 0, 1)) {
+            X1 = Xs, w1 = ws;
+            break;
+        }
+        k1++;
+        __m256i t = A00;
+        A00 = A01, A01 = t, t = A10, A10 = A11, A11 = t;
+        if ((i += 8) == n)
+            i = 0;
+    }
+out:
+    if ((odd + k1) & 1u) { /* back in place: [0, 8) the even groups' (stream 0's A00 holds group
+                            * k1's lanes whether or not it decoded that group) */
+        __m256i t = A00;
+        A00 = A01, A01 = t, t = A10, A10 = A11, A11 = t;
+    }
+    SIDE_CLOSE(0);
+    SIDE_CLOSE(1);
+    _mm256_storeu_si256((__m256i *)r[0]->x, X0), _mm256_storeu_si256((__m256i *)r[1]->x, X1);
+    _mm256_storeu_si256((__m256i *)d[0]->acc, A00), _mm256_storeu_si256((__m256i *)(d[0]->acc + 8), A01);
+    _mm256_storeu_si256((__m256i *)d[1]->acc, A10), _mm256_storeu_si256((__m256i *)(d[1]->acc + 8), A11);
+    d[0]->nfast += k0;
+    d[1]->nfast += k1;
+    done[0] = k0, done[1] = k1;
+}
+#undef SIDE
+#undef SIDE_ROOM
+#undef SIDE_CLOSE
 #else
 static int v2_fast_ok(const skv_cmodel *m)
 {
@@ -2882,6 +3004,106 @@ int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t 
     if (d->bad)
         return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d->got);
     return get_n_given(d, mu, s, x, n, NULL);
+}
+
+#ifdef SKV_HAVE_CLS8
+/* Whether skv_decoder_get_n2 takes d's rows of n scalars two streams at a
+ * time (v2_run2): version 2 on the AVX2 path, eight states, no atoms, the
+ * row cache off (the rows are packed as they come), whole groups at the
+ * same index in both */
+static int pair_fast(skv_decoder *const d[2], size_t n)
+{
+    for (int k = 0; k < 2; k++)
+        if (d[k]->version != 2 || !d[k]->fast2 || d[k]->atoms || d[k]->states != 8 || !d[k]->rc_off ||
+            d[k]->got % 8 || d[k]->got != d[0]->got)
+            return 0;
+    return n % 8 == 0;
+}
+
+/* skv_decoder_get_n2 on pair_fast's streams: their groups in turn
+ * (v2_run2); a group either stream cannot take there takes that
+ * stream's own paths (v2_run, else v2_group_ref on fclassify's classes).
+ * 1, with nothing decoded, when there is no room to pack the rows. */
+static __attribute__((target("avx2,popcnt"))) int get_pair_v2(skv_decoder *const d[2], const float *const mu[2],
+                                                             const float *const s[2], uint32_t *const x[2],
+                                                             size_t n)
+{
+    for (int k = 0; k < 2; k++)
+        if (!v2_pack_rows(d[k]->m, &d[k]->pk, mu[k], s[k], n, NULL, 0))
+            return 1; /* no room: nothing decoded */
+    r2_t rr[2];
+    r2_t *const r[2] = {&rr[0], &rr[1]};
+    for (int k = 0; k < 2; k++)
+        rr[k] = (r2_t){d[k]->x2, d[k]->w, d[k]->wend, d[k]->rb, d[k]->rpos, d[k]->rbits, 0};
+    const size_t G = n / 8;
+    size_t g[2] = {0, 0};
+    int rc = SKV_OK;
+    while ((g[0] < G || g[1] < G) && !rr[0].bad && !rr[1].bad && !rc) {
+        if (g[0] == g[1]) {
+            size_t done[2];
+            uint32_t *const xx[2] = {x[0] + 8 * g[0], x[1] + 8 * g[1]};
+            v2_run2(d, r, 8 * g[0], d[0]->got + (uint32_t)(8 * g[0]), G - g[0], xx, done);
+            g[0] += done[0], g[1] += done[1];
+            if ((g[0] == G && g[1] == G) || rr[0].bad || rr[1].bad)
+                break;
+        }
+        /* the stream(s) behind: one group on their own */
+        const size_t lo = g[0] < g[1] ? g[0] : g[1];
+        for (int k = 0; k < 2 && !rc && !rr[0].bad && !rr[1].bad; k++) {
+            if (g[k] != lo)
+                continue;
+            const size_t pi = 8 * g[k];
+            const uint32_t at = d[k]->got + (uint32_t)pi;
+            int stop = 0;
+            if (!v2_run(d[k], r[k], pi, at, 1, x[k] + pi, 0, 0, &stop) && !rr[k].bad) {
+                skv_fcls cl[8];
+                for (int q = 0; q < 8 && !rc; q++)
+                    rc = fclassify(d[k]->m, &d[k]->m->lat, mu[k][pi + q], s[k][pi + q], &cl[q]);
+                if (rc)
+                    break;
+                v2_group_ref(d[k], r[k], cl, at, 8, x[k] + pi);
+            }
+            g[k]++;
+        }
+    }
+    int bad = 0;
+    for (int k = 0; k < 2; k++) {
+        d[k]->w = rr[k].w;
+        d[k]->rpos = rr[k].rpos;
+        d[k]->got += (uint32_t)(8 * g[k]);
+        if (rr[k].bad) {
+            d[k]->bad = 1;
+            if (!bad)
+                bad = skv_error(SKV_ERR_CORRUPT, "stream: corrupted in the group of scalar %u", d[k]->got - 8);
+        }
+    }
+    if (bad)
+        return bad;
+    if (rc) /* a table: nothing of that group was read */
+        return skv_error(rc, "codec table");
+    return SKV_OK;
+}
+#endif
+
+int skv_decoder_get_n2(skv_decoder *const d[2], const float *const mu[2], const float *const s[2],
+                       uint32_t *const x[2], size_t n)
+{
+    for (int k = 0; k < 2; k++) {
+        if (n > d[k]->n - d[k]->got)
+            return skv_error(SKV_ERR_ARG, "stream holds %u scalars; asked for %zu more after %u", d[k]->n, n,
+                             d[k]->got);
+        if (d[k]->bad)
+            return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d[k]->got);
+    }
+#ifdef SKV_HAVE_CLS8
+    if (pair_fast(d, n)) {
+        int rc = get_pair_v2(d, mu, s, x, n);
+        if (rc != 1)
+            return rc; /* (else one stream after the other) */
+    }
+#endif
+    int rc = get_n_given(d[0], mu[0], s[0], x[0], n, NULL);
+    return rc ? rc : get_n_given(d[1], mu[1], s[1], x[1], n, NULL);
 }
 
 int skv_decoder_get_rows(skv_decoder *d, const float *mu, const float *s, size_t n, size_t rows,

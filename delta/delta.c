@@ -1368,7 +1368,7 @@ struct skv_delta {
     int nws;
     struct coder_ws {
         skv_encoder *enc;
-        skv_decoder *dec;
+        skv_decoder *dec, *dec2; /* dec2: a layer's V stream, decoded with its K (code_pair) */
         float *cbf;
         uint32_t *xb; /* stat's runs of constant rows: batch_rows(C) rows */
     } *ws;                  /* one per pool thread */
@@ -1454,6 +1454,8 @@ int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *mod
         rc = skv_encoder_create(d->cm, &d->ws[i].enc);
         if (!rc)
             rc = skv_decoder_create(d->cm, &d->ws[i].dec);
+        if (!rc)
+            rc = skv_decoder_create(d->cm, &d->ws[i].dec2);
         d->ws[i].cbf = rc ? NULL : skv_malloc(chan_count(&cal->sh) * sizeof(float));
         d->ws[i].xb = rc ? NULL
                          : skv_malloc(batch_rows(chan_count(&cal->sh)) * chan_count(&cal->sh) *
@@ -1482,6 +1484,7 @@ void skv_delta_free(skv_delta *d)
     for (int i = 0; d->ws && i < d->nws; i++) {
         skv_encoder_free(d->ws[i].enc);
         skv_decoder_free(d->ws[i].dec);
+        skv_decoder_free(d->ws[i].dec2);
         skv_free(d->ws[i].cbf);
         skv_free(d->ws[i].xb);
     }
@@ -1721,6 +1724,99 @@ static int load_row(skv_dtype dt, uint32_t *x, const uint8_t *p, size_t C)
     return !big;
 }
 
+/* Each channel's weights, per seen-class (predict_row's wc), from W's per
+ * (head, seen-class) */
+static void channel_weights(const float *W, size_t H, size_t D, float *wc)
+{
+    const size_t C = H * D;
+    for (size_t seen = 0; seen < 2; seen++)
+        for (size_t f = 0; f < NF; f++)
+            for (size_t h = 0; h < H; h++)
+                for (size_t dd = 0; dd < D; dd++)
+                    wc[(seen * NF + f) * C + h * D + dd] = W[(h * 2 + seen) * NF + f];
+}
+
+/* Whether code_pair decodes layer l's two streams: a bf16 model-free
+ * level whose rows of both are predict_row's (no constant rows, as
+ * code_stream would code stat's), without a second prediction */
+static int pair_rows(const seq_ctx *q, int l)
+{
+    const skv_delta *d = q->d;
+    const skv_calib *c = d->cal;
+    const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads;
+    if (!q->decode || d->model || q->aux || q->mu_out[0] || d->plain || c->sh.dtype != SKV_DT_BF16 ||
+        C > 256 || C % 8)
+        return 0;
+    for (size_t kv = 0; kv < 2; kv++) {
+        const float *W = c->w[d->level] + ((size_t)l * 2 + kv) * H * 2 * NF;
+        if (all_small(c->mean + ((size_t)l * 2 + kv) * C, C) && (mean_only(W, H, 0) || mean_only(W, H, 1)))
+            return 0;
+    }
+    return 1;
+}
+
+/* Decode layer l's K and V streams of the current chunk together, a row
+ * of each at a time through skv_decoder_get_n2 (their groups in turn):
+ * the same predictions as code_stream's, the same values. */
+static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
+{
+    const skv_calib *c = q->d->cal;
+    const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads, D = (size_t)c->sh.head_dim,
+                 T = q->T, L = (size_t)c->sh.layers, half = (size_t)(c->sh.rope_dim / 2);
+    skv_decoder *const dec[2] = {ws->dec, ws->dec2};
+    float wc[2][2 * NF * 256], mu[2][256];
+    uint32_t x[2][256];
+    const float *mean[2], *S[2];
+    float *X[2];
+    uint8_t *B[2];
+    for (int kv = 0; kv < 2; kv++) {
+        const size_t lk = (size_t)l * 2 + (size_t)kv;
+        mean[kv] = c->mean + lk * C;
+        S[kv] = c->s[q->d->level] + lk * 2 * C;
+        X[kv] = q->kvf[kv] + (size_t)l * T * C;
+        B[kv] = q->kvb[kv] + (size_t)l * q->stride * C * 2;
+        channel_weights(c->w[q->d->level] + lk * H * 2 * NF, H, D, wc[kv]);
+        size_t si = q->first_stream + q->chunk_index * 2 * L + lk;
+        if (si >= q->in->nstreams)
+            return skv_error(SKV_ERR_FORMAT, "missing stream for layer %d %s", l, kv ? "V" : "K");
+        size_t a = q->in->offs[si], b = q->in->offs[si + 1];
+        skv_stream_info info;
+        skv_decoder_set_row_cache(dec[kv], 0);
+        int rc = skv_decoder_begin_atoms(dec[kv], q->in->data + a, b - a, NULL, &info);
+        if (rc)
+            return rc;
+        if (info.n != (q->t1 - q->t0) * C)
+            return skv_error(SKV_ERR_CORRUPT, "stream holds %u scalars, the chunk has %zu", info.n,
+                             (q->t1 - q->t0) * C);
+        if (memcmp(info.calib_id, c->id, 16) != 0)
+            return skv_error(SKV_ERR_CORRUPT, "stream was coded with another calibration");
+        if (q->t0) /* the row before, from its bytes (code_stream makes rows lazily) */
+            skv_cast_to_f32(SKV_DT_BF16, X[kv] + (q->t0 - 1) * C, B[kv] + (q->t0 - 1) * C * 2, C);
+    }
+    for (size_t t = q->t0; t < q->t1; t++) {
+        const int32_t tok = q->tok[t];
+        const size_t seen = c->cb_n[tok] > 0;
+        if (t + 1 < q->t1) /* the next codebook rows (code_stream's fetch_cb) */
+            for (size_t kv = 0; kv < 2; kv++)
+                for (size_t o = 0; o < C * sizeof(float); o += 64)
+                    __builtin_prefetch((const char *)(c->cb + (((size_t)l * c->sh.vocab + (size_t)q->tok[t + 1]) * 2 + kv) * C) + o);
+        for (int kv = 0; kv < 2; kv++) {
+            cb_feature_sc(c, l, kv, tok, t, NULL, q->rope_sc ? q->rope_sc + t * half * 2 : NULL, ws->cbf);
+            predict_row(wc[kv] + seen * NF * C, C, NULL, t ? X[kv] + (t - 1) * C : mean[kv], ws->cbf, mean[kv],
+                        mu[kv]);
+        }
+        const float *const m2[2] = {mu[0], mu[1]}, *const s2[2] = {S[0] + seen * C, S[1] + seen * C};
+        uint32_t *const x2[2] = {x[0], x[1]};
+        int rc = skv_decoder_get_n2(dec, m2, s2, x2, C);
+        if (rc)
+            return rc;
+        for (int kv = 0; kv < 2; kv++)
+            store_row(SKV_DT_BF16, B[kv] + t * C * 2, X[kv] + t * C, x[kv], C);
+    }
+    int rc = skv_decoder_end(dec[0]);
+    return rc ? rc : skv_decoder_end(dec[1]);
+}
+
 /* Code the stream of (layer l, kv) for the current chunk with workspace ws.
  * Decoding reads stream first_stream + chunk_index * 2L + 2l + kv;
  * encoding returns the finished stream in *out_buf (skv_free it). Streams
@@ -1785,12 +1881,8 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     }
     if (C > 256 && !rc && !(wc = skv_malloc(2 * NF * C * sizeof *wc)))
         rc = skv_error(SKV_ERR_NOMEM, "row buffers");
-    /* each channel's weights, per seen-class (predict_row) */
-    for (size_t seen = 0; seen < 2 && !rc; seen++)
-        for (size_t f = 0; f < NF; f++)
-            for (size_t h = 0; h < H; h++)
-                for (size_t dd = 0; dd < D; dd++)
-                    wc[(seen * NF + f) * C + h * D + dd] = W[(h * 2 + seen) * NF + f];
+    if (!rc)
+        channel_weights(W, H, D, wc);
     const skv_dtype dt = c->sh.dtype;
     /* stat: mu is a constant row per seen-class (mean_only), computed once;
      * rows whose features are not all finite take the general path */
@@ -1986,9 +2078,15 @@ typedef struct {
 static void par_task(void *vctx, size_t b, size_t e, int worker)
 {
     par_ctx *p = vctx;
-    for (size_t j = b; j < e; j++)
-        p->rcs[j] = code_stream(p->q, &p->q->d->ws[worker], (int)(j / 2), (int)(j & 1), NULL,
-                                &p->bufs[j], &p->lens[j]);
+    struct coder_ws *ws = &p->q->d->ws[worker];
+    for (size_t j = b; j < e; j++) {
+        if (j % 2 == 0 && j + 1 < e && pair_rows(p->q, (int)(j / 2))) { /* K and V of layer j / 2 */
+            p->rcs[j] = p->rcs[j + 1] = code_pair(p->q, ws, (int)(j / 2));
+            j++;
+            continue;
+        }
+        p->rcs[j] = code_stream(p->q, ws, (int)(j / 2), (int)(j & 1), NULL, &p->bufs[j], &p->lens[j]);
+    }
 }
 
 static int code_chunk_parallel(seq_ctx *q)

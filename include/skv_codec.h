@@ -198,6 +198,14 @@ int skv_decoder_get(skv_decoder *d, float mu, float s, uint32_t *x);
  * SKV_ERR_CORRUPT the scalars before the damaged one are in x and the
  * decoder refuses further calls. */
 int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n);
+/* Two streams' next n scalars each, stream k's into x[k] given mu[k],
+ * s[k]: the same values as skv_decoder_get_n on each. Version 2 streams
+ * of eight states at the same index (K and V of a layer) are decoded
+ * together, their groups in turn, so that one stream's group runs while
+ * the other's waits on its loads. Errors as skv_decoder_get_n, for the
+ * first stream that has one (the other may then hold part of its row). */
+int skv_decoder_get_n2(skv_decoder *const d[2], const float *const mu[2], const float *const s[2],
+                       uint32_t *const x[2], size_t n);
 /* (A version 2 stream is decoded a group of eight scalars at a time: a
  * call must start at a multiple of 8 and take a multiple of 8, or all
  * that is left; SKV_ERR_ARG, with nothing decoded, otherwise.) */

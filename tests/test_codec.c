@@ -2895,3 +2895,131 @@ Test(v2, wide_rows_that_do_not_repeat)
     free(buf);
     skv_cmodel_free(m);
 }
+
+/* A ctx-like stream for pair_decode: rows of C bf16 scalars whose mu
+ * drifts row to row (no row repeats), some heads' scales far below their
+ * lattice step (STEP lanes), and escapes, exact zeros and subnormals at
+ * random places, each stream its own */
+static void pair_stream(seq_t *q, size_t C, size_t T, uint64_t seed)
+{
+    skv_rng r;
+    skv_rng_seed(&r, seed);
+    float mu[512], sg[512];
+    cr_assert_leq(C, 512);
+    for (size_t c = 0; c < C; c++) {
+        mu[c] = (skv_rng_uniform(&r) - 0.5f) * 8.0f;
+        sg[c] = c / 8 % 3 == 1 ? 0.0004f + 0.0001f * (float)(c % 8) : 0.03f + skv_rng_uniform(&r);
+        if (c / 8 % 3 == 1)
+            mu[c] = 2.0f + (float)(c % 8);
+    }
+    seq_init(q, SKV_DT_BF16, C * T);
+    for (size_t t = 0; t < T; t++)
+        for (size_t c = 0; c < C; c++) {
+            mu[c] += 0.3f * sg[c] * skv_rng_normal(&r);
+            float v = mu[c] + sg[c] * skv_rng_normal(&r);
+            uint64_t k = skv_rng_next(&r) % 300;
+            if (k == 0)
+                v = mu[c] + sg[c] * 1e4f; /* an escape */
+            else if (k == 1)
+                v = 0.0f;
+            else if (k == 2)
+                v = 0x1p-130f; /* subnormal in bf16 */
+            seq_push(q, to_dt(SKV_DT_BF16, v), mu[c], sg[c]);
+        }
+}
+
+/* Decode streams a and b (rows of C) row by row with skv_decoder_get_n2
+ * into ga and gb; the first error or 0; *fast: the groups both decoders
+ * took on their AVX2 paths */
+static int pair_decode(skv_cmodel *m, const uint8_t *ba, size_t la, const uint8_t *bb, size_t lb, const seq_t *qa,
+                       const seq_t *qb, size_t C, uint32_t *ga, uint32_t *gb, uint64_t *fast)
+{
+    skv_decoder *d[2] = {NULL, NULL};
+    cr_assert_eq(skv_decoder_create(m, &d[0]), 0);
+    cr_assert_eq(skv_decoder_create(m, &d[1]), 0);
+    skv_decoder_set_row_cache(d[0], 0);
+    skv_decoder_set_row_cache(d[1], 0);
+    int rc = skv_decoder_begin(d[0], ba, la, NULL);
+    if (!rc)
+        rc = skv_decoder_begin(d[1], bb, lb, NULL);
+    for (size_t i = 0; !rc && i < qa->n; i += C) {
+        const float *const mu[2] = {qa->mu + i, qb->mu + i}, *const s[2] = {qa->s + i, qb->s + i};
+        uint32_t *const x[2] = {ga + i, gb + i};
+        rc = skv_decoder_get_n2(d, mu, s, x, C);
+    }
+    if (!rc)
+        rc = skv_decoder_end(d[0]);
+    if (!rc)
+        rc = skv_decoder_end(d[1]);
+    *fast = skv__decoder_fast_groups(d[0]) + skv__decoder_fast_groups(d[1]);
+    skv_decoder_free(d[0]);
+    skv_decoder_free(d[1]);
+    return rc;
+}
+
+/* Two eight-state streams decoded together (skv_decoder_get_n2, the
+ * delta coder's K and V of a layer): the values each was coded with,
+ * whichever stream's group leaves the common case; most groups on the
+ * AVX2 path; the same values on the reference path and with a stream of
+ * sixteen states (each on its own then); a damaged stream fails */
+Test(v2, two_streams_decoded_together)
+{
+    static const size_t widths[] = {32, 320};
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    for (size_t wi = 0; wi < 2; wi++) {
+        const size_t C = widths[wi], T = wi ? 24 : 200;
+        seq_t qa, qb;
+        pair_stream(&qa, C, T, 91 + wi);
+        pair_stream(&qb, C, T, 92 + wi);
+        size_t la, lb, lb16;
+        v2_states = 8;
+        uint8_t *ba = v2_encode(m, NULL, &qa, C, &la), *bb = v2_encode(m, NULL, &qb, C, &lb);
+        v2_states = 16;
+        uint8_t *bb16 = v2_encode(m, NULL, &qb, C, &lb16);
+        uint32_t *ga = malloc(qa.n * sizeof *ga), *gb = malloc(qb.n * sizeof *gb);
+        cr_assert(ga && gb);
+        const int saved = skv__cls_simd;
+        for (int pass = 0; pass < 3; pass++) { /* the AVX2 paths; the reference path; V with sixteen states */
+            skv__cls_simd = pass == 1 ? 0 : saved;
+            memset(ga, 0xa5, qa.n * sizeof *ga);
+            memset(gb, 0xa5, qb.n * sizeof *gb);
+            uint64_t fast = 0;
+            int rc = pass < 2 ? pair_decode(m, ba, la, bb, lb, &qa, &qb, C, ga, gb, &fast)
+                              : pair_decode(m, ba, la, bb16, lb16, &qa, &qb, C, ga, gb, &fast);
+            cr_assert_eq(rc, 0, "C %zu pass %d: %s (%s)", C, pass, skv_strerror(rc), skv_error_detail());
+            for (size_t i = 0; i < qa.n; i++) {
+                cr_assert_eq(ga[i], qa.x[i], "C %zu pass %d: stream a, scalar %zu", C, pass, i);
+                cr_assert_eq(gb[i], qb.x[i], "C %zu pass %d: stream b, scalar %zu", C, pass, i);
+            }
+            if (pass == 1)
+                cr_expect_eq(fast, 0, "the reference pass took %" PRIu64 " groups by AVX2", fast);
+#ifdef SKV_HAVE_CLS8
+            if (pass == 0 && __builtin_cpu_supports("avx2"))
+                cr_expect_gt(fast, (uint64_t)(2 * C * T / 8) * 3 / 4, "C %zu: the AVX2 paths took %" PRIu64 " of %zu groups",
+                             C, fast, 2 * C * T / 8);
+#endif
+        }
+        skv__cls_simd = saved;
+        /* damage in either stream: an error, never a crash or a silent
+         * misdecode (the checksum of each stream) */
+        uint64_t fast;
+        for (int which = 0; which < 2; which++)
+            for (size_t at = SKV_STREAM_HEADER; at < (which ? lb : la); at += (which ? lb : la) / 7) {
+                uint8_t *dmg = malloc(which ? lb : la);
+                memcpy(dmg, which ? bb : ba, which ? lb : la);
+                dmg[at] ^= 0x10;
+                int rc = which ? pair_decode(m, ba, la, dmg, lb, &qa, &qb, C, ga, gb, &fast)
+                               : pair_decode(m, dmg, la, bb, lb, &qa, &qb, C, ga, gb, &fast);
+                cr_expect_neq(rc, 0, "C %zu: a flipped bit at byte %zu of stream %d decoded", C, at, which);
+                free(dmg);
+            }
+        free(ga);
+        free(gb);
+        free(ba);
+        free(bb);
+        free(bb16);
+        seq_free(&qa);
+        seq_free(&qb);
+    }
+    skv_cmodel_free(m);
+}
