@@ -60,6 +60,7 @@ typedef struct {
     int32_t *ok;         /* per scalar: -1 when the paths take its class (its table built) */
     int32_t *stp;        /* per scalar: -1 for a STEP class, 0 for BUCKET */
     int okall;           /* every scalar's is */
+    int bready;          /* v2_pack_rows: every BUCKET table of the model is built */
     int anystp;          /* some scalar's class is STEP (the paths' variant that takes them) */
     size_t sn;           /* v2_pack_rows: the widths of s = slast[0..sn) are all built, */
     float *slast;
@@ -1097,6 +1098,7 @@ static inline __attribute__((target("avx2"), always_inline)) void
 v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, size_t j,
               int sknown, int enc, __m256i *okacc, __m256i *sacc, __m256i *bvall)
 {
+    const int bready = p->bready;
     const uint8_t *tb = (const uint8_t *)m->tblock;
     const int *rdy = m->ready, *rdyb = m->ready + N_STEP_TABS + N_BUCKET_TABS;
     const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
@@ -1119,8 +1121,16 @@ v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, c
         isS = _mm256_cmpeq_epi32(fl, zero), isB = _mm256_cmpeq_epi32(fl, one);
         __m256i okc = _mm256_or_si256(isS, isB);
         ix = _mm256_and_si256(ix, okc);
-        R = _mm256_mask_i32gather_epi32(zero, rdy, ix, okc, 4); /* 0: not built */
-        ok = _mm256_cmpgt_epi32(R, zero);
+        if (bready && _mm256_movemask_ps(_mm256_castsi256_ps(isB)) == 0xff) {
+            /* every lane BUCKET (most groups at ctx), every BUCKET table
+             * built: R is theirs, without the gather (which waits on the
+             * classification: the pack's longest chain) */
+            R = _mm256_set1_epi32(BUCKET_R);
+            ok = isB;
+        } else {
+            R = _mm256_mask_i32gather_epi32(zero, rdy, ix, okc, 4); /* 0: not built */
+            ok = _mm256_cmpgt_epi32(R, zero);
+        }
         if (!sknown) { /* every lane's width (G comes from s alone, in range), built here */
             __m256i gi = _mm256_add_epi32(Gv, _mm256_set1_epi32(BVT_G0));
             __m256i rb = _mm256_i32gather_epi32(rdyb, gi, 4);
@@ -1187,6 +1197,11 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
         return 0;
     v2_pack_bases(m, p, as);
     p->row = NULL, p->gen = 0, p->n = n, p->as = as;
+    if (!p->bready) { /* (tables once built stay: checked until they all are) */
+        p->bready = 1;
+        for (int t = N_STEP_TABS; t < N_STEP_TABS + N_BUCKET_TABS; t++)
+            p->bready &= __atomic_load_n(&m->ready[t], __ATOMIC_ACQUIRE) == BUCKET_R;
+    }
     const skv_v8i *K = cls8_k;
     __asm__("" : "+r"(K));
     __m256i okacc = _mm256_set1_epi32(-1), sacc = _mm256_setzero_si256();

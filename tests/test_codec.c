@@ -2928,6 +2928,29 @@ static void pair_stream(seq_t *q, size_t C, size_t T, uint64_t seed)
         }
 }
 
+/* Build every BUCKET table of bf16 model m (v2_pack_rows then packs
+ * all-BUCKET groups without looking their tables up): values at scales
+ * of every width class, mu at every phase; true when they all are */
+static int build_bucket_tables(skv_cmodel *m)
+{
+    skv_rng r;
+    skv_rng_seed(&r, 5150);
+    seq_t q;
+    seq_init(&q, SKV_DT_BF16, 8 * 4096);
+    for (int k = 0; k < 8 * 4096; k++) {
+        float s = ldexpf(1.0f + (float)(k % 8) / 8.0f + 1.0f / 16.0f, -4 - (int)(skv_rng_next(&r) % 4));
+        float mu = (skv_rng_uniform(&r) - 0.5f) * 4.0f;
+        seq_push(&q, to_dt(SKV_DT_BF16, mu + s * skv_rng_normal(&r)), mu, s);
+    }
+    size_t len;
+    free(v2_encode(m, NULL, &q, 64, &len));
+    seq_free(&q);
+    int all = 1;
+    for (int t = N_STEP_TABS; t < N_STEP_TABS + N_BUCKET_TABS; t++)
+        all &= m->ready[t] == BUCKET_R;
+    return all;
+}
+
 /* Decode streams a and b (rows of C) row by row with skv_decoder_get_n2
  * into ga and gb; the first error or 0; *fast: the groups both decoders
  * took on their AVX2 paths */
@@ -2961,19 +2984,33 @@ static int pair_decode(skv_cmodel *m, const uint8_t *ba, size_t la, const uint8_
  * delta coder's K and V of a layer): the values each was coded with,
  * whichever stream's group leaves the common case; most groups on the
  * AVX2 path; the same values on the reference path and with a stream of
- * sixteen states (each on its own then); a damaged stream fails */
+ * sixteen states (each on its own then); a damaged stream fails. Then
+ * again with every BUCKET table built (packed without their lookup): the
+ * same bytes coded, the same values decoded. */
 Test(v2, two_streams_decoded_together)
 {
     static const size_t widths[] = {32, 320};
     skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
-    for (size_t wi = 0; wi < 2; wi++) {
-        const size_t C = widths[wi], T = wi ? 24 : 200;
+    uint8_t *first[2] = {NULL, NULL};
+    size_t first_len[2] = {0, 0};
+    for (size_t wi = 0; wi < 4; wi++) {
+        if (wi == 2)
+            cr_assert(build_bucket_tables(m), "the BUCKET tables were not all built");
+        const size_t C = widths[wi % 2], T = wi % 2 ? 24 : 200;
         seq_t qa, qb;
-        pair_stream(&qa, C, T, 91 + wi);
-        pair_stream(&qb, C, T, 92 + wi);
+        pair_stream(&qa, C, T, 91 + wi % 2);
+        pair_stream(&qb, C, T, 92 + wi % 2);
         size_t la, lb, lb16;
         v2_states = 8;
         uint8_t *ba = v2_encode(m, NULL, &qa, C, &la), *bb = v2_encode(m, NULL, &qb, C, &lb);
+        if (wi < 2) {
+            first[wi] = malloc(la);
+            memcpy(first[wi], ba, la);
+            first_len[wi] = la;
+        } else {
+            cr_expect(la == first_len[wi - 2] && memcmp(ba, first[wi - 2], la) == 0,
+                      "C %zu: with every BUCKET table built the stream differs", C);
+        }
         v2_states = 16;
         uint8_t *bb16 = v2_encode(m, NULL, &qb, C, &lb16);
         uint32_t *ga = malloc(qa.n * sizeof *ga), *gb = malloc(qb.n * sizeof *gb);
@@ -3021,5 +3058,7 @@ Test(v2, two_streams_decoded_together)
         seq_free(&qa);
         seq_free(&qb);
     }
+    free(first[0]);
+    free(first[1]);
     skv_cmodel_free(m);
 }
