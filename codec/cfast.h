@@ -370,8 +370,10 @@ void skv__cls8_avx2(const float *mu, const float *s, size_t groups, skv_cls8 *o)
  * of ftable. */
 void skv__cls8_fill_avx2(skv_ftab *const *tabs, const skv_cls8 *o, size_t groups, skv_fcls *cls,
                          uint8_t *fix);
-/* 0: scalar classification (SEQKV_SIMD=0), 2: AVX2; chosen at the first
- * use (skv__cls_simd_pick); the tests set it to compare the two */
+/* 0: scalar classification (SEQKV_SIMD=0), 2: AVX2 (SEQKV_SIMD=2), 3:
+ * AVX2 with the decoder's hottest paths in copies built for AVX-512 (CPUs
+ * with AVX-512F, VL, BW and DQ); chosen at the first use
+ * (skv__cls_simd_pick); the tests set it to compare them */
 extern int skv__cls_simd;
 int skv__cls_simd_pick(void);
 
@@ -412,7 +414,7 @@ SKV_ALWAYS_INLINE int cls8_lane(skv_cmodel *m, const skv_lat *L, const float *mu
 static inline void fcache_start(skv_fcache *fc, skv_dtype dt)
 {
 #ifdef SKV_HAVE_CLS8
-    if (dt == SKV_DT_BF16 && cls_simd() == 2) {
+    if (dt == SKV_DT_BF16 && cls_simd() >= 2) {
         fc->lookups = fc->hits = 0;
         fc->off = 1;
         return;
@@ -426,7 +428,7 @@ SKV_ALWAYS_INLINE int fclassify_block(skv_cmodel *m, const skv_lat *L, const flo
 {
     size_t k0 = 0;
 #ifdef SKV_HAVE_CLS8
-    if (L->dt == SKV_DT_BF16 && n >= 8 && cls_simd() == 2) {
+    if (L->dt == SKV_DT_BF16 && n >= 8 && cls_simd() >= 2) {
         skv_cls8 o[8];
         while (k0 + 8 <= n) {
             size_t g = (n - k0) / 8 < 8 ? (n - k0) / 8 : 8;

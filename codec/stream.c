@@ -94,11 +94,24 @@ int skv__cls_simd = -1;
 
 int skv__cls_simd_pick(void)
 {
-    const char *e = getenv("SEQKV_SIMD"); /* "0": the scalar path (tests, comparisons) */
-    int v = (!e || strcmp(e, "0") != 0) && __builtin_cpu_supports("avx2") ? 2 : 0;
+    /* SEQKV_SIMD "0": the scalar path, "2": AVX2 alone (tests, comparisons) */
+    const char *e = getenv("SEQKV_SIMD");
+    int v = 0;
+    if ((!e || strcmp(e, "0") != 0) && __builtin_cpu_supports("avx2")) {
+        v = 2;
+        if ((!e || strcmp(e, "2") != 0) && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512dq"))
+            v = 3;
+    }
     __atomic_store_n(&skv__cls_simd, v, __ATOMIC_RELAXED);
     return v;
 }
+
+/* The target of the copies of the decoder's AVX2 paths built for CPUs
+ * with AVX-512 (cls_simd() 3): the same code, which the compiler then
+ * writes with AVX-512VL's instructions (masks, three-input logic) */
+#define T512 "avx2,popcnt,bmi2,avx512f,avx512vl,avx512bw,avx512dq"
 
 #define V8(x) ((skv_v8i){(x), (x), (x), (x), (x), (x), (x), (x)})
 #define SEL(m, a, b) (((a) & (m)) | ((b) & ~(m))) /* m ? a : b per lane */
@@ -727,7 +740,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
         fcache_count(&e->fc, (uint32_t)i, hits);
     }
 #ifdef SKV_HAVE_CLS8
-    if (L->dt == SKV_DT_BF16 && n - i >= 8 && !rc && cls_simd() == 2) {
+    if (L->dt == SKV_DT_BF16 && n - i >= 8 && !rc && cls_simd() >= 2) {
         skv_cls8 o8[SKV_BLOCK / 8];
         uint8_t fix[SKV_BLOCK / 8];
         skv_enc8 p;
@@ -1189,9 +1202,9 @@ v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, c
  * cache off). Tables not built yet are built on the way; a lane the
  * arithmetic flags, or whose table cannot be built, is left to the other
  * paths (p->ok 0). enc: the encoder's e4 as well. 0 when memory fails. */
-static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pack *p, const float *mu,
-                                                      const float *s, size_t n, const skv_atoms *as,
-                                                      int enc)
+static inline __attribute__((target("avx2"), always_inline)) int
+v2_pack_rows_t(skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, size_t n, const skv_atoms *as,
+               int enc)
 {
     if (n % 8 || (as && n % as->nch) || !v2_pack_room(p, n))
         return 0;
@@ -1222,6 +1235,21 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
         p->sn = n;
     }
     return 1;
+}
+
+static __attribute__((target(T512))) int v2_pack_rows_512(skv_cmodel *m, skv_v2pack *p, const float *mu,
+                                                         const float *s, size_t n, const skv_atoms *as, int enc)
+{
+    return v2_pack_rows_t(m, p, mu, s, n, as, enc);
+}
+
+static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pack *p, const float *mu,
+                                                      const float *s, size_t n, const skv_atoms *as,
+                                                      int enc)
+{
+    if (cls_simd() == 3)
+        return v2_pack_rows_512(m, p, mu, s, n, as, enc);
+    return v2_pack_rows_t(m, p, mu, s, n, as, enc);
 }
 
 /* Whole groups of bf16 scalars x (the row's scalars from i on, at stream
@@ -1376,7 +1404,7 @@ static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const
     const skv_fcls *row = given;
     int fast = 0;
 #ifdef SKV_HAVE_CLS8
-    if (L->dt == SKV_DT_BF16 && !e->ideal_now && n >= 8 && cls_simd() == 2 &&
+    if (L->dt == SKV_DT_BF16 && !e->ideal_now && n >= 8 && cls_simd() >= 2 &&
         (!e->atoms || e->n % e->atoms->nch == 0)) {
         if (!row && rcache_on(&e->rc, n) && !(row = rcache_get(e->m, L, &e->rc, mu, s, n)))
             return skv_error(SKV_ERR_NOMEM, "codec table");
@@ -1475,7 +1503,7 @@ int skv_encoder_set_states(skv_encoder *e, int states)
 int skv_stream_v2_fast(skv_dtype dt)
 {
 #ifdef SKV_HAVE_CLS8
-    return dt == SKV_DT_BF16 && cls_simd() == 2;
+    return dt == SKV_DT_BF16 && cls_simd() >= 2;
 #else
     (void)dt;
     return 0;
@@ -2424,7 +2452,7 @@ static pthread_once_t lanes_once = PTHREAD_ONCE_INIT;
 /* Whether m's zero table is the one lanes_zero decodes in closed form */
 static int v2_fast_ok(const skv_cmodel *m)
 {
-    if (m->lat.dt != SKV_DT_BF16 || cls_simd() != 2)
+    if (m->lat.dt != SKV_DT_BF16 || cls_simd() < 2)
         return 0;
     for (uint32_t t = 0; t <= ZLEVELS; t++)
         if (m->zero.cum[t] != (t == 0 ? 0 : t <= 16 ? 65528u - (1u << (16 - t)) : 65511u + t))
@@ -2816,9 +2844,9 @@ static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t
         r[S]->rpos = pos##S;                                                                              \
         r[S]->bad |= bad##S;                                                                              \
     } while (0)
-static __attribute__((target("avx2,popcnt"))) void v2_run2(skv_decoder *const d[2], r2_t *const r[2], size_t i,
-                                                         uint32_t at, size_t ng, uint32_t *const x[2],
-                                                         size_t done[2])
+static inline __attribute__((target("avx2,popcnt"), always_inline)) void
+v2_run2_t(skv_decoder *const d[2], r2_t *const r[2], size_t i, uint32_t at, size_t ng, uint32_t *const x[2],
+          size_t done[2])
 {
     const skv_v2pack *p0 = &d[0]->pk, *p1 = &d[1]->pk;
     const size_t n = p0->n;
@@ -2877,6 +2905,22 @@ out:
 #undef SIDE
 #undef SIDE_ROOM
 #undef SIDE_CLOSE
+
+static __attribute__((target(T512))) void v2_run2_512(skv_decoder *const d[2], r2_t *const r[2], size_t i,
+                                                    uint32_t at, size_t ng, uint32_t *const x[2], size_t done[2])
+{
+    v2_run2_t(d, r, i, at, ng, x, done);
+}
+
+static __attribute__((target("avx2,popcnt"))) void v2_run2(skv_decoder *const d[2], r2_t *const r[2], size_t i,
+                                                         uint32_t at, size_t ng, uint32_t *const x[2],
+                                                         size_t done[2])
+{
+    if (cls_simd() == 3)
+        v2_run2_512(d, r, i, at, ng, x, done);
+    else
+        v2_run2_t(d, r, i, at, ng, x, done);
+}
 #else
 static int v2_fast_ok(const skv_cmodel *m)
 {
