@@ -201,6 +201,54 @@ static void rope_row_sc(const skv_calib *c, float *v, size_t pos, int sign, cons
     }
 }
 
+/* Whether rope_row_sc rotates four lanes at a time (and rope_cs applies) */
+static int rope_lanes(const skv_calib *c)
+{
+#ifdef __SSE2__
+    const int half = c->sh.rope_dim / 2;
+    return c->rope_known && c->sh.rope_layout == SKV_ROPE_PAIR && half % 2 == 0 && half <= 128 &&
+           c->sh.head_dim % 4 == 0;
+#else
+    (void)c;
+    return 0;
+#endif
+}
+
+/* rope_row_sc's four-lane factors of position sc (sign +1) into cs: cc
+ * then ss, 2 * rope_dim / 2 floats each */
+static void rope_cs(const skv_calib *c, const float *sc, float *cs)
+{
+    const int half = c->sh.rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        cs[2 * i] = cs[2 * i + 1] = sc[2 * i + 1];
+        cs[2 * half + 2 * i] = -sc[2 * i], cs[2 * half + 2 * i + 1] = sc[2 * i];
+    }
+}
+
+/* out = the K row v rotated to its position, rope_row_sc's four-lane
+ * operations with the factors cs (rope_cs) made once per position */
+static void rope_row_cs(const skv_calib *c, const float *v, const float *cs, float *out)
+{
+#ifdef __SSE2__
+    const int half = c->sh.rope_dim / 2, D = c->sh.head_dim, H = c->sh.kv_heads;
+    for (int h = 0; h < H; h++) {
+        const float *x = v + (size_t)h * D;
+        float *o = out + (size_t)h * D;
+        int j = 0;
+        for (; j < 2 * half; j += 4) {
+            __m128 xv = _mm_loadu_ps(x + j);
+            __m128 sw = _mm_shuffle_ps(xv, xv, _MM_SHUFFLE(2, 3, 0, 1));
+            _mm_storeu_ps(o + j, _mm_add_ps(_mm_mul_ps(xv, _mm_loadu_ps(cs + j)),
+                                            _mm_mul_ps(sw, _mm_loadu_ps(cs + 2 * half + j))));
+        }
+        for (; j < D; j++)
+            o[j] = x[j];
+    }
+#else
+    (void)c, (void)v, (void)cs, (void)out;
+#endif
+}
+
 static void rope_row(const skv_calib *c, float *v, size_t pos, int sign)
 {
     rope_row_sc(c, v, pos, sign, NULL);
@@ -261,7 +309,7 @@ static void compute_id(skv_calib *c)
  * `loo` removes one occurrence (the value `self`, pre-RoPE for K) for
  * leave-one-out fitting. */
 static void cb_feature_sc(const skv_calib *c, int l, int kv, int32_t tok, size_t pos,
-                          const float *self, const float *sc, float *out)
+                          const float *self, const float *sc, const float *cs, float *out)
 {
     const size_t C = chan_count(&c->sh);
     const float *mean = c->mean + ((size_t)l * 2 + kv) * C;
@@ -271,6 +319,10 @@ static void cb_feature_sc(const skv_calib *c, int l, int kv, int32_t tok, size_t
         return;
     }
     const float *e = c->cb + (((size_t)l * c->sh.vocab + (size_t)tok) * 2 + kv) * C;
+    if (kv == 0 && cs && !self) { /* rotated straight from the codebook */
+        rope_row_cs(c, e, cs, out);
+        return;
+    }
     if (self) {
         for (size_t i = 0; i < C; i++)
             out[i] = (e[i] * (float)n - self[i]) / (float)(n - 1);
@@ -284,7 +336,7 @@ static void cb_feature_sc(const skv_calib *c, int l, int kv, int32_t tok, size_t
 static void cb_feature(const skv_calib *c, int l, int kv, int32_t tok, size_t pos,
                        const float *self, float *out)
 {
-    cb_feature_sc(c, l, kv, tok, pos, self, NULL, out);
+    cb_feature_sc(c, l, kv, tok, pos, self, NULL, NULL, out);
 }
 
 /* Store dtype bits x at p (LE) and return their float value. */
@@ -1593,6 +1645,7 @@ typedef struct {
     size_t stride;              /* positions per layer in kvb (>= T) */
     float *mu_out[2];           /* predict-only mode: mu per scalar [L][end-start][C] */
     float *rope_sc;             /* [T][rope_dim/2][sin, cos] (rope_angles) or NULL */
+    float *rope_cs;             /* [T][2][rope_dim] (rope_cs) where rope_lanes, or NULL */
     int rc;
 } seq_ctx;
 
@@ -1801,7 +1854,8 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
                 for (size_t o = 0; o < C * sizeof(float); o += 64)
                     __builtin_prefetch((const char *)(c->cb + (((size_t)l * c->sh.vocab + (size_t)q->tok[t + 1]) * 2 + kv) * C) + o);
         for (int kv = 0; kv < 2; kv++) {
-            cb_feature_sc(c, l, kv, tok, t, NULL, q->rope_sc ? q->rope_sc + t * half * 2 : NULL, ws->cbf);
+            cb_feature_sc(c, l, kv, tok, t, NULL, q->rope_sc ? q->rope_sc + t * half * 2 : NULL,
+                          q->rope_cs ? q->rope_cs + t * half * 4 : NULL, ws->cbf);
             predict_row(wc[kv] + seen * NF * C, C, NULL, t ? X[kv] + (t - 1) * C : mean[kv], ws->cbf, mean[kv],
                         mu[kv]);
         }
@@ -1980,7 +2034,8 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
             if (!made)
                 skv_cast_to_f32(dt, X + (t - 1) * C, B + (t - 1) * C * es, C);
             cb_feature_sc(c, l, kv, tok, t, NULL,
-                          q->rope_sc ? q->rope_sc + t * (size_t)(c->sh.rope_dim / 2) * 2 : NULL, cbf);
+                          q->rope_sc ? q->rope_sc + t * (size_t)(c->sh.rope_dim / 2) * 2 : NULL,
+                          q->rope_cs ? q->rope_cs + t * (size_t)(c->sh.rope_dim / 2) * 4 : NULL, cbf);
             for (size_t h = 0; h < H && d->plain; h++)
                 for (size_t dd = 0; dd < D; dd++) {
                     size_t ch = h * D + dd;
@@ -2166,6 +2221,14 @@ static int code_seq(seq_ctx *q, size_t chunk)
             for (size_t i = 0; i < half; i++)
                 rope_angles(c, t, (int)i, &q->rope_sc[(t * half + i) * 2],
                             &q->rope_sc[(t * half + i) * 2 + 1]);
+        if (rope_lanes(c) && !d->plain) {
+            if (!(q->rope_cs = skv_malloc(T * half * 4 * sizeof(float)))) {
+                rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
+                goto done;
+            }
+            for (size_t t = q->start; t < T; t++)
+                rope_cs(c, q->rope_sc + t * half * 2, q->rope_cs + t * half * 4);
+        }
     }
     /* exact floats, for a model: the context when decoding, everything
      * when encoding (its hook reads whole chunks); without one,
@@ -2215,7 +2278,8 @@ done:
     skv_free(q->kvf[0]);
     skv_free(q->kvf[1]);
     skv_free(q->rope_sc);
-    q->rope_sc = NULL;
+    skv_free(q->rope_cs);
+    q->rope_sc = q->rope_cs = NULL;
     return rc;
 }
 
