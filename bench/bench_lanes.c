@@ -358,7 +358,7 @@ int main(int argc, char **argv)
     IX0 = malloc(ntab * 256 * 4), IX1 = malloc(ntab * 256 * 4), BVT = malloc(ng * 2 * BVT_K * 4 + 4);
     for (size_t a = 0; a < ntab; a++)
         for (int j = 0; j < 256; j++) {
-            const skv_lut *e = &tabs[a]->lut[j];
+            const skv_lut *e = &tabs[a]->lut[j >> (tabs[a]->lsh - 8)]; /* (a run of 256 slots lies in its table's run) */
             IX0[a * 256 + (size_t)j] = (uint32_t)e->start | (uint32_t)e->bm1 << 16;
             IX1[a * 256 + (size_t)j] = ((uint32_t)e->c2m1 + 1) | (uint32_t)e->k << 17;
         }

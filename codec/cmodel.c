@@ -263,12 +263,13 @@ static void build_enc(skv_ftab *t)
     t->lpd = lpd;
 }
 
-/* The decoder's index (codec_int.h, skv_ftab). */
-static void build_lut(skv_ftab *t)
+/* The decoder's index (codec_int.h, skv_ftab), of runs of 1 << lsh slots */
+static void build_lut(skv_ftab *t, int lsh)
 {
     uint32_t sym = 0;
-    for (uint32_t j = 0; j < (1u << (SKV_CODEC_PREC - LUT_SHIFT)); j++) {
-        uint32_t slot = j << LUT_SHIFT;
+    t->lsh = lsh;
+    for (uint32_t j = 0; j < (1u << (SKV_CODEC_PREC - lsh)); j++) {
+        uint32_t slot = j << lsh;
         while (t->cum[sym + 1] <= slot)
             sym++;
         uint32_t c2 = sym + 2 <= t->n ? t->cum[sym + 2] : 65536u;
@@ -281,7 +282,7 @@ static void build_lut(skv_ftab *t)
  * `mean` in units where the primary component has sd sigma. Symbol 2R+1 is
  * the escape. */
 static int build_mix(const skv_cmodel *cm, skv_ftab *t, int R, double sigma, double mean,
-                     double lo_off)
+                     double lo_off, int lsh)
 {
     uint32_t n = (uint32_t)(2 * R + 2);
     int rc = table_alloc(t, n);
@@ -306,7 +307,7 @@ static int build_mix(const skv_cmodel *cm, skv_ftab *t, int R, double sigma, dou
     double esc = w2 + ((w0 + w1) - inwin);
     p[n - 1] = esc > 0 ? esc : 0;
     quantize(p, n, t->cum);
-    build_lut(t);
+    build_lut(t, lsh);
     for (uint32_t i = 0; i < n; i++)
         t->lp[i] = (float)(p[i] > 1e-300 ? -skv_log(p[i]) / 0.69314718055994530942 : 1000.0);
     build_enc(t);
@@ -326,7 +327,7 @@ static int build_pemp(skv_cmodel *cm, const uint32_t *hist)
         return rc;
     cm->pemp.R = -1;
     quantize(p, 256, cm->pemp.cum);
-    build_lut(&cm->pemp);
+    build_lut(&cm->pemp, LUT_SHIFT);
     for (int i = 0; i < 256; i++)
         cm->pemp.lp[i] = (float)(-skv_log(p[i]) / 0.69314718055994530942);
     build_enc(&cm->pemp);
@@ -346,7 +347,7 @@ static int build_zero(skv_cmodel *cm)
         return rc;
     cm->zero.R = -1;
     quantize(p, ZLEVELS + 1, cm->zero.cum);
-    build_lut(&cm->zero);
+    build_lut(&cm->zero, LUT_SHIFT);
     for (int i = 0; i <= ZLEVELS; i++)
         cm->zero.lp[i] = (float)(i < ZLEVELS ? i + 1 : ZLEVELS);
     build_enc(&cm->zero);
@@ -485,13 +486,13 @@ const skv_ftab *skv__build_table(skv_cmodel *m, int bucket_mode, int idx, int oc
             double phase = ((double)ph + 0.5) / (double)nph;
             if (bucket_mode) {
                 double sigma = 8.0 * (1.0 + ((double)sub + 0.5) / 8.0);
-                rc = build_mix(m, t, BUCKET_R, sigma, phase, 0.0);
+                rc = build_mix(m, t, BUCKET_R, sigma, phase, 0.0, LUT_SHIFT);
             } else {
                 double sigma = ldexp(1.0 + ((double)sub + 0.5) / 8.0, oct);
                 int R = (int)ceil(ldexp(1.0 + ((double)sub + 1.0) / 8.0, oct) * 21.0) + 1;
                 if (R < 2)
                     R = 2;
-                rc = build_mix(m, t, R, sigma, phase - 0.5, -0.5);
+                rc = build_mix(m, t, R, sigma, phase - 0.5, -0.5, LUT_SHIFT_STEP);
             }
         }
         if (rc) { /* (build_mix freed what it allocated) */
@@ -682,7 +683,7 @@ uint32_t skv__from_ordinal(const skv_lat *L, int64_t o)
  * frequencies. */
 uint32_t skv__find(const skv_ftab *t, uint32_t slot)
 {
-    uint32_t sym = t->lut[slot >> LUT_SHIFT].k;
+    uint32_t sym = t->lut[slot >> t->lsh].k;
     while (t->cum[sym + 1] <= slot)
         sym++;
     return sym;
@@ -751,7 +752,7 @@ static int build_atoms_tab(skv_ftab *t, uint32_t k, uint32_t lambda, const uint3
         p[j] = lam * ((double)cnt[j] / (double)tot);
     p[k] = 1.0 - lam;
     quantize(p, k + 1, t->cum);
-    build_lut(t);
+    build_lut(t, LUT_SHIFT);
     for (uint32_t j = 0; j <= k; j++)
         t->lp[j] = (float)(-skv_log(p[j]) / 0.69314718055994530942);
     build_enc(t);

@@ -43,6 +43,12 @@ typedef struct {
 #define LUT_SHIFT 8 /* 256 entries, 2 KiB a table: the 32+ classes of a stream stay in
                       * L2 (runs of 64 slots were 8 KiB and ~10% slower to decode; the
                       * wider runs take the search on ~3% of operations) */
+/* STEP tables (few symbols, ~25 on average at ctx; hundreds of classes,
+ * each seldom used) index runs of 1024 slots: 64 entries, 512 bytes, so
+ * that the classes a sequence uses stay in L2; the search then takes
+ * ~1.8% of their slots, not ~0.6%. lut's entries past 1 << (16 - lsh)
+ * are unused. */
+#define LUT_SHIFT_STEP 10
 typedef struct {
     uint16_t start, bm1, c2m1, k;
 } skv_lut;
@@ -89,6 +95,7 @@ static inline uint32_t skv__eop_step(const skv_eop *op, uint32_t v)
 typedef struct {
     uint32_t n;
     int R;
+    int lsh;            /* lut[j] indexes the run of slots [j << lsh, (j + 1) << lsh) */
     uint32_t *cum;
     float *lp;
     skv_eop *enc;       /* the encoder's, per symbol */

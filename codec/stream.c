@@ -1935,7 +1935,7 @@ static __attribute__((noinline)) uint32_t find_multi(const skv_ftab *t, uint32_t
 SKV_ALWAYS_INLINE uint32_t rd_sym(rd_t *r, const skv_ftab *t, int checked)
 {
     uint32_t x = r->s0, slot = x & 0xffffu;
-    const skv_lut *e = &t->lut[slot >> LUT_SHIFT];
+    const skv_lut *e = &t->lut[slot >> t->lsh];
     uint32_t k = e->k, start, end, bm1 = e->bm1, c2m1 = e->c2m1;
     /* Below cum[k + 2] the symbol is k or k + 1, in any run: always when
      * at most one more symbol starts inside it, and for about half the
@@ -2184,7 +2184,7 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
              * final: fetch its index entry while this one decodes. */
             if (k + 1 < nb)
                 __builtin_prefetch(&cb[k + 1].tab->lut[((cb[k].bucket ? r.s2 : r.s1) & 0xffffu) >>
-                                                       LUT_SHIFT]);
+                                                       cb[k + 1].tab->lsh]);
             uint32_t x = dec_one(d, L, &r, &cb[k], checked);
             if (__builtin_expect(r.bad, 0))
                 break;
@@ -2484,12 +2484,13 @@ static inline __attribute__((target("avx2"), always_inline)) void v2_search(cons
  * before their renormalisation (*nx); the lanes of act are searched when
  * their slot lies in a run where several symbols start */
 static inline __attribute__((target("avx2,popcnt"), always_inline)) __m256i
-v2_sym(const skv_v2pack *p, __m256i lutv, __m256i X, int act, int ma, __m256i A, __m256i *nx)
+v2_sym(const skv_v2pack *p, __m256i lutv, __m256i sh, __m256i X, int act, int ma, __m256i A, __m256i *nx)
 {
     const __m256i m16 = _mm256_set1_epi32(0xffff), one = _mm256_set1_epi32(1);
     __m256i slot = _mm256_and_si256(X, m16);
-    /* the run's entry: skv_lut's start | bm1 << 16 at +0, c2m1 | k << 16 at +4 */
-    __m256i ix = _mm256_add_epi32(lutv, _mm256_slli_epi32(_mm256_srli_epi32(slot, 8), 3));
+    /* the run's entry (runs of 1 << sh slots: the table's lsh): skv_lut's
+     * start | bm1 << 16 at +0, c2m1 | k << 16 at +4 */
+    __m256i ix = _mm256_add_epi32(lutv, _mm256_slli_epi32(_mm256_srlv_epi32(slot, sh), 3));
     __m256i e0, e1;
     if (ma == 0 || ma == 0xff) {
         const uint8_t *tb = ma ? p->abase : p->lbase;
@@ -2556,11 +2557,19 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
     const int32_t *base = p->base + i;
     __m256i nx, k, hit = _mm256_setzero_si256(), none = hit, av = hit, zA = hit, t = hit;
     int mn = 0;
+    /* the class tables' index shifts: STEP's LUT_SHIFT_STEP, else LUT_SHIFT */
+    const __m256i stp = STEPS ? _mm256_loadu_si256((const __m256i *)(p->stp + i)) : _mm256_setzero_si256();
+    const __m256i shc = STEPS ? _mm256_add_epi32(_mm256_set1_epi32(LUT_SHIFT),
+                                                 _mm256_and_si256(stp, _mm256_set1_epi32(LUT_SHIFT_STEP - LUT_SHIFT)))
+                              : _mm256_set1_epi32(LUT_SHIFT);
+    _Static_assert(((LUT_SHIFT_STEP - LUT_SHIFT) & (LUT_SHIFT_STEP - LUT_SHIFT - 1)) == 0, "a one-bit mask of stp");
     /* round 1 */
     if (ATOMS) {
         __m256i akv = _mm256_loadu_si256((const __m256i *)(p->ak + i));
         __m256i am = _mm256_cmpgt_epi32(akv, _mm256_setzero_si256());
-        k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut1 + i)), *X, 0xff,
+        /* (an atom table's shift is LUT_SHIFT) */
+        __m256i sh1 = STEPS ? _mm256_blendv_epi8(shc, _mm256_set1_epi32(LUT_SHIFT), am) : shc;
+        k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut1 + i)), sh1, *X, 0xff,
                    _mm256_movemask_ps(_mm256_castsi256_ps(am)), am, &nx);
         lanes_renorm(X, nx, ones, w);
         hit = _mm256_cmpgt_epi32(akv, k);
@@ -2578,8 +2587,8 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
         if (mn) { /* round 2: the class symbols after "none", the levels of lanes at zero */
             zA = _mm256_andnot_si256(_mm256_or_si256(hit, none), v2_atzero(base, k));
             if (STEPS)
-                zA = _mm256_andnot_si256(_mm256_loadu_si256((const __m256i *)(p->stp + i)), zA);
-            __m256i k2 = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), *X, mn, 0,
+                zA = _mm256_andnot_si256(stp, zA);
+            __m256i k2 = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), shc, *X, mn, 0,
                                 hit, &nx);
             if (_mm256_movemask_ps(_mm256_castsi256_ps(zA))) {
                 __m256i nz;
@@ -2590,10 +2599,9 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
             k = _mm256_blendv_epi8(k, k2, none);
         }
     } else {
-        k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), *X, 0xff, 0, hit, &nx);
+        k = v2_sym(p, _mm256_loadu_si256((const __m256i *)(p->lut + i)), shc, *X, 0xff, 0, hit, &nx);
         lanes_renorm(X, nx, ones, w);
     }
-    __m256i stp = STEPS ? _mm256_loadu_si256((const __m256i *)(p->stp + i)) : _mm256_setzero_si256();
     __m256i key = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)base), k);
     if (STEPS && !ATOMS && _mm256_movemask_ps(_mm256_castsi256_ps(stp)) == 0xff) {
         /* every lane STEP (a fifth of ctx's groups): the signed ordinal
@@ -2607,11 +2615,10 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
         return 0;
     }
     /* the bucket's value: entry key + BVT_K of the width's values */
-    if (ATOMS && STEPS)
-        stp = _mm256_andnot_si256(hit, stp);
+    const __m256i stpv = ATOMS && STEPS ? _mm256_andnot_si256(hit, stp) : stp;
     __m256i kp = _mm256_add_epi32(key, _mm256_set1_epi32(BVT_K));
     __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi32(k, _mm256_loadu_si256((const __m256i *)(p->nesc + i))),
-                                  _mm256_andnot_si256(stp, _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(2 * BVT_K)),
+                                  _mm256_andnot_si256(stpv, _mm256_cmpgt_epi32(_mm256_min_epu32(kp, _mm256_set1_epi32(2 * BVT_K)),
                                                                               _mm256_set1_epi32(2 * BVT_K - 1))));
     kp = _mm256_and_si256(kp, _mm256_set1_epi32(2 * BVT_K - 1));
     __m256i ent = _mm256_i32gather_epi32(
@@ -2619,14 +2626,14 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
         _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(p->bvt + i)), _mm256_slli_epi32(kp, 2)), 1);
     __m256i nb = _mm256_srli_epi32(ent, 24), first = _mm256_and_si256(ent, _mm256_set1_epi32(0xffffff));
     __m256i neg = _mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K - 1));
-    __m256i zm = _mm256_andnot_si256(stp, _mm256_or_si256(_mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K)), neg));
-    bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_or_si256(zm, stp),
+    __m256i zm = _mm256_andnot_si256(stpv, _mm256_or_si256(_mm256_cmpeq_epi32(kp, _mm256_set1_epi32(BVT_K)), neg));
+    bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_or_si256(zm, stpv),
                                                    _mm256_cmpeq_epi32(nb, _mm256_setzero_si256())));
-    if (STEPS && _mm256_movemask_ps(_mm256_castsi256_ps(stp))) {
+    if (STEPS && _mm256_movemask_ps(_mm256_castsi256_ps(stpv))) {
         __m256i sv;
-        bad = _mm256_or_si256(bad, _mm256_and_si256(stp, v2_step_value(key, &sv)));
-        first = _mm256_blendv_epi8(first, sv, stp);
-        nb = _mm256_andnot_si256(stp, nb);
+        bad = _mm256_or_si256(bad, _mm256_and_si256(stpv, v2_step_value(key, &sv)));
+        first = _mm256_blendv_epi8(first, sv, stpv);
+        nb = _mm256_andnot_si256(stpv, nb);
     }
     if (ATOMS) {
         bad = _mm256_andnot_si256(hit, bad);
