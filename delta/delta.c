@@ -1854,10 +1854,14 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
                 for (size_t o = 0; o < C * sizeof(float); o += 64)
                     __builtin_prefetch((const char *)(c->cb + (((size_t)l * c->sh.vocab + (size_t)q->tok[t + 1]) * 2 + kv) * C) + o);
         for (int kv = 0; kv < 2; kv++) {
-            cb_feature_sc(c, l, kv, tok, t, NULL, q->rope_sc ? q->rope_sc + t * half * 2 : NULL,
-                          q->rope_cs ? q->rope_cs + t * half * 4 : NULL, ws->cbf);
-            predict_row(wc[kv] + seen * NF * C, C, NULL, t ? X[kv] + (t - 1) * C : mean[kv], ws->cbf, mean[kv],
-                        mu[kv]);
+            /* cb_feature_sc's row: V's and an unseen token's read where they lie */
+            const float *fc = !seen ? mean[kv] : c->cb + (((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv) * C;
+            if (seen && kv == 0) {
+                cb_feature_sc(c, l, kv, tok, t, NULL, q->rope_sc ? q->rope_sc + t * half * 2 : NULL,
+                              q->rope_cs ? q->rope_cs + t * half * 4 : NULL, ws->cbf);
+                fc = ws->cbf;
+            }
+            predict_row(wc[kv] + seen * NF * C, C, NULL, t ? X[kv] + (t - 1) * C : mean[kv], fc, mean[kv], mu[kv]);
         }
         const float *const m2[2] = {mu[0], mu[1]}, *const s2[2] = {S[0] + seen * C, S[1] + seen * C};
         uint32_t *const x2[2] = {x[0], x[1]};
