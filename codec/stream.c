@@ -174,6 +174,24 @@ cls8_s(const skv_v8i *K, const float *s, skv_v8i *Es_o, skv_v8i *sub_o, skv_v8i 
     *Es_o = Es, *sub_o = (sb >> 20) & K[K_7], *G_o = Es - K[K_3];
 }
 
+/* The BUCKET class of lanes of mu = Y * 2^em: floor(mu / 2^G) and the
+ * phase of the rest (okB: in range) */
+static inline __attribute__((target("avx2"), always_inline)) void
+cls8_bucket(const skv_v8i *K, skv_v8i Y, skv_v8i em, skv_v8i sub, skv_v8i G, skv_v8i *okB_o, skv_v8i *idxB_o,
+            skv_v8i *bi_o)
+{
+    skv_v8i d = em - G, pos = d >= V8(0);
+    skv_v8i okB = ~pos | (d <= K[K_6]);
+    skv_v8i dp = d & pos & okB;
+    skv_v8i kb = (-d) & ~pos, kb31 = SEL(kb > K[K_31], K[K_31], kb);
+    skv_v8i sh2 = kb - K[K_2], sh2c = SEL(sh2 > K[K_31], K[K_31], SEL(sh2 < V8(0), V8(0), sh2));
+    skv_v8i phN = SEL(kb >= K[K_2], (Y >> sh2c) & K[K_3], (Y & K[K_1]) << 1);
+    *bi_o = SEL(pos, Y << dp, Y >> kb31);
+    skv_v8i phB = phN & ~pos;
+    *idxB_o = sub * 4 + phB;
+    *okB_o = okB;
+}
+
 /* cls8_group with s's part (cls8_s) given */
 static inline __attribute__((target("avx2"), always_inline)) void
 cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, skv_v8i *flag_o, skv_v8i *idx_o,
@@ -187,6 +205,15 @@ cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, s
     skv_v8i sgn = mb >> 31;
     skv_v8i Y = (M ^ sgn) - sgn; /* mu = Y * 2^em */
     skv_v8i em = emu + (emu == V8(0)) * -1 - K[K_150];
+    skv_v8i idxS = V8(0), okS = V8(0), bi = V8(0), idxB = V8(0), okB = V8(0);
+    if (SPLIT == 2 && !_mm256_movemask_ps((__m256)(emu - K[K_134] + K[K_1] >= G))) {
+        /* every lane BUCKET whatever c is: c's exponent field is at most
+         * mu's plus one (rounding up; saturation only lowers it), so U is
+         * at most emu - 133 (emu 0: U is -135 or -133), below G */
+        cls8_bucket(K, Y, em, sub, G, &okB, &idxB, &bi);
+        *flag_o = SEL(okB, K[K_1], K[K_2]), *idx_o = idxB + K[K_NSTEP], *key_o = bi;
+        return;
+    }
     /* c: bf16 nearest mu (RNE), saturated to the largest finite */
     skv_v8u u = (skv_v8u)mb;
     skv_v8i cc = (skv_v8i)((u + (skv_v8u)K[K_X7FFF] + ((u >> 16) & (skv_v8u)K[K_1])) >> 16);
@@ -197,9 +224,9 @@ cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, s
     skv_v8i step = U >= G;
     /* SPLIT (v2_pack_rows): a group whose lanes are all STEP or all
      * BUCKET, nearly every group at ctx (a head's channels share their
-     * scale), works out that class alone */
+     * scale), works out that class alone (SPLIT 2, the decoder's: one
+     * that is all BUCKET by mu's exponent alone skips c, above) */
     const int ms = SPLIT ? _mm256_movemask_ps((__m256)step) : 0x100;
-    skv_v8i idxS = V8(0), okS = V8(0), bi = V8(0), idxB = V8(0), okB = V8(0);
     if (ms != 0) {
         /* STEP: octave, phases, phase of mu's offset from c */
         skv_v8i oct = Es - U, low = oct < K[K_M12];
@@ -221,18 +248,8 @@ cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, s
         idxS = ((oct + K[K_12]) * 8 + subS) * 16 + ph;
         okS = one | (kok & nok);
     }
-    if (ms != 0xff) {
-        /* BUCKET: floor(mu / 2^G) and the phase of the rest */
-        skv_v8i d = em - G, pos = d >= V8(0);
-        okB = ~pos | (d <= K[K_6]);
-        skv_v8i dp = d & pos & okB;
-        skv_v8i kb = (-d) & ~pos, kb31 = SEL(kb > K[K_31], K[K_31], kb);
-        skv_v8i sh2 = kb - K[K_2], sh2c = SEL(sh2 > K[K_31], K[K_31], SEL(sh2 < V8(0), V8(0), sh2));
-        skv_v8i phN = SEL(kb >= K[K_2], (Y >> sh2c) & K[K_3], (Y & K[K_1]) << 1);
-        bi = SEL(pos, Y << dp, Y >> kb31);
-        skv_v8i phB = phN & ~pos;
-        idxB = sub * 4 + phB;
-    }
+    if (ms != 0xff)
+        cls8_bucket(K, Y, em, sub, G, &okB, &idxB, &bi);
     skv_v8i flag, idx, key;
     if (ms == 0) {
         flag = SEL(okB, K[K_1], K[K_2]), idx = idxB + K[K_NSTEP], key = bi;
@@ -1128,7 +1145,7 @@ v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, c
             memcpy(p->ssub + j, &sub, sizeof sub);
             memcpy(p->sg + j, &G, sizeof G);
         }
-        cls8_mu(K, mu + j, Es, sub, G, &flag, &idx, &key, 1);
+        cls8_mu(K, mu + j, Es, sub, G, &flag, &idx, &key, enc ? 1 : 2);
         __m256i fl = (__m256i)flag;
         ix = (__m256i)idx, kv = (__m256i)key, Gv = (__m256i)G;
         isS = _mm256_cmpeq_epi32(fl, zero), isB = _mm256_cmpeq_epi32(fl, one);
