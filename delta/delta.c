@@ -1421,6 +1421,8 @@ struct skv_delta {
     struct coder_ws {
         skv_encoder *enc;
         skv_decoder *dec, *dec2; /* dec2: a layer's V stream, decoded with its K (code_pair) */
+        void *pair;              /* code_pair's rows, paircap bytes */
+        size_t paircap;
         float *cbf;
         uint32_t *xb; /* stat's runs of constant rows: batch_rows(C) rows */
     } *ws;                  /* one per pool thread */
@@ -1537,6 +1539,7 @@ void skv_delta_free(skv_delta *d)
         skv_encoder_free(d->ws[i].enc);
         skv_decoder_free(d->ws[i].dec);
         skv_decoder_free(d->ws[i].dec2);
+        skv_free(d->ws[i].pair);
         skv_free(d->ws[i].cbf);
         skv_free(d->ws[i].xb);
     }
@@ -1798,7 +1801,7 @@ static int pair_rows(const seq_ctx *q, int l)
     const skv_calib *c = d->cal;
     const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads;
     if (!q->decode || d->model || q->aux || q->mu_out[0] || d->plain || c->sh.dtype != SKV_DT_BF16 ||
-        C > 256 || C % 8)
+        C % 8)
         return 0;
     for (size_t kv = 0; kv < 2; kv++) {
         const float *W = c->w[d->level] + ((size_t)l * 2 + kv) * H * 2 * NF;
@@ -1817,8 +1820,23 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
     const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads, D = (size_t)c->sh.head_dim,
                  T = q->T, L = (size_t)c->sh.layers, half = (size_t)(c->sh.rope_dim / 2);
     skv_decoder *const dec[2] = {ws->dec, ws->dec2};
-    float wc[2][2 * NF * 256], mu[2][256];
-    uint32_t x[2][256];
+    /* each stream's weights (predict_row's), mu and decoded row */
+    const size_t per = (2 * NF + 1) * C * sizeof(float) + C * sizeof(uint32_t);
+    if (2 * per > ws->paircap) {
+        void *b = skv_malloc(2 * per);
+        if (!b)
+            return skv_error(SKV_ERR_NOMEM, "row buffers");
+        skv_free(ws->pair);
+        ws->pair = b;
+        ws->paircap = 2 * per;
+    }
+    float *wc[2], *mu[2];
+    uint32_t *x[2];
+    for (int kv = 0; kv < 2; kv++) {
+        wc[kv] = (float *)(void *)((uint8_t *)ws->pair + (size_t)kv * per);
+        mu[kv] = wc[kv] + 2 * NF * C;
+        x[kv] = (uint32_t *)(void *)(mu[kv] + C);
+    }
     const float *mean[2], *S[2];
     float *X[2];
     uint8_t *B[2];

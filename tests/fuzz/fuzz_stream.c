@@ -18,7 +18,9 @@
  * row that repeats, row by row with get_n and a few rows at a time with
  * skv_decoder_get_rows under a limit (same scalars, same first error, a
  * stop right after each row over the limit); every decoded scalar must
- * fit the dtype width. Inputs of at most 4 KiB are also taken as raw
+ * fit the dtype width. A version 2 stream without atoms is also decoded
+ * as both streams of skv_decoder_get_n2, the second under other (mu, s)
+ * (check_pair). Inputs of at most 4 KiB are also taken as raw
  * little-endian scalars of the dtype and encoded twice, with
  * skv_encoder_put and in batches with skv_encoder_put_n (identical bytes,
  * within skv_encoder_bound) and decoded: the scalars must come back
@@ -212,11 +214,63 @@ static void check_batches(skv_decoder *d, const float *mus, const float *ss, con
         CHECK(skv_decoder_end(d) == end_rc);
 }
 
+/* The stream (no atoms) as both streams of skv_decoder_get_n2, the second
+ * under other (mu, s) so that the two fail at other places: row by row
+ * (rows of 8..32 scalars), each must give what it gives alone (xs up to
+ * bad_at; the other decoded alone here), and a failure must lie in the
+ * row of the first failure of either. */
+static void check_pair(skv_cmodel *m, int di, unsigned mode, uint32_t key, const uint8_t *src, size_t len,
+                       const float *mus, const float *ss, const uint32_t *xs, uint32_t lim, uint32_t bad_at)
+{
+    const uint32_t w = 8 * (1 + key % 4), rows = lim / w;
+    if (rows == 0)
+        return;
+    float *mu2 = malloc((size_t)lim * sizeof *mu2), *s2 = malloc((size_t)lim * sizeof *s2);
+    uint32_t *x2 = malloc((size_t)lim * sizeof *x2), *ya = malloc((size_t)lim * sizeof *ya),
+             *yb = malloc((size_t)lim * sizeof *yb);
+    CHECK(mu2 && s2 && x2 && ya && yb);
+    for (uint32_t i = 0; i < lim; i++)
+        fuzz_param(di, mode ? mode : 1, key ^ 0x5bd1e995u, i, &mu2[i], &s2[i]);
+    skv_decoder *d[2] = {NULL, NULL};
+    CHECK(skv_decoder_create(m, &d[0]) == 0 && skv_decoder_create(m, &d[1]) == 0);
+    skv_decoder_set_row_cache(d[0], 0);
+    skv_decoder_set_row_cache(d[1], 0);
+    /* the second alone, in groups */
+    CHECK(skv_decoder_begin(d[1], src, len, NULL) == 0);
+    uint32_t bad2 = rows * w;
+    for (uint32_t i = 0; i < rows * w; i += 8)
+        if (skv_decoder_get_n(d[1], mu2 + i, s2 + i, x2 + i, 8) != 0) {
+            bad2 = i;
+            break;
+        }
+    CHECK(skv_decoder_begin(d[0], src, len, NULL) == 0 && skv_decoder_begin(d[1], src, len, NULL) == 0);
+    const uint32_t first = bad_at < bad2 ? bad_at : bad2;
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *const mu[2] = {mus + r * w, mu2 + r * w}, *const sv[2] = {ss + r * w, s2 + r * w};
+        uint32_t *const x[2] = {ya + r * w, yb + r * w};
+        int rc = skv_decoder_get_n2(d, mu, sv, x, w);
+        if (rc) {
+            CHECK(rc == SKV_ERR_CORRUPT && first >= r * w && first < (r + 1) * w);
+            break;
+        }
+        CHECK(first >= (r + 1) * w);
+        for (uint32_t k = r * w; k < (r + 1) * w; k++)
+            CHECK(ya[k] == xs[k] && yb[k] == x2[k]);
+    }
+    skv_decoder_free(d[0]);
+    skv_decoder_free(d[1]);
+    free(mu2);
+    free(s2);
+    free(x2);
+    free(ya);
+    free(yb);
+}
+
 /* A version 2 stream (begun on d): in groups of 8, then in batches of
  * 8..72 scalars; the two must agree on every scalar before the group of
  * the first error, on that error and on skv_decoder_end; a call that
  * does not take whole groups is refused without decoding. */
-static void decode_v2(skv_decoder *d, const skv_atoms *A, int di, unsigned mode, uint32_t key,
+static void decode_v2(skv_cmodel *m, skv_decoder *d, const skv_atoms *A, int di, unsigned mode, uint32_t key,
                       const uint8_t *src, size_t len, const skv_stream_info *info)
 {
     CHECK(info->dtype == GOLD_DT[di]);
@@ -250,6 +304,8 @@ static void decode_v2(skv_decoder *d, const skv_atoms *A, int di, unsigned mode,
     CHECK(skv_decoder_begin_atoms(d, src, len, A, NULL) == 0);
     check_batches(d, mus, ss, xs, ys, lim, bad_at, end_rc, key, 8, 9);
     decode_rows(d, A, src, len, di, mus, ss, lim, key, 1);
+    if (!A)
+        check_pair(m, di, mode, key, src, len, mus, ss, xs, lim, bad_at);
     free(xs);
     free(ys);
     free(mus);
@@ -272,7 +328,7 @@ static void decode_input(skv_cmodel *m, int di, unsigned mode, uint32_t key, con
         A = atoms_for(di);
     int rc = skv_decoder_begin_atoms(d, src, len, A, &info);
     if (rc == 0 && info.version == 2) {
-        decode_v2(d, A, di, mode, key, src, len, &info);
+        decode_v2(m, d, A, di, mode, key, src, len, &info);
     } else if (rc == 0) {
         CHECK(info.dtype == GOLD_DT[di]);
         CHECK((uint64_t)SKV_STREAM_HEADER + info.payload <= len);
