@@ -144,6 +144,27 @@ static skv_model *random_model(void)
     return m;
 }
 
+/* ctx at rows of 320 scalars (10 KV heads of 32), wider than the stack
+ * buffers the paired decode of a layer's K and V (code_pair) once had:
+ * bit-exact, chunks of 24 (the row before a chunk from its bytes) */
+Test(delta, ctx_round_trips_rows_wider_than_256)
+{
+    rm_shape sh = {0, 320, 64, 2, 10, 10, 32, 40, 64, 1, 10000.0f, 1e-5f};
+    size_t len;
+    uint8_t *img = rm_llama2c(&sh, 43, &len);
+    skv_model *m;
+    cr_assert_eq(skv_model_load_llama2c_mem(img, len, &m), 0);
+    free(img);
+    cr_assert_eq(skv_model_cfg(m)->n_kv_heads * skv_model_cfg(m)->head_dim, 320);
+    kvset test = {0};
+    skv_calib *c = learned(m, SKV_DT_BF16, 4, 2, 40, 77, &test);
+    double bits = round_trip(c, SKV_LEVEL_CTX, m, &test, SKV_DT_BF16, 24);
+    cr_expect_lt(bits, 16.0);
+    skv_calib_free(c);
+    free_kv(&test);
+    skv_model_free(m);
+}
+
 Test(delta, every_level_and_dtype_round_trips_on_random_model_kv)
 {
     skv_model *m = random_model();
