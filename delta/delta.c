@@ -1780,6 +1780,29 @@ static int load_row(skv_dtype dt, uint32_t *x, const uint8_t *p, size_t C)
     return !big;
 }
 
+/* Begin dec on stream (layer l, kv) of the current chunk (stream
+ * first_stream + chunk_index * 2L + 2l + kv), checking its size and
+ * calibration */
+static int begin_stream(const seq_ctx *q, skv_decoder *dec, int l, int kv, const skv_atoms *atoms)
+{
+    const skv_calib *c = q->d->cal;
+    const size_t C = chan_count(&c->sh), L = (size_t)c->sh.layers;
+    size_t si = q->first_stream + q->chunk_index * 2 * L + (size_t)l * 2 + (size_t)kv;
+    if (si >= q->in->nstreams)
+        return skv_error(SKV_ERR_FORMAT, "missing stream for layer %d %s", l, kv ? "V" : "K");
+    size_t a = q->in->offs[si], b = q->in->offs[si + 1];
+    skv_stream_info info;
+    int rc = skv_decoder_begin_atoms(dec, q->in->data + a, b - a, atoms, &info);
+    if (rc)
+        return rc;
+    if (info.n != (q->t1 - q->t0) * C)
+        return skv_error(SKV_ERR_CORRUPT, "stream holds %u scalars, the chunk has %zu", info.n,
+                         (q->t1 - q->t0) * C);
+    if (memcmp(info.calib_id, c->id, 16) != 0)
+        return skv_error(SKV_ERR_CORRUPT, "stream was coded with another calibration");
+    return SKV_OK;
+}
+
 /* Each channel's weights, per seen-class (predict_row's wc), from W's per
  * (head, seen-class) */
 static void channel_weights(const float *W, size_t H, size_t D, float *wc)
@@ -1818,7 +1841,7 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
 {
     const skv_calib *c = q->d->cal;
     const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads, D = (size_t)c->sh.head_dim,
-                 T = q->T, L = (size_t)c->sh.layers, half = (size_t)(c->sh.rope_dim / 2);
+                 T = q->T, half = (size_t)(c->sh.rope_dim / 2);
     skv_decoder *const dec[2] = {ws->dec, ws->dec2};
     /* each stream's weights (predict_row's), mu and decoded row */
     const size_t per = (2 * NF + 1) * C * sizeof(float) + C * sizeof(uint32_t);
@@ -1847,20 +1870,10 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
         X[kv] = q->kvf[kv] + (size_t)l * T * C;
         B[kv] = q->kvb[kv] + (size_t)l * q->stride * C * 2;
         channel_weights(c->w[q->d->level] + lk * H * 2 * NF, H, D, wc[kv]);
-        size_t si = q->first_stream + q->chunk_index * 2 * L + lk;
-        if (si >= q->in->nstreams)
-            return skv_error(SKV_ERR_FORMAT, "missing stream for layer %d %s", l, kv ? "V" : "K");
-        size_t a = q->in->offs[si], b = q->in->offs[si + 1];
-        skv_stream_info info;
         skv_decoder_set_row_cache(dec[kv], 0);
-        int rc = skv_decoder_begin_atoms(dec[kv], q->in->data + a, b - a, NULL, &info);
+        int rc = begin_stream(q, dec[kv], l, kv, NULL);
         if (rc)
             return rc;
-        if (info.n != (q->t1 - q->t0) * C)
-            return skv_error(SKV_ERR_CORRUPT, "stream holds %u scalars, the chunk has %zu", info.n,
-                             (q->t1 - q->t0) * C);
-        if (memcmp(info.calib_id, c->id, 16) != 0)
-            return skv_error(SKV_ERR_CORRUPT, "stream was coded with another calibration");
         if (q->t0) /* the row before, from its bytes (code_stream makes rows lazily) */
             skv_cast_to_f32(SKV_DT_BF16, X[kv] + (q->t0 - 1) * C, B[kv] + (q->t0 - 1) * C * 2, C);
     }
@@ -1903,7 +1916,7 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     skv_delta *d = q->d;
     const skv_calib *c = d->cal;
     const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads, D = (size_t)c->sh.head_dim,
-                 T = q->T, es = skv_dtype_size(c->sh.dtype), L = (size_t)c->sh.layers;
+                 T = q->T, es = skv_dtype_size(c->sh.dtype);
     const float *mean = c->mean + ((size_t)l * 2 + (size_t)kv) * C;
     const float *S = c->s[d->level] + ((size_t)l * 2 + (size_t)kv) * 2 * C;
     const float *W = c->w[d->level] + ((size_t)l * 2 + (size_t)kv) * H * 2 * NF;
@@ -1913,19 +1926,9 @@ static int code_stream(seq_ctx *q, struct coder_ws *ws, int l, int kv, const flo
     const skv_atoms *atoms = d->atoms ? d->atoms[(size_t)l * 2 + (size_t)kv] : NULL;
     int rc = SKV_OK;
     if (q->decode) {
-        size_t si = q->first_stream + q->chunk_index * 2 * L + (size_t)l * 2 + (size_t)kv;
-        if (si >= q->in->nstreams)
-            return skv_error(SKV_ERR_FORMAT, "missing stream for layer %d %s", l, kv ? "V" : "K");
-        size_t a = q->in->offs[si], b = q->in->offs[si + 1];
-        skv_stream_info info;
         skv_decoder_set_row_cache(ws->dec, d->level == SKV_LEVEL_STAT);
-        if ((rc = skv_decoder_begin_atoms(ws->dec, q->in->data + a, b - a, atoms, &info)))
+        if ((rc = begin_stream(q, ws->dec, l, kv, atoms)))
             return rc;
-        if (info.n != (q->t1 - q->t0) * C)
-            return skv_error(SKV_ERR_CORRUPT, "stream holds %u scalars, the chunk has %zu", info.n,
-                             (q->t1 - q->t0) * C);
-        if (memcmp(info.calib_id, c->id, 16) != 0)
-            return skv_error(SKV_ERR_CORRUPT, "stream was coded with another calibration");
     } else if (!q->mu_out[0]) {
         skv_encoder_set_ideal(ws->enc, d->ideal_on);
         skv_encoder_set_version(ws->enc, d->version);

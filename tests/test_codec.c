@@ -2516,6 +2516,22 @@ Test(v2, truncated_and_flipped_streams_fail)
  * scalars, and the AVX2 path takes most groups. */
 enum { V2C = 32, V2T = 300 };
 
+/* A value about mu at scale sg, or (k = rng % period, returned: 0, 1, 2)
+ * an escape, an exact zero or a subnormal in bf16 */
+static float odd_value(skv_rng *r, float mu, float sg, unsigned period, uint64_t *kout)
+{
+    float v = mu + sg * skv_rng_normal(r);
+    uint64_t k = skv_rng_next(r) % period;
+    if (k == 0)
+        v = mu + sg * 1e4f; /* an escape */
+    else if (k == 1)
+        v = 0.0f;
+    else if (k == 2)
+        v = 0x1p-130f; /* subnormal in bf16 */
+    *kout = k;
+    return v;
+}
+
 /* Rows of V2C stat-like bf16 scalars (escapes, zeros, subnormals; with
  * atoms, each channel's atoms half the time) coded as version 2 with the
  * AVX2 paths on and off: the same bytes, the same values, and the AVX2
@@ -2530,15 +2546,8 @@ static void v2_avx2_check(const skv_atoms *a, const float *mu0, size_t mstride, 
     for (int t = 0; t < T; t++)
         for (int c = 0; c < C; c++) {
             const float *mu = mu0 + (size_t)t * mstride;
-            float v = mu[c] + sg[c] * skv_rng_normal(&r);
-            uint64_t k = skv_rng_next(&r) % 500;
-            if (k == 0)
-                v = mu[c] + sg[c] * 1e4f; /* an escape */
-            else if (k == 1)
-                v = 0.0f;
-            else if (k == 2)
-                v = 0x1p-130f; /* subnormal in bf16 */
-            uint32_t x = to_dt(SKV_DT_BF16, v);
+            uint64_t k;
+            uint32_t x = to_dt(SKV_DT_BF16, odd_value(&r, mu[c], sg[c], 500, &k));
             const skv_atom_ch *ch = a ? &a->ch[c] : NULL;
             if (ch && ch->k && (k % 2 || c < 8)) /* the first group of a row: all atoms */
                 x = ch->val[k % ch->k];
@@ -2916,15 +2925,8 @@ static void pair_stream(seq_t *q, size_t C, size_t T, uint64_t seed)
     for (size_t t = 0; t < T; t++)
         for (size_t c = 0; c < C; c++) {
             mu[c] += 0.3f * sg[c] * skv_rng_normal(&r);
-            float v = mu[c] + sg[c] * skv_rng_normal(&r);
-            uint64_t k = skv_rng_next(&r) % 300;
-            if (k == 0)
-                v = mu[c] + sg[c] * 1e4f; /* an escape */
-            else if (k == 1)
-                v = 0.0f;
-            else if (k == 2)
-                v = 0x1p-130f; /* subnormal in bf16 */
-            seq_push(q, to_dt(SKV_DT_BF16, v), mu[c], sg[c]);
+            uint64_t k;
+            seq_push(q, to_dt(SKV_DT_BF16, odd_value(&r, mu[c], sg[c], 300, &k)), mu[c], sg[c]);
         }
 }
 

@@ -133,15 +133,20 @@ static void levels_case(const skv_model *m, skv_dtype dt, size_t ncal, size_t T,
     free_kv(&test);
 }
 
-static skv_model *random_model(void)
+static skv_model *model_of(const rm_shape *s, uint64_t seed)
 {
-    rm_shape s = {0, 32, 64, 2, 4, 2, 8, 40, 64, 1, 10000.0f, 1e-5f};
     size_t len;
-    uint8_t *img = rm_llama2c(&s, 42, &len);
+    uint8_t *img = rm_llama2c(s, seed, &len);
     skv_model *m;
     cr_assert_eq(skv_model_load_llama2c_mem(img, len, &m), 0);
     free(img);
     return m;
+}
+
+static skv_model *random_model(void)
+{
+    rm_shape s = {0, 32, 64, 2, 4, 2, 8, 40, 64, 1, 10000.0f, 1e-5f};
+    return model_of(&s, 42);
 }
 
 /* ctx at rows of 320 scalars (10 KV heads of 32), wider than the stack
@@ -150,11 +155,7 @@ static skv_model *random_model(void)
 Test(delta, ctx_round_trips_rows_wider_than_256)
 {
     rm_shape sh = {0, 320, 64, 2, 10, 10, 32, 40, 64, 1, 10000.0f, 1e-5f};
-    size_t len;
-    uint8_t *img = rm_llama2c(&sh, 43, &len);
-    skv_model *m;
-    cr_assert_eq(skv_model_load_llama2c_mem(img, len, &m), 0);
-    free(img);
+    skv_model *m = model_of(&sh, 43);
     cr_assert_eq(skv_model_cfg(m)->n_kv_heads * skv_model_cfg(m)->head_dim, 320);
     kvset test = {0};
     skv_calib *c = learned(m, SKV_DT_BF16, 4, 2, 40, 77, &test);
