@@ -2682,6 +2682,67 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
     return 0;
 }
 
+/* A stream's words and raw bits as a run reads them (suffix S: v2_run_t
+ * has one stream, v2_run2_t two; R its r2_t). A group reads at most 24
+ * words (8 a round, ATOMS: 3 rounds), each round's load 8 words ahead,
+ * and at most 63 raw bits by one 8-byte load. Near either stream's end
+ * the groups read from a zero-padded copy of its last words or bytes (tw,
+ * trb) instead (wreal: in the copy, the real word of tw[0]; pos from rgo
+ * on reads the copy, where bit0 is the real pos of trb[0]), and a group
+ * that consumes past the real end marks the stream corrupt. */
+#define SIDE(S, R)                                                                                    \
+    const uint16_t *w##S = (const uint16_t *)(const void *)(R)->w,                                    \
+                   *wend##S = (const uint16_t *)(const void *)(R)->wend, *wreal##S = NULL;            \
+    const uint8_t *rb##S = (R)->rb;                                                                   \
+    uint64_t pos##S = (R)->rpos, rbytes##S = (R)->rbits >> 3;                                         \
+    uint64_t rgo##S = rbytes##S >= 8 ? 8 * (rbytes##S - 8) + 1 : 0, bit0##S = 0, rend##S = 0;         \
+    int tail_w##S = 0, tail_r##S = 0, bad##S = 0;                                                     \
+    uint16_t tw##S[64];                                                                               \
+    uint8_t trb##S[32]
+/* the checks before a group that reads at most MARGIN words */
+#define SIDE_ROOM(S, MARGIN)                                                                          \
+    do {                                                                                              \
+        if (__builtin_expect(wend##S - w##S < (MARGIN), 0)) {                                         \
+            if (w##S > wend##S) {                                                                     \
+                bad##S = 1;                                                                           \
+                goto out;                                                                             \
+            }                                                                                         \
+            if (!tail_w##S) {                                                                         \
+                size_t nw = (size_t)(wend##S - w##S);                                                 \
+                memset(tw##S, 0, sizeof tw##S);                                                       \
+                memcpy(tw##S, w##S, nw * 2);                                                          \
+                wreal##S = w##S, w##S = tw##S, wend##S = tw##S + nw, tail_w##S = 1;                   \
+            }                                                                                         \
+        }                                                                                             \
+        if (__builtin_expect(pos##S >= rgo##S, 0)) {                                                  \
+            if (!tail_r##S) {                                                                         \
+                size_t nb = rbytes##S < 16 ? (size_t)rbytes##S : 16;                                  \
+                memset(trb##S, 0, sizeof trb##S);                                                     \
+                memcpy(trb##S, rb##S + (rbytes##S - nb), nb);                                         \
+                bit0##S = 8 * (rbytes##S - nb), pos##S -= bit0##S, rb##S = trb##S, rend##S = 8 * nb;  \
+                rgo##S = 0, tail_r##S = 1;                                                            \
+            }                                                                                         \
+            if (pos##S > rend##S) {                                                                   \
+                bad##S = 1;                                                                           \
+                goto out;                                                                             \
+            }                                                                                         \
+        }                                                                                             \
+    } while (0)
+#define SIDE_CLOSE(S, R)                                                                              \
+    do {                                                                                              \
+        if (tail_w##S) {                                                                              \
+            bad##S |= w##S > wend##S;                                                                 \
+            w##S = wreal##S + (w##S - tw##S);                                                         \
+        }                                                                                             \
+        if (tail_r##S) {                                                                              \
+            bad##S |= pos##S > rend##S;                                                               \
+            pos##S += bit0##S;                                                                        \
+        }                                                                                             \
+        (R)->w = (const uint8_t *)(const void *)w##S;                                                 \
+        (R)->rpos = pos##S;                                                                           \
+        (R)->bad |= bad##S;                                                                           \
+    } while (0)
+
 /* Whole groups from scalar i of d->pk's row on (at: its index in the
  * stream), up to ng of them, rows after rows of the same classes, by
  * v2_group with the states and checksum lanes in registers; stops before
@@ -2700,51 +2761,13 @@ v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x,
     /* the two banks of states in registers: groups two at a time */
     __m256i X0 = _mm256_loadu_si256((const __m256i *)r->x), X1 = _mm256_loadu_si256((const __m256i *)(r->x + 8));
     __m256i A0 = _mm256_loadu_si256((const __m256i *)d->acc), A1 = _mm256_loadu_si256((const __m256i *)(d->acc + 8));
-    const uint16_t *w = (const uint16_t *)(const void *)r->w, *wend = (const uint16_t *)(const void *)r->wend;
-    const uint8_t *rb = r->rb;
-    uint64_t pos = r->rpos;
-    /* A group reads at most 24 words (8 a round, ATOMS: 3 rounds), each
-     * round's load 8 words ahead, and at most 63 raw bits by one 8-byte
-     * load. Near either stream's end the groups read from a zero-padded
-     * copy of its last words or bytes (tw, trb) instead, and a group that
-     * consumes past the real end marks the stream corrupt. */
-    const ptrdiff_t margin = ATOMS ? 32 : 24;
-    const uint64_t rbytes = r->rbits >> 3;
-    uint16_t tw[64];
-    uint8_t trb[32];
-    const uint16_t *wreal = NULL; /* in the copy: the real word of tw[0] */
-    /* pos from rgo on reads the copy; there bit0 is the real pos of trb[0] */
-    uint64_t rgo = rbytes >= 8 ? 8 * (rbytes - 8) + 1 : 0, bit0 = 0, rend = 0;
-    int tail_w = 0, tail_r = 0, bad = 0;
+    SIDE(, r);
     size_t k = 0;
 #define V2_STEP(XX, AA)                                                                                   \
     do {                                                                                                  \
         if (k == ng || (!okall && _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p->ok + i)))) != 0xff)) \
             goto out;                                                                                     \
-        if (__builtin_expect(wend - w < margin, 0)) {                                                     \
-            if (w > wend) {                                                                               \
-                bad = 1;                                                                                  \
-                goto out;                                                                                 \
-            }                                                                                             \
-            if (!tail_w) {                                                                                \
-                size_t nw = (size_t)(wend - w);                                                           \
-                memset(tw, 0, sizeof tw);                                                                 \
-                memcpy(tw, w, nw * 2);                                                                    \
-                wreal = w, w = tw, wend = tw + nw, tail_w = 1;                                            \
-            }                                                                                             \
-        }                                                                                                 \
-        if (__builtin_expect(pos >= rgo, 0)) {                                                            \
-            if (!tail_r) {                                                                                \
-                size_t nb = rbytes < 16 ? (size_t)rbytes : 16;                                            \
-                memset(trb, 0, sizeof trb);                                                               \
-                memcpy(trb, rb + (rbytes - nb), nb);                                                      \
-                bit0 = 8 * (rbytes - nb), pos -= bit0, rb = trb, rend = 8 * nb, rgo = 0, tail_r = 1;      \
-            }                                                                                             \
-            if (pos > rend) {                                                                             \
-                bad = 1;                                                                                  \
-                goto out;                                                                                 \
-            }                                                                                             \
-        }                                                                                                 \
+        SIDE_ROOM(, ATOMS ? 32 : 24);                                                                     \
         __m256i Xs = XX;                                                                                  \
         const uint16_t *ws = w;                                                                           \
         if (v2_group(p, i, &XX, &AA, &w, &pos, rb, x + 8 * k, ATOMS, STEPS)) {                                   \
@@ -2777,19 +2800,9 @@ v2_run_t(skv_decoder *d, r2_t *r, size_t i, uint32_t at, size_t ng, uint32_t *x,
     }
 #undef V2_STEP
 out:
-    if (tail_w) {
-        bad |= w > wend;
-        w = wreal + (w - tw);
-    }
-    if (tail_r) {
-        bad |= pos > rend;
-        pos += bit0;
-    }
+    SIDE_CLOSE(, r);
     _mm256_storeu_si256((__m256i *)r->x, X0), _mm256_storeu_si256((__m256i *)(r->x + 8), X1);
     _mm256_storeu_si256((__m256i *)d->acc, A0), _mm256_storeu_si256((__m256i *)(d->acc + 8), A1);
-    r->w = (const uint8_t *)(const void *)w;
-    r->rpos = pos;
-    r->bad |= bad;
     d->nfast += k;
     return k;
 }
@@ -2816,58 +2829,6 @@ static __attribute__((target("avx2,popcnt"))) size_t v2_run(skv_decoder *d, r2_t
  * runs while the other's waits on its loads. Stops before a group that
  * leaves the common case or a pack does not pass; done[s]: stream s's
  * groups (done[1] is done[0] or done[0] - 1). */
-#define SIDE(S)                                                                                           \
-    const uint16_t *w##S = (const uint16_t *)(const void *)r[S]->w,                                       \
-                   *wend##S = (const uint16_t *)(const void *)r[S]->wend, *wreal##S = NULL;              \
-    const uint8_t *rb##S = r[S]->rb;                                                                      \
-    uint64_t pos##S = r[S]->rpos, rbytes##S = r[S]->rbits >> 3;                                           \
-    uint64_t rgo##S = rbytes##S >= 8 ? 8 * (rbytes##S - 8) + 1 : 0, bit0##S = 0, rend##S = 0;             \
-    int tail_w##S = 0, tail_r##S = 0, bad##S = 0;                                                         \
-    uint16_t tw##S[64];                                                                                   \
-    uint8_t trb##S[32]
-/* v2_run_t's checks before a group, on stream S (24 words at most) */
-#define SIDE_ROOM(S)                                                                                      \
-    do {                                                                                                  \
-        if (__builtin_expect(wend##S - w##S < 24, 0)) {                                                   \
-            if (w##S > wend##S) {                                                                         \
-                bad##S = 1;                                                                               \
-                goto out;                                                                                 \
-            }                                                                                             \
-            if (!tail_w##S) {                                                                             \
-                size_t nw = (size_t)(wend##S - w##S);                                                     \
-                memset(tw##S, 0, sizeof tw##S);                                                           \
-                memcpy(tw##S, w##S, nw * 2);                                                              \
-                wreal##S = w##S, w##S = tw##S, wend##S = tw##S + nw, tail_w##S = 1;                       \
-            }                                                                                             \
-        }                                                                                                 \
-        if (__builtin_expect(pos##S >= rgo##S, 0)) {                                                      \
-            if (!tail_r##S) {                                                                             \
-                size_t nb = rbytes##S < 16 ? (size_t)rbytes##S : 16;                                      \
-                memset(trb##S, 0, sizeof trb##S);                                                         \
-                memcpy(trb##S, rb##S + (rbytes##S - nb), nb);                                             \
-                bit0##S = 8 * (rbytes##S - nb), pos##S -= bit0##S, rb##S = trb##S, rend##S = 8 * nb;      \
-                rgo##S = 0, tail_r##S = 1;                                                                \
-            }                                                                                             \
-            if (pos##S > rend##S) {                                                                       \
-                bad##S = 1;                                                                               \
-                goto out;                                                                                 \
-            }                                                                                             \
-        }                                                                                                 \
-    } while (0)
-#define SIDE_CLOSE(S)                                                                                     \
-    do {                                                                                                  \
-        if (tail_w##S) {                                                                                  \
-            bad##S |= w##S > wend##S;                                                                     \
-            w##S = wreal##S + (w##S - tw##S);                                                             \
-        }                                                                                                 \
-        if (tail_r##S) {                                                                                  \
-            bad##S |= pos##S > rend##S;                                                                   \
-            pos##S += bit0##S;                                                                            \
-        }                                                                                                 \
-        r[S]->w = (const uint8_t *)(const void *)w##S;                                                    \
-        r[S]->rpos = pos##S;                                                                              \
-        r[S]->bad |= bad##S;                                                                              \
-    } while (0)
 static inline __attribute__((target("avx2,popcnt"), always_inline)) void
 v2_run2_t(skv_decoder *const d[2], r2_t *const r[2], size_t i, uint32_t at, size_t ng, uint32_t *const x[2],
           size_t done[2])
@@ -2884,15 +2845,15 @@ v2_run2_t(skv_decoder *const d[2], r2_t *const r[2], size_t i, uint32_t at, size
         __m256i t = A00;
         A00 = A01, A01 = t, t = A10, A10 = A11, A11 = t;
     }
-    SIDE(0);
-    SIDE(1);
+    SIDE(0, r[0]);
+    SIDE(1, r[1]);
     size_t k0 = 0, k1 = 0;
     while (k0 < ng) {
         if (!okall && (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p0->ok + i)))) != 0xff ||
                        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p1->ok + i)))) != 0xff))
             break;
-        SIDE_ROOM(0);
-        SIDE_ROOM(1);
+        SIDE_ROOM(0, 24);
+        SIDE_ROOM(1, 24);
         __m256i Xs = X0;
         const uint16_t *ws = w0;
         if (v2_group(p0, i, &X0, &A00, &w0, &pos0, rb0, x[0] + 8 * k0, 0, 1)) {
@@ -2917,8 +2878,8 @@ out:
         __m256i t = A00;
         A00 = A01, A01 = t, t = A10, A10 = A11, A11 = t;
     }
-    SIDE_CLOSE(0);
-    SIDE_CLOSE(1);
+    SIDE_CLOSE(0, r[0]);
+    SIDE_CLOSE(1, r[1]);
     _mm256_storeu_si256((__m256i *)r[0]->x, X0), _mm256_storeu_si256((__m256i *)r[1]->x, X1);
     _mm256_storeu_si256((__m256i *)d[0]->acc, A00), _mm256_storeu_si256((__m256i *)(d[0]->acc + 8), A01);
     _mm256_storeu_si256((__m256i *)d[1]->acc, A10), _mm256_storeu_si256((__m256i *)(d[1]->acc + 8), A11);

@@ -140,67 +140,6 @@ static void rope_init(skv_calib *c)
         c->inv_freq[i] = (float)skv_exp(-lt * (double)(2 * i) / (double)c->sh.rope_dim);
 }
 
-/* Rotate every head of a K row (C channels) to position pos (sign = +1) or
- * back from it (sign = -1), as the engine does. */
-static void rope_angles(const skv_calib *c, size_t pos, int i, float *s, float *co)
-{
-    float ang = (float)pos * c->inv_freq[i];
-    double sd, cd;
-    skv_sincos((double)ang, &sd, &cd);
-    *s = (float)sd;
-    *co = (float)cd;
-}
-
-/* sc: NULL, or rope_angles of pos for every i (sin, cos pairs), as made
- * once per sequence by the coder */
-static void rope_row_sc(const skv_calib *c, float *v, size_t pos, int sign, const float *sc)
-{
-    if (!c->rope_known)
-        return;
-    /* the shape in locals: the stores to v could alias c for all the
-     * compiler knows (-fno-strict-aliasing) */
-    const int half = c->sh.rope_dim / 2, D = c->sh.head_dim, H = c->sh.kv_heads,
-              pair = c->sh.rope_layout == SKV_ROPE_PAIR;
-#ifdef __SSE2__
-    if (sc && pair && half % 2 == 0 && half <= 128 && D % 4 == 0) {
-        /* adjacent pairs four lanes at a time, the same operations on the
-         * same values (x*cc + swap(x)*ss with ss = (-s, s): a - b is
-         * a + (-b), and x0*s + x1*co commutes), so the same bits */
-        float cc[256], ss[256];
-        for (int i = 0; i < half; i++) {
-            const float s = sign > 0 ? sc[2 * i] : -sc[2 * i];
-            cc[2 * i] = cc[2 * i + 1] = sc[2 * i + 1];
-            ss[2 * i] = -s, ss[2 * i + 1] = s;
-        }
-        for (int h = 0; h < H; h++) {
-            float *x = v + (size_t)h * D;
-            for (int j = 0; j < 2 * half; j += 4) {
-                __m128 xv = _mm_loadu_ps(x + j);
-                __m128 sw = _mm_shuffle_ps(xv, xv, _MM_SHUFFLE(2, 3, 0, 1));
-                _mm_storeu_ps(x + j, _mm_add_ps(_mm_mul_ps(xv, _mm_loadu_ps(cc + j)),
-                                                _mm_mul_ps(sw, _mm_loadu_ps(ss + j))));
-            }
-        }
-        return;
-    }
-#endif
-    for (int i = 0; i < half; i++) {
-        float sn, co;
-        if (sc)
-            sn = sc[2 * i], co = sc[2 * i + 1];
-        else
-            rope_angles(c, pos, i, &sn, &co);
-        const float s = sign > 0 ? sn : -sn;
-        const int a = pair ? 2 * i : i, b = pair ? 2 * i + 1 : i + half;
-        for (int h = 0; h < H; h++) {
-            float *x = v + (size_t)h * D;
-            const float x0 = x[a], x1 = x[b];
-            x[a] = x0 * co - x1 * s;
-            x[b] = x0 * s + x1 * co;
-        }
-    }
-}
-
 /* Whether rope_row_sc rotates four lanes at a time (and rope_cs applies) */
 static int rope_lanes(const skv_calib *c)
 {
@@ -214,19 +153,22 @@ static int rope_lanes(const skv_calib *c)
 #endif
 }
 
-/* rope_row_sc's four-lane factors of position sc (sign +1) into cs: cc
- * then ss, 2 * rope_dim / 2 floats each */
-static void rope_cs(const skv_calib *c, const float *sc, float *cs)
+/* The four-lane factors of position sc (rope_angles' sin, cos pairs),
+ * rotating to it (sign +1) or back (-1), into cs: cc then ss, rope_dim
+ * floats each (x*cc + swap(x)*ss with ss = (-s, s): a - b is a + (-b),
+ * and x0*s + x1*co commutes, so the same bits as the pairs one by one) */
+static void rope_cs(const skv_calib *c, const float *sc, int sign, float *cs)
 {
     const int half = c->sh.rope_dim / 2;
     for (int i = 0; i < half; i++) {
+        const float s = sign > 0 ? sc[2 * i] : -sc[2 * i];
         cs[2 * i] = cs[2 * i + 1] = sc[2 * i + 1];
-        cs[2 * half + 2 * i] = -sc[2 * i], cs[2 * half + 2 * i + 1] = sc[2 * i];
+        cs[2 * half + 2 * i] = -s, cs[2 * half + 2 * i + 1] = s;
     }
 }
 
-/* out = the K row v rotated to its position, rope_row_sc's four-lane
- * operations with the factors cs (rope_cs) made once per position */
+/* out = the K row v rotated with the factors cs (rope_cs), four lanes at
+ * a time (out may be v) */
 static void rope_row_cs(const skv_calib *c, const float *v, const float *cs, float *out)
 {
 #ifdef __SSE2__
@@ -247,6 +189,50 @@ static void rope_row_cs(const skv_calib *c, const float *v, const float *cs, flo
 #else
     (void)c, (void)v, (void)cs, (void)out;
 #endif
+}
+
+/* Rotate every head of a K row (C channels) to position pos (sign = +1) or
+ * back from it (sign = -1), as the engine does. */
+static void rope_angles(const skv_calib *c, size_t pos, int i, float *s, float *co)
+{
+    float ang = (float)pos * c->inv_freq[i];
+    double sd, cd;
+    skv_sincos((double)ang, &sd, &cd);
+    *s = (float)sd;
+    *co = (float)cd;
+}
+
+/* sc: NULL, or rope_angles of pos for every i (sin, cos pairs), as made
+ * once per sequence by the coder */
+static void rope_row_sc(const skv_calib *c, float *v, size_t pos, int sign, const float *sc)
+{
+    if (!c->rope_known)
+        return;
+    /* the shape in locals: the stores to v could alias c for all the
+     * compiler knows (-fno-strict-aliasing) */
+    const int half = c->sh.rope_dim / 2, H = c->sh.kv_heads, pair = c->sh.rope_layout == SKV_ROPE_PAIR;
+    if (sc && rope_lanes(c)) { /* adjacent pairs four lanes at a time */
+        float cs[512];
+        rope_cs(c, sc, sign, cs);
+        rope_row_cs(c, v, cs, v);
+        return;
+    }
+    const int D = c->sh.head_dim;
+    for (int i = 0; i < half; i++) {
+        float sn, co;
+        if (sc)
+            sn = sc[2 * i], co = sc[2 * i + 1];
+        else
+            rope_angles(c, pos, i, &sn, &co);
+        const float s = sign > 0 ? sn : -sn;
+        const int a = pair ? 2 * i : i, b = pair ? 2 * i + 1 : i + half;
+        for (int h = 0; h < H; h++) {
+            float *x = v + (size_t)h * D;
+            const float x0 = x[a], x1 = x[b];
+            x[a] = x0 * co - x1 * s;
+            x[b] = x0 * s + x1 * co;
+        }
+    }
 }
 
 static void rope_row(const skv_calib *c, float *v, size_t pos, int sign)
@@ -2252,7 +2238,7 @@ static int code_seq(seq_ctx *q, size_t chunk)
                 goto done;
             }
             for (size_t t = q->start; t < T; t++)
-                rope_cs(c, q->rope_sc + t * half * 2, q->rope_cs + t * half * 4);
+                rope_cs(c, q->rope_sc + t * half * 2, +1, q->rope_cs + t * half * 4);
         }
     }
     /* exact floats, for a model: the context when decoding, everything
