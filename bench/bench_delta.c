@@ -6,7 +6,7 @@
  * length). Short enough to run under callgrind.
  * At stat it times its default stream version against version 1 in the
  * same rounds; VERSION (1 or 2; 0: the level's default) times that one
- * alone.
+ * alone. BENCH_DECODES=k decodes k times a round (a profile of decode).
  * usage: bench_delta CAL.cal TEST.safetensors [stat|ctx] [N_SEQ] [REPS] [VERSION] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +84,9 @@ int main(int argc, char **argv)
         return fail("stream version", rc);
     const int v_def = skv_delta_stream_version(d);
     const int nv = argc <= 6 && v_def == 2 ? 2 : 1, vers[2] = {v_def, 1};
+    /* BENCH_DECODES=k: each round decodes k times (a profile of decode) */
+    const char *de = getenv("BENCH_DECODES");
+    const int decodes = de && atoi(de) > 0 ? atoi(de) : 1;
     double best_e[2] = {0, 0}, best_d[2] = {0, 0};
     size_t bytes[2] = {0, 0};
     for (int r = 0; r < reps; r++)
@@ -101,9 +104,10 @@ int main(int argc, char **argv)
                     return fail("encode", rc);
             }
             double t1 = now();
-            for (size_t i = 0; i < n_seq; i++)
-                if ((rc = skv_delta_decode(d, tok[i], sq[i].T, &ss[i], 0, 256, ko[i], vo[i])))
-                    return fail("decode", rc);
+            for (int dr = 0; dr < decodes; dr++)
+                for (size_t i = 0; i < n_seq; i++)
+                    if ((rc = skv_delta_decode(d, tok[i], sq[i].T, &ss[i], 0, 256, ko[i], vo[i])))
+                        return fail("decode", rc);
             double t2 = now();
             bytes[vi] = 0;
             for (size_t i = 0; i < n_seq; i++) {
@@ -116,7 +120,7 @@ int main(int argc, char **argv)
             if ((double)total / (t1 - t0) / 1e6 > best_e[vi])
                 best_e[vi] = (double)total / (t1 - t0) / 1e6;
             if ((double)total / (t2 - t1) / 1e6 > best_d[vi])
-                best_d[vi] = (double)total / (t2 - t1) / 1e6;
+                best_d[vi] = (double)total * decodes / (t2 - t1) / 1e6;
         }
     for (size_t i = 0; i < n_seq; i++) {
         free(ko[i]);
