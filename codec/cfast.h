@@ -336,6 +336,8 @@ const skv_rcache *skv__encoder_rcache(const skv_encoder *e);
 const skv_rcache *skv__decoder_rcache(const skv_decoder *d);
 /* test hook: the version 2 groups this decoder took by its AVX2 path */
 uint64_t skv__decoder_fast_groups(const skv_decoder *d);
+/* test hook: the groups its AVX2 path packed again by their phases alone */
+uint64_t skv__decoder_phase_groups(const skv_decoder *d);
 
 /* Whether rows of n scalars go through the cache (rcache_get) */
 static inline int rcache_on(skv_rcache *rc, size_t n)

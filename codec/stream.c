@@ -64,7 +64,11 @@ typedef struct {
     int anystp;          /* some scalar's class is STEP (the paths' variant that takes them) */
     size_t sn;           /* v2_pack_rows: the widths of s = slast[0..sn) are all built, */
     float *slast;
-    int32_t *ses, *ssub, *sg; /* and s's part of its classes (cls8_s); cap each */
+    int32_t *ses, *ssub, *sg; /* and s's part of its classes (cls8_s); cap each, */
+    int32_t *sbo;        /* and a BUCKET lane's table index offset but for its phase; */
+    uint8_t *gb;         /* per group: packed all BUCKET, tables built, under that s (the
+                          * decoder then packs its next rows' lut and base alone) */
+    uint64_t nb;         /* the groups so packed (tests) */
     /* per scalar, its first table: the atoms' of its channel when it has
      * any (ak atoms, values from vals + aoff), else its class's */
     int32_t *lut1, *ak, *aoff; /* lut1: from abase on channels with atoms, else lbase */
@@ -192,10 +196,10 @@ cls8_bucket(const skv_v8i *K, skv_v8i Y, skv_v8i em, skv_v8i sub, skv_v8i G, skv
     *okB_o = okB;
 }
 
-/* cls8_group with s's part (cls8_s) given */
+/* Eight lanes of mu as Y * 2^em (NaN, inf: +0), with their bits mb
+ * and exponent field emu */
 static inline __attribute__((target("avx2"), always_inline)) void
-cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, skv_v8i *flag_o, skv_v8i *idx_o,
-        skv_v8i *key_o, const int SPLIT)
+cls8_y(const skv_v8i *K, const float *mu, skv_v8i *mb_o, skv_v8i *emu_o, skv_v8i *Y_o, skv_v8i *em_o)
 {
     skv_v8i mb;
     memcpy(&mb, mu, sizeof mb);
@@ -203,13 +207,29 @@ cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, s
     skv_v8i emu = (mb >> 23) & K[K_XFF];
     skv_v8i M = (mb & K[K_X7FFFFF]) | ((emu != V8(0)) & K[K_X800000]);
     skv_v8i sgn = mb >> 31;
-    skv_v8i Y = (M ^ sgn) - sgn; /* mu = Y * 2^em */
-    skv_v8i em = emu + (emu == V8(0)) * -1 - K[K_150];
+    *Y_o = (M ^ sgn) - sgn;
+    *em_o = emu + (emu == V8(0)) * -1 - K[K_150];
+    *mb_o = mb, *emu_o = emu;
+}
+
+/* Whether every lane is BUCKET whatever c is: c's exponent field is at
+ * most mu's plus one (rounding up; saturation only lowers it), so U is at
+ * most emu - 133 (emu 0: U is -135 or -133), below G */
+static inline __attribute__((target("avx2"), always_inline)) int cls8_allb(const skv_v8i *K, skv_v8i emu,
+                                                                          skv_v8i G)
+{
+    return !_mm256_movemask_ps((__m256)(emu - K[K_134] + K[K_1] >= G));
+}
+
+/* cls8_group with s's part (cls8_s) given */
+static inline __attribute__((target("avx2"), always_inline)) void
+cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, skv_v8i *flag_o, skv_v8i *idx_o,
+        skv_v8i *key_o, const int SPLIT)
+{
+    skv_v8i mb, emu, Y, em;
+    cls8_y(K, mu, &mb, &emu, &Y, &em);
     skv_v8i idxS = V8(0), okS = V8(0), bi = V8(0), idxB = V8(0), okB = V8(0);
-    if (SPLIT == 2 && !_mm256_movemask_ps((__m256)(emu - K[K_134] + K[K_1] >= G))) {
-        /* every lane BUCKET whatever c is: c's exponent field is at most
-         * mu's plus one (rounding up; saturation only lowers it), so U is
-         * at most emu - 133 (emu 0: U is -135 or -133), below G */
+    if (SPLIT == 2 && cls8_allb(K, emu, G)) {
         cls8_bucket(K, Y, em, sub, G, &okB, &idxB, &bi);
         *flag_o = SEL(okB, K[K_1], K[K_2]), *idx_o = idxB + K[K_NSTEP], *key_o = bi;
         return;
@@ -1034,8 +1054,8 @@ static int v2_pack_room(skv_v2pack *p, size_t n)
 {
     if (n <= p->cap)
         return 1;
-    size_t per = 2 * sizeof(uint64_t) + 14 * sizeof(int32_t);
-    void *mem = skv_malloc(n * per + 64);
+    size_t per = 2 * sizeof(uint64_t) + 15 * sizeof(int32_t);
+    void *mem = skv_malloc(n * per + n / 8 + 64);
     if (!mem)
         return 0;
     skv_free(p->mem);
@@ -1044,12 +1064,13 @@ static int v2_pack_room(skv_v2pack *p, size_t n)
     p->sn = 0; /* (slast is new) */
     p->e4 = mem;
     p->e41 = p->e4 + n;
-    int32_t **arr[] = {&p->lut, &p->bvt, &p->base, &p->g, &p->nesc, &p->ok, &p->stp,
-                       &p->lut1, &p->ak, &p->aoff, &p->ses, &p->ssub, &p->sg};
+    int32_t **arr[] = {&p->lut, &p->bvt, &p->base, &p->g,   &p->nesc, &p->ok,  &p->stp,
+                       &p->lut1, &p->ak, &p->aoff, &p->ses, &p->ssub, &p->sg, &p->sbo};
     int32_t *q = (int32_t *)(void *)(p->e41 + n);
     for (size_t k = 0; k < sizeof arr / sizeof *arr; k++, q += n)
         *arr[k] = q;
-    p->slast = (float *)(void *)q; /* 13 arrays of int32_t and this one: per above */
+    p->slast = (float *)(void *)q; /* 14 arrays of int32_t and this one: per above */
+    p->gb = (uint8_t *)(void *)(p->slast + n);
     return 1;
 }
 
@@ -1094,6 +1115,7 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
     if (!v2_pack_room(p, n))
         return 0;
     v2_pack_bases(m, p, as);
+    p->sn = 0; /* (v2_pack_rows's groups of gb are overwritten) */
     for (size_t j = 0; j < n; j++) {
         const skv_fcls *c = &row[j];
         int ok = c->tab >= m->tblock && c->tab < m->tblock + N_STEP_TABS + N_BUCKET_TABS &&
@@ -1123,8 +1145,9 @@ static int v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv
 
 /* v2_pack_rows's group of lanes j..j+7 into p (enc: the encoder's e4
  * too), its lanes' ok, STEP and widths folded into *okacc, *sacc, *bvall
- * (sknown: s's part already in p) */
-static inline __attribute__((target("avx2"), always_inline)) void
+ * (sknown: s's part already in p). Returns whether the group is all
+ * BUCKET with its tables built and taken (p->gb). */
+static inline __attribute__((target("avx2"), always_inline)) int
 v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, size_t j,
               int sknown, int enc, __m256i *okacc, __m256i *sacc, __m256i *bvall)
 {
@@ -1133,6 +1156,7 @@ v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, c
     const int *rdy = m->ready, *rdyb = m->ready + N_STEP_TABS + N_BUCKET_TABS;
     const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
     __m256i isS, isB, ok, ix, kv, Gv, R;
+    int allb;
     for (int tries = 0;; tries++) {
         skv_v8i flag, idx, key, G, Es, sub;
         if (sknown) {
@@ -1144,6 +1168,8 @@ v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, c
             memcpy(p->ses + j, &Es, sizeof Es);
             memcpy(p->ssub + j, &sub, sizeof sub);
             memcpy(p->sg + j, &G, sizeof G);
+            skv_v8i bo = (sub * 4 + K[K_NSTEP]) * (int)sizeof(skv_ftab);
+            memcpy(p->sbo + j, &bo, sizeof bo);
         }
         cls8_mu(K, mu + j, Es, sub, G, &flag, &idx, &key, enc ? 1 : 2);
         __m256i fl = (__m256i)flag;
@@ -1151,7 +1177,8 @@ v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, c
         isS = _mm256_cmpeq_epi32(fl, zero), isB = _mm256_cmpeq_epi32(fl, one);
         __m256i okc = _mm256_or_si256(isS, isB);
         ix = _mm256_and_si256(ix, okc);
-        if (bready && _mm256_movemask_ps(_mm256_castsi256_ps(isB)) == 0xff) {
+        allb = bready && _mm256_movemask_ps(_mm256_castsi256_ps(isB)) == 0xff;
+        if (allb) {
             /* every lane BUCKET (most groups at ctx), every BUCKET table
              * built: R is theirs, without the gather (which waits on the
              * classification: the pack's longest chain) */
@@ -1211,6 +1238,38 @@ v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, c
         _mm256_storeu_si256((__m256i *)(p->e4 + j), _mm256_slli_epi64(e0, 4));
         _mm256_storeu_si256((__m256i *)(p->e4 + j + 4), _mm256_slli_epi64(e1, 4));
     }
+    return allb && _mm256_movemask_ps(_mm256_castsi256_ps(ok)) == 0xff;
+}
+
+/* v2_pack_group for the decoder's group of lanes j..j+7 when v2_pack_rows
+ * packed it last as all BUCKET, under the same s, its tables built (gb):
+ * its classes then differ in their phase alone, and of its arrays only
+ * lut and base change. Returns 0, with nothing stored, when mu's group is
+ * not all BUCKET by its exponent alone (cls8_mu's SPLIT 2). */
+static inline __attribute__((target("avx2"), always_inline)) int v2_pack_group_b(const skv_v8i *K, skv_v2pack *p,
+                                                                                  const float *mu, size_t j)
+{
+    skv_v8i mb, emu, Y, em, G, bo;
+    cls8_y(K, mu + j, &mb, &emu, &Y, &em);
+    memcpy(&G, p->sg + j, sizeof G);
+    if (!cls8_allb(K, emu, G))
+        return 0;
+    /* cls8_bucket on such lanes: em - G is below -17 (emu < G + 133, and
+     * G >= -123 from s's range), so every lane is in range, kb = G - em is
+     * 18 or more, the bucket Y >> kb and the phase (Y >> (kb - 2)) & 3
+     * (vpsravd's shifts past 31 give the sign, as 31 does) */
+    const __m256i kb = (__m256i)(G - em), Yv = (__m256i)Y;
+    __m256i bi = _mm256_srav_epi32(Yv, kb);
+    __m256i ph = _mm256_and_si256(_mm256_srav_epi32(Yv, _mm256_sub_epi32(kb, _mm256_set1_epi32(2))),
+                                  _mm256_set1_epi32(3));
+    /* the index of phase ph of the width's classes: bo + ph * sizeof */
+    const __m256i phoff = _mm256_setr_epi32(0, (int)sizeof(skv_ftab), 2 * (int)sizeof(skv_ftab),
+                                            3 * (int)sizeof(skv_ftab), 0, 0, 0, 0);
+    memcpy(&bo, p->sbo + j, sizeof bo);
+    _mm256_storeu_si256((__m256i *)(p->lut + j), _mm256_add_epi32((__m256i)bo, _mm256_permutevar8x32_epi32(phoff, ph)));
+    _mm256_storeu_si256((__m256i *)(p->base + j), _mm256_sub_epi32(bi, _mm256_set1_epi32(BUCKET_R)));
+    p->nb++;
+    return 1;
 }
 
 /* p holding the classes of the bf16 row mu[0..n), s[0..n) (n a multiple
@@ -1239,8 +1298,14 @@ v2_pack_rows_t(skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, si
      * when s is not the row's of the call before (ctx: a seen-class's) */
     int sknown = p->sn == n && memcmp(p->slast, s, n * sizeof *s) == 0;
     __m256i bvall = _mm256_set1_epi32(-1);
+    /* the decoder's groups packed all BUCKET last time under this s */
+    const int fastb = sknown && !as && !enc;
     for (size_t j = 0; j < n; j += 8) {
-        v2_pack_group(K, m, p, mu, s, j, sknown, enc, &okacc, &sacc, &bvall);
+        if (fastb && p->gb[j / 8] && v2_pack_group_b(K, p, mu, j))
+            continue;
+        int gb = v2_pack_group(K, m, p, mu, s, j, sknown, enc, &okacc, &sacc, &bvall);
+        if (!enc)
+            p->gb[j / 8] = (uint8_t)gb;
         for (int q = 0; as && q < 8; q++)
             v2_pack_atoms(p, as, j + (size_t)q, p->ok[j + q] != 0);
     }
@@ -1257,7 +1322,7 @@ v2_pack_rows_t(skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, si
 static __attribute__((target(T512))) int v2_pack_rows_512(skv_cmodel *m, skv_v2pack *p, const float *mu,
                                                          const float *s, size_t n, const skv_atoms *as, int enc)
 {
-    return v2_pack_rows_t(m, p, mu, s, n, as, enc);
+    return enc ? v2_pack_rows_t(m, p, mu, s, n, as, 1) : v2_pack_rows_t(m, p, mu, s, n, as, 0);
 }
 
 static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pack *p, const float *mu,
@@ -1266,7 +1331,7 @@ static __attribute__((target("avx2"))) int v2_pack_rows(skv_cmodel *m, skv_v2pac
 {
     if (cls_simd() == 3)
         return v2_pack_rows_512(m, p, mu, s, n, as, enc);
-    return v2_pack_rows_t(m, p, mu, s, n, as, enc);
+    return enc ? v2_pack_rows_t(m, p, mu, s, n, as, 1) : v2_pack_rows_t(m, p, mu, s, n, as, 0);
 }
 
 /* Whole groups of bf16 scalars x (the row's scalars from i on, at stream
@@ -1787,6 +1852,16 @@ const skv_rcache *skv__decoder_rcache(const skv_decoder *d)
 uint64_t skv__decoder_fast_groups(const skv_decoder *d)
 {
     return d->nfast;
+}
+
+uint64_t skv__decoder_phase_groups(const skv_decoder *d)
+{
+#ifdef SKV_HAVE_CLS8
+    return d->pk.nb;
+#else
+    (void)d;
+    return 0;
+#endif
 }
 
 void skv_decoder_free(skv_decoder *d)

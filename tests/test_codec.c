@@ -3068,3 +3068,80 @@ Test(v2, two_streams_decoded_together)
     free(first[1]);
     skv_cmodel_free(m);
 }
+
+/* Rows of C bf16 scalars, mu a walk with steps of 0.3 s (repeat: the
+ * first row's mu over and over), s = scale * sg, most groups BUCKET;
+ * every 7th row one group's mu jumps far off */
+static void walk_rows(seq_t *q, const float *sg, float scale, size_t C, size_t T, int repeat, uint64_t seed)
+{
+    skv_rng r;
+    skv_rng_seed(&r, seed);
+    float mu[64];
+    cr_assert_leq(C, 64);
+    for (size_t c = 0; c < C; c++)
+        mu[c] = (skv_rng_uniform(&r) - 0.5f) * 3.0f;
+    seq_init(q, SKV_DT_BF16, C * T);
+    for (size_t t = 0; t < T; t++)
+        for (size_t c = 0; c < C; c++) {
+            float s = scale * sg[c], m = mu[c];
+            if (!repeat)
+                m = mu[c] += 0.3f * s * skv_rng_normal(&r);
+            if (!repeat && t % 7 == 3 && c / 8 == t % (C / 8))
+                m = 300.0f + (float)c; /* (a STEP group, packed in full) */
+            seq_push(q, to_dt(SKV_DT_BF16, m + s * skv_rng_normal(&r)), m, s);
+        }
+}
+
+/* A decoder that decodes rows that do not repeat packs a group that was
+ * all BUCKET last row, under the same s, by its phases alone: the values
+ * as coded, most groups so; and not after the same decoder packed rows
+ * of other s from its row cache in between (which overwrite the pack):
+ * three streams on one decoder, the row cache off, on, off */
+Test(v2, a_group_packed_again_by_its_phases)
+{
+    enum { C = 32, T = 60 };
+    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    cr_assert(build_bucket_tables(m), "the BUCKET tables were not all built");
+    float sg[C];
+    skv_rng r;
+    skv_rng_seed(&r, 606);
+    for (int c = 0; c < C; c++)
+        sg[c] = 0.3f + 1.5f * skv_rng_uniform(&r);
+    seq_t q[3];
+    walk_rows(&q[0], sg, 1.0f, C, T, 0, 1);
+    walk_rows(&q[1], sg, 8.0f, C, T, 1, 2);
+    walk_rows(&q[2], sg, 1.0f, C, T, 0, 3);
+    skv_decoder *d = NULL;
+    cr_assert_eq(skv_decoder_create(m, &d), 0);
+    v2_states = 8;
+    uint32_t got[C * T];
+    for (int k = 0; k < 3; k++) {
+        size_t len;
+        uint8_t *buf = v2_encode(m, NULL, &q[k], C, &len);
+        skv_decoder_set_row_cache(d, k == 1);
+        const uint64_t nb0 = skv__decoder_phase_groups(d);
+        cr_assert_eq(skv_decoder_begin(d, buf, len, NULL), 0);
+        memset(got, 0xa5, sizeof got);
+        for (size_t i = 0; i < q[k].n; i += C) {
+            int rc = skv_decoder_get_n(d, q[k].mu + i, q[k].s + i, got + i, C);
+            cr_assert_eq(rc, 0, "stream %d, row %zu: %s (%s)", k, i / C, skv_strerror(rc), skv_error_detail());
+        }
+        cr_assert_eq(skv_decoder_end(d), 0, "stream %d: %s", k, skv_error_detail());
+        for (size_t i = 0; i < q[k].n; i++)
+            cr_assert_eq(got[i], q[k].x[i], "stream %d, scalar %zu: coded 0x%x, decoded 0x%x", k, i, q[k].x[i],
+                         got[i]);
+        const uint64_t nb = skv__decoder_phase_groups(d) - nb0;
+#ifdef SKV_HAVE_CLS8
+        if (k != 1 && __builtin_cpu_supports("avx2"))
+            cr_expect_gt(nb, (uint64_t)(C / 8 * T) / 2, "stream %d: %" PRIu64 " of %d groups packed by their phases",
+                         k, nb, C / 8 * T);
+#endif
+        if (k == 1)
+            cr_expect_eq(nb, 0, "the row cache's rows were packed by their phases");
+        free(buf);
+        seq_free(&q[k]);
+    }
+    v2_states = 16;
+    skv_decoder_free(d);
+    skv_cmodel_free(m);
+}
