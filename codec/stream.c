@@ -1296,7 +1296,10 @@ v2_pack_rows_t(skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, si
     __m256i okacc = _mm256_set1_epi32(-1), sacc = _mm256_setzero_si256();
     /* the bucket values' widths depend on s alone: checked again only
      * when s is not the row's of the call before (ctx: a seen-class's) */
-    int sknown = p->sn == n && memcmp(p->slast, s, n * sizeof *s) == 0;
+    int sknown = p->sn == n;
+    for (size_t j = 0; sknown && j < n; j += 8) /* (memcmp's bits, without its call) */
+        sknown = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(
+                     _mm256_loadu_si256((const __m256i *)(p->slast + j)), _mm256_loadu_si256((const __m256i *)(s + j))))) == 0xff;
     __m256i bvall = _mm256_set1_epi32(-1);
     /* the decoder's groups packed all BUCKET last time under this s */
     const int fastb = sknown && !as && !enc;
@@ -1828,6 +1831,8 @@ struct skv_decoder {
     int fast2;                   /* version 2: the AVX2 group path applies (bf16, the zero table
                                   * lanes_zero assumes) */
     uint64_t nfast;              /* version 2: groups the AVX2 path took (tests) */
+    int pairok;                  /* skv_decoder_get_n2 may take this stream's rows with another's
+                                  * (pair_fast; set by begin) */
     skv_v2pack pk;               /* version 2: the AVX2 path's packed row */
 };
 
@@ -1889,6 +1894,7 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
     skv_stream_info tmp;
     if (!info)
         info = &tmp;
+    d->pairok = 0;
     int rc = skv_stream_info_read(src, len, info);
     if (rc)
         return rc;
@@ -1937,6 +1943,9 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
     fcache_start(&d->fc, d->m->lat.dt);
     rcache_clear(&d->rc);
     d->rc.off = d->rc_off;
+    /* get_pair_v2's streams: version 2 on the AVX2 path, eight states, no
+     * atoms, the row cache off (the rows are packed as they come) */
+    d->pairok = d->version == 2 && d->fast2 && !d->atoms && d->states == 8 && d->rc_off;
     return SKV_OK;
 }
 
@@ -2803,6 +2812,16 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
             }                                                                                         \
         }                                                                                             \
     } while (0)
+/* The groups from here that SIDE_ROOM(S, 24) would pass without a look:
+ * a group of no atoms reads at most 16 words (two rounds) and 56 raw bits
+ * (bf16's plain bits are at most 7 a lane) */
+#define SIDE_SAFE(S) side_safe(w##S, wend##S, pos##S, rgo##S)
+static inline size_t side_safe(const uint16_t *w, const uint16_t *wend, uint64_t pos, uint64_t rgo)
+{
+    size_t gw = wend - w < 24 ? 0 : (size_t)(wend - w - 24) / 16 + 1;
+    size_t gr = pos >= rgo ? 0 : (size_t)((rgo - pos + 55) / 56);
+    return gw < gr ? gw : gr;
+}
 #define SIDE_CLOSE(S, R)                                                                              \
     do {                                                                                              \
         if (tail_w##S) {                                                                              \
@@ -2923,12 +2942,15 @@ v2_run2_t(skv_decoder *const d[2], r2_t *const r[2], size_t i, uint32_t at, size
     SIDE(0, r[0]);
     SIDE(1, r[1]);
     size_t k0 = 0, k1 = 0;
+    const size_t safe0 = SIDE_SAFE(0), safe1 = SIDE_SAFE(1), safe = safe0 < safe1 ? safe0 : safe1;
     while (k0 < ng) {
         if (!okall && (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p0->ok + i)))) != 0xff ||
                        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p1->ok + i)))) != 0xff))
             break;
-        SIDE_ROOM(0, 24);
-        SIDE_ROOM(1, 24);
+        if (k0 >= safe) { /* near an end: the checks */
+            SIDE_ROOM(0, 24);
+            SIDE_ROOM(1, 24);
+        }
         __m256i Xs = X0;
         const uint16_t *ws = w0;
         if (v2_group(p0, i, &X0, &A00, &w0, &pos0, rb0, x[0] + 8 * k0, 0, 1)) {
@@ -2964,6 +2986,7 @@ out:
 }
 #undef SIDE
 #undef SIDE_ROOM
+#undef SIDE_SAFE
 #undef SIDE_CLOSE
 
 static __attribute__((target(T512))) void v2_run2_512(skv_decoder *const d[2], r2_t *const r[2], size_t i,
@@ -3127,16 +3150,11 @@ int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t 
 
 #ifdef SKV_HAVE_CLS8
 /* Whether skv_decoder_get_n2 takes d's rows of n scalars two streams at a
- * time (v2_run2): version 2 on the AVX2 path, eight states, no atoms, the
- * row cache off (the rows are packed as they come), whole groups at the
- * same index in both */
+ * time (v2_run2): streams that may (pairok), whole groups at the same
+ * index in both */
 static int pair_fast(skv_decoder *const d[2], size_t n)
 {
-    for (int k = 0; k < 2; k++)
-        if (d[k]->version != 2 || !d[k]->fast2 || d[k]->atoms || d[k]->states != 8 || !d[k]->rc_off ||
-            d[k]->got % 8 || d[k]->got != d[0]->got)
-            return 0;
-    return n % 8 == 0;
+    return d[0]->pairok & d[1]->pairok & (d[0]->got == d[1]->got) & ((d[0]->got | n) % 8 == 0);
 }
 
 /* skv_decoder_get_n2 on pair_fast's streams: their groups in turn
