@@ -2989,21 +2989,6 @@ out:
 #undef SIDE_SAFE
 #undef SIDE_CLOSE
 
-static __attribute__((target(T512))) void v2_run2_512(skv_decoder *const d[2], r2_t *const r[2], size_t i,
-                                                    uint32_t at, size_t ng, uint32_t *const x[2], size_t done[2])
-{
-    v2_run2_t(d, r, i, at, ng, x, done);
-}
-
-static __attribute__((target("avx2,popcnt"))) void v2_run2(skv_decoder *const d[2], r2_t *const r[2], size_t i,
-                                                         uint32_t at, size_t ng, uint32_t *const x[2],
-                                                         size_t done[2])
-{
-    if (cls_simd() == 3)
-        v2_run2_512(d, r, i, at, ng, x, done);
-    else
-        v2_run2_t(d, r, i, at, ng, x, done);
-}
 #else
 static int v2_fast_ok(const skv_cmodel *m)
 {
@@ -3161,12 +3146,12 @@ static int pair_fast(skv_decoder *const d[2], size_t n)
  * (v2_run2); a group either stream cannot take there takes that
  * stream's own paths (v2_run, else v2_group_ref on fclassify's classes).
  * 1, with nothing decoded, when there is no room to pack the rows. */
-static __attribute__((target("avx2,popcnt"))) int get_pair_v2(skv_decoder *const d[2], const float *const mu[2],
-                                                             const float *const s[2], uint32_t *const x[2],
-                                                             size_t n)
+static inline __attribute__((target("avx2,popcnt"), always_inline)) int
+get_pair_v2_t(skv_decoder *const d[2], const float *const mu[2], const float *const s[2], uint32_t *const x[2],
+              size_t n)
 {
     for (int k = 0; k < 2; k++)
-        if (!v2_pack_rows(d[k]->m, &d[k]->pk, mu[k], s[k], n, NULL, 0))
+        if (!v2_pack_rows_t(d[k]->m, &d[k]->pk, mu[k], s[k], n, NULL, 0))
             return 1; /* no room: nothing decoded */
     r2_t rr[2];
     r2_t *const r[2] = {&rr[0], &rr[1]};
@@ -3179,7 +3164,7 @@ static __attribute__((target("avx2,popcnt"))) int get_pair_v2(skv_decoder *const
         if (g[0] == g[1]) {
             size_t done[2];
             uint32_t *const xx[2] = {x[0] + 8 * g[0], x[1] + 8 * g[1]};
-            v2_run2(d, r, 8 * g[0], d[0]->got + (uint32_t)(8 * g[0]), G - g[0], xx, done);
+            v2_run2_t(d, r, 8 * g[0], d[0]->got + (uint32_t)(8 * g[0]), G - g[0], xx, done);
             g[0] += done[0], g[1] += done[1];
             if ((g[0] == G && g[1] == G) || rr[0].bad || rr[1].bad)
                 break;
@@ -3219,6 +3204,23 @@ static __attribute__((target("avx2,popcnt"))) int get_pair_v2(skv_decoder *const
     if (rc) /* a table: nothing of that group was read */
         return skv_error(rc, "codec table");
     return SKV_OK;
+}
+
+static __attribute__((target(T512))) int get_pair_v2_512(skv_decoder *const d[2], const float *const mu[2],
+                                                        const float *const s[2], uint32_t *const x[2], size_t n)
+{
+    return get_pair_v2_t(d, mu, s, x, n);
+}
+
+/* get_pair_v2_t with the packs and the paired run inlined, for AVX2 or
+ * (cls_simd() 3) AVX-512VL */
+static __attribute__((target("avx2,popcnt"))) int get_pair_v2(skv_decoder *const d[2], const float *const mu[2],
+                                                             const float *const s[2], uint32_t *const x[2],
+                                                             size_t n)
+{
+    if (cls_simd() == 3)
+        return get_pair_v2_512(d, mu, s, x, n);
+    return get_pair_v2_t(d, mu, s, x, n);
 }
 #endif
 
