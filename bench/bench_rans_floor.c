@@ -61,7 +61,7 @@
 #define MBITS 7     /* bf16 */
 #define BIAS 127
 
-static uint32_t cum[NSYM + 1], freq[NSYM];
+static uint32_t cum[NSYM + 8], freq[NSYM]; /* 7 past cum[NSYM]: lanes_search's LANES_CUM_PAD */
 static uint64_t lut[NCH][256]; /* packed (the SIMD variants' source) */
 typedef struct {
     uint16_t start, bm1, c2m1, k; /* codec_int.h's skv_lut, as dec_run reads it */
@@ -128,7 +128,8 @@ static void setup(void)
     freq[32] += 65536 - sum;
     for (int i = 0; i < NSYM; i++)
         cum[i] = c, c += freq[i];
-    cum[NSYM] = c;
+    for (int i = NSYM; i < NSYM + 8; i++)
+        cum[i] = c;
     uint64_t l[256];
     for (uint32_t j = 0, s = 0; j < 256; j++) {
         while (cum[s + 1] <= j << 8)

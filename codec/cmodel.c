@@ -239,7 +239,9 @@ static void quantize(const double *p, uint32_t n, uint32_t *cum)
 static int table_alloc(skv_ftab *t, uint32_t n)
 {
     t->n = n;
-    t->cum = skv_malloc((n + 1) * sizeof *t->cum);
+    t->cum = skv_malloc((n + 1 + SKV_CUM_PAD) * sizeof *t->cum);
+    for (uint32_t i = 0; t->cum && i < SKV_CUM_PAD; i++)
+        t->cum[n + 1 + i] = 1u << SKV_CODEC_PREC;
     t->lp = skv_malloc(n * sizeof *t->lp);
     t->enc = skv_malloc(n * (sizeof *t->enc + sizeof *t->lpd)); /* lpd after enc */
     if (!t->cum || !t->lp || !t->enc) {

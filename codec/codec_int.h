@@ -26,7 +26,8 @@ typedef struct {
 } skv_lat;
 
 /* A frequency table: symbols 0..n-1 with cumulative frequencies cum[0..n]
- * (cum[n] = 2^16) and -log2 of the unquantized probability per symbol. For
+ * (cum[n] = 2^16; SKV_CUM_PAD more entries of 2^16 follow it, for
+ * lanes_search's loads of eight) and -log2 of the unquantized probability per symbol. For
  * mixture tables, symbol r + R is the residual r and n - 1 the escape.
  *
  * The decoder's index, lut[j] for the run of slots [j << LUT_SHIFT,
@@ -40,6 +41,7 @@ typedef struct {
  *   bm1    cum[k + 1] - 1
  *   c2m1   cum[k + 2] - 1 (2^16 - 1 past the end: no slot is above it)
  *   k */
+#define SKV_CUM_PAD 7
 #define LUT_SHIFT 8 /* 256 entries, 2 KiB a table: the 32+ classes of a stream stay in
                       * L2 (runs of 64 slots were 8 KiB and ~10% slower to decode; the
                       * wider runs take the search on ~3% of operations) */

@@ -28,10 +28,15 @@ static void lanes_init(void)
                 lanes_perm[m][j] = (uint32_t)c++;
 }
 
+/* Entries past cum[n] (2^16) that lanes_search may load: they must hold
+ * 2^16 or more too */
+#define LANES_CUM_PAD 7
+
 /* The lanes of mask mb whose slot lies past their index run's second
  * symbol (a run where several symbols start): their symbol k, start st
  * and end en found by a search of lane j's cumulative frequencies cm[j],
- * from k + 1 (k comes in as the run's second symbol). */
+ * from k + 1 (k comes in as the run's second symbol), eight entries a
+ * compare (a loop branch per eight symbols, not one per symbol). */
 LANES_INLINE void lanes_search(__m256i slot, __m256i *st, __m256i *en, __m256i *k, int mb,
                                const uint32_t *const *cm)
 {
@@ -43,9 +48,17 @@ LANES_INLINE void lanes_search(__m256i slot, __m256i *st, __m256i *en, __m256i *
     for (; mb; mb &= mb - 1) {
         int j = __builtin_ctz((unsigned)mb);
         const uint32_t *c = cm[j];
+        const __m256i sv = _mm256_set1_epi32((int)as[j]);
         uint32_t kk = ak[j] + 1;
-        while (c[kk + 1] <= as[j])
-            kk++;
+        for (;;) { /* c[kk + 1..kk + 8] above the slot: the lanes from the first such on */
+            unsigned gt = (unsigned)_mm256_movemask_ps(
+                _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(c + kk + 1)), sv)));
+            if (gt) {
+                kk += (uint32_t)__builtin_ctz(gt);
+                break;
+            }
+            kk += 8;
+        }
         ak[j] = kk, at[j] = c[kk], ae[j] = c[kk + 1];
     }
     *st = _mm256_loadu_si256((const __m256i *)at);

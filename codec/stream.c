@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "lanes.h"
+_Static_assert(SKV_CUM_PAD >= LANES_CUM_PAD, "the codec's tables have the entries lanes_search loads");
 #endif
 
 #define RANS_L (1u << 16)
