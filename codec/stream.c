@@ -1050,11 +1050,9 @@ static void v2_sort_group(skv_encoder *e, uint32_t g0, uint32_t m)
 }
 
 #ifdef SKV_HAVE_CLS8
-/* Room in p for rows of n scalars; 0 when memory fails. */
-static int v2_pack_room(skv_v2pack *p, size_t n)
+/* v2_pack_room when p has less room than n */
+static int v2_pack_grow(skv_v2pack *p, size_t n)
 {
-    if (n <= p->cap)
-        return 1;
     size_t per = 2 * sizeof(uint64_t) + 15 * sizeof(int32_t);
     void *mem = skv_malloc(n * per + n / 8 + 64);
     if (!mem)
@@ -1073,6 +1071,12 @@ static int v2_pack_room(skv_v2pack *p, size_t n)
     p->slast = (float *)(void *)q; /* 14 arrays of int32_t and this one: per above */
     p->gb = (uint8_t *)(void *)(p->slast + n);
     return 1;
+}
+
+/* Room in p for rows of n scalars; 0 when memory fails. */
+static inline int v2_pack_room(skv_v2pack *p, size_t n)
+{
+    return n <= p->cap || v2_pack_grow(p, n);
 }
 
 /* The bases p's offsets are taken from: m's table block (its indexes),
