@@ -1646,7 +1646,7 @@ typedef struct {
 
 /* Decoded bf16 bits x of one row to p (LE) and their floats to row;
  * returns all_small(row, n). */
-static int bf16_row_store(uint8_t *p, float *row, const uint32_t *x, size_t n)
+static inline __attribute__((always_inline)) int bf16_row_store(uint8_t *p, float *row, const uint32_t *x, size_t n)
 {
     uint32_t big = 0;
     size_t i = 0;
@@ -1886,7 +1886,7 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
         if (rc)
             return rc;
         for (int kv = 0; kv < 2; kv++)
-            store_row(SKV_DT_BF16, B[kv] + t * C * 2, X[kv] + t * C, x[kv], C);
+            bf16_row_store(B[kv] + t * C * 2, X[kv] + t * C, x[kv], C);
     }
     int rc = skv_decoder_end(dec[0]);
     return rc ? rc : skv_decoder_end(dec[1]);
