@@ -1827,10 +1827,13 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
 {
     const skv_calib *c = q->d->cal;
     const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads, D = (size_t)c->sh.head_dim,
-                 T = q->T, half = (size_t)(c->sh.rope_dim / 2);
+                 half = (size_t)(c->sh.rope_dim / 2);
     skv_decoder *const dec[2] = {ws->dec, ws->dec2};
-    /* each stream's weights (predict_row's), mu and decoded row */
-    const size_t per = (2 * NF + 1) * C * sizeof(float) + C * sizeof(uint32_t);
+    /* each stream's weights (predict_row's), mu, decoded row and its floats
+     * (the row before and this one, in turn: predictions read nothing
+     * older, and the floats of the whole sequence would only crowd the
+     * cache) */
+    const size_t per = (2 * NF + 3) * C * sizeof(float) + C * sizeof(uint32_t);
     if (2 * per > ws->paircap) {
         void *b = skv_malloc(2 * per);
         if (!b)
@@ -1839,21 +1842,20 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
         ws->pair = b;
         ws->paircap = 2 * per;
     }
-    float *wc[2], *mu[2];
+    float *wc[2], *mu[2], *X[2];
     uint32_t *x[2];
     for (int kv = 0; kv < 2; kv++) {
         wc[kv] = (float *)(void *)((uint8_t *)ws->pair + (size_t)kv * per);
         mu[kv] = wc[kv] + 2 * NF * C;
-        x[kv] = (uint32_t *)(void *)(mu[kv] + C);
+        X[kv] = mu[kv] + C; /* row t at X + (t & 1) * C */
+        x[kv] = (uint32_t *)(void *)(X[kv] + 2 * C);
     }
     const float *mean[2], *S[2];
-    float *X[2];
     uint8_t *B[2];
     for (int kv = 0; kv < 2; kv++) {
         const size_t lk = (size_t)l * 2 + (size_t)kv;
         mean[kv] = c->mean + lk * C;
         S[kv] = c->s[q->d->level] + lk * 2 * C;
-        X[kv] = q->kvf[kv] + (size_t)l * T * C;
         B[kv] = q->kvb[kv] + (size_t)l * q->stride * C * 2;
         channel_weights(c->w[q->d->level] + lk * H * 2 * NF, H, D, wc[kv]);
         skv_decoder_set_row_cache(dec[kv], 0);
@@ -1861,7 +1863,7 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
         if (rc)
             return rc;
         if (q->t0) /* the row before, from its bytes (code_stream makes rows lazily) */
-            skv_cast_to_f32(SKV_DT_BF16, X[kv] + (q->t0 - 1) * C, B[kv] + (q->t0 - 1) * C * 2, C);
+            skv_cast_to_f32(SKV_DT_BF16, X[kv] + ((q->t0 - 1) & 1) * C, B[kv] + (q->t0 - 1) * C * 2, C);
     }
     for (size_t t = q->t0; t < q->t1; t++) {
         const int32_t tok = q->tok[t];
@@ -1878,7 +1880,8 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
                               q->rope_cs ? q->rope_cs + t * half * 4 : NULL, ws->cbf);
                 fc = ws->cbf;
             }
-            predict_row(wc[kv] + seen * NF * C, C, NULL, t ? X[kv] + (t - 1) * C : mean[kv], fc, mean[kv], mu[kv]);
+            predict_row(wc[kv] + seen * NF * C, C, NULL, t ? X[kv] + ((t - 1) & 1) * C : mean[kv], fc, mean[kv],
+                        mu[kv]);
         }
         const float *const m2[2] = {mu[0], mu[1]}, *const s2[2] = {S[0] + seen * C, S[1] + seen * C};
         uint32_t *const x2[2] = {x[0], x[1]};
@@ -1886,7 +1889,7 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
         if (rc)
             return rc;
         for (int kv = 0; kv < 2; kv++)
-            bf16_row_store(B[kv] + t * C * 2, X[kv] + t * C, x[kv], C);
+            bf16_row_store(B[kv] + t * C * 2, X[kv] + (t & 1) * C, x[kv], C);
     }
     int rc = skv_decoder_end(dec[0]);
     return rc ? rc : skv_decoder_end(dec[1]);
