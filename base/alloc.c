@@ -1,7 +1,9 @@
 /* The one heap wrapper. Fault injection: tests arm a countdown with
  * skv_alloc_fail_after() and check that every failure path returns
  * SKV_ERR_NOMEM and leaks nothing (SQLite's fault-simulation habit). */
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "skv_base.h"
 
@@ -54,4 +56,51 @@ void *skv_realloc(void *p, size_t n)
 void skv_free(void *p)
 {
     free(p);
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+#if defined(__SANITIZE_ADDRESS__)
+#define HUGE_PLAIN 1 /* the sanitizer's checks of the heap rather than pages of its own */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HUGE_PLAIN 1
+#endif
+#endif
+
+void *skv_calloc_huge(size_t n)
+{
+    if (n > (size_t)-1 / 2 - 2 * HUGE_PAGE)
+        return NULL;
+#ifdef HUGE_PLAIN
+    return skv_calloc(1, n);
+#else
+    if (should_fail())
+        return NULL;
+    /* a mapping one page longer, trimmed to a 2 MiB boundary (anonymous
+     * mappings are zero) */
+    const size_t len = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    uint8_t *raw = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return NULL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
+    if (raw + HUGE_PAGE > p)
+        munmap(p + len, (size_t)(raw + HUGE_PAGE - p));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, len, MADV_HUGEPAGE); /* (without them: ordinary pages) */
+#endif
+    return p;
+#endif
+}
+
+void skv_free_huge(void *p, size_t n)
+{
+#ifdef HUGE_PLAIN
+    (void)n;
+    skv_free(p);
+#else
+    if (p)
+        munmap(p, (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
+#endif
 }

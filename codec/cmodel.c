@@ -356,6 +356,12 @@ static int build_zero(skv_cmodel *cm)
     return SKV_OK;
 }
 
+/* m->tblock's bytes: the tables, then the bucket values (bvblock) */
+static size_t tblock_bytes(void)
+{
+    return (N_STEP_TABS + N_BUCKET_TABS) * sizeof(skv_ftab) + 256 * 2 * BVT_K * sizeof(uint32_t);
+}
+
 int skv_cmodel_create(skv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256], skv_cmodel **out)
 {
     *out = NULL;
@@ -370,10 +376,11 @@ int skv_cmodel_create(skv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256], 
     pthread_mutex_init(&m->mu, NULL);
     for (int g = 0; g < 256; g++)
         m->bvt[g] = skv__bvt_none;
-    /* (untouched pages of these cost no memory) */
-    m->tblock = skv_calloc(N_STEP_TABS + N_BUCKET_TABS, sizeof *m->tblock);
-    m->bvblock = skv_calloc(256 * 2 * BVT_K, sizeof *m->bvblock);
-    if (!rc && (!m->tblock || !m->bvblock))
+    /* the tables and bucket values the decoder's gathers read, one block
+     * on huge pages (untouched ones cost no memory) */
+    m->tblock = skv_calloc_huge(tblock_bytes());
+    m->bvblock = m->tblock ? (uint32_t *)(void *)(m->tblock + N_STEP_TABS + N_BUCKET_TABS) : NULL;
+    if (!rc && !m->tblock)
         rc = skv_error(SKV_ERR_NOMEM, "codec model");
     if (!rc)
         rc = build_pemp(m, pemp_hist);
@@ -411,8 +418,7 @@ void skv_cmodel_free(skv_cmodel *m)
         return;
     for (size_t i = 0; i < N_STEP_TABS + N_BUCKET_TABS; i++)
         ftab_free(m->tabs[i]);
-    skv_free(m->tblock);
-    skv_free(m->bvblock);
+    skv_free_huge(m->tblock, tblock_bytes());
     ftab_free(&m->pemp);
     ftab_free(&m->zero);
     pthread_mutex_destroy(&m->mu);

@@ -133,8 +133,9 @@ struct skv_cmodel {
      * symbols), and -1 for the bucket values of G = i - N_STEP_TABS -
      * N_BUCKET_TABS - BVT_G0 once built; 0 before; for the AVX2 packer's
      * 32-bit gathers, set with release order after what it announces. */
-    skv_ftab *tblock;  /* N_STEP_TABS + N_BUCKET_TABS (untouched pages cost nothing) */
-    uint32_t *bvblock; /* 256 x 2 * BVT_K */
+    skv_ftab *tblock;  /* N_STEP_TABS + N_BUCKET_TABS, then bvblock, on huge pages
+                        * (skv_calloc_huge; untouched pages cost nothing) */
+    uint32_t *bvblock; /* 256 x 2 * BVT_K, in tblock's block */
     int32_t ready[N_STEP_TABS + N_BUCKET_TABS + 256];
     pthread_mutex_t mu;
 };

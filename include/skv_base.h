@@ -67,6 +67,12 @@ void *skv_malloc(size_t n);
 void *skv_calloc(size_t count, size_t size);
 void *skv_realloc(void *p, size_t n);
 void skv_free(void *p);
+/* n zeroed bytes on pages of 2 MiB where the kernel gives them
+ * (transparent huge pages): a block that gathers read at random (the
+ * codec's tables) then takes a few TLB entries instead of hundreds. Each
+ * 2 MiB touched costs 2 MiB. Freed by skv_free_huge with the same n. */
+void *skv_calloc_huge(size_t n);
+void skv_free_huge(void *p, size_t n);
 /* Make the allocation `n` calls from now fail (n = 0: the next one), and
  * every later one while `sticky` is set; n < 0 turns injection off. */
 void skv_alloc_fail_after(long n, int sticky);

@@ -2,6 +2,7 @@
  * independent reference roundings), the heap wrapper, the pool, the RNG. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "skv_base.h"
@@ -268,6 +269,31 @@ Test(alloc, injected_failure_hits_the_nth_call_once)
     cr_assert_not_null(e);
     skv_free(e);
     cr_assert_null(skv_calloc((size_t)-1 / 2, 4), "overflowing calloc fails");
+}
+
+/* The huge-page block: zeroed, writable end to end, aligned to 2 MiB
+ * (but under ASan, which keeps it on its heap), refused when injected to
+ * fail or when its size cannot be rounded up */
+Test(alloc, huge_blocks_are_zeroed_aligned_and_fail_when_told)
+{
+    static const size_t sizes[] = {1, 4096, (2u << 20) + 5, 5u << 20};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        uint8_t *p = skv_calloc_huge(sizes[k]);
+        cr_assert_not_null(p, "%zu bytes", sizes[k]);
+        size_t nz = 0;
+        for (size_t i = 0; i < sizes[k]; i += 4093)
+            nz += p[i] != 0;
+        cr_expect_eq(nz + (p[sizes[k] - 1] != 0), 0, "%zu bytes: not zeroed", sizes[k]);
+        p[0] = 1, p[sizes[k] - 1] = 2;
+#if !defined(__SANITIZE_ADDRESS__)
+        cr_expect_eq((uintptr_t)p % (2u << 20), 0, "%zu bytes at %p", sizes[k], (void *)p);
+#endif
+        skv_free_huge(p, sizes[k]);
+    }
+    skv_alloc_fail_after(0, 0);
+    cr_assert_null(skv_calloc_huge(64));
+    cr_assert_null(skv_calloc_huge((size_t)-1 - 5), "an unroundable size fails");
+    skv_free_huge(NULL, 64);
 }
 
 Test(error, codes_have_names_and_details)
