@@ -85,6 +85,35 @@ static void fuzz_param(int di, unsigned mode, uint32_t key, uint32_t i, float *m
 
 static skv_cmodel *g_models[4][4];
 
+/* Build the BUCKET tables of bf16 model m (with all of them built the
+ * decoder's AVX2 pack takes its shortcuts: an all-BUCKET group without
+ * their lookup, a group packed again by its phases): values at scales of
+ * every width class, mu at every phase, coded once */
+static void build_bucket_tables(skv_cmodel *m)
+{
+    enum { N = 8 * 4096 };
+    static uint32_t x[N];
+    static float mu[N], s[N];
+    uint32_t h = 5150;
+    for (int k = 0; k < N; k++) {
+        h = h * 1664525u + 1013904223u;
+        s[k] = ldexpf(1.0f + (float)(k % 8) / 8.0f + 1.0f / 16.0f, -4 - (int)(h >> 30));
+        mu[k] = ((float)(h >> 8 & 0xffff) / 65536.0f - 0.5f) * 4.0f;
+        float v = mu[k] + s[k] * ((float)(h & 0xff) / 64.0f - 2.0f);
+        uint32_t b;
+        memcpy(&b, &v, sizeof b);
+        x[k] = (b + 0x7fffu + (b >> 16 & 1u)) >> 16; /* bf16, nearest even */
+    }
+    skv_encoder *e = NULL;
+    CHECK(skv_encoder_create(m, &e) == 0 && skv_encoder_set_version(e, 2) == 0);
+    CHECK(skv_encoder_put_n(e, x, mu, s, N) == 0);
+    size_t cap = skv_encoder_bound(e), len;
+    uint8_t *buf = malloc(cap);
+    CHECK(buf && skv_encoder_finish(e, buf, cap, &len) == 0);
+    free(buf);
+    skv_encoder_free(e);
+}
+
 static skv_cmodel *model_for(int di, int mi)
 {
     if (g_models[di][mi])
@@ -94,6 +123,8 @@ static skv_cmodel *model_for(int di, int mi)
     for (uint32_t b = 0; b < 256; b++)
         hist[b] = ((37u * b) % 256u) * 16u; /* the golden histogram */
     CHECK(skv_cmodel_create(GOLD_DT[di], mixes[mi], mi == 1 ? hist : NULL, &g_models[di][mi]) == 0);
+    if (GOLD_DT[di] == SKV_DT_BF16)
+        build_bucket_tables(g_models[di][mi]);
     return g_models[di][mi];
 }
 
@@ -215,7 +246,9 @@ static void check_batches(skv_decoder *d, const float *mus, const float *ss, con
 }
 
 /* The stream (no atoms) as both streams of skv_decoder_get_n2, the second
- * under other (mu, s) so that the two fail at other places: row by row
+ * under other (mu, s) so that the two fail at other places, its s one row
+ * that repeats (as ctx's, whose groups the pack then takes by their
+ * phases when they were all BUCKET the row before): row by row
  * (rows of 8..32 scalars), each must give what it gives alone (xs up to
  * bad_at; the other decoded alone here), and a failure must lie in the
  * row of the first failure of either. */
@@ -229,8 +262,17 @@ static void check_pair(skv_cmodel *m, int di, unsigned mode, uint32_t key, const
     uint32_t *x2 = malloc((size_t)lim * sizeof *x2), *ya = malloc((size_t)lim * sizeof *ya),
              *yb = malloc((size_t)lim * sizeof *yb);
     CHECK(mu2 && s2 && x2 && ya && yb);
-    for (uint32_t i = 0; i < lim; i++)
-        fuzz_param(di, mode ? mode : 1, key ^ 0x5bd1e995u, i, &mu2[i], &s2[i]);
+    for (uint32_t i = 0; i < lim; i++) {
+        float unused;
+        fuzz_param(di, mode ? mode : 1, key ^ 0x5bd1e995u, i, &mu2[i], &unused);  /* mu: the scalar's */
+        fuzz_param(di, mode ? mode : 1, key ^ 0x5bd1e995u, i % w, &unused, &s2[i]); /* s: the first row's */
+        if (key & 0x10000u) { /* or ctx-like: s wide, mu of moderate size (BUCKET classes) */
+            uint32_t h = (i + 1) * 0x9e3779b1u ^ key;
+            h ^= h >> 15, h *= 0x85ebca6bu, h ^= h >> 13;
+            s2[i] = 16.0f * (float)(1 + (i % w) % 15);
+            mu2[i] = (float)((int)(h % 4001u) - 2000) / 64.0f;
+        }
+    }
     skv_decoder *d[2] = {NULL, NULL};
     CHECK(skv_decoder_create(m, &d[0]) == 0 && skv_decoder_create(m, &d[1]) == 0);
     skv_decoder_set_row_cache(d[0], 0);
