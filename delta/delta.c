@@ -87,6 +87,18 @@ const uint8_t *skv_calib_id(const skv_calib *c) { return c->id; }
 int skv_calib_has_level(const skv_calib *c, skv_level l) { return (c->levels >> l) & 1; }
 const char *skv_calib_model(const skv_calib *c) { return c->model_fp; }
 
+/* The codebook's bytes (L x V x 2 x C floats; one float for a shape
+ * without any), 0 when that overflows */
+static size_t cb_bytes(const skv_calib *c)
+{
+    size_t n = sizeof(float);
+    const size_t f[4] = {(size_t)c->sh.layers, (size_t)c->sh.vocab, 2, chan_count(&c->sh)};
+    for (int i = 0; i < 4; i++)
+        if (__builtin_mul_overflow(n, f[i], &n))
+            return 0;
+    return n ? n : sizeof(float);
+}
+
 void skv_calib_free(skv_calib *c)
 {
     if (!c)
@@ -96,7 +108,7 @@ void skv_calib_free(skv_calib *c)
         skv_free(c->s[i]);
         skv_free(c->w[i]);
     }
-    skv_free(c->cb);
+    skv_free_huge(c->cb, cb_bytes(c));
     skv_free(c->cb_n);
     skv_free(c->cb_ok);
     skv_free(c->inv_freq);
@@ -118,7 +130,8 @@ static int calib_alloc(skv_calib *c)
         if (!c->s[i] || !c->w[i])
             return skv_error(SKV_ERR_NOMEM, "calibration");
     }
-    c->cb = skv_calloc(L * V * 2 * C, sizeof(float));
+    /* (read a row a position at random: on huge pages, where they are) */
+    c->cb = cb_bytes(c) ? skv_calloc_huge(cb_bytes(c)) : NULL;
     c->cb_n = skv_calloc(V, sizeof(int32_t));
     c->inv_freq = skv_calloc((size_t)(c->sh.rope_dim > 0 ? c->sh.rope_dim : 2), sizeof(float));
     c->at_k = skv_calloc(L * 2 * C, sizeof(uint32_t));
