@@ -2185,7 +2185,7 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
 #ifdef SKV_HAVE_CLS8
                 /* (rows of 32 are not whole rounds of the atoms' 5 channels) */
                 if (ver == 2 && dt == SKV_DT_BF16 && n <= RCACHE_MAX && (!a || n % 5 == 0) &&
-                    __builtin_cpu_supports("avx2"))
+                    cls_simd() >= 2)
                     cr_expect_gt(skv__decoder_fast_groups(d), (uint64_t)(n * NROW / 8) / 4,
                                  "n %zu atoms %d: the AVX2 path took %" PRIu64 " of %zu groups", n, with_atoms,
                                  skv__decoder_fast_groups(d), n * NROW / 8);
@@ -2601,7 +2601,7 @@ static void v2_avx2_check(const skv_atoms *a, const float *mu0, size_t mstride, 
     skv__cls_simd = saved;
     cr_expect_eq(fast[1], 0, "the reference pass took %" PRIu64 " groups by AVX2", fast[1]);
 #ifdef SKV_HAVE_CLS8
-    if (__builtin_cpu_supports("avx2"))
+    if (cls_simd() >= 2)
         cr_expect_gt(fast[0], (uint64_t)(C * T / 8) * 3 / 4, "%s: the AVX2 path took %" PRIu64 " of %d groups",
                      a ? "atoms" : "no atoms", fast[0], C * T / 8);
 #endif
@@ -2670,7 +2670,7 @@ Test(v2, the_avx2_path_takes_tables_built_on_two_threads)
     }
     cr_assert_eq(skv_decoder_end(d), 0);
 #ifdef SKV_HAVE_CLS8
-    if (__builtin_cpu_supports("avx2"))
+    if (cls_simd() >= 2)
         cr_expect_gt(skv__decoder_fast_groups(d), (uint64_t)(C * T / 8) * 3 / 4,
                      "the AVX2 path took %" PRIu64 " of %d groups", skv__decoder_fast_groups(d), C * T / 8);
 #endif
@@ -2896,7 +2896,7 @@ Test(v2, wide_rows_that_do_not_repeat)
     cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
     cr_expect_eq(memcmp(x, y, sizeof x), 0, "decoded values differ");
 #ifdef SKV_HAVE_CLS8
-    if (__builtin_cpu_supports("avx2"))
+    if (cls_simd() >= 2)
         cr_expect_gt(skv__decoder_fast_groups(d), (uint64_t)(C * T / 8) * 3 / 4, "the AVX2 path took %" PRIu64 " of %d groups",
                      skv__decoder_fast_groups(d), C * T / 8);
 #endif
@@ -3037,7 +3037,7 @@ Test(v2, two_streams_decoded_together)
             if (pass == 1)
                 cr_expect_eq(fast, 0, "the reference pass took %" PRIu64 " groups by AVX2", fast);
 #ifdef SKV_HAVE_CLS8
-            if ((pass == 0 || pass == 3) && __builtin_cpu_supports("avx2"))
+            if ((pass == 0 || pass == 3) && cls_simd() >= 2)
                 cr_expect_gt(fast, (uint64_t)(2 * C * T / 8) * 3 / 4, "C %zu: the AVX2 paths took %" PRIu64 " of %zu groups",
                              C, fast, 2 * C * T / 8);
 #endif
@@ -3132,7 +3132,7 @@ Test(v2, a_group_packed_again_by_its_phases)
                          got[i]);
         const uint64_t nb = skv__decoder_phase_groups(d) - nb0;
 #ifdef SKV_HAVE_CLS8
-        if (k != 1 && __builtin_cpu_supports("avx2"))
+        if (k != 1 && cls_simd() >= 2)
             cr_expect_gt(nb, (uint64_t)(C / 8 * T) / 2, "stream %d: %" PRIu64 " of %d groups packed by their phases",
                          k, nb, C / 8 * T);
 #endif
