@@ -2817,10 +2817,10 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
             }                                                                                         \
         }                                                                                             \
     } while (0)
-/* The groups from here that SIDE_ROOM(S, 24) would pass without a look:
- * a group of no atoms reads at most 16 words (two rounds) and 56 raw bits
- * (bf16's plain bits are at most 7 a lane) */
-#define SIDE_SAFE(S) side_safe(w##S, wend##S, pos##S, rgo##S)
+/* The groups from here (a stream's w, wend, pos and rgo: SIDE's) that
+ * SIDE_ROOM(S, 24) would pass without a look: a group of no atoms reads
+ * at most 16 words (two rounds) and 56 raw bits (bf16's plain bits are at
+ * most 7 a lane) */
 static inline size_t side_safe(const uint16_t *w, const uint16_t *wend, uint64_t pos, uint64_t rgo)
 {
     size_t gw = wend - w < 24 ? 0 : (size_t)(wend - w - 24) / 16 + 1;
@@ -2947,7 +2947,8 @@ v2_run2_t(skv_decoder *const d[2], r2_t *const r[2], size_t i, uint32_t at, size
     SIDE(0, r[0]);
     SIDE(1, r[1]);
     size_t k0 = 0, k1 = 0;
-    const size_t safe0 = SIDE_SAFE(0), safe1 = SIDE_SAFE(1), safe = safe0 < safe1 ? safe0 : safe1;
+    const size_t safe0 = side_safe(w0, wend0, pos0, rgo0), safe1 = side_safe(w1, wend1, pos1, rgo1),
+                 safe = safe0 < safe1 ? safe0 : safe1;
     while (k0 < ng) {
         if (!okall && (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p0->ok + i)))) != 0xff ||
                        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(p1->ok + i)))) != 0xff))
@@ -2991,7 +2992,6 @@ out:
 }
 #undef SIDE
 #undef SIDE_ROOM
-#undef SIDE_SAFE
 #undef SIDE_CLOSE
 
 #else
@@ -3140,7 +3140,7 @@ int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t 
 
 #ifdef SKV_HAVE_CLS8
 /* Whether skv_decoder_get_n2 takes d's rows of n scalars two streams at a
- * time (v2_run2): streams that may (pairok), whole groups at the same
+ * time (v2_run2_t): streams that may (pairok), whole groups at the same
  * index in both */
 static int pair_fast(skv_decoder *const d[2], size_t n)
 {
@@ -3148,7 +3148,7 @@ static int pair_fast(skv_decoder *const d[2], size_t n)
 }
 
 /* skv_decoder_get_n2 on pair_fast's streams: their groups in turn
- * (v2_run2); a group either stream cannot take there takes that
+ * (v2_run2_t); a group either stream cannot take there takes that
  * stream's own paths (v2_run, else v2_group_ref on fclassify's classes).
  * 1, with nothing decoded, when there is no room to pack the rows. */
 static inline __attribute__((target("avx2,popcnt"), always_inline)) int
