@@ -2,10 +2,7 @@
 # The codec's figures on stories260K: a calibration set of 32 sampled
 # sequences and a disjoint test set of 32 x 256 tokens (temperature 1.0,
 # top-p 0.9, seeds 100 and 200), every level, against zstd -3/-19 on raw
-# bytes and byte planes in the same run, then bench_rans_floor (the
-# decoder's stripped common case) and, for bf16, bench_lanes (stat-style
-# streams of the test set in a lane layout against version 1); neither
-# with --json. usage:
+# bytes and byte planes in the same run. usage:
 # bench/codec_bench.sh [BUILD_DIR] [DTYPE] [--json]
 set -euo pipefail
 build=${1:-build}
@@ -20,13 +17,3 @@ trap 'rm -rf "$tmp"' EXIT
 "$seqkv" model kv --model "$model" --tokens "$tmp/cal.txt" --dtype "$dt" --out "$tmp/cal.safetensors" --quiet
 "$seqkv" model kv --model "$model" --tokens "$tmp/test.txt" --dtype "$dt" --out "$tmp/test.safetensors" --quiet
 "$seqkv" codec bench --calib "$tmp/cal.safetensors" --test "$tmp/test.safetensors" --model "$model" "$@"
-# the same machine's floor for the decoder (a stripped copy of its common
-# case, ARCHITECTURE.md), so a run shows the two together; not with --json
-floor=$build/bench/bench_rans_floor
-case " $* " in
-*" --json "*) ;;
-*) if [ -x "$floor" ]; then "$floor" 400; fi
-   if [ -x "$build/bench/bench_lanes" ] && [ "$dt" = bf16 ]; then
-       "$build/bench/bench_lanes" "$tmp/test.safetensors" 8 10
-   fi ;;
-esac

@@ -1,5 +1,6 @@
 /* The codec's hot path: classification and the lattice arithmetic of one
- * scalar, written for the batch encoder and decoder (stream.c) with the
+ * scalar, written for the batch encoders and decoders (enc_v1.c, enc_v2.c,
+ * dec_v1.c, dec_v2.c) with the
  * dtype's lattice as compile-time constants. Every function here computes
  * exactly what its reference in cmodel.c computes (skv__classify,
  * skv__plan, ceil_lat, skv__zero_range): closed forms where the lattice
@@ -113,22 +114,10 @@ SKV_ALWAYS_INLINE const skv_ftab *ftable(skv_cmodel *m, int bucket_mode, int idx
     return skv__build_table(m, bucket_mode, idx, oct, sub, ph, nph);
 }
 
-/* The reference classification, for the corners the integer path leaves
- * to it (STEP with mu's lattice far finer or coarser than the dtype's). */
-static __attribute__((noinline, cold, unused)) int fclassify_ref(skv_cmodel *m, float mu, float s,
-                                                                skv_fcls *c)
-{
-    skv_cls r;
-    int rc = skv__classify(m, mu, s, &r);
-    if (rc)
-        return SKV_ERR_NOMEM;
-    c->tab = r.tab;
-    c->bucket = r.bucket;
-    c->G = r.G;
-    c->nesc = r.tab->n - 1;
-    c->base = (r.bucket ? r.b0 : skv__ordinal(&m->lat, r.c)) - r.tab->R;
-    return SKV_OK;
-}
+/* The reference classification as an skv_fcls, for the corners the
+ * integer path leaves to it (STEP with mu's lattice far finer or coarser
+ * than the dtype's); cold, in cmodel.c. */
+int skv__fclassify_ref(skv_cmodel *m, float mu, float s, skv_fcls *c);
 
 /* skv__classify, for the hot path, in integer arithmetic: mu is Y * 2^em
  * (Y its signed 24-bit significand), so mu / 2^G and mu's offset from c in
@@ -176,7 +165,7 @@ SKV_ALWAYS_INLINE int fclassify(skv_cmodel *m, const skv_lat *L, float mu, float
             } else if (d >= 0 && d <= 30) {
                 T = (Y * ((int64_t)1 << d) - Yc) * nph + nph / 2;
             } else {
-                return fclassify_ref(m, mu, s, c);
+                return skv__fclassify_ref(m, mu, s, c);
             }
         }
         int ph = T < 1 ? 0 : T >= nph ? nph - 1 : (int)T;
@@ -490,6 +479,23 @@ static inline const skv_fcls *rcache_get(skv_cmodel *m, const skv_lat *L, skv_rc
     rc->gen[v]++;
     rc->age[v] = rc->clock;
     return rc->cls[v];
+}
+
+/* The class of scalar i of a put_n/get_n with atoms (classified only when
+ * its atom symbol says "none"): from the cached row, the (mu, s) cache, or
+ * fclassify into *cl; NULL when a table cannot be built. */
+SKV_ALWAYS_INLINE const skv_fcls *cls_one(skv_cmodel *m, const skv_lat *L, const skv_fcls *row,
+                                          skv_fcache *fc, size_t i, const float *mu,
+                                          const float *s, skv_fcls *cl, uint32_t *hits,
+                                          uint32_t *looks)
+{
+    if (row)
+        return &row[i];
+    if (!fc->off) {
+        (*looks)++;
+        return fcache_get(m, L, fc, mu[i], s[i], hits);
+    }
+    return fclassify(m, L, mu[i], s[i], cl) == SKV_OK ? cl : NULL;
 }
 
 /* ceil_lat(L, 1, e): the code of 2^e, or the reference off the normal range */

@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "codec_int.h"
+#include "cfast.h"
 #include "skv_dtype_impl.h"
 
 /* ---- lattices ----------------------------------------------------------- */
@@ -446,7 +446,7 @@ const uint32_t skv__bvt_none[2 * BVT_K];
 
 /* Build (once, under the model's lock) the bucket values of width 2^G
  * (codec_int.h): the closed form of the decoder's common BUCKET case
- * (stream.c dec_after), entry by entry, into the model's block of them
+ * (dec_v1.c dec_after), entry by entry, into the model's block of them
  * (allocated with the model). A width outside the block's range, or a
  * dtype of more than 16 bits, keeps skv__bvt_none, which sends every
  * bucket down the general path. */
@@ -858,4 +858,19 @@ uint32_t skv_stream_model_id(const skv_cmodel *m, const skv_atoms *atoms)
     skv_store32_le(b, m->id);
     skv_store32_le(b + 4, atoms->id);
     return (uint32_t)skv_checksum64(b, 8, 0xa70a5);
+}
+
+/* skv__classify as the hot path's skv_fcls (cfast.h) */
+__attribute__((cold)) int skv__fclassify_ref(skv_cmodel *m, float mu, float s, skv_fcls *c)
+{
+    skv_cls r;
+    int rc = skv__classify(m, mu, s, &r);
+    if (rc)
+        return SKV_ERR_NOMEM;
+    c->tab = r.tab;
+    c->bucket = r.bucket;
+    c->G = r.G;
+    c->nesc = r.tab->n - 1;
+    c->base = (r.bucket ? r.b0 : skv__ordinal(&m->lat, r.c)) - r.tab->R;
+    return SKV_OK;
 }

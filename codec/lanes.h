@@ -2,11 +2,10 @@
  * vector, lane j on state j, 16-bit renormalisation words read from one
  * stream in lane order, plain bits from a separate raw bit stream in
  * scalar order -- stream version 2's layout (FORMAT.md), whose common
- * case codec/stream.c decodes with them, and the benches that measure
- * it (bench_rans_floor's simd variants, bench_lanes). x86-64 with GCC or
- * Clang only (SKV_LANES_OK). */
-#ifndef SKV_BENCH_LANES_H
-#define SKV_BENCH_LANES_H
+ * case dec_v2_fast.c decodes with them. x86-64 with GCC or Clang only
+ * (SKV_LANES_OK). */
+#ifndef SKV_LANES_H
+#define SKV_LANES_H
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define SKV_LANES_OK 1
