@@ -237,7 +237,7 @@ v2_group(const skv_v2pack *p, size_t i, __m256i *X, __m256i *A, const uint16_t *
  * rgo on reads the copy, where bit0 is the real position of trb[0]; a
  * group that consumes past the real end marks the stream corrupt. The
  * copies live apart from the cursor so that the cursor, whose address is
- * never taken, stays in registers. */
+ * never taken (every function here is inlined), stays in registers. */
 typedef struct {
     const uint16_t *w, *wend, *wreal;
     const uint8_t *rb;
@@ -250,7 +250,7 @@ typedef struct {
     uint8_t trb[32];
 } v2_tail;
 
-static inline void side_open(v2_side *sd, const v2_reader *r)
+SKV_ALWAYS_INLINE void side_open(v2_side *sd, const v2_reader *r)
 {
     sd->w = (const uint16_t *)(const void *)r->w;
     sd->wend = (const uint16_t *)(const void *)r->wend;
@@ -264,7 +264,7 @@ static inline void side_open(v2_side *sd, const v2_reader *r)
 }
 
 /* The words from here on copied into the padded tail */
-static __attribute__((noinline)) void side_tail_words(v2_side *sd, v2_tail *t)
+SKV_ALWAYS_INLINE void side_tail_words(v2_side *sd, v2_tail *t)
 {
     size_t nw = (size_t)(sd->wend - sd->w);
     memset(t->tw, 0, sizeof t->tw);
@@ -273,7 +273,7 @@ static __attribute__((noinline)) void side_tail_words(v2_side *sd, v2_tail *t)
 }
 
 /* The last raw bytes copied into the padded tail */
-static __attribute__((noinline)) void side_tail_raw(v2_side *sd, v2_tail *t)
+SKV_ALWAYS_INLINE void side_tail_raw(v2_side *sd, v2_tail *t)
 {
     size_t nb = sd->rbytes < 16 ? (size_t)sd->rbytes : 16;
     memset(t->trb, 0, sizeof t->trb);
@@ -285,7 +285,7 @@ static __attribute__((noinline)) void side_tail_raw(v2_side *sd, v2_tail *t)
 /* The checks before a group that reads at most margin words: 0 when it
  * may run, 1 (the stream marked corrupt) when the stream has been read
  * past its end */
-static inline int side_room(v2_side *sd, v2_tail *t, ptrdiff_t margin)
+SKV_ALWAYS_INLINE int side_room(v2_side *sd, v2_tail *t, ptrdiff_t margin)
 {
     if (__builtin_expect(sd->wend - sd->w < margin, 0)) {
         if (sd->w > sd->wend)
@@ -305,7 +305,7 @@ static inline int side_room(v2_side *sd, v2_tail *t, ptrdiff_t margin)
 /* The groups from here that side_room(sd, t, 24) would pass without a
  * look: a group of no atoms reads at most 16 words (two rounds) and 56 raw
  * bits (bf16's plain bits are at most 7 a lane) */
-static inline size_t side_safe(const v2_side *sd)
+SKV_ALWAYS_INLINE size_t side_safe(const v2_side *sd)
 {
     size_t gw = sd->wend - sd->w < 24 ? 0 : (size_t)(sd->wend - sd->w - 24) / 16 + 1;
     size_t gr = sd->pos >= sd->rgo ? 0 : (size_t)((sd->rgo - sd->pos + 55) / 56);
@@ -313,7 +313,7 @@ static inline size_t side_safe(const v2_side *sd)
 }
 
 /* The cursor back into r, from the tail copies to the real stream */
-static inline void side_close(v2_side *sd, const v2_tail *t, v2_reader *r)
+SKV_ALWAYS_INLINE void side_close(v2_side *sd, const v2_tail *t, v2_reader *r)
 {
     if (sd->tail_w) {
         sd->bad |= sd->w > sd->wend;

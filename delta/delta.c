@@ -1431,15 +1431,17 @@ struct skv_delta {
     uint64_t *nsc;
 };
 
-/* The model-free levels (stat, ctx) code their rows in version 2's lane
- * layout when they are whole groups and this CPU has its fast paths for
- * the dtype (bf16 on AVX2: stat decodes about 1.5x as fast, ctx 1.2x,
- * ARCHITECTURE.md); spec and full, whose predictor costs far more than
- * the coder, keep version 1 */
+/* The stream version is the profile's, never the CPU's: the model-free
+ * levels (stat, ctx) code bf16 rows of whole groups in version 2's lane
+ * layout, which has fast paths for bf16 (on AVX2: stat decodes about
+ * 1.5x as fast as version 1, ctx 1.2x; a CPU without them reads it by the
+ * reference path); other dtypes and shapes, and spec and full (whose
+ * predictor costs far more than the coder) keep version 1. The same
+ * calibration, level and KV give the same bytes on every machine. */
 static int default_version(const skv_calib *cal, skv_level level)
 {
-    return (level == SKV_LEVEL_STAT || level == SKV_LEVEL_CTX) &&
-                   chan_count(&cal->sh) % SKV_V2_GROUP == 0 && skv_stream_v2_fast(cal->sh.dtype)
+    return (level == SKV_LEVEL_STAT || level == SKV_LEVEL_CTX) && cal->sh.dtype == SKV_DT_BF16 &&
+                   chan_count(&cal->sh) % SKV_V2_GROUP == 0
                ? 2
                : 1;
 }
