@@ -22,6 +22,8 @@ const char *skv_strerror(int err)
     case SKV_ERR_CORRUPT: return "corrupted data (checksum mismatch)";
     case SKV_ERR_TOO_LARGE: return "input exceeds a limit";
     case SKV_ERR_NO_DEVICE: return "no usable GPU";
+    case SKV_ERR_DENIED: return "denied by the server (authentication or permission)";
+    case SKV_ERR_SERVER: return "error reply from the server";
     default: return "unknown error";
     }
 }
@@ -32,7 +34,9 @@ const char *skv_error_name(int err)
         "SKV_OK", "SKV_ERR_NOMEM", "SKV_ERR_IO", "SKV_ERR_ARG", "SKV_ERR_FORMAT",
         "SKV_ERR_VERSION", "SKV_ERR_RANGE", "SKV_ERR_SHAPE", "SKV_ERR_UNSUPPORTED",
         "SKV_ERR_NOT_FOUND", "SKV_ERR_CORRUPT", "SKV_ERR_TOO_LARGE", "SKV_ERR_NO_DEVICE",
+        "SKV_ERR_DENIED", "SKV_ERR_SERVER",
     };
+    _Static_assert(sizeof names / sizeof *names == 1 - SKV_ERR_MIN_, "a name for every code");
     return err <= 0 && err >= SKV_ERR_MIN_ ? names[-err] : NULL;
 }
 

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "skv_base.h"
 #include "skv_codec.h"
 
 #define ROW 32 /* scalars per batch: one position of stories260K (4 heads x 8) */

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 
+#include "skv_base.h"
 #include "skv_codec.h"
 
 /* Bumped whenever table construction or classification changes (the

@@ -22,7 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "skv_base.h"
+#include "skv_dtype.h"
+#include "skv_error.h"
 
 #ifdef __cplusplus
 extern "C" {

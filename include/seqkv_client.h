@@ -7,8 +7,8 @@
  * (open one per thread). Every call returns 0 or a negative code: the
  * store's codes for what the server reports (SKV_ERR_NOT_FOUND for
  * -NOTFOUND, SKV_ERR_SHAPE for -SHAPE, SKV_ERR_CORRUPT for -CORRUPT,
- * SKV_ERR_TOO_LARGE for -TOOLARGE), SEQKV_CLIENT_ERR_DENIED for -NOAUTH,
- * -WRONGPASS and -NOPERM, SEQKV_CLIENT_ERR_SERVER for any other error
+ * SKV_ERR_TOO_LARGE for -TOOLARGE), SKV_ERR_DENIED for -NOAUTH,
+ * -WRONGPASS and -NOPERM, SKV_ERR_SERVER for any other error
  * reply (-ERR: unknown command, syntax, a protocol error), SKV_ERR_IO when
  * the connection fails or closes, SKV_ERR_FORMAT when the server's reply
  * is malformed or not the expected type. After SKV_ERR_IO or
@@ -24,14 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "skv_base.h"
+#include "skv_error.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define SEQKV_CLIENT_ERR_DENIED (-64) /* -NOAUTH, -WRONGPASS, -NOPERM */
-#define SEQKV_CLIENT_ERR_SERVER (-65) /* any other error reply */
 
 typedef struct seqkv_client seqkv_client;
 

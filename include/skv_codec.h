@@ -23,7 +23,7 @@
  *    odd places): the high byte of x under the calibrated empirical
  *    marginal p_emp, the rest as plain bits. Every bit pattern survives.
  *
- * Depends on skv_base only.
+ * Depends on skv_error.h and skv_dtype.h only.
  */
 #ifndef SKV_CODEC_H
 #define SKV_CODEC_H
@@ -31,7 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "skv_base.h"
+#include "skv_dtype.h"
+#include "skv_error.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "seqkv_client.h"
+#include "skv_base.h"
 
 #define CBUF 65536
 #define MAX_DEPTH 16
@@ -24,10 +25,6 @@ struct seqkv_client {
 
 const char *seqkv_client_strerror(int rc)
 {
-    if (rc == SEQKV_CLIENT_ERR_DENIED)
-        return "denied by the server (authentication or permission)";
-    if (rc == SEQKV_CLIENT_ERR_SERVER)
-        return "error reply from the server";
     return skv_strerror(rc);
 }
 
@@ -387,12 +384,12 @@ static int error_code(seqkv_client *c, const char *msg)
         int rc;
     } map[] = {{"NOTFOUND", SKV_ERR_NOT_FOUND}, {"SHAPE", SKV_ERR_SHAPE},
                {"CORRUPT", SKV_ERR_CORRUPT},    {"TOOLARGE", SKV_ERR_TOO_LARGE},
-               {"NOAUTH", SEQKV_CLIENT_ERR_DENIED}, {"WRONGPASS", SEQKV_CLIENT_ERR_DENIED},
-               {"NOPERM", SEQKV_CLIENT_ERR_DENIED}};
+               {"NOAUTH", SKV_ERR_DENIED}, {"WRONGPASS", SKV_ERR_DENIED},
+               {"NOPERM", SKV_ERR_DENIED}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (w == strlen(map[i].word) && strncmp(msg, map[i].word, w) == 0)
             return skv_error(map[i].rc, "%s", msg);
-    return skv_error(SEQKV_CLIENT_ERR_SERVER, "%s", msg);
+    return skv_error(SKV_ERR_SERVER, "%s", msg);
 }
 
 /* Run a command; the reply must be of type `want` (0: any non-error). */

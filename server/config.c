@@ -17,6 +17,7 @@
 
 #include <sodium.h>
 
+#include "skv_base.h"
 #include "skv_server.h"
 
 void skv_server_config_default(skv_server_config *c)

@@ -8,6 +8,7 @@
 
 #include "resp.h"
 #include "seqkv.h"
+#include "skv_base.h"
 #include "skv_server.h"
 
 typedef struct skv_server skv_server;

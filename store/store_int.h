@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "seqkv.h"
+#include "skv_base.h"
 
 /* ---- chunk records (FORMAT.md, "Chunk records") --------------------------- */
 #define SKV_REC_MAGIC 0x43564b53u /* "SKVC" */

@@ -305,9 +305,9 @@ Test(server, profiles_and_shapes, .timeout = 60)
     cr_assert_eq(seqkv_client_profile_set(c, "p", other, 3), SKV_ERR_SHAPE);
     cr_assert(strncmp(seqkv_client_error(c), "SHAPE", 5) == 0);
     const char *bad[] = {"colour", "blue"};
-    cr_assert_eq(seqkv_client_profile_set(c, "q", bad, 1), SEQKV_CLIENT_ERR_SERVER);
+    cr_assert_eq(seqkv_client_profile_set(c, "q", bad, 1), SKV_ERR_SERVER);
     const char *noshape[] = {"dtype", "bf16"};
-    cr_assert_eq(seqkv_client_profile_set(c, "q", noshape, 1), SEQKV_CLIENT_ERR_SERVER);
+    cr_assert_eq(seqkv_client_profile_set(c, "q", noshape, 1), SKV_ERR_SERVER);
     const char *lvl[] = {"level", "stat"};
     cr_assert_eq(seqkv_client_profile_set(c, "p", lvl, 1), 0); /* admin may change it */
     seqkv_client_profile p;
@@ -440,7 +440,7 @@ Test(server, oversized_bulk_is_refused_before_reading_it, .timeout = 60)
     seqkv_client *c = conn(&s);
     size_t stored;
     int rc = seqkv_client_put(c, "p", big.tok, big.n, big.kv, big.kv_len, &stored);
-    cr_assert_eq(rc, SEQKV_CLIENT_ERR_SERVER, "rc %d: %s", rc, seqkv_client_error(c));
+    cr_assert_eq(rc, SKV_ERR_SERVER, "rc %d: %s", rc, seqkv_client_error(c));
     cr_assert(strstr(seqkv_client_error(c), "bulk length exceeds"), "%s", seqkv_client_error(c));
     cr_assert_eq(seqkv_client_ping(c), SKV_ERR_IO);
     seqkv_client_close(c);
@@ -481,21 +481,21 @@ Test(server, auth_tokens_select_tenants_and_isolate_them, .timeout = 90)
     cr_assert_eq(seqkv_client_ping(a), 0); /* allowed before AUTH */
     size_t m;
     int32_t t1[1] = {1};
-    cr_assert_eq(seqkv_client_lookup(a, "p", t1, 1, &m), SEQKV_CLIENT_ERR_DENIED);
+    cr_assert_eq(seqkv_client_lookup(a, "p", t1, 1, &m), SKV_ERR_DENIED);
     cr_assert(strncmp(seqkv_client_error(a), "NOAUTH", 6) == 0);
-    cr_assert_eq(seqkv_client_auth(a, NULL, "alice-secret-2"), SEQKV_CLIENT_ERR_DENIED);
+    cr_assert_eq(seqkv_client_auth(a, NULL, "alice-secret-2"), SKV_ERR_DENIED);
     cr_assert(strncmp(seqkv_client_error(a), "WRONGPASS", 9) == 0);
-    cr_assert_eq(seqkv_client_auth(a, "bob", "alice-secret-1"), SEQKV_CLIENT_ERR_DENIED);
+    cr_assert_eq(seqkv_client_auth(a, "bob", "alice-secret-1"), SKV_ERR_DENIED);
     cr_assert_eq(seqkv_client_auth(a, NULL, "alice-secret-1"), 0);
     cr_assert_eq(seqkv_client_auth(b, "bob", "bob-secret-22"), 0);
 
     /* not admins: no model paths, no SHUTDOWN, no calibration */
     const char *kv[] = {"model", tm.path};
-    cr_assert_eq(seqkv_client_profile_set(a, "m", kv, 1), SEQKV_CLIENT_ERR_DENIED);
-    cr_assert_eq(seqkv_client_shutdown(a), SEQKV_CLIENT_ERR_DENIED);
+    cr_assert_eq(seqkv_client_profile_set(a, "m", kv, 1), SKV_ERR_DENIED);
+    cr_assert_eq(seqkv_client_shutdown(a), SKV_ERR_DENIED);
     cr_assert(strncmp(seqkv_client_error(a), "NOPERM", 6) == 0);
     make_profile(a, &tm, "p", 16);
-    cr_assert_eq(seqkv_client_calibrate(a, "p", 0), SEQKV_CLIENT_ERR_DENIED);
+    cr_assert_eq(seqkv_client_calibrate(a, "p", 0), SKV_ERR_DENIED);
 
     su_seq x;
     su_seq_make(&tm, NULL, 0, 33, 9, &x);
@@ -524,7 +524,7 @@ Test(server, auth_tokens_select_tenants_and_isolate_them, .timeout = 90)
     /* three failed AUTHs close the connection */
     seqkv_client *e = conn(&s);
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(seqkv_client_auth(e, NULL, "wrong-token"), SEQKV_CLIENT_ERR_DENIED);
+        cr_assert_eq(seqkv_client_auth(e, NULL, "wrong-token"), SKV_ERR_DENIED);
     cr_assert_eq(seqkv_client_ping(e), SKV_ERR_IO);
     seqkv_client_close(e);
     /* HELLO with AUTH */
@@ -550,7 +550,7 @@ Test(server, shutdown_needs_an_admin, .timeout = 60)
     srv s;
     srv_start(&s, cfg);
     seqkv_client *c = conn(&s);
-    cr_assert_eq(seqkv_client_shutdown(c), SEQKV_CLIENT_ERR_DENIED);
+    cr_assert_eq(seqkv_client_shutdown(c), SKV_ERR_DENIED);
     cr_assert_eq(seqkv_client_ping(c), 0);
     seqkv_client_close(c);
     cr_assert_eq(srv_stop(&s), 0);
@@ -897,7 +897,7 @@ Test(server, gid_rule_and_max_clients, .timeout = 60)
     seqkv_reply *r = CMD(a, "KV.STATS");
     cr_assert_str_eq(r->element[1]->str, "grp");
     seqkv_reply_free(r);
-    cr_assert_eq(seqkv_client_shutdown(a), SEQKV_CLIENT_ERR_DENIED);
+    cr_assert_eq(seqkv_client_shutdown(a), SKV_ERR_DENIED);
     seqkv_client *c = conn(&s);
     cr_assert_neq(seqkv_client_ping(c), 0);
     cr_assert(strstr(seqkv_client_error(c), "max number of clients"), "%s",

@@ -1,7 +1,8 @@
 /*
- * skv_base.h - the bottom of seqkv: one error space, the heap wrapper,
- * little-endian access, storage dtypes and their exact casts, a fixed-
- * partition thread pool and a seeded RNG.
+ * skv_base.h - the bottom of seqkv, internal to it: error recording (the
+ * codes are skv_error.h's), the heap wrapper, little-endian access,
+ * storage dtypes (skv_dtype.h), a fixed-partition thread pool, a seeded
+ * RNG, deterministic elementary functions and files.
  *
  * Every other module depends on this one; it depends on nothing but libc,
  * libm and pthreads.
@@ -13,38 +14,15 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "skv_dtype.h"
+#include "skv_error.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ------------------------------------------------------------------------
- * Errors. Fallible calls return int: 0 on success, a negative SKV_ERR_*.
- * skv_strerror() names the code; skv_error_detail() returns the message
- * recorded by the most recent failure on this thread (what was wrong, and
- * in debug builds where it was detected).
- * ---------------------------------------------------------------------- */
-enum {
-    SKV_OK = 0,
-    SKV_ERR_NOMEM = -1,       /* an allocation failed */
-    SKV_ERR_IO = -2,          /* a read/write/open failed (errno in detail) */
-    SKV_ERR_ARG = -3,         /* invalid argument from the caller */
-    SKV_ERR_FORMAT = -4,      /* malformed input: bad magic, header, JSON */
-    SKV_ERR_VERSION = -5,     /* input written by a newer format version */
-    SKV_ERR_RANGE = -6,       /* an offset or size points outside its buffer */
-    SKV_ERR_SHAPE = -7,       /* shape, dtype or size mismatch */
-    SKV_ERR_UNSUPPORTED = -8, /* valid input this build cannot handle */
-    SKV_ERR_NOT_FOUND = -9,   /* a named item does not exist */
-    SKV_ERR_CORRUPT = -10,    /* checksum mismatch or inconsistent data */
-    SKV_ERR_TOO_LARGE = -11,  /* input exceeds a documented limit */
-    SKV_ERR_NO_DEVICE = -12,  /* no usable GPU at run time */
-};
-#define SKV_ERR_MIN_ (-12)
-
-/* Static string naming an error code; never NULL. */
-const char *skv_strerror(int err);
-/* The code's identifier ("SKV_ERR_FORMAT"), or NULL for an unknown code. */
-const char *skv_error_name(int err);
-
+/* Errors (skv_error.h): internal code records a failure's detail with
+ * skv_error and returns its code. */
 /* Record `err` with a printf-style detail for this thread; returns err so
  * callers can write `return skv_error(SKV_ERR_FORMAT, "...")`. */
 int skv_error_at(int err, const char *file, int line, const char *fmt, ...)
@@ -54,11 +32,6 @@ int skv_error_at(int err, const char *file, int line, const char *fmt, ...)
 #else
 #define skv_error(err, ...) skv_error_at((err), __FILE__, __LINE__, __VA_ARGS__)
 #endif
-/* The detail of the last skv_error() on this thread ("" if none). */
-const char *skv_error_detail(void);
-/* Forget the recorded detail. */
-void skv_error_clear(void);
-
 /* ------------------------------------------------------------------------
  * Heap. All seqkv heap use goes through these so tests can make the n-th
  * allocation fail. skv_free(NULL) is a no-op. Sizes that overflow fail.
@@ -153,52 +126,6 @@ static inline int skv_any_above32(const void *p, size_t n, uint32_t mask, uint32
     }
     return any;
 }
-
-/* ------------------------------------------------------------------------
- * Storage dtypes. Values are stored little-endian. The casts from float32
- * round to nearest, ties to even; their overflow and NaN rules are in
- * FORMAT.md ("Storage dtypes") and summarised here:
- *   bf16  : overflow rounds to +-inf as IEEE does; NaN stays NaN, sign and
- *           top 7 payload bits kept, quiet bit forced.
- *   fp16  : overflow (|x| >= 65520) gives +-inf; subnormals kept exactly
- *           rounded; NaN stays NaN, sign and top 10 payload bits kept,
- *           quiet bit forced.
- *   fp8   : OCP E4M3 ("e4m3fn": bias 7, no infinities, max 448, NaN is
- *           S.1111.111). Saturating: finite values beyond 448 and +-inf
- *           give +-448; NaN gives 0x7F with the sign of the input.
- * The casts to float32 are exact.
- * ---------------------------------------------------------------------- */
-typedef enum {
-    SKV_DT_F32 = 0,
-    SKV_DT_BF16 = 1,
-    SKV_DT_F16 = 2,
-    SKV_DT_F8E4M3 = 3,
-    SKV_DT_I32 = 4,
-} skv_dtype;
-#define SKV_DT_COUNT 5
-
-/* Bytes per element (0 for an unknown dtype). */
-size_t skv_dtype_size(skv_dtype dt);
-/* safetensors spelling: "F32", "BF16", "F16", "F8_E4M3", "I32". */
-const char *skv_dtype_name(skv_dtype dt);
-/* Parse a safetensors dtype name (not NUL-terminated); SKV_ERR_UNSUPPORTED
- * for a valid but unhandled name. */
-int skv_dtype_from_name(const char *name, size_t len, skv_dtype *out);
-/* Parse a user spelling: bf16, fp16/f16, fp8/f8_e4m3, fp32/f32 (any case). */
-int skv_dtype_from_user(const char *name, skv_dtype *out);
-
-uint16_t skv_f32_to_bf16(float x);
-float skv_bf16_to_f32(uint16_t h);
-uint16_t skv_f32_to_f16(float x);
-float skv_f16_to_f32(uint16_t h);
-uint8_t skv_f32_to_f8e4m3(float x);
-float skv_f8e4m3_to_f32(uint8_t b);
-
-/* Cast n float32 values to dtype `dt` (F32, BF16, F16 or F8E4M3), writing
- * n * skv_dtype_size(dt) little-endian bytes to dst. */
-int skv_cast_from_f32(skv_dtype dt, void *dst, const float *src, size_t n);
-/* The inverse, exact. */
-int skv_cast_to_f32(skv_dtype dt, float *dst, const void *src, size_t n);
 
 /* ------------------------------------------------------------------------
  * Optional GPU (CUDA). Present only when built with -Dcuda and a device is

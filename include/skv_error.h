@@ -1,0 +1,52 @@
+/*
+ * skv_error.h - seqkv's one error space: every fallible call of the
+ * public API (seqkv.h, seqkv_client.h, skv_codec.h) returns 0 on success
+ * or one of these codes, each with a message (skv_strerror) and, for the
+ * failure at hand, a detail saying what was wrong.
+ */
+#ifndef SKV_ERROR_H
+#define SKV_ERROR_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------
+ * Errors. Fallible calls return int: 0 on success, a negative SKV_ERR_*.
+ * skv_strerror() names the code; skv_error_detail() returns the message
+ * recorded by the most recent failure on this thread (what was wrong, and
+ * in debug builds where it was detected).
+ * ---------------------------------------------------------------------- */
+enum {
+    SKV_OK = 0,
+    SKV_ERR_NOMEM = -1,       /* an allocation failed */
+    SKV_ERR_IO = -2,          /* a read/write/open failed (errno in detail) */
+    SKV_ERR_ARG = -3,         /* invalid argument from the caller */
+    SKV_ERR_FORMAT = -4,      /* malformed input: bad magic, header, JSON */
+    SKV_ERR_VERSION = -5,     /* input written by a newer format version */
+    SKV_ERR_RANGE = -6,       /* an offset or size points outside its buffer */
+    SKV_ERR_SHAPE = -7,       /* shape, dtype or size mismatch */
+    SKV_ERR_UNSUPPORTED = -8, /* valid input this build cannot handle */
+    SKV_ERR_NOT_FOUND = -9,   /* a named item does not exist */
+    SKV_ERR_CORRUPT = -10,    /* checksum mismatch or inconsistent data */
+    SKV_ERR_TOO_LARGE = -11,  /* input exceeds a documented limit */
+    SKV_ERR_NO_DEVICE = -12,  /* no usable GPU at run time */
+    SKV_ERR_DENIED = -13,     /* refused by a server: authentication or permission */
+    SKV_ERR_SERVER = -14,     /* any other error reply from a server */
+};
+#define SKV_ERR_MIN_ (-14)
+
+/* Static string naming an error code; never NULL. */
+const char *skv_strerror(int err);
+/* The code's identifier ("SKV_ERR_FORMAT"), or NULL for an unknown code. */
+const char *skv_error_name(int err);
+
+/* The detail of the last failure on this thread ("" if none). */
+const char *skv_error_detail(void);
+/* Forget the recorded detail. */
+void skv_error_clear(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SKV_ERROR_H */
