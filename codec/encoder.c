@@ -188,16 +188,6 @@ int skv_encoder_set_states(skv_encoder *e, int states)
     return SKV_OK;
 }
 
-int skv_stream_v2_fast(skv_dtype dt)
-{
-#ifdef SKV_HAVE_CLS8
-    return dt == SKV_DT_BF16 && cls_simd() >= 2;
-#else
-    (void)dt;
-    return 0;
-#endif
-}
-
 size_t skv_encoder_bound(const skv_encoder *e)
 {
     if (e->version == 2) /* the states; a word a table symbol; the raw bits; a waiting group */

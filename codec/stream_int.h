@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cfast.h"
+#include "codec_tune.h"
 
 #define RANS_L (1u << 16)
 

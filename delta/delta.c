@@ -20,6 +20,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "codec_tune.h"
 #include "skv_delta.h"
 #include "skv_dtype_impl.h"
 

@@ -156,9 +156,10 @@ void skv_delta_reset_costs(skv_delta *d);
  * the same either way. */
 void skv_delta_set_ideal(skv_delta *d, int on);
 /* The codec stream version encodes write (skv_encoder_set_version): 0 is
- * the level's default, 2 for stat (sixteen states) and ctx (eight) when a
- * row (kv_heads x head_dim) is whole groups of SKV_V2_GROUP and
- * skv_stream_v2_fast(dtype), else 1. Decoders
+ * the level's default, 2 for stat (sixteen states) and ctx (eight) when the
+ * dtype is bf16 and a row (kv_heads x head_dim) is whole groups of
+ * SKV_V2_GROUP, else 1 -- never the CPU's choice (ARCHITECTURE.md,
+ * "Determinism"). Decoders
  * read either. SKV_ERR_ARG for version 2 on rows that are not whole
  * groups, or a version not 0-2. */
 int skv_delta_set_stream_version(skv_delta *d, int version);

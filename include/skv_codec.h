@@ -135,11 +135,6 @@ double skv_encoder_ideal_bits(const skv_encoder *e);
  * coders that only want the bytes (the store) turn off; the bytes are the
  * same either way. */
 void skv_encoder_set_ideal(skv_encoder *e, int on);
-/* Whether the encoder looks rows of (mu, s) up in its row cache (on after
- * create): off from the next reset on, for callers whose rows never repeat
- * (each row predicted from the one before), which then skip the cache's
- * probing of each stream's first rows. The bytes are the same. */
-void skv_encoder_set_row_cache(skv_encoder *e, int on);
 /* Version 2 streams are decoded in groups of this many scalars. */
 #define SKV_V2_GROUP 8
 /* The stream version written from the next reset on (1 after create; 2:
@@ -150,10 +145,6 @@ int skv_encoder_set_version(skv_encoder *e, int version);
  * which costs 32 fewer bytes a stream (FORMAT.md; short streams) and
  * decodes a little slower. SKV_ERR_ARG for any other count. */
 int skv_encoder_set_states(skv_encoder *e, int states);
-/* Whether this build on this CPU has version 2's fast paths for dtype (bf16
- * rows on AVX2); without them version 2 takes its reference path, slower
- * than version 1. */
-int skv_stream_v2_fast(skv_dtype dt);
 /* Upper bound of the stream size for n queued scalars. */
 size_t skv_encoder_bound(const skv_encoder *e);
 /* Write the stream; SKV_ERR_TOO_LARGE if cap is too small. */
@@ -184,9 +175,6 @@ int skv_decoder_begin(skv_decoder *d, const uint8_t *src, size_t len, skv_stream
  * with other tables (SKV_ERR_CORRUPT). */
 int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, const skv_atoms *atoms,
                             skv_stream_info *info);
-/* The decoder's counterpart of skv_encoder_set_row_cache, from the next
- * begin on. */
-void skv_decoder_set_row_cache(skv_decoder *d, int on);
 /* The model id a stream coded with m and atoms (NULL: m's id) records. */
 uint32_t skv_stream_model_id(const skv_cmodel *m, const skv_atoms *atoms);
 /* Next scalar given its (mu, s). Errors: SKV_ERR_CORRUPT (an impossible

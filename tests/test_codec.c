@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../codec/cfast.h" /* internals: coverage counts, fast path vs reference */
+#include "codec_tune.h"
 #include "skv_codec.h"
 #include "testutil.h"
 

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec_tune.h"
 #include "skv_codec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
