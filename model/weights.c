@@ -33,36 +33,40 @@ void skv__mat_free(skv_mat *m)
 
 int skv__config_check(const skv_model_config *c)
 {
-#define BAD(...) return skv_error(SKV_ERR_FORMAT, __VA_ARGS__)
-    if (c->dim < 1 || c->dim > 65536) BAD("dim %d out of range [1, 65536]", c->dim);
+    if (c->dim < 1 || c->dim > 65536)
+        return skv_error(SKV_ERR_FORMAT, "dim %d out of range [1, 65536]", c->dim);
     if (c->hidden_dim < 1 || c->hidden_dim > (1 << 20))
-        BAD("hidden_dim %d out of range", c->hidden_dim);
-    if (c->n_layers < 1 || c->n_layers > 1024) BAD("n_layers %d out of range", c->n_layers);
-    if (c->n_heads < 1 || c->n_heads > 4096) BAD("n_heads %d out of range", c->n_heads);
+        return skv_error(SKV_ERR_FORMAT, "hidden_dim %d out of range", c->hidden_dim);
+    if (c->n_layers < 1 || c->n_layers > 1024)
+        return skv_error(SKV_ERR_FORMAT, "n_layers %d out of range", c->n_layers);
+    if (c->n_heads < 1 || c->n_heads > 4096)
+        return skv_error(SKV_ERR_FORMAT, "n_heads %d out of range", c->n_heads);
     if (c->n_kv_heads < 1 || c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads)
-        BAD("n_kv_heads %d must divide n_heads %d", c->n_kv_heads, c->n_heads);
+        return skv_error(SKV_ERR_FORMAT, "n_kv_heads %d must divide n_heads %d", c->n_kv_heads, c->n_heads);
     if (c->head_dim < 2 || c->head_dim > 1024 || (c->head_dim & 1))
-        BAD("head_dim %d must be even and in [2, 1024]", c->head_dim);
-    if ((int64_t)c->n_heads * c->head_dim > (1 << 20)) BAD("n_heads * head_dim too large");
+        return skv_error(SKV_ERR_FORMAT, "head_dim %d must be even and in [2, 1024]", c->head_dim);
+    if ((int64_t)c->n_heads * c->head_dim > (1 << 20))
+        return skv_error(SKV_ERR_FORMAT, "n_heads * head_dim too large");
     if (c->rope_dim < 2 || c->rope_dim > c->head_dim || (c->rope_dim & 1))
-        BAD("rotary dim %d must be even and <= head_dim %d", c->rope_dim, c->head_dim);
+        return skv_error(SKV_ERR_FORMAT, "rotary dim %d must be even and <= head_dim %d",
+                         c->rope_dim, c->head_dim);
     if (c->vocab_size < 1 || c->vocab_size > (1 << 22))
-        BAD("vocab_size %d out of range", c->vocab_size);
-    if (c->max_seq < 1) BAD("max_seq %d must be positive", c->max_seq);
+        return skv_error(SKV_ERR_FORMAT, "vocab_size %d out of range", c->vocab_size);
+    if (c->max_seq < 1) return skv_error(SKV_ERR_FORMAT, "max_seq %d must be positive", c->max_seq);
     if (!(c->rope_theta > 1.0f) || !(c->rope_theta < 1e12f))
-        BAD("rope_theta %g out of range", (double)c->rope_theta);
+        return skv_error(SKV_ERR_FORMAT, "rope_theta %g out of range", (double)c->rope_theta);
     if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
-        BAD("norm eps %g out of range", (double)c->norm_eps);
-    if (c->bos_id < 0 || c->bos_id >= c->vocab_size) BAD("bos id %d out of range", c->bos_id);
+        return skv_error(SKV_ERR_FORMAT, "norm eps %g out of range", (double)c->norm_eps);
+    if (c->bos_id < 0 || c->bos_id >= c->vocab_size)
+        return skv_error(SKV_ERR_FORMAT, "bos id %d out of range", c->bos_id);
     /* Bound the total so every size computation below fits comfortably. */
     uint64_t per_layer = (uint64_t)c->dim * (uint64_t)c->head_dim *
                              (uint64_t)(2 * c->n_heads + 2 * c->n_kv_heads) +
                          3ull * (uint64_t)c->dim * (uint64_t)c->hidden_dim;
     uint64_t total = per_layer * (uint64_t)c->n_layers + 2ull * c->vocab_size * (uint64_t)c->dim;
-    if (total > (1ull << 36)) BAD("model has %llu parameters; the limit is 2^36",
+    if (total > (1ull << 36)) return skv_error(SKV_ERR_FORMAT, "model has %llu parameters; the limit is 2^36",
                                   (unsigned long long)total);
     return SKV_OK;
-#undef BAD
 }
 
 int skv__model_alloc(const skv_model_config *cfg, skv_model **out)
@@ -421,7 +425,8 @@ int skv_model_load_llama2c_mem(const uint8_t *buf, size_t len, skv_model **out)
 {
     *out = NULL;
     if (len < 28)
-        return skv_error(SKV_ERR_FORMAT, "llama2.c checkpoint: %zu bytes, shorter than its 28-byte header", len);
+        return skv_error(SKV_ERR_FORMAT, "llama2.c checkpoint: %zu bytes, shorter than its 28-byte header",
+                         len);
     int32_t h[7];
     for (int i = 0; i < 7; i++)
         h[i] = (int32_t)skv_load32_le(buf + 4 * i);
@@ -437,7 +442,8 @@ int skv_model_load_llama2c_mem(const uint8_t *buf, size_t len, skv_model **out)
     c.vocab_size = h[5] > 0 ? h[5] : (h[5] == INT32_MIN ? 0 : -h[5]);
     c.max_seq = h[6];
     if (c.n_heads < 1 || c.dim < 1 || c.dim % c.n_heads)
-        return skv_error(SKV_ERR_FORMAT, "llama2.c checkpoint: dim %d not divisible by n_heads %d", c.dim, c.n_heads);
+        return skv_error(SKV_ERR_FORMAT, "llama2.c checkpoint: dim %d not divisible by n_heads %d",
+                         c.dim, c.n_heads);
     c.head_dim = c.dim / c.n_heads;
     c.rope_dim = c.head_dim;
     c.rope_theta = 10000.0f;

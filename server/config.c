@@ -87,18 +87,19 @@ static int find_tenant(skv_server_config *c, const char *name, int create)
     return (int)c->ntenants++;
 }
 
-#define BAD(...) return skv_error(SKV_ERR_FORMAT, __VA_ARGS__)
 
 static int apply(skv_server_config *c, char **w, int nw, int ln)
 {
     uint64_t v;
     if (strcmp(w[0], "tenant") == 0) {
         if (nw < 2 || !valid_name(w[1]) || w[1][0] == '@')
-            BAD("config line %d: 'tenant NAME ...' wants a name of 1-%d bytes of [A-Za-z0-9._-]",
-                ln, SEQKV_NAME_MAX);
+            return skv_error(SKV_ERR_FORMAT,
+                             "config line %d: 'tenant NAME ...' wants a name of 1-%d bytes of [A-Za-z0-9._-]", ln,
+                             SEQKV_NAME_MAX);
         int t = find_tenant(c, w[1], 1);
         if (t < 0)
-            BAD("config line %d: more than %d tenants", ln, SKV_SERVER_MAX_TENANTS);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: more than %d tenants",
+                             ln, SKV_SERVER_MAX_TENANTS);
         if (nw == 2)
             return 0;
         if (nw == 3 && strcmp(w[2], "admin") == 0) {
@@ -106,72 +107,75 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
             return 0;
         }
         if (nw != 4)
-            BAD("config line %d: 'tenant NAME uid N|gid N|token SECRET|admin'", ln);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: 'tenant NAME uid N|gid N|token SECRET|admin'",
+                             ln);
         if (strcmp(w[2], "uid") == 0 || strcmp(w[2], "gid") == 0) {
             if (parse_u64(w[3], 0, UINT32_MAX - 1, 0, &v))
-                BAD("config line %d: '%s' is not a %s", ln, w[3], w[2]);
+                return skv_error(SKV_ERR_FORMAT, "config line %d: '%s' is not a %s", ln, w[3], w[2]);
             skv_server_rule_kind k = w[2][0] == 'u' ? SKV_RULE_UID : SKV_RULE_GID;
             for (size_t i = 0; i < c->nrules; i++)
                 if (c->rules[i].kind == k && c->rules[i].id == v && c->rules[i].tenant != t)
-                    BAD("config line %d: %s %s already belongs to tenant %s", ln, w[2], w[3],
+                    return skv_error(SKV_ERR_FORMAT, "config line %d: %s %s already belongs to tenant %s",
+                                     ln, w[2], w[3],
                         c->tenants[c->rules[i].tenant].name);
             if (c->nrules == sizeof c->rules / sizeof c->rules[0])
-                BAD("config line %d: too many uid/gid rules", ln);
+                return skv_error(SKV_ERR_FORMAT, "config line %d: too many uid/gid rules", ln);
             c->rules[c->nrules++] = (skv_server_rule){k, (uint32_t)v, t};
             return 0;
         }
         if (strcmp(w[2], "token") == 0) {
             size_t n = strlen(w[3]);
             if (n < 8)
-                BAD("config line %d: a token wants at least 8 bytes", ln);
+                return skv_error(SKV_ERR_FORMAT, "config line %d: a token wants at least 8 bytes", ln);
             if (c->tenants[t].has_token)
-                BAD("config line %d: tenant %s has a token already", ln, w[1]);
+                return skv_error(SKV_ERR_FORMAT, "config line %d: tenant %s has a token already", ln, w[1]);
             crypto_generichash(c->tenants[t].token_hash, 32, (const uint8_t *)w[3], n, NULL, 0);
             c->tenants[t].has_token = 1;
             return 0;
         }
-        BAD("config line %d: unknown tenant attribute '%s'", ln, w[2]);
+        return skv_error(SKV_ERR_FORMAT, "config line %d: unknown tenant attribute '%s'", ln, w[2]);
     }
     if (strcmp(w[0], "admin") == 0) {
         if (nw != 3 || strcmp(w[1], "uid") != 0 || parse_u64(w[2], 0, UINT32_MAX - 1, 0, &v))
-            BAD("config line %d: 'admin uid N'", ln);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: 'admin uid N'", ln);
         if (c->nadmin_uids == sizeof c->admin_uids / sizeof c->admin_uids[0])
-            BAD("config line %d: too many admin uids", ln);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: too many admin uids", ln);
         c->admin_uids[c->nadmin_uids++] = (uint32_t)v;
         return 0;
     }
     if (nw != 2)
-        BAD("config line %d: unknown directive '%s' (or a wrong number of words)", ln, w[0]);
+        return skv_error(SKV_ERR_FORMAT, "config line %d: unknown directive '%s' (or a wrong number of words)",
+                         ln, w[0]);
     if (strcmp(w[0], "max-clients") == 0) {
         if (parse_u64(w[1], 1, 65536, 0, &v))
-            BAD("config line %d: max-clients wants 1..65536", ln);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: max-clients wants 1..65536", ln);
         c->max_clients = (size_t)v;
     } else if (strcmp(w[0], "max-args") == 0) {
         if (parse_u64(w[1], 4, 1u << 20, 0, &v))
-            BAD("config line %d: max-args wants 4..1048576", ln);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: max-args wants 4..1048576", ln);
         c->max_args = (size_t)v;
     } else if (strcmp(w[0], "max-bulk") == 0) {
         if (parse_u64(w[1], 1024, 4ull << 30, 1, &v))
-            BAD("config line %d: max-bulk wants 1K..4G", ln);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: max-bulk wants 1K..4G", ln);
         c->max_bulk = v;
     } else if (strcmp(w[0], "max-query") == 0) {
         if (parse_u64(w[1], 1024, 8ull << 30, 1, &v))
-            BAD("config line %d: max-query wants 1K..8G", ln);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: max-query wants 1K..8G", ln);
         c->max_query = v;
     } else if (strcmp(w[0], "max-output") == 0) {
         if (parse_u64(w[1], 1024, 8ull << 30, 1, &v))
-            BAD("config line %d: max-output wants 1K..8G", ln);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: max-output wants 1K..8G", ln);
         c->max_output = v;
     } else if (strcmp(w[0], "threads") == 0) {
         if (parse_u64(w[1], 1, 256, 0, &v))
-            BAD("config line %d: threads wants 1..256", ln);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: threads wants 1..256", ln);
         c->threads = (int)v;
     } else if (strcmp(w[0], "put-batch") == 0) {
         if (parse_u64(w[1], 1, 4096, 0, &v))
-            BAD("config line %d: put-batch wants 1..4096", ln);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: put-batch wants 1..4096", ln);
         c->put_batch = (int)v;
     } else {
-        BAD("config line %d: unknown directive '%s'", ln, w[0]);
+        return skv_error(SKV_ERR_FORMAT, "config line %d: unknown directive '%s'", ln, w[0]);
     }
     return 0;
 }
@@ -189,7 +193,7 @@ int skv_server_config_parse(const char *text, size_t len, skv_server_config *out
         size_t end = nl ? (size_t)(nl - text) : len;
         char line[1024];
         if (end - pos >= sizeof line)
-            BAD("config line %d: longer than %zu bytes", ln, sizeof line - 1);
+            return skv_error(SKV_ERR_FORMAT, "config line %d: longer than %zu bytes", ln, sizeof line - 1);
         memcpy(line, text + pos, end - pos);
         line[end - pos] = 0;
         pos = end + 1;
@@ -201,7 +205,7 @@ int skv_server_config_parse(const char *text, size_t len, skv_server_config *out
         char *save = NULL;
         for (char *tok = strtok_r(line, " \t\r", &save); tok; tok = strtok_r(NULL, " \t\r", &save)) {
             if (nw == 8)
-                BAD("config line %d: too many words", ln);
+                return skv_error(SKV_ERR_FORMAT, "config line %d: too many words", ln);
             w[nw++] = tok;
         }
         if (nw == 0)

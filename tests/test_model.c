@@ -22,10 +22,14 @@ static skv_model *load_stories(void)
     return m;
 }
 
-#define NEED_STORIES(m)                                                                          \
-    skv_model *m = load_stories();                                                               \
-    if (!m)                                                                                      \
-        cr_skip("../shared/models/stories260K.bin not present")
+/* stories260K, or the test skipped when ../shared/models lacks it */
+static skv_model *need_stories(void)
+{
+    skv_model *m = load_stories();
+    if (!m)
+        cr_skip("../shared/models/stories260K.bin not present");
+    return m;
+}
 
 static skv_model *random_model(uint64_t seed, int tied)
 {
@@ -67,7 +71,7 @@ static void kv_of(const skv_model *m, skv_pool *pool, const int32_t *tok, size_t
 
 Test(stories, greedy_matches_llama2c_reference)
 {
-    NEED_STORIES(m);
+    skv_model *m = need_stories();
     size_t len;
     uint8_t *ref = tu_read(tu_shared_model("stories260K.greedy.txt"), &len);
     cr_assert_not_null(ref);
@@ -92,7 +96,7 @@ Test(stories, greedy_matches_llama2c_reference)
 
 Test(stories, logits_of_first_8_positions_match_reference)
 {
-    NEED_STORIES(m);
+    skv_model *m = need_stories();
     size_t len;
     char *ref = (char *)tu_read(tu_shared_model("stories260K.logits8.txt"), &len);
     uint8_t *greedy = tu_read(tu_shared_model("stories260K.greedy.txt"), NULL);
@@ -166,7 +170,7 @@ static void check_prefill_vs_steps(const skv_model *m, size_t T)
 
 Test(stories, prefill_kv_equals_incremental_kv)
 {
-    NEED_STORIES(m);
+    skv_model *m = need_stories();
     check_prefill_vs_steps(m, 200);
     skv_model_free(m);
 }
@@ -210,7 +214,7 @@ static void check_determinism(const skv_model *m, size_t T)
 
 Test(stories, bf16_kv_identical_across_runs_and_thread_counts)
 {
-    NEED_STORIES(m);
+    skv_model *m = need_stories();
     check_determinism(m, 256);
     skv_model_free(m);
 }
@@ -340,7 +344,7 @@ static void check_quantized(const skv_model *m, size_t T, double max_int8_err)
 
 Test(stories, quantized_copies_predict_kv_and_attend_over_exact_prefix)
 {
-    NEED_STORIES(m);
+    skv_model *m = need_stories();
     check_quantized(m, 128, 0.05);
     skv_model_free(m);
 }
