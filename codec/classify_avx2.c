@@ -35,7 +35,7 @@ __attribute__((target("avx2"))) void skv__cls8_avx2(const float *mu, const float
     __asm__("" : "+r"(K));
     for (; groups--; mu += 8, s += 8, o++) {
         skv_v8i flag, idx, key, G;
-        cls8_group(K, mu, s, &flag, &idx, &key, &G, 0);
+        cls8_group(K, mu, s, &flag, &idx, &key, &G, CLS8_WHOLE);
         memcpy(o->flag, &flag, sizeof flag);
         memcpy(o->idx, &idx, sizeof idx);
         memcpy(o->key, &key, sizeof key);

@@ -115,15 +115,23 @@ static inline __attribute__((target("avx2"), always_inline)) int cls8_allb(const
     return !_mm256_movemask_ps((__m256)(emu - K[K_134] + K[K_1] >= G));
 }
 
+/* How cls8_mu works out a group's classes: every lane through both the
+ * STEP and the BUCKET arithmetic (CLS8_WHOLE); a group whose lanes are all
+ * STEP or all BUCKET by that class's alone (CLS8_SPLIT, the encoder's
+ * packs); and, as the decoder's packs do, a group that is all BUCKET by
+ * mu's exponent alone without c at all (CLS8_SPLIT_ALLB). The classes are
+ * the same every way. */
+typedef enum { CLS8_WHOLE, CLS8_SPLIT, CLS8_SPLIT_ALLB } cls8_how;
+
 /* cls8_group with s's part (cls8_s) given */
 static inline __attribute__((target("avx2"), always_inline)) void
 cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, skv_v8i *flag_o, skv_v8i *idx_o,
-        skv_v8i *key_o, const int SPLIT)
+        skv_v8i *key_o, const cls8_how how)
 {
     skv_v8i mb, emu, Y, em;
     cls8_y(K, mu, &mb, &emu, &Y, &em);
     skv_v8i idxS = V8(0), okS = V8(0), bi = V8(0), idxB = V8(0), okB = V8(0);
-    if (SPLIT == 2 && cls8_allb(K, emu, G)) {
+    if (how == CLS8_SPLIT_ALLB && cls8_allb(K, emu, G)) {
         cls8_bucket(K, Y, em, sub, G, &okB, &idxB, &bi);
         *flag_o = SEL(okB, K[K_1], K[K_2]), *idx_o = idxB + K[K_NSTEP], *key_o = bi;
         return;
@@ -136,11 +144,11 @@ cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, s
     skv_v8i cm = cc & K[K_X7FFF], E = cm >> 7;
     skv_v8i U = E + (E == V8(0)) * -1 - K[K_134];
     skv_v8i step = U >= G;
-    /* SPLIT (v2_pack_rows): a group whose lanes are all STEP or all
-     * BUCKET, nearly every group at ctx (a head's channels share their
-     * scale), works out that class alone (SPLIT 2, the decoder's: one
-     * that is all BUCKET by mu's exponent alone skips c, above) */
-    const int ms = SPLIT ? _mm256_movemask_ps((__m256)step) : 0x100;
+    /* split (the packs): a group whose lanes are all STEP or all BUCKET,
+     * nearly every group at ctx (a head's channels share their scale),
+     * works out that class alone (CLS8_SPLIT_ALLB: one that is all BUCKET
+     * by mu's exponent alone skipped c, above) */
+    const int ms = how != CLS8_WHOLE ? _mm256_movemask_ps((__m256)step) : 0x100;
     if (ms != 0) {
         /* STEP: octave, phases, phase of mu's offset from c */
         skv_v8i oct = Es - U, low = oct < K[K_M12];
@@ -178,11 +186,11 @@ cls8_mu(const skv_v8i *K, const float *mu, skv_v8i Es, skv_v8i sub, skv_v8i G, s
 
 static inline __attribute__((target("avx2"), always_inline)) void
 cls8_group(const skv_v8i *K, const float *mu, const float *s, skv_v8i *flag_o, skv_v8i *idx_o,
-           skv_v8i *key_o, skv_v8i *G_o, const int SPLIT)
+           skv_v8i *key_o, skv_v8i *G_o, const cls8_how how)
 {
     skv_v8i Es, sub;
     cls8_s(K, s, &Es, &sub, G_o);
-    cls8_mu(K, mu, Es, sub, *G_o, flag_o, idx_o, key_o, SPLIT);
+    cls8_mu(K, mu, Es, sub, *G_o, flag_o, idx_o, key_o, how);
 }
 _Static_assert(sizeof(skv_fcls) == 32 && offsetof(skv_fcls, base) == 8 &&
                    offsetof(skv_fcls, G) == 16 && offsetof(skv_fcls, bucket) == 20 &&

@@ -10,6 +10,11 @@
  * Checked readers test every word read against the end; the scalars of a
  * batch for which the payload left holds SKV_MAX_OPS words each run
  * unchecked (an operation reads at most one). */
+/* Whether a reader tests every word it reads against the end (the scalars
+ * near a payload's end), or runs unchecked where the payload left cannot
+ * run out (get_n_split) */
+typedef enum { RD_UNCHECKED = 0, RD_CHECKED = 1 } rd_check;
+
 typedef struct {
     uint32_t s0, s1, s2, s3;
     const uint8_t *w, *wend;
@@ -40,7 +45,7 @@ SKV_ALWAYS_INLINE void rd_load(const skv_decoder *d, v1_reader *r)
     r->bad = d->bad;
 }
 
-SKV_ALWAYS_INLINE void rd_next(v1_reader *r, uint32_t v, int checked)
+SKV_ALWAYS_INLINE void rd_next(v1_reader *r, uint32_t v, const rd_check checked)
 {
     if (checked) {
         v = renorm_checked(v, &r->w, r->wend, &r->bad);
@@ -72,7 +77,7 @@ static __attribute__((noinline)) uint32_t find_multi(const skv_ftab *t, uint32_t
     return k;
 }
 
-SKV_ALWAYS_INLINE uint32_t rd_sym(v1_reader *r, const skv_ftab *t, int checked)
+SKV_ALWAYS_INLINE uint32_t rd_sym(v1_reader *r, const skv_ftab *t, const rd_check checked)
 {
     uint32_t x = r->s0, slot = x & 0xffffu;
     const skv_lut *e = &t->lut[slot >> t->lsh];
@@ -108,7 +113,7 @@ SKV_ALWAYS_INLINE uint32_t rd_sym(v1_reader *r, const skv_ftab *t, int checked)
 }
 
 /* nb plain bits, 1 <= nb <= 16 */
-SKV_ALWAYS_INLINE uint32_t rd_bits(v1_reader *r, int nb, int checked)
+SKV_ALWAYS_INLINE uint32_t rd_bits(v1_reader *r, int nb, const rd_check checked)
 {
     uint32_t x = r->s0;
     rd_next(r, x >> nb, checked);
@@ -116,7 +121,7 @@ SKV_ALWAYS_INLINE uint32_t rd_bits(v1_reader *r, int nb, int checked)
 }
 
 /* nb plain bits, 0 <= nb <= 32, high 16 first */
-SKV_ALWAYS_INLINE uint32_t rd_raw(v1_reader *r, int nb, int checked)
+SKV_ALWAYS_INLINE uint32_t rd_raw(v1_reader *r, int nb, const rd_check checked)
 {
     uint32_t v = 0;
     if (__builtin_expect(nb > 16, 0)) {
@@ -134,8 +139,8 @@ static __attribute__((noinline)) uint32_t dec_escape(skv_decoder *d)
     const skv_lat *L = &d->m->lat;
     v1_reader r;
     rd_load(d, &r);
-    uint32_t hi = rd_sym(&r, &d->m->pemp, 1);
-    uint32_t lo = L->nbits > 8 ? rd_raw(&r, L->nbits - 8, 1) : 0;
+    uint32_t hi = rd_sym(&r, &d->m->pemp, RD_CHECKED);
+    uint32_t lo = L->nbits > 8 ? rd_raw(&r, L->nbits - 8, RD_CHECKED) : 0;
     rd_save(d, &r);
     return (hi << (L->nbits - 8)) | lo;
 }
@@ -156,13 +161,13 @@ static __attribute__((noinline)) uint32_t dec_bucket_slow(skv_decoder *d, const 
         fbucket_range(L, j, c->G, &lo, &hi);
     } else {
         if (lvl < 0) /* not read yet */
-            lvl = (int)rd_sym(&r, &d->m->zero, 1);
+            lvl = (int)rd_sym(&r, &d->m->zero, RD_CHECKED);
         fzero_range(L, c->G, lvl, &lo, &hi);
     }
     if (hi <= lo) {
         r.bad = 1;
     } else {
-        uint32_t idx = rd_raw(&r, fbits_for((uint64_t)hi - lo), 1);
+        uint32_t idx = rd_raw(&r, fbits_for((uint64_t)hi - lo), RD_CHECKED);
         if (idx >= hi - lo || lo + idx >= L->inf_mag)
             r.bad = 1;
         else
@@ -176,7 +181,7 @@ static __attribute__((noinline)) uint32_t dec_bucket_slow(skv_decoder *d, const 
  * common case mirrors enc_one: bucket j >= 1 with 2^nb lattice points
  * inside a normal binade, x = (exponent, j's low bits, nb plain bits). */
 SKV_ALWAYS_INLINE uint32_t dec_after(skv_decoder *d, const skv_lat *L, v1_reader *r, const skv_fcls *c,
-                                     uint32_t sym, int checked)
+                                     uint32_t sym, const rd_check checked)
 {
     int64_t key = c->base + (int64_t)sym;
     if (__builtin_expect(sym == c->nesc, 0)) {
@@ -229,7 +234,7 @@ SKV_ALWAYS_INLINE uint32_t dec_after(skv_decoder *d, const skv_lat *L, v1_reader
 }
 
 SKV_ALWAYS_INLINE uint32_t dec_one(skv_decoder *d, const skv_lat *L, v1_reader *r, const skv_fcls *c,
-                                   int checked)
+                                   const rd_check checked)
 {
     return dec_after(d, L, r, c, rd_sym(r, c->tab, checked), checked);
 }
@@ -250,7 +255,7 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, v1_reader *r,
     const uint32_t **bvt = d->m->bvt + BVT_G0; /* indexed by G */
     uint32_t *o = out;
     for (; c < cend; c++) {
-        uint32_t sym = rd_sym(&st, c->tab, 0), x;
+        uint32_t sym = rd_sym(&st, c->tab, RD_UNCHECKED), x;
         int64_t key = c->base + (int64_t)sym;
         uint32_t ent = 0;
         const uint32_t *vt = NULL;
@@ -261,11 +266,11 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, v1_reader *r,
                 ent = vt[key + BVT_K];
         }
         if (__builtin_expect((ent >> 24) != 0 && sym != 2 * BUCKET_R + 1, 1)) {
-            x = (ent & 0xffffffu) + rd_bits(&st, (int)(ent >> 24), 0);
+            x = (ent & 0xffffffu) + rd_bits(&st, (int)(ent >> 24), RD_UNCHECKED);
         } else {
             if (__builtin_expect(vt == skv__bvt_none, 0))
                 skv__build_bvt(d->m, c->G); /* the next scalar of this width uses them */
-            x = dec_after(d, L, &st, c, sym, 0);
+            x = dec_after(d, L, &st, c, sym, RD_UNCHECKED);
             if (__builtin_expect(st.bad, 0)) {
                 r->bad = 1;
                 break;
@@ -280,7 +285,7 @@ SKV_ALWAYS_INLINE size_t dec_run(skv_decoder *d, const skv_lat *L, v1_reader *r,
 }
 
 SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *mu, const float *s,
-                                 uint32_t *out, size_t n, int checked, const skv_fcls *given)
+                                 uint32_t *out, size_t n, const rd_check checked, const skv_fcls *given)
 {
     skv_cmodel *m = d->m;
     v1_reader r;
@@ -345,7 +350,7 @@ SKV_ALWAYS_INLINE int get_n_impl(skv_decoder *d, const skv_lat *L, const float *
 /* With atoms (put_n_atoms_impl): one scalar at a time, the channel's atom
  * symbol first. */
 SKV_ALWAYS_INLINE int get_n_atoms_impl(skv_decoder *d, const skv_lat *L, const float *mu,
-                                       const float *s, uint32_t *out, size_t n, int checked,
+                                       const float *s, uint32_t *out, size_t n, const rd_check checked,
                                        const skv_fcls *given)
 {
     skv_cmodel *m = d->m;
@@ -426,14 +431,14 @@ SKV_ALWAYS_INLINE int get_n_split(skv_decoder *d, const skv_lat *L, const float 
     const skv_fcls *rest = given ? given + fast : NULL;
     int rc;
     if (d->atoms) {
-        rc = fast ? get_n_atoms_impl(d, L, mu, s, x, fast, 0, given) : SKV_OK;
+        rc = fast ? get_n_atoms_impl(d, L, mu, s, x, fast, RD_UNCHECKED, given) : SKV_OK;
         if (!rc && fast < n)
-            rc = get_n_atoms_impl(d, L, mu + fast, s + fast, x + fast, n - fast, 1, rest);
+            rc = get_n_atoms_impl(d, L, mu + fast, s + fast, x + fast, n - fast, RD_CHECKED, rest);
         return rc;
     }
-    rc = fast ? get_n_impl(d, L, mu, s, x, fast, 0, given) : SKV_OK;
+    rc = fast ? get_n_impl(d, L, mu, s, x, fast, RD_UNCHECKED, given) : SKV_OK;
     if (!rc && fast < n)
-        rc = get_n_impl(d, L, mu + fast, s + fast, x + fast, n - fast, 1, rest);
+        rc = get_n_impl(d, L, mu + fast, s + fast, x + fast, n - fast, RD_CHECKED, rest);
     return rc;
 }
 

@@ -167,7 +167,7 @@ int skv__dec_v2_rows(skv_decoder *d, const float *mu, const float *s, uint32_t *
      * once, or classifies a row that does not repeat straight into the pack */
     if (d->fast2 && (!d->atoms || d->got % d->atoms->nch == 0))
         fast = row ? skv__v2_pack(d->m, &d->rc, &d->pk, row, n, d->atoms)
-                   : skv__v2_pack_rows(d->m, &d->pk, mu, s, n, d->atoms, 0);
+                   : skv__v2_pack_rows(d->m, &d->pk, mu, s, n, d->atoms, PACK_FOR_DECODER);
 #endif
     int rc = SKV_OK;
     size_t i = 0, rw = 0;

@@ -518,7 +518,7 @@ v2_get_pair_body(skv_decoder *const d[2], const float *const mu[2], const float 
               size_t n)
 {
     for (int k = 0; k < 2; k++)
-        if (!v2_pack_rows_body(d[k]->m, &d[k]->pk, mu[k], s[k], n, NULL, 0))
+        if (!v2_pack_rows_body(d[k]->m, &d[k]->pk, mu[k], s[k], n, NULL, PACK_FOR_DECODER))
             return 1; /* no room: nothing decoded */
     v2_reader rr[2];
     v2_reader *const r[2] = {&rr[0], &rr[1]};
@@ -573,20 +573,24 @@ v2_get_pair_body(skv_decoder *const d[2], const float *const mu[2], const float 
     return SKV_OK;
 }
 
-static __attribute__((target(T512))) int v2_get_pair_avx512(skv_decoder *const d[2], const float *const mu[2],
-                                                        const float *const s[2], uint32_t *const x[2], size_t n)
+/* The body with the packs and the paired run inlined, built for AVX2 and
+ * for AVX-512VL */
+static __attribute__((target("avx2,popcnt"))) int v2_get_pair_avx2(skv_decoder *const d[2], const float *const mu[2],
+                                                                  const float *const s[2], uint32_t *const x[2],
+                                                                  size_t n)
 {
     return v2_get_pair_body(d, mu, s, x, n);
 }
 
-/* v2_get_pair_body with the packs and the paired run inlined, for AVX2 or
- * (cls_simd() 3) AVX-512VL */
-__attribute__((target("avx2,popcnt"))) int skv__v2_get_pair(skv_decoder *const d[2], const float *const mu[2],
-                                                           const float *const s[2], uint32_t *const x[2],
-                                                           size_t n)
+static __attribute__((target(T512))) int v2_get_pair_avx512(skv_decoder *const d[2], const float *const mu[2],
+                                                           const float *const s[2], uint32_t *const x[2], size_t n)
 {
-    if (cls_simd() == 3)
-        return v2_get_pair_avx512(d, mu, s, x, n);
     return v2_get_pair_body(d, mu, s, x, n);
+}
+
+int skv__v2_get_pair(skv_decoder *const d[2], const float *const mu[2], const float *const s[2],
+                     uint32_t *const x[2], size_t n)
+{
+    return cls_simd() == 3 ? v2_get_pair_avx512(d, mu, s, x, n) : v2_get_pair_avx2(d, mu, s, x, n);
 }
 #endif

@@ -226,7 +226,7 @@ int skv__enc_v2_put(skv_encoder *e, const uint32_t *x, const float *mu, const fl
         if (!row && rcache_on(&e->rc, n) && !(row = rcache_get(e->m, L, &e->rc, mu, s, n)))
             return skv_error(SKV_ERR_NOMEM, "codec table");
         fast = row ? skv__v2_pack(e->m, &e->rc, &e->pk2, row, n, e->atoms)
-                   : skv__v2_pack_rows(e->m, &e->pk2, mu, s, n, e->atoms, 1);
+                   : skv__v2_pack_rows(e->m, &e->pk2, mu, s, n, e->atoms, PACK_FOR_ENCODER);
     }
 #endif
     size_t i = 0;

@@ -73,18 +73,27 @@ int skv__v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv_f
     return 1;
 }
 
-static __attribute__((target(T512))) int v2_pack_rows_avx512(skv_cmodel *m, skv_v2pack *p, const float *mu,
-                                                         const float *s, size_t n, const skv_atoms *as, int enc)
+/* The body built for AVX2 and for AVX-512VL, each for both users */
+static __attribute__((target("avx2"))) int v2_pack_rows_avx2(skv_cmodel *m, skv_v2pack *p, const float *mu,
+                                                           const float *s, size_t n, const skv_atoms *as,
+                                                           v2_pack_for user)
 {
-    return enc ? v2_pack_rows_body(m, p, mu, s, n, as, 1) : v2_pack_rows_body(m, p, mu, s, n, as, 0);
+    return user == PACK_FOR_ENCODER ? v2_pack_rows_body(m, p, mu, s, n, as, PACK_FOR_ENCODER)
+                                    : v2_pack_rows_body(m, p, mu, s, n, as, PACK_FOR_DECODER);
 }
 
-__attribute__((target("avx2"))) int skv__v2_pack_rows(skv_cmodel *m, skv_v2pack *p, const float *mu,
-                                                      const float *s, size_t n, const skv_atoms *as,
-                                                      int enc)
+static __attribute__((target(T512))) int v2_pack_rows_avx512(skv_cmodel *m, skv_v2pack *p, const float *mu,
+                                                           const float *s, size_t n, const skv_atoms *as,
+                                                           v2_pack_for user)
 {
-    if (cls_simd() == 3)
-        return v2_pack_rows_avx512(m, p, mu, s, n, as, enc);
-    return enc ? v2_pack_rows_body(m, p, mu, s, n, as, 1) : v2_pack_rows_body(m, p, mu, s, n, as, 0);
+    return user == PACK_FOR_ENCODER ? v2_pack_rows_body(m, p, mu, s, n, as, PACK_FOR_ENCODER)
+                                    : v2_pack_rows_body(m, p, mu, s, n, as, PACK_FOR_DECODER);
+}
+
+int skv__v2_pack_rows(skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, size_t n,
+                      const skv_atoms *as, v2_pack_for user)
+{
+    return cls_simd() == 3 ? v2_pack_rows_avx512(m, p, mu, s, n, as, user)
+                           : v2_pack_rows_avx2(m, p, mu, s, n, as, user);
 }
 #endif

@@ -39,13 +39,13 @@ static inline void v2_pack_atoms(skv_v2pack *p, const skv_atoms *as, size_t j, i
     p->e41[j] = !ok ? 0 : a ? (uint64_t)(uintptr_t)a->tab.enc << 4 : p->e4[j];
 }
 
-/* v2_pack_rows's group of lanes j..j+7 into p (enc: the encoder's e4
- * too), its lanes' ok, STEP and widths folded into *okacc, *sacc, *bvall
+/* v2_pack_rows_body's group of lanes j..j+7 into p (for the encoder: its
+ * e4 too), its lanes' ok, STEP and widths folded into *okacc, *sacc, *bvall
  * (sknown: s's part already in p). Returns whether the group is all
  * BUCKET with its tables built and taken (p->gb). */
 static inline __attribute__((target("avx2"), always_inline)) int
 v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, size_t j,
-              int sknown, int enc, __m256i *okacc, __m256i *sacc, __m256i *bvall)
+              int sknown, const v2_pack_for user, __m256i *okacc, __m256i *sacc, __m256i *bvall)
 {
     const int bready = p->bready;
     const uint8_t *tb = (const uint8_t *)m->tblock;
@@ -67,7 +67,7 @@ v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, c
             skv_v8i bo = (sub * 4 + K[K_NSTEP]) * (int)sizeof(skv_ftab);
             memcpy(p->sbo + j, &bo, sizeof bo);
         }
-        cls8_mu(K, mu + j, Es, sub, G, &flag, &idx, &key, enc ? 1 : 2);
+        cls8_mu(K, mu + j, Es, sub, G, &flag, &idx, &key, user == PACK_FOR_ENCODER ? CLS8_SPLIT : CLS8_SPLIT_ALLB);
         __m256i fl = (__m256i)flag;
         ix = (__m256i)idx, kv = (__m256i)key, Gv = (__m256i)G;
         isS = _mm256_cmpeq_epi32(fl, zero), isB = _mm256_cmpeq_epi32(fl, one);
@@ -125,7 +125,7 @@ v2_pack_group(const skv_v8i *K, skv_cmodel *m, skv_v2pack *p, const float *mu, c
     _mm256_storeu_si256((__m256i *)(p->stp + j), isS);
     *okacc = _mm256_and_si256(*okacc, ok);
     *sacc = _mm256_or_si256(*sacc, _mm256_and_si256(isS, ok));
-    if (enc) {
+    if (user == PACK_FOR_ENCODER) {
         const long long *eb = (const long long *)(const void *)(tb + offsetof(skv_ftab, enc));
         __m256i m0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(ok));
         __m256i m1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(ok, 1));
@@ -173,10 +173,10 @@ static inline __attribute__((target("avx2"), always_inline)) int v2_pack_group_b
  * straight into the pack: rows that do not repeat (ctx's, with the row
  * cache off). Tables not built yet are built on the way; a lane the
  * arithmetic flags, or whose table cannot be built, is left to the other
- * paths (p->ok 0). enc: the encoder's e4 as well. 0 when memory fails. */
+ * paths (p->ok 0); for the encoder its e4 as well. 0 when memory fails. */
 static inline __attribute__((target("avx2"), always_inline)) int
 v2_pack_rows_body(skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, size_t n, const skv_atoms *as,
-               int enc)
+               const v2_pack_for user)
 {
     if (n % 8 || (as && n % as->nch) || !v2_pack_room(p, n))
         return 0;
@@ -198,12 +198,12 @@ v2_pack_rows_body(skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s,
                      _mm256_loadu_si256((const __m256i *)(p->slast + j)), _mm256_loadu_si256((const __m256i *)(s + j))))) == 0xff;
     __m256i bvall = _mm256_set1_epi32(-1);
     /* the decoder's groups packed all BUCKET last time under this s */
-    const int fastb = sknown && !as && !enc;
+    const int fastb = sknown && !as && user == PACK_FOR_DECODER;
     for (size_t j = 0; j < n; j += 8) {
         if (fastb && p->gb[j / 8] && v2_pack_group_b(K, p, mu, j))
             continue;
-        int gb = v2_pack_group(K, m, p, mu, s, j, sknown, enc, &okacc, &sacc, &bvall);
-        if (!enc)
+        int gb = v2_pack_group(K, m, p, mu, s, j, sknown, user, &okacc, &sacc, &bvall);
+        if (user == PACK_FOR_DECODER)
             p->gb[j / 8] = (uint8_t)gb;
         for (int q = 0; as && q < 8; q++)
             v2_pack_atoms(p, as, j + (size_t)q, p->ok[j + q] != 0);

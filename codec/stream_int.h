@@ -219,12 +219,14 @@ size_t skv__v2_run(skv_decoder *d, v2_reader *r, size_t i, uint32_t at, size_t n
 int skv__v2_pair_fast(skv_decoder *const d[2], size_t n);
 int skv__v2_get_pair(skv_decoder *const d[2], const float *const mu[2], const float *const s[2],
                      uint32_t *const x[2], size_t n);
-/* pack.c: a row's classes packed for the AVX2 paths (0: no memory) */
+/* pack.c: a row's classes packed for the AVX2 paths (0: no memory), for
+ * the decoder or, with each table's encoder entries too, the encoder */
+typedef enum { PACK_FOR_DECODER, PACK_FOR_ENCODER } v2_pack_for;
 int skv__v2_pack_grow(skv_v2pack *p, size_t n);
 int skv__v2_pack(skv_cmodel *m, const skv_rcache *rc, skv_v2pack *p, const skv_fcls *row, size_t n,
                  const skv_atoms *as);
 int skv__v2_pack_rows(skv_cmodel *m, skv_v2pack *p, const float *mu, const float *s, size_t n,
-                      const skv_atoms *as, int enc);
+                      const skv_atoms *as, v2_pack_for user);
 #endif
 
 #endif
