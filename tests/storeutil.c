@@ -45,15 +45,20 @@ void su_random_model(su_model *tm, const char *dir, skv_dtype dt)
     fill(tm, dt);
 }
 
-int su_shared_model(su_model *tm, const char *name, skv_dtype dt)
+void su_model_load(su_model *tm, const char *path, skv_dtype dt)
 {
     memset(tm, 0, sizeof *tm);
+    snprintf(tm->path, sizeof tm->path, "%s", path);
+    SU_CHECK(skv_model_load(tm->path, &tm->m) == 0, "load %s", tm->path);
+    fill(tm, dt);
+}
+
+int su_shared_model(su_model *tm, const char *name, skv_dtype dt)
+{
     const char *p = tu_shared_model(name);
     if (!p)
         return 1;
-    snprintf(tm->path, sizeof tm->path, "%s", p);
-    SU_CHECK(skv_model_load(tm->path, &tm->m) == 0, "load %s", tm->path);
-    fill(tm, dt);
+    su_model_load(tm, p, dt);
     return 0;
 }
 
