@@ -77,51 +77,54 @@ void rope_init(skv_calib *c)
         c->inv_freq[i] = (float)skv_exp(-lt * (double)(2 * i) / (double)c->sh.rope_dim);
 }
 
+/* n floats' bits into the hash, four bytes little-endian each */
+static void hash_floats(crypto_generichash_state *st, const float *p, size_t n)
+{
+    uint8_t b[4];
+    for (size_t i = 0; i < n; i++) {
+        skv_store32_le(b, skv_f32_bits(p[i]));
+        crypto_generichash_update(st, b, 4);
+    }
+}
+
+/* n words into the hash, four bytes little-endian each */
+static void hash_u32s(crypto_generichash_state *st, const uint32_t *p, size_t n)
+{
+    uint8_t b[4];
+    for (size_t i = 0; i < n; i++) {
+        skv_store32_le(b, p[i]);
+        crypto_generichash_update(st, b, 4);
+    }
+}
+
+/* The calibration's id: BLAKE2b-128 of its shape, every parameter and
+ * the model's fingerprint */
 void compute_id(skv_calib *c)
 {
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads,
                  V = (size_t)c->sh.vocab;
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 16);
-    int32_t hdr[] = {c->version, c->sh.layers, c->sh.kv_heads, c->sh.head_dim, c->sh.vocab,
-                     (int32_t)c->sh.dtype, c->sh.rope_dim, (int32_t)c->sh.rope_layout,
-                     (int32_t)c->levels, c->rope_known};
-    uint8_t b[4];
-    for (size_t i = 0; i < sizeof hdr / 4; i++) {
-        skv_store32_le(b, (uint32_t)hdr[i]);
-        crypto_generichash_update(&st, b, 4);
-    }
-#define HASHF(p, n)                                                                              \
-    for (size_t i_ = 0; i_ < (n); i_++) {                                                        \
-        skv_store32_le(b, skv_f32_bits((p)[i_]));                                                \
-        crypto_generichash_update(&st, b, 4);                                                    \
-    }
-    float th = c->sh.rope_theta;
-    HASHF(&th, 1);
-    HASHF(c->mean, L * 2 * C);
+    const uint32_t hdr[] = {(uint32_t)c->version, (uint32_t)c->sh.layers, (uint32_t)c->sh.kv_heads,
+                            (uint32_t)c->sh.head_dim, (uint32_t)c->sh.vocab, (uint32_t)c->sh.dtype,
+                            (uint32_t)c->sh.rope_dim, (uint32_t)c->sh.rope_layout, (uint32_t)c->levels,
+                            (uint32_t)c->rope_known};
+    hash_u32s(&st, hdr, sizeof hdr / sizeof hdr[0]);
+    hash_floats(&st, &c->sh.rope_theta, 1);
+    hash_floats(&st, c->mean, L * 2 * C);
     for (int l = 0; l < SKV_LEVEL_COUNT; l++) {
-        HASHF(c->s[l], L * 2 * 2 * C);
-        HASHF(c->w[l], L * 2 * H * 2 * NF);
+        hash_floats(&st, c->s[l], L * 2 * 2 * C);
+        hash_floats(&st, c->w[l], L * 2 * H * 2 * NF);
     }
-    HASHF(c->cb, L * V * 2 * C);
-#undef HASHF
-    for (size_t i = 0; i < V; i++) {
-        skv_store32_le(b, (uint32_t)c->cb_n[i]);
-        crypto_generichash_update(&st, b, 4);
-    }
-    for (int i = 0; i < 256; i++) {
-        skv_store32_le(b, c->pemp[i]);
-        crypto_generichash_update(&st, b, 4);
-    }
+    hash_floats(&st, c->cb, L * V * 2 * C);
+    hash_u32s(&st, (const uint32_t *)c->cb_n, V);
+    hash_u32s(&st, c->pemp, 256);
     crypto_generichash_update(&st, (const uint8_t *)c->model_fp, 32);
     if (c->version >= 2) { /* atoms */
-        const uint32_t *arr[4] = {c->at_k, c->at_lam, c->at_val, c->at_cnt};
-        const size_t len[4] = {L * 2 * C, L * 2 * C, c->at_total, c->at_total};
-        for (int a = 0; a < 4; a++)
-            for (size_t i = 0; i < len[a]; i++) {
-                skv_store32_le(b, arr[a][i]);
-                crypto_generichash_update(&st, b, 4);
-            }
+        hash_u32s(&st, c->at_k, L * 2 * C);
+        hash_u32s(&st, c->at_lam, L * 2 * C);
+        hash_u32s(&st, c->at_val, c->at_total);
+        hash_u32s(&st, c->at_cnt, c->at_total);
     }
     crypto_generichash_final(&st, c->id, 16);
 }

@@ -119,8 +119,120 @@ static inline void features(const skv_calib *c, const calib_data *d, float *cons
     f[3] = mean[ch];
 }
 
+/* One parameter group of a level: (layer l, kv, head h, seen-class), with
+ * the samples' buffers (xs, mus: ns samples a channel of the head) */
+typedef struct {
+    skv_calib *c;
+    const calib_data *d;
+    skv_level lvl;
+    float *const *model_pred; /* [sq][L][T][C] of this kv, or NULL */
+    size_t l, h, seen;
+    int kv;
+    size_t ns;
+    uint32_t *xs;
+    float *mus, *cbf, *self;
+    double *res2, *mag;
+    size_t *cnt;
+} fit_group;
+
+/* Whether sample (sq, t) is of the group's seen-class (leave-one-out:
+ * "seen" means another occurrence exists) */
+static int group_has(const fit_group *g, size_t sq, size_t t)
+{
+    return (size_t)(g->c->cb_n[g->d->tok[sq][t]] > 1) == g->seen;
+}
+
+/* 1) the group's weights w by least squares (leave-one-out codebook);
+ * returns the number of the group's samples */
+static size_t fit_weights(const fit_group *g, const int use[NF], float *w)
+{
+    const skv_calib *c = g->c;
+    const calib_data *d = g->d;
+    const size_t D = (size_t)c->sh.head_dim;
+    double A[NF][NF] = {{0}}, bvec[NF] = {0};
+    size_t nsamp = 0;
+    for (size_t sq = 0; sq < d->n_seq; sq++) {
+        size_t T = d->T[sq];
+        for (size_t t = 0; t < T; t++) {
+            if (!group_has(g, sq, t))
+                continue;
+            nsamp++;
+            if (g->lvl == SKV_LEVEL_STAT)
+                continue;
+            const float *row = loo_features(c, d, sq, g->l, g->kv, t, g->self, g->cbf);
+            for (size_t dd = 0; dd < D; dd++) {
+                size_t ch = g->h * D + dd;
+                float f4[NF];
+                features(c, d, g->model_pred, sq, g->l, g->kv, t, ch, g->cbf, f4);
+                double f[NF] = {f4[0], f4[1], f4[2], f4[3]};
+                for (int i = 0; i < NF; i++) {
+                    for (int j = 0; j < NF; j++)
+                        A[i][j] += f[i] * f[j];
+                    bvec[i] += f[i] * row[ch];
+                }
+            }
+        }
+    }
+    if (g->lvl == SKV_LEVEL_STAT || nsamp == 0) {
+        memset(w, 0, NF * sizeof *w);
+        w[3] = 1.0f;
+        if (nsamp == 0 && g->lvl != SKV_LEVEL_STAT && g->seen == 1)
+            memcpy(w, w - NF, NF * sizeof *w); /* no seen samples: as unseen */
+    } else {
+        solve(A, bvec, use, w);
+    }
+    return nsamp;
+}
+
+/* 2) s per channel of the group by measured code length on a subsample
+ * of its nsamp samples, predicted with w */
+static void fit_spreads(const fit_group *g, skv_cmodel *cm, const float *w, size_t nsamp,
+                        int max_samples)
+{
+    const skv_calib *c = g->c;
+    const calib_data *d = g->d;
+    const size_t C = chan_count(&c->sh), D = (size_t)c->sh.head_dim, ns = g->ns, l = g->l;
+    const int kv = g->kv;
+    size_t st = nsamp > (size_t)max_samples ? (nsamp + (size_t)max_samples - 1) / (size_t)max_samples : 1;
+    for (size_t dd = 0; dd < D; dd++)
+        g->res2[dd] = g->mag[dd] = 0, g->cnt[dd] = 0;
+    size_t n_in = 0;
+    for (size_t sq = 0; sq < d->n_seq; sq++) {
+        size_t T = d->T[sq];
+        for (size_t t = 0; t < T; t++) {
+            if (!group_has(g, sq, t))
+                continue;
+            if (n_in++ % st || g->cnt[0] >= ns)
+                continue;
+            const float *row = loo_features(c, d, sq, l, kv, t, g->self, g->cbf);
+            for (size_t dd = 0; dd < D; dd++) {
+                size_t ch = g->h * D + dd;
+                float f4[NF];
+                features(c, d, g->model_pred, sq, l, kv, t, ch, g->cbf, f4);
+                float mu = predict(w, f4[0], f4[1], f4[2], f4[3]);
+                size_t k = g->cnt[dd]++;
+                g->xs[dd * ns + k] = d->bits[kv][sq][(l * T + t) * C + ch];
+                g->mus[dd * ns + k] = mu;
+                double e = (double)row[ch] - mu;
+                g->res2[dd] += e * e;
+                g->mag[dd] += fabs((double)row[ch]);
+            }
+        }
+    }
+    float *sv = c->s[g->lvl] + ((l * 2 + (size_t)kv) * 2 + g->seen) * C;
+    for (size_t dd = 0; dd < D; dd++) {
+        size_t n = g->cnt[dd], ch = g->h * D + dd;
+        double rms = n ? sqrt(g->res2[dd] / (double)n) : 0;
+        double typ = n ? g->mag[dd] / (double)n / 128.0 : 1e-3;
+        if (n == 0 && g->seen == 1)
+            sv[ch] = sv[ch - C]; /* as unseen */
+        else
+            sv[ch] = n ? fit_s(cm, g->xs + dd * ns, g->mus + dd * ns, n, rms, typ) : 1.0f;
+    }
+}
+
 int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *const *model_pred[2],
-                     int max_samples, int quiet)
+              int max_samples, int quiet)
 {
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads,
                  D = (size_t)c->sh.head_dim;
@@ -132,112 +244,46 @@ int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *const *mo
     size_t total = 0;
     for (size_t i = 0; i < d->n_seq; i++)
         total += d->T[i];
-    size_t ns = (total < (size_t)max_samples ? total : (size_t)max_samples) + 2;
-    uint32_t *xs = skv_malloc(ns * D * sizeof *xs);
-    float *mus = skv_malloc(ns * D * sizeof *mus);
-    float *cbf = skv_malloc(C * sizeof *cbf), *self = skv_malloc(C * sizeof *self);
-    double *res2 = skv_calloc(D, sizeof *res2), *mag = skv_calloc(D, sizeof *mag);
-    size_t *cnt = skv_calloc(D, sizeof *cnt);
-    if (!xs || !mus || !cbf || !self || !res2 || !mag || !cnt) {
+    fit_group g = {.c = c, .d = d, .lvl = lvl};
+    g.ns = (total < (size_t)max_samples ? total : (size_t)max_samples) + 2;
+    g.xs = skv_malloc(g.ns * D * sizeof *g.xs);
+    g.mus = skv_malloc(g.ns * D * sizeof *g.mus);
+    g.cbf = skv_malloc(C * sizeof *g.cbf), g.self = skv_malloc(C * sizeof *g.self);
+    g.res2 = skv_calloc(D, sizeof *g.res2), g.mag = skv_calloc(D, sizeof *g.mag);
+    g.cnt = skv_calloc(D, sizeof *g.cnt);
+    if (!g.xs || !g.mus || !g.cbf || !g.self || !g.res2 || !g.mag || !g.cnt) {
         rc = skv_error(SKV_ERR_NOMEM, "calibration samples");
         goto done;
     }
-    for (size_t l = 0; l < L && !rc; l++) {
-        for (int kv = 0; kv < 2; kv++) {
-            for (size_t h = 0; h < H; h++) {
+    for (g.l = 0; g.l < L; g.l++) {
+        for (g.kv = 0; g.kv < 2; g.kv++) {
+            g.model_pred = model_pred[g.kv];
+            for (g.h = 0; g.h < H; g.h++) {
                 /* Separate parameters for tokens the codebook has seen and
                  * for the rest (leave-one-out: "seen" means another
                  * occurrence exists), so exact codebook hits cost ~0 bits
                  * without pricing unseen tokens as outliers. */
-                for (size_t seen = 0; seen < 2; seen++) {
-                    float *w = c->w[lvl] + (((l * 2 + (size_t)kv) * H + h) * 2 + seen) * NF;
-                    double A[NF][NF] = {{0}}, bvec[NF] = {0};
-                    size_t nsamp = 0;
-                    /* 1) least squares (leave-one-out codebook) */
-                    for (size_t sq = 0; sq < d->n_seq; sq++) {
-                        size_t T = d->T[sq];
-                        for (size_t t = 0; t < T; t++) {
-                            if ((size_t)(c->cb_n[d->tok[sq][t]] > 1) != seen)
-                                continue;
-                            nsamp++;
-                            if (lvl == SKV_LEVEL_STAT)
-                                continue;
-                            const float *row = loo_features(c, d, sq, l, kv, t, self, cbf);
-                            for (size_t dd = 0; dd < D; dd++) {
-                                size_t ch = h * D + dd;
-                                float f4[NF];
-                                features(c, d, model_pred[kv], sq, l, kv, t, ch, cbf, f4);
-                                double f[NF] = {f4[0], f4[1], f4[2], f4[3]};
-                                for (int i = 0; i < NF; i++) {
-                                    for (int j = 0; j < NF; j++)
-                                        A[i][j] += f[i] * f[j];
-                                    bvec[i] += f[i] * row[ch];
-                                }
-                            }
-                        }
-                    }
-                    if (lvl == SKV_LEVEL_STAT || nsamp == 0) {
-                        memset(w, 0, NF * sizeof *w);
-                        w[3] = 1.0f;
-                        if (nsamp == 0 && lvl != SKV_LEVEL_STAT && seen == 1)
-                            memcpy(w, w - NF, NF * sizeof *w); /* no seen samples: as unseen */
-                    } else {
-                        solve(A, bvec, use, w);
-                    }
-                    /* 2) s per channel by measured code length on a subsample */
-                    size_t st = nsamp > (size_t)max_samples ? (nsamp + (size_t)max_samples - 1) / (size_t)max_samples : 1;
-                    for (size_t dd = 0; dd < D; dd++)
-                        res2[dd] = mag[dd] = 0, cnt[dd] = 0;
-                    size_t g = 0;
-                    for (size_t sq = 0; sq < d->n_seq; sq++) {
-                        size_t T = d->T[sq];
-                        for (size_t t = 0; t < T; t++) {
-                            if ((size_t)(c->cb_n[d->tok[sq][t]] > 1) != seen)
-                                continue;
-                            if (g++ % st || cnt[0] >= ns)
-                                continue;
-                            const float *row = loo_features(c, d, sq, l, kv, t, self, cbf);
-                            for (size_t dd = 0; dd < D; dd++) {
-                                size_t ch = h * D + dd;
-                                float f4[NF];
-                                features(c, d, model_pred[kv], sq, l, kv, t, ch, cbf, f4);
-                                float mu = predict(w, f4[0], f4[1], f4[2], f4[3]);
-                                size_t k = cnt[dd]++;
-                                xs[dd * ns + k] = d->bits[kv][sq][(l * T + t) * C + ch];
-                                mus[dd * ns + k] = mu;
-                                double e = (double)row[ch] - mu;
-                                res2[dd] += e * e;
-                                mag[dd] += fabs((double)row[ch]);
-                            }
-                        }
-                    }
-                    float *sv = c->s[lvl] + ((l * 2 + (size_t)kv) * 2 + seen) * C;
-                    for (size_t dd = 0; dd < D; dd++) {
-                        size_t n = cnt[dd];
-                        double rms = n ? sqrt(res2[dd] / (double)n) : 0;
-                        double typ = n ? mag[dd] / (double)n / 128.0 : 1e-3;
-                        if (n == 0 && seen == 1)
-                            sv[h * D + dd] = sv[h * D + dd - C]; /* as unseen */
-                        else
-                            sv[h * D + dd] = n ? fit_s(cm, xs + dd * ns, mus + dd * ns, n, rms, typ) : 1.0f;
-                    }
+                for (g.seen = 0; g.seen < 2; g.seen++) {
+                    float *w = c->w[lvl] + (((g.l * 2 + (size_t)g.kv) * H + g.h) * 2 + g.seen) * NF;
+                    size_t nsamp = fit_weights(&g, use, w);
+                    fit_spreads(&g, cm, w, nsamp, max_samples);
                 }
             }
         }
         if (!quiet)
             fprintf(stderr, isatty(2) ? "\rcalibrate: %s layer %zu/%zu" : "calibrate: %s layer %zu/%zu\n",
-                    skv_level_name(lvl), l + 1, L);
+                    skv_level_name(lvl), g.l + 1, L);
     }
     if (!quiet && isatty(2))
         fprintf(stderr, "\n");
 done:
-    skv_free(xs);
-    skv_free(mus);
-    skv_free(cbf);
-    skv_free(self);
-    skv_free(res2);
-    skv_free(mag);
-    skv_free(cnt);
+    skv_free(g.xs);
+    skv_free(g.mus);
+    skv_free(g.cbf);
+    skv_free(g.self);
+    skv_free(g.res2);
+    skv_free(g.mag);
+    skv_free(g.cnt);
     skv_cmodel_free(cm);
     return rc;
 }
