@@ -102,11 +102,14 @@ done:
     return rc;
 }
 
-static void seq_init(seq_ctx *q, skv_delta *d, const int32_t *tokens, size_t T, const void *k,
-                     const void *v)
+/* q for coding tokens [0, T) in mode, k and v holding T positions a
+ * layer */
+static void seq_init(seq_ctx *q, skv_delta *d, code_mode mode, const int32_t *tokens, size_t T,
+                     const void *k, const void *v)
 {
     memset(q, 0, sizeof *q);
     q->d = d;
+    q->mode = mode;
     q->tok = tokens;
     q->T = T;
     q->stride = T;
@@ -114,11 +117,26 @@ static void seq_init(seq_ctx *q, skv_delta *d, const int32_t *tokens, size_t T, 
     q->kvb[1] = (uint8_t *)v;
 }
 
+/* q for coding positions [start, end) of tokens in mode, after the exact
+ * context [0, start), k and v holding stride positions a layer, with the
+ * second prediction aux (or NULL) */
+static int range_init(seq_ctx *q, skv_delta *d, code_mode mode, const int32_t *tokens, size_t start,
+                      size_t end, size_t stride, const void *k, const void *v, const skv_delta_aux *aux)
+{
+    if (start >= end)
+        return skv_error(SKV_ERR_ARG, "empty range [%zu, %zu)", start, end);
+    seq_init(q, d, mode, tokens, end, k, v);
+    q->start = start;
+    q->stride = stride;
+    q->aux = aux;
+    return SKV_OK;
+}
+
 int skv_delta_encode(skv_delta *d, const int32_t *tokens, size_t T, const void *k, const void *v,
                      size_t chunk, skv_streams *out)
 {
     seq_ctx q;
-    seq_init(&q, d, tokens, T, k, v);
+    seq_init(&q, d, CODE_ENCODE, tokens, T, k, v);
     q.out = out;
     return code_seq(&q, chunk);
 }
@@ -127,8 +145,7 @@ int skv_delta_decode(skv_delta *d, const int32_t *tokens, size_t T, const skv_st
                      size_t first_stream, size_t chunk, void *k, void *v)
 {
     seq_ctx q;
-    seq_init(&q, d, tokens, T, k, v);
-    q.mode = CODE_DECODE;
+    seq_init(&q, d, CODE_DECODE, tokens, T, k, v);
     q.in = in;
     q.first_stream = first_stream;
     return code_seq(&q, chunk);
@@ -138,14 +155,11 @@ int skv_delta_encode_range(skv_delta *d, const int32_t *tokens, size_t start, si
                            size_t stride, const void *k, const void *v, const skv_delta_aux *aux,
                            skv_streams *out)
 {
-    if (start >= end)
-        return skv_error(SKV_ERR_ARG, "empty range [%zu, %zu)", start, end);
     seq_ctx q;
-    seq_init(&q, d, tokens, end, k, v);
+    int rc = range_init(&q, d, CODE_ENCODE, tokens, start, end, stride, k, v, aux);
+    if (rc)
+        return rc;
     q.out = out;
-    q.start = start;
-    q.stride = stride;
-    q.aux = aux;
     return code_seq(&q, end - start);
 }
 
@@ -153,29 +167,22 @@ int skv_delta_decode_range(skv_delta *d, const int32_t *tokens, size_t start, si
                            size_t stride, const skv_streams *in, size_t first_stream,
                            const skv_delta_aux *aux, void *k, void *v)
 {
-    if (start >= end)
-        return skv_error(SKV_ERR_ARG, "empty range [%zu, %zu)", start, end);
     seq_ctx q;
-    seq_init(&q, d, tokens, end, k, v);
-    q.mode = CODE_DECODE;
+    int rc = range_init(&q, d, CODE_DECODE, tokens, start, end, stride, k, v, aux);
+    if (rc)
+        return rc;
     q.in = in;
     q.first_stream = first_stream;
-    q.start = start;
-    q.stride = stride;
-    q.aux = aux;
     return code_seq(&q, end - start);
 }
 
 int skv_delta_predict_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
                             size_t stride, const void *k, const void *v, float *mu_k, float *mu_v)
 {
-    if (start >= end)
-        return skv_error(SKV_ERR_ARG, "empty range [%zu, %zu)", start, end);
     seq_ctx q;
-    seq_init(&q, d, tokens, end, k, v);
-    q.start = start;
-    q.stride = stride;
-    q.mode = CODE_PREDICT;
+    int rc = range_init(&q, d, CODE_PREDICT, tokens, start, end, stride, k, v, NULL);
+    if (rc)
+        return rc;
     q.mu_out[0] = mu_k;
     q.mu_out[1] = mu_v;
     return code_seq(&q, end - start);
