@@ -192,6 +192,379 @@ static int try_centroid(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_centroi
     return rc;
 }
 
+/* One attempt at a put (put_prepare): what its steps share */
+typedef struct {
+    seqkv *db;
+    seqkv_put_req *req;
+    struct skv_put_batch *pb;
+    prof_ent *pe;
+    tenant_ent *te;
+    ns_ent *e;
+    size_t L, row, CH, nchunks;
+    int level;            /* of the new records (put_level) */
+    skv_trie_step *path;  /* the cached prefix: steps records, m tokens */
+    size_t steps, m;
+    newrec *nr;           /* the new records: nnew of nchunks */
+    size_t nnew;
+    seqbuf s;             /* the put's tokens and KV in the coder layout */
+    float *sur;           /* per-token surprisal, or NULL */
+    uint64_t total;       /* the new records' bytes */
+} put_ctx;
+
+/* The request's checks: a writable store, its length, the profile, the
+ * KV's size against the profile's shape and the token ids */
+static int put_check(seqkv *db, const seqkv_put_req *req, prof_ent **out)
+{
+    const char *profile = req->profile;
+    const int32_t *tokens = req->tokens;
+    const size_t n = req->n;
+    if (db->o.read_only)
+        return skv_error(SKV_ERR_ARG, "store opened read-only");
+    if (n == 0)
+        return skv_error(SKV_ERR_ARG, "put of no tokens");
+    if (n > SEQKV_MAX_TOKENS)
+        return skv_error(SKV_ERR_TOO_LARGE, "%zu tokens (at most %u)", n, SEQKV_MAX_TOKENS);
+    prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
+    if (!pe)
+        return skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
+    const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es;
+    if (req->kv_len != L * 2 * n * row)
+        return skv_error(SKV_ERR_SHAPE,
+                         "KV of %zu bytes for %zu tokens; profile %s needs %zu (%d layers x K,V x %zu "
+                         "tokens x %d heads x %d dims x %zu bytes)",
+                         req->kv_len, n, pe->p.name, L * 2 * n * row, pe->p.layers, n, pe->p.kv_heads,
+                         pe->p.head_dim, pe->es);
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0)
+            return skv_error(SKV_ERR_ARG, "negative token id at %zu", i);
+    if (pe->p.model[0]) {
+        /* a profile with a model knows its vocabulary, at every level */
+        skv_model *mm;
+        int rc = skv_store_profile_model(db, pe, &mm);
+        if (rc)
+            return rc;
+        const int vocab = skv_model_cfg(mm)->vocab_size;
+        for (size_t i = 0; i < n; i++)
+            if (tokens[i] >= vocab)
+                return skv_error(SKV_ERR_ARG, "token id %d at %zu outside the model's vocabulary (%d)",
+                                 tokens[i], i, vocab);
+    }
+    *out = pe;
+    return SKV_OK;
+}
+
+/* The tenant (the shared one for a shared put) and its namespace of the
+ * profile, made when absent */
+static int put_namespace(put_ctx *pc)
+{
+    seqkv *db = pc->db;
+    const seqkv_put_opts *opts = pc->req->opts;
+    const char *tname = opts && opts->shared ? SEQKV_SHARED_TENANT : pc->req->tenant;
+    int rc = skv_store_tenant(db, tname ? tname : "", 1, &pc->te);
+    if (rc)
+        return rc;
+    pthread_rwlock_wrlock(&db->rw);
+    rc = skv_store_namespace(db, pc->te->id, pc->pe, &pc->e);
+    pthread_rwlock_unlock(&db->rw);
+    return rc;
+}
+
+/* The level of the new records and the cached prefix (none when
+ * standalone), its records made recent */
+static int put_match(put_ctx *pc, int standalone, int *prefix)
+{
+    const seqkv_put_opts *opts = pc->req->opts;
+    const size_t n = pc->req->n;
+    pc->L = (size_t)pc->pe->p.layers;
+    pc->row = pc->pe->C * pc->pe->es;
+    pc->CH = (size_t)pc->pe->p.chunk;
+    pc->level = put_level(pc->pe, opts && opts->level > 0 ? opts->level - 1 : (int)pc->pe->p.level);
+    pc->nchunks = (n + pc->CH - 1) / pc->CH;
+    pc->path = skv_malloc((pc->nchunks + 1) * sizeof *pc->path);
+    pc->nr = skv_calloc(pc->nchunks, sizeof *pc->nr);
+    if (!pc->path || !pc->nr)
+        return skv_error(SKV_ERR_NOMEM, "put");
+    pc->m = standalone ? 0
+                       : skv_trie_match_all(pc->e->trie, pc->req->tokens, n, pc->path, pc->nchunks + 1,
+                                            &pc->steps);
+    if (!standalone)
+        *prefix = pc->steps > 0;
+    for (size_t j = 0; j < pc->steps; j++)
+        pc->path[j].rec->tick = skv_store_tick(pc->db);
+    pc->req->res.cached_tokens = pc->m;
+    return SKV_OK;
+}
+
+/* the client's KV into the coder layout */
+static int put_load(put_ctx *pc)
+{
+    const size_t n = pc->req->n, row = pc->row;
+    int rc = skv_seqbuf_init(&pc->s, pc->pe, pc->nchunks * pc->CH);
+    if (rc)
+        return rc;
+    const uint8_t *in = pc->req->kv;
+    for (size_t l = 0; l < pc->L; l++)
+        for (int k = 0; k < 2; k++, in += n * row)
+            memcpy(pc->s.kv[k] + l * pc->s.stride * row, in, n * row);
+    memcpy(pc->s.tok, pc->req->tokens, n * sizeof(int32_t));
+    return SKV_OK;
+}
+
+/* context: the cached prefix as stored (the decoder will see it, not
+ * the client's copy) whenever the level reads earlier positions */
+static int put_context(put_ctx *pc)
+{
+    if (pc->m == 0 || pc->level < SEQKV_CTX)
+        return SKV_OK;
+    seqkv *db = pc->db;
+    const size_t row = pc->row;
+    seqbuf ctx;
+    MDB_txn *txn = NULL;
+    int rc = skv_seqbuf_init(&ctx, pc->pe, pc->steps * pc->CH);
+    if (rc)
+        return rc;
+    int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
+    rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
+    if (!rc) {
+        dec_ctx c = {db, txn, pc->e, pc->pe, &ctx, skv_store_tick(db), NULL};
+        rc = skv_store_decode_path(&c, pc->path, pc->steps, NULL, NULL, pc->m);
+        skv_centroid_free(c.cent);
+    }
+    if (txn)
+        mdb_txn_abort(txn);
+    for (size_t l = 0; !rc && l < pc->L; l++)
+        for (int k = 0; k < 2; k++)
+            memcpy(pc->s.kv[k] + l * pc->s.stride * row, ctx.kv[k] + l * ctx.stride * row, pc->m * row);
+    skv_seqbuf_free(&ctx);
+    return rc;
+}
+
+/* raw records are never coded against a centroid: no model pass for
+ * them unless the client sends its surprisal */
+static int put_surprisal(put_ctx *pc)
+{
+    const seqkv_put_opts *opts = pc->req->opts;
+    const float *given = opts ? opts->surprisal : NULL;
+    const size_t m = pc->m, CH = pc->CH;
+    if (!(pc->level > SEQKV_RAW || given))
+        return SKV_OK;
+    int rc = surprisal(pc->db, pc->pe, pc->req->tokens, pc->req->n, m, &pc->s, given, &pc->sur);
+    if (rc)
+        return rc;
+    if (pc->sur && !given && m % CH) {
+        /* the first new record repeats its base's tokens [P, m) */
+        const skv_trie_rec *b = pc->path[m / CH].rec;
+        for (size_t t = 0; t < m % CH; t++)
+            pc->sur[(m / CH) * CH + t] = b->surprisal ? b->surprisal[t] : 16.0f;
+    }
+    return SKV_OK;
+}
+
+/* The header of new record q, chunk i of hi tokens: its parent, its base
+ * (if any), key and checksum; returns lo, its first position of its own */
+static size_t record_header(put_ctx *pc, size_t i, size_t hi, newrec *q)
+{
+    const size_t CH = pc->CH, P = i * CH, m = pc->m;
+    const ns_ent *e = pc->e;
+    size_t lo = i == m / CH ? m - P : 0;
+    const uint8_t *parent;
+    if (i == 0)
+        parent = skv_trie_root(e->trie);
+    else if (pc->nnew > 0)
+        parent = pc->nr[pc->nnew - 1].key;
+    else
+        parent = pc->path[i - 1].rec->key;
+    memset(&q->r, 0, sizeof q->r);
+    memcpy(q->r.parent, parent, 32);
+    /* positions [P, P + lo) come from the record that matched them when
+     * the new one extends it or shares a good part of it; a short
+     * shared start (a BOS) is coded again rather than tying the two
+     * records together (a base can go only after its dependants) */
+    if (lo > 0 && lo < SKV_MIN_BASE && lo < pc->path[i].rec->n)
+        lo = 0;
+    if (lo > 0) {
+        memcpy(q->r.base, pc->path[i].rec->key, 32);
+        q->r.flags |= SKV_REC_BASE;
+    }
+    skv_chain_next(e->secret, parent, pc->req->tokens + P, hi, q->key);
+    q->r.tenant = pc->te->id;
+    memcpy(q->r.profile, pc->pe->p.id, 32);
+    q->r.chunk_index = (uint32_t)i;
+    q->r.n = (uint32_t)hi;
+    q->r.lo = (uint32_t)lo;
+    if (hi == CH)
+        q->r.flags |= SKV_REC_FULL;
+    q->r.checksum = skv_seqbuf_checksum(pc->pe, &pc->s, P + lo, P + hi);
+    return lo;
+}
+
+/* The image of new record q (positions [P, P + hi), streams st) */
+static int record_image(put_ctx *pc, newrec *q, const skv_streams *st, size_t P, size_t hi)
+{
+    const int32_t *tokens = pc->req->tokens;
+    const float *sur = pc->sur;
+    int rc = SKV_OK;
+    uint8_t *tb = skv_malloc(hi * 4), *sb = sur ? skv_malloc(hi * 4) : NULL,
+            *sz = skv_malloc(st->nstreams * 4 + 4);
+    if (!tb || (sur && !sb) || !sz)
+        rc = skv_error(SKV_ERR_NOMEM, "record");
+    if (!rc) {
+        for (size_t t = 0; t < hi; t++) {
+            skv_store32_le(tb + 4 * t, (uint32_t)tokens[P + t]);
+            if (sb)
+                skv_store32_le(sb + 4 * t, skv_f32_bits(sur[P + t]));
+        }
+        for (size_t j = 0; j < st->nstreams; j++)
+            skv_store32_le(sz + 4 * j, (uint32_t)(st->offs[j + 1] - st->offs[j]));
+        q->r.tokens = tb;
+        q->r.surprisal = sb;
+        q->r.nstreams = (uint32_t)st->nstreams;
+        q->r.sizes = sz;
+        q->r.streams = st->data;
+        q->r.streams_len = st->len;
+        q->len = skv_rec_size(&q->r);
+        q->img = skv_malloc(q->len);
+        if (!q->img)
+            rc = skv_error(SKV_ERR_NOMEM, "record");
+        else
+            skv_rec_write(&q->r, q->img);
+        pc->total += q->len;
+    }
+    skv_free(tb);
+    skv_free(sb);
+    skv_free(sz);
+    return rc;
+}
+
+/* New record nr[nnew], chunk i: coded (against the centroid cent when
+ * that is smaller) into its image */
+static int put_chunk(put_ctx *pc, MDB_txn *rtxn, const skv_centroid *cent, size_t i)
+{
+    seqkv_put_result *res = &pc->req->res;
+    newrec *q = &pc->nr[pc->nnew];
+    const size_t P = i * pc->CH, hi = (pc->req->n - P < pc->CH ? pc->req->n - P : pc->CH);
+    const size_t lo = record_header(pc, i, hi, q);
+    skv_streams st = {0};
+    int rc = code_record(pc->db, rtxn, pc->pe, pc->level, &pc->s, P + lo, P + hi, q, &st);
+    uint8_t *side = NULL;
+    size_t side_len = 0;
+    int used = 0;
+    if (!rc && cent && q->r.level > SEQKV_RAW)
+        rc = try_centroid(pc->db, rtxn, pc->pe, cent, &pc->s, P + lo, P + hi, q, &st, &side, &side_len,
+                          &used);
+    if (used)
+        res->centroid_tokens += hi - lo;
+    q->r.side = side;
+    q->r.side_len = (uint32_t)side_len;
+    if (!rc)
+        rc = record_image(pc, q, &st, P, hi);
+    skv_free(side);
+    skv_streams_free(&st);
+    if (!rc) {
+        /* keep what the index needs; the image holds the rest */
+        skv_rec_parse(q->img, q->len, &q->r);
+    }
+    res->new_tokens += hi - lo;
+    return rc;
+}
+
+/* code the new records: chunk i0 from m on, then whole chunks */
+static int put_code(put_ctx *pc)
+{
+    seqkv *db = pc->db;
+    MDB_txn *rtxn = NULL;
+    int rc = SKV_OK;
+    if (pc->level > SEQKV_RAW) {
+        int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &rtxn);
+        rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
+    }
+    skv_centroid *cent = NULL;
+    if (!rc && pc->level > SEQKV_RAW && pc->m > 0 && !db->o.no_centroids)
+        rc = skv_cluster_find(db, rtxn, pc->e, pc->pe, pc->req->tokens, pc->req->n, pc->m, pc->path,
+                              pc->steps, &cent);
+    for (size_t i = pc->m / pc->CH; !rc && i < pc->nchunks; i++, pc->nnew++)
+        rc = put_chunk(pc, rtxn, cent, i);
+    skv_centroid_free(cent);
+    if (rtxn)
+        mdb_txn_abort(rtxn);
+    return rc;
+}
+
+/* The new records, coded: the put's KV in the coder layout with the
+ * cached prefix's context, its surprisal, then each chunk */
+static int put_new_records(put_ctx *pc)
+{
+    int rc;
+    if ((rc = put_load(pc)) || (rc = put_context(pc)) || (rc = put_surprisal(pc)))
+        return rc;
+    return put_code(pc);
+}
+
+/* room: the budgets first (protect the path the new records need) */
+static int put_room(put_ctx *pc)
+{
+    seqkv *db = pc->db;
+    seqkv_put_result *res = &pc->req->res;
+    int rc = SKV_OK;
+    for (size_t j = 0; j < pc->steps; j++)
+        pc->path[j].rec->evicting = 1;
+    if (db->o.budget)
+        rc = skv_store_evict(db, 0, db->stored, db->o.budget, pc->total, &res->evicted);
+    if (!rc && pc->te->budget)
+        rc = skv_store_evict(db, pc->te->id, pc->te->used, pc->te->budget, pc->total, &res->evicted);
+    for (size_t j = 0; j < pc->steps; j++)
+        pc->path[j].rec->evicting = 0;
+    return rc;
+}
+
+/* index the new records, hidden from readers until the batch commits
+ * (later puts of the batch see them: skv_trie_match_all, skv_batch_find),
+ * and the path's recency, which goes out with them */
+static int put_index(put_ctx *pc)
+{
+    seqkv *db = pc->db;
+    struct skv_put_batch *pb = pc->pb;
+    seqkv_put_result *res = &pc->req->res;
+    ns_ent *e = pc->e;
+    int rc = skv_batch_reserve(pb, pc->nnew, pc->steps);
+    if (rc)
+        return rc;
+    const size_t first = pb->nrec;
+    pthread_rwlock_wrlock(&db->rw);
+    const uint64_t tk = skv_store_tick(db);
+    for (size_t j = 0; j < pc->nnew && !rc; j++) {
+        newrec *q = &pc->nr[j];
+        if (skv_trie_find(e->trie, q->key))
+            continue; /* the same tokens under the same key: stored already */
+        rc = skv_store_index(db, q->key, &q->r, q->len, tk);
+        skv_trie_rec *t = rc ? NULL : skv_trie_find(e->trie, q->key);
+        if (!t)
+            break;
+        t->hidden = 1;
+        skv_store_deps(e, t, +1);
+        pend_rec *p = &pb->rec[pb->nrec++];
+        p->e = e;
+        memcpy(p->key, q->key, 32);
+        p->img = q->img;
+        p->len = q->len;
+        q->img = NULL;
+        pb->bytes += p->len;
+        res->chunks++;
+        res->bytes += p->len;
+    }
+    pthread_rwlock_unlock(&db->rw);
+    if (rc) {
+        skv_batch_drop(db, pb, first);
+        return rc;
+    }
+    for (size_t j = 0; j < pc->steps; j++) {
+        pend_tick *p = &pb->tick[pb->ntick++];
+        p->e = e;
+        memcpy(p->key, pc->path[j].rec->key, 32);
+    }
+    return SKV_OK;
+}
+
 /* One attempt at a put, into the writer's batch: its new records coded
  * and indexed hidden (batch_commit writes them). standalone: ignore the cached prefix (code the
  * whole sequence, depend on nothing), for when the budget cannot hold the
@@ -200,266 +573,31 @@ static int try_centroid(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_centroi
 static int put_prepare(seqkv *db, seqkv_put_req *req, int standalone, int *again, int *prefix,
                        struct skv_put_batch *pb)
 {
-    const char *tenant = req->tenant, *profile = req->profile;
-    const int32_t *tokens = req->tokens;
-    const size_t n = req->n, kv_len = req->kv_len;
-    const void *kv = req->kv;
-    const seqkv_put_opts *opts = req->opts;
     seqkv_put_result *res = &req->res;
     memset(res, 0, sizeof *res);
-    if (db->o.read_only)
-        return skv_error(SKV_ERR_ARG, "store opened read-only");
-    if (n == 0)
-        return skv_error(SKV_ERR_ARG, "put of no tokens");
-    if (n > SEQKV_MAX_TOKENS)
-        return skv_error(SKV_ERR_TOO_LARGE, "%zu tokens (at most %u)", n, SEQKV_MAX_TOKENS);
-    const char *tname = opts && opts->shared ? SEQKV_SHARED_TENANT : tenant;
-    prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
-    tenant_ent *te = NULL;
-    int rc = pe ? SKV_OK : skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
-    const size_t L = pe ? (size_t)pe->p.layers : 0, row = pe ? pe->C * pe->es : 0;
-    if (!rc && kv_len != L * 2 * n * row)
-        rc = skv_error(SKV_ERR_SHAPE,
-                       "KV of %zu bytes for %zu tokens; profile %s needs %zu (%d layers x K,V x %zu "
-                       "tokens x %d heads x %d dims x %zu bytes)",
-                       kv_len, n, pe->p.name, L * 2 * n * row, pe->p.layers, n, pe->p.kv_heads,
-                       pe->p.head_dim, pe->es);
-    for (size_t i = 0; !rc && i < n; i++)
-        if (tokens[i] < 0)
-            rc = skv_error(SKV_ERR_ARG, "negative token id at %zu", i);
-    if (!rc && pe->p.model[0]) {
-        /* a profile with a model knows its vocabulary, at every level */
-        skv_model *mm;
-        if (!(rc = skv_store_profile_model(db, pe, &mm))) {
-            const int vocab = skv_model_cfg(mm)->vocab_size;
-            for (size_t i = 0; !rc && i < n; i++)
-                if (tokens[i] >= vocab)
-                    rc = skv_error(SKV_ERR_ARG, "token id %d at %zu outside the model's vocabulary (%d)",
-                                   tokens[i], i, vocab);
-        }
-    }
+    put_ctx pc = {.db = db, .req = req, .pb = pb};
+    int rc = put_check(db, req, &pc.pe);
     if (!rc)
-        rc = skv_store_tenant(db, tname ? tname : "", 1, &te);
-    ns_ent *e = NULL;
-    if (!rc) {
-        pthread_rwlock_wrlock(&db->rw);
-        rc = skv_store_namespace(db, te->id, pe, &e);
-        pthread_rwlock_unlock(&db->rw);
-    }
+        rc = put_namespace(&pc);
     if (rc)
         return rc;
-    const size_t CH = (size_t)pe->p.chunk;
-    int level = put_level(pe, opts && opts->level > 0 ? opts->level - 1 : (int)pe->p.level);
-    const size_t nchunks = (n + CH - 1) / CH;
-    skv_trie_step *path = skv_malloc((nchunks + 1) * sizeof *path);
-    newrec *nr = skv_calloc(nchunks, sizeof *nr);
-    seqbuf s = {0}, ctx = {0};
-    float *sur = NULL;
-    size_t steps = 0, m = 0, nnew = 0;
-    if (!path || !nr)
-        rc = skv_error(SKV_ERR_NOMEM, "put");
-    if (!rc) {
-        m = standalone ? 0 : skv_trie_match_all(e->trie, tokens, n, path, nchunks + 1, &steps);
-        if (!standalone)
-            *prefix = steps > 0;
-        for (size_t j = 0; j < steps; j++)
-            path[j].rec->tick = skv_store_tick(db);
-    }
-    res->cached_tokens = m;
-    if (!rc && m == n)
-        goto done; /* everything is cached already */
+    rc = put_match(&pc, standalone, prefix);
+    if (rc || pc.m == req->n)
+        goto done; /* m == n: everything is cached already */
+    rc = put_new_records(&pc);
     if (!rc)
-        rc = skv_seqbuf_init(&s, pe, nchunks * CH);
-    if (!rc) {
-        /* the client's KV into the coder layout */
-        const uint8_t *in = kv;
-        for (size_t l = 0; l < L; l++)
-            for (int k = 0; k < 2; k++, in += n * row)
-                memcpy(s.kv[k] + l * s.stride * row, in, n * row);
-        memcpy(s.tok, tokens, n * sizeof(int32_t));
-    }
-    /* context: the cached prefix as stored (the decoder will see it, not
-     * the client's copy) whenever the level reads earlier positions */
-    if (!rc && m > 0 && level >= SEQKV_CTX) {
-        MDB_txn *txn = NULL;
-        rc = skv_seqbuf_init(&ctx, pe, steps * CH);
-        if (!rc) {
-            int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
-            rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
-        }
-        if (!rc) {
-            dec_ctx c = {db, txn, e, pe, &ctx, skv_store_tick(db), NULL};
-            rc = skv_store_decode_path(&c, path, steps, NULL, NULL, m);
-            skv_centroid_free(c.cent);
-        }
-        if (txn)
-            mdb_txn_abort(txn);
-        for (size_t l = 0; !rc && l < L; l++)
-            for (int k = 0; k < 2; k++)
-                memcpy(s.kv[k] + l * s.stride * row, ctx.kv[k] + l * ctx.stride * row, m * row);
-        skv_seqbuf_free(&ctx);
-    }
-    /* raw records are never coded against a centroid: no model pass for
-     * them unless the client sends its surprisal */
-    if (!rc && (level > SEQKV_RAW || (opts && opts->surprisal)))
-        rc = surprisal(db, pe, tokens, n, m, &s, opts ? opts->surprisal : NULL, &sur);
-    if (!rc && sur && !(opts && opts->surprisal) && m % CH) {
-        /* the first new record repeats its base's tokens [P, m) */
-        const skv_trie_rec *b = path[m / CH].rec;
-        for (size_t t = 0; t < m % CH; t++)
-            sur[(m / CH) * CH + t] = b->surprisal ? b->surprisal[t] : 16.0f;
-    }
-    /* code the new records: chunk i0 from m on, then whole chunks */
-    MDB_txn *rtxn = NULL;
-    if (!rc && level > SEQKV_RAW) {
-        int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &rtxn);
-        rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
-    }
-    skv_centroid *cent = NULL;
-    if (!rc && level > SEQKV_RAW && m > 0 && !db->o.no_centroids)
-        rc = skv_cluster_find(db, rtxn, e, pe, tokens, n, m, path, steps, &cent);
-    uint64_t total = 0;
-    for (size_t i = m / CH; !rc && i < nchunks; i++, nnew++) {
-        newrec *q = &nr[nnew];
-        const size_t P = i * CH, hi = (n - P < CH ? n - P : CH);
-        size_t lo = i == m / CH ? m - P : 0;
-        const uint8_t *parent;
-        if (i == 0)
-            parent = skv_trie_root(e->trie);
-        else if (nnew > 0)
-            parent = nr[nnew - 1].key;
-        else
-            parent = path[i - 1].rec->key;
-        memset(&q->r, 0, sizeof q->r);
-        memcpy(q->r.parent, parent, 32);
-        /* positions [P, P + lo) come from the record that matched them when
-         * the new one extends it or shares a good part of it; a short
-         * shared start (a BOS) is coded again rather than tying the two
-         * records together (a base can go only after its dependants) */
-        if (lo > 0 && lo < SKV_MIN_BASE && lo < path[i].rec->n)
-            lo = 0;
-        if (lo > 0) {
-            memcpy(q->r.base, path[i].rec->key, 32);
-            q->r.flags |= SKV_REC_BASE;
-        }
-        skv_chain_next(e->secret, parent, tokens + P, hi, q->key);
-        q->r.tenant = te->id;
-        memcpy(q->r.profile, pe->p.id, 32);
-        q->r.chunk_index = (uint32_t)i;
-        q->r.n = (uint32_t)hi;
-        q->r.lo = (uint32_t)lo;
-        if (hi == CH)
-            q->r.flags |= SKV_REC_FULL;
-        q->r.checksum = skv_seqbuf_checksum(pe, &s, P + lo, P + hi);
-        skv_streams st = {0};
-        rc = code_record(db, rtxn, pe, level, &s, P + lo, P + hi, q, &st);
-        uint8_t *tb = NULL, *sb = NULL, *sz = NULL, *side = NULL;
-        size_t side_len = 0;
-        int used = 0;
-        if (!rc && cent && q->r.level > SEQKV_RAW)
-            rc = try_centroid(db, rtxn, pe, cent, &s, P + lo, P + hi, q, &st, &side, &side_len, &used);
-        if (used)
-            res->centroid_tokens += hi - lo;
-        q->r.side = side;
-        q->r.side_len = (uint32_t)side_len;
-        if (!rc) {
-            tb = skv_malloc(hi * 4);
-            sb = sur ? skv_malloc(hi * 4) : NULL;
-            sz = skv_malloc(st.nstreams * 4 + 4);
-            if (!tb || (sur && !sb) || !sz)
-                rc = skv_error(SKV_ERR_NOMEM, "record");
-        }
-        if (!rc) {
-            for (size_t t = 0; t < hi; t++) {
-                skv_store32_le(tb + 4 * t, (uint32_t)tokens[P + t]);
-                if (sb)
-                    skv_store32_le(sb + 4 * t, skv_f32_bits(sur[P + t]));
-            }
-            for (size_t j = 0; j < st.nstreams; j++)
-                skv_store32_le(sz + 4 * j, (uint32_t)(st.offs[j + 1] - st.offs[j]));
-            q->r.tokens = tb;
-            q->r.surprisal = sb;
-            q->r.nstreams = (uint32_t)st.nstreams;
-            q->r.sizes = sz;
-            q->r.streams = st.data;
-            q->r.streams_len = st.len;
-            q->len = skv_rec_size(&q->r);
-            q->img = skv_malloc(q->len);
-            if (!q->img)
-                rc = skv_error(SKV_ERR_NOMEM, "record");
-            else
-                skv_rec_write(&q->r, q->img);
-            total += q->len;
-        }
-        skv_free(tb);
-        skv_free(sb);
-        skv_free(sz);
-        skv_free(side);
-        skv_streams_free(&st);
-        if (!rc) {
-            /* keep what the index needs; the image holds the rest */
-            skv_rec_parse(q->img, q->len, &q->r);
-        }
-        res->new_tokens += hi - lo;
-    }
-    skv_centroid_free(cent);
-    if (rtxn)
-        mdb_txn_abort(rtxn);
-    /* room: the budgets first (protect the path the new records need) */
-    for (size_t j = 0; j < steps; j++)
-        path[j].rec->evicting = 1;
-    if (!rc && db->o.budget)
-        rc = skv_store_evict(db, 0, db->stored, db->o.budget, total, &res->evicted);
-    if (!rc && te->budget)
-        rc = skv_store_evict(db, te->id, te->used, te->budget, total, &res->evicted);
-    if (rc == SKV_ERR_TOO_LARGE && steps > 0)
+        rc = put_room(&pc);
+    if (rc == SKV_ERR_TOO_LARGE && pc.steps > 0)
         *again = 1; /* the prefix itself is in the way */
-    for (size_t j = 0; j < steps; j++)
-        path[j].rec->evicting = 0;
-    /* index the new records, hidden from readers until the batch commits
-     * (later puts of the batch see them: skv_trie_match_all, pend_find) */
     if (!rc)
-        rc = skv_batch_reserve(pb, nnew, steps);
-    if (!rc) {
-        const size_t first = pb->nrec;
-        pthread_rwlock_wrlock(&db->rw);
-        const uint64_t tk = skv_store_tick(db);
-        for (size_t j = 0; j < nnew && !rc; j++) {
-            if (skv_trie_find(e->trie, nr[j].key))
-                continue; /* the same tokens under the same key: stored already */
-            rc = skv_store_index(db, nr[j].key, &nr[j].r, nr[j].len, tk);
-            skv_trie_rec *t = rc ? NULL : skv_trie_find(e->trie, nr[j].key);
-            if (!t)
-                break;
-            t->hidden = 1;
-            skv_store_deps(e, t, +1);
-            pend_rec *p = &pb->rec[pb->nrec++];
-            p->e = e;
-            memcpy(p->key, nr[j].key, 32);
-            p->img = nr[j].img;
-            p->len = nr[j].len;
-            nr[j].img = NULL;
-            pb->bytes += p->len;
-            res->chunks++;
-            res->bytes += p->len;
-        }
-        pthread_rwlock_unlock(&db->rw);
-        if (rc)
-            skv_batch_drop(db, pb, first);
-    }
-    /* the path's recency goes out with the records */
-    for (size_t j = 0; !rc && j < steps; j++) {
-        pend_tick *p = &pb->tick[pb->ntick++];
-        p->e = e;
-        memcpy(p->key, path[j].rec->key, 32);
-    }
+        rc = put_index(&pc);
 done:
-    for (size_t j = 0; j < nchunks && nr; j++)
-        skv_free(nr[j].img);
-    skv_free(nr);
-    skv_free(path);
-    skv_free(sur);
-    skv_seqbuf_free(&s);
+    for (size_t j = 0; j < pc.nchunks && pc.nr; j++)
+        skv_free(pc.nr[j].img);
+    skv_free(pc.nr);
+    skv_free(pc.path);
+    skv_free(pc.sur);
+    skv_seqbuf_free(&pc.s);
     if (rc)
         memset(res, 0, sizeof *res);
     return rc;
