@@ -16,25 +16,24 @@ const pend_rec *skv_batch_find(const struct skv_put_batch *pb, const uint8_t key
     return NULL;
 }
 
+/* Room in the array *p (capacity *cap, elements of size sz) for need
+ * elements: twice need when it grows */
+static int batch_grow(void **p, size_t *cap, size_t need, size_t sz)
+{
+    if (need <= *cap)
+        return SKV_OK;
+    void *q = skv_realloc(*p, need * 2 * sz);
+    if (!q)
+        return skv_error(SKV_ERR_NOMEM, "put batch");
+    *p = q;
+    *cap = need * 2;
+    return SKV_OK;
+}
+
 int skv_batch_reserve(struct skv_put_batch *pb, size_t nrec, size_t ntick)
 {
-    if (pb->nrec + nrec > pb->rec_cap) {
-        size_t cap = (pb->nrec + nrec) * 2;
-        pend_rec *r = skv_realloc(pb->rec, cap * sizeof *r);
-        if (!r)
-            return skv_error(SKV_ERR_NOMEM, "put batch");
-        pb->rec = r;
-        pb->rec_cap = cap;
-    }
-    if (pb->ntick + ntick > pb->tick_cap) {
-        size_t cap = (pb->ntick + ntick) * 2;
-        pend_tick *t = skv_realloc(pb->tick, cap * sizeof *t);
-        if (!t)
-            return skv_error(SKV_ERR_NOMEM, "put batch");
-        pb->tick = t;
-        pb->tick_cap = cap;
-    }
-    return SKV_OK;
+    int rc = batch_grow((void **)&pb->rec, &pb->rec_cap, pb->nrec + nrec, sizeof *pb->rec);
+    return rc ? rc : batch_grow((void **)&pb->tick, &pb->tick_cap, pb->ntick + ntick, sizeof *pb->tick);
 }
 
 /* Forget the batch's records from `from` on (never written): out of the
