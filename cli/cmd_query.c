@@ -45,13 +45,114 @@ int cmd_lookup(int argc, char **argv)
     return cli_per_line("lookup", argc, argv, lookup_usage, 0, seqkv_lookup);
 }
 
+/* With --model: whether its KV has the profile's shape (0), else a
+ * message and 1 */
+static int get_check_model(const skv_model *m, const seqkv_profile *p)
+{
+    seqkv_profile mp;
+    memset(&mp, 0, sizeof mp);
+    cli_shape_from_model(m, p->dtype, &mp);
+    if (cli_same_shape(&mp, p))
+        return 0;
+    char s1[128], s2[128];
+    cli_describe_shape(p, s1, sizeof s1);
+    cli_describe_shape(&mp, s2, sizeof s2);
+    fprintf(stderr, "seqkv get: profile %s is %s; the model's KV is %s\n", p->name, s1, s2);
+    return 1;
+}
+
+/* What get_one reads and writes: the store, the profile, the token lines
+ * and a KV buffer in each layout */
+typedef struct {
+    seqkv *db;
+    const sargs *a;
+    const seqkv_profile *p;
+    const cli_tokens *toks;
+    uint8_t *buf, *kb, *vb;
+} get_ctx;
+
+/* Sequence i's cached KV (*got tokens) into kb and vb, the KV file
+ * layout; 0, or 1 after a message */
+static int get_one(const get_ctx *g, size_t i, size_t *got)
+{
+    const sargs *a = g->a;
+    const seqkv_profile *p = g->p;
+    const cli_tokens *toks = g->toks;
+    size_t want = a->have_n ? (size_t)a->n : 0;
+    *got = 0;
+    if (want > toks->len[i]) {
+        fprintf(stderr, "seqkv get: sequence %zu has %zu tokens, fewer than --n %zu\n", i,
+                toks->len[i], want);
+        return 1;
+    }
+    int rc = seqkv_get(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], want, g->buf,
+                       toks->len[i] * cli_token_bytes(p), got);
+    if (rc == SKV_ERR_NOT_FOUND && want) {
+        size_t have = 0;
+        seqkv_lookup(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], &have);
+        fprintf(stderr, "seqkv get: sequence %zu: only %zu of the %zu tokens asked for are "
+                "cached\n", i, have, want);
+        return 1;
+    }
+    if (rc == SKV_ERR_NOT_FOUND) {
+        /* An unknown tenant, or nothing cached: both mean no KV here. */
+        size_t have = 0;
+        if (seqkv_lookup(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], &have) != 0 ||
+            have == 0)
+            rc = 0, *got = 0;
+    }
+    if (rc) {
+        char what[64];
+        snprintf(what, sizeof what, "get of sequence %zu", i);
+        return cli_fail(rc, what);
+    }
+    if (*got == 0) {
+        fprintf(stderr, "seqkv get: sequence %zu: nothing cached for it\n", i);
+        return 1;
+    }
+    if (*got > toks->len[i] || (want && *got != want)) {
+        fprintf(stderr, "seqkv get: sequence %zu: the store returned %zu tokens for %zu asked "
+                "(a store bug)\n", i, *got, want ? want : toks->len[i]);
+        return 1;
+    }
+    cli_from_store(p, *got, g->buf, g->kb, g->vb);
+    return 0;
+}
+
+/* The metadata 'seqkv model kv' writes, in its order, then the file */
+static int get_write(skv_st_writer *w, const seqkv_profile *p, const skv_model *m, const char *out)
+{
+    char b[64];
+    const int rope_dim = p->rope_dim ? p->rope_dim : p->head_dim;
+    int rc = skv_stw_meta(w, "seqkv.kind", "kv");
+    if (!rc && m)
+        rc = skv_stw_meta(w, "seqkv.model", skv_model_fingerprint(m));
+    if (!rc)
+        rc = skv_stw_meta(w, "seqkv.dtype", skv_dtype_name(p->dtype));
+    if (!rc)
+        rc = skv_stw_meta(w, "seqkv.rope_layout", p->rope_half ? "half" : "pair");
+    float theta = p->rope_theta > 0 ? p->rope_theta : m ? skv_model_cfg(m)->rope_theta : 10000.0f;
+    snprintf(b, sizeof b, "%.9g", (double)theta);
+    if (!rc)
+        rc = skv_stw_meta(w, "seqkv.rope_theta", b);
+    snprintf(b, sizeof b, "%d", rope_dim);
+    if (!rc)
+        rc = skv_stw_meta(w, "seqkv.rope_dim", b);
+    snprintf(b, sizeof b, "%d", m ? skv_model_cfg(m)->vocab_size : 0);
+    if (!rc && m)
+        rc = skv_stw_meta(w, "seqkv.vocab", b);
+    if (!rc)
+        rc = skv_stw_write(w, out);
+    return rc ? cli_fail(rc, out) : 0;
+}
+
 int cmd_get(int argc, char **argv)
 {
     sargs a;
     int r = cli_store_args("get", argc, argv, &a, get_usage,
-                   COMMON | SA(S_PROFILE) | SA(S_MODEL) | SA(S_TOKENS) | SA(S_OUT) | SA(S_N) |
-                       SA(S_QUIET),
-                   0);
+                           COMMON | SA(S_PROFILE) | SA(S_MODEL) | SA(S_TOKENS) | SA(S_OUT) | SA(S_N) |
+                               SA(S_QUIET),
+                           0);
     if (r)
         return r;
     if (!a.out)
@@ -74,116 +175,44 @@ int cmd_get(int argc, char **argv)
         skv_model_free(m);
         return r;
     }
-    if (m) {
-        seqkv_profile mp;
-        memset(&mp, 0, sizeof mp);
-        cli_shape_from_model(m, p.dtype, &mp);
-        if (!cli_same_shape(&mp, &p)) {
-            char s1[128], s2[128];
-            cli_describe_shape(&p, s1, sizeof s1);
-            cli_describe_shape(&mp, s2, sizeof s2);
-            fprintf(stderr, "seqkv get: profile %s is %s; the model's KV is %s\n", p.name, s1, s2);
-            r = 1;
-        }
-    }
+    if (m)
+        r = get_check_model(m, &p);
     const size_t tb = cli_token_bytes(&p);
     size_t longest = 0, total = 0;
     for (size_t i = 0; i < toks.n; i++)
         if (toks.len[i] > longest)
             longest = toks.len[i];
     skv_st_writer *w = NULL;
-    uint8_t *buf = malloc(longest * tb), *kb = malloc(longest * tb / 2), *vb = malloc(longest * tb / 2);
-    int rc = buf && kb && vb ? SKV_OK : skv_error(SKV_ERR_NOMEM, "KV buffers for %zu tokens", longest);
+    get_ctx g = {db, &a, &p, &toks, malloc(longest * tb), malloc(longest * tb / 2),
+                 malloc(longest * tb / 2)};
+    int rc = g.buf && g.kb && g.vb ? SKV_OK : skv_error(SKV_ERR_NOMEM, "KV buffers for %zu tokens", longest);
     if (!rc)
         rc = skv_stw_create(&w);
     if (rc && !r)
         r = cli_fail(rc, "get");
     double t0 = cli_now();
     for (size_t i = 0; i < toks.n && !r; i++) {
-        size_t want = a.have_n ? (size_t)a.n : 0, got = 0;
-        if (want > toks.len[i]) {
-            fprintf(stderr, "seqkv get: sequence %zu has %zu tokens, fewer than --n %zu\n", i,
-                    toks.len[i], want);
-            r = 1;
+        size_t got;
+        if ((r = get_one(&g, i, &got)))
             break;
-        }
-        rc = seqkv_get(db, a.tenant, p.name, toks.seq[i], toks.len[i], want, buf,
-                       toks.len[i] * tb, &got);
-        if (rc == SKV_ERR_NOT_FOUND && want) {
-            size_t have = 0;
-            seqkv_lookup(db, a.tenant, p.name, toks.seq[i], toks.len[i], &have);
-            fprintf(stderr, "seqkv get: sequence %zu: only %zu of the %zu tokens asked for are "
-                    "cached\n", i, have, want);
-            r = 1;
-            break;
-        }
-        if (rc == SKV_ERR_NOT_FOUND) {
-            /* An unknown tenant, or nothing cached: both mean no KV here. */
-            size_t have = 0;
-            if (seqkv_lookup(db, a.tenant, p.name, toks.seq[i], toks.len[i], &have) != 0 ||
-                have == 0)
-                rc = 0, got = 0;
-        }
-        if (rc) {
-            char what[64];
-            snprintf(what, sizeof what, "get of sequence %zu", i);
-            r = cli_fail(rc, what);
-            break;
-        }
-        if (got == 0) {
-            fprintf(stderr, "seqkv get: sequence %zu: nothing cached for it\n", i);
-            r = 1;
-            break;
-        }
-        if (got > toks.len[i] || (want && got != want)) {
-            fprintf(stderr, "seqkv get: sequence %zu: the store returned %zu tokens for %zu asked "
-                    "(a store bug)\n", i, got, want ? want : toks.len[i]);
-            r = 1;
-            break;
-        }
-        cli_from_store(&p, got, buf, kb, vb);
-        skv_kvseq s = {got, toks.seq[i], p.dtype, p.layers, p.kv_heads, p.head_dim, kb, vb};
+        skv_kvseq s = {got, toks.seq[i], p.dtype, p.layers, p.kv_heads, p.head_dim, g.kb, g.vb};
         if ((rc = skv_kvfile_add(w, i, &s)))
             r = cli_fail(rc, "get");
         total += got;
         if (!a.quiet)
             cli_progress("get", i + 1, toks.n);
     }
-    /* The metadata 'seqkv model kv' writes, in its order. */
-    if (!r) {
-        char b[64];
-        const int rope_dim = p.rope_dim ? p.rope_dim : p.head_dim;
-        rc = skv_stw_meta(w, "seqkv.kind", "kv");
-        if (!rc && m)
-            rc = skv_stw_meta(w, "seqkv.model", skv_model_fingerprint(m));
-        if (!rc)
-            rc = skv_stw_meta(w, "seqkv.dtype", skv_dtype_name(p.dtype));
-        if (!rc)
-            rc = skv_stw_meta(w, "seqkv.rope_layout", p.rope_half ? "half" : "pair");
-        float theta = p.rope_theta > 0 ? p.rope_theta : m ? skv_model_cfg(m)->rope_theta : 10000.0f;
-        snprintf(b, sizeof b, "%.9g", (double)theta);
-        if (!rc)
-            rc = skv_stw_meta(w, "seqkv.rope_theta", b);
-        snprintf(b, sizeof b, "%d", rope_dim);
-        if (!rc)
-            rc = skv_stw_meta(w, "seqkv.rope_dim", b);
-        snprintf(b, sizeof b, "%d", m ? skv_model_cfg(m)->vocab_size : 0);
-        if (!rc && m)
-            rc = skv_stw_meta(w, "seqkv.vocab", b);
-        if (!rc)
-            rc = skv_stw_write(w, a.out);
-        if (rc)
-            r = cli_fail(rc, a.out);
-    }
+    if (!r)
+        r = get_write(w, &p, m, a.out);
     if (!r && !a.quiet) {
         double secs = cli_now() - t0;
         fprintf(stderr, "get: wrote %zu sequences, %zu tokens (%.2f MiB %s) to %s in %.2f s (%.0f "
                 "tokens/s)\n", toks.n, total, (double)(total * tb) / 1048576.0,
                 skv_dtype_name(p.dtype), a.out, secs, (double)total / (secs > 0 ? secs : 1e-9));
     }
-    free(buf);
-    free(kb);
-    free(vb);
+    free(g.buf);
+    free(g.kb);
+    free(g.vb);
     skv_stw_free(w);
     seqkv_close(db);
     cli_tokens_free(&toks);
