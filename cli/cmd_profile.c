@@ -97,14 +97,7 @@ static void print_profile(const seqkv_profile *p, int json)
                p->name, p->layers, p->kv_heads, p->head_dim, skv_dtype_name(p->dtype),
                (double)p->rope_theta, p->rope_dim, p->rope_half ? "half" : "pair", chunk,
                seqkv_level_name(p->level));
-        for (const char *c = p->model; *c; c++) {
-            if (*c == '"' || *c == '\\')
-                printf("\\%c", *c);
-            else if ((unsigned char)*c < 0x20)
-                printf("\\u%04x", (unsigned char)*c);
-            else
-                putchar(*c);
-        }
+        cli_json_chars(p->model);
         printf("\",\"calibration\":");
         if (p->has_calib)
             printf("\"%s\"", cid);

@@ -47,14 +47,7 @@ int cmd_stats(int argc, char **argv)
         printf("{\"tenant\":");
         if (tenant) {
             putchar('"');
-            for (const char *c = tenant; *c; c++) {
-                if (*c == '"' || *c == '\\')
-                    printf("\\%c", *c);
-                else if ((unsigned char)*c < 0x20)
-                    printf("\\u%04x", (unsigned char)*c);
-                else
-                    putchar(*c);
-            }
+            cli_json_chars(tenant);
             putchar('"');
         } else {
             printf("null");

@@ -494,6 +494,19 @@ int cli_per_line(const char *cmd, int argc, char **argv, const char *usage, unsi
     return r;
 }
 
+/* s to stdout as the characters of a JSON string (no quotes) */
+void cli_json_chars(const char *s)
+{
+    for (const char *c = s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            printf("\\%c", *c);
+        else if ((unsigned char)*c < 0x20)
+            printf("\\u%04x", (unsigned char)*c);
+        else
+            putchar(*c);
+    }
+}
+
 int cmd_store(int argc, char **argv)
 {
     static const cli_sub subs[] = {

@@ -72,6 +72,8 @@ typedef int (*per_line_fn)(seqkv *db, const char *tenant, const char *profile,
                            const int32_t *tokens, size_t n, size_t *out);
 int cli_per_line(const char *cmd, int argc, char **argv, const char *usage, unsigned extra,
                  per_line_fn fn);
+/* s to stdout as the characters of a JSON string (no quotes) */
+void cli_json_chars(const char *s);
 
 /* The commands: argv[0] names the command */
 int cmd_put(int argc, char **argv);
