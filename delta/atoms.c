@@ -1,10 +1,9 @@
-/* Fitting stat's atoms. */
+/* Fitting stat's atoms: per (layer, k/v, channel), the values calibration
+ * saw often enough, with the lambda that codes them shortest. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "delta_int.h"
-
-/* ---- stat's atoms -------------------------------------------------------------- */
 
 /* A value is an atom of its channel when calibration saw it at least
  * ATOM_MIN_COUNT times (at most SKV_ATOMS_MAX per channel, the most frequent). */

@@ -4,7 +4,6 @@
 
 #include "delta_int.h"
 
-
 static const char *const level_names[SKV_LEVEL_COUNT] = {"stat", "ctx", "spec", "full"};
 
 const char *skv_level_name(skv_level l)

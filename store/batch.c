@@ -125,7 +125,6 @@ static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
     }
 }
 
-
 static void req_error(seqkv_put_req *q, int rc)
 {
     q->rc = rc;

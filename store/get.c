@@ -3,7 +3,6 @@
 
 #include "store_cluster.h"
 
-
 /* Longest prefix over the tenant's namespace and, when it opted in, the
  * shared one. Caller holds rw (shared). */
 int skv_store_match(seqkv *db, const char *tenant, const char *profile, const int32_t *tok,
