@@ -8,7 +8,7 @@
 /* New positions aligned at most (the rest is coded without a centroid). */
 #define SKV_CLUSTER_MAX_ALIGN 16384
 
-typedef struct {
+typedef struct skv_centroid {
     uint8_t tip_key[32]; /* the centroid's last record */
     size_t nc;           /* its tokens */
     int32_t *tok;

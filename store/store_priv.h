@@ -66,7 +66,7 @@ struct seqkv {
     size_t bad_records;
     int lock_fd;           /* flock of DIR/seqkv.lock (writers) */
     skv_pool *pool;
-    struct skv_put_batch *batch; /* the writer's put batch (access.c), or NULL */
+    struct skv_put_batch *batch; /* the writer's put batch (batch.c), or NULL */
 };
 
 int skv_mdb_error(int rc, const char *what);
@@ -101,4 +101,85 @@ void skv_store_coder_release(seqkv *db, coder_ent *c);
 void skv_store_writer(int on);
 int skv_store_is_writer(void);
 void skv_store_coders_free(seqkv *db);
+
+/* ---- access: get.c, put.c, batch.c, evict.c, del.c, decode.c ---------------- */
+
+/* Tokens and KV of positions [0, stride) in the coder's layout: K and V
+ * each [layers][stride][C] dtype elements. */
+typedef struct {
+    size_t stride;
+    int32_t *tok;
+    uint8_t *kv[2];
+} seqbuf;
+
+int skv_seqbuf_init(seqbuf *s, const prof_ent *pe, size_t stride);
+void skv_seqbuf_free(seqbuf *s);
+/* Checksum of positions [a, b) in stream order (layer, K then V). */
+uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b);
+
+struct skv_centroid;
+
+/* Decoding records (decode.c) */
+typedef struct {
+    seqkv *db;
+    MDB_txn *txn;
+    ns_ent *e;
+    prof_ent *pe;
+    seqbuf *s;
+    uint64_t tick;
+    struct skv_centroid *cent; /* the last centroid decoded (members share it) */
+} dec_ctx;
+
+/* Decode the records of a matched path into s (stride >= the path's
+ * extent); fn (may be NULL) gets each chunk's layers as they are done. */
+typedef int (*chunk_fn)(void *ctx, const seqbuf *s, size_t a, size_t b);
+int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, chunk_fn fn,
+                          void *fctx, size_t want);
+
+typedef struct {
+    prof_ent *pe;
+    ns_ent *e;        /* the namespace that matched best (NULL: none) */
+    size_t matched;
+    skv_trie_step *path;
+    size_t steps;
+} match_res;
+/* The longest cached prefix of tok (get.c) */
+int skv_store_match(seqkv *db, const char *tenant, const char *profile, const int32_t *tok,
+                    size_t n, match_res *m);
+
+/* The writer's batch (db->batch, under wlock): records coded and indexed
+ * hidden, their images waiting for the one commit that writes them all;
+ * and the records whose recency that commit saves. */
+typedef struct {
+    ns_ent *e;
+    uint8_t key[32];
+    uint8_t *img;
+    size_t len;
+} pend_rec;
+
+typedef struct {
+    ns_ent *e;
+    uint8_t key[32];
+} pend_tick;
+
+struct skv_put_batch {
+    pend_rec *rec;
+    size_t nrec, rec_cap;
+    pend_tick *tick;
+    size_t ntick, tick_cap;
+    uint64_t bytes;
+};
+
+/* The batch's record of key, or NULL */
+const pend_rec *skv_batch_find(const struct skv_put_batch *pb, const uint8_t key[32]);
+/* Room for nrec more records and ntick more recency entries */
+int skv_batch_reserve(struct skv_put_batch *pb, size_t nrec, size_t ntick);
+/* Forget the batch's records from `from` on (batch.c) */
+void skv_batch_drop(seqkv *db, struct skv_put_batch *pb, size_t from);
+/* One request into the batch, as if put alone (put.c) */
+int skv_store_put_one(seqkv *db, seqkv_put_req *q, struct skv_put_batch *pb, int standalone,
+                      int *prefix);
+/* Evict LRU records until need bytes fit under limit (evict.c) */
+int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, uint64_t need,
+                    int *count);
 #endif

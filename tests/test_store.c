@@ -110,7 +110,7 @@ static void session(const su_model *tm, const su_seq *prefix, size_t np, int32_t
 /* The tokens a put of n tokens whose longest cached prefix is m stores:
  * the tail n - m; when m ends inside a chunk, the store may code the
  * chunk's shared start again instead of taking it from the sibling record
- * (store/access.c: a shared start shorter than SKV_MIN_BASE = 16 tokens
+ * (store/put.c: a shared start shorter than SKV_MIN_BASE = 16 tokens
  * that the new record does not simply extend), so up to m mod chunk more. */
 static void assert_new(size_t got, size_t n, size_t m, size_t chunk, const char *what)
 {

@@ -1,0 +1,248 @@
+/* seqkv calibrate|profile get|profile set: a store profile, its model and
+ * its calibration. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd_store.h"
+
+static const char calibrate_usage[] =
+    "usage: seqkv calibrate --db DIR --profile NAME [--max-seq N | --calib FILE.cal]\n"
+    "\n"
+    "Learn a calibration for the profile from up to N (default 64) of its\n"
+    "stored sequences of every tenant, or import one from a calibration file\n"
+    "('seqkv codec calibrate'); it becomes the profile's current one. New\n"
+    "chunks are coded with it; stored ones keep theirs.\n"
+    "\n"
+    "  --db DIR, --key PATH, --no-sync as for put\n";
+
+static const char profile_usage[] =
+    "usage: seqkv profile <get|set> --db DIR NAME [options]\n"
+    "\n"
+    "  get NAME [--json]     print a profile\n"
+    "  set NAME [--model PATH | --kv FILE] [--level L] [--dtype D] [--chunk N]\n"
+    "                        create a profile (shape from the model or the KV\n"
+    "                        file) or change an existing one's level and model\n"
+    "Run 'seqkv profile <get|set> --help' for details.\n";
+
+static const char profile_get_usage[] =
+    "usage: seqkv profile get --db DIR NAME [--json] [--key PATH]\n"
+    "\n"
+    "Print the profile: shape, dtype, RoPE, chunk length, level, model,\n"
+    "calibration and identity hash.\n";
+
+static const char profile_set_usage[] =
+    "usage: seqkv profile set --db DIR NAME [--model PATH | --kv FILE] [--level L]\n"
+    "                         [--dtype D] [--chunk N] [--calib FILE.cal] [--key PATH]\n"
+    "\n"
+    "Create a profile, its shape taken from --model (dtype --dtype, default\n"
+    "bf16) or from the first sequence of a KV file; or update an existing\n"
+    "profile's level and model; --calib imports a calibration file. The shape,\n"
+    "dtype, RoPE and chunk length of an existing profile cannot change (that\n"
+    "is a new profile).\n";
+
+static void hex(const uint8_t *b, size_t n, char *out)
+{
+    static const char d[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = d[b[i] >> 4];
+        out[2 * i + 1] = d[b[i] & 15];
+    }
+    out[2 * n] = 0;
+}
+
+int cmd_calibrate(int argc, char **argv)
+{
+    sargs a;
+    int r = cli_store_args("calibrate", argc, argv, &a, calibrate_usage,
+                   SA(S_DB) | SA(S_KEY) | SA(S_PROFILE) | SA(S_MAXSEQ) | SA(S_CALIB) |
+                       SA(S_NOSYNC) | SA(S_QUIET),
+                   0);
+    if (r)
+        return r;
+    if (!a.profile)
+        return cli_usage_error("calibrate", "--profile NAME is required");
+    if (a.calib && a.max_seq)
+        return cli_usage_error("calibrate", "--max-seq and --calib exclude each other");
+    seqkv *db;
+    if ((r = cli_store_open(&a, DB_USE, &db)))
+        return r;
+    double t0 = cli_now();
+    int rc = a.calib ? seqkv_calibrate_import(db, a.profile, a.calib)
+                     : seqkv_calibrate(db, a.profile, (size_t)a.max_seq);
+    seqkv_profile p;
+    if (!rc)
+        rc = seqkv_profile_get(db, a.profile, &p);
+    seqkv_close(db);
+    if (rc)
+        return cli_fail(rc, a.calib ? a.calib : "calibrate");
+    char id[33];
+    hex(p.calib_id, 16, id);
+    if (!a.quiet)
+        fprintf(stderr, "calibrate: profile %s now uses calibration %s (%.1f s)\n", p.name, id,
+                cli_now() - t0);
+    return 0;
+}
+
+static void print_profile(const seqkv_profile *p, int json)
+{
+    char id[65], cid[33];
+    hex(p->id, 32, id);
+    hex(p->calib_id, 16, cid);
+    int chunk = p->chunk ? p->chunk : SEQKV_CHUNK_DEFAULT;
+    if (json) {
+        printf("{\"name\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\","
+               "\"rope_theta\":%.9g,\"rope_dim\":%d,\"rope_layout\":\"%s\",\"chunk\":%d,"
+               "\"level\":\"%s\",\"model\":\"",
+               p->name, p->layers, p->kv_heads, p->head_dim, skv_dtype_name(p->dtype),
+               (double)p->rope_theta, p->rope_dim, p->rope_half ? "half" : "pair", chunk,
+               seqkv_level_name(p->level));
+        cli_json_chars(p->model);
+        printf("\",\"calibration\":");
+        if (p->has_calib)
+            printf("\"%s\"", cid);
+        else
+            printf("null");
+        printf(",\"id\":\"%s\"}\n", id);
+        return;
+    }
+    printf("profile      %s\n", p->name);
+    printf("shape        %d layers, %d kv heads, head_dim %d, %s\n", p->layers, p->kv_heads,
+           p->head_dim, skv_dtype_name(p->dtype));
+    printf("rope         theta %g, %d channels, %s layout\n", (double)p->rope_theta,
+           p->rope_dim ? p->rope_dim : p->head_dim, p->rope_half ? "half" : "pair");
+    printf("chunk        %d tokens\n", chunk);
+    printf("level        %s\n", seqkv_level_name(p->level));
+    printf("model        %s\n", p->model[0] ? p->model : "(none)");
+    printf("calibration  %s\n", p->has_calib ? cid : "(none)");
+    printf("id           %s\n", id);
+}
+
+static int do_profile_get(int argc, char **argv)
+{
+    sargs a;
+    int r = cli_store_args("profile get", argc, argv, &a, profile_get_usage,
+                   SA(S_DB) | SA(S_KEY) | SA(S_JSON) | SA(S_PROFILE), 1);
+    if (r)
+        return r;
+    const char *name = a.name ? a.name : a.profile;
+    if (!name)
+        return cli_usage_error("profile get", "the profile NAME is required");
+    seqkv *db;
+    if ((r = cli_store_open(&a, DB_READ, &db)))
+        return r;
+    seqkv_profile p;
+    int rc = seqkv_profile_get(db, name, &p);
+    seqkv_close(db);
+    if (rc == SKV_ERR_NOT_FOUND) {
+        fprintf(stderr, "seqkv profile get: %s has no profile named %s\n", a.db, name);
+        return 1;
+    }
+    if (rc)
+        return cli_fail(rc, "profile");
+    print_profile(&p, a.json);
+    return 0;
+}
+
+static int do_profile_set(int argc, char **argv)
+{
+    sargs a;
+    int r = cli_store_args("profile set", argc, argv, &a, profile_set_usage,
+                   SA(S_DB) | SA(S_KEY) | SA(S_PROFILE) | SA(S_MODEL) | SA(S_KV) | SA(S_LEVEL) |
+                       SA(S_DTYPE) | SA(S_CHUNK) | SA(S_CALIB) | SA(S_QUIET),
+                   1);
+    if (r)
+        return r;
+    const char *name = a.name ? a.name : a.profile;
+    if (!name)
+        return cli_usage_error("profile set", "the profile NAME is required");
+    if (!*name || strlen(name) > SEQKV_NAME_MAX)
+        return cli_usage_error("profile set", "a profile name has 1 to %d bytes", SEQKV_NAME_MAX);
+    if (a.model && a.kv)
+        return cli_usage_error("profile set", "give --model or --kv, not both");
+    seqkv_profile want;
+    memset(&want, 0, sizeof want);
+    skv_model *m = NULL;
+    int rc = 0;
+    if (a.model) {
+        if ((rc = skv_model_load(a.model, &m)))
+            return cli_fail(rc, a.model);
+        cli_shape_from_model(m, a.have_dtype ? a.dtype : SKV_DT_BF16, &want);
+        cli_model_path(a.model, want.model);
+        skv_model_free(m);
+    } else if (a.kv) {
+        skv_st *st;
+        size_t n;
+        if ((r = cli_open_kvfile(a.kv, &st, &n, &want)))
+            return r;
+        skv_st_free(st);
+        if (a.have_dtype && a.dtype != want.dtype)
+            return cli_usage_error("profile set", "--dtype %s, but %s holds %s",
+                                   skv_dtype_name(a.dtype), a.kv, skv_dtype_name(want.dtype));
+    }
+    seqkv *db;
+    if ((r = cli_store_open(&a, DB_WRITE, &db)))
+        return r;
+    seqkv_profile p;
+    int created = 0; /* cli_ensure_profile() prints its own notes */
+    rc = seqkv_profile_get(db, name, &p);
+    if (rc == SKV_ERR_NOT_FOUND) {
+        if (!a.model && !a.kv) {
+            seqkv_close(db);
+            fprintf(stderr, "seqkv profile set: %s has no profile %s: give --model or --kv for its "
+                    "shape\n", a.db, name);
+            return 1;
+        }
+        r = cli_ensure_profile(db, &a, "profile set", name, &want, &p, &created);
+    } else if (rc) {
+        r = cli_fail(rc, "profile");
+    } else {
+        /* Existing: level and model may change; anything else given must
+         * agree (profile_set refuses a changed identity). */
+        if (a.have_dtype)
+            p.dtype = a.dtype;
+        if (a.have_chunk)
+            p.chunk = (int)a.chunk;
+        if (a.model && !a.have_dtype)
+            want.dtype = p.dtype; /* a model computes KV in any dtype */
+        if ((a.model || a.kv) && !cli_same_shape(&p, &want)) {
+            char s1[128], s2[128];
+            cli_describe_shape(&p, s1, sizeof s1);
+            cli_describe_shape(&want, s2, sizeof s2);
+            fprintf(stderr, "seqkv profile set: profile %s is %s, not %s\n", name, s1, s2);
+            r = 1;
+        }
+        if (a.model)
+            cli_model_path(a.model, p.model);
+        if (a.have_level)
+            p.level = a.level;
+        if (!r) {
+            rc = seqkv_profile_set(db, &p);
+            if (rc == SKV_ERR_UNSUPPORTED) /* accepted: noted below */
+                rc = 0;
+            if (rc)
+                r = cli_fail(rc, "profile set");
+        }
+        if (!r && a.calib && (rc = seqkv_calibrate_import(db, name, a.calib)))
+            r = cli_fail(rc, a.calib);
+    }
+    if (!r && (rc = seqkv_profile_get(db, name, &p)))
+        r = cli_fail(rc, "profile");
+    seqkv_close(db);
+    if (!r && !a.quiet) {
+        print_profile(&p, 0);
+        if (!created && p.level != SEQKV_RAW && !p.has_calib)
+            fprintf(stderr, "profile set: note: %s has no calibration: level %s codes raw until "
+                    "'seqkv calibrate' (or --calib) gives it one\n", name, seqkv_level_name(p.level));
+    }
+    return r;
+}
+
+int cmd_profile(int argc, char **argv)
+{
+    static const cli_sub subs[] = {
+        {"get", do_profile_get},
+        {"set", do_profile_set},
+    };
+    return cli_dispatch("profile", profile_usage, subs, sizeof subs / sizeof subs[0], argc, argv);
+}

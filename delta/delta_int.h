@@ -1,0 +1,161 @@
+/* Internal declarations of the delta module, shared by its files.
+ *
+ * Prediction of scalar (layer l, kv, position t, channel c = head*D + d):
+ *   mu = w0*f_model + w1*f_prev + w2*f_cb + w3*f_mean      (float, in order)
+ * f_model: the model's K/V for (l, t) computed over exact earlier KV
+ *          (spec: int8 copy, full: float32; 0 for stat and ctx)
+ * f_prev:  the exact value at t-1 in the same channel (f_mean at t = 0)
+ * f_cb:    codebook mean of (l, token_t, kv, c); K is learned before RoPE
+ *          and rotated to t; f_mean for tokens never seen in calibration
+ * f_mean:  calibrated channel mean
+ * Weights per (level, l, kv, head) by least squares; stat uses (0,0,0,1).
+ * s per (level, l, kv, c) minimises the measured code length. */
+#ifndef SKV_DELTA_INT_H
+#define SKV_DELTA_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#include "skv_delta.h"
+#include "skv_dtype_impl.h"
+
+#define NF 4
+
+struct skv_calib {
+    skv_kvshape sh;
+    unsigned levels;     /* bit mask */
+    float *mean;         /* [L][2][C] */
+    float *s[SKV_LEVEL_COUNT];  /* [L][2][seen][C] */
+    float *w[SKV_LEVEL_COUNT];  /* [L][2][H][seen][NF] */
+    float *cb;           /* [L][V][2][C], K before RoPE */
+    int32_t *cb_n;       /* [V] */
+    uint8_t *cb_ok;      /* [L][V][2]: cb_n 0 or the codebook row all_small (calib_index) */
+    uint32_t pemp[256];
+    float *inv_freq;     /* [rope_dim/2] */
+    int rope_known;
+    char model_fp[33];
+    uint8_t id[16];
+    int version;         /* of the file it came from (1: no atoms), else SKV_CALIB_VERSION */
+    /* stat's atoms (skv_atoms) per (layer, k/v, channel): counts, lambda in
+     * 2^-16, and the values and counts of every channel's atoms in order */
+    uint32_t *at_k, *at_lam; /* [L][2][C] */
+    uint32_t *at_val, *at_cnt;
+    size_t at_total;
+};
+
+static inline size_t chan_count(const skv_kvshape *s)
+{
+    return (size_t)s->kv_heads * (size_t)s->head_dim;
+}
+
+/* every value of magnitude at most 2^100, so finite (and RoPE of such a
+ * row stays finite); four lanes at a time on the bits */
+static inline int all_small(const float *v, size_t n)
+{
+    return !skv_any_above32(v, n, 0x7fffffffu, 0x71800000u);
+}
+
+/* Stat codes a run of constant rows (the same mu and s row) in one codec
+ * call of up to this many rows: about 16k scalars, at least one row. */
+static inline size_t batch_rows(size_t C)
+{
+    return C < 16384 ? 16384 / C : 1;
+}
+
+/* ---- calibration (calib.c, calib_io.c) --------------------------------------- */
+
+int calib_alloc(skv_calib *c);
+void rope_init(skv_calib *c);
+void compute_id(skv_calib *c);
+int calib_index(skv_calib *c);
+int parse_float_meta(const skv_st *st, const char *key, float *out);
+
+/* ---- levels (level.c) ------------------------------------------------------------ */
+
+skv_mix level_mix(skv_level l);
+int default_version(const skv_calib *cal, skv_level level);
+int level_states(skv_level level);
+
+/* ---- learning (learn.c, fit.c, atoms.c) ------------------------------------------ */
+
+/* The calibration samples: every sequence of the KV file, as floats and
+ * as dtype bits. */
+typedef struct {
+    size_t n_seq;
+    size_t *T;
+    int32_t **tok;
+    float **kv[2];   /* per sequence [L][T][C] */
+    uint32_t **bits[2];
+} calib_data;
+
+int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *const *model_pred[2],
+              int max_samples, int quiet);
+int fit_atoms(skv_calib *c, const calib_data *d);
+
+/* ---- coding (coder.c, chunk.c, sequence.c) --------------------------------------- */
+
+/* A pool thread's coder workspace */
+struct coder_ws {
+    skv_encoder *enc;
+    skv_decoder *dec, *dec2; /* dec2: a layer's V stream, decoded with its K (code_pair) */
+    void *pair;              /* code_pair's rows, paircap bytes */
+    size_t paircap;
+    float *cbf;
+    uint32_t *xb; /* stat's runs of constant rows: batch_rows(C) rows */
+};
+
+struct skv_delta {
+    const skv_calib *cal;
+    skv_level level;
+    const skv_model *model; /* the predictor actually run (int8 copy or float32) */
+    skv_model *owned;
+    skv_pool *pool;
+    skv_cmodel *cm;
+    skv_atoms **atoms;      /* [L][2] (stat): NULL where no channel has atoms */
+    int plain;              /* SEQKV_PLAIN_PREDICT set: predict() per scalar, no constant rows
+                             * (the tests compare the bytes with the fast path's) */
+    int nws;
+    struct coder_ws *ws;    /* one per pool thread */
+    double *ideal, *bytes;
+    int ideal_on; /* encoders add up the ideal code length (skv_delta_set_ideal) */
+    int version;  /* the stream version encoders write (skv_delta_set_stream_version) */
+    uint64_t *nsc;
+};
+
+/* What coding a sequence does: encode its rows to streams, decode them
+ * from streams, or hand back each scalar's prediction (mu) alone */
+typedef enum { CODE_ENCODE, CODE_DECODE, CODE_PREDICT } code_mode;
+
+/* The state of coding one sequence: exact values as floats (what the
+ * predictors read) and as dtype bytes (what is coded). */
+typedef struct {
+    skv_delta *d;
+    const int32_t *tok;
+    size_t T;
+    uint8_t *kvb[2];        /* dtype bytes [L][T][C] (encode: input; decode: output) */
+    float *kvf[2];          /* exact floats [L][T][C], filled as decoded */
+    size_t t0, t1;
+    code_mode mode;
+    const skv_streams *in;
+    size_t first_stream;
+    size_t chunk_index;
+    skv_streams *out;
+    const skv_delta_aux *aux;   /* optional second prediction (range coding) */
+    size_t start;               /* first coded position */
+    size_t stride;              /* positions per layer in kvb (>= T) */
+    float *mu_out[2];           /* CODE_PREDICT: mu per scalar [L][end-start][C] */
+    float *rope_sc;             /* [T][rope_dim/2][sin, cos] (rope_angles) or NULL */
+    float *rope_cs;             /* [T][2][rope_dim] (rope_cs) where rope_lanes, or NULL */
+    int rc;
+} seq_ctx;
+
+/* Code the current chunk [q->t0, q->t1) of a model-free level, its
+ * streams in parallel (chunk.c) */
+int code_chunk_parallel(seq_ctx *q);
+/* The model's KV hook that codes each layer of the chunk (chunk.c) */
+void coder_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, float *v);
+
+#endif

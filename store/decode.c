@@ -1,0 +1,268 @@
+/* Decoding chunk records into a sequence buffer: a matched path, or a
+ * whole stored chain (calibration, centroids). */
+#include <string.h>
+
+#include "store_cluster.h"
+
+void skv_seqbuf_free(seqbuf *s)
+{
+    skv_free(s->tok);
+    skv_free(s->kv[0]);
+    skv_free(s->kv[1]);
+    memset(s, 0, sizeof *s);
+}
+
+int skv_seqbuf_init(seqbuf *s, const prof_ent *pe, size_t stride)
+{
+    memset(s, 0, sizeof *s);
+    size_t bytes = (size_t)pe->p.layers * (stride ? stride : 1) * pe->C * pe->es;
+    s->stride = stride;
+    s->tok = skv_calloc(stride ? stride : 1, sizeof(int32_t));
+    s->kv[0] = skv_malloc(bytes);
+    s->kv[1] = skv_malloc(bytes);
+    if (!s->tok || !s->kv[0] || !s->kv[1]) {
+        skv_seqbuf_free(s);
+        return skv_error(SKV_ERR_NOMEM, "KV buffers for %zu tokens", stride);
+    }
+    return SKV_OK;
+}
+
+/* Checksum of positions [a, b) in stream order (layer, K then V). */
+uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b)
+{
+    const size_t row = pe->C * pe->es;
+    uint64_t h = 0;
+    for (int l = 0; l < pe->p.layers; l++)
+        for (int kv = 0; kv < 2; kv++)
+            h = skv_checksum64(s->kv[kv] + ((size_t)l * s->stride + a) * row, (b - a) * row, h);
+    return h;
+}
+
+static __thread int centroid_depth;
+
+/* Build the centroid predictions of a member record's positions [a, b). */
+static int member_aux(dec_ctx *c, const skv_rec *r, skv_delta *d, size_t a, size_t b,
+                      skv_delta_aux *aux, float **bufs)
+{
+    const prof_ent *pe = c->pe;
+    const size_t n = b - a, L = (size_t)pe->p.layers, nw = L * 2 * (size_t)pe->p.kv_heads;
+    skv_trie_rec *tip = skv_trie_find(c->e->trie, r->centroid);
+    if (!tip)
+        return skv_error(SKV_ERR_CORRUPT, "a member record's centroid is missing");
+    int rc = SKV_OK;
+    if (!c->cent || memcmp(c->cent->tip_key, r->centroid, 32) != 0) {
+        skv_centroid_free(c->cent);
+        c->cent = skv_calloc(1, sizeof *c->cent);
+        if (!c->cent)
+            return skv_error(SKV_ERR_NOMEM, "centroid");
+        if (++centroid_depth > 16)
+            rc = skv_error(SKV_ERR_CORRUPT, "centroid references nest too deep");
+        else
+            rc = skv_store_decode_chain(c->db, c->txn, c->e, c->pe, tip, &c->cent->nc,
+                                        &c->cent->tok, &c->cent->k, &c->cent->v);
+        centroid_depth--;
+        if (rc) {
+            skv_centroid_free(c->cent);
+            c->cent = NULL;
+            return rc;
+        }
+        memcpy(c->cent->tip_key, r->centroid, 32);
+    }
+    int32_t *al = skv_malloc(n * sizeof *al);
+    bufs[0] = skv_malloc(L * n * pe->C * sizeof(float));
+    bufs[1] = skv_malloc(L * n * pe->C * sizeof(float));
+    bufs[2] = skv_malloc(nw * 3 * sizeof(float));
+    if (!al || !bufs[0] || !bufs[1] || !bufs[2])
+        rc = skv_error(SKV_ERR_NOMEM, "centroid predictions");
+    uint32_t nc = 0;
+    if (!rc)
+        rc = skv_side_read(pe, r->side, r->side_len, n, &nc, al, bufs[2], bufs[2] + 2 * nw);
+    if (!rc && nc != c->cent->nc)
+        rc = skv_error(SKV_ERR_CORRUPT, "centroid length differs from the member's record");
+    if (!rc)
+        rc = skv_centroid_pred(pe, d, c->cent->tok, c->cent->k, c->cent->v, c->cent->nc, al, a, b,
+                               bufs[0], bufs[1]);
+    skv_free(al);
+    aux->pred[0] = bufs[0];
+    aux->pred[1] = bufs[1];
+    aux->w = bufs[2];
+    aux->sscale = bufs[2] + 2 * nw;
+    return rc;
+}
+
+static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth);
+
+/* Decode the streams of a parsed record into positions [P + lo, P + n). */
+static int decode_streams(dec_ctx *c, const skv_rec *r, size_t P)
+{
+    const prof_ent *pe = c->pe;
+    seqbuf *s = c->s;
+    const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es, a = P + r->lo, b = P + r->n;
+    if (r->nstreams != 2 * L)
+        return skv_error(SKV_ERR_CORRUPT, "chunk record has %u streams for %zu layers", r->nstreams, L);
+    if (r->level == SEQKV_RAW) {
+        const uint8_t *p = r->streams;
+        for (size_t j = 0; j < 2 * L; j++) {
+            size_t sz = skv_load32_le(r->sizes + 4 * j);
+            if (sz != (b - a) * row)
+                return skv_error(SKV_ERR_CORRUPT, "raw stream of %zu bytes, expected %zu", sz,
+                                 (b - a) * row);
+            memcpy(s->kv[j & 1] + ((j / 2) * s->stride + a) * row, p, sz);
+            p += sz;
+        }
+        return SKV_OK;
+    }
+    size_t offs[2 * 4096 + 1];
+    offs[0] = 0;
+    for (size_t j = 0; j < 2 * L; j++)
+        offs[j + 1] = offs[j] + skv_load32_le(r->sizes + 4 * j);
+    skv_streams in = {(uint8_t *)r->streams, r->streams_len, 0, offs, 2 * L, 0};
+    skv_delta_aux aux;
+    float *bufs[3] = {NULL, NULL, NULL};
+    int rc = SKV_OK;
+    coder_ent *ce = NULL;
+    if (!(r->flags & SKV_REC_CENTROID) && r->side_len)
+        rc = skv_error(SKV_ERR_CORRUPT, "side info in a record without a centroid");
+    if (!rc)
+        rc = skv_store_coder(c->db, c->txn, c->pe, r->calib, r->level, &ce);
+    if (!rc && (r->flags & SKV_REC_CENTROID))
+        rc = member_aux(c, r, ce->d, a, b, &aux, bufs);
+    if (!rc)
+        rc = skv_delta_decode_range(ce->d, s->tok, a, b, s->stride, &in, 0,
+                                    (r->flags & SKV_REC_CENTROID) ? &aux : NULL, s->kv[0],
+                                    s->kv[1]);
+    if (ce)
+        skv_store_coder_release(c->db, ce);
+    for (int i = 0; i < 3; i++)
+        skv_free(bufs[i]);
+    return rc;
+}
+
+/* Load, verify and decode record t (and first its base), given that
+ * positions before its chunk are already decoded. */
+static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth)
+{
+    const size_t CH = (size_t)c->pe->p.chunk, P = (size_t)t->chunk_index * CH;
+    if (depth > (int)CH)
+        return skv_error(SKV_ERR_CORRUPT, "base records form a cycle");
+    if (P + t->n > c->s->stride)
+        return skv_error(SKV_ERR_CORRUPT, "record past the decoded range");
+    int rc;
+    if (t->has_base) {
+        skv_trie_rec *b = skv_trie_find(c->e->trie, t->base);
+        if (!b || b->chunk_index != t->chunk_index || b->n < t->lo ||
+            memcmp(b->parent, t->parent, 32) != 0)
+            return skv_error(SKV_ERR_CORRUPT, "record's base is missing or does not fit");
+        if ((rc = decode_rec(c, b, depth + 1)))
+            return rc;
+    }
+    MDB_val k = {32, t->key}, v;
+    if (t->hidden) {
+        /* the writer's own uncommitted record, from an earlier put of its
+         * batch; readers never reach one (skv_trie_match skips them) */
+        const pend_rec *p = skv_store_is_writer() ? skv_batch_find(c->db->batch, t->key) : NULL;
+        if (!p)
+            return skv_error(SKV_ERR_CORRUPT, "a reader reached an uncommitted record");
+        v.mv_data = p->img;
+        v.mv_size = p->len;
+    } else {
+        int mrc = mdb_get(c->txn, c->db->db_chunk, &k, &v);
+        if (mrc == MDB_NOTFOUND)
+            return skv_error(SKV_ERR_CORRUPT, "an indexed chunk record is missing from LMDB");
+        if (mrc)
+            return skv_mdb_error(mrc, "read chunk");
+    }
+    skv_rec r;
+    if ((rc = skv_rec_parse(v.mv_data, v.mv_size, &r)))
+        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s",
+                                                skv_error_detail())
+                                    : rc;
+    if (r.tenant != c->e->tenant || memcmp(r.profile, c->pe->p.id, 32) != 0 || r.n != t->n ||
+        r.lo != t->lo || r.chunk_index != t->chunk_index)
+        return skv_error(SKV_ERR_CORRUPT, "chunk record does not match its index entry");
+    for (uint32_t i = 0; i < r.n; i++) {
+        int32_t tk = (int32_t)skv_load32_le(r.tokens + 4 * (size_t)i);
+        if (tk != t->tokens[i])
+            return skv_error(SKV_ERR_CORRUPT, "chunk record tokens differ from its index entry");
+        c->s->tok[P + i] = tk;
+    }
+    if ((rc = decode_streams(c, &r, P)))
+        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
+                                                skv_error_detail())
+                                    : rc;
+    if (skv_seqbuf_checksum(c->pe, c->s, P + r.lo, P + r.n) != r.checksum)
+        return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)", r.chunk_index);
+    __atomic_store_n(&t->tick, c->tick, __ATOMIC_RELAXED);
+    return SKV_OK;
+}
+
+/* Decode the records of a matched path into s (stride >= the path's
+ * extent); fn (may be NULL) gets each chunk's layers as they are done. */
+typedef int (*chunk_fn)(void *ctx, const seqbuf *s, size_t a, size_t b);
+int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, chunk_fn fn,
+                       void *fctx, size_t want)
+{
+    const size_t CH = (size_t)c->pe->p.chunk;
+    for (size_t j = 0; j < steps; j++) {
+        int rc = decode_rec(c, path[j].rec, 0);
+        if (rc)
+            return rc;
+        size_t a = j * CH, b = a + path[j].used;
+        if (b > want)
+            b = want;
+        if (fn && a < b && (rc = fn(fctx, c->s, a, b)))
+            return rc;
+        if (b >= want)
+            break;
+    }
+    return SKV_OK;
+}
+
+/* ---- whole stored sequences (calibration, centroids) ------------------------- */
+
+int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+                           size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
+{
+    *T = 0;
+    *tok = NULL;
+    *k = *v = NULL;
+    const size_t CH = (size_t)pe->p.chunk, nst = (size_t)tip->chunk_index + 1;
+    skv_trie_step *path = skv_malloc(nst * sizeof *path);
+    if (!path)
+        return skv_error(SKV_ERR_NOMEM, "chain");
+    skv_trie_rec *r = tip;
+    int rc = SKV_OK;
+    for (size_t j = nst; j-- > 0;) {
+        if (!r || r->chunk_index != j) {
+            rc = skv_error(SKV_ERR_CORRUPT, "broken chain of chunk records");
+            break;
+        }
+        path[j].rec = r;
+        path[j].used = r->n;
+        if (j > 0)
+            r = skv_trie_find(e->trie, r->parent);
+    }
+    seqbuf s = {0};
+    if (!rc)
+        rc = skv_seqbuf_init(&s, pe, nst * CH);
+    if (!rc) {
+        dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL};
+        rc = skv_store_decode_path(&c, path, nst, NULL, NULL, (nst - 1) * CH + tip->n);
+        skv_centroid_free(c.cent);
+    }
+    skv_free(path);
+    if (rc) {
+        skv_seqbuf_free(&s);
+        return rc;
+    }
+    const size_t n = (nst - 1) * CH + tip->n, row = pe->C * pe->es, L = (size_t)pe->p.layers;
+    /* compact to stride n: [layers][n][C] */
+    for (int x = 0; x < 2; x++)
+        for (size_t l = 1; l < L; l++)
+            memmove(s.kv[x] + l * n * row, s.kv[x] + l * s.stride * row, n * row);
+    *T = n;
+    *tok = s.tok;
+    *k = s.kv[0];
+    *v = s.kv[1];
+    return SKV_OK;
+}

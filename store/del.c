@@ -1,0 +1,56 @@
+/* del (seqkv.h): a tenant's cached sequences, deepest record first. */
+#include <string.h>
+
+#include "store_priv.h"
+
+int seqkv_del(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+              size_t n, size_t *removed)
+{
+    *removed = 0;
+    pthread_mutex_lock(&db->wlock);
+    match_res m;
+    pthread_rwlock_rdlock(&db->rw);
+    int rc = skv_store_match(db, tenant, profile, tokens, n, &m);
+    pthread_rwlock_unlock(&db->rw);
+    tenant_ent *te = NULL;
+    if (!rc)
+        rc = skv_store_tenant(db, tenant, 0, &te);
+    /* only the tenant's own namespace: the shared one is not the tenant's
+     * to delete */
+    if (!rc && m.e && m.e->tenant != te->id)
+        m.steps = 0;
+    /* from the deepest record up, while nothing else needs it and the
+     * query covers all its tokens */
+    size_t k = m.steps;
+    while (!rc && k > 0) {
+        skv_trie_rec *r = m.path[k - 1].rec;
+        if (r->deps || m.path[k - 1].used != r->n)
+            break;
+        MDB_txn *txn;
+        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
+        MDB_val key = {32, r->key};
+        if (!mrc)
+            mrc = mdb_del(txn, db->db_chunk, &key, NULL);
+        if (!mrc) {
+            int x = mdb_del(txn, db->db_evict, &key, NULL);
+            if (x && x != MDB_NOTFOUND)
+                mrc = x;
+        }
+        if (!mrc)
+            mrc = mdb_txn_commit(txn);
+        else if (txn)
+            mdb_txn_abort(txn);
+        if (mrc) {
+            rc = skv_mdb_error(mrc, "delete");
+            break;
+        }
+        *removed += r->n - r->lo;
+        pthread_rwlock_wrlock(&db->rw);
+        skv_store_unindex(db, m.e, r, 1);
+        pthread_rwlock_unlock(&db->rw);
+        k--;
+    }
+    skv_free(m.path);
+    pthread_mutex_unlock(&db->wlock);
+    return rc;
+}
