@@ -36,7 +36,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_delta CAL.cal TEST.safetensors [stat|ctx] [N_SEQ] [REPS] [VERSION]\n");
         return 2;
     }
-    skv_level lv = argc > 3 && strcmp(argv[3], "ctx") == 0 ? SKV_LEVEL_CTX : SKV_LEVEL_STAT;
+    seqkv_level lv = argc > 3 && strcmp(argv[3], "ctx") == 0 ? SEQKV_CTX : SEQKV_STAT;
     size_t want = argc > 4 ? (size_t)atol(argv[4]) : 8;
     int reps = argc > 5 ? atoi(argv[5]) : 3;
     skv_calib *c = NULL;
@@ -133,17 +133,17 @@ int main(int argc, char **argv)
     for (int vi = 0; vi < nv; vi++) {
         printf("bench_delta %s: stream version %d: %zu sequences, %zu scalars, best of %d: encode %.1f M/s, "
                "decode %.1f M/s, %.3f bits a scalar\n",
-               skv_level_name(lv), vers[vi], n_seq, total, reps, best_e[vi], best_d[vi],
+               seqkv_level_name(lv), vers[vi], n_seq, total, reps, best_e[vi], best_d[vi],
                8.0 * (double)bytes[vi] / (double)total);
         if (ghz > 0 && best_e[vi] > 0 && best_d[vi] > 0)
             printf("bench_delta %s: stream version %d at the core's %.2f GHz (bench/clock.h): encode %.1f "
                    "cycles a scalar, decode %.1f (100 M/s is %.1f, 150 M/s is %.1f)\n",
-                   skv_level_name(lv), vers[vi], ghz, ghz * 1e3 / best_e[vi], ghz * 1e3 / best_d[vi],
+                   seqkv_level_name(lv), vers[vi], ghz, ghz * 1e3 / best_e[vi], ghz * 1e3 / best_d[vi],
                    ghz * 10, ghz * 1e3 / 150);
     }
     if (nv == 2)
         printf("bench_delta %s: version %d against version 1: encode %.2fx, decode %.2fx\n",
-               skv_level_name(lv), vers[0], best_e[0] / best_e[1], best_d[0] / best_d[1]);
+               seqkv_level_name(lv), vers[0], best_e[0] / best_e[1], best_d[0] / best_d[1]);
     for (size_t i = 0; i < n_seq; i++) {
         skv_streams_free(&ss[i]);
         free(tok[i]);

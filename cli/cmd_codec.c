@@ -172,10 +172,10 @@ static int do_calibrate(int argc, char **argv)
             r = cli_fail(rc, a.out);
         else
             fprintf(stderr, "calibrate: wrote %s (levels:%s%s%s%s) in %.1f s\n", a.out,
-                    skv_calib_has_level(c, SKV_LEVEL_STAT) ? " stat" : "",
-                    skv_calib_has_level(c, SKV_LEVEL_CTX) ? " ctx" : "",
-                    skv_calib_has_level(c, SKV_LEVEL_SPEC) ? " spec" : "",
-                    skv_calib_has_level(c, SKV_LEVEL_FULL) ? " full" : "", cli_now() - t0);
+                    skv_calib_has_level(c, SEQKV_STAT) ? " stat" : "",
+                    skv_calib_has_level(c, SEQKV_CTX) ? " ctx" : "",
+                    skv_calib_has_level(c, SEQKV_SPEC) ? " spec" : "",
+                    skv_calib_has_level(c, SEQKV_FULL) ? " full" : "", cli_now() - t0);
     }
     skv_calib_free(c);
     skv_pool_free(pool);
@@ -201,8 +201,8 @@ static int do_encode(int argc, char **argv)
         return r;
     if (!a.cal || !a.kv || !a.out)
         return cli_usage_error("codec encode", "--cal, --kv and --out are required");
-    skv_level lvl = SKV_LEVEL_CTX;
-    if (a.level && skv_level_from_name(a.level, &lvl))
+    seqkv_level lvl = SEQKV_CTX;
+    if (a.level && (seqkv_level_parse(a.level, &lvl) || lvl == SEQKV_RAW))
         return cli_usage_error("codec encode", "--level wants stat, ctx, spec or full");
     skv_calib *c;
     skv_model *m;
@@ -284,7 +284,7 @@ static int do_encode(int argc, char **argv)
         else
             fprintf(stderr, "encode: %zu sequences, %zu raw bytes -> %ld bytes (%.3f bits/scalar, level %s)\n",
                     n_seq, raw, sz, raw ? 8.0 * (double)sz / ((double)raw / skv_dtype_size(skv_calib_shape(c)->dtype)) : 0.0,
-                    skv_level_name(lvl));
+                    seqkv_level_name(lvl));
     }
     skv_streams_free(&s);
     skv_delta_free(d);
@@ -313,7 +313,7 @@ static int do_decode(int argc, char **argv)
     skv_st_writer *w = NULL;
     rc = skv_file_read(a.in, (size_t)1 << 40, &buf, &len);
     const skv_kvshape *sh = skv_calib_shape(c);
-    skv_coded_info ci = {SKV_LEVEL_STAT, SKV_DT_F32, 0, 0, {0}};
+    skv_coded_info ci = {SEQKV_STAT, SKV_DT_F32, 0, 0, {0}};
     if (!rc)
         rc = skv_coded_read_header(buf, len, &ci);
     if (!rc && ci.dtype != sh->dtype)
@@ -441,10 +441,10 @@ static int do_bench(int argc, char **argv)
         return r;
     if ((!a.calib && !a.cal) || !a.test)
         return cli_usage_error("codec bench", "--calib (or --cal) and --test are required");
-    int want[SKV_LEVEL_COUNT] = {1, 1, 1, 1};
+    int want[SEQKV_LEVELS] = {0, 1, 1, 1, 1}; /* (raw has no predictor) */
     if (a.level && strcmp(a.level, "all") != 0) {
-        skv_level l;
-        if (skv_level_from_name(a.level, &l))
+        seqkv_level l;
+        if (seqkv_level_parse(a.level, &l) || l == SEQKV_RAW)
             return cli_usage_error("codec bench", "--level wants stat, ctx, spec, full or all");
         memset(want, 0, sizeof want);
         want[l] = 1;
@@ -528,17 +528,17 @@ static int do_bench(int argc, char **argv)
         }
         free(all);
     }
-    for (int lv = 0; lv < SKV_LEVEL_COUNT && !rc; lv++) {
+    for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS && !rc; lv++) {
         if (!want[lv])
             continue;
-        if (!skv_calib_has_level(c, (skv_level)lv)) {
+        if (!skv_calib_has_level(c, (seqkv_level)lv)) {
             if (!a.json)
-                printf("%-15s (not calibrated%s)\n", skv_level_name((skv_level)lv),
-                       lv >= SKV_LEVEL_SPEC ? ": give --model" : "");
+                printf("%-15s (not calibrated%s)\n", seqkv_level_name((seqkv_level)lv),
+                       lv >= SEQKV_SPEC ? ": give --model" : "");
             continue;
         }
         skv_delta *d;
-        if ((rc = skv_delta_create(c, (skv_level)lv, m, NULL, &d)))
+        if ((rc = skv_delta_create(c, (seqkv_level)lv, m, NULL, &d)))
             break;
         skv_streams *ss = calloc(n_seq, sizeof *ss);
         /* output buffers for the largest sequence, allocated before any clock */
@@ -577,9 +577,9 @@ static int do_bench(int argc, char **argv)
         /* stat and ctx streams are independent per (layer, k/v): decode them
          * again on every core, as a GET would (wall clock) */
         int threads = skv_pool_threads(pool);
-        if (!rc && lv <= SKV_LEVEL_CTX && threads > 1) {
+        if (!rc && lv <= SEQKV_CTX && threads > 1) {
             skv_delta *dp;
-            if ((rc = skv_delta_create(c, (skv_level)lv, m, pool, &dp)) == SKV_OK) {
+            if ((rc = skv_delta_create(c, (seqkv_level)lv, m, pool, &dp)) == SKV_OK) {
                 rc = best_decode(dp, &bs, cli_now, &tp, &ok);
                 skv_delta_free(dp);
             }
@@ -614,7 +614,7 @@ static int do_bench(int argc, char **argv)
             printf("{\"level\":\"%s\",\"dtype\":\"%s\",\"bits_per_scalar\":%.4f,\"ideal_bits_per_scalar\":%.4f,"
                    "\"payload_bits_per_scalar\":%.4f,\"streams\":%zu,\"encode_msps\":%.2f,\"decode_msps\":%.2f,\"encode_tokens_per_s\":%.0f,"
                    "\"decode_tokens_per_s\":%.0f,\"decode_msps_all_cores\":%.2f,\"roundtrip\":\"%s\",\"per_layer\":[",
-                   skv_level_name((skv_level)lv), skv_dtype_name(sh->dtype), bps, ibps, pbps, nstreams,
+                   seqkv_level_name((seqkv_level)lv), skv_dtype_name(sh->dtype), bps, ibps, pbps, nstreams,
                    (double)tn / te / 1e6, (double)tn / td / 1e6, (double)tot_tok / te,
                    (double)tot_tok / td, tp > 0 ? (double)tn / tp / 1e6 : 0.0, ok ? "ok" : "MISMATCH");
             for (int j = 0; j < 2 * sh->layers; j++)
@@ -625,7 +625,7 @@ static int do_bench(int argc, char **argv)
         } else {
             printf("%-15s %7.3f bits/scalar (%.2fx), ideal %.3f; payload %.3f (%+.2f%% of ideal) + %zu stream "
                    "headers; encode %.1f M/s, decode %.1f M/s (%.0f / %.0f tokens/s); round trip %s\n",
-                   skv_level_name((skv_level)lv), bps, 8.0 * es / bps, ibps, pbps, 100.0 * (pbps / ibps - 1),
+                   seqkv_level_name((seqkv_level)lv), bps, 8.0 * es / bps, ibps, pbps, 100.0 * (pbps / ibps - 1),
                    nstreams,
                    (double)tn / te / 1e6, (double)tn / td / 1e6, (double)tot_tok / te,
                    (double)tot_tok / td, ok ? "ok" : "MISMATCH");
@@ -637,7 +637,7 @@ static int do_bench(int argc, char **argv)
             printf("\n");
         }
         if (!ok)
-            rc = skv_error(SKV_ERR_CORRUPT, "round trip mismatch at level %s", skv_level_name((skv_level)lv));
+            rc = skv_error(SKV_ERR_CORRUPT, "round trip mismatch at level %s", seqkv_level_name((seqkv_level)lv));
         for (size_t i = 0; i < n_seq; i++)
             skv_streams_free(&ss[i]);
         free(ss);

@@ -600,12 +600,12 @@ static int layer_bits(demo *d, double (*bits)[65], int *have)
     skv_calib *cal = NULL;
     if (!rc)
         rc = cli_calib_learn_writer(w, d->m, d->pool, &cal);
-    for (int lv = 0; lv < SKV_LEVEL_COUNT && !rc; lv++) {
-        have[lv] = skv_calib_has_level(cal, (skv_level)lv);
+    for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS && !rc; lv++) {
+        have[lv] = skv_calib_has_level(cal, (seqkv_level)lv);
         if (!have[lv])
             continue;
         skv_delta *dl;
-        if ((rc = skv_delta_create(cal, (skv_level)lv, d->m, d->pool, &dl)))
+        if ((rc = skv_delta_create(cal, (seqkv_level)lv, d->m, d->pool, &dl)))
             break;
         size_t coded = 0;
         for (size_t i = 0; i < d->ns && coded < 16 && !rc; i++) {
@@ -618,7 +618,7 @@ static int layer_bits(demo *d, double (*bits)[65], int *have)
                                   (size_t)d->a.chunk, &ss);
             skv_streams_free(&ss);
             char what[64];
-            snprintf(what, sizeof what, "demo: coding the sessions at %s", skv_level_name((skv_level)lv));
+            snprintf(what, sizeof what, "demo: coding the sessions at %s", seqkv_level_name((seqkv_level)lv));
             cli_progress(what, coded, 16);
         }
         if (!rc) {
@@ -654,12 +654,12 @@ static void write_chart(const demo *d, double (*bits)[65], const int *have, char
         return;
     }
     fprintf(f, "# layer raw");
-    for (int lv = 0; lv < SKV_LEVEL_COUNT; lv++)
-        fprintf(f, " %s", skv_level_name((skv_level)lv));
+    for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
+        fprintf(f, " %s", seqkv_level_name((seqkv_level)lv));
     fprintf(f, "\n");
     for (size_t l = 0; l < d->L; l++) {
         fprintf(f, "%zu 16", l);
-        for (int lv = 0; lv < SKV_LEVEL_COUNT; lv++)
+        for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
             fprintf(f, " %.4f", have[lv] ? bits[lv][l] : 0.0 / 0.0);
         fprintf(f, "\n");
     }
@@ -679,10 +679,10 @@ static void write_chart(const demo *d, double (*bits)[65], const int *have, char
             "set datafile missing 'nan'\n"
             "plot '%s' using 1:2 with linespoints lw 2 title 'raw bf16'",
             png, base ? base + 1 : d->model, d->synthetic ? ", SYNTHETIC model" : "", dat);
-    for (int lv = 0; lv < SKV_LEVEL_COUNT; lv++)
+    for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
         if (have[lv])
             fprintf(f, ", '' using 1:%d with linespoints lw 2 title '%s'", lv + 3,
-                    skv_level_name((skv_level)lv));
+                    seqkv_level_name((seqkv_level)lv));
     fprintf(f, "\n");
     fclose(f);
     char cmd[3 * PATH_MAX];
@@ -910,8 +910,8 @@ static int demo_run(demo *d)
         replayed = rc == 0;
         fprintf(stderr, "demo: replay without the probabilistic trie in %.1f s\n", cli_now() - t0);
     }
-    double bits[SKV_LEVEL_COUNT][65];
-    int have[SKV_LEVEL_COUNT] = {0};
+    double bits[SEQKV_LEVELS][65];
+    int have[SEQKV_LEVELS] = {0};
     memset(bits, 0, sizeof bits);
     if (!rc) {
         t0 = cli_now();
@@ -999,15 +999,15 @@ static int demo_run(demo *d)
          pct(ratio, np, 0.5), pct(ratio, np, 0.01), pct(ratio, np, 0.99));
     out2(tf, "\nbits per scalar by layer and level (skv_delta on up to %zu original sessions' whole prompts, "
              "calibrated on their first turns; raw bf16 = 16)\n%-8s", d->ns < 16 ? d->ns : (size_t)16, "layer");
-    for (int lv = 0; lv < SKV_LEVEL_COUNT; lv++)
+    for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
         if (have[lv])
-            out2(tf, " %7s", skv_level_name((skv_level)lv));
+            out2(tf, " %7s", seqkv_level_name((seqkv_level)lv));
     out2(tf, "\n");
     for (size_t l = 0; l <= d->L; l++) {
         char name[16];
         snprintf(name, sizeof name, l == d->L ? "all" : "%zu", l);
         out2(tf, "%-8s", name);
-        for (int lv = 0; lv < SKV_LEVEL_COUNT; lv++)
+        for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
             if (have[lv])
                 out2(tf, " %7.3f", bits[lv][l]);
         out2(tf, "\n");

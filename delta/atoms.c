@@ -155,7 +155,7 @@ int fit_atoms(skv_calib *c, const calib_data *d)
     for (size_t i = 0; i < d->n_seq; i++)
         N += d->T[i];
     skv_cmodel *cm;
-    int rc = skv_cmodel_create(c->sh.dtype, level_mix(SKV_LEVEL_STAT), c->pemp, &cm);
+    int rc = skv_cmodel_create(c->sh.dtype, level_mix(SEQKV_STAT), c->pemp, &cm);
     if (rc)
         return rc;
     atom_bufs b = {skv_malloc((N ? N : 1) * sizeof *b.xs), skv_malloc((N ? N : 1) * sizeof *b.srt),
@@ -179,7 +179,7 @@ int fit_atoms(skv_calib *c, const calib_data *d)
                 if (k == 0)
                     continue;
                 const float mu = c->mean[(l * 2 + (size_t)kv) * C + ch];
-                const float *sv = c->s[SKV_LEVEL_STAT] + (l * 2 + (size_t)kv) * 2 * C + ch;
+                const float *sv = c->s[SEQKV_STAT] + (l * 2 + (size_t)kv) * 2 * C + ch;
                 uint32_t lam = best_lambda(cm, &b, n, k, mu, sv, C);
                 if (!lam || (rc = append_atoms(c, &b, k)))
                     continue;

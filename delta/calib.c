@@ -8,7 +8,10 @@
 
 const skv_kvshape *skv_calib_shape(const skv_calib *c) { return &c->sh; }
 const uint8_t *skv_calib_id(const skv_calib *c) { return c->id; }
-int skv_calib_has_level(const skv_calib *c, skv_level l) { return (c->levels >> l) & 1; }
+int skv_calib_has_level(const skv_calib *c, seqkv_level l)
+{
+    return l >= SEQKV_STAT && l < SEQKV_LEVELS && (c->levels & level_bit(l)) != 0;
+}
 const char *skv_calib_model(const skv_calib *c) { return c->model_fp; }
 
 /* The codebook's bytes (L x V x 2 x C floats; one float for a shape
@@ -28,7 +31,7 @@ void skv_calib_free(skv_calib *c)
     if (!c)
         return;
     skv_free(c->mean);
-    for (int i = 0; i < SKV_LEVEL_COUNT; i++) {
+    for (int i = SEQKV_STAT; i < SEQKV_LEVELS; i++) {
         skv_free(c->s[i]);
         skv_free(c->w[i]);
     }
@@ -48,7 +51,7 @@ int calib_alloc(skv_calib *c)
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads,
                  V = (size_t)c->sh.vocab;
     c->mean = skv_calloc(L * 2 * C, sizeof(float));
-    for (int i = 0; i < SKV_LEVEL_COUNT; i++) {
+    for (int i = SEQKV_STAT; i < SEQKV_LEVELS; i++) {
         c->s[i] = skv_calloc(L * 2 * 2 * C, sizeof(float));
         c->w[i] = skv_calloc(L * 2 * H * 2 * NF, sizeof(float));
         if (!c->s[i] || !c->w[i])
@@ -112,7 +115,7 @@ void compute_id(skv_calib *c)
     hash_u32s(&st, hdr, sizeof hdr / sizeof hdr[0]);
     hash_floats(&st, &c->sh.rope_theta, 1);
     hash_floats(&st, c->mean, L * 2 * C);
-    for (int l = 0; l < SKV_LEVEL_COUNT; l++) {
+    for (int l = SEQKV_STAT; l < SEQKV_LEVELS; l++) {
         hash_floats(&st, c->s[l], L * 2 * 2 * C);
         hash_floats(&st, c->w[l], L * 2 * H * 2 * NF);
     }

@@ -185,7 +185,7 @@ static int begin_coding(const seq_ctx *q, struct coder_ws *ws, int l, int kv, co
 {
     const skv_delta *d = q->d;
     if (q->mode == CODE_DECODE) {
-        skv_decoder_set_row_cache(ws->dec, d->level == SKV_LEVEL_STAT);
+        skv_decoder_set_row_cache(ws->dec, d->level == SEQKV_STAT);
         return begin_stream(q, ws->dec, l, kv, atoms);
     }
     if (q->mode == CODE_ENCODE) {
@@ -193,7 +193,7 @@ static int begin_coding(const seq_ctx *q, struct coder_ws *ws, int l, int kv, co
         skv_encoder_set_version(ws->enc, d->version);
         skv_encoder_set_states(ws->enc, level_states(d->level));
         /* rows predicted from the row before never repeat (stat's do) */
-        skv_encoder_set_row_cache(ws->enc, d->level == SKV_LEVEL_STAT);
+        skv_encoder_set_row_cache(ws->enc, d->level == SEQKV_STAT);
         skv_encoder_reset_atoms(ws->enc, d->cal->id, atoms);
     }
     return SKV_OK;
@@ -592,7 +592,7 @@ void coder_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, float *v
         float *x = kv ? v : k;
         q->rc = code_and_append(q, &q->d->ws[0], layer, kv, x);
         /* spec attends over the exact KV; full recomputes on its own */
-        if (!q->rc && q->d->level == SKV_LEVEL_SPEC)
+        if (!q->rc && q->d->level == SEQKV_SPEC)
             memcpy(x, q->kvf[kv] + ((size_t)layer * T + q->t0) * C, n * C * sizeof(float));
     }
 }

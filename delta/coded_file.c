@@ -8,7 +8,7 @@ int skv_coded_write_header(uint8_t out[SKV_CODED_HEADER], const skv_coded_info *
     memset(out, 0, SKV_CODED_HEADER);
     skv_store32_le(out, SKV_CODED_MAGIC);
     skv_store16_le(out + 4, SKV_CODED_VERSION);
-    out[6] = (uint8_t)info->level;
+    out[6] = (uint8_t)(info->level - SEQKV_STAT); /* 0 stat .. 3 full */
     out[7] = (uint8_t)info->dtype;
     skv_store32_le(out + 8, info->n_seq);
     skv_store32_le(out + 12, info->chunk);
@@ -27,11 +27,11 @@ int skv_coded_read_header(const uint8_t *buf, size_t len, skv_coded_info *info)
         return skv_error(SKV_ERR_VERSION, "coded file version %u; this build reads %d", v, SKV_CODED_VERSION);
     if (v == 0)
         return skv_error(SKV_ERR_FORMAT, "coded file version 0");
-    if (buf[6] >= SKV_LEVEL_COUNT || buf[7] > SKV_DT_F8E4M3)
+    if (buf[6] > SEQKV_FULL - SEQKV_STAT || buf[7] > SKV_DT_F8E4M3)
         return skv_error(SKV_ERR_FORMAT, "coded file: bad level %u or dtype %u", buf[6], buf[7]);
     if (skv_load64_le(buf + 32) != 0)
         return skv_error(SKV_ERR_FORMAT, "coded file: reserved bytes are not zero");
-    info->level = (skv_level)buf[6];
+    info->level = (seqkv_level)(SEQKV_STAT + buf[6]);
     info->dtype = (skv_dtype)buf[7];
     info->n_seq = skv_load32_le(buf + 8);
     info->chunk = skv_load32_le(buf + 12);

@@ -5,16 +5,18 @@
 
 #include "delta_int.h"
 
-int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *model, skv_pool *pool,
+int skv_delta_create(const skv_calib *cal, seqkv_level level, const skv_model *model, skv_pool *pool,
                      skv_delta **out)
 {
     *out = NULL;
+    if (level == SEQKV_RAW)
+        return skv_error(SKV_ERR_ARG, "level raw has no predictor: the store keeps its bytes as they are");
     if (!skv_calib_has_level(cal, level))
-        return skv_error(SKV_ERR_ARG, "the calibration has no \"%s\" level%s", skv_level_name(level),
-                         level >= SKV_LEVEL_SPEC ? " (calibrate with --model)" : "");
-    if (level >= SKV_LEVEL_SPEC) {
+        return skv_error(SKV_ERR_ARG, "the calibration has no \"%s\" level%s", seqkv_level_name(level),
+                         level >= SEQKV_SPEC ? " (calibrate with --model)" : "");
+    if (level >= SEQKV_SPEC) {
         if (!model)
-            return skv_error(SKV_ERR_ARG, "level %s needs the model", skv_level_name(level));
+            return skv_error(SKV_ERR_ARG, "level %s needs the model", seqkv_level_name(level));
         if (strcmp(skv_model_fingerprint(model), cal->model_fp) != 0)
             return skv_error(SKV_ERR_SHAPE, "model %s is not the one the calibration was made with (%s)",
                              skv_model_fingerprint(model), cal->model_fp);
@@ -36,7 +38,7 @@ int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *mod
     int rc = (d->ideal && d->bytes && d->nsc) ? SKV_OK : skv_error(SKV_ERR_NOMEM, "delta coder");
     if (!rc)
         rc = skv_cmodel_create(cal->sh.dtype, level_mix(level), cal->pemp, &d->cm);
-    if (!rc && level == SKV_LEVEL_STAT && cal->at_total) {
+    if (!rc && level == SEQKV_STAT && cal->at_total) {
         const size_t C = chan_count(&cal->sh);
         d->atoms = skv_calloc(n, sizeof *d->atoms);
         if (!d->atoms)
@@ -69,10 +71,10 @@ int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *mod
         if (!rc && (!d->ws[i].cbf || !d->ws[i].xb))
             rc = skv_error(SKV_ERR_NOMEM, "delta coder");
     }
-    if (!rc && level == SKV_LEVEL_SPEC) {
+    if (!rc && level == SEQKV_SPEC) {
         rc = skv_model_quantize(model, SKV_WQ_INT8, &d->owned);
         d->model = d->owned;
-    } else if (!rc && level == SKV_LEVEL_FULL) {
+    } else if (!rc && level == SEQKV_FULL) {
         d->model = model;
     }
     if (rc) {

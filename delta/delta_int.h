@@ -24,12 +24,19 @@
 
 #define NF 4
 
+/* A coded level's bit in skv_calib.levels, as calibration files and ids
+ * hold it: bit 0 stat, 1 ctx, 2 spec, 3 full */
+static inline unsigned level_bit(seqkv_level l)
+{
+    return 1u << ((int)l - SEQKV_STAT);
+}
+
 struct skv_calib {
     skv_kvshape sh;
     unsigned levels;     /* bit mask */
     float *mean;         /* [L][2][C] */
-    float *s[SKV_LEVEL_COUNT];  /* [L][2][seen][C] */
-    float *w[SKV_LEVEL_COUNT];  /* [L][2][H][seen][NF] */
+    float *s[SEQKV_LEVELS];  /* per coded level (none for raw): [L][2][seen][C] */
+    float *w[SEQKV_LEVELS];  /* [L][2][H][seen][NF] */
     float *cb;           /* [L][V][2][C], K before RoPE */
     int32_t *cb_n;       /* [V] */
     uint8_t *cb_ok;      /* [L][V][2]: cb_n 0 or the codebook row all_small (calib_index) */
@@ -75,9 +82,9 @@ int parse_float_meta(const skv_st *st, const char *key, float *out);
 
 /* ---- levels (level.c) ------------------------------------------------------------ */
 
-skv_mix level_mix(skv_level l);
-int default_version(const skv_calib *cal, skv_level level);
-int level_states(skv_level level);
+skv_mix level_mix(seqkv_level l);
+int default_version(const skv_calib *cal, seqkv_level level);
+int level_states(seqkv_level level);
 
 /* ---- learning (learn.c, fit.c, atoms.c) ------------------------------------------ */
 
@@ -91,7 +98,7 @@ typedef struct {
     uint32_t **bits[2];
 } calib_data;
 
-int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *const *model_pred[2],
+int fit_level(skv_calib *c, const calib_data *d, seqkv_level lvl, float *const *model_pred[2],
               int max_samples, int quiet);
 int fit_atoms(skv_calib *c, const calib_data *d);
 
@@ -109,7 +116,7 @@ struct coder_ws {
 
 struct skv_delta {
     const skv_calib *cal;
-    skv_level level;
+    seqkv_level level;
     const skv_model *model; /* the predictor actually run (int8 copy or float32) */
     skv_model *owned;
     skv_pool *pool;

@@ -124,7 +124,7 @@ static inline void features(const skv_calib *c, const calib_data *d, float *cons
 typedef struct {
     skv_calib *c;
     const calib_data *d;
-    skv_level lvl;
+    seqkv_level lvl;
     float *const *model_pred; /* [sq][L][T][C] of this kv, or NULL */
     size_t l, h, seen;
     int kv;
@@ -157,7 +157,7 @@ static size_t fit_weights(const fit_group *g, const int use[NF], float *w)
             if (!group_has(g, sq, t))
                 continue;
             nsamp++;
-            if (g->lvl == SKV_LEVEL_STAT)
+            if (g->lvl == SEQKV_STAT)
                 continue;
             const float *row = loo_features(c, d, sq, g->l, g->kv, t, g->self, g->cbf);
             for (size_t dd = 0; dd < D; dd++) {
@@ -173,10 +173,10 @@ static size_t fit_weights(const fit_group *g, const int use[NF], float *w)
             }
         }
     }
-    if (g->lvl == SKV_LEVEL_STAT || nsamp == 0) {
+    if (g->lvl == SEQKV_STAT || nsamp == 0) {
         memset(w, 0, NF * sizeof *w);
         w[3] = 1.0f;
-        if (nsamp == 0 && g->lvl != SKV_LEVEL_STAT && g->seen == 1)
+        if (nsamp == 0 && g->lvl != SEQKV_STAT && g->seen == 1)
             memcpy(w, w - NF, NF * sizeof *w); /* no seen samples: as unseen */
     } else {
         solve(A, bvec, use, w);
@@ -231,12 +231,12 @@ static void fit_spreads(const fit_group *g, skv_cmodel *cm, const float *w, size
     }
 }
 
-int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *const *model_pred[2],
+int fit_level(skv_calib *c, const calib_data *d, seqkv_level lvl, float *const *model_pred[2],
               int max_samples, int quiet)
 {
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads,
                  D = (size_t)c->sh.head_dim;
-    int use[NF] = {lvl >= SKV_LEVEL_SPEC, lvl >= SKV_LEVEL_CTX, lvl >= SKV_LEVEL_CTX, 1};
+    int use[NF] = {lvl >= SEQKV_SPEC, lvl >= SEQKV_CTX, lvl >= SEQKV_CTX, 1};
     skv_cmodel *cm;
     int rc = skv_cmodel_create(c->sh.dtype, level_mix(lvl), c->pemp, &cm);
     if (rc)
@@ -272,7 +272,7 @@ int fit_level(skv_calib *c, const calib_data *d, skv_level lvl, float *const *mo
         }
         if (!quiet)
             fprintf(stderr, isatty(2) ? "\rcalibrate: %s layer %zu/%zu" : "calibrate: %s layer %zu/%zu\n",
-                    skv_level_name(lvl), g.l + 1, L);
+                    seqkv_level_name(lvl), g.l + 1, L);
     }
     if (!quiet && isatty(2))
         fprintf(stderr, "\n");

@@ -206,7 +206,7 @@ static int means_and_codebook(skv_calib *c, const calib_data *d)
 
 /* Level lv (spec or full) with the predictor pm: its model features over
  * every sequence, then its fit */
-static int fit_model_level(skv_calib *c, const calib_data *d, skv_level lv, const skv_model *pm,
+static int fit_model_level(skv_calib *c, const calib_data *d, seqkv_level lv, const skv_model *pm,
                            skv_pool *pool, int max_s, int quiet)
 {
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), n_seq = d->n_seq;
@@ -222,7 +222,7 @@ static int fit_model_level(skv_calib *c, const calib_data *d, skv_level lv, cons
             rc = skv_error(SKV_ERR_NOMEM, "model features");
         else if (d->T[i])
             rc = model_features(pm, pool, d->tok[i], d->T[i], d->kv[0][i], d->kv[1][i], pred[0][i],
-                                pred[1][i], lv == SKV_LEVEL_SPEC);
+                                pred[1][i], lv == SEQKV_SPEC);
     }
     if (!rc) {
         float *const *pp[2] = {pred[0], pred[1]};
@@ -248,24 +248,24 @@ static int fit_levels(skv_calib *c, const calib_data *d, const skv_calib_opts *o
     float *const *none[2] = {NULL, NULL};
     int rc;
     c->version = SKV_CALIB_VERSION;
-    if ((rc = fit_level(c, d, SKV_LEVEL_STAT, none, max_s, quiet)))
+    if ((rc = fit_level(c, d, SEQKV_STAT, none, max_s, quiet)))
         return rc;
     if ((rc = fit_atoms(c, d)))
         return rc;
-    if ((rc = fit_level(c, d, SKV_LEVEL_CTX, none, max_s, quiet)))
+    if ((rc = fit_level(c, d, SEQKV_CTX, none, max_s, quiet)))
         return rc;
-    c->levels = 1u << SKV_LEVEL_STAT | 1u << SKV_LEVEL_CTX;
+    c->levels = level_bit(SEQKV_STAT) | level_bit(SEQKV_CTX);
     const skv_model *model = opts ? opts->model : NULL;
     if (!model)
         return SKV_OK;
     skv_model *q8 = NULL;
     if ((rc = skv_model_quantize(model, SKV_WQ_INT8, &q8)))
         return rc;
-    for (int lv = SKV_LEVEL_SPEC; lv <= SKV_LEVEL_FULL && !rc; lv++) {
-        rc = fit_model_level(c, d, (skv_level)lv, lv == SKV_LEVEL_SPEC ? q8 : model, opts->pool, max_s,
+    for (int lv = SEQKV_SPEC; lv <= SEQKV_FULL && !rc; lv++) {
+        rc = fit_model_level(c, d, (seqkv_level)lv, lv == SEQKV_SPEC ? q8 : model, opts->pool, max_s,
                              quiet);
         if (!rc)
-            c->levels |= 1u << lv;
+            c->levels |= level_bit((seqkv_level)lv);
     }
     skv_model_free(q8);
     return rc;

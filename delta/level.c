@@ -4,21 +4,21 @@
 
 #include "delta_int.h"
 
-static const char *const level_names[SKV_LEVEL_COUNT] = {"stat", "ctx", "spec", "full"};
+static const char *const level_names[SEQKV_LEVELS] = {"raw", "stat", "ctx", "spec", "full"};
 
-const char *skv_level_name(skv_level l)
+const char *seqkv_level_name(seqkv_level l)
 {
-    return (unsigned)l < SKV_LEVEL_COUNT ? level_names[l] : "?";
+    return (unsigned)l < SEQKV_LEVELS ? level_names[l] : "?";
 }
 
-int skv_level_from_name(const char *s, skv_level *out)
+int seqkv_level_parse(const char *s, seqkv_level *out)
 {
-    for (int i = 0; i < SKV_LEVEL_COUNT; i++)
+    for (int i = 0; i < SEQKV_LEVELS; i++)
         if (strcmp(s, level_names[i]) == 0) {
-            *out = (skv_level)i;
+            *out = (seqkv_level)i;
             return SKV_OK;
         }
-    return skv_error(SKV_ERR_ARG, "unknown level \"%s\" (stat, ctx, spec or full)", s);
+    return skv_error(SKV_ERR_ARG, "unknown level '%s' (raw, stat, ctx, spec, full)", s);
 }
 
 /* Mixture weights per level. An escape weight w2 costs a floor of
@@ -27,9 +27,9 @@ int skv_level_from_name(const char *s, skv_level *out)
  * by 0.013 bits at stat and tie at spec), so the statistical levels use
  * those; full, whose predictions are near exact, escapes at 2^-10. The
  * 3s component and the escape still carry outliers, inf and NaN. */
-skv_mix level_mix(skv_level l)
+skv_mix level_mix(seqkv_level l)
 {
-    if (l == SKV_LEVEL_FULL)
+    if (l == SEQKV_FULL)
         return (skv_mix){655u, 64u};
     return (skv_mix){600u, 100u}; /* 0.009, 0.0015: KV residuals are light-tailed */
 }
@@ -41,9 +41,9 @@ skv_mix level_mix(skv_level l)
  * reference path); other dtypes and shapes, and spec and full (whose
  * predictor costs far more than the coder) keep version 1. The same
  * calibration, level and KV give the same bytes on every machine. */
-int default_version(const skv_calib *cal, skv_level level)
+int default_version(const skv_calib *cal, seqkv_level level)
 {
-    return (level == SKV_LEVEL_STAT || level == SKV_LEVEL_CTX) && cal->sh.dtype == SKV_DT_BF16 &&
+    return (level == SEQKV_STAT || level == SEQKV_CTX) && cal->sh.dtype == SKV_DT_BF16 &&
                    chan_count(&cal->sh) % SKV_V2_GROUP == 0
                ? 2
                : 1;
@@ -52,7 +52,7 @@ int default_version(const skv_calib *cal, skv_level level)
 /* Version 2's states: ctx takes eight, 32 bytes a stream fewer than
  * sixteen (at ~8 bits a scalar, 0.4 % of a stories260K stream of 8192
  * scalars) for a few per cent of decode speed; stat keeps sixteen */
-int level_states(skv_level level)
+int level_states(seqkv_level level)
 {
-    return level == SKV_LEVEL_STAT ? 16 : 8;
+    return level == SEQKV_STAT ? 16 : 8;
 }

@@ -30,7 +30,7 @@ static int code_seq(seq_ctx *q, size_t chunk)
     }
     /* the codebook feature's RoPE angles, once per position rather than
      * per layer (stat's constant rows seldom need them) */
-    if (c->rope_known && T && (d->level != SKV_LEVEL_STAT || d->plain)) {
+    if (c->rope_known && T && (d->level != SEQKV_STAT || d->plain)) {
         const size_t half = (size_t)c->sh.rope_dim / 2;
         if (!(q->rope_sc = skv_malloc(T * half * 2 * sizeof(float)))) {
             rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
@@ -60,7 +60,7 @@ static int code_seq(seq_ctx *q, size_t chunk)
                             pre_rows * C);
     if (d->model && T && (rc = skv_kvcache_create(skv_model_cfg(d->model), T, &cache)))
         goto done;
-    if (cache && q->start && d->level == SKV_LEVEL_FULL) {
+    if (cache && q->start && d->level == SEQKV_FULL) {
         /* full is the recompute end: the model runs on its own KV of the
          * context, as it does across the chunks of a whole sequence */
         skv_forward_opts o = {.pool = d->pool};

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "seqkv_level.h"
 #include "skv_codec.h"
 #include "skv_model.h"
 #include "skv_tensor.h"
@@ -33,15 +34,7 @@
 extern "C" {
 #endif
 
-typedef enum {
-    SKV_LEVEL_STAT = 0,
-    SKV_LEVEL_CTX = 1,
-    SKV_LEVEL_SPEC = 2,
-    SKV_LEVEL_FULL = 3,
-} skv_level;
-#define SKV_LEVEL_COUNT 4
-const char *skv_level_name(skv_level l);
-int skv_level_from_name(const char *s, skv_level *out);
+/* The coder takes every level of seqkv_level.h but SEQKV_RAW. */
 
 /* Calibration files this build writes; it reads 1 and 2 (1: no atoms). */
 #define SKV_CALIB_VERSION 2
@@ -82,7 +75,7 @@ int skv_calib_parse(const uint8_t *buf, size_t len, skv_calib **out);
 const skv_kvshape *skv_calib_shape(const skv_calib *c);
 /* 16-byte content hash (BLAKE2b-128 of the calibration's tensors). */
 const uint8_t *skv_calib_id(const skv_calib *c);
-int skv_calib_has_level(const skv_calib *c, skv_level l);
+int skv_calib_has_level(const skv_calib *c, seqkv_level l);
 /* Model fingerprint the spec/full levels were calibrated with ("" if none). */
 const char *skv_calib_model(const skv_calib *c);
 
@@ -96,7 +89,7 @@ typedef struct skv_delta skv_delta;
  * pool (may be NULL) runs the model's forward passes and, for stat and
  * ctx, the (layer, k/v) streams of a chunk in parallel; the bytes do not
  * depend on it. One coder codes one sequence at a time. */
-int skv_delta_create(const skv_calib *cal, skv_level level, const skv_model *model,
+int skv_delta_create(const skv_calib *cal, seqkv_level level, const skv_model *model,
                      skv_pool *pool, skv_delta **out);
 void skv_delta_free(skv_delta *d);
 
@@ -174,7 +167,7 @@ int skv_delta_stream_version(const skv_delta *d);
 #define SKV_CODED_HEADER 40
 
 typedef struct {
-    skv_level level;
+    seqkv_level level;
     skv_dtype dtype;
     uint32_t n_seq, chunk;
     uint8_t calib_id[16];

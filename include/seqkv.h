@@ -24,6 +24,7 @@
 
 #include "skv_dtype.h"
 #include "skv_error.h"
+#include "seqkv_level.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,17 +37,6 @@ extern "C" {
 #define SEQKV_MAX_TOKENS (1u << 20) /* tokens per put/get */
 #define SEQKV_SHARED_TENANT "@shared" /* the opt-in shared namespace */
 
-typedef enum {
-    SEQKV_RAW = 0,  /* no predictor: the bytes as given (still deduplicated) */
-    SEQKV_STAT = 1, /* per-channel statistics */
-    SEQKV_CTX = 2,  /* context predictors (previous position, codebook) */
-    SEQKV_SPEC = 3, /* int8 copy of the model over the exact KV */
-    SEQKV_FULL = 4, /* the model itself: the recompute end */
-} seqkv_level;
-#define SEQKV_LEVELS 5
-const char *seqkv_level_name(seqkv_level l);
-/* SKV_ERR_ARG for an unknown name. */
-int seqkv_level_parse(const char *s, seqkv_level *out);
 
 typedef struct seqkv seqkv;
 

@@ -64,7 +64,7 @@ int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_i
     }
     skv_delta *d = NULL;
     if (!rc)
-        rc = skv_delta_create(cal, (skv_level)(level - 1), model, pooled ? db->pool : NULL, &d);
+        rc = skv_delta_create(cal, (seqkv_level)level, model, pooled ? db->pool : NULL, &d);
     if (!rc) /* records keep bytes; no ideal code length is read here */
         skv_delta_set_ideal(d, 0);
     if (!rc && db->ncoders == db->coders_cap) {

@@ -32,24 +32,7 @@
 #define TEN_SIZE 32
 #define SHARED_ID 1
 
-/* ---- names and levels ------------------------------------------------------ */
-
-static const char *const level_names[SEQKV_LEVELS] = {"raw", "stat", "ctx", "spec", "full"};
-
-const char *seqkv_level_name(seqkv_level l)
-{
-    return (unsigned)l < SEQKV_LEVELS ? level_names[l] : "?";
-}
-
-int seqkv_level_parse(const char *s, seqkv_level *out)
-{
-    for (int i = 0; i < SEQKV_LEVELS; i++)
-        if (strcmp(s, level_names[i]) == 0) {
-            *out = (seqkv_level)i;
-            return SKV_OK;
-        }
-    return skv_error(SKV_ERR_ARG, "unknown level '%s' (raw, stat, ctx, spec, full)", s);
-}
+/* ---- names ------------------------------------------------------------------ */
 
 static int check_name(const char *what, const char *s, int allow_at)
 {

@@ -70,7 +70,7 @@ static skv_st *as_file(const skv_model *m, const kvset *s, skv_dtype dt, uint8_t
 }
 
 /* Encode and decode every test sequence at `lvl`; returns bits/scalar. */
-static double round_trip(const skv_calib *cal, skv_level lvl, const skv_model *m, const kvset *t,
+static double round_trip(const skv_calib *cal, seqkv_level lvl, const skv_model *m, const kvset *t,
                          skv_dtype dt, size_t chunk)
 {
     skv_delta *d;
@@ -84,13 +84,13 @@ static double round_trip(const skv_calib *cal, skv_level lvl, const skv_model *m
         cr_assert_eq(s.nstreams, chunks * L * 2);
         uint8_t *k = malloc(t->T[i] * per + 1), *v = malloc(t->T[i] * per + 1);
         cr_assert_eq(skv_delta_decode(d, t->tok[i], t->T[i], &s, 0, chunk, k, v), 0, "%s %s",
-                     skv_level_name(lvl), skv_error_detail());
-        cr_assert_eq(memcmp(k, t->k[i], t->T[i] * per), 0, "K bit-exact (%s, seq %zu)", skv_level_name(lvl), i);
-        cr_assert_eq(memcmp(v, t->v[i], t->T[i] * per), 0, "V bit-exact (%s, seq %zu)", skv_level_name(lvl), i);
+                     seqkv_level_name(lvl), skv_error_detail());
+        cr_assert_eq(memcmp(k, t->k[i], t->T[i] * per), 0, "K bit-exact (%s, seq %zu)", seqkv_level_name(lvl), i);
+        cr_assert_eq(memcmp(v, t->v[i], t->T[i] * per), 0, "V bit-exact (%s, seq %zu)", seqkv_level_name(lvl), i);
         /* a corrupted stream is detected, never decoded into wrong bytes */
         s.data[s.offs[1] - 3] ^= 0x5a;
         int rc = skv_delta_decode(d, t->tok[i], t->T[i], &s, 0, chunk, k, v);
-        cr_assert_neq(rc, 0, "corruption detected (%s)", skv_level_name(lvl));
+        cr_assert_neq(rc, 0, "corruption detected (%s)", seqkv_level_name(lvl));
         bytes += s.len;
         scalars += 2 * t->T[i] * per / skv_dtype_size(dt);
         free(k);
@@ -121,13 +121,13 @@ static skv_calib *learned(const skv_model *m, skv_dtype dt, size_t ncal, size_t 
 }
 
 static void levels_case(const skv_model *m, skv_dtype dt, size_t ncal, size_t T, size_t chunk,
-                        double bits[SKV_LEVEL_COUNT])
+                        double bits[SEQKV_LEVELS])
 {
     kvset test = {0};
     skv_calib *c = learned(m, dt, ncal, 3, T, 1000, &test);
-    for (int l = 0; l < SKV_LEVEL_COUNT; l++) {
-        cr_assert(skv_calib_has_level(c, (skv_level)l));
-        bits[l] = round_trip(c, (skv_level)l, m, &test, dt, chunk);
+    for (int l = SEQKV_STAT; l < SEQKV_LEVELS; l++) {
+        cr_assert(skv_calib_has_level(c, (seqkv_level)l));
+        bits[l] = round_trip(c, (seqkv_level)l, m, &test, dt, chunk);
     }
     skv_calib_free(c);
     free_kv(&test);
@@ -159,7 +159,7 @@ Test(delta, ctx_round_trips_rows_wider_than_256)
     cr_assert_eq(skv_model_cfg(m)->n_kv_heads * skv_model_cfg(m)->head_dim, 320);
     kvset test = {0};
     skv_calib *c = learned(m, SKV_DT_BF16, 4, 2, 40, 77, &test);
-    double bits = round_trip(c, SKV_LEVEL_CTX, m, &test, SKV_DT_BF16, 24);
+    double bits = round_trip(c, SEQKV_CTX, m, &test, SKV_DT_BF16, 24);
     cr_expect_lt(bits, 16.0);
     skv_calib_free(c);
     free_kv(&test);
@@ -171,10 +171,10 @@ Test(delta, every_level_and_dtype_round_trips_on_random_model_kv)
     skv_model *m = random_model();
     skv_dtype dts[4] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_F32};
     for (int i = 0; i < 4; i++) {
-        double b[SKV_LEVEL_COUNT];
+        double b[SEQKV_LEVELS];
         levels_case(m, dts[i], 6, 48, 20, b);
-        cr_assert_lt(b[SKV_LEVEL_FULL], b[SKV_LEVEL_STAT], "%s: full %.3f < stat %.3f",
-                     skv_dtype_name(dts[i]), b[SKV_LEVEL_FULL], b[SKV_LEVEL_STAT]);
+        cr_assert_lt(b[SEQKV_FULL], b[SEQKV_STAT], "%s: full %.3f < stat %.3f",
+                     skv_dtype_name(dts[i]), b[SEQKV_FULL], b[SEQKV_STAT]);
     }
     skv_model_free(m);
 }
@@ -186,15 +186,15 @@ Test(delta, stories260k_levels_round_trip_and_rank)
         cr_skip("../shared/models/stories260K.bin not present");
     skv_model *m;
     cr_assert_eq(skv_model_load(p, &m), 0);
-    double b[SKV_LEVEL_COUNT];
+    double b[SEQKV_LEVELS];
     levels_case(m, SKV_DT_BF16, 8, 96, 64, b);
-    cr_assert_lt(b[SKV_LEVEL_CTX], b[SKV_LEVEL_STAT], "ctx %.3f < stat %.3f", b[1], b[0]);
-    cr_assert_lt(b[SKV_LEVEL_SPEC], b[SKV_LEVEL_CTX], "spec %.3f < ctx %.3f", b[2], b[1]);
-    cr_assert_lt(b[SKV_LEVEL_FULL], 0.5, "full %.3f bits: seqkv's own KV is nearly free", b[3]);
-    cr_assert_lt(b[SKV_LEVEL_STAT], 12.0, "stat %.3f beats raw 16 bits", b[0]);
-    double b8[SKV_LEVEL_COUNT];
+    cr_assert_lt(b[SEQKV_CTX], b[SEQKV_STAT], "ctx %.3f < stat %.3f", b[1], b[0]);
+    cr_assert_lt(b[SEQKV_SPEC], b[SEQKV_CTX], "spec %.3f < ctx %.3f", b[2], b[1]);
+    cr_assert_lt(b[SEQKV_FULL], 0.5, "full %.3f bits: seqkv's own KV is nearly free", b[3]);
+    cr_assert_lt(b[SEQKV_STAT], 12.0, "stat %.3f beats raw 16 bits", b[0]);
+    double b8[SEQKV_LEVELS];
     levels_case(m, SKV_DT_F8E4M3, 8, 64, 64, b8);
-    cr_assert_lt(b8[SKV_LEVEL_SPEC], 8.0);
+    cr_assert_lt(b8[SEQKV_SPEC], 8.0);
     skv_model_free(m);
 }
 
@@ -208,10 +208,10 @@ Test(delta, calibration_file_round_trips_and_rejects_corruption)
     skv_calib *c, *c2;
     skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
     cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
-    cr_assert(skv_calib_has_level(c, SKV_LEVEL_CTX));
-    cr_assert(!skv_calib_has_level(c, SKV_LEVEL_SPEC), "no model, no spec level");
+    cr_assert(skv_calib_has_level(c, SEQKV_CTX));
+    cr_assert(!skv_calib_has_level(c, SEQKV_SPEC), "no model, no spec level");
     skv_delta *d;
-    cr_assert_eq(skv_delta_create(c, SKV_LEVEL_SPEC, m, NULL, &d), SKV_ERR_ARG);
+    cr_assert_eq(skv_delta_create(c, SEQKV_SPEC, m, NULL, &d), SKV_ERR_ARG);
     const char *dir = tu_tmpdir(), *path = tu_path(dir, "c.cal");
     cr_assert_eq(skv_calib_save(c, path), 0);
     cr_assert_eq(skv_calib_load(path, &c2), 0, "%s", skv_error_detail());
@@ -219,7 +219,7 @@ Test(delta, calibration_file_round_trips_and_rejects_corruption)
     /* streams coded with one load decode with the other */
     kvset t = {0};
     make_kv(m, 1, 32, 99, SKV_DT_BF16, &t);
-    cr_assert_lt(round_trip(c2, SKV_LEVEL_CTX, m, &t, SKV_DT_BF16, 16), 16.0);
+    cr_assert_lt(round_trip(c2, SEQKV_CTX, m, &t, SKV_DT_BF16, 16), 16.0);
     /* flip one byte of the codebook: the content hash catches it */
     size_t len;
     uint8_t *f = tu_read(path, &len);
@@ -254,9 +254,9 @@ Test(delta, refuses_mismatched_inputs)
     skv_model *m2;
     cr_assert_eq(skv_model_load_llama2c_mem(img, len, &m2), 0);
     skv_delta *d;
-    cr_assert_eq(skv_delta_create(c, SKV_LEVEL_SPEC, m2, NULL, &d), SKV_ERR_SHAPE);
-    cr_assert_eq(skv_delta_create(c, SKV_LEVEL_FULL, NULL, NULL, &d), SKV_ERR_ARG);
-    cr_assert_eq(skv_delta_create(c, SKV_LEVEL_CTX, NULL, NULL, &d), 0);
+    cr_assert_eq(skv_delta_create(c, SEQKV_SPEC, m2, NULL, &d), SKV_ERR_SHAPE);
+    cr_assert_eq(skv_delta_create(c, SEQKV_FULL, NULL, NULL, &d), SKV_ERR_ARG);
+    cr_assert_eq(skv_delta_create(c, SEQKV_CTX, NULL, NULL, &d), 0);
     /* token outside the vocabulary */
     int32_t bad[2] = {1, 40};
     skv_streams ss = {0};
@@ -269,7 +269,7 @@ Test(delta, refuses_mismatched_inputs)
     skv_calib_opts o3 = {.model = NULL, .max_fit_samples = 32, .quiet = 1};
     cr_assert_eq(skv_calib_learn(st, &o3, &c3), 0);
     skv_delta *d3;
-    cr_assert_eq(skv_delta_create(c3, SKV_LEVEL_CTX, NULL, NULL, &d3), 0);
+    cr_assert_eq(skv_delta_create(c3, SEQKV_CTX, NULL, NULL, &d3), 0);
     uint8_t *k = malloc(cal.T[0] * 2 * 16 * 2), *v = malloc(cal.T[0] * 2 * 16 * 2);
     int rc = skv_delta_decode(d3, cal.tok[0], cal.T[0], &good, 0, 8, k, v);
     cr_assert_eq(rc, SKV_ERR_CORRUPT, "%s", skv_error_detail());
@@ -305,10 +305,10 @@ Test(delta, parallel_layers_give_the_same_streams_and_bytes)
     skv_pool *pool;
     cr_assert_eq(skv_pool_create(&pool, 2), 0);
     size_t per = skv_model_kv_per_token(m) / 2 * 2;
-    for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++) {
+    for (int lvl = SEQKV_STAT; lvl <= SEQKV_CTX; lvl++) {
         skv_delta *d1, *d2;
-        cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &d1), 0);
-        cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, pool, &d2), 0);
+        cr_assert_eq(skv_delta_create(c, (seqkv_level)lvl, NULL, NULL, &d1), 0);
+        cr_assert_eq(skv_delta_create(c, (seqkv_level)lvl, NULL, pool, &d2), 0);
         skv_delta_set_ideal(d2, 0); /* as the store codes: the same bytes, no ideal cost */
         for (size_t i = 0; i < t.n; i++) {
             skv_streams a = {0}, b = {0};
@@ -373,11 +373,11 @@ static void check_fast_is_plain(const skv_calib *c, int lvl, const kvset *t, siz
                                 const char *what)
 {
     skv_delta *fast, *plain;
-    cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &fast), 0);
+    cr_assert_eq(skv_delta_create(c, (seqkv_level)lvl, NULL, NULL, &fast), 0);
     setenv("SEQKV_PLAIN_PREDICT", "1", 1);
-    cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &plain), 0);
+    cr_assert_eq(skv_delta_create(c, (seqkv_level)lvl, NULL, NULL, &plain), 0);
     unsetenv("SEQKV_PLAIN_PREDICT");
-    const char *ln = skv_level_name((skv_level)lvl);
+    const char *ln = seqkv_level_name((seqkv_level)lvl);
     for (size_t i = 0; i < t->n; i++) {
         skv_streams a = {0}, b = {0};
         cr_assert_eq(skv_delta_encode(fast, t->tok[i], t->T[i], t->k[i], t->v[i], 16, &a), 0);
@@ -447,7 +447,7 @@ Test(delta, fast_paths_give_the_plain_bytes_on_odd_values_in_every_dtype)
         skv_calib *c;
         skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
         cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
-        for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++)
+        for (int lvl = SEQKV_STAT; lvl <= SEQKV_CTX; lvl++)
             check_fast_is_plain(c, lvl, &t, per, skv_dtype_name(dt));
         skv_calib_free(c);
         skv_st_free(st);
@@ -481,7 +481,7 @@ Test(delta, fast_prediction_paths_give_the_plain_paths_bytes)
             skv_store16_le(t.k[i] + 2 * at, odd[j]);
             skv_store16_le(t.v[i] + 2 * ((at * 7) % (t.T[i] * per / 2)), odd[(j + 3) % 6]);
         }
-    for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++)
+    for (int lvl = SEQKV_STAT; lvl <= SEQKV_CTX; lvl++)
         check_fast_is_plain(c, lvl, &t, per, "bf16");
     skv_calib_free(c);
     skv_st_free(st);
@@ -589,8 +589,8 @@ Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
     cr_assert_eq(memcmp(skv_calib_id(c), skv_calib_id(c2), 16), 0, "same content, same id");
     /* streams coded with one decode with the other; layer 0's V is cheap */
     skv_delta *d1, *d2;
-    cr_assert_eq(skv_delta_create(c, SKV_LEVEL_STAT, NULL, NULL, &d1), 0);
-    cr_assert_eq(skv_delta_create(c2, SKV_LEVEL_STAT, NULL, NULL, &d2), 0);
+    cr_assert_eq(skv_delta_create(c, SEQKV_STAT, NULL, NULL, &d1), 0);
+    cr_assert_eq(skv_delta_create(c2, SEQKV_STAT, NULL, NULL, &d2), 0);
     size_t per = skv_model_kv_per_token(m) / 2 * 2;
     for (size_t i = 0; i < t.n; i++) {
         skv_streams s = {0};
@@ -631,10 +631,10 @@ static void versions_case(const skv_model *m, size_t ncal, size_t T)
     kvset test = {0};
     skv_calib *c = learned(m, dt, ncal, 2, T, 1100, &test);
     size_t per = skv_model_kv_per_token(m) / 2 * skv_dtype_size(dt);
-    for (int lvl = SKV_LEVEL_STAT; lvl <= SKV_LEVEL_CTX; lvl++) {
+    for (int lvl = SEQKV_STAT; lvl <= SEQKV_CTX; lvl++) {
         skv_delta *d;
-        cr_assert_eq(skv_delta_create(c, (skv_level)lvl, NULL, NULL, &d), 0, "%s", skv_error_detail());
-        cr_expect_eq(skv_delta_stream_version(d), 2, "%s", skv_level_name((skv_level)lvl));
+        cr_assert_eq(skv_delta_create(c, (seqkv_level)lvl, NULL, NULL, &d), 0, "%s", skv_error_detail());
+        cr_expect_eq(skv_delta_stream_version(d), 2, "%s", seqkv_level_name((seqkv_level)lvl));
         skv_streams s[2] = {{0}, {0}};
         for (int ver = 1; ver <= 2; ver++) {
             cr_assert_eq(skv_delta_set_stream_version(d, ver), 0, "%s", skv_error_detail());
@@ -643,17 +643,17 @@ static void versions_case(const skv_model *m, size_t ncal, size_t T)
             skv_stream_info info;
             cr_assert_eq(skv_stream_info_read(s[ver - 1].data, s[ver - 1].len, &info), 0);
             cr_expect_eq(info.version, (uint32_t)ver);
-            cr_expect_eq(info.states, ver == 1 ? 4u : lvl == SKV_LEVEL_STAT ? 16u : 8u, "%s version %d",
-                         skv_level_name((skv_level)lvl), ver);
+            cr_expect_eq(info.states, ver == 1 ? 4u : lvl == SEQKV_STAT ? 16u : 8u, "%s version %d",
+                         seqkv_level_name((seqkv_level)lvl), ver);
         }
         /* each decoded by a coder set to the other version */
         for (int ver = 1; ver <= 2; ver++) {
             cr_assert_eq(skv_delta_set_stream_version(d, 3 - ver), 0);
             uint8_t *k = malloc(test.T[0] * per), *v = malloc(test.T[0] * per);
             cr_assert_eq(skv_delta_decode(d, test.tok[0], test.T[0], &s[ver - 1], 0, 64, k, v), 0, "%s version %d: %s",
-                         skv_level_name((skv_level)lvl), ver, skv_error_detail());
+                         seqkv_level_name((seqkv_level)lvl), ver, skv_error_detail());
             cr_expect(memcmp(k, test.k[0], test.T[0] * per) == 0 && memcmp(v, test.v[0], test.T[0] * per) == 0,
-                      "%s version %d: not bit-exact", skv_level_name((skv_level)lvl), ver);
+                      "%s version %d: not bit-exact", seqkv_level_name((seqkv_level)lvl), ver);
             free(k);
             free(v);
         }
