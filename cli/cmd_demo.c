@@ -529,8 +529,6 @@ static int replay_alone(demo *d, seqkv_stats *st)
         memcpy(p.model, d->model, strlen(d->model) + 1);
         rc = seqkv_profile_set(db, &p);
     }
-    if (rc == SKV_ERR_UNSUPPORTED)
-        rc = SKV_OK;
     size_t maxn = 0;
     for (size_t i = 0; i < d->ns; i++)
         maxn = d->S[i].n > maxn ? d->S[i].n : maxn;

@@ -218,8 +218,6 @@ static int do_profile_set(int argc, char **argv)
             p.level = a.level;
         if (!r) {
             rc = seqkv_profile_set(db, &p);
-            if (rc == SKV_ERR_UNSUPPORTED) /* accepted: noted below */
-                rc = 0;
             if (rc)
                 r = cli_fail(rc, "profile set");
         }

@@ -48,10 +48,10 @@ typedef struct {
 static int put_one(seqkv *db, const sargs *a, const seqkv_profile *p, size_t idx,
                    const int32_t *tok, size_t T, const void *kv, size_t kv_len, put_totals *tot)
 {
-    seqkv_put_opts o;
-    memset(&o, 0, sizeof o);
+    seqkv_put_opts o = SEQKV_PUT_OPTS_INIT;
     o.shared = a->shared;
-    o.level = a->have_level ? (int)a->level + 1 : 0;
+    o.has_level = a->have_level;
+    o.level = a->level;
     seqkv_put_result r;
     memset(&r, 0, sizeof r);
     int rc = seqkv_put(db, a->tenant, p->name, tok, T, kv, kv_len, &o, &r);

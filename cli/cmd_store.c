@@ -343,8 +343,6 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
         /* Made at raw: a higher level is set once the calibration is in. */
         p->level = a->have_level && !a->calib ? a->level : SEQKV_RAW;
         rc = seqkv_profile_set(db, p);
-        if (rc == SKV_ERR_UNSUPPORTED) /* accepted, codes raw until calibrated: noted below */
-            rc = 0;
         if (rc)
             return cli_fail(rc, "profile");
         *created = 1;
@@ -376,8 +374,7 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
         }
         if (want->model[0] && !p->model[0]) {
             snprintf(p->model, sizeof p->model, "%s", want->model);
-            rc = seqkv_profile_set(db, p);
-            if (rc && rc != SKV_ERR_UNSUPPORTED)
+            if ((rc = seqkv_profile_set(db, p)))
                 return cli_fail(rc, "profile");
         }
     }
@@ -392,8 +389,7 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
             return cli_fail(rc, "profile");
         if (p->level != lvl) {
             p->level = lvl;
-            rc = seqkv_profile_set(db, p);
-            if (rc && rc != SKV_ERR_UNSUPPORTED)
+            if ((rc = seqkv_profile_set(db, p)))
                 return cli_fail(rc, "profile");
         }
     }

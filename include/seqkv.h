@@ -40,7 +40,14 @@ extern "C" {
 
 typedef struct seqkv seqkv;
 
+/* Option structs carry their size, so that a program built against an
+ * older seqkv.h keeps working when fields are added: make them with their
+ * *_INIT macro (or set .size = sizeof the struct); a zeroed struct (size
+ * 0) means this header's size. Fields past a caller's size take their
+ * defaults. SKV_ERR_ARG for a size the library cannot read (smaller than
+ * .size itself, or larger with nonzero bytes past what it knows). */
 typedef struct {
+    size_t size;            /* sizeof(seqkv_options) */
     const char *master_key; /* key file; NULL: DIR/master.key, created 0600
                                from libsodium's random source on first open */
     uint64_t map_size;      /* initial LMDB map size (0: 64 MiB) */
@@ -56,6 +63,7 @@ typedef struct {
     int no_centroids;       /* exact trie only: never code against a
                                centroid (for comparisons) */
 } seqkv_options;
+#define SEQKV_OPTIONS_INIT {.size = sizeof(seqkv_options)}
 
 /* Open (creating DIR and the store if needed). One process at a time may
  * open a store for writing (an flock on DIR/seqkv.lock; a second writer
@@ -91,13 +99,14 @@ typedef struct {
     int has_calib;
 } seqkv_profile;
 
-/* Create a profile, or update level/model of an existing one. A profile
- * whose model is given and whose shape fields are 0 takes them from the
- * model. Errors: SKV_ERR_ARG (bad name or fields), SKV_ERR_SHAPE (the name
- * exists with another shape, dtype, RoPE or chunk; or the model does not
- * match the shape), SKV_ERR_UNSUPPORTED (a level above raw without a
- * calibration is accepted but codes raw until one exists: see
- * seqkv_calibrate). */
+/* Create a profile, or update level/model of an existing one; *p is then
+ * the stored profile. A profile whose model is given and whose shape
+ * fields are 0 takes them from the model. A level above raw on a profile
+ * without a calibration (p->has_calib 0 on return) is kept, but new
+ * chunks are coded raw until it has one (seqkv_calibrate). Errors:
+ * SKV_ERR_ARG (bad name or fields), SKV_ERR_SHAPE (the name exists with
+ * another shape, dtype, RoPE or chunk; or the model does not match the
+ * shape). */
 int seqkv_profile_set(seqkv *db, seqkv_profile *p);
 /* SKV_ERR_NOT_FOUND for an unknown name. */
 int seqkv_profile_get(seqkv *db, const char *name, seqkv_profile *out);
@@ -120,23 +129,28 @@ int seqkv_calibrate_import(seqkv *db, const char *profile, const char *path);
  * by tenants that opted in (seqkv_tenant_set).
  * ---------------------------------------------------------------------- */
 typedef struct {
+    size_t size;          /* sizeof(seqkv_tenant_conf) */
     uint64_t budget;      /* stored bytes (0: only the store's budget) */
     int read_shared;      /* lookups and gets also consult @shared */
 } seqkv_tenant_conf;
+#define SEQKV_TENANT_CONF_INIT {.size = sizeof(seqkv_tenant_conf)}
 int seqkv_tenant_set(seqkv *db, const char *tenant, const seqkv_tenant_conf *c);
 
 /* ------------------------------------------------------------------------
  * Put, lookup, get, del.
  * ---------------------------------------------------------------------- */
 typedef struct {
+    size_t size;            /* sizeof(seqkv_put_opts) */
     const float *surprisal; /* optional: -log2 P(token_i | prefix), bits,
                                per token, from the client; else the
                                profile's model computes it; without either
                                every token counts 16 bits (d is then the
                                shared length) */
     int shared;             /* write into SEQKV_SHARED_TENANT */
-    int level;              /* -1 or 0: the profile's; else seqkv_level + 1 */
+    int has_level;          /* code at `level`, not the profile's level */
+    seqkv_level level;
 } seqkv_put_opts;
+#define SEQKV_PUT_OPTS_INIT {.size = sizeof(seqkv_put_opts)}
 
 typedef struct {
     size_t new_tokens;   /* positions whose KV this put coded: the uncached

@@ -445,8 +445,6 @@ static void profile_set(skv_server *s, srv_job *j)
         memcpy(want.name, name, sizeof want.name);
         rc = seqkv_profile_set(s->db, &want);
     }
-    if (rc == SKV_ERR_UNSUPPORTED) /* accepted: codes raw until calibrated */
-        rc = 0;
     if (rc) {
         store_err(s, j, rc, "KV.PROFILE SET");
         return;

@@ -196,6 +196,7 @@ static int try_centroid(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_centroi
 typedef struct {
     seqkv *db;
     seqkv_put_req *req;
+    seqkv_put_opts opts;  /* the request's, or the defaults */
     struct skv_put_batch *pb;
     prof_ent *pe;
     tenant_ent *te;
@@ -258,8 +259,7 @@ static int put_check(seqkv *db, const seqkv_put_req *req, prof_ent **out)
 static int put_namespace(put_ctx *pc)
 {
     seqkv *db = pc->db;
-    const seqkv_put_opts *opts = pc->req->opts;
-    const char *tname = opts && opts->shared ? SEQKV_SHARED_TENANT : pc->req->tenant;
+    const char *tname = pc->opts.shared ? SEQKV_SHARED_TENANT : pc->req->tenant;
     int rc = skv_store_tenant(db, tname ? tname : "", 1, &pc->te);
     if (rc)
         return rc;
@@ -273,12 +273,11 @@ static int put_namespace(put_ctx *pc)
  * standalone), its records made recent */
 static int put_match(put_ctx *pc, int standalone, int *prefix)
 {
-    const seqkv_put_opts *opts = pc->req->opts;
     const size_t n = pc->req->n;
     pc->L = (size_t)pc->pe->p.layers;
     pc->row = pc->pe->C * pc->pe->es;
     pc->CH = (size_t)pc->pe->p.chunk;
-    pc->level = put_level(pc->pe, opts && opts->level > 0 ? opts->level - 1 : (int)pc->pe->p.level);
+    pc->level = put_level(pc->pe, (int)(pc->opts.has_level ? pc->opts.level : pc->pe->p.level));
     pc->nchunks = (n + pc->CH - 1) / pc->CH;
     pc->path = skv_malloc((pc->nchunks + 1) * sizeof *pc->path);
     pc->nr = skv_calloc(pc->nchunks, sizeof *pc->nr);
@@ -343,8 +342,7 @@ static int put_context(put_ctx *pc)
  * them unless the client sends its surprisal */
 static int put_surprisal(put_ctx *pc)
 {
-    const seqkv_put_opts *opts = pc->req->opts;
-    const float *given = opts ? opts->surprisal : NULL;
+    const float *given = pc->opts.surprisal;
     const size_t m = pc->m, CH = pc->CH;
     if (!(pc->level > SEQKV_RAW || given))
         return SKV_OK;
@@ -575,8 +573,10 @@ static int put_prepare(seqkv *db, seqkv_put_req *req, int standalone, int *again
 {
     seqkv_put_result *res = &req->res;
     memset(res, 0, sizeof *res);
-    put_ctx pc = {.db = db, .req = req, .pb = pb};
-    int rc = put_check(db, req, &pc.pe);
+    put_ctx pc = {.db = db, .req = req, .opts = SEQKV_PUT_OPTS_INIT, .pb = pb};
+    int rc = req->opts ? skv_store_opts(&pc.opts, sizeof pc.opts, req->opts, "seqkv_put_opts") : SKV_OK;
+    if (!rc)
+        rc = put_check(db, req, &pc.pe);
     if (!rc)
         rc = put_namespace(&pc);
     if (rc)

@@ -32,7 +32,27 @@
 #define TEN_SIZE 32
 #define SHARED_ID 1
 
-/* ---- names ------------------------------------------------------------------ */
+/* ---- option structs and names ------------------------------------------------- */
+
+int skv_store_opts(void *dst, size_t full, const void *src, const char *what)
+{
+    size_t sz;
+    memcpy(&sz, src, sizeof sz);
+    if (sz == 0)
+        sz = full;
+    if (sz < sizeof sz)
+        return skv_error(SKV_ERR_ARG, "%s.size is %zu: use its _INIT macro", what, sz);
+    const uint8_t *p = src;
+    for (size_t i = full; i < sz; i++)
+        if (p[i] != 0)
+            return skv_error(SKV_ERR_ARG, "%s of %zu bytes sets fields this seqkv (%zu bytes) does not know",
+                             what, sz, full);
+    memset(dst, 0, full);
+    memcpy(dst, src, sz < full ? sz : full);
+    memcpy(dst, &full, sizeof full);
+    return SKV_OK;
+}
+
 
 static int check_name(const char *what, const char *s, int allow_at)
 {
@@ -402,11 +422,14 @@ int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
     *out = NULL;
     if (sodium_init() < 0)
         return skv_error(SKV_ERR_IO, "libsodium failed to initialise");
+    seqkv_options o = SEQKV_OPTIONS_INIT;
+    int rc0 = opts ? skv_store_opts(&o, sizeof o, opts, "seqkv_options") : SKV_OK;
+    if (rc0)
+        return rc0;
     seqkv *db = skv_calloc(1, sizeof *db);
     if (!db)
         return skv_error(SKV_ERR_NOMEM, "store handle");
-    if (opts)
-        db->o = *opts;
+    db->o = o;
     if (!db->o.map_size)
         db->o.map_size = 64ull << 20;
     if (!db->o.map_max)
@@ -862,8 +885,14 @@ int skv_store_tenant(seqkv *db, const char *name, int create, tenant_ent **out)
     return rc;
 }
 
-int seqkv_tenant_set(seqkv *db, const char *tenant, const seqkv_tenant_conf *c)
+int seqkv_tenant_set(seqkv *db, const char *tenant, const seqkv_tenant_conf *conf)
 {
+    seqkv_tenant_conf cc;
+    const seqkv_tenant_conf *c = &cc;
+    int rc0 = conf ? skv_store_opts(&cc, sizeof cc, conf, "seqkv_tenant_conf")
+                   : skv_error(SKV_ERR_ARG, "seqkv_tenant_set without a configuration");
+    if (rc0)
+        return rc0;
     pthread_mutex_lock(&db->wlock);
     tenant_ent *t;
     int rc = skv_store_tenant(db, tenant, 1, &t);

@@ -70,6 +70,10 @@ struct seqkv {
 };
 
 int skv_mdb_error(int rc, const char *what);
+/* A caller's option struct (its size in its first field; 0: full) copied
+ * into dst (full bytes), the fields it lacks zeroed; SKV_ERR_ARG when its
+ * size cannot be read (what: the struct's name) */
+int skv_store_opts(void *dst, size_t full, const void *src, const char *what);
 prof_ent *skv_store_profile(seqkv *db, const char *name);
 ns_ent *skv_store_ns(seqkv *db, uint64_t tenant, const uint8_t profile_id[32]);
 /* The namespace, created (in memory) when absent; caller holds rw exclusively. */

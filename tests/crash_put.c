@@ -80,7 +80,8 @@ static void child(const char *dir, int fd, const unsigned char *acked, int start
                 continue;
             const su_seq *s = &seqs[i];
             memset(&po[k], 0, sizeof po[k]);
-            po[k].level = i % 2 ? SEQKV_CTX + 1 : SEQKV_RAW + 1;
+            po[k].has_level = 1;
+            po[k].level = i % 2 ? SEQKV_CTX : SEQKV_RAW;
             memset(&req[k], 0, sizeof req[k]);
             req[k].tenant = TENANT[tenant_of[i]];
             req[k].profile = "p";

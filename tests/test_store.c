@@ -58,11 +58,12 @@ static void add_profile(seqkv *db, const su_model *tm, const char *name, int chu
     cr_assert_eq(q.layers, tm->L);
 }
 
+/* level: 0 the profile's, else 1 + a seqkv_level */
 static seqkv_put_result put(seqkv *db, const char *tenant, const char *prof, const su_seq *s,
                             int level)
 {
     seqkv_put_result r;
-    seqkv_put_opts o = {.level = level};
+    seqkv_put_opts o = {.has_level = level > 0, .level = (seqkv_level)(level > 0 ? level - 1 : 0)};
     int rc = seqkv_put(db, tenant, prof, s->tok, s->n, s->kv, s->kv_len, &o, &r);
     cr_assert_eq(rc, 0, "put of %zu tokens: %d %s", s->n, rc, skv_error_detail());
     return r;
@@ -1176,7 +1177,7 @@ Test(store, a_token_outside_the_models_vocabulary_is_refused, .timeout = 60)
     char fails[512];
     int nf = 0;
     for (int l = SEQKV_LEVELS - 1; l >= SEQKV_RAW; l--) {
-        seqkv_put_opts o = {.level = l + 1};
+        seqkv_put_opts o = {.has_level = 1, .level = (seqkv_level)l};
         seqkv_put_result r;
         int rc = seqkv_put(db, "t", "pm", big, a.n, a.kv, a.kv_len, &o, &r);
         if (rc != SKV_ERR_ARG)
@@ -1750,7 +1751,7 @@ Test(store, a_put_batch_stores_what_single_puts_store_and_fails_bad_requests_alo
     cr_assert_eq(memcmp(p1.calib_id, p2.calib_id, 16), 0, "calibration is deterministic");
     for (int lv = SEQKV_RAW; lv <= SEQKV_CTX; lv += SEQKV_CTX - SEQKV_RAW) {
         const char *tenant = lv == SEQKV_RAW ? "r" : "c";
-        seqkv_put_opts o = {.level = lv + 1};
+        seqkv_put_opts o = {.has_level = 1, .level = (seqkv_level)lv};
         seqkv_put_result single[N];
         for (int k = 0; k < N; k++) {
             int rc = seqkv_put(one, tenant, "p", s[order[k]].tok, s[order[k]].n, s[order[k]].kv,
@@ -1913,7 +1914,7 @@ Test(store, concurrent_readers_never_see_a_batch_before_its_commit, .timeout = 1
     for (int i = 0; i < 3; i++)
         pthread_create(&th[i], NULL, batch_reader, &c);
     size_t failed = 0;
-    seqkv_put_opts o = {.level = SEQKV_CTX + 1};
+    seqkv_put_opts o = {.has_level = 1, .level = SEQKV_CTX};
     for (int k0 = 0; k0 < N; k0 += B) {
         seqkv_put_req q[B];
         for (int j = 0; j < B; j++)

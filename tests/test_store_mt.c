@@ -71,7 +71,7 @@ static void run(seqkv_level level)
     cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
     if (level != SEQKV_RAW) {
         /* calibrate from a first batch put raw */
-        seqkv_put_opts po = {.level = SEQKV_RAW + 1};
+        seqkv_put_opts po = {.has_level = 1, .level = SEQKV_RAW};
         for (int i = 0; i < 4; i++)
             cr_assert_eq(seqkv_put(db, "t", "p", seq[i].tok, seq[i].n, seq[i].kv, seq[i].kv_len, &po,
                                    NULL),

@@ -75,7 +75,7 @@ static void fill_store(const char *dir, const su_model *tm, const su_seq *s, int
     cr_assert_eq(seqkv_calibrate(db, "p", 2), 0, "%s", skv_error_detail());
     for (int l = SEQKV_STAT; l < SEQKV_LEVELS; l++) {
         const su_seq *q = &s[2 + (l - SEQKV_STAT) % (NSEQ - 2)];
-        seqkv_put_opts po = {.level = l + 1};
+        seqkv_put_opts po = {.has_level = 1, .level = (seqkv_level)l};
         /* a new tenant each level: the same tokens are new to it */
         char ten[8];
         snprintf(ten, sizeof ten, "l%d", l);
