@@ -417,19 +417,19 @@ int skv_store_add_tenant(seqkv *db, const tenant_ent *t)
     return SKV_OK;
 }
 
-int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
+/* A handle with its locks and defaults, before anything is opened */
+static seqkv *handle_new(const seqkv_options *o)
 {
-    *out = NULL;
-    if (sodium_init() < 0)
-        return skv_error(SKV_ERR_IO, "libsodium failed to initialise");
-    seqkv_options o = SEQKV_OPTIONS_INIT;
-    int rc0 = opts ? skv_store_opts(&o, sizeof o, opts, "seqkv_options") : SKV_OK;
-    if (rc0)
-        return rc0;
     seqkv *db = skv_calloc(1, sizeof *db);
     if (!db)
-        return skv_error(SKV_ERR_NOMEM, "store handle");
-    db->o = o;
+        return NULL;
+    db->coders_cap = 256;
+    db->coders = skv_calloc(db->coders_cap, sizeof *db->coders);
+    if (!db->coders) {
+        skv_free(db);
+        return NULL;
+    }
+    db->o = *o;
     if (!db->o.map_size)
         db->o.map_size = 64ull << 20;
     if (!db->o.map_max)
@@ -446,135 +446,142 @@ int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
     pthread_rwlock_init(&db->rw, &ra);
     pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&db->clock, NULL);
-    db->coders_cap = 256;
-    db->coders = skv_calloc(db->coders_cap, sizeof *db->coders);
-    if (!db->coders) {
-        skv_free(db);
-        return skv_error(SKV_ERR_NOMEM, "store handle");
-    }
-    int rc = SKV_OK, mrc;
-    MDB_txn *txn = NULL;
-    if (strlen(dir) + 32 > sizeof db->dir) {
-        rc = skv_error(SKV_ERR_ARG, "store path too long");
-        goto fail;
-    }
+    return db;
+}
+
+/* The store's directory, made when writing, and the writer's lock on it */
+static int open_dir(seqkv *db, const char *dir)
+{
+    if (strlen(dir) + 32 > sizeof db->dir)
+        return skv_error(SKV_ERR_ARG, "store path too long");
     strcpy(db->dir, dir);
-    if (!db->o.read_only && mkdir(dir, 0700) != 0 && errno != EEXIST) {
-        rc = skv_error(SKV_ERR_IO, "create %s: %s", dir, strerror(errno));
-        goto fail;
-    }
+    if (!db->o.read_only && mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return skv_error(SKV_ERR_IO, "create %s: %s", dir, strerror(errno));
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        rc = skv_error(SKV_ERR_IO, "%s is not a directory", dir);
-        goto fail;
-    }
-    if (!db->o.read_only) {
-        /* one writing process per store: the in-memory tries are this
-         * process's; another writer would make them stale */
-        char lpath[sizeof db->dir + 16];
-        snprintf(lpath, sizeof lpath, "%s/seqkv.lock", dir);
-        db->lock_fd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (db->lock_fd < 0) {
-            rc = skv_error(SKV_ERR_IO, "%s: %s", lpath, strerror(errno));
-            goto fail;
-        }
-        if (flock(db->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-            rc = skv_error(errno == EWOULDBLOCK ? SKV_ERR_ARG : SKV_ERR_IO,
-                           "the store in %s is open for writing by another process "
-                           "(a daemon?); open it read-only or stop that process", dir);
-            goto fail;
-        }
-    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return skv_error(SKV_ERR_IO, "%s is not a directory", dir);
+    if (db->o.read_only)
+        return SKV_OK;
+    /* one writing process per store: the in-memory tries are this
+     * process's; another writer would make them stale */
+    char lpath[sizeof db->dir + 16];
+    snprintf(lpath, sizeof lpath, "%s/seqkv.lock", dir);
+    db->lock_fd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (db->lock_fd < 0)
+        return skv_error(SKV_ERR_IO, "%s: %s", lpath, strerror(errno));
+    if (flock(db->lock_fd, LOCK_EX | LOCK_NB) != 0)
+        return skv_error(errno == EWOULDBLOCK ? SKV_ERR_ARG : SKV_ERR_IO,
+                         "the store in %s is open for writing by another process "
+                         "(a daemon?); open it read-only or stop that process", dir);
+    return SKV_OK;
+}
+
+/* The master key and the LMDB environment */
+static int open_env(seqkv *db, const char *dir)
+{
     char kpath[sizeof db->dir + 16];
     snprintf(kpath, sizeof kpath, "%s/master.key", dir);
-    if ((rc = skv_master_key(db->o.master_key ? db->o.master_key : kpath, !db->o.read_only,
-                             db->master)))
-        goto fail;
+    int rc = skv_master_key(db->o.master_key ? db->o.master_key : kpath, !db->o.read_only, db->master);
+    if (rc)
+        return rc;
+    int mrc;
     if ((mrc = mdb_env_create(&db->env)) || (mrc = mdb_env_set_maxdbs(db->env, 8)) ||
         (mrc = mdb_env_set_maxreaders(db->env, 256)) ||
-        (mrc = mdb_env_set_mapsize(db->env, (size_t)db->o.map_size))) {
-        rc = skv_mdb_error(mrc, "LMDB environment");
-        goto fail;
-    }
-    unsigned flags = MDB_NOTLS | (db->o.no_sync ? MDB_NOSYNC : 0) |
-                     (db->o.read_only ? MDB_RDONLY : 0);
-    if ((mrc = mdb_env_open(db->env, dir, flags, 0600))) {
-        rc = skv_mdb_error(mrc, dir);
-        goto fail;
-    }
+        (mrc = mdb_env_set_mapsize(db->env, (size_t)db->o.map_size)))
+        return skv_mdb_error(mrc, "LMDB environment");
+    unsigned flags = MDB_NOTLS | (db->o.no_sync ? MDB_NOSYNC : 0) | (db->o.read_only ? MDB_RDONLY : 0);
+    if ((mrc = mdb_env_open(db->env, dir, flags, 0600)))
+        return skv_mdb_error(mrc, dir);
     MDB_envinfo ei;
     mdb_env_info(db->env, &ei);
     db->map_size = ei.me_mapsize;
-    if ((rc = txn_begin(db, db->o.read_only, &txn)))
-        goto fail;
+    return SKV_OK;
+}
+
+static int open_tables(seqkv *db, MDB_txn *txn, const char *dir)
+{
     unsigned cf = db->o.read_only ? 0 : MDB_CREATE;
     static const char *const names[6] = {"meta", "profiles", "calibrations", "tenants", "chunks",
                                          "evict"};
     MDB_dbi *dbis[6] = {&db->db_meta, &db->db_prof, &db->db_calib, &db->db_ten, &db->db_chunk,
                         &db->db_evict};
-    for (int i = 0; i < 6; i++)
-        if ((mrc = mdb_dbi_open(txn, names[i], cf, dbis[i]))) {
-            rc = mrc == MDB_NOTFOUND ? skv_error(SKV_ERR_FORMAT, "%s is not a seqkv store", dir)
-                                     : skv_mdb_error(mrc, names[i]);
-            goto fail;
-        }
-    /* the format record: magic, version, the master key's check value */
+    for (int i = 0; i < 6; i++) {
+        int mrc = mdb_dbi_open(txn, names[i], cf, dbis[i]);
+        if (mrc)
+            return mrc == MDB_NOTFOUND ? skv_error(SKV_ERR_FORMAT, "%s is not a seqkv store", dir)
+                                       : skv_mdb_error(mrc, names[i]);
+    }
+    return SKV_OK;
+}
+
+/* A new store's format record (magic, version, the master key's check
+ * value), its shared tenant and tenant counter */
+static int format_new(seqkv *db, MDB_txn *txn, const uint8_t chk[16])
+{
+    uint8_t b[32];
+    memset(b, 0, sizeof b);
+    skv_store32_le(b, STORE_MAGIC);
+    skv_store32_le(b + 4, STORE_VERSION);
+    memcpy(b + 16, chk, 16);
+    MDB_val fk = {6, "format"}, fv = {sizeof b, b};
+    tenant_ent sh = {.id = SHARED_ID};
+    strcpy(sh.name, SEQKV_SHARED_TENANT);
+    uint8_t tb[TEN_SIZE];
+    ten_pack(&sh, tb);
+    MDB_val tk = {strlen(sh.name), sh.name}, tv = {TEN_SIZE, tb};
+    int mrc;
+    if ((mrc = mdb_put(txn, db->db_meta, &fk, &fv, 0)) || (mrc = mdb_put(txn, db->db_ten, &tk, &tv, 0)))
+        return skv_mdb_error(mrc, "write format record");
+    return meta_put_u64(txn, db->db_meta, "next_tenant", SHARED_ID + 1);
+}
+
+/* The format record checked (or written, for a new store) */
+static int check_format(seqkv *db, MDB_txn *txn, const char *dir)
+{
     uint8_t chk[16];
     skv_master_check(db->master, chk);
     MDB_val fk = {6, "format"}, fv;
-    if ((mrc = mdb_get(txn, db->db_meta, &fk, &fv)) == MDB_NOTFOUND) {
-        if (db->o.read_only) {
-            rc = skv_error(SKV_ERR_FORMAT, "%s is not a seqkv store", dir);
-            goto fail;
-        }
-        uint8_t b[32];
-        memset(b, 0, sizeof b);
-        skv_store32_le(b, STORE_MAGIC);
-        skv_store32_le(b + 4, STORE_VERSION);
-        memcpy(b + 16, chk, 16);
-        fv.mv_size = sizeof b;
-        fv.mv_data = b;
-        tenant_ent sh = {.id = SHARED_ID};
-        strcpy(sh.name, SEQKV_SHARED_TENANT);
-        uint8_t tb[TEN_SIZE];
-        ten_pack(&sh, tb);
-        MDB_val tk = {strlen(sh.name), sh.name}, tv = {TEN_SIZE, tb};
-        if ((mrc = mdb_put(txn, db->db_meta, &fk, &fv, 0)) ||
-            (mrc = mdb_put(txn, db->db_ten, &tk, &tv, 0))) {
-            rc = skv_mdb_error(mrc, "write format record");
-            goto fail;
-        }
-        if ((rc = meta_put_u64(txn, db->db_meta, "next_tenant", SHARED_ID + 1)))
-            goto fail;
-    } else if (mrc) {
-        rc = skv_mdb_error(mrc, "format record");
-        goto fail;
-    } else {
-        const uint8_t *b = fv.mv_data;
-        if (fv.mv_size < 32 || skv_load32_le(b) != STORE_MAGIC) {
-            rc = skv_error(SKV_ERR_FORMAT, "%s: bad format record", dir);
-            goto fail;
-        }
-        if (skv_load32_le(b + 4) > STORE_VERSION) {
-            rc = skv_error(SKV_ERR_VERSION, "%s was written by a newer seqkv (format %u, this reads %u)",
-                           dir, skv_load32_le(b + 4), STORE_VERSION);
-            goto fail;
-        }
-        if (sodium_memcmp(b + 16, chk, 16) != 0) {
-            rc = skv_error(SKV_ERR_CORRUPT, "the master key does not belong to the store in %s", dir);
-            goto fail;
-        }
-    }
-    if ((rc = load_state(db, txn)))
+    int mrc = mdb_get(txn, db->db_meta, &fk, &fv);
+    if (mrc == MDB_NOTFOUND)
+        return db->o.read_only ? skv_error(SKV_ERR_FORMAT, "%s is not a seqkv store", dir)
+                               : format_new(db, txn, chk);
+    if (mrc)
+        return skv_mdb_error(mrc, "format record");
+    const uint8_t *b = fv.mv_data;
+    if (fv.mv_size < 32 || skv_load32_le(b) != STORE_MAGIC)
+        return skv_error(SKV_ERR_FORMAT, "%s: bad format record", dir);
+    if (skv_load32_le(b + 4) > STORE_VERSION)
+        return skv_error(SKV_ERR_VERSION, "%s was written by a newer seqkv (format %u, this reads %u)", dir,
+                         skv_load32_le(b + 4), STORE_VERSION);
+    if (sodium_memcmp(b + 16, chk, 16) != 0)
+        return skv_error(SKV_ERR_CORRUPT, "the master key does not belong to the store in %s", dir);
+    return SKV_OK;
+}
+
+int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
+{
+    *out = NULL;
+    if (sodium_init() < 0)
+        return skv_error(SKV_ERR_IO, "libsodium failed to initialise");
+    seqkv_options o = SEQKV_OPTIONS_INIT;
+    int rc = opts ? skv_store_opts(&o, sizeof o, opts, "seqkv_options") : SKV_OK;
+    if (rc)
+        return rc;
+    seqkv *db = handle_new(&o);
+    if (!db)
+        return skv_error(SKV_ERR_NOMEM, "store handle");
+    MDB_txn *txn = NULL;
+    if ((rc = open_dir(db, dir)) || (rc = open_env(db, dir)) || (rc = txn_begin(db, db->o.read_only, &txn)) ||
+        (rc = open_tables(db, txn, dir)) || (rc = check_format(db, txn, dir)) || (rc = load_state(db, txn)))
         goto fail;
     /* committed even when read-only: an aborted transaction would close
      * the database handles it opened */
-    if ((mrc = mdb_txn_commit(txn))) {
-        txn = NULL;
+    int mrc = mdb_txn_commit(txn);
+    txn = NULL;
+    if (mrc) {
         rc = skv_mdb_error(mrc, "commit");
         goto fail;
     }
-    txn = NULL;
     if (db->o.threads > 1 && (rc = skv_pool_create(&db->pool, db->o.threads)))
         goto fail;
     *out = db;
