@@ -142,7 +142,7 @@ uint8_t *encode_seq(skv_cmodel *m, const seq_t *q, const uint8_t *calib, size_t 
  * 2: get_n of each group of eight) and end, or 0. Scalars i < q->n land in out (if not NULL). Never asks for more
  * than max_get scalars (a damaged n), in which case end reports. */
 int decode_with(skv_decoder *d, const uint8_t *buf, size_t len, const seq_t *q,
-                       uint32_t *out, skv_stream_info *info_out)
+                uint32_t *out, skv_stream_info *info_out)
 {
     const uint32_t max_get = 1u << 22;
     skv_stream_info info;
@@ -170,7 +170,7 @@ int decode_with(skv_decoder *d, const uint8_t *buf, size_t len, const seq_t *q,
 }
 
 int decode_seq(skv_cmodel *m, const uint8_t *buf, size_t len, const seq_t *q,
-                      uint32_t *out, skv_stream_info *info)
+               uint32_t *out, skv_stream_info *info)
 {
     skv_decoder *d = NULL;
     cr_assert_eq(skv_decoder_create(m, &d), 0);
