@@ -381,126 +381,157 @@ static uint8_t *store_kv(const skv_model *m, const int32_t *tok, size_t n, size_
     return out;
 }
 
-int main(int argc, char **argv)
+/* ------------------------------------------------------------------------
+ * The benchmark
+ * ---------------------------------------------------------------------- */
+
+/* The clients at once of each row */
+static const int counts[3] = {1, 16, 64};
+
+/* What every part of the benchmark shares: the options, the model, the
+ * prefix and its KV, the scratch directory, the servers' sockets. */
+typedef struct {
+    const char *model, *seqkv;
+    double seconds;
+    long ntok, threads;
+    skv_model *m;
+    const skv_model_config *c;
+    skv_rng r;
+    int32_t *tok, bos;
+    uint8_t *kv;
+    size_t kv_len;
+    char dir[32], sock[128], db[128], rsock[128], th[24], mpath[4096];
+    const char *praw[6], *pctx[6];
+    pid_t rpid;
+    char rver[64];
+} bench_env;
+
+/* The options into e; 0, or 2 after the usage line */
+static int parse_args(int argc, char **argv, bench_env *e)
 {
-    const char *model = getenv("SEQKV_MODEL"), *seqkv = SEQKV_BIN_PATH;
-    double seconds = 1.0;
-    long ntok = 1024, threads = 0;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && strcmp(argv[i], "--model") == 0)
-            model = argv[++i];
+            e->model = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--seqkv") == 0)
-            seqkv = argv[++i];
+            e->seqkv = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--seconds") == 0)
-            seconds = atof(argv[++i]);
+            e->seconds = atof(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--tokens") == 0)
-            ntok = atol(argv[++i]);
+            e->ntok = atol(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--threads") == 0)
-            threads = atol(argv[++i]);
+            e->threads = atol(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_server [--model PATH] [--seqkv PATH] [--seconds S] "
                             "[--tokens N] [--threads N]\n");
             return 2;
         }
     }
-    if (!model || !*model)
-        model = SEQKV_SOURCE_DIR "/../shared/models/stories260K.bin";
-    if (access(model, R_OK) != 0) {
-        printf("bench_server: skipped: no model at %s (set SEQKV_MODEL or --model)\n", model);
-        return 0;
-    }
-    if (seconds <= 0 || ntok < 1 || ntok > 65536)
-        die("bad --seconds or --tokens%s%s", "", "");
-    signal(SIGPIPE, SIG_IGN);
-    skv_model *m;
-    if (skv_model_load(model, &m))
-        die("%s: %s", model, skv_error_detail());
-    const skv_model_config *c = skv_model_cfg(m);
-    int32_t *tok = malloc((size_t)ntok * sizeof *tok), bos = c->bos_id;
-    skv_rng r;
-    skv_rng_seed(&r, 7);
-    if (skv_model_generate(m, NULL, &bos, 1, (size_t)ntok, 1.0f, 0.9f, &r, tok))
-        die("generate: %s%s", skv_error_detail(), "");
-    size_t kv_len;
-    uint8_t *kv = store_kv(m, tok, (size_t)ntok, &kv_len);
+    return 0;
+}
 
-    char dir[] = "/tmp/seqkv-bench-srv-XXXXXX";
-    if (!mkdtemp(dir))
-        die("mkdtemp: %s%s", strerror(errno), "");
-    char sock[128], db[128], rsock[128], th[24];
-    snprintf(sock, sizeof sock, "%s/seqkv.sock", dir);
-    snprintf(db, sizeof db, "%s/db", dir);
-    snprintf(rsock, sizeof rsock, "%s/redis.sock", dir);
+/* The model loaded and an ntok-token prefix sampled from it, with its KV */
+static void make_prefix(bench_env *e)
+{
+    if (skv_model_load(e->model, &e->m))
+        die("%s: %s", e->model, skv_error_detail());
+    e->c = skv_model_cfg(e->m);
+    e->tok = malloc((size_t)e->ntok * sizeof *e->tok);
+    e->bos = e->c->bos_id;
+    skv_rng_seed(&e->r, 7);
+    if (skv_model_generate(e->m, NULL, &e->bos, 1, (size_t)e->ntok, 1.0f, 0.9f, &e->r, e->tok))
+        die("generate: %s%s", skv_error_detail(), "");
+    e->kv = store_kv(e->m, e->tok, (size_t)e->ntok, &e->kv_len);
+}
+
+/* seqkv serve started on e->sock, the profiles raw and ctx set, the
+ * prefix put in both (ctx calibrated first on 8 other sampled sequences);
+ * the admin connection into *adm, the server's pid returned */
+static pid_t start_seqkv(bench_env *e, seqkv_client **adm)
+{
+    snprintf(e->sock, sizeof e->sock, "%s/seqkv.sock", e->dir);
+    snprintf(e->db, sizeof e->db, "%s/db", e->dir);
+    snprintf(e->rsock, sizeof e->rsock, "%s/redis.sock", e->dir);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(th, sizeof th, "%ld", threads > 0 ? threads : cpus < 1 ? 1 : cpus > 8 ? 8 : cpus);
-    char *sargv[] = {(char *)seqkv, "serve", "--db", db, "--socket", sock, "--threads", th,
+    snprintf(e->th, sizeof e->th, "%ld", e->threads > 0 ? e->threads : cpus < 1 ? 1 : cpus > 8 ? 8 : cpus);
+    char *sargv[] = {(char *)e->seqkv, "serve", "--db", e->db, "--socket", e->sock, "--threads", e->th,
                      "--quiet", NULL};
-    pid_t spid = spawn(sargv, sock);
+    pid_t spid = spawn(sargv, e->sock);
     if (spid < 0)
-        die("could not start %s serve%s", seqkv, "");
-    seqkv_client *adm;
-    char mpath[4096];
-    if (!realpath(model, mpath))
-        die("realpath %s%s", model, "");
-    const char *praw[] = {"model", mpath, "dtype", "bf16", "level", "raw"};
-    const char *pctx[] = {"model", mpath, "dtype", "bf16", "level", "ctx"};
-    if (seqkv_client_connect(sock, &adm) || seqkv_client_profile_set(adm, "raw", praw, 3) ||
-        seqkv_client_profile_set(adm, "ctx", pctx, 3) ||
-        seqkv_client_put(adm, "raw", tok, (size_t)ntok, kv, kv_len, NULL))
-        die("set-up: %s%s", adm ? seqkv_client_error(adm) : "connect", "");
+        die("could not start %s serve%s", e->seqkv, "");
+    if (!realpath(e->model, e->mpath))
+        die("realpath %s%s", e->model, "");
+    const char *praw[] = {"model", e->mpath, "dtype", "bf16", "level", "raw"};
+    const char *pctx[] = {"model", e->mpath, "dtype", "bf16", "level", "ctx"};
+    memcpy(e->praw, praw, sizeof praw);
+    memcpy(e->pctx, pctx, sizeof pctx);
+    if (seqkv_client_connect(e->sock, adm) || seqkv_client_profile_set(*adm, "raw", e->praw, 3) ||
+        seqkv_client_profile_set(*adm, "ctx", e->pctx, 3) ||
+        seqkv_client_put(*adm, "raw", e->tok, (size_t)e->ntok, e->kv, e->kv_len, NULL))
+        die("set-up: %s%s", *adm ? seqkv_client_error(*adm) : "connect", "");
     /* ctx: calibrate on 8 other sampled sequences, then store the prefix */
     fprintf(stderr, "bench_server: calibrating the ctx profile...\n");
     for (int i = 0; i < 8; i++) {
         int32_t t2[256];
         size_t l2;
-        if (skv_model_generate(m, NULL, &bos, 1, 256, 1.0f, 0.9f, &r, t2))
+        if (skv_model_generate(e->m, NULL, &e->bos, 1, 256, 1.0f, 0.9f, &e->r, t2))
             die("generate%s%s", "", "");
-        uint8_t *k2 = store_kv(m, t2, 256, &l2);
-        if (seqkv_client_put(adm, "ctx", t2, 256, k2, l2, NULL))
-            die("put: %s%s", seqkv_client_error(adm), "");
+        uint8_t *k2 = store_kv(e->m, t2, 256, &l2);
+        if (seqkv_client_put(*adm, "ctx", t2, 256, k2, l2, NULL))
+            die("put: %s%s", seqkv_client_error(*adm), "");
         free(k2);
     }
-    if (seqkv_client_calibrate(adm, "ctx", 0) ||
-        seqkv_client_put(adm, "ctx", tok, (size_t)ntok, kv, kv_len, NULL))
-        die("calibrate/put ctx: %s%s", seqkv_client_error(adm), "");
+    if (seqkv_client_calibrate(*adm, "ctx", 0) ||
+        seqkv_client_put(*adm, "ctx", e->tok, (size_t)e->ntok, e->kv, e->kv_len, NULL))
+        die("calibrate/put ctx: %s%s", seqkv_client_error(*adm), "");
+    return spid;
+}
 
-    pid_t rpid = -1;
-    char rver[64] = "";
-    if (in_path("redis-server")) {
-        char *rargv[] = {"redis-server", "--port", "0", "--unixsocket", rsock, "--save", "",
-                         "--appendonly", "no", "--dir", dir, NULL};
-        rpid = spawn(rargv, rsock);
-        FILE *p = popen("redis-server --version", "r");
-        if (p) {
-            if (fgets(rver, sizeof rver, p)) {
-                char *v = strstr(rver, "v=");
-                memmove(rver, v ? v + 2 : rver, strlen(v ? v + 2 : rver) + 1);
-                rver[strcspn(rver, " \n")] = 0;
-            }
-            pclose(p);
-        }
-        rconn rc = {.fd = unix_connect(rsock)};
-        const void *av[3] = {"SET", "kv1k", kv};
-        size_t al[3] = {3, 4, kv_len};
-        char type;
-        long long num;
-        const uint8_t *data;
-        if (rpid < 0 || rc.fd < 0 || r_send(&rc, 3, av, al) || r_reply(&rc, &type, &num, &data) ||
-            type != '+')
-            die("redis-server SET failed%s%s", "", "");
-        close(rc.fd);
-        free(rc.buf);
-    } else {
+/* redis-server started on e->rsock (when installed) holding the prefix's
+ * KV under kv1k: e->rpid (-1 without it) and e->rver */
+static void start_redis(bench_env *e)
+{
+    e->rpid = -1;
+    e->rver[0] = 0;
+    if (!in_path("redis-server")) {
         printf("bench_server: redis-server not found (Debian: apt-get install redis-server): "
                "the redis rows are skipped\n");
+        return;
     }
+    char *rargv[] = {"redis-server", "--port", "0", "--unixsocket", e->rsock, "--save", "",
+                     "--appendonly", "no", "--dir", e->dir, NULL};
+    e->rpid = spawn(rargv, e->rsock);
+    char *rver = e->rver;
+    FILE *p = popen("redis-server --version", "r");
+    if (p) {
+        if (fgets(rver, sizeof e->rver, p)) {
+            char *v = strstr(rver, "v=");
+            memmove(rver, v ? v + 2 : rver, strlen(v ? v + 2 : rver) + 1);
+            rver[strcspn(rver, " \n")] = 0;
+        }
+        pclose(p);
+    }
+    rconn rc = {.fd = unix_connect(e->rsock)};
+    const void *av[3] = {"SET", "kv1k", e->kv};
+    size_t al[3] = {3, 4, e->kv_len};
+    char type;
+    long long num;
+    const uint8_t *data;
+    if (e->rpid < 0 || rc.fd < 0 || r_send(&rc, 3, av, al) || r_reply(&rc, &type, &num, &data) ||
+        type != '+')
+        die("redis-server SET failed%s%s", "", "");
+    close(rc.fd);
+    free(rc.buf);
+}
 
+/* The read rows: KV.LOOKUP and KV.GET (raw, ctx) against redis GET and
+ * EXISTS, for each count of clients */
+static void bench_reads(const bench_env *e)
+{
     printf("bench_server: %ld-token prefix of %s, bf16 KV = %zu bytes; seqkv serve (%s worker "
            "threads)%s%s; %.1f s per row, every reply checked bit-exact\n",
-           ntok, model, kv_len, th, rpid > 0 ? " vs redis-server " : "", rver, seconds);
+           e->ntok, e->model, e->kv_len, e->th, e->rpid > 0 ? " vs redis-server " : "", e->rver, e->seconds);
     printf("%-22s %7s %10s %10s %11s %10s\n", "command", "clients", "p50 us", "p99 us", "ops/s",
            "MB/s");
-    static const int counts[3] = {1, 16, 64};
     for (int ci = 0; ci < 3; ci++) {
         int nc = counts[ci];
         struct {
@@ -515,94 +546,139 @@ int main(int argc, char **argv)
         };
         result res[5];
         for (int ri = 0; ri < 5; ri++) {
-            if (rows[ri].redis && rpid <= 0)
+            if (rows[ri].redis && e->rpid <= 0)
                 continue;
-            bench_cfg g = {.op = rows[ri].op, .path = rows[ri].redis ? rsock : sock,
-                           .profile = rows[ri].prof, .tok = tok, .n = (size_t)ntok, .kv = kv,
-                           .kv_len = kv_len, .seconds = seconds};
+            bench_cfg g = {.op = rows[ri].op, .path = rows[ri].redis ? e->rsock : e->sock,
+                           .profile = rows[ri].prof, .tok = e->tok, .n = (size_t)e->ntok, .kv = e->kv,
+                           .kv_len = e->kv_len, .seconds = e->seconds};
             res[ri] = run(&g, nc);
             int get = rows[ri].op == OP_GET || rows[ri].op == OP_RGET;
             printf("%-22s %7d %10.1f %10.1f %11.0f %10.1f\n", rows[ri].name, nc, 1e6 * res[ri].p50,
                    1e6 * res[ri].p99, res[ri].ops,
-                   get ? res[ri].ops * (double)kv_len / 1e6 : 0.0);
+                   get ? res[ri].ops * (double)e->kv_len / 1e6 : 0.0);
             fflush(stdout);
         }
-        if (rpid > 0)
+        if (e->rpid > 0)
             printf("%-22s %7d   GET raw/redis: p50 %.2fx, throughput %.2fx; LOOKUP/EXISTS: p50 "
                    "%.2fx, throughput %.2fx\n",
                    "  seqkv vs redis", nc, res[1].p50 / res[3].p50, res[1].ops / res[3].ops,
                    res[0].p50 / res[4].p50, res[0].ops / res[4].ops);
     }
+}
+
+/* The puts a commit took over a run: from the store's INFO before and after */
+static double puts_per_commit(const char *before, const char *after)
+{
+    double per = 0;
+    const char *x = after ? strstr(after, "put_commits:") : NULL;
+    const char *y = before ? strstr(before, "put_commits:") : NULL;
+    const char *xp = after ? strstr(after, "puts_per_commit:") : NULL;
+    const char *yp = before ? strstr(before, "puts_per_commit:") : NULL;
+    if (x && y && xp && yp) {
+        double c1 = atof(x + 12), c0 = atof(y + 12);
+        double p1 = atof(xp + 16) * c1, p0 = atof(yp + 16) * c0;
+        per = c1 > c0 ? (p1 - p0) / (c1 - c0) : 0;
+    }
+    return per;
+}
+
+/* KV.PUT rows of one server on a fresh store with --put-batch pb: pn-token
+ * new sequences of pkv bytes, for each count of clients, into pr[0..3) */
+static void bench_put_server(const bench_env *e, const char *pb, size_t pn, size_t pkv, result *pr)
+{
+    char pdb[160], psock[160];
+    snprintf(pdb, sizeof pdb, "%s/db-put%s", e->dir, pb);
+    snprintf(psock, sizeof psock, "%s/put%s.sock", e->dir, pb);
+    char *pargv[] = {(char *)e->seqkv, "serve", "--db", pdb, "--socket", psock, "--threads", (char *)e->th,
+                     "--put-batch", (char *)pb, "--quiet", NULL};
+    pid_t ppid = spawn(pargv, psock);
+    seqkv_client *pa = NULL;
+    if (ppid < 0 || seqkv_client_connect(psock, &pa) ||
+        seqkv_client_profile_set(pa, "raw", e->praw, 3))
+        die("put server set-up: %s%s", pa ? seqkv_client_error(pa) : "start/connect", "");
+    for (int ci = 0; ci < 3; ci++) {
+        char *before = NULL, *after = NULL;
+        seqkv_client_info(pa, "store", &before);
+        bench_cfg g = {.op = OP_PUT, .path = psock, .profile = "raw", .n = pn, .kv = e->kv,
+                       .kv_len = pkv, .seconds = e->seconds, .vocab = e->c->vocab_size};
+        pr[ci] = run(&g, counts[ci]);
+        seqkv_client_info(pa, "store", &after);
+        double per = puts_per_commit(before, after);
+        seqkv_client_free(before);
+        seqkv_client_free(after);
+        char name[40];
+        snprintf(name, sizeof name, "seqkv --put-batch %s", pb);
+        printf("%-22s %7d %10.1f %10.1f %11.0f %10.1f %8.1f\n", name, counts[ci],
+               1e6 * pr[ci].p50, 1e6 * pr[ci].p99, pr[ci].ops,
+               pr[ci].ops * (double)pkv / 1e6, per);
+        fflush(stdout);
+    }
+    seqkv_client_shutdown(pa);
+    seqkv_client_close(pa);
+    stop(ppid);
+}
+
+/* KV.PUT: group commit against a commit per put, each on a fresh
+ * store; every put a new sequence (random tokens; raw level, so the
+ * cost is the write and its fsync) */
+static void bench_puts(const bench_env *e)
+{
+    const size_t pn = 128;
+    const size_t pkv = e->kv_len / (size_t)e->ntok * pn;
+    if ((size_t)e->ntok < pn)
+        return;
+    printf("\nKV.PUT of %zu-token new sequences (raw, %zu bytes each), durable (fsync) commits:\n",
+           pn, pkv);
+    printf("%-22s %7s %10s %10s %11s %10s %8s\n", "server", "clients", "p50 us", "p99 us",
+           "puts/s", "MB/s", "puts/commit");
+    result pr[2][3];
+    static const char *const pbs[2] = {"1", "64"};
+    for (int bi = 0; bi < 2; bi++)
+        bench_put_server(e, pbs[bi], pn, pkv, pr[bi]);
+    for (int ci = 0; ci < 3; ci++)
+        printf("%-22s %7d   group commit vs a commit per put: throughput %.2fx, p50 %.2fx\n",
+               "  batched vs single", counts[ci], pr[1][ci].ops / pr[0][ci].ops,
+               pr[1][ci].p50 / pr[0][ci].p50);
+}
+
+int main(int argc, char **argv)
+{
+    static bench_env e = {.seqkv = SEQKV_BIN_PATH, .seconds = 1.0, .ntok = 1024, .threads = 0};
+    e.model = getenv("SEQKV_MODEL");
+    int r = parse_args(argc, argv, &e);
+    if (r)
+        return r;
+    if (!e.model || !*e.model)
+        e.model = SEQKV_SOURCE_DIR "/../shared/models/stories260K.bin";
+    if (access(e.model, R_OK) != 0) {
+        printf("bench_server: skipped: no model at %s (set SEQKV_MODEL or --model)\n", e.model);
+        return 0;
+    }
+    if (e.seconds <= 0 || e.ntok < 1 || e.ntok > 65536)
+        die("bad --seconds or --tokens%s%s", "", "");
+    signal(SIGPIPE, SIG_IGN);
+    make_prefix(&e);
+
+    snprintf(e.dir, sizeof e.dir, "%s", "/tmp/seqkv-bench-srv-XXXXXX");
+    if (!mkdtemp(e.dir))
+        die("mkdtemp: %s%s", strerror(errno), "");
+    seqkv_client *adm = NULL;
+    pid_t spid = start_seqkv(&e, &adm);
+    start_redis(&e);
+    bench_reads(&e);
     seqkv_client_shutdown(adm);
     seqkv_client_close(adm);
     stop(spid);
 
-    /* KV.PUT: group commit against a commit per put, each on a fresh
-     * store; every put a new sequence (random tokens; raw level, so the
-     * cost is the write and its fsync) */
-    const size_t pn = 128;
-    const size_t pkv = kv_len / (size_t)ntok * pn;
-    if ((size_t)ntok >= pn) {
-        printf("\nKV.PUT of %zu-token new sequences (raw, %zu bytes each), durable (fsync) commits:\n",
-               pn, pkv);
-        printf("%-22s %7s %10s %10s %11s %10s %8s\n", "server", "clients", "p50 us", "p99 us",
-               "puts/s", "MB/s", "puts/commit");
-        result pr[2][3];
-        static const char *const pbs[2] = {"1", "64"};
-        for (int bi = 0; bi < 2; bi++) {
-            char pdb[160], psock[160];
-            snprintf(pdb, sizeof pdb, "%s/db-put%s", dir, pbs[bi]);
-            snprintf(psock, sizeof psock, "%s/put%s.sock", dir, pbs[bi]);
-            char *pargv[] = {(char *)seqkv, "serve", "--db", pdb, "--socket", psock, "--threads", th,
-                             "--put-batch", (char *)pbs[bi], "--quiet", NULL};
-            pid_t ppid = spawn(pargv, psock);
-            seqkv_client *pa = NULL;
-            if (ppid < 0 || seqkv_client_connect(psock, &pa) ||
-                seqkv_client_profile_set(pa, "raw", praw, 3))
-                die("put server set-up: %s%s", pa ? seqkv_client_error(pa) : "start/connect", "");
-            for (int ci = 0; ci < 3; ci++) {
-                char *before = NULL, *after = NULL;
-                seqkv_client_info(pa, "store", &before);
-                bench_cfg g = {.op = OP_PUT, .path = psock, .profile = "raw", .n = pn, .kv = kv,
-                               .kv_len = pkv, .seconds = seconds, .vocab = c->vocab_size};
-                pr[bi][ci] = run(&g, counts[ci]);
-                seqkv_client_info(pa, "store", &after);
-                double per = 0;
-                const char *x = after ? strstr(after, "put_commits:") : NULL;
-                const char *y = before ? strstr(before, "put_commits:") : NULL;
-                const char *xp = after ? strstr(after, "puts_per_commit:") : NULL;
-                const char *yp = before ? strstr(before, "puts_per_commit:") : NULL;
-                if (x && y && xp && yp) {
-                    double c1 = atof(x + 12), c0 = atof(y + 12);
-                    double p1 = atof(xp + 16) * c1, p0 = atof(yp + 16) * c0;
-                    per = c1 > c0 ? (p1 - p0) / (c1 - c0) : 0;
-                }
-                seqkv_client_free(before);
-                seqkv_client_free(after);
-                char name[40];
-                snprintf(name, sizeof name, "seqkv --put-batch %s", pbs[bi]);
-                printf("%-22s %7d %10.1f %10.1f %11.0f %10.1f %8.1f\n", name, counts[ci],
-                       1e6 * pr[bi][ci].p50, 1e6 * pr[bi][ci].p99, pr[bi][ci].ops,
-                       pr[bi][ci].ops * (double)pkv / 1e6, per);
-                fflush(stdout);
-            }
-            seqkv_client_shutdown(pa);
-            seqkv_client_close(pa);
-            stop(ppid);
-        }
-        for (int ci = 0; ci < 3; ci++)
-            printf("%-22s %7d   group commit vs a commit per put: throughput %.2fx, p50 %.2fx\n",
-                   "  batched vs single", counts[ci], pr[1][ci].ops / pr[0][ci].ops,
-                   pr[1][ci].p50 / pr[0][ci].p50);
-    }
-    if (rpid > 0)
-        stop(rpid);
+    bench_puts(&e);
+    if (e.rpid > 0)
+        stop(e.rpid);
     char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e.dir);
     if (system(cmd) != 0)
-        fprintf(stderr, "bench_server: could not remove %s\n", dir);
-    free(tok);
-    free(kv);
-    skv_model_free(m);
+        fprintf(stderr, "bench_server: could not remove %s\n", e.dir);
+    free(e.tok);
+    free(e.kv);
+    skv_model_free(e.m);
     return 0;
 }

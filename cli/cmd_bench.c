@@ -215,6 +215,143 @@ static int rm_tree(const char *dir)
     return system(cmd);
 }
 
+/* --levels (comma-separated level names) into levels[0..*nl) */
+static int parse_levels(const char *arg, int *levels, int *nl)
+{
+    char lv[128];
+    snprintf(lv, sizeof lv, "%s", arg);
+    *nl = 0;
+    for (char *tok = strtok(lv, ","); tok; tok = strtok(NULL, ",")) {
+        seqkv_level l;
+        if (seqkv_level_parse(tok, &l) || *nl == SEQKV_LEVELS)
+            return cli_usage_error("bench store", "--levels: unknown or repeated level '%s'", tok);
+        levels[(*nl)++] = (int)l;
+    }
+    return 0;
+}
+
+/* The baselines, from the request stream itself: every request's KV raw,
+ * and 256-token chunks stored raw once each */
+typedef struct {
+    uint64_t raw_req, req_tokens, chunk_bytes;
+} baselines;
+
+static int make_baselines(const bargs *a, const cli_session *S, size_t ns, size_t per_tok, baselines *b)
+{
+    int rc = SKV_OK;
+    size_t cap = 1 << 16, nkeys = 0;
+    uint8_t(*keys)[16] = malloc(cap * 16);
+    if (!keys)
+        rc = skv_error(SKV_ERR_NOMEM, "chunk keys");
+    for (long k = 0; k < a->turns && !rc; k++)
+        for (size_t i = 0; i < ns && !rc; i++) {
+            const cli_session *s = &S[i];
+            size_t n = s->turn_end[k];
+            b->raw_req += n * per_tok;
+            b->req_tokens += n;
+            /* 256-token chunks keyed by (tenant, prefix through the chunk);
+             * the last, partial one too */
+            for (size_t c0 = 0; c0 < n; c0 += 256) {
+                size_t c1 = c0 + 256 < n ? c0 + 256 : n;
+                uint8_t key[16];
+                crypto_generichash_state h;
+                crypto_generichash_init(&h, NULL, 0, 16);
+                crypto_generichash_update(&h, (const uint8_t *)&s->tenant, sizeof s->tenant);
+                crypto_generichash_update(&h, (const uint8_t *)s->tok, c1 * 4);
+                crypto_generichash_final(&h, key, 16);
+                size_t j = 0;
+                while (j < nkeys && memcmp(keys[j], key, 16) != 0)
+                    j++;
+                if (j == nkeys) {
+                    if (nkeys == cap) {
+                        uint8_t(*more)[16] = realloc(keys, cap * 2 * 16);
+                        if (!more) {
+                            rc = skv_error(SKV_ERR_NOMEM, "chunk keys");
+                            break;
+                        }
+                        keys = more;
+                        cap *= 2;
+                    }
+                    memcpy(keys[nkeys++], key, 16);
+                    b->chunk_bytes += (c1 - c0) * per_tok;
+                }
+            }
+        }
+    free(keys);
+    return rc;
+}
+
+/* The workload's line and the baselines' (the table's head) */
+static void report_baselines(const bargs *a, size_t ns, const baselines *b)
+{
+    if (a->json) {
+        printf("{\"kind\":\"workload\",\"tenants\":%ld,\"sessions\":%ld,\"turns\":%ld,\"requests\":%llu,"
+               "\"request_tokens\":%llu,\"chunk\":%ld}\n",
+               a->tenants, a->sessions, a->turns, (unsigned long long)(ns * (size_t)a->turns),
+               (unsigned long long)b->req_tokens, a->chunk);
+        printf("{\"kind\":\"baseline\",\"name\":\"raw_bf16_per_request\",\"bytes\":%llu}\n",
+               (unsigned long long)b->raw_req);
+        printf("{\"kind\":\"baseline\",\"name\":\"chunk256_exact_dedup_raw\",\"bytes\":%llu,"
+               "\"ratio_vs_raw\":%.3f}\n",
+               (unsigned long long)b->chunk_bytes, (double)b->raw_req / (double)b->chunk_bytes);
+    } else {
+        printf("workload: %ld tenants x %ld sessions x %ld turns = %zu requests, %llu request tokens "
+               "(every 4th session a one-token near-duplicate)\n",
+               a->tenants, a->sessions, a->turns, ns * (size_t)a->turns, (unsigned long long)b->req_tokens);
+        printf("%-28s %14s %9s %9s %8s %9s %9s %9s\n", "store", "bytes", "x raw", "x chunk",
+               "bits/sc", "put/s", "lookup/s", "get/s");
+        printf("%-28s %14llu %9.2f %9s %8.2f\n", "raw bf16 per request", (unsigned long long)b->raw_req,
+               1.0, "", 16.0);
+        printf("%-28s %14llu %9.2f %9.2f %8.2f\n", "256-token chunk dedup, raw",
+               (unsigned long long)b->chunk_bytes, (double)b->raw_req / (double)b->chunk_bytes, 1.0, 16.0);
+    }
+}
+
+/* One configuration's line: rr, with centroids (cen) or not, against the
+ * baselines and (its members' bytes) the same level without centroids, al */
+static void report_run(const bargs *a, const run_res *rr, int cen, const run_res *al, const baselines *b,
+                       double scalars_per_tok)
+{
+    const uint64_t raw_req = b->raw_req, chunk_bytes = b->chunk_bytes;
+    const double bits = 8.0 * (double)rr->st.stored_bytes / ((double)rr->st.tokens * scalars_per_tok);
+    double member_ratio = cen && al->member_bytes ? (double)rr->member_bytes / (double)al->member_bytes : 1.0;
+    if (a->json) {
+        printf("{\"kind\":\"store\",\"level\":\"%s\",\"centroids\":%s,\"stored_bytes\":%llu,"
+               "\"unique_tokens\":%llu,\"chunks\":%llu,\"bits_per_scalar\":%.4f,"
+               "\"ratio_vs_raw\":%.3f,\"ratio_vs_chunk_dedup\":%.3f,"
+               "\"member_bytes\":%llu,\"member_tokens\":%llu,\"centroid_tokens\":%llu,"
+               "\"member_bytes_vs_alone\":%.4f,\"put_per_s\":%.1f,\"lookup_per_s\":%.1f,"
+               "\"get_per_s\":%.1f,\"get_tokens_per_s\":%.0f,\"roundtrip\":\"ok\"}\n",
+               seqkv_level_name(rr->level), cen ? "true" : "false",
+               (unsigned long long)rr->st.stored_bytes, (unsigned long long)rr->st.tokens,
+               (unsigned long long)rr->st.chunks, bits,
+               (double)raw_req / (double)rr->st.stored_bytes,
+               (double)chunk_bytes / (double)rr->st.stored_bytes,
+               (unsigned long long)rr->member_bytes, (unsigned long long)rr->member_tokens,
+               (unsigned long long)rr->centroid_tokens, member_ratio,
+               (double)rr->requests / rr->put_s, (double)rr->requests / rr->lookup_s,
+               (double)rr->requests / rr->get_s, (double)rr->get_tokens / rr->get_s);
+    } else {
+        char name[64];
+        snprintf(name, sizeof name, "seqkv %s%s", seqkv_level_name(rr->level),
+                 cen ? " + prob. trie" : (rr->level == SEQKV_RAW ? " (exact trie)" : ""));
+        printf("%-28s %14llu %9.2f %9.2f %8.2f %9.1f %9.0f %9.1f\n", name,
+               (unsigned long long)rr->st.stored_bytes,
+               (double)raw_req / (double)rr->st.stored_bytes,
+               (double)chunk_bytes / (double)rr->st.stored_bytes, bits,
+               (double)rr->requests / rr->put_s, (double)rr->requests / rr->lookup_s,
+               (double)rr->requests / rr->get_s);
+        if (cen)
+            printf("%-28s near-duplicate members: %llu bytes vs %llu alone (%+.1f%%), %llu of "
+                   "%llu new tokens against a centroid\n",
+                   "", (unsigned long long)rr->member_bytes,
+                   (unsigned long long)al->member_bytes, 100.0 * (member_ratio - 1.0),
+                   (unsigned long long)rr->centroid_tokens,
+                   (unsigned long long)rr->st.tokens);
+        fflush(stdout);
+    }
+}
+
 static int bench_store(int argc, char **argv)
 {
     bargs a;
@@ -224,14 +361,8 @@ static int bench_store(int argc, char **argv)
     if (sodium_init() < 0)
         return cli_fail(SKV_ERR_IO, "libsodium");
     int levels[SEQKV_LEVELS], nl = 0;
-    char lv[128];
-    snprintf(lv, sizeof lv, "%s", a.levels);
-    for (char *tok = strtok(lv, ","); tok; tok = strtok(NULL, ",")) {
-        seqkv_level l;
-        if (seqkv_level_parse(tok, &l) || nl == SEQKV_LEVELS)
-            return cli_usage_error("bench store", "--levels: unknown or repeated level '%s'", tok);
-        levels[nl++] = (int)l;
-    }
+    if ((r = parse_levels(a.levels, levels, &nl)))
+        return r;
     skv_model *m;
     int rc = skv_model_load(a.model, &m);
     if (rc)
@@ -264,50 +395,10 @@ static int bench_store(int argc, char **argv)
     }
     if (!a.json)
         fprintf(stderr, "bench store: workload and calibration made in %.1f s\n", cli_now() - t0);
-    /* baselines from the request stream itself */
     const size_t L = (size_t)mc->n_layers, row = (size_t)mc->n_kv_heads * (size_t)mc->head_dim * 2,
                  per_tok = L * 2 * row;
-    uint64_t raw_req = 0, req_tokens = 0;
-    size_t cap = 1 << 16, nkeys = 0;
-    uint8_t(*keys)[16] = malloc(cap * 16);
-    uint64_t chunk_bytes = 0;
-    if (!keys)
-        rc = skv_error(SKV_ERR_NOMEM, "chunk keys");
-    for (long k = 0; k < a.turns && !rc; k++)
-        for (size_t i = 0; i < ns && !rc; i++) {
-            const cli_session *s = &S[i];
-            size_t n = s->turn_end[k];
-            raw_req += n * per_tok;
-            req_tokens += n;
-            /* 256-token chunks keyed by (tenant, prefix through the chunk);
-             * the last, partial one too */
-            for (size_t c0 = 0; c0 < n; c0 += 256) {
-                size_t c1 = c0 + 256 < n ? c0 + 256 : n;
-                uint8_t key[16];
-                crypto_generichash_state h;
-                crypto_generichash_init(&h, NULL, 0, 16);
-                crypto_generichash_update(&h, (const uint8_t *)&s->tenant, sizeof s->tenant);
-                crypto_generichash_update(&h, (const uint8_t *)s->tok, c1 * 4);
-                crypto_generichash_final(&h, key, 16);
-                size_t j = 0;
-                while (j < nkeys && memcmp(keys[j], key, 16) != 0)
-                    j++;
-                if (j == nkeys) {
-                    if (nkeys == cap) {
-                        uint8_t(*more)[16] = realloc(keys, cap * 2 * 16);
-                        if (!more) {
-                            rc = skv_error(SKV_ERR_NOMEM, "chunk keys");
-                            break;
-                        }
-                        keys = more;
-                        cap *= 2;
-                    }
-                    memcpy(keys[nkeys++], key, 16);
-                    chunk_bytes += (c1 - c0) * per_tok;
-                }
-            }
-        }
-    free(keys);
+    baselines b = {0, 0, 0};
+    rc = make_baselines(&a, S, ns, per_tok, &b);
     if (rc) {
         cli_workload_free(S, ns);
         if (!a.keep)
@@ -317,27 +408,7 @@ static int bench_store(int argc, char **argv)
         return cli_fail(rc, "bench store: baselines");
     }
     const double scalars_per_tok = (double)(L * 2 * row / 2);
-    if (a.json) {
-        printf("{\"kind\":\"workload\",\"tenants\":%ld,\"sessions\":%ld,\"turns\":%ld,\"requests\":%llu,"
-               "\"request_tokens\":%llu,\"chunk\":%ld}\n",
-               a.tenants, a.sessions, a.turns, (unsigned long long)(ns * (size_t)a.turns),
-               (unsigned long long)req_tokens, a.chunk);
-        printf("{\"kind\":\"baseline\",\"name\":\"raw_bf16_per_request\",\"bytes\":%llu}\n",
-               (unsigned long long)raw_req);
-        printf("{\"kind\":\"baseline\",\"name\":\"chunk256_exact_dedup_raw\",\"bytes\":%llu,"
-               "\"ratio_vs_raw\":%.3f}\n",
-               (unsigned long long)chunk_bytes, (double)raw_req / (double)chunk_bytes);
-    } else {
-        printf("workload: %ld tenants x %ld sessions x %ld turns = %zu requests, %llu request tokens "
-               "(every 4th session a one-token near-duplicate)\n",
-               a.tenants, a.sessions, a.turns, ns * (size_t)a.turns, (unsigned long long)req_tokens);
-        printf("%-28s %14s %9s %9s %8s %9s %9s %9s\n", "store", "bytes", "x raw", "x chunk",
-               "bits/sc", "put/s", "lookup/s", "get/s");
-        printf("%-28s %14llu %9.2f %9s %8.2f\n", "raw bf16 per request", (unsigned long long)raw_req,
-               1.0, "", 16.0);
-        printf("%-28s %14llu %9.2f %9.2f %8.2f\n", "256-token chunk dedup, raw",
-               (unsigned long long)chunk_bytes, (double)raw_req / (double)chunk_bytes, 1.0, 16.0);
-    }
+    report_baselines(&a, ns, &b);
     run_res alone[SEQKV_LEVELS];
     memset(alone, 0, sizeof alone);
     for (int li = 0; li < nl && !rc; li++)
@@ -357,44 +428,7 @@ static int bench_store(int argc, char **argv)
                 break;
             if (!cen)
                 alone[levels[li]] = rr;
-            const double bits = 8.0 * (double)rr.st.stored_bytes / ((double)rr.st.tokens * scalars_per_tok);
-            const run_res *al = &alone[levels[li]];
-            double member_ratio = cen && al->member_bytes ? (double)rr.member_bytes / (double)al->member_bytes : 1.0;
-            if (a.json) {
-                printf("{\"kind\":\"store\",\"level\":\"%s\",\"centroids\":%s,\"stored_bytes\":%llu,"
-                       "\"unique_tokens\":%llu,\"chunks\":%llu,\"bits_per_scalar\":%.4f,"
-                       "\"ratio_vs_raw\":%.3f,\"ratio_vs_chunk_dedup\":%.3f,"
-                       "\"member_bytes\":%llu,\"member_tokens\":%llu,\"centroid_tokens\":%llu,"
-                       "\"member_bytes_vs_alone\":%.4f,\"put_per_s\":%.1f,\"lookup_per_s\":%.1f,"
-                       "\"get_per_s\":%.1f,\"get_tokens_per_s\":%.0f,\"roundtrip\":\"ok\"}\n",
-                       seqkv_level_name(rr.level), cen ? "true" : "false",
-                       (unsigned long long)rr.st.stored_bytes, (unsigned long long)rr.st.tokens,
-                       (unsigned long long)rr.st.chunks, bits,
-                       (double)raw_req / (double)rr.st.stored_bytes,
-                       (double)chunk_bytes / (double)rr.st.stored_bytes,
-                       (unsigned long long)rr.member_bytes, (unsigned long long)rr.member_tokens,
-                       (unsigned long long)rr.centroid_tokens, member_ratio,
-                       (double)rr.requests / rr.put_s, (double)rr.requests / rr.lookup_s,
-                       (double)rr.requests / rr.get_s, (double)rr.get_tokens / rr.get_s);
-            } else {
-                char name[64];
-                snprintf(name, sizeof name, "seqkv %s%s", seqkv_level_name(rr.level),
-                         cen ? " + prob. trie" : (rr.level == SEQKV_RAW ? " (exact trie)" : ""));
-                printf("%-28s %14llu %9.2f %9.2f %8.2f %9.1f %9.0f %9.1f\n", name,
-                       (unsigned long long)rr.st.stored_bytes,
-                       (double)raw_req / (double)rr.st.stored_bytes,
-                       (double)chunk_bytes / (double)rr.st.stored_bytes, bits,
-                       (double)rr.requests / rr.put_s, (double)rr.requests / rr.lookup_s,
-                       (double)rr.requests / rr.get_s);
-                if (cen)
-                    printf("%-28s near-duplicate members: %llu bytes vs %llu alone (%+.1f%%), %llu of "
-                           "%llu new tokens against a centroid\n",
-                           "", (unsigned long long)rr.member_bytes,
-                           (unsigned long long)al->member_bytes, 100.0 * (member_ratio - 1.0),
-                           (unsigned long long)rr.centroid_tokens,
-                           (unsigned long long)rr.st.tokens);
-                fflush(stdout);
-            }
+            report_run(&a, &rr, cen, &alone[levels[li]], &b, scalars_per_tok);
         }
     cli_workload_free(S, ns);
     if (!a.keep)

@@ -431,6 +431,227 @@ static int best_decode(skv_delta *d, const bench_set *b, double (*clk)(void), do
     return rc;
 }
 
+/* What codec bench measures: its options, the calibration and model, and
+ * the test set (tokens and raw K/V per sequence) with its totals. */
+typedef struct {
+    const cargs *a;
+    skv_model *m;
+    skv_pool *pool;
+    skv_calib *c;
+    const skv_kvshape *sh;
+    size_t es; /* bytes per scalar */
+    size_t n_seq, tot_tok, tot_sc;
+    skv_kvseq *seqs;
+    int32_t **toks;
+} bench_run;
+
+/* One level's times: the best encode, the best decode on one thread and
+ * on the pool's threads (0: not measured), and whether every round trip
+ * was exact. */
+typedef struct {
+    double te, td, tp;
+    int threads, ok;
+} bench_times;
+
+/* --level into want[0..SEQKV_LEVELS) (every coded level unless one is named) */
+static int bench_levels(const char *level, int *want)
+{
+    if (!level || strcmp(level, "all") == 0)
+        return 0;
+    seqkv_level l;
+    if (seqkv_level_parse(level, &l) || l == SEQKV_RAW)
+        return cli_usage_error("codec bench", "--level wants stat, ctx, spec, full or all");
+    memset(want, 0, SEQKV_LEVELS * sizeof *want);
+    want[l] = 1;
+    return 0;
+}
+
+/* Gather the test set of st: tokens and raw K/V per sequence, each of the
+ * calibration's shape, and their totals. */
+static int bench_gather(bench_run *b, skv_st *st)
+{
+    const skv_kvshape *sh = b->sh;
+    int rc = SKV_OK;
+    b->seqs = calloc(b->n_seq, sizeof *b->seqs);
+    b->toks = calloc(b->n_seq, sizeof *b->toks);
+    for (size_t i = 0; i < b->n_seq && !rc; i++) {
+        skv_kvseq *q = &b->seqs[i];
+        rc = skv_kvfile_get(st, i, q);
+        if (!rc && (q->layers != sh->layers || q->kv_heads != sh->kv_heads ||
+                    q->head_dim != sh->head_dim || q->dtype != sh->dtype))
+            rc = skv_error(SKV_ERR_SHAPE, "test sequence %zu does not match the calibration", i);
+        if (rc)
+            break;
+        b->toks[i] = malloc((q->T + 1) * sizeof(int32_t));
+        for (size_t t = 0; t < q->T; t++)
+            b->toks[i][t] = (int32_t)skv_load32_le((const uint8_t *)q->tokens + 4 * t);
+        b->tot_tok += q->T;
+        b->tot_sc += 2 * (size_t)sh->layers * q->T * sh->kv_heads * sh->head_dim;
+    }
+    return rc;
+}
+
+/* The baselines: zstd on the raw bytes of all K and V, and on their byte
+ * planes. */
+static void bench_baselines(const bench_run *b)
+{
+    const size_t es = b->es;
+    uint8_t *all = malloc(b->tot_sc * es + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < b->n_seq; i++) {
+        size_t nb = b->tot_sc ? seq_bytes(b->sh, b->seqs[i].T) : 0;
+        memcpy(all + o, b->seqs[i].k, nb);
+        memcpy(all + o + nb, b->seqs[i].v, nb);
+        o += 2 * nb;
+    }
+    struct { const char *name; size_t bytes; } z[4] = {
+        {"zstd-3", zstd_size(all, o, 3)},
+        {"zstd-19", zstd_size(all, o, 19)},
+        {"zstd-3-planes", zstd_planes(all, b->tot_sc, es, 3)},
+        {"zstd-19-planes", zstd_planes(all, b->tot_sc, es, 19)},
+    };
+    for (int i = 0; i < 4; i++) {
+        double bps = 8.0 * (double)z[i].bytes / (double)b->tot_sc;
+        if (b->a->json)
+            printf("{\"level\":\"%s\",\"dtype\":\"%s\",\"bits_per_scalar\":%.4f,\"ratio\":%.3f,\"baseline\":true}\n",
+                   z[i].name, skv_dtype_name(b->sh->dtype), bps, 8.0 * es / bps);
+        else
+            printf("%-15s %7.3f bits/scalar (%.2fx)\n", z[i].name, bps, 8.0 * es / bps);
+    }
+    free(all);
+}
+
+/* Time level lv's coder d on the test set, its streams into ss (n_seq of
+ * them, NULL when they could not be had): the best of reps passes as the
+ * store encodes (without the ideal code length), then one pass, not
+ * timed, that also adds it up: its costs and streams are the ones
+ * reported (every pass writes the same bytes); the best decode on this
+ * thread and, for stat and ctx, on every core. */
+static int bench_time(const bench_run *b, int lv, skv_delta *d, skv_streams *ss, bench_times *t)
+{
+    const cargs *a = b->a;
+    int rc = SKV_OK;
+    /* output buffers for the largest sequence, allocated before any clock */
+    size_t nbmax = 0;
+    for (size_t i = 0; i < b->n_seq; i++) {
+        size_t nb = seq_bytes(b->sh, b->seqs[i].T);
+        nbmax = nb > nbmax ? nb : nbmax;
+    }
+    uint8_t *kb = malloc(nbmax + 1), *vb = malloc(nbmax + 1);
+    if (!ss || !kb || !vb)
+        rc = skv_error(SKV_ERR_NOMEM, "bench buffers");
+    const bench_set bs = {b->sh, b->n_seq, b->toks, b->seqs, ss, (size_t)a->chunk, kb, vb, a->reps};
+    t->te = 1e30;
+    t->td = 1e30;
+    t->tp = 0;
+    t->ok = 1;
+    for (long rep = 0; rep <= a->reps && !rc; rep++) {
+        const int timed = rep < a->reps;
+        skv_delta_set_ideal(d, !timed);
+        skv_delta_reset_costs(d);
+        double tt = 0;
+        for (size_t i = 0; i < b->n_seq && !rc; i++) {
+            skv_streams_free(&ss[i]);
+            double t0 = cli_cpu_now();
+            rc = skv_delta_encode(d, b->toks[i], b->seqs[i].T, b->seqs[i].k, b->seqs[i].v,
+                                  (size_t)a->chunk, &ss[i]);
+            tt += cli_cpu_now() - t0;
+        }
+        if (timed)
+            t->te = tt < t->te ? tt : t->te;
+    }
+    if (!rc)
+        rc = best_decode(d, &bs, cli_cpu_now, &t->td, &t->ok);
+    /* stat and ctx streams are independent per (layer, k/v): decode them
+     * again on every core, as a GET would (wall clock) */
+    t->threads = skv_pool_threads(b->pool);
+    if (!rc && lv <= SEQKV_CTX && t->threads > 1) {
+        skv_delta *dp;
+        if ((rc = skv_delta_create(b->c, (seqkv_level)lv, b->m, b->pool, &dp)) == SKV_OK) {
+            rc = best_decode(dp, &bs, cli_now, &t->tp, &t->ok);
+            skv_delta_free(dp);
+        }
+    }
+    free(kb);
+    free(vb);
+    return rc;
+}
+
+/* Level lv's line (or JSON object): its size against the ideal code
+ * length and the payload, the streams, the speeds and the round trip, and
+ * the size of each layer's K and V. */
+static void bench_report(const bench_run *b, int lv, const skv_delta *d, const skv_streams *ss,
+                         const bench_times *t)
+{
+    const skv_kvshape *sh = b->sh;
+    const double *ideal, *bytes;
+    const uint64_t *nsc;
+    skv_delta_costs(d, &ideal, &bytes, &nsc);
+    double ti = 0, tb = 0;
+    uint64_t tn = 0;
+    for (int j = 0; j < 2 * sh->layers; j++) {
+        ti += ideal[j];
+        tb += bytes[j];
+        tn += nsc[j];
+    }
+    size_t nstreams = 0;
+    for (size_t i = 0; i < b->n_seq; i++)
+        nstreams += ss[i].nstreams;
+    /* the coder's own output, without the fixed 64 bytes per stream of
+     * header and final rANS states */
+    double pbps = 8.0 * (tb - (double)nstreams * (SKV_STREAM_HEADER + 16)) / (double)tn;
+    double bps = 8.0 * tb / (double)tn, ibps = ti / (double)tn;
+    const double tot_tok = (double)b->tot_tok;
+    if (b->a->json) {
+        printf("{\"level\":\"%s\",\"dtype\":\"%s\",\"bits_per_scalar\":%.4f,\"ideal_bits_per_scalar\":%.4f,"
+               "\"payload_bits_per_scalar\":%.4f,\"streams\":%zu,\"encode_msps\":%.2f,\"decode_msps\":%.2f,\"encode_tokens_per_s\":%.0f,"
+               "\"decode_tokens_per_s\":%.0f,\"decode_msps_all_cores\":%.2f,\"roundtrip\":\"%s\",\"per_layer\":[",
+               seqkv_level_name((seqkv_level)lv), skv_dtype_name(sh->dtype), bps, ibps, pbps, nstreams,
+               (double)tn / t->te / 1e6, (double)tn / t->td / 1e6, tot_tok / t->te,
+               tot_tok / t->td, t->tp > 0 ? (double)tn / t->tp / 1e6 : 0.0, t->ok ? "ok" : "MISMATCH");
+        for (int j = 0; j < 2 * sh->layers; j++)
+            printf("%s{\"layer\":%d,\"kv\":\"%s\",\"bits_per_scalar\":%.4f,\"ideal_bits_per_scalar\":%.4f}",
+                   j ? "," : "", j / 2, j & 1 ? "v" : "k", 8.0 * bytes[j] / (double)nsc[j],
+                   ideal[j] / (double)nsc[j]);
+        printf("]}\n");
+    } else {
+        printf("%-15s %7.3f bits/scalar (%.2fx), ideal %.3f; payload %.3f (%+.2f%% of ideal) + %zu stream "
+               "headers; encode %.1f M/s, decode %.1f M/s (%.0f / %.0f tokens/s); round trip %s\n",
+               seqkv_level_name((seqkv_level)lv), bps, 8.0 * b->es / bps, ibps, pbps, 100.0 * (pbps / ibps - 1),
+               nstreams,
+               (double)tn / t->te / 1e6, (double)tn / t->td / 1e6, tot_tok / t->te,
+               tot_tok / t->td, t->ok ? "ok" : "MISMATCH");
+        if (t->tp > 0)
+            printf("    decode on %d threads (layers in parallel): %.1f M/s\n", t->threads, (double)tn / t->tp / 1e6);
+        printf("    per layer k/v:");
+        for (int j = 0; j < 2 * sh->layers; j++)
+            printf(" L%d%s %.2f", j / 2, j & 1 ? "v" : "k", 8.0 * bytes[j] / (double)nsc[j]);
+        printf("\n");
+    }
+}
+
+/* Level lv measured and reported; a round trip that differs is an error. */
+static int bench_level(const bench_run *b, int lv)
+{
+    skv_delta *d;
+    int rc = skv_delta_create(b->c, (seqkv_level)lv, b->m, NULL, &d);
+    if (rc)
+        return rc;
+    skv_streams *ss = calloc(b->n_seq, sizeof *ss);
+    bench_times t;
+    rc = bench_time(b, lv, d, ss, &t);
+    if (!rc) {
+        bench_report(b, lv, d, ss, &t);
+        if (!t.ok)
+            rc = skv_error(SKV_ERR_CORRUPT, "round trip mismatch at level %s", seqkv_level_name((seqkv_level)lv));
+    }
+    for (size_t i = 0; i < b->n_seq && ss; i++)
+        skv_streams_free(&ss[i]);
+    free(ss);
+    skv_delta_free(d);
+    return rc;
+}
+
 static int do_bench(int argc, char **argv)
 {
     cargs a;
@@ -442,215 +663,63 @@ static int do_bench(int argc, char **argv)
     if ((!a.calib && !a.cal) || !a.test)
         return cli_usage_error("codec bench", "--calib (or --cal) and --test are required");
     int want[SEQKV_LEVELS] = {0, 1, 1, 1, 1}; /* (raw has no predictor) */
-    if (a.level && strcmp(a.level, "all") != 0) {
-        seqkv_level l;
-        if (seqkv_level_parse(a.level, &l) || l == SEQKV_RAW)
-            return cli_usage_error("codec bench", "--level wants stat, ctx, spec, full or all");
-        memset(want, 0, sizeof want);
-        want[l] = 1;
-    }
-    skv_model *m;
-    if ((r = open_model(a.model, &m)))
+    if ((r = bench_levels(a.level, want)))
         return r;
-    skv_pool *pool = NULL;
-    skv_pool_create(&pool, 0);
-    skv_calib *c = NULL;
+    bench_run b = {.a = &a};
+    if ((r = open_model(a.model, &b.m)))
+        return r;
+    skv_pool_create(&b.pool, 0);
     int rc = SKV_OK;
     double tc = cli_now();
     if (a.cal) {
-        rc = skv_calib_load(a.cal, &c);
+        rc = skv_calib_load(a.cal, &b.c);
         r = rc ? cli_fail(rc, a.cal) : 0;
     } else {
-        r = learn(a.calib, m, pool, a.json, &c);
+        r = learn(a.calib, b.m, b.pool, a.json, &b.c);
     }
     if (r) {
-        skv_pool_free(pool);
-        skv_model_free(m);
+        skv_pool_free(b.pool);
+        skv_model_free(b.m);
         return r;
     }
     tc = cli_now() - tc;
     skv_st *st = NULL;
-    size_t n_seq = 0;
     rc = skv_st_open(a.test, &st);
     if (!rc)
-        rc = skv_kvfile_count(st, &n_seq);
+        rc = skv_kvfile_count(st, &b.n_seq);
     if (rc) {
-        skv_calib_free(c);
-        skv_pool_free(pool);
-        skv_model_free(m);
+        skv_calib_free(b.c);
+        skv_pool_free(b.pool);
+        skv_model_free(b.m);
         return cli_fail(rc, a.test);
     }
-    const skv_kvshape *sh = skv_calib_shape(c);
-    const size_t es = skv_dtype_size(sh->dtype);
-    /* gather the test set: tokens and raw K/V per sequence */
-    size_t tot_tok = 0, tot_sc = 0;
-    skv_kvseq *seqs = calloc(n_seq, sizeof *seqs);
-    int32_t **toks = calloc(n_seq, sizeof *toks);
-    for (size_t i = 0; i < n_seq && !rc; i++) {
-        rc = skv_kvfile_get(st, i, &seqs[i]);
-        if (!rc && (seqs[i].layers != sh->layers || seqs[i].kv_heads != sh->kv_heads ||
-                    seqs[i].head_dim != sh->head_dim || seqs[i].dtype != sh->dtype))
-            rc = skv_error(SKV_ERR_SHAPE, "test sequence %zu does not match the calibration", i);
-        if (rc)
-            break;
-        toks[i] = malloc((seqs[i].T + 1) * sizeof(int32_t));
-        for (size_t t = 0; t < seqs[i].T; t++)
-            toks[i][t] = (int32_t)skv_load32_le((const uint8_t *)seqs[i].tokens + 4 * t);
-        tot_tok += seqs[i].T;
-        tot_sc += 2 * (size_t)sh->layers * seqs[i].T * sh->kv_heads * sh->head_dim;
-    }
+    b.sh = skv_calib_shape(b.c);
+    b.es = skv_dtype_size(b.sh->dtype);
+    rc = bench_gather(&b, st);
     if (!a.json && !rc)
         printf("codec bench: %zu test sequences, %zu tokens, %zu scalars of %s; calibration %.1f s\n",
-               n_seq, tot_tok, tot_sc, skv_dtype_name(sh->dtype), tc);
-    /* baselines on the raw bytes of all K and V */
-    if (!rc) {
-        uint8_t *all = malloc(tot_sc * es + 1);
-        size_t o = 0;
-        for (size_t i = 0; i < n_seq; i++) {
-            size_t nb = tot_sc ? seq_bytes(sh, seqs[i].T) : 0;
-            memcpy(all + o, seqs[i].k, nb);
-            memcpy(all + o + nb, seqs[i].v, nb);
-            o += 2 * nb;
-        }
-        struct { const char *name; size_t bytes; } b[4] = {
-            {"zstd-3", zstd_size(all, o, 3)},
-            {"zstd-19", zstd_size(all, o, 19)},
-            {"zstd-3-planes", zstd_planes(all, tot_sc, es, 3)},
-            {"zstd-19-planes", zstd_planes(all, tot_sc, es, 19)},
-        };
-        for (int i = 0; i < 4; i++) {
-            double bps = 8.0 * (double)b[i].bytes / (double)tot_sc;
-            if (a.json)
-                printf("{\"level\":\"%s\",\"dtype\":\"%s\",\"bits_per_scalar\":%.4f,\"ratio\":%.3f,\"baseline\":true}\n",
-                       b[i].name, skv_dtype_name(sh->dtype), bps, 8.0 * es / bps);
-            else
-                printf("%-15s %7.3f bits/scalar (%.2fx)\n", b[i].name, bps, 8.0 * es / bps);
-        }
-        free(all);
-    }
+               b.n_seq, b.tot_tok, b.tot_sc, skv_dtype_name(b.sh->dtype), tc);
+    if (!rc)
+        bench_baselines(&b);
     for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS && !rc; lv++) {
         if (!want[lv])
             continue;
-        if (!skv_calib_has_level(c, (seqkv_level)lv)) {
+        if (!skv_calib_has_level(b.c, (seqkv_level)lv)) {
             if (!a.json)
                 printf("%-15s (not calibrated%s)\n", seqkv_level_name((seqkv_level)lv),
                        lv >= SEQKV_SPEC ? ": give --model" : "");
             continue;
         }
-        skv_delta *d;
-        if ((rc = skv_delta_create(c, (seqkv_level)lv, m, NULL, &d)))
-            break;
-        skv_streams *ss = calloc(n_seq, sizeof *ss);
-        /* output buffers for the largest sequence, allocated before any clock */
-        size_t nbmax = 0;
-        for (size_t i = 0; i < n_seq; i++) {
-            size_t nb = seq_bytes(sh, seqs[i].T);
-            nbmax = nb > nbmax ? nb : nbmax;
-        }
-        uint8_t *kb = malloc(nbmax + 1), *vb = malloc(nbmax + 1);
-        if (!ss || !kb || !vb)
-            rc = skv_error(SKV_ERR_NOMEM, "bench buffers");
-        const bench_set bs = {sh, n_seq, toks, seqs, ss, (size_t)a.chunk, kb, vb, a.reps};
-        double te = 1e30, td = 1e30, tp = 0;
-        int ok = 1;
-        /* best of reps passes as the store encodes (without the ideal code
-         * length), then one pass, not timed, that also adds it up: its
-         * costs and streams are the ones reported (every pass writes the
-         * same bytes) */
-        for (long rep = 0; rep <= a.reps && !rc; rep++) {
-            const int timed = rep < a.reps;
-            skv_delta_set_ideal(d, !timed);
-            skv_delta_reset_costs(d);
-            double t = 0;
-            for (size_t i = 0; i < n_seq && !rc; i++) {
-                skv_streams_free(&ss[i]);
-                double t0 = cli_cpu_now();
-                rc = skv_delta_encode(d, toks[i], seqs[i].T, seqs[i].k, seqs[i].v, (size_t)a.chunk,
-                                      &ss[i]);
-                t += cli_cpu_now() - t0;
-            }
-            if (timed)
-                te = t < te ? t : te;
-        }
-        if (!rc)
-            rc = best_decode(d, &bs, cli_cpu_now, &td, &ok);
-        /* stat and ctx streams are independent per (layer, k/v): decode them
-         * again on every core, as a GET would (wall clock) */
-        int threads = skv_pool_threads(pool);
-        if (!rc && lv <= SEQKV_CTX && threads > 1) {
-            skv_delta *dp;
-            if ((rc = skv_delta_create(c, (seqkv_level)lv, m, pool, &dp)) == SKV_OK) {
-                rc = best_decode(dp, &bs, cli_now, &tp, &ok);
-                skv_delta_free(dp);
-            }
-        }
-        free(kb);
-        free(vb);
-        if (rc) {
-            for (size_t i = 0; i < n_seq && ss; i++)
-                skv_streams_free(&ss[i]);
-            free(ss);
-            skv_delta_free(d);
-            break;
-        }
-        const double *ideal, *bytes;
-        const uint64_t *nsc;
-        skv_delta_costs(d, &ideal, &bytes, &nsc);
-        double ti = 0, tb = 0;
-        uint64_t tn = 0;
-        for (int j = 0; j < 2 * sh->layers; j++) {
-            ti += ideal[j];
-            tb += bytes[j];
-            tn += nsc[j];
-        }
-        size_t nstreams = 0;
-        for (size_t i = 0; i < n_seq; i++)
-            nstreams += ss[i].nstreams;
-        /* the coder's own output, without the fixed 64 bytes per stream of
-         * header and final rANS states */
-        double pbps = 8.0 * (tb - (double)nstreams * (SKV_STREAM_HEADER + 16)) / (double)tn;
-        double bps = 8.0 * tb / (double)tn, ibps = ti / (double)tn;
-        if (a.json) {
-            printf("{\"level\":\"%s\",\"dtype\":\"%s\",\"bits_per_scalar\":%.4f,\"ideal_bits_per_scalar\":%.4f,"
-                   "\"payload_bits_per_scalar\":%.4f,\"streams\":%zu,\"encode_msps\":%.2f,\"decode_msps\":%.2f,\"encode_tokens_per_s\":%.0f,"
-                   "\"decode_tokens_per_s\":%.0f,\"decode_msps_all_cores\":%.2f,\"roundtrip\":\"%s\",\"per_layer\":[",
-                   seqkv_level_name((seqkv_level)lv), skv_dtype_name(sh->dtype), bps, ibps, pbps, nstreams,
-                   (double)tn / te / 1e6, (double)tn / td / 1e6, (double)tot_tok / te,
-                   (double)tot_tok / td, tp > 0 ? (double)tn / tp / 1e6 : 0.0, ok ? "ok" : "MISMATCH");
-            for (int j = 0; j < 2 * sh->layers; j++)
-                printf("%s{\"layer\":%d,\"kv\":\"%s\",\"bits_per_scalar\":%.4f,\"ideal_bits_per_scalar\":%.4f}",
-                       j ? "," : "", j / 2, j & 1 ? "v" : "k", 8.0 * bytes[j] / (double)nsc[j],
-                       ideal[j] / (double)nsc[j]);
-            printf("]}\n");
-        } else {
-            printf("%-15s %7.3f bits/scalar (%.2fx), ideal %.3f; payload %.3f (%+.2f%% of ideal) + %zu stream "
-                   "headers; encode %.1f M/s, decode %.1f M/s (%.0f / %.0f tokens/s); round trip %s\n",
-                   seqkv_level_name((seqkv_level)lv), bps, 8.0 * es / bps, ibps, pbps, 100.0 * (pbps / ibps - 1),
-                   nstreams,
-                   (double)tn / te / 1e6, (double)tn / td / 1e6, (double)tot_tok / te,
-                   (double)tot_tok / td, ok ? "ok" : "MISMATCH");
-            if (tp > 0)
-                printf("    decode on %d threads (layers in parallel): %.1f M/s\n", threads, (double)tn / tp / 1e6);
-            printf("    per layer k/v:");
-            for (int j = 0; j < 2 * sh->layers; j++)
-                printf(" L%d%s %.2f", j / 2, j & 1 ? "v" : "k", 8.0 * bytes[j] / (double)nsc[j]);
-            printf("\n");
-        }
-        if (!ok)
-            rc = skv_error(SKV_ERR_CORRUPT, "round trip mismatch at level %s", seqkv_level_name((seqkv_level)lv));
-        for (size_t i = 0; i < n_seq; i++)
-            skv_streams_free(&ss[i]);
-        free(ss);
-        skv_delta_free(d);
+        rc = bench_level(&b, lv);
     }
-    for (size_t i = 0; i < n_seq; i++)
-        free(toks ? toks[i] : NULL);
-    free(toks);
-    free(seqs);
+    for (size_t i = 0; i < b.n_seq; i++)
+        free(b.toks ? b.toks[i] : NULL);
+    free(b.toks);
+    free(b.seqs);
     skv_st_free(st);
-    skv_calib_free(c);
-    skv_pool_free(pool);
-    skv_model_free(m);
+    skv_calib_free(b.c);
+    skv_pool_free(b.pool);
+    skv_model_free(b.m);
     return rc ? cli_fail(rc, "bench") : 0;
 }
 

@@ -783,10 +783,11 @@ static void out2(FILE *f, const char *fmt, ...)
     }
 }
 
-static int demo_run(demo *d)
+/* The model (and the pool), the header lines, the workload and its KV;
+ * 0 or the exit status. */
+static int demo_setup(demo *d)
 {
     int rc;
-    double t_start = cli_now();
     if ((rc = find_model(d)))
         return cli_fail(rc, "demo: model");
     if ((rc = skv_model_load(d->model, &d->m)))
@@ -810,39 +811,34 @@ static int demo_run(demo *d)
     if ((rc = make_workload(d)))
         return cli_fail(rc, "demo: workload");
     fprintf(stderr, "demo: workload sampled and its KV computed in %.1f s\n", cli_now() - t0);
+    return 0;
+}
 
-    snprintf(d->sock, sizeof d->sock, "%s/seqkv.sock", d->dir);
-    pid_t pid = start_server(d);
-    if (pid < 0)
-        return cli_fail(skv_error(SKV_ERR_IO, "fork/config: %s", strerror(errno)), "demo: server");
-    seqkv_client *admin = NULL;
-    if ((rc = wait_server(d, pid, &admin))) {
-        cli_fail(rc, "demo: server");
-        server_log_tail(d);
-        stop_server(pid, NULL);
-        return 1;
-    }
-    printf("server    seqkv serve, pid %ld, socket %s, %ld worker threads, store %s/db\n",
-           (long)pid, d->sock, d->a.threads, d->dir);
-    fflush(stdout);
+/* The profile "demo" set on the server and checked against the model */
+static int demo_profile(demo *d, seqkv_client *admin)
+{
     char chunk[16];
     snprintf(chunk, sizeof chunk, "%ld", d->a.chunk);
     const char *kvs[] = {"model", d->model, "dtype", "bf16", "level",
                          seqkv_level_name(d->a.level), "chunk", chunk};
     seqkv_client_profile prof;
-    rc = seqkv_client_profile_set(admin, "demo", kvs, 4);
+    int rc = seqkv_client_profile_set(admin, "demo", kvs, 4);
     if (!rc)
         rc = seqkv_client_profile_get(admin, "demo", &prof);
     if (!rc && prof.token_bytes != d->per_tok)
         rc = skv_error(SKV_ERR_SHAPE, "the server's profile has %zu bytes a token, the model %zu",
                        prof.token_bytes, d->per_tok);
-    double t_p1 = 0, t_cal = 0, t_p2 = 0;
-    if (!rc) {
-        t0 = cli_now();
-        rc = run_phase(d, "demo: phase 1 (raw) requests", 0);
-        t_p1 = cli_now() - t0;
-    }
-    char *info1 = NULL;
+    return rc;
+}
+
+/* Phase 1 (raw), KV.CALIBRATE, phase 2 (coded) and the store's INFO into
+ * *info1 (NULL on an error before it), each step reported. */
+static int demo_phases(demo *d, seqkv_client *admin, char **info1)
+{
+    double t0, t_p1 = 0, t_cal = 0, t_p2 = 0;
+    t0 = cli_now();
+    int rc = run_phase(d, "demo: phase 1 (raw) requests", 0);
+    t_p1 = cli_now() - t0;
     if (!rc) {
         printf("phase 1   first turns of the original sessions: %zu requests stored raw in %.1f s\n",
                d->phase_req[0], t_p1);
@@ -865,21 +861,75 @@ static int demo_run(demo *d)
         printf("phase 2   near-duplicates and later turns: %zu requests stored at %s in %.1f s\n",
                d->phase_req[1], seqkv_level_name(d->a.level), t_p2);
         fflush(stdout);
-        rc = seqkv_client_info(admin, "store", &info1);
+        rc = seqkv_client_info(admin, "store", info1);
         if (rc)
             skv_error(rc, "INFO store: %s", seqkv_client_error(admin));
     }
+    return rc;
+}
+
+/* The server started on the store, the profile and the phases run, and
+ * the server stopped; *info1 the store's INFO (the caller frees it). 0 or
+ * the exit status. */
+static int demo_serve(demo *d, char **info1)
+{
+    int rc;
+    snprintf(d->sock, sizeof d->sock, "%s/seqkv.sock", d->dir);
+    pid_t pid = start_server(d);
+    if (pid < 0)
+        return cli_fail(skv_error(SKV_ERR_IO, "fork/config: %s", strerror(errno)), "demo: server");
+    seqkv_client *admin = NULL;
+    if ((rc = wait_server(d, pid, &admin))) {
+        cli_fail(rc, "demo: server");
+        server_log_tail(d);
+        stop_server(pid, NULL);
+        return 1;
+    }
+    printf("server    seqkv serve, pid %ld, socket %s, %ld worker threads, store %s/db\n",
+           (long)pid, d->sock, d->a.threads, d->dir);
+    fflush(stdout);
+    rc = demo_profile(d, admin);
+    if (!rc)
+        rc = demo_phases(d, admin, info1);
     if (rc) {
         cli_fail(rc, "demo");
         server_log_tail(d);
         stop_server(pid, admin);
         seqkv_client_close(admin);
-        seqkv_client_free(info1);
+        seqkv_client_free(*info1);
+        *info1 = NULL;
         return 1;
     }
     stop_server(pid, admin);
     seqkv_client_close(admin);
+    return 0;
+}
 
+/* What the demo measures once the server has stopped: the GETs' latencies
+ * (sorted), prefills of a sample of their prefixes and each one's ratio
+ * to its GET (sorted), the workload replayed without the probabilistic
+ * trie, and the bits per scalar by layer and level. */
+typedef struct {
+    double *gl, *pl, *ratio;
+    size_t np;
+    uint64_t get_tok;
+    seqkv_stats alone;
+    int replayed;
+    double bits[SEQKV_LEVELS][65];
+    int have[SEQKV_LEVELS];
+} demo_figures;
+
+static void figures_free(demo_figures *f)
+{
+    free(f->gl);
+    free(f->pl);
+    free(f->ratio);
+}
+
+static int demo_measure(demo *d, demo_figures *f)
+{
+    int rc = 0;
+    double t0;
     /* recompute the same prefixes with the model */
     double *gl = malloc((d->ngets + 1) * sizeof *gl), *pl = malloc((d->ngets + 1) * sizeof *pl),
            *ratio = malloc((d->ngets + 1) * sizeof *ratio);
@@ -898,38 +948,34 @@ static int demo_run(demo *d)
     qsort(gl, d->ngets, sizeof *gl, cmp_double);
     qsort(pl, np, sizeof *pl, cmp_double);
     qsort(ratio, np, sizeof *ratio, cmp_double);
+    f->gl = gl;
+    f->pl = pl;
+    f->ratio = ratio;
+    f->np = np;
+    f->get_tok = get_tok;
 
-    seqkv_stats alone;
-    memset(&alone, 0, sizeof alone);
-    int replayed = 0;
+    memset(&f->alone, 0, sizeof f->alone);
+    f->replayed = 0;
     if (!rc && !d->a.no_replay) {
         t0 = cli_now();
-        rc = replay_alone(d, &alone);
-        replayed = rc == 0;
+        rc = replay_alone(d, &f->alone);
+        f->replayed = rc == 0;
         fprintf(stderr, "demo: replay without the probabilistic trie in %.1f s\n", cli_now() - t0);
     }
-    double bits[SEQKV_LEVELS][65];
-    int have[SEQKV_LEVELS] = {0};
-    memset(bits, 0, sizeof bits);
+    memset(f->have, 0, sizeof f->have);
+    memset(f->bits, 0, sizeof f->bits);
     if (!rc) {
         t0 = cli_now();
-        rc = layer_bits(d, bits, have);
+        rc = layer_bits(d, f->bits, f->have);
         fprintf(stderr, "demo: per-layer coding of the sessions in %.1f s\n", cli_now() - t0);
     }
-    if (rc) {
-        free(gl);
-        free(pl);
-        free(ratio);
-        seqkv_client_free(info1);
-        return cli_fail(rc, "demo");
-    }
+    return rc;
+}
 
-    mkdir(d->a.out, 0755);
-    char png[3 * PATH_MAX], tpath[PATH_MAX + 32];
-    write_chart(d, bits, have, png, sizeof png);
-    snprintf(tpath, sizeof tpath, "%s/demo_table.txt", d->a.out);
-    FILE *tf = fopen(tpath, "w");
-
+/* The results' store half: requests, tokens and bytes stored, each
+ * level's ratio, the dedup and centroid savings, to stdout and tf. */
+static void report_store(const demo *d, FILE *tf, const char *info1, const demo_figures *f)
+{
     const uint64_t tokens = info_u64(info1, "tokens"), raw = info_u64(info1, "raw_bytes"),
                    stored = info_u64(info1, "stored_bytes"), chunks = info_u64(info1, "chunks"),
                    cchunks = info_u64(info1, "centroid_chunks");
@@ -969,26 +1015,34 @@ static int demo_run(demo *d)
     out2(tf, "%-34s %s not stored again (%.1f%% of the request bytes): shared system prompts and "
              "earlier turns\n", "dedup savings (exact prefix trie)", b1,
          req_raw ? 100.0 * (double)(req_raw - raw) / (double)req_raw : 0.0);
-    if (replayed) {
-        mib(b1, sizeof b1, alone.stored_bytes);
-        int64_t saved = (int64_t)alone.stored_bytes - (int64_t)stored;
+    if (f->replayed) {
+        mib(b1, sizeof b1, f->alone.stored_bytes);
+        int64_t saved = (int64_t)f->alone.stored_bytes - (int64_t)stored;
         mib(b2, sizeof b2, (uint64_t)(saved < 0 ? -saved : saved));
         out2(tf, "%-34s %llu records coded against a centroid; the same workload without the\n"
                  "%-34s probabilistic trie stores %s: %s%s (%+.1f%%)\n",
              "centroid savings (prob. trie)", (unsigned long long)cchunks, "", b1,
              saved < 0 ? "costs " : "saves ", b2,
-             alone.stored_bytes ? -100.0 * (double)saved / (double)alone.stored_bytes : 0.0);
+             f->alone.stored_bytes ? -100.0 * (double)saved / (double)f->alone.stored_bytes : 0.0);
     } else {
         out2(tf, "%-34s %llu records coded against a centroid (savings not measured: --no-replay)\n",
              "centroid savings (prob. trie)", (unsigned long long)cchunks);
     }
+}
+
+/* The results' speed half: hit rate, GET and recompute latencies, and the
+ * bits per scalar by layer and level, to stdout and tf. */
+static void report_speed(const demo *d, FILE *tf, const demo_figures *f)
+{
+    const double *gl = f->gl, *pl = f->pl, *ratio = f->ratio;
+    const size_t np = f->np;
     out2(tf, "%-34s %llu of %llu lookups hit (%.1f%%); %.1f%% of request tokens were cached\n",
          "hit rate", (unsigned long long)d->lookup_hits, (unsigned long long)d->lookups,
          d->lookups ? 100.0 * (double)d->lookup_hits / (double)d->lookups : 0.0,
          d->req_tokens ? 100.0 * (double)d->hit_tokens / (double)d->req_tokens : 0.0);
     out2(tf, "%-34s p50 %.3f ms, p99 %.3f ms (%zu GETs, %.0f tokens each on average, %ld "
              "clients at once)\n", "KV.GET over the socket", 1e3 * pct(gl, d->ngets, 0.5),
-         1e3 * pct(gl, d->ngets, 0.99), d->ngets, d->ngets ? (double)get_tok / (double)d->ngets : 0.0,
+         1e3 * pct(gl, d->ngets, 0.99), d->ngets, d->ngets ? (double)f->get_tok / (double)d->ngets : 0.0,
          d->a.tenants);
     out2(tf, "%-34s p50 %.3f ms, p99 %.3f ms (%zu prefills of the same prefixes, %ld threads)\n",
          "recompute with the model", 1e3 * pct(pl, np, 0.5), 1e3 * pct(pl, np, 0.99), np,
@@ -998,7 +1052,7 @@ static int demo_run(demo *d)
     out2(tf, "\nbits per scalar by layer and level (skv_delta on up to %zu original sessions' whole prompts, "
              "calibrated on their first turns; raw bf16 = 16)\n%-8s", d->ns < 16 ? d->ns : (size_t)16, "layer");
     for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
-        if (have[lv])
+        if (f->have[lv])
             out2(tf, " %7s", seqkv_level_name((seqkv_level)lv));
     out2(tf, "\n");
     for (size_t l = 0; l <= d->L; l++) {
@@ -1006,17 +1060,41 @@ static int demo_run(demo *d)
         snprintf(name, sizeof name, l == d->L ? "all" : "%zu", l);
         out2(tf, "%-8s", name);
         for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
-            if (have[lv])
-                out2(tf, " %7.3f", bits[lv][l]);
+            if (f->have[lv])
+                out2(tf, " %7.3f", f->bits[lv][l]);
         out2(tf, "\n");
     }
+}
+
+static int demo_run(demo *d)
+{
+    double t_start = cli_now();
+    int r = demo_setup(d);
+    if (r)
+        return r;
+    char *info1 = NULL;
+    if ((r = demo_serve(d, &info1)))
+        return r;
+    demo_figures f;
+    int rc = demo_measure(d, &f);
+    if (rc) {
+        figures_free(&f);
+        seqkv_client_free(info1);
+        return cli_fail(rc, "demo");
+    }
+
+    mkdir(d->a.out, 0755);
+    char png[3 * PATH_MAX], tpath[PATH_MAX + 32];
+    write_chart(d, f.bits, f.have, png, sizeof png);
+    snprintf(tpath, sizeof tpath, "%s/demo_table.txt", d->a.out);
+    FILE *tf = fopen(tpath, "w");
+    report_store(d, tf, info1, &f);
+    report_speed(d, tf, &f);
     out2(tf, "chart: %s\n", png);
     if (tf)
         fclose(tf);
     printf("table: %s; total %.1f s\n", tpath, cli_now() - t_start);
-    free(gl);
-    free(pl);
-    free(ratio);
+    figures_free(&f);
     seqkv_client_free(info1);
     return 0;
 }

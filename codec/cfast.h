@@ -5,7 +5,7 @@
  * exactly what its reference in cmodel.c computes (skv__classify,
  * skv__plan, ceil_lat, skv__zero_range): closed forms where the lattice
  * is regular (normal binades), the reference itself elsewhere. The golden
- * streams and the reference-planner test in tests/test_codec.c hold the
+ * streams and the reference-planner test in tests/test_codec_batch.c hold the
  * two to the same bits. */
 #ifndef SKV_CFAST_H
 #define SKV_CFAST_H
@@ -122,7 +122,7 @@ int skv__fclassify_ref(skv_cmodel *m, float mu, float s, skv_fcls *c);
 /* skv__classify, for the hot path, in integer arithmetic: mu is Y * 2^em
  * (Y its signed 24-bit significand), so mu / 2^G and mu's offset from c in
  * steps are shifts of Y; the reference's double arithmetic is exact in
- * these ranges (tests/test_codec.c holds the two together). Returns 0, or
+ * these ranges (tests/test_codec_batch.c holds the two together). Returns 0, or
  * SKV_ERR_NOMEM when a table cannot be built. */
 SKV_ALWAYS_INLINE int fclassify(skv_cmodel *m, const skv_lat *L, float mu, float s, skv_fcls *c)
 {

@@ -65,7 +65,7 @@ typedef struct {
  *   f >= 2: rcp = ceil(2^64 / f) = (2^64 + e) / f with 0 <= e < f, so
  *           v * rcp / 2^64 = v / f + v e / (f 2^64), and the error term
  *           is below 1/f for every v < 2^48: q = floor(v / f) exactly
- *           (checked exhaustively at the edges in test_codec);
+ *           (checked exhaustively at the edges in test_codec_round_trip);
  *           bias = start;
  *   f = 1:  rcp = 2^64 - 1 gives q = v - 1 for every v in [1, 2^64), and
  *           bias = start + cmpl makes up the missing cmpl (v >= 1: a

@@ -312,6 +312,139 @@ static void profile_reply(srv_job *j, const seqkv_profile *p)
     skv_rbuf_bulk_str(r, hex);
 }
 
+/* A KV.PROFILE SET request: the profile it asks for and which of the keys
+ * that have no "unset" value it names */
+typedef struct {
+    seqkv_profile want;
+    int have_dtype, have_level, have_model, have_theta, have_rdim, have_rhalf;
+} profile_req;
+
+/* Key i and value i + 1 of j into q; 0, or -1 after an error reply */
+static int profile_key(srv_job *j, size_t i, profile_req *q)
+{
+    seqkv_profile *want = &q->want;
+    const char *v = (const char *)j->cmd.argv[i + 1];
+    size_t vl = j->cmd.argl[i + 1];
+    long long x;
+    if (memchr(v, 0, vl)) {
+        err_reply(j, "ERR", "a profile value holds a NUL byte");
+        return -1;
+    }
+    if (arg_is(j, i, "layers") || arg_is(j, i, "kv_heads") || arg_is(j, i, "head_dim")) {
+        if (parse_ll((const uint8_t *)v, vl, 1, 1 << 16, &x)) {
+            err_reply(j, "ERR", "%s wants an integer in [1, 65536]", j->cmd.argv[i]);
+            return -1;
+        }
+        int *f = arg_is(j, i, "layers") ? &want->layers
+               : arg_is(j, i, "kv_heads") ? &want->kv_heads : &want->head_dim;
+        *f = (int)x;
+    } else if (arg_is(j, i, "dtype")) {
+        if (skv_dtype_from_user(v, &want->dtype) || want->dtype == SKV_DT_I32) {
+            err_reply(j, "ERR", "dtype wants bf16, fp16, fp8 or fp32");
+            return -1;
+        }
+        q->have_dtype = 1;
+    } else if (arg_is(j, i, "level")) {
+        if (seqkv_level_parse(v, &want->level)) {
+            err_reply(j, "ERR", "level wants raw, stat, ctx, spec or full");
+            return -1;
+        }
+        q->have_level = 1;
+    } else if (arg_is(j, i, "model")) {
+        if (vl == 0 || vl > SEQKV_PATH_MAX) {
+            err_reply(j, "ERR", "model wants a path of 1 to %d bytes", SEQKV_PATH_MAX);
+            return -1;
+        }
+        memcpy(want->model, v, vl + 1);
+        q->have_model = 1;
+    } else if (arg_is(j, i, "rope_theta")) {
+        char *end;
+        float f = strtof(v, &end);
+        if (end == v || *end || !(f >= 0.0f && f <= 1e12f)) {
+            err_reply(j, "ERR", "rope_theta wants a number in [0, 1e12]");
+            return -1;
+        }
+        want->rope_theta = f;
+        q->have_theta = 1;
+    } else if (arg_is(j, i, "rope_dim")) {
+        if (parse_ll((const uint8_t *)v, vl, 0, 1 << 16, &x)) {
+            err_reply(j, "ERR", "rope_dim wants an integer in [0, 65536]");
+            return -1;
+        }
+        want->rope_dim = (int)x;
+        q->have_rdim = 1;
+    } else if (arg_is(j, i, "rope_half")) {
+        if (parse_ll((const uint8_t *)v, vl, 0, 1, &x)) {
+            err_reply(j, "ERR", "rope_half wants 0 or 1");
+            return -1;
+        }
+        want->rope_half = (int)x;
+        q->have_rhalf = 1;
+    } else if (arg_is(j, i, "chunk")) {
+        if (parse_ll((const uint8_t *)v, vl, 1, SEQKV_CHUNK_MAX, &x)) {
+            err_reply(j, "ERR", "chunk wants an integer in [1, %d]", SEQKV_CHUNK_MAX);
+            return -1;
+        }
+        want->chunk = (int)x;
+    } else {
+        err_reply(j, "ERR",
+                  "unknown profile key '%.40s' (model, layers, kv_heads, head_dim, dtype, "
+                  "level, rope_theta, rope_dim, rope_half, chunk)",
+                  j->cmd.argv[i]);
+        return -1;
+    }
+    return 0;
+}
+
+/* The reply to a profile set with seqkv_profile_set's rc */
+static void profile_saved(skv_server *s, srv_job *j, int rc)
+{
+    if (rc) {
+        store_err(s, j, rc, "KV.PROFILE SET");
+        return;
+    }
+    skv_rbuf_simple(&j->reply, "OK");
+}
+
+/* The existing profile cur asked for again: the same shape, dtype, RoPE
+ * and chunk or a SHAPE error; a new level or model from admins only. */
+static void profile_change(skv_server *s, srv_job *j, const char *name, const profile_req *q,
+                           seqkv_profile *cur)
+{
+    const seqkv_profile *want = &q->want;
+    if ((want->layers && want->layers != cur->layers) ||
+        (want->kv_heads && want->kv_heads != cur->kv_heads) ||
+        (want->head_dim && want->head_dim != cur->head_dim) ||
+        (q->have_dtype && want->dtype != cur->dtype) || (want->chunk && want->chunk != cur->chunk) ||
+        (q->have_theta && want->rope_theta != cur->rope_theta) ||
+        (q->have_rdim && want->rope_dim != cur->rope_dim) ||
+        (q->have_rhalf && want->rope_half != cur->rope_half)) {
+        err_reply(j, "SHAPE",
+                  "profile %s exists with another shape, dtype, RoPE or chunk (a new shape "
+                  "is a new profile)",
+                  name);
+        return;
+    }
+    if (!q->have_level && !q->have_model) {
+        skv_rbuf_simple(&j->reply, "OK");
+        return;
+    }
+    if ((q->have_level && want->level == cur->level) && !q->have_model) {
+        skv_rbuf_simple(&j->reply, "OK");
+        return;
+    }
+    /* changing a shared profile's level or model affects every tenant */
+    if (!j->admin) {
+        err_reply(j, "NOPERM", "only an admin tenant may change an existing profile");
+        return;
+    }
+    if (q->have_level)
+        cur->level = want->level;
+    if (q->have_model)
+        memcpy(cur->model, want->model, sizeof cur->model);
+    profile_saved(s, j, seqkv_profile_set(s->db, cur));
+}
+
 static void profile_set(skv_server *s, srv_job *j)
 {
     char name[SEQKV_NAME_MAX + 1];
@@ -321,135 +454,32 @@ static void profile_set(skv_server *s, srv_job *j)
         err_reply(j, "ERR", "KV.PROFILE SET <name> <key> <value> [<key> <value> ...]");
         return;
     }
-    seqkv_profile want;
-    memset(&want, 0, sizeof want);
-    int have_dtype = 0, have_level = 0, have_model = 0, have_theta = 0, have_rdim = 0,
-        have_rhalf = 0;
-    want.dtype = SKV_DT_BF16;
-    for (size_t i = 3; i < j->cmd.argc; i += 2) {
-        const char *v = (const char *)j->cmd.argv[i + 1];
-        size_t vl = j->cmd.argl[i + 1];
-        long long x;
-        if (memchr(v, 0, vl)) {
-            err_reply(j, "ERR", "a profile value holds a NUL byte");
+    profile_req q;
+    memset(&q, 0, sizeof q);
+    q.want.dtype = SKV_DT_BF16;
+    for (size_t i = 3; i < j->cmd.argc; i += 2)
+        if (profile_key(j, i, &q))
             return;
-        }
-        if (arg_is(j, i, "layers") || arg_is(j, i, "kv_heads") || arg_is(j, i, "head_dim")) {
-            if (parse_ll((const uint8_t *)v, vl, 1, 1 << 16, &x)) {
-                err_reply(j, "ERR", "%s wants an integer in [1, 65536]", j->cmd.argv[i]);
-                return;
-            }
-            int *f = arg_is(j, i, "layers") ? &want.layers
-                   : arg_is(j, i, "kv_heads") ? &want.kv_heads : &want.head_dim;
-            *f = (int)x;
-        } else if (arg_is(j, i, "dtype")) {
-            if (skv_dtype_from_user(v, &want.dtype) || want.dtype == SKV_DT_I32) {
-                err_reply(j, "ERR", "dtype wants bf16, fp16, fp8 or fp32");
-                return;
-            }
-            have_dtype = 1;
-        } else if (arg_is(j, i, "level")) {
-            if (seqkv_level_parse(v, &want.level)) {
-                err_reply(j, "ERR", "level wants raw, stat, ctx, spec or full");
-                return;
-            }
-            have_level = 1;
-        } else if (arg_is(j, i, "model")) {
-            if (vl == 0 || vl > SEQKV_PATH_MAX) {
-                err_reply(j, "ERR", "model wants a path of 1 to %d bytes", SEQKV_PATH_MAX);
-                return;
-            }
-            memcpy(want.model, v, vl + 1);
-            have_model = 1;
-        } else if (arg_is(j, i, "rope_theta")) {
-            char *end;
-            float f = strtof(v, &end);
-            if (end == v || *end || !(f >= 0.0f && f <= 1e12f)) {
-                err_reply(j, "ERR", "rope_theta wants a number in [0, 1e12]");
-                return;
-            }
-            want.rope_theta = f;
-            have_theta = 1;
-        } else if (arg_is(j, i, "rope_dim")) {
-            if (parse_ll((const uint8_t *)v, vl, 0, 1 << 16, &x)) {
-                err_reply(j, "ERR", "rope_dim wants an integer in [0, 65536]");
-                return;
-            }
-            want.rope_dim = (int)x;
-            have_rdim = 1;
-        } else if (arg_is(j, i, "rope_half")) {
-            if (parse_ll((const uint8_t *)v, vl, 0, 1, &x)) {
-                err_reply(j, "ERR", "rope_half wants 0 or 1");
-                return;
-            }
-            want.rope_half = (int)x;
-            have_rhalf = 1;
-        } else if (arg_is(j, i, "chunk")) {
-            if (parse_ll((const uint8_t *)v, vl, 1, SEQKV_CHUNK_MAX, &x)) {
-                err_reply(j, "ERR", "chunk wants an integer in [1, %d]", SEQKV_CHUNK_MAX);
-                return;
-            }
-            want.chunk = (int)x;
-        } else {
-            err_reply(j, "ERR",
-                      "unknown profile key '%.40s' (model, layers, kv_heads, head_dim, dtype, "
-                      "level, rope_theta, rope_dim, rope_half, chunk)",
-                      j->cmd.argv[i]);
-            return;
-        }
-    }
     /* A model path makes the server read a file as itself: admins only. */
-    if (have_model && !j->admin) {
+    if (q.have_model && !j->admin) {
         err_reply(j, "NOPERM", "only an admin tenant may name a model file");
         return;
     }
     seqkv_profile cur;
     int rc = seqkv_profile_get(s->db, name, &cur);
     if (rc == 0) {
-        if ((want.layers && want.layers != cur.layers) ||
-            (want.kv_heads && want.kv_heads != cur.kv_heads) ||
-            (want.head_dim && want.head_dim != cur.head_dim) ||
-            (have_dtype && want.dtype != cur.dtype) || (want.chunk && want.chunk != cur.chunk) ||
-            (have_theta && want.rope_theta != cur.rope_theta) ||
-            (have_rdim && want.rope_dim != cur.rope_dim) ||
-            (have_rhalf && want.rope_half != cur.rope_half)) {
-            err_reply(j, "SHAPE",
-                      "profile %s exists with another shape, dtype, RoPE or chunk (a new shape "
-                      "is a new profile)",
-                      name);
-            return;
-        }
-        if (!have_level && !have_model) {
-            skv_rbuf_simple(&j->reply, "OK");
-            return;
-        }
-        if ((have_level && want.level == cur.level) && !have_model) {
-            skv_rbuf_simple(&j->reply, "OK");
-            return;
-        }
-        /* changing a shared profile's level or model affects every tenant */
-        if (!j->admin) {
-            err_reply(j, "NOPERM", "only an admin tenant may change an existing profile");
-            return;
-        }
-        if (have_level)
-            cur.level = want.level;
-        if (have_model)
-            memcpy(cur.model, want.model, sizeof cur.model);
-        rc = seqkv_profile_set(s->db, &cur);
-    } else if (rc == SKV_ERR_NOT_FOUND) {
-        if (!have_model && (!want.layers || !want.kv_heads || !want.head_dim)) {
+        profile_change(s, j, name, &q, &cur);
+        return;
+    }
+    if (rc == SKV_ERR_NOT_FOUND) {
+        if (!q.have_model && (!q.want.layers || !q.want.kv_heads || !q.want.head_dim)) {
             err_reply(j, "ERR", "a new profile needs layers, kv_heads and head_dim (or a model)");
             return;
         }
-        memcpy(want.name, name, sizeof want.name);
-        rc = seqkv_profile_set(s->db, &want);
+        memcpy(q.want.name, name, sizeof q.want.name);
+        rc = seqkv_profile_set(s->db, &q.want);
     }
-    if (rc) {
-        store_err(s, j, rc, "KV.PROFILE SET");
-        return;
-    }
-    skv_rbuf_simple(&j->reply, "OK");
+    profile_saved(s, j, rc);
 }
 
 static void cmd_profile(skv_server *s, srv_job *j)
@@ -882,6 +912,140 @@ static void info_store(skv_server *s, skv_rbuf *b, const seqkv_stats *st)
     (void)s;
 }
 
+static void section_server(skv_server *s, srv_job *j, skv_rbuf *b)
+{
+    addf(b, "# Server\r\nseqkv_version:%s\r\nprocess_id:%ld\r\nuptime_in_seconds:%.0f\r\n"
+            "socket:%s\r\nworker_threads:%d\r\ntenant:%s\r\nadmin:%d\r\n\r\n",
+         SEQKV_VERSION, (long)getpid(), srv_now() - s->t_start, s->socket_path, s->nthreads,
+         tenant_name(s, j), j->admin);
+}
+
+static void section_clients(skv_server *s, srv_job *j, skv_rbuf *b)
+{
+    pthread_mutex_lock(&s->smu);
+    uint64_t af = s->auth_failures;
+    pthread_mutex_unlock(&s->smu);
+    addf(b, "# Clients\r\nconnected_clients:%zu\r\nmax_clients:%zu\r\n"
+            "total_connections_received:%" PRIu64 "\r\nrejected_connections:%" PRIu64
+            "\r\nprotocol_errors:%" PRIu64 "\r\nauth_failures:%" PRIu64
+            "\r\nrequests_in_flight:%zu\r\nmax_bulk:%" PRIu64 "\r\nmax_query:%" PRIu64
+            "\r\nmax_output:%" PRIu64 "\r\nmax_args:%zu\r\n\r\n",
+         j->snap.clients, s->cfg.max_clients, j->snap.accepted, j->snap.rejected,
+         j->snap.proto_errors, af, j->snap.inflight, s->cfg.max_bulk, s->cfg.max_query,
+         s->cfg.max_output, s->cfg.max_args);
+}
+
+static void section_memory(skv_rbuf *b)
+{
+    char h[32];
+    uint64_t rss = rss_bytes();
+    human(rss, h, sizeof h);
+    addf(b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n\r\n",
+         rss, h);
+}
+
+/* The store's section (all tenants for an admin, else the client's); 0,
+ * or the error of seqkv_stat */
+static int section_store(skv_server *s, srv_job *j, skv_rbuf *b)
+{
+    seqkv_stats st;
+    memset(&st, 0, sizeof st);
+    int rc = seqkv_stat(s->db, j->admin ? NULL : tenant_name(s, j), &st);
+    if (rc && rc != SKV_ERR_NOT_FOUND)
+        return rc;
+    if (rc)
+        memset(&st, 0, sizeof st);
+    addf(b, "# Store\r\nscope:%s\r\n", j->admin ? "all tenants" : "this tenant");
+    info_store(s, b, &st);
+    if (j->admin) {
+        seqkv_stats all = st;
+        addf(b, "tenants:%u\r\nprofiles:%u\r\nlmdb_map_used:%" PRIu64
+                "\r\nlmdb_map_size:%" PRIu64 "\r\nlmdb_map_usage:%.4f\r\n",
+             all.tenants, all.profiles, all.map_used, all.map_size,
+             all.map_size ? (double)all.map_used / (double)all.map_size : 0.0);
+        pthread_mutex_lock(&s->smu);
+        uint64_t nb = s->batches, np = s->batched_puts;
+        pthread_mutex_unlock(&s->smu);
+        addf(b, "put_batch_max:%d\r\nput_commits:%" PRIu64 "\r\nputs_per_commit:%.2f\r\n",
+             s->put_batch, nb, nb ? (double)np / (double)nb : 0.0);
+    }
+    addf(b, "\r\n");
+    return 0;
+}
+
+/* Each tenant's line (an admin sees every tenant, others their own) */
+static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
+{
+    addf(b, "# Tenants\r\n");
+    for (size_t t = 0; t < s->cfg.ntenants; t++) {
+        if (!j->admin && (int)t != j->tenant)
+            continue;
+        seqkv_stats st;
+        memset(&st, 0, sizeof st);
+        if (seqkv_stat(s->db, s->cfg.tenants[t].name, &st))
+            memset(&st, 0, sizeof st);
+        pthread_mutex_lock(&s->smu);
+        srv_tstats x = s->ts[t];
+        pthread_mutex_unlock(&s->smu);
+        addf(b, "tenant_%s:lookups=%" PRIu64 ",lookup_hits=%" PRIu64 ",lookup_misses=%" PRIu64
+                ",gets=%" PRIu64 ",get_hits=%" PRIu64 ",get_misses=%" PRIu64
+                ",tokens_served=%" PRIu64 ",bytes_served=%" PRIu64 ",puts=%" PRIu64
+                ",tokens_put=%" PRIu64 ",new_tokens=%" PRIu64 ",dels=%" PRIu64
+                ",errors=%" PRIu64 ",tokens=%" PRIu64 ",raw_bytes=%" PRIu64
+                ",stored_bytes=%" PRIu64 ",ratio=%.3f,evictions=%" PRIu64 "\r\n",
+             s->cfg.tenants[t].name, x.lookups, x.lookup_hits, x.lookup_misses, x.gets,
+             x.get_hits, x.get_misses, x.tokens_served, x.bytes_served, x.puts, x.tokens_put,
+             x.new_tokens, x.dels, x.errors, st.tokens, st.raw_bytes, st.stored_bytes,
+             ratio(st.raw_bytes, st.stored_bytes), st.evictions);
+        for (int l = 0; l < SEQKV_LEVELS; l++)
+            if (st.level_tokens[l])
+                addf(b, "tenant_%s_level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64
+                        ",stored_bytes=%" PRIu64 ",ratio=%.3f\r\n",
+                     s->cfg.tenants[t].name, seqkv_level_name((seqkv_level)l),
+                     st.level_tokens[l], st.level_raw[l], st.level_stored[l],
+                     ratio(st.level_raw[l], st.level_stored[l]));
+    }
+    addf(b, "\r\n");
+}
+
+/* Commandstats and latencystats (those of them secp asks for), from one
+ * copy of the counters */
+static void section_cmdstats(skv_server *s, const char *secp, skv_rbuf *b)
+{
+    uint64_t calls[SRV_NCMD], usec[SRV_NCMD];
+    char lc[32];
+    pthread_mutex_lock(&s->smu);
+    memcpy(calls, s->calls, sizeof calls);
+    memcpy(usec, s->usec, sizeof usec);
+    uint64_t(*hh)[SRV_NBUCKETS] = skv_malloc(sizeof s->hist);
+    if (hh)
+        memcpy(hh, s->hist, sizeof s->hist);
+    pthread_mutex_unlock(&s->smu);
+    if (want_section(secp, "commandstats")) {
+        addf(b, "# Commandstats\r\n");
+        for (int i = 0; i < SRV_NCMD; i++) {
+            const srv_cmd *d = srv_cmd_at(i);
+            if (d && calls[i])
+                addf(b, "cmdstat_%s:calls=%" PRIu64 ",usec=%" PRIu64 ",usec_per_call=%.2f\r\n",
+                     lower(d->name, lc, sizeof lc), calls[i], usec[i], (double)usec[i] / (double)calls[i]);
+        }
+        addf(b, "\r\n");
+    }
+    if (want_section(secp, "latencystats") && hh) {
+        addf(b, "# Latencystats\r\n");
+        for (int i = 0; i < SRV_NCMD; i++) {
+            const srv_cmd *d = srv_cmd_at(i);
+            if (d && calls[i])
+                addf(b, "latency_percentiles_usec_%s:p50=%" PRIu64 ",p99=%" PRIu64
+                        ",p99.9=%" PRIu64 "\r\n",
+                     lower(d->name, lc, sizeof lc), percentile(hh[i], calls[i], 0.50),
+                     percentile(hh[i], calls[i], 0.99), percentile(hh[i], calls[i], 0.999));
+        }
+        addf(b, "\r\n");
+    }
+    skv_free(hh);
+}
+
 static void cmd_info(skv_server *s, srv_job *j)
 {
     char sec[32] = {0};
@@ -892,125 +1056,24 @@ static void cmd_info(skv_server *s, srv_job *j)
         secp = sec;
     }
     skv_rbuf b = {0};
-    char h[32];
-    if (want_section(secp, "server")) {
-        addf(&b, "# Server\r\nseqkv_version:%s\r\nprocess_id:%ld\r\nuptime_in_seconds:%.0f\r\n"
-                 "socket:%s\r\nworker_threads:%d\r\ntenant:%s\r\nadmin:%d\r\n\r\n",
-             SEQKV_VERSION, (long)getpid(), srv_now() - s->t_start, s->socket_path, s->nthreads,
-             tenant_name(s, j), j->admin);
-    }
-    if (want_section(secp, "clients")) {
-        pthread_mutex_lock(&s->smu);
-        uint64_t af = s->auth_failures;
-        pthread_mutex_unlock(&s->smu);
-        addf(&b, "# Clients\r\nconnected_clients:%zu\r\nmax_clients:%zu\r\n"
-                 "total_connections_received:%" PRIu64 "\r\nrejected_connections:%" PRIu64
-                 "\r\nprotocol_errors:%" PRIu64 "\r\nauth_failures:%" PRIu64
-                 "\r\nrequests_in_flight:%zu\r\nmax_bulk:%" PRIu64 "\r\nmax_query:%" PRIu64
-                 "\r\nmax_output:%" PRIu64 "\r\nmax_args:%zu\r\n\r\n",
-             j->snap.clients, s->cfg.max_clients, j->snap.accepted, j->snap.rejected,
-             j->snap.proto_errors, af, j->snap.inflight, s->cfg.max_bulk, s->cfg.max_query,
-             s->cfg.max_output, s->cfg.max_args);
-    }
-    if (want_section(secp, "memory")) {
-        uint64_t rss = rss_bytes();
-        human(rss, h, sizeof h);
-        addf(&b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n\r\n",
-             rss, h);
-    }
+    if (want_section(secp, "server"))
+        section_server(s, j, &b);
+    if (want_section(secp, "clients"))
+        section_clients(s, j, &b);
+    if (want_section(secp, "memory"))
+        section_memory(&b);
     if (want_section(secp, "store")) {
-        seqkv_stats st;
-        memset(&st, 0, sizeof st);
-        int rc = seqkv_stat(s->db, j->admin ? NULL : tenant_name(s, j), &st);
-        if (rc && rc != SKV_ERR_NOT_FOUND) {
+        int rc = section_store(s, j, &b);
+        if (rc) {
             skv_rbuf_free(&b);
             store_err(s, j, rc, "INFO");
             return;
         }
-        if (rc)
-            memset(&st, 0, sizeof st);
-        addf(&b, "# Store\r\nscope:%s\r\n", j->admin ? "all tenants" : "this tenant");
-        info_store(s, &b, &st);
-        if (j->admin) {
-            seqkv_stats all = st;
-            addf(&b, "tenants:%u\r\nprofiles:%u\r\nlmdb_map_used:%" PRIu64
-                     "\r\nlmdb_map_size:%" PRIu64 "\r\nlmdb_map_usage:%.4f\r\n",
-                 all.tenants, all.profiles, all.map_used, all.map_size,
-                 all.map_size ? (double)all.map_used / (double)all.map_size : 0.0);
-            pthread_mutex_lock(&s->smu);
-            uint64_t nb = s->batches, np = s->batched_puts;
-            pthread_mutex_unlock(&s->smu);
-            addf(&b, "put_batch_max:%d\r\nput_commits:%" PRIu64 "\r\nputs_per_commit:%.2f\r\n",
-                 s->put_batch, nb, nb ? (double)np / (double)nb : 0.0);
-        }
-        addf(&b, "\r\n");
     }
-    if (want_section(secp, "tenants")) {
-        addf(&b, "# Tenants\r\n");
-        for (size_t t = 0; t < s->cfg.ntenants; t++) {
-            if (!j->admin && (int)t != j->tenant)
-                continue;
-            seqkv_stats st;
-            memset(&st, 0, sizeof st);
-            if (seqkv_stat(s->db, s->cfg.tenants[t].name, &st))
-                memset(&st, 0, sizeof st);
-            pthread_mutex_lock(&s->smu);
-            srv_tstats x = s->ts[t];
-            pthread_mutex_unlock(&s->smu);
-            addf(&b, "tenant_%s:lookups=%" PRIu64 ",lookup_hits=%" PRIu64 ",lookup_misses=%" PRIu64
-                     ",gets=%" PRIu64 ",get_hits=%" PRIu64 ",get_misses=%" PRIu64
-                     ",tokens_served=%" PRIu64 ",bytes_served=%" PRIu64 ",puts=%" PRIu64
-                     ",tokens_put=%" PRIu64 ",new_tokens=%" PRIu64 ",dels=%" PRIu64
-                     ",errors=%" PRIu64 ",tokens=%" PRIu64 ",raw_bytes=%" PRIu64
-                     ",stored_bytes=%" PRIu64 ",ratio=%.3f,evictions=%" PRIu64 "\r\n",
-                 s->cfg.tenants[t].name, x.lookups, x.lookup_hits, x.lookup_misses, x.gets,
-                 x.get_hits, x.get_misses, x.tokens_served, x.bytes_served, x.puts, x.tokens_put,
-                 x.new_tokens, x.dels, x.errors, st.tokens, st.raw_bytes, st.stored_bytes,
-                 ratio(st.raw_bytes, st.stored_bytes), st.evictions);
-            for (int l = 0; l < SEQKV_LEVELS; l++)
-                if (st.level_tokens[l])
-                    addf(&b, "tenant_%s_level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64
-                             ",stored_bytes=%" PRIu64 ",ratio=%.3f\r\n",
-                         s->cfg.tenants[t].name, seqkv_level_name((seqkv_level)l),
-                         st.level_tokens[l], st.level_raw[l], st.level_stored[l],
-                         ratio(st.level_raw[l], st.level_stored[l]));
-        }
-        addf(&b, "\r\n");
-    }
-    if (want_section(secp, "commandstats") || want_section(secp, "latencystats")) {
-        uint64_t calls[SRV_NCMD], usec[SRV_NCMD];
-        char lc[32];
-        pthread_mutex_lock(&s->smu);
-        memcpy(calls, s->calls, sizeof calls);
-        memcpy(usec, s->usec, sizeof usec);
-        uint64_t(*hh)[SRV_NBUCKETS] = skv_malloc(sizeof s->hist);
-        if (hh)
-            memcpy(hh, s->hist, sizeof s->hist);
-        pthread_mutex_unlock(&s->smu);
-        if (want_section(secp, "commandstats")) {
-            addf(&b, "# Commandstats\r\n");
-            for (int i = 0; i < SRV_NCMD; i++) {
-                const srv_cmd *d = srv_cmd_at(i);
-                if (d && calls[i])
-                    addf(&b, "cmdstat_%s:calls=%" PRIu64 ",usec=%" PRIu64 ",usec_per_call=%.2f\r\n",
-                         lower(d->name, lc, sizeof lc), calls[i], usec[i], (double)usec[i] / (double)calls[i]);
-            }
-            addf(&b, "\r\n");
-        }
-        if (want_section(secp, "latencystats") && hh) {
-            addf(&b, "# Latencystats\r\n");
-            for (int i = 0; i < SRV_NCMD; i++) {
-                const srv_cmd *d = srv_cmd_at(i);
-                if (d && calls[i])
-                    addf(&b, "latency_percentiles_usec_%s:p50=%" PRIu64 ",p99=%" PRIu64
-                             ",p99.9=%" PRIu64 "\r\n",
-                         lower(d->name, lc, sizeof lc), percentile(hh[i], calls[i], 0.50),
-                         percentile(hh[i], calls[i], 0.99), percentile(hh[i], calls[i], 0.999));
-            }
-            addf(&b, "\r\n");
-        }
-        skv_free(hh);
-    }
+    if (want_section(secp, "tenants"))
+        section_tenants(s, j, &b);
+    if (want_section(secp, "commandstats") || want_section(secp, "latencystats"))
+        section_cmdstats(s, secp, &b);
     if (b.oom) {
         skv_rbuf_free(&b);
         err_reply(j, "ERR", "out of memory");

@@ -1,5 +1,5 @@
-/* Helpers shared by the store suites (test_store.c, crash_put.c): real
- * model KV in the store layout, profiles, verified gets, and direct access
+/* Helpers shared by the store suites (test_store_*.c, crash_put.c and the
+ * others): real model KV in the store layout, profiles, verified gets, and direct access
  * to the LMDB environment of a store. None of them uses Criterion: on a
  * failure they print and abort, so they also work in forked children. */
 #ifndef SKV_STOREUTIL_H

@@ -118,3 +118,14 @@ const char *tu_golden_unlisted(const char *dir, const tu_expected *list, int n)
     closedir(d);
     return missing;
 }
+
+void tu_fill_bytes(uint8_t *p, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        p[i] = (uint8_t)(x >> 7);
+    }
+}

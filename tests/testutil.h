@@ -30,4 +30,6 @@ typedef struct {
 int tu_golden_expected(const char *dir, tu_expected *out, int cap);
 /* The first bad_* file of dir that the list does not name, or NULL. */
 const char *tu_golden_unlisted(const char *dir, const tu_expected *list, int n);
+/* Deterministic test bytes: p[0..n) from seed (an xorshift). */
+void tu_fill_bytes(uint8_t *p, size_t n, uint32_t seed);
 #endif

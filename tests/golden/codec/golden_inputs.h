@@ -1,8 +1,8 @@
 /* The input formula of the golden streams: scalar i's (x, mu, s) for
  * dtype index di, from a fixed integer hash. Shared by make_golden.c (which
- * wrote the golden files), tests/test_codec.c (which regenerates the
- * inputs to check them) and tests/fuzz/fuzz_stream.c. Changing it breaks
- * the golden streams: don't. */
+ * wrote the golden files), the codec suites through tests/codecutil.h
+ * (which regenerate the inputs to check them) and tests/fuzz/fuzz_stream.c.
+ * Changing it breaks the golden streams: don't. */
 #ifndef SKV_GOLDEN_INPUTS_H
 #define SKV_GOLDEN_INPUTS_H
 #include <math.h>

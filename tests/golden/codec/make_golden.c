@@ -1,6 +1,6 @@
 /* Writes the coded-stream golden files of tests/golden/codec/ (stream
  * version 1). Compiled and run by hand, once per stream version; the
- * outputs are committed and tests/test_codec.c decodes them forever and
+ * outputs are committed and tests/test_codec_golden.c decodes them forever and
  * re-encodes the good ones byte for byte:
  *
  *   cd /work/main && gcc -std=gnu11 -D_GNU_SOURCE -O1 -ffp-contract=off \
@@ -27,7 +27,7 @@
  * i < n (version 2: get_n of each group of eight), end). The generator checks every expectation with this build's
  * decoder and exits non-zero if one does not hold.
  *
- * The input formula (copied in tests/test_codec.c and
+ * The input formula (copied in tests/codecutil.c and
  * tests/fuzz/fuzz_stream.c; keep the three in step). For scalar i of a
  * stream of dtype index di (0 bf16, 1 f16, 2 f8e4m3, 3 f32):
  *   h1, h2, h3 = H(3i), H(3i + 1), H(3i + 2), H the 32-bit mixer gold_hash
@@ -49,7 +49,7 @@
 #include "codec_int.h"
 #include "skv_codec.h"
 
-/* ---- the input formula (identical copies in test_codec.c, fuzz_stream.c) */
+/* ---- the input formula (identical copies in codecutil.c, fuzz_stream.c) */
 #include "golden_inputs.h"
 /* ---- end of the input formula ------------------------------------------- */
 

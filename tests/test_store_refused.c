@@ -1,0 +1,228 @@
+/* What the store refuses: shape mismatches, unknown profiles, bad
+ * arguments, tokens outside the model's vocabulary, and a newer format
+ * version (or another master key) at open. */
+#include <criterion/criterion.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "seqkv.h"
+#include "skv_delta.h"
+#include "storetest.h"
+#include "storeutil.h"
+#include "testutil.h"
+
+/* ---- refused inputs ----------------------------------------------------------------- */
+
+Test(store, shape_mismatch_unknown_profile_and_bad_arguments_are_refused, .timeout = 120)
+{
+    const char *tmp = tu_tmpdir();
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(tu_path(tmp, "db"), NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
+    su_seq a;
+    su_seq_make(&tm, NULL, 0, 30, 1, &a);
+    seqkv_put_result r;
+    size_t lens[] = {a.kv_len - 1, a.kv_len + 1, a.kv_len - tm.row, a.kv_len + su_kv_len(&tm, 1),
+                     a.kv_len / 2, 0};
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        int rc = seqkv_put(db, "t", "p", a.tok, a.n, a.kv, lens[i], NULL, &r);
+        cr_assert_eq(rc, SKV_ERR_SHAPE, "kv_len %zu for %zu: %d", lens[i], a.kv_len, rc);
+        cr_assert_eq(r.new_tokens, 0);
+    }
+    /* KV of one token fewer with the tokens of all */
+    cr_assert_eq(seqkv_put(db, "t", "p", a.tok, a.n, a.kv, su_kv_len(&tm, a.n - 1), NULL, &r),
+                 SKV_ERR_SHAPE);
+    seqkv_stats st = stats(db, NULL);
+    cr_assert_eq(st.tokens, 0, "nothing stored");
+    cr_assert_eq(st.chunks, 0);
+    cr_assert_eq(st.stored_bytes, 0);
+    size_t m = 5;
+    int rc = seqkv_lookup(db, "t", "p", a.tok, a.n, &m);
+    cr_assert(rc == SKV_ERR_NOT_FOUND || (rc == 0 && m == 0), "%d %zu", rc, m);
+    /* n == 0, negative token */
+    cr_assert_eq(seqkv_put(db, "t", "p", a.tok, 0, a.kv, 0, NULL, &r), SKV_ERR_ARG);
+    int32_t neg[30];
+    memcpy(neg, a.tok, sizeof neg);
+    neg[3] = -1;
+    cr_assert_eq(seqkv_put(db, "t", "p", neg, a.n, a.kv, a.kv_len, NULL, &r), SKV_ERR_ARG);
+    /* unknown profile everywhere */
+    size_t got;
+    uint8_t *out = malloc(a.kv_len);
+    cr_assert_eq(seqkv_put(db, "t", "nope", a.tok, a.n, a.kv, a.kv_len, NULL, &r), SKV_ERR_NOT_FOUND);
+    put(db, "t", "p", &a, 0);
+    cr_assert_eq(seqkv_lookup(db, "t", "nope", a.tok, a.n, &m), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_get(db, "t", "nope", a.tok, a.n, 0, out, a.kv_len, &got), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_del(db, "t", "nope", a.tok, a.n, &got), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_calibrate(db, "nope", 0), SKV_ERR_NOT_FOUND);
+    seqkv_profile pr;
+    cr_assert_eq(seqkv_profile_get(db, "nope", &pr), SKV_ERR_NOT_FOUND);
+    /* an existing name with another shape, dtype or chunk */
+    seqkv_profile q;
+    su_profile(&tm, "p", CHUNK, SEQKV_RAW, 0, &q);
+    q.head_dim = 16;
+    cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_SHAPE);
+    su_profile(&tm, "p", CHUNK, SEQKV_RAW, 0, &q);
+    q.dtype = SKV_DT_F16;
+    cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_SHAPE);
+    su_profile(&tm, "p", 32, SEQKV_RAW, 0, &q);
+    cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_SHAPE);
+    /* a model that does not match the shape */
+    su_profile(&tm, "p2", CHUNK, SEQKV_RAW, 1, &q);
+    q.kv_heads = 4;
+    cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_SHAPE);
+    /* the level may change; the identity does not */
+    seqkv_profile before;
+    cr_assert_eq(seqkv_profile_get(db, "p", &before), 0);
+    su_profile(&tm, "p", CHUNK, SEQKV_STAT, 0, &q);
+    cr_assert_eq(seqkv_profile_set(db, &q), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_get(db, "p", &pr), 0);
+    cr_assert_eq(pr.level, SEQKV_STAT);
+    cr_assert_eq(memcmp(pr.id, before.id, 32), 0);
+    assert_whole(db, "t", "p", &tm, &a, "after the profile update");
+    /* bad names */
+    su_profile(&tm, "", CHUNK, SEQKV_RAW, 0, &q);
+    cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_ARG);
+    su_profile(&tm, "a b", CHUNK, SEQKV_RAW, 0, &q);
+    cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_ARG);
+    cr_assert_eq(seqkv_put(db, "bad name", "p", a.tok, a.n, a.kv, a.kv_len, NULL, &r), SKV_ERR_ARG);
+    /* nothing to calibrate from */
+    su_profile(&tm, "pm", CHUNK, SEQKV_RAW, 1, &q);
+    cr_assert_eq(seqkv_profile_set(db, &q), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_calibrate(db, "pm", 0), SKV_ERR_ARG);
+    /* level names */
+    seqkv_level l;
+    cr_assert_eq(seqkv_level_parse("ctx", &l), 0);
+    cr_assert_eq(l, SEQKV_CTX);
+    cr_assert_eq(seqkv_level_parse("bogus", &l), SKV_ERR_ARG);
+    cr_assert_str_eq(seqkv_level_name(SEQKV_FULL), "full");
+    free(out);
+    seqkv_close(db);
+    su_seq_free(&a);
+    su_model_free(&tm);
+}
+
+/* seqkv.h: SKV_ERR_ARG for "a token outside the model/calibration
+ * vocabulary" -- at every level, raw included. */
+Test(store, a_token_outside_the_models_vocabulary_is_refused, .timeout = 60)
+{
+    const char *tmp = tu_tmpdir();
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(tu_path(tmp, "db"), NULL);
+    add_profile(db, &tm, "pm", CHUNK, SEQKV_RAW, 1);
+    su_seq c[3];
+    for (int i = 0; i < 3; i++) {
+        su_seq_make(&tm, NULL, 0, 40, 10 + (uint64_t)i, &c[i]);
+        put(db, "cal", "pm", &c[i], 0);
+    }
+    cr_assert_eq(seqkv_calibrate(db, "pm", 0), 0, "%s", skv_error_detail());
+    su_seq a;
+    int32_t first = (c[0].tok[0] + 1) % tm.c->vocab_size;
+    su_seq_make(&tm, &first, 1, 30, 1, &a);
+    seqkv_stats b = stats(db, NULL);
+    int32_t big[30];
+    memcpy(big, a.tok, sizeof big);
+    big[10] = tm.c->vocab_size;
+    char fails[512];
+    int nf = 0;
+    for (int l = SEQKV_LEVELS - 1; l >= SEQKV_RAW; l--) {
+        seqkv_put_opts o = {.has_level = 1, .level = (seqkv_level)l};
+        seqkv_put_result r;
+        int rc = seqkv_put(db, "t", "pm", big, a.n, a.kv, a.kv_len, &o, &r);
+        if (rc != SKV_ERR_ARG)
+            nf += snprintf(fails + nf, sizeof fails - (size_t)nf, " %s: %s;",
+                           seqkv_level_name((seqkv_level)l), rc ? skv_error_name(rc) : "stored");
+        if (nf > 400)
+            break;
+    }
+    cr_assert_eq(nf, 0, "token %d (vocabulary %d) accepted or refused otherwise:%s", tm.c->vocab_size,
+                 tm.c->vocab_size, fails);
+    cr_assert_eq(stats(db, NULL).tokens, b.tokens, "nothing stored");
+    seqkv_close(db);
+    for (int i = 0; i < 3; i++)
+        su_seq_free(&c[i]);
+    su_seq_free(&a);
+    su_model_free(&tm);
+}
+
+/* ---- the format record and the master key ------------------------------------------ */
+
+static void format_edit(const char *dir, int off, uint32_t xor_with)
+{
+    MDB_env *env = su_env_open(dir, 0);
+    MDB_txn *txn;
+    cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    MDB_dbi dbi;
+    cr_assert_eq(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+    MDB_val k = {6, "format"}, v;
+    cr_assert_eq(mdb_get(txn, dbi, &k, &v), 0, "the format record");
+    cr_assert_geq(v.mv_size, 8);
+    uint8_t b[256];
+    cr_assert_leq(v.mv_size, sizeof b);
+    memcpy(b, v.mv_data, v.mv_size);
+    if (off == 4)
+        skv_store32_le(b + 4, skv_load32_le(b + 4) + xor_with); /* a newer version */
+    else
+        skv_store32_le(b + off, skv_load32_le(b + off) ^ xor_with);
+    MDB_val nv = {v.mv_size, b};
+    cr_assert_eq(mdb_put(txn, dbi, &k, &nv, 0), 0);
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    su_env_close(env);
+}
+
+Test(store, a_newer_format_version_refuses_to_open, .timeout = 60)
+{
+    const char *tmp = tu_tmpdir();
+    const char *dir = tu_path(tmp, "db");
+    char dirc[4200];
+    snprintf(dirc, sizeof dirc, "%s", dir);
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(dirc, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
+    su_seq a;
+    su_seq_make(&tm, NULL, 0, 20, 1, &a);
+    put(db, "t", "p", &a, 0);
+    seqkv_close(db);
+    seqkv_options o = {.quiet = 1};
+    format_edit(dirc, 4, 1);
+    db = (seqkv *)1;
+    cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_VERSION, "%s", skv_error_detail());
+    cr_assert_null(db);
+    o.read_only = 1;
+    cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_VERSION);
+    o.read_only = 0;
+    format_edit(dirc, 4, (uint32_t)-1); /* back */
+    db = open_store(dirc, NULL);
+    assert_whole(db, "t", "p", &tm, &a, "version restored");
+    seqkv_close(db);
+    /* a bad magic: not a seqkv store */
+    format_edit(dirc, 0, 0x01010101);
+    cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_FORMAT, "%s", skv_error_detail());
+    format_edit(dirc, 0, 0x01010101);
+    /* another store's master key */
+    key_seed = 2;
+    seqkv *other = open_store(tu_path(tmp, "other"), NULL);
+    seqkv_close(other);
+    key_seed = 1;
+    o.master_key = tu_path(tu_path(tmp, "other"), "master.key");
+    cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_CORRUPT, "%s", skv_error_detail());
+    o.master_key = NULL;
+    /* a key file the store makes is private */
+    seqkv *fresh = NULL;
+    cr_assert_eq(seqkv_open(tu_path(tmp, "fresh"), &o, &fresh), 0, "%s", skv_error_detail());
+    seqkv_close(fresh);
+    struct stat ks;
+    cr_assert_eq(stat(tu_path(tu_path(tmp, "fresh"), "master.key"), &ks), 0);
+    cr_assert_eq(ks.st_mode & 0077, 0, "master.key mode %o", ks.st_mode & 0777);
+    db = open_store(dirc, NULL);
+    assert_whole(db, "t", "p", &tm, &a, "finally");
+    seqkv_close(db);
+    su_seq_free(&a);
+    su_model_free(&tm);
+}
