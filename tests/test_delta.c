@@ -188,10 +188,10 @@ Test(delta, stories260k_levels_round_trip_and_rank)
     cr_assert_eq(skv_model_load(p, &m), 0);
     double b[SEQKV_LEVELS];
     levels_case(m, SKV_DT_BF16, 8, 96, 64, b);
-    cr_assert_lt(b[SEQKV_CTX], b[SEQKV_STAT], "ctx %.3f < stat %.3f", b[1], b[0]);
-    cr_assert_lt(b[SEQKV_SPEC], b[SEQKV_CTX], "spec %.3f < ctx %.3f", b[2], b[1]);
-    cr_assert_lt(b[SEQKV_FULL], 0.5, "full %.3f bits: seqkv's own KV is nearly free", b[3]);
-    cr_assert_lt(b[SEQKV_STAT], 12.0, "stat %.3f beats raw 16 bits", b[0]);
+    cr_assert_lt(b[SEQKV_CTX], b[SEQKV_STAT], "ctx %.3f < stat %.3f", b[SEQKV_CTX], b[SEQKV_STAT]);
+    cr_assert_lt(b[SEQKV_SPEC], b[SEQKV_CTX], "spec %.3f < ctx %.3f", b[SEQKV_SPEC], b[SEQKV_CTX]);
+    cr_assert_lt(b[SEQKV_FULL], 0.5, "full %.3f bits: seqkv's own KV is nearly free", b[SEQKV_FULL]);
+    cr_assert_lt(b[SEQKV_STAT], 12.0, "stat %.3f beats raw 16 bits", b[SEQKV_STAT]);
     double b8[SEQKV_LEVELS];
     levels_case(m, SKV_DT_F8E4M3, 8, 64, 64, b8);
     cr_assert_lt(b8[SEQKV_SPEC], 8.0);
@@ -673,7 +673,7 @@ Test(delta, stat_and_ctx_stream_versions)
     skv_model_free(m);
     const char *p = tu_shared_model("stories260K.bin");
     if (!p) {
-        cr_log_warn("../shared/models/stories260K.bin not present: versions checked on a random model only");
+        cr_log_info("../shared/models/stories260K.bin not present: versions checked on a random model only");
         return;
     }
     cr_assert_eq(skv_model_load(p, &m), 0);

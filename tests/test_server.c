@@ -957,7 +957,7 @@ Test(server, sigterm_finishes_requests_in_flight, .timeout = 120)
         s.pid = 0;
         cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     } else {
-        cr_log_warn("KV.CALIBRATE never seen in flight: the signal part was not exercised");
+        cr_log_info("KV.CALIBRATE never seen in flight: the signal part was not exercised");
         cr_assert_eq(srv_stop(&s), 0);
     }
     seqkv_client_close(a);
