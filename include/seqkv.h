@@ -8,7 +8,7 @@
  * (lookup, get, stats, profile_get) run concurrently; writers (put, del,
  * profile_set, calibrate, evictions) are serialised. Every function returns
  * 0 or a negative SKV_ERR_* code with a detail in skv_error_detail()
- * (skv_base.h); the errors listed are the ones the caller can act on, any
+ * (skv_error.h); the errors listed are the ones the caller can act on, any
  * call may also fail with SKV_ERR_NOMEM or SKV_ERR_IO (LMDB or file
  * system errors, the LMDB message in the detail).
  *
