@@ -17,13 +17,21 @@ static const char calibrate_usage[] =
     "  --db DIR, --key PATH, --no-sync as for put\n";
 
 static const char profile_usage[] =
-    "usage: seqkv profile <get|set> --db DIR NAME [options]\n"
+    "usage: seqkv profile <list|get|set> --db DIR [NAME] [options]\n"
     "\n"
+    "  list [--json]         the store's profiles: name, level, calibration, shape\n"
     "  get NAME [--json]     print a profile\n"
     "  set NAME [--model PATH | --kv FILE] [--level L] [--dtype D] [--chunk N]\n"
     "                        create a profile (shape from the model or the KV\n"
     "                        file) or change an existing one's level and model\n"
-    "Run 'seqkv profile <get|set> --help' for details.\n";
+    "Run 'seqkv profile <list|get|set> --help' for details.\n";
+
+static const char profile_list_usage[] =
+    "usage: seqkv profile list --db DIR [--json] [--key PATH]\n"
+    "\n"
+    "List the store's profiles by name: level, whether calibrated, shape and\n"
+    "model, one a line (--json: one JSON array). Opens the store read-only: it\n"
+    "works beside a server that holds the store.\n";
 
 static const char profile_get_usage[] =
     "usage: seqkv profile get --db DIR NAME [--json] [--key PATH]\n"
@@ -79,8 +87,8 @@ int cmd_calibrate(int argc, char **argv)
     char id[33];
     hex(p.calib_id, 16, id);
     if (!a.quiet)
-        fprintf(stderr, "calibrate: profile %s now uses calibration %s (%.1f s)\n", p.name, id,
-                cli_now() - t0);
+        fprintf(stderr, "calibrate: profile %s now uses calibration %s (%.1f s); new puts are coded at %s\n",
+                p.name, id, cli_now() - t0, seqkv_level_name(p.level));
     return 0;
 }
 
@@ -118,6 +126,51 @@ static void print_profile(const seqkv_profile *p, int json)
     printf("id           %s\n", id);
 }
 
+static int do_profile_list(int argc, char **argv)
+{
+    sargs a;
+    int r = cli_store_args("profile list", argc, argv, &a, profile_list_usage,
+                           SA(S_DB) | SA(S_KEY) | SA(S_JSON), 0);
+    if (r)
+        return r;
+    seqkv *db;
+    if ((r = cli_store_open(&a, DB_READ, &db)))
+        return r;
+    size_t n = 0;
+    seqkv_profile *ps = NULL;
+    int rc = seqkv_profile_list(db, NULL, 0, &n);
+    if (!rc && n && !(ps = calloc(n, sizeof *ps)))
+        rc = skv_error(SKV_ERR_NOMEM, "profile list");
+    if (!rc && n)
+        rc = seqkv_profile_list(db, ps, n, &n);
+    seqkv_close(db);
+    if (rc) {
+        free(ps);
+        return cli_fail(rc, "profile list");
+    }
+    if (a.json)
+        putchar('[');
+    for (size_t i = 0; i < n; i++) {
+        if (a.json) {
+            if (i)
+                putchar(',');
+            print_profile(&ps[i], 1);
+            continue;
+        }
+        char shape[128];
+        cli_describe_shape(&ps[i], shape, sizeof shape);
+        printf("%-20s %-5s %-12s %s%s%s\n", ps[i].name, seqkv_level_name(ps[i].level),
+               ps[i].has_calib ? "calibrated" : "uncalibrated", shape, ps[i].model[0] ? ", model " : "",
+               ps[i].model);
+    }
+    if (a.json)
+        printf("]\n");
+    else if (n == 0)
+        fprintf(stderr, "profile list: %s has no profiles yet (put makes one)\n", a.db);
+    free(ps);
+    return 0;
+}
+
 static int do_profile_get(int argc, char **argv)
 {
     sargs a;
@@ -135,7 +188,7 @@ static int do_profile_get(int argc, char **argv)
     int rc = seqkv_profile_get(db, name, &p);
     seqkv_close(db);
     if (rc == SKV_ERR_NOT_FOUND) {
-        fprintf(stderr, "seqkv profile get: %s has no profile named %s\n", a.db, name);
+        fprintf(stderr, "seqkv profile get: %s: %s\n", a.db, skv_error_detail());
         return 1;
     }
     if (rc)
@@ -239,6 +292,7 @@ static int do_profile_set(int argc, char **argv)
 int cmd_profile(int argc, char **argv)
 {
     static const cli_sub subs[] = {
+        {"list", do_profile_list},
         {"get", do_profile_get},
         {"set", do_profile_set},
     };

@@ -95,6 +95,10 @@ static void put_summary(const sargs *a, const seqkv_profile *p, const put_totals
     if (t->evicted)
         fprintf(stderr, ", %ld records evicted", t->evicted);
     fputc('\n', stderr);
+    if (t->fresh && !p->has_calib)
+        fprintf(stderr, "put: stored raw: profile %s has no calibration yet; 'seqkv calibrate --db %s "
+                "--profile %s' learns one from what is stored, and later puts compress\n",
+                p->name, a->db, p->name);
 }
 
 static int put_kvfile(const sargs *a, skv_model *m, seqkv *db, const char *name, skv_st *st,

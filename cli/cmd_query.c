@@ -171,7 +171,7 @@ int cmd_get(int argc, char **argv)
     seqkv *db;
     seqkv_profile p;
     cli_tokens toks;
-    if ((r = cli_open_query("get", &a, DB_USE, &db, &p, &toks))) {
+    if ((r = cli_open_query("get", &a, DB_READ_RECENT, &db, &p, &toks))) {
         skv_model_free(m);
         return r;
     }

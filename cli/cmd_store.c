@@ -175,8 +175,7 @@ int cli_store_open(const sargs *a, int mode, seqkv **db)
         }
     }
     const int read_only = mode == DB_READ;
-    seqkv_options o;
-    memset(&o, 0, sizeof o);
+    seqkv_options o = SEQKV_OPTIONS_INIT;
     o.master_key = a->key;
     o.budget = a->budget;
     o.no_sync = a->no_sync;
@@ -185,6 +184,10 @@ int cli_store_open(const sargs *a, int mode, seqkv **db)
     o.quiet = a->quiet;
     o.no_centroids = a->no_centroids;
     int rc = seqkv_open(a->db, &o, db);
+    if (rc == SKV_ERR_BUSY && mode == DB_READ_RECENT) { /* a server has it: read beside it */
+        o.read_only = 1;
+        rc = seqkv_open(a->db, &o, db);
+    }
     return rc ? cli_fail(rc, a->db) : 0;
 }
 
@@ -328,8 +331,9 @@ int cli_same_shape(const seqkv_profile *a, const seqkv_profile *b)
 }
 
 /* Find the profile `name` or create it from `want` (shape, dtype, RoPE,
- * model). Imports --calib. A new profile's level is --level, else stat
- * when a calibration was given, else raw. *p receives the profile. */
+ * model). Imports --calib. A new profile's level is --level, else ctx
+ * when a calibration was given (as calibrating raises a raw profile to),
+ * else raw. *p receives the profile. */
 int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *name,
                        const seqkv_profile *want, seqkv_profile *p, int *created)
 {
@@ -384,7 +388,7 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
             return cli_fail(rc, a->calib);
     }
     if (*created && (a->calib || a->have_level)) {
-        seqkv_level lvl = a->have_level ? a->level : SEQKV_STAT;
+        seqkv_level lvl = a->have_level ? a->level : SEQKV_CTX;
         if ((rc = seqkv_profile_get(db, name, p)))
             return cli_fail(rc, "profile");
         if (p->level != lvl) {
@@ -451,7 +455,7 @@ int cli_open_query(const char *cmd, const sargs *a, int mode, seqkv **db,
     rc = seqkv_profile_get(*db, name, p);
     if (rc) {
         if (rc == SKV_ERR_NOT_FOUND)
-            fprintf(stderr, "seqkv %s: %s has no profile named %s\n", cmd, a->db, name);
+            fprintf(stderr, "seqkv %s: %s: %s\n", cmd, a->db, skv_error_detail());
         else
             cli_fail(rc, "profile");
         seqkv_close(*db);
@@ -472,7 +476,8 @@ int cli_per_line(const char *cmd, int argc, char **argv, const char *usage, unsi
     seqkv *db;
     seqkv_profile p;
     cli_tokens toks;
-    if ((r = cli_open_query(cmd, &a, DB_USE, &db, &p, &toks)))
+    /* lookup reads: it works beside a server that holds the store */
+    if ((r = cli_open_query(cmd, &a, fn == seqkv_lookup ? DB_READ_RECENT : DB_USE, &db, &p, &toks)))
         return r;
     for (size_t i = 0; i < toks.n && !r; i++) {
         size_t x = 0;

@@ -38,11 +38,13 @@ typedef struct {
 int cli_store_args(const char *cmd, int argc, char **argv, sargs *a, const char *usage,
                    unsigned allowed, int positional);
 
-/* mode: 0 write (put creates the store), 1 use (lookup, get: the store
- * must exist; opened for writing so that the store persists the recency
- * these uses give, which LRU eviction follows), 2 read only (stats,
- * profile get). */
-enum { DB_WRITE = 0, DB_USE = 1, DB_READ = 2 };
+/* mode: DB_WRITE (put, profile set, tenant set: creates the store),
+ * DB_USE (calibrate, del: the store must exist, opened for writing),
+ * DB_READ (stats, profile get|list: read-only, no write lock, so they work
+ * beside a server or another writer), DB_READ_RECENT (lookup, get: for
+ * writing, so that what they read becomes recent for LRU eviction, or
+ * read-only when another process holds the store). */
+enum { DB_WRITE = 0, DB_USE = 1, DB_READ = 2, DB_READ_RECENT = 3 };
 
 int cli_store_open(const sargs *a, int mode, seqkv **db);
 /* A profile name from a model or KV file path (cmd_store.c says how). */

@@ -67,7 +67,7 @@ typedef struct {
 
 /* Open (creating DIR and the store if needed). One process at a time may
  * open a store for writing (an flock on DIR/seqkv.lock; a second writer
- * gets SKV_ERR_ARG naming the reason); read-only handles see the index as
+ * gets SKV_ERR_BUSY naming the holder's pid); read-only handles see the index as
  * it was when they opened. Errors: SKV_ERR_VERSION (a
  * store written by a newer seqkv), SKV_ERR_FORMAT (DIR holds something
  * else), SKV_ERR_CORRUPT (the master key file is damaged or does not
@@ -108,13 +108,19 @@ typedef struct {
  * another shape, dtype, RoPE or chunk; or the model does not match the
  * shape). */
 int seqkv_profile_set(seqkv *db, seqkv_profile *p);
-/* SKV_ERR_NOT_FOUND for an unknown name. */
+/* SKV_ERR_NOT_FOUND for an unknown name (the detail lists the profiles
+ * the store has). */
 int seqkv_profile_get(seqkv *db, const char *name, seqkv_profile *out);
+/* The store's profiles, by name: up to cap of them into out, *n the
+ * number there are. */
+int seqkv_profile_list(seqkv *db, seqkv_profile *out, size_t cap, size_t *n);
 
 /* Learn a calibration for the profile from up to max_seq of its stored
  * sequences (0: 64) of every tenant, store it in LMDB and make it the
  * profile's current one (new chunks are coded with it; old ones keep
- * theirs). Errors: SKV_ERR_NOT_FOUND (profile), SKV_ERR_ARG (no stored
+ * theirs). A profile at level raw is raised to ctx: calibrating is how a
+ * profile starts to compress (set the level again to choose another);
+ * seqkv_calibrate_import does the same. Errors: SKV_ERR_NOT_FOUND (profile), SKV_ERR_ARG (no stored
  * sequences). */
 int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq);
 /* Import a calibration file (skv_calib_save) for the profile. Errors:

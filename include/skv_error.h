@@ -33,8 +33,9 @@ enum {
     SKV_ERR_NO_DEVICE = -12,  /* no usable GPU at run time */
     SKV_ERR_DENIED = -13,     /* refused by a server: authentication or permission */
     SKV_ERR_SERVER = -14,     /* any other error reply from a server */
+    SKV_ERR_BUSY = -15,       /* another process holds the store for writing */
 };
-#define SKV_ERR_MIN_ (-14)
+#define SKV_ERR_MIN_ (-15)
 
 /* Static string naming an error code; never NULL. */
 const char *skv_strerror(int err);

@@ -48,7 +48,7 @@ int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
     pthread_mutex_lock(&db->wlock);
     skv_store_writer(1);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
-    int rc = pe ? SKV_OK : skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
+    int rc = pe ? SKV_OK : skv_store_no_profile(db, profile);
     tips_ctx tc = {NULL, 0, max_seq};
     skv_st_writer *w = NULL;
     skv_st *st = NULL;
@@ -132,7 +132,7 @@ int seqkv_calibrate_import(seqkv *db, const char *profile, const char *path)
 {
     pthread_mutex_lock(&db->wlock);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
-    int rc = pe ? SKV_OK : skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
+    int rc = pe ? SKV_OK : skv_store_no_profile(db, profile);
     skv_calib *cal = NULL;
     if (!rc)
         rc = skv_calib_load(path, &cal);

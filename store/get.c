@@ -13,7 +13,7 @@ int skv_store_match(seqkv *db, const char *tenant, const char *profile, const in
         return skv_error(SKV_ERR_TOO_LARGE, "%zu tokens (at most %u)", n, SEQKV_MAX_TOKENS);
     m->pe = profile ? skv_store_profile(db, profile) : NULL;
     if (!m->pe)
-        return skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
+        return skv_store_no_profile(db, profile);
     tenant_ent *t = NULL;
     for (size_t i = 0; tenant && i < db->nten; i++)
         if (strcmp(db->ten[i].name, tenant) == 0)
@@ -158,9 +158,10 @@ int seqkv_get_layers(seqkv *db, const char *tenant, const char *profile, const i
     /* the profile is needed by the callback before get_common returns */
     pthread_rwlock_rdlock(&db->rw);
     lc.pe = profile ? skv_store_profile(db, profile) : NULL;
+    int rc0 = lc.pe ? SKV_OK : skv_store_no_profile(db, profile);
     pthread_rwlock_unlock(&db->rw);
-    if (!lc.pe)
-        return skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
+    if (rc0)
+        return rc0;
     int rc = get_common(db, tenant, profile, tokens, n, want, layer_cb, &lc, &s, got, &pe);
     skv_seqbuf_free(&s);
     return rc;

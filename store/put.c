@@ -227,7 +227,7 @@ static int put_check(seqkv *db, const seqkv_put_req *req, prof_ent **out)
         return skv_error(SKV_ERR_TOO_LARGE, "%zu tokens (at most %u)", n, SEQKV_MAX_TOKENS);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
     if (!pe)
-        return skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", profile ? profile : "");
+        return skv_store_no_profile(db, profile);
     const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es;
     if (req->kv_len != L * 2 * n * row)
         return skv_error(SKV_ERR_SHAPE,

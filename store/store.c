@@ -469,10 +469,24 @@ static int open_dir(seqkv *db, const char *dir)
     db->lock_fd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (db->lock_fd < 0)
         return skv_error(SKV_ERR_IO, "%s: %s", lpath, strerror(errno));
-    if (flock(db->lock_fd, LOCK_EX | LOCK_NB) != 0)
-        return skv_error(errno == EWOULDBLOCK ? SKV_ERR_ARG : SKV_ERR_IO,
-                         "the store in %s is open for writing by another process "
-                         "(a daemon?); open it read-only or stop that process", dir);
+    if (flock(db->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK)
+            return skv_error(SKV_ERR_IO, "lock %s: %s", lpath, strerror(errno));
+        /* the holder wrote its pid into the lock file */
+        char pid[24] = "";
+        ssize_t n = pread(db->lock_fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        return skv_error(SKV_ERR_BUSY,
+                         "the store in %s is open for writing by process %s (seqkv serve?); reads "
+                         "(lookup, get, stats, profile get) work beside it; stop it to write",
+                         dir, pid[0] ? pid : "(unknown)");
+    }
+    /* who holds it, for the next writer's message */
+    char pid[24];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(db->lock_fd, 0) != 0 || pwrite(db->lock_fd, pid, (size_t)len, 0) != len)
+        return skv_error(SKV_ERR_IO, "write %s: %s", lpath, strerror(errno));
     return SKV_OK;
 }
 
@@ -787,14 +801,50 @@ int seqkv_profile_set(seqkv *db, seqkv_profile *p)
     return rc;
 }
 
+int skv_store_no_profile(seqkv *db, const char *name)
+{
+    char list[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < db->nprof && used + 8 < sizeof list; i++) {
+        int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", db->prof[i].p.name);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (used >= sizeof list)
+        snprintf(list + sizeof list - 5, 5, "...");
+    if (!db->nprof)
+        return skv_error(SKV_ERR_NOT_FOUND, "no profile '%s': the store has none yet (put makes one)",
+                         name ? name : "");
+    return skv_error(SKV_ERR_NOT_FOUND, "no profile '%s' (the store has %s)", name ? name : "", list);
+}
+
 int seqkv_profile_get(seqkv *db, const char *name, seqkv_profile *out)
 {
     pthread_rwlock_rdlock(&db->rw);
     prof_ent *pe = name ? skv_store_profile(db, name) : NULL;
+    int rc = SKV_OK;
     if (pe)
         *out = pe->p;
+    else
+        rc = skv_store_no_profile(db, name);
     pthread_rwlock_unlock(&db->rw);
-    return pe ? SKV_OK : skv_error(SKV_ERR_NOT_FOUND, "no profile '%s'", name ? name : "");
+    return rc;
+}
+
+static int prof_by_name(const void *a, const void *b)
+{
+    return strcmp(((const seqkv_profile *)a)->name, ((const seqkv_profile *)b)->name);
+}
+
+int seqkv_profile_list(seqkv *db, seqkv_profile *out, size_t cap, size_t *n)
+{
+    pthread_rwlock_rdlock(&db->rw);
+    *n = db->nprof;
+    size_t k = 0;
+    for (size_t i = 0; i < db->nprof && k < cap; i++)
+        out[k++] = db->prof[i].p;
+    pthread_rwlock_unlock(&db->rw);
+    qsort(out, k, sizeof *out, prof_by_name);
+    return SKV_OK;
 }
 
 int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img,
@@ -807,6 +857,8 @@ int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uin
         seqkv_profile q = pe->p;
         q.has_calib = 1;
         memcpy(q.calib_id, id, 16);
+        if (q.level == SEQKV_RAW) /* calibrating means compressing: raw becomes ctx */
+            q.level = SEQKV_CTX;
         uint8_t b[PROF_SIZE];
         prof_pack(&q, b);
         MDB_val ck = {16, (void *)id}, cv = {len, (void *)img};

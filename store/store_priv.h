@@ -75,6 +75,9 @@ int skv_mdb_error(int rc, const char *what);
  * size cannot be read (what: the struct's name) */
 int skv_store_opts(void *dst, size_t full, const void *src, const char *what);
 prof_ent *skv_store_profile(seqkv *db, const char *name);
+/* SKV_ERR_NOT_FOUND for profile name, the message listing the profiles
+ * the store has (call with wlock or rw held) */
+int skv_store_no_profile(seqkv *db, const char *name);
 ns_ent *skv_store_ns(seqkv *db, uint64_t tenant, const uint8_t profile_id[32]);
 /* The namespace, created (in memory) when absent; caller holds rw exclusively. */
 int skv_store_namespace(seqkv *db, uint64_t tenant, const prof_ent *pe, ns_ent **out);

@@ -168,6 +168,24 @@ if [ -r "$models/stories260K.bin" ]; then
     [ -e "$db/master.key" ] && [ "$(stat -c %a "$db/master.key")" = 600 ] && ok || bad "master key created with mode 0600"
     expect_rc 0 "lookup the stored lines" "$bin" lookup --db "$db" --profile stories260K --tokens "$tmp/s.txt"
     [ "$(tr '\n' ' ' < "$tmp/out")" = "300 300 300 300 " ] && ok || bad "lookup of stored lines: $(cat "$tmp/out")"
+    # reads beside a server that holds the store; writes name its pid
+    "$bin" serve --db "$db" --socket "$tmp/srv.sock" > "$tmp/srv.log" 2>&1 &
+    srv=$!
+    for _ in $(seq 100); do [ -S "$tmp/srv.sock" ] && break; sleep 0.05; done
+    [ -S "$tmp/srv.sock" ] && ok || bad "seqkv serve came up: $(cat "$tmp/srv.log")"
+    expect_rc 0 "lookup while the server holds the store" "$bin" lookup --db "$db" --profile stories260K --tokens "$tmp/s.txt"
+    [ "$(tr '\n' ' ' < "$tmp/out")" = "300 300 300 300 " ] && ok || bad "lookup beside the server: $(cat "$tmp/out")"
+    expect_rc 0 "get while the server holds the store" "$bin" get --db "$db" --model "$m" --tokens "$tmp/s.txt" --out "$tmp/gsrv.kv"
+    "$bin" model kv --model "$m" --tokens "$tmp/s.txt" --dtype bf16 --out "$tmp/s_srv.kv" --quiet
+    cmp -s "$tmp/gsrv.kv" "$tmp/s_srv.kv" && ok || bad "get beside the server is bit-exact"
+    expect_rc 0 "stats while the server holds the store" "$bin" stats --db "$db"
+    grep -q "^tokens        $uniq0 unique" "$tmp/out" && ok || bad "stats beside the server: $(cat "$tmp/out")"
+    expect_rc 0 "profile list while the server holds the store" "$bin" profile list --db "$db"
+    grep -q "^stories260K " "$tmp/out" && ok || bad "profile list beside the server: $(cat "$tmp/out")"
+    expect_rc 0 "profile get while the server holds the store" "$bin" profile get --db "$db" stories260K
+    expect_rc 1 "put while the server holds the store" "$bin" put --db "$db" --model "$m" --tokens "$tmp/s.txt"
+    grep -q "open for writing by process $srv (seqkv serve?)" "$tmp/err" && ok || bad "a refused write names the holder: $(cat "$tmp/err")"
+    kill "$srv"; wait "$srv" 2>/dev/null
     expect_rc 1 "put with a missing token file" "$bin" put --db "$tmp/store-none" --model "$m" --tokens "$tmp/nope.txt"
     [ ! -e "$tmp/store-none" ] && ok || bad "a failed put must not leave a new store behind"
     # queries: a prefix, an extension, a divergence inside a chunk, no BOS
@@ -210,7 +228,7 @@ if [ -r "$models/stories260K.bin" ]; then
     expect_rc 1 "get --n past the cached prefix" "$bin" get --db "$db" --profile stories260K --tokens "$tmp/qdiv.txt" --n 160 --out "$tmp/gx.kv"
     grep -q "sequence 0: only 150 of the 160" "$tmp/err" && ok || bad "get --n names what is cached: $(cat "$tmp/err")"
     expect_rc 1 "lookup of an unknown profile" "$bin" lookup --db "$db" --profile nosuch --tokens "$tmp/s.txt"
-    grep -q "no profile named nosuch" "$tmp/err" && ok || bad "unknown profile error: $(cat "$tmp/err")"
+    grep -q "no profile 'nosuch' (the store has stories260K)" "$tmp/err" && ok || bad "unknown profile error lists the profiles: $(cat "$tmp/err")"
     # the same KV again, from the KV file: nothing new is stored
     expect_rc 0 "put --kv of stored sequences" "$bin" put --db "$db" --profile stories260K --kv "$tmp/s.kv"
     grep -q "put: 4 sequences, 1200 tokens given, 0 new tokens stored in 0 chunks" "$tmp/err" && ok || bad "a repeated put stores nothing: $(cat "$tmp/err")"
@@ -329,13 +347,13 @@ if [ -r "$models/stories260K.bin" ]; then
         expect_rc 0 "get what the budget left" "$bin" get --db "$tmp/store3" --profile stories260K --tokens "$tmp/left.txt" --out "$tmp/gleft.kv" --model "$m"
         cmp -s "$tmp/gleft.kv" "$tmp/left.kv" && ok || bad "what eviction left does not decode bit-exact"
     fi
-    # a calibration file given to put: the new profile codes at stat
+    # a calibration file given to put: the new profile codes at ctx (as a calibration raises raw to)
     expect_rc 0 "put --calib" "$bin" put --db "$tmp/store4" --model "$m" --tokens "$tmp/c.txt" --calib "$tmp/c.cal"
-    grep -q "created profile stories260K: .*level stat, calibrated" "$tmp/err" && ok || bad "put --calib makes a stat profile: $(cat "$tmp/err")"
+    grep -q "created profile stories260K: .*level ctx, calibrated" "$tmp/err" && ok || bad "put --calib makes a ctx profile: $(cat "$tmp/err")"
     expect_rc 0 "get after put --calib" "$bin" get --db "$tmp/store4" --model "$m" --tokens "$tmp/c.txt" --out "$tmp/c4.kv"
-    cmp -s "$tmp/c4.kv" "$tmp/c.kv" && ok || bad "stat-coded KV (imported calibration) does not get back bit-exact"
+    cmp -s "$tmp/c4.kv" "$tmp/c.kv" && ok || bad "ctx-coded KV (imported calibration) does not get back bit-exact"
     expect_rc 0 "stats after put --calib" "$bin" stats --db "$tmp/store4" --json
-    grep -q '"raw":{"tokens":0,' "$tmp/out" && grep -q '"stat":{"tokens":[1-9]' "$tmp/out" && ok || bad "every token coded at stat: $(cat "$tmp/out")"
+    grep -q '"raw":{"tokens":0,' "$tmp/out" && grep -q '"ctx":{"tokens":[1-9]' "$tmp/out" && ok || bad "every token coded at ctx: $(cat "$tmp/out")"
     # the shared namespace: written only with --shared, read only after opting in
     expect_rc 0 "put --shared" "$bin" put --db "$tmp/store4" --tenant A --model "$m" --tokens "$tmp/q100.txt" --shared
     want=$(lcp_with "$tmp/c.txt" -- "$tmp/q100.txt")
