@@ -81,4 +81,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 /* seqkv demo: server + client end to end (cmd_demo.c). */
 int cmd_demo(int argc, char **argv);
+/* A profile name from a model or KV file path (cmd_store.c says how):
+ * out holds at most 63 bytes and its NUL. */
+void cli_name_from_path(const char *path, char out[64]);
+
 #endif

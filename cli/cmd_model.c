@@ -363,6 +363,10 @@ static int do_kv(int argc, char **argv)
         rc = skv_stw_meta(w, "seqkv.kind", "kv");
         if (!rc)
             rc = skv_stw_meta(w, "seqkv.model", skv_model_fingerprint(m));
+        char mname[64]; /* what put --kv names its profile after */
+        cli_name_from_path(a.model, mname);
+        if (!rc)
+            rc = skv_stw_meta(w, "seqkv.model_name", mname);
         snprintf(buf, sizeof buf, "%s", skv_dtype_name(dt));
         if (!rc)
             rc = skv_stw_meta(w, "seqkv.dtype", buf);

@@ -267,6 +267,11 @@ int cmd_put(int argc, char **argv)
             r = cli_fail(rc, a.tokens);
     } else {
         r = cli_open_kvfile(a.kv, &st, &n_seq, &kvshape);
+        /* a KV file that records its model's name (seqkv model kv) names
+         * the profile after the model, as put --model does */
+        const char *mn = st ? skv_st_meta(st, "seqkv.model_name") : NULL;
+        if (!r && !a.profile && mn && *mn && strlen(mn) <= SEQKV_NAME_MAX)
+            snprintf(name, sizeof name, "%s", mn);
         if (!r && a.have_dtype && a.dtype != kvshape.dtype)
             r = cli_usage_error("put", "--dtype %s does not match the KV file's %s",
                                 skv_dtype_name(a.dtype), skv_dtype_name(kvshape.dtype));

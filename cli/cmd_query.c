@@ -120,13 +120,18 @@ static int get_one(const get_ctx *g, size_t i, size_t *got)
 }
 
 /* The metadata 'seqkv model kv' writes, in its order, then the file */
-static int get_write(skv_st_writer *w, const seqkv_profile *p, const skv_model *m, const char *out)
+static int get_write(skv_st_writer *w, const seqkv_profile *p, const skv_model *m, const char *model_path,
+                     const char *out)
 {
     char b[64];
     const int rope_dim = p->rope_dim ? p->rope_dim : p->head_dim;
     int rc = skv_stw_meta(w, "seqkv.kind", "kv");
     if (!rc && m)
         rc = skv_stw_meta(w, "seqkv.model", skv_model_fingerprint(m));
+    if (!rc && m) {
+        cli_name_from_path(model_path, b);
+        rc = skv_stw_meta(w, "seqkv.model_name", b);
+    }
     if (!rc)
         rc = skv_stw_meta(w, "seqkv.dtype", skv_dtype_name(p->dtype));
     if (!rc)
@@ -203,7 +208,7 @@ int cmd_get(int argc, char **argv)
             cli_progress("get", i + 1, toks.n);
     }
     if (!r)
-        r = get_write(w, &p, m, a.out);
+        r = get_write(w, &p, m, a.model, a.out);
     if (!r && !a.quiet) {
         double secs = cli_now() - t0;
         fprintf(stderr, "get: wrote %zu sequences, %zu tokens (%.2f MiB %s) to %s in %.2f s (%.0f "

@@ -47,8 +47,6 @@ int cli_store_args(const char *cmd, int argc, char **argv, sargs *a, const char 
 enum { DB_WRITE = 0, DB_USE = 1, DB_READ = 2, DB_READ_RECENT = 3 };
 
 int cli_store_open(const sargs *a, int mode, seqkv **db);
-/* A profile name from a model or KV file path (cmd_store.c says how). */
-void cli_name_from_path(const char *path, char out[SEQKV_NAME_MAX + 1]);
 /* Bytes of one token's KV (K and V, every layer). */
 size_t cli_token_bytes(const seqkv_profile *p);
 /* KV file layout (k, v: [layer][T][row]) <-> store layout [layer][k, v][T][row]. */

@@ -315,9 +315,12 @@ if [ -r "$models/stories260K.bin" ]; then
         set -- $sl
         [ "${1:-0}" -ge "$(uniq_prefixes "$tmp/c.txt")" ] && [ "${1:-0}" -le 600 ] && [ "${3:-0}" -gt 0 ] && [ "${3:-0}" -lt "${2:-0}" ] && ok || bad "$lvl level codes smaller than raw: $(cat "$tmp/out")"
     done
-    # a KV file into its own profile; a mismatching profile is refused
-    expect_rc 0 "put --kv into a new profile" "$bin" put --db "$tmp/store2" --kv "$tmp/s.kv" --chunk 64
-    grep -q "created profile s: BF16" "$tmp/err" && ok || bad "put --kv names the profile after the file: $(cat "$tmp/err")"
+    # a KV file into its own profile, named after the model the file records;
+    # (one that records none is named after itself); a mismatching profile is refused
+    expect_rc 0 "put --kv into a new profile" "$bin" put --db "$tmp/store2k" --kv "$tmp/s.kv" --chunk 64
+    grep -q "created profile stories260K: BF16" "$tmp/err" && ok || bad "put --kv names the profile after the model in the file: $(cat "$tmp/err")"
+    expect_rc 0 "put --kv --profile s" "$bin" put --db "$tmp/store2" --kv "$tmp/s.kv" --chunk 64 --profile s
+    grep -q "created profile s: BF16" "$tmp/err" && ok || bad "put --kv --profile names the profile: $(cat "$tmp/err")"
     expect_rc 0 "get from the KV-file profile" "$bin" get --db "$tmp/store2" --profile s --tokens "$tmp/s.txt" --out "$tmp/g2.kv" --model "$m"
     cmp -s "$tmp/g2.kv" "$tmp/s.kv" && ok || bad "get after put --kv differs"
     expect_rc 0 "profile get" "$bin" profile get --db "$tmp/store2" s
