@@ -22,6 +22,28 @@ static void print_ratio(double raw, double stored, int json)
         printf(json ? "null" : "-");
 }
 
+/* On stderr, when tokens are stored raw: the profiles that have no
+ * calibration yet and the command that gives them one */
+static void raw_hint(seqkv *db, const char *dir, uint64_t raw_tokens)
+{
+    seqkv_profile ps[16];
+    size_t n = 0;
+    if (seqkv_profile_list(db, ps, 16, &n))
+        return;
+    int any = 0;
+    for (size_t i = 0; i < n && i < 16; i++)
+        if (!ps[i].has_calib) {
+            fprintf(stderr, "stats: %llu tokens are stored raw; 'seqkv calibrate --db %s --profile %s' "
+                    "makes later puts of profile %s compress\n",
+                    (unsigned long long)raw_tokens, dir, ps[i].name, ps[i].name);
+            any = 1;
+            break;
+        }
+    if (!any)
+        fprintf(stderr, "stats: %llu tokens were stored raw before their profile's calibration\n",
+                (unsigned long long)raw_tokens);
+}
+
 int cmd_stats(int argc, char **argv)
 {
     sargs a;
@@ -35,6 +57,8 @@ int cmd_stats(int argc, char **argv)
     seqkv_stats s;
     memset(&s, 0, sizeof s);
     int rc = seqkv_stat(db, tenant, &s);
+    if (!rc && !a.json && !a.quiet && s.level_tokens[SEQKV_RAW])
+        raw_hint(db, a.db, s.level_tokens[SEQKV_RAW]);
     seqkv_close(db);
     if (rc) {
         if (rc == SKV_ERR_NOT_FOUND && tenant) {

@@ -166,6 +166,8 @@ if [ -r "$models/stories260K.bin" ]; then
     "$bin" stats --db "$db" --json > "$tmp/st0.json" 2>/dev/null
     [ "$(json_first tokens < "$tmp/st0.json")" = "$uniq0" ] && ok || bad "stats tokens = $uniq0 unique: $(cat "$tmp/st0.json")"
     [ -e "$db/master.key" ] && [ "$(stat -c %a "$db/master.key")" = 600 ] && ok || bad "master key created with mode 0600"
+    expect_rc 0 "stats of a raw store" "$bin" stats --db "$db"
+    grep -q "tokens are stored raw; 'seqkv calibrate --db $db --profile stories260K' makes later puts" "$tmp/err" && ok || bad "stats of a raw store says what to run: $(cat "$tmp/err")"
     expect_rc 0 "lookup the stored lines" "$bin" lookup --db "$db" --profile stories260K --tokens "$tmp/s.txt"
     [ "$(tr '\n' ' ' < "$tmp/out")" = "300 300 300 300 " ] && ok || bad "lookup of stored lines: $(cat "$tmp/out")"
     # reads beside a server that holds the store; writes name its pid
