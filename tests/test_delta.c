@@ -551,7 +551,7 @@ Test(delta, version_1_calibration_and_its_coded_files_still_decode_and_re_encode
 }
 
 /* stat learns atoms where values repeat exactly: layer 0's V is a function
- * of the token. They are saved (calibration version 2), reload with the
+ * of the token. They are saved (calibration version 3), reload with the
  * same id, and make stat's layer-0 V far cheaper than the mixture alone. */
 Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
 {
@@ -569,7 +569,7 @@ Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
     cr_assert_eq(skv_calib_serialize(c, &img, &ilen), 0);
     skv_st *cs;
     cr_assert_eq(skv_st_parse(img, ilen, &cs), 0);
-    cr_assert_str_eq(skv_st_meta(cs, "seqkv.calib_version"), "2");
+    cr_assert_str_eq(skv_st_meta(cs, "seqkv.calib_version"), "3");
     const skv_tensor *av = skv_st_find(cs, "atoms.value"), *lam = skv_st_find(cs, "atoms.lambda");
     cr_assert_not_null(av);
     cr_assert_not_null(lam);
