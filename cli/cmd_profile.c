@@ -22,8 +22,8 @@ static const char profile_usage[] =
     "  list [--json]         the store's profiles: name, level, calibration, shape\n"
     "  get NAME [--json]     print a profile\n"
     "  set NAME [--model PATH | --kv FILE] [--level L] [--dtype D] [--chunk N]\n"
-    "                        create a profile (shape from the model or the KV\n"
-    "                        file) or change an existing one's level and model\n"
+    "           [--vocab N]  create a profile (shape from the model or the KV\n"
+    "                        file) or change an existing one's level, vocab, model\n"
     "Run 'seqkv profile <list|get|set> --help' for details.\n";
 
 static const char profile_list_usage[] =
@@ -36,18 +36,21 @@ static const char profile_list_usage[] =
 static const char profile_get_usage[] =
     "usage: seqkv profile get --db DIR NAME [--json] [--key PATH]\n"
     "\n"
-    "Print the profile: shape, dtype, RoPE, chunk length, level, model,\n"
+    "Print the profile: shape, dtype, RoPE, chunk length, vocab, level, model,\n"
     "calibration and identity hash.\n";
 
 static const char profile_set_usage[] =
     "usage: seqkv profile set --db DIR NAME [--model PATH | --kv FILE] [--level L]\n"
-    "                         [--dtype D] [--chunk N] [--calib FILE.cal] [--key PATH]\n"
+    "                         [--dtype D] [--chunk N] [--vocab N] [--calib FILE.cal]\n"
+    "                         [--key PATH]\n"
     "\n"
     "Create a profile, its shape taken from --model (dtype --dtype, default\n"
     "bf16) or from the first sequence of a KV file; or update an existing\n"
     "profile's level and model; --calib imports a calibration file. The shape,\n"
     "dtype, RoPE and chunk length of an existing profile cannot change (that\n"
-    "is a new profile).\n";
+    "is a new profile). --vocab N bounds the token ids a put may use to\n"
+    "[0, N) (at most 2147483647; default 1048576) on a profile without a\n"
+    "model; with a model its vocabulary bounds them. It may change later.\n";
 
 static void hex(const uint8_t *b, size_t n, char *out)
 {
@@ -111,7 +114,7 @@ static void print_profile(const seqkv_profile *p, int json)
             printf("\"%s\"", cid);
         else
             printf("null");
-        printf(",\"id\":\"%s\"}\n", id);
+        printf(",\"vocab\":%d,\"id\":\"%s\"}\n", p->vocab, id);
         return;
     }
     printf("profile      %s\n", p->name);
@@ -120,6 +123,7 @@ static void print_profile(const seqkv_profile *p, int json)
     printf("rope         theta %g, %d channels, %s layout\n", (double)p->rope_theta,
            p->rope_dim ? p->rope_dim : p->head_dim, p->rope_half ? "half" : "pair");
     printf("chunk        %d tokens\n", chunk);
+    printf("vocab        %d token ids%s\n", p->vocab, p->model[0] ? " (the model's)" : "");
     printf("level        %s\n", seqkv_level_name(p->level));
     printf("model        %s\n", p->model[0] ? p->model : "(none)");
     printf("calibration  %s\n", p->has_calib ? cid : "(none)");
@@ -202,7 +206,7 @@ static int do_profile_set(int argc, char **argv)
     sargs a;
     int r = cli_store_args("profile set", argc, argv, &a, profile_set_usage,
                    SA(S_DB) | SA(S_KEY) | SA(S_PROFILE) | SA(S_MODEL) | SA(S_KV) | SA(S_LEVEL) |
-                       SA(S_DTYPE) | SA(S_CHUNK) | SA(S_CALIB) | SA(S_QUIET),
+                       SA(S_DTYPE) | SA(S_CHUNK) | SA(S_VOCAB) | SA(S_CALIB) | SA(S_QUIET),
                    1);
     if (r)
         return r;
@@ -269,6 +273,10 @@ static int do_profile_set(int argc, char **argv)
             cli_model_path(a.model, p.model);
         if (a.have_level)
             p.level = a.level;
+        if (a.have_vocab)
+            p.vocab = (int)a.vocab;
+        else if (a.model)
+            p.vocab = 0; /* the new model's */
         if (!r) {
             rc = seqkv_profile_set(db, &p);
             if (rc)

@@ -41,6 +41,7 @@ static const struct option sopts[] = {
     {"verbose", no_argument, NULL, S_VERBOSE},
     {"read-shared", no_argument, NULL, S_READSHARED},
     {"no-centroids", no_argument, NULL, S_NOCENT},
+    {"vocab", required_argument, NULL, S_VOCAB},
     {"help", no_argument, NULL, S_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -125,6 +126,11 @@ int cli_store_args(const char *cmd, int argc, char **argv, sargs *a, const char 
             if (cli_parse_long(optarg, 1, SEQKV_CHUNK_MAX, &a->chunk))
                 return cli_usage_error(cmd, "--chunk wants an integer in [1, %d]", SEQKV_CHUNK_MAX);
             a->have_chunk = 1;
+            break;
+        case S_VOCAB:
+            if (cli_parse_long(optarg, 1, SEQKV_VOCAB_MAX, &a->vocab))
+                return cli_usage_error(cmd, "--vocab wants an integer in [1, %d]", SEQKV_VOCAB_MAX);
+            a->have_vocab = 1;
             break;
         case S_N:
             if (cli_parse_long(optarg, 1, SEQKV_MAX_TOKENS, &a->n))
@@ -344,6 +350,7 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
         *p = *want;
         snprintf(p->name, sizeof p->name, "%s", name);
         p->chunk = a->have_chunk ? (int)a->chunk : 0;
+        p->vocab = a->have_vocab ? (int)a->vocab : 0;
         /* Made at raw: a higher level is set once the calibration is in. */
         p->level = a->have_level && !a->calib ? a->level : SEQKV_RAW;
         rc = seqkv_profile_set(db, p);

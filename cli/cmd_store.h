@@ -16,7 +16,7 @@
 
 enum { S_DB = 3000, S_TENANT, S_PROFILE, S_KV, S_MODEL, S_TOKENS, S_LEVEL, S_CALIB, S_CHUNK,
        S_SHARED, S_NOSYNC, S_BUDGET, S_QUIET, S_DTYPE, S_OUT, S_N, S_JSON, S_MAXSEQ, S_KEY,
-       S_THREADS, S_VERBOSE, S_READSHARED, S_NOCENT, S_HELP };
+       S_THREADS, S_VERBOSE, S_READSHARED, S_NOCENT, S_VOCAB, S_HELP };
 
 /* The allowed-options masks are one bit per option. */
 _Static_assert(S_HELP - S_DB < 32, "too many store options for an unsigned mask");
@@ -26,10 +26,10 @@ _Static_assert(S_HELP - S_DB < 32, "too many store options for an unsigned mask"
 
 typedef struct {
     const char *db, *tenant, *profile, *kv, *model, *tokens, *calib, *key, *out, *name;
-    long chunk, n, max_seq, threads;
+    long chunk, n, max_seq, threads, vocab;
     uint64_t budget;
     int shared, no_sync, quiet, json, verbose, read_shared, no_centroids;
-    int have_level, have_dtype, have_chunk, have_n, have_budget, have_tenant;
+    int have_level, have_dtype, have_chunk, have_n, have_budget, have_tenant, have_vocab;
     seqkv_level level;
     skv_dtype dtype;
 } sargs;

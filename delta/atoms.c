@@ -170,7 +170,7 @@ int fit_atoms(skv_calib *c, const calib_data *d)
                 size_t idx = (l * 2 + (size_t)kv) * C + ch, n = 0;
                 for (size_t sq = 0; sq < d->n_seq; sq++)
                     for (size_t t = 0; t < d->T[sq]; t++) {
-                        b.seen[n] = c->cb_n[d->tok[sq][t]] > 1;
+                        b.seen[n] = calib_count(c, d->row[sq][t]) > 1;
                         b.xs[n++] = d->bits[kv][sq][(l * d->T[sq] + t) * C + ch];
                     }
                 c->at_k[idx] = 0;

@@ -14,16 +14,29 @@ int skv_calib_has_level(const skv_calib *c, seqkv_level l)
 }
 const char *skv_calib_model(const skv_calib *c) { return c->model_fp; }
 
-/* The codebook's bytes (L x V x 2 x C floats; one float for a shape
+/* The codebook's bytes (L x NT x 2 x C floats; one float for a shape
  * without any), 0 when that overflows */
 static size_t cb_bytes(const skv_calib *c)
 {
     size_t n = sizeof(float);
-    const size_t f[4] = {(size_t)c->sh.layers, (size_t)c->sh.vocab, 2, chan_count(&c->sh)};
+    const size_t f[4] = {(size_t)c->sh.layers, c->n_tok, 2, chan_count(&c->sh)};
     for (int i = 0; i < 4; i++)
         if (__builtin_mul_overflow(n, f[i], &n))
             return 0;
     return n ? n : sizeof(float);
+}
+
+int32_t calib_row(const skv_calib *c, int32_t tok)
+{
+    size_t lo = 0, hi = c->n_tok;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->cb_tok[mid] < tok)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < c->n_tok && c->cb_tok[lo] == tok ? (int32_t)lo : -1;
 }
 
 void skv_calib_free(skv_calib *c)
@@ -37,6 +50,7 @@ void skv_calib_free(skv_calib *c)
     }
     skv_free_huge(c->cb, cb_bytes(c));
     skv_free(c->cb_n);
+    skv_free(c->cb_tok);
     skv_free(c->cb_ok);
     skv_free(c->inv_freq);
     skv_free(c->at_k);
@@ -46,10 +60,16 @@ void skv_calib_free(skv_calib *c)
     skv_free(c);
 }
 
+/* Everything but the atoms, for c->n_tok codebook rows; refuses a
+ * codebook over SKV_CALIB_ROWS_MAX rows or whose size overflows */
 int calib_alloc(skv_calib *c)
 {
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads,
-                 V = (size_t)c->sh.vocab;
+                 NT = c->n_tok;
+    if (NT > SKV_CALIB_ROWS_MAX || !cb_bytes(c))
+        return skv_error(SKV_ERR_TOO_LARGE, "calibration: a codebook of %zu distinct tokens "
+                         "(%zu layers x %zu channels) is over the bound of %d rows", NT, L, C,
+                         SKV_CALIB_ROWS_MAX);
     c->mean = skv_calloc(L * 2 * C, sizeof(float));
     for (int i = SEQKV_STAT; i < SEQKV_LEVELS; i++) {
         c->s[i] = skv_calloc(L * 2 * 2 * C, sizeof(float));
@@ -58,15 +78,16 @@ int calib_alloc(skv_calib *c)
             return skv_error(SKV_ERR_NOMEM, "calibration");
     }
     /* (read a row a position at random: on huge pages, where they are) */
-    c->cb = cb_bytes(c) ? skv_calloc_huge(cb_bytes(c)) : NULL;
-    c->cb_n = skv_calloc(V, sizeof(int32_t));
+    c->cb = skv_calloc_huge(cb_bytes(c));
+    c->cb_n = skv_calloc(NT ? NT : 1, sizeof(int32_t));
+    c->cb_tok = skv_calloc(NT ? NT : 1, sizeof(int32_t));
     c->inv_freq = skv_calloc((size_t)(c->sh.rope_dim > 0 ? c->sh.rope_dim : 2), sizeof(float));
     c->at_k = skv_calloc(L * 2 * C, sizeof(uint32_t));
     c->at_lam = skv_calloc(L * 2 * C, sizeof(uint32_t));
     if (!c->at_k || !c->at_lam)
         return skv_error(SKV_ERR_NOMEM, "calibration");
-    if (!c->mean || !c->cb || !c->cb_n || !c->inv_freq)
-        return skv_error(SKV_ERR_NOMEM, "calibration (codebook of %zu tokens)", V);
+    if (!c->mean || !c->cb || !c->cb_n || !c->cb_tok || !c->inv_freq)
+        return skv_error(SKV_ERR_NOMEM, "calibration (codebook of %zu tokens)", NT);
     return SKV_OK;
 }
 
@@ -100,12 +121,38 @@ static void hash_u32s(crypto_generichash_state *st, const uint32_t *p, size_t n)
     }
 }
 
+/* The codebook as versions 1 and 2 hash it: dense, L x V x 2 x C floats
+ * (zeros for an unseen token) then V counts */
+static void hash_dense_codebook(crypto_generichash_state *st, const skv_calib *c)
+{
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), V = (size_t)c->sh.vocab;
+    float zero[64] = {0};
+    for (size_t l = 0; l < L; l++)
+        for (size_t v = 0, r = 0; v < V; v++) {
+            if (r < c->n_tok && (size_t)c->cb_tok[r] == v) {
+                hash_floats(st, c->cb + (l * c->n_tok + r) * 2 * C, 2 * C);
+                r++;
+                continue;
+            }
+            for (size_t j = 0; j < 2 * C; j += 64)
+                hash_floats(st, zero, 2 * C - j < 64 ? 2 * C - j : 64);
+        }
+    const uint32_t none = 0;
+    for (size_t v = 0, r = 0; v < V; v++) {
+        if (r < c->n_tok && (size_t)c->cb_tok[r] == v)
+            hash_u32s(st, (const uint32_t *)&c->cb_n[r++], 1);
+        else
+            hash_u32s(st, &none, 1);
+    }
+}
+
 /* The calibration's id: BLAKE2b-128 of its shape, every parameter and
- * the model's fingerprint */
+ * the model's fingerprint. Versions 1 and 2 hash the codebook dense (their
+ * files hold it so); version 3 hashes its rows: their count, the seen
+ * ids, the rows and the counts. */
 void compute_id(skv_calib *c)
 {
-    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads,
-                 V = (size_t)c->sh.vocab;
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads;
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 16);
     const uint32_t hdr[] = {(uint32_t)c->version, (uint32_t)c->sh.layers, (uint32_t)c->sh.kv_heads,
@@ -119,8 +166,15 @@ void compute_id(skv_calib *c)
         hash_floats(&st, c->s[l], L * 2 * 2 * C);
         hash_floats(&st, c->w[l], L * 2 * H * 2 * NF);
     }
-    hash_floats(&st, c->cb, L * V * 2 * C);
-    hash_u32s(&st, (const uint32_t *)c->cb_n, V);
+    if (c->version <= 2) {
+        hash_dense_codebook(&st, c);
+    } else {
+        const uint32_t nt = (uint32_t)c->n_tok;
+        hash_u32s(&st, &nt, 1);
+        hash_u32s(&st, (const uint32_t *)c->cb_tok, c->n_tok);
+        hash_floats(&st, c->cb, L * c->n_tok * 2 * C);
+        hash_u32s(&st, (const uint32_t *)c->cb_n, c->n_tok);
+    }
     hash_u32s(&st, c->pemp, 256);
     crypto_generichash_update(&st, (const uint8_t *)c->model_fp, 32);
     if (c->version >= 2) { /* atoms */
@@ -137,12 +191,12 @@ void compute_id(skv_calib *c)
  * calibration: worked out once when a calibration is made or loaded. */
 int calib_index(skv_calib *c)
 {
-    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), V = (size_t)c->sh.vocab;
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), NT = c->n_tok;
     skv_free(c->cb_ok);
-    if (!(c->cb_ok = skv_malloc(L * V > 0 ? L * V * 2 : 1)))
-        return skv_error(SKV_ERR_NOMEM, "calibration (codebook index of %zu tokens)", V);
-    for (size_t j = 0; j < L * V * 2; j++)
-        c->cb_ok[j] = c->cb_n[(j / 2) % V] <= 0 || all_small(c->cb + j * C, C);
+    if (!(c->cb_ok = skv_malloc(L * NT > 0 ? L * NT * 2 : 1)))
+        return skv_error(SKV_ERR_NOMEM, "calibration (codebook index of %zu tokens)", NT);
+    for (size_t j = 0; j < L * NT * 2; j++)
+        c->cb_ok[j] = (uint8_t)all_small(c->cb + j * C, C);
     return SKV_OK;
 }
 

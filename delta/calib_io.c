@@ -6,11 +6,48 @@
 
 #include "delta_int.h"
 
+/* The codebook of a version 1 or 2 calibration as its file holds it:
+ * dense, L x V x 2 x C floats (zeros for an unseen token), V counts */
+static int add_dense_codebook(skv_st_writer *w, const skv_calib *c)
+{
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), V = (size_t)c->sh.vocab;
+    const int64_t sh_cb[4] = {(int64_t)L, (int64_t)V, 2, (int64_t)C}, sh_v[1] = {(int64_t)V};
+    float *cb = skv_calloc(L * V * 2 * C, sizeof *cb);
+    int32_t *n = skv_calloc(V, sizeof *n);
+    int rc = cb && n ? SKV_OK : skv_error(SKV_ERR_NOMEM, "calibration (dense codebook of %zu tokens)", V);
+    for (size_t r = 0; r < c->n_tok && !rc; r++) {
+        const size_t v = (size_t)c->cb_tok[r];
+        n[v] = c->cb_n[r];
+        for (size_t l = 0; l < L; l++)
+            memcpy(cb + (l * V + v) * 2 * C, c->cb + (l * c->n_tok + r) * 2 * C, 2 * C * sizeof *cb);
+    }
+    if (!rc)
+        rc = skv_stw_add(w, "codebook", SKV_DT_F32, 4, sh_cb, cb, L * V * 2 * C * 4);
+    if (!rc)
+        rc = skv_stw_add(w, "codebook.count", SKV_DT_I32, 1, sh_v, n, V * 4);
+    skv_free(cb);
+    skv_free(n);
+    return rc;
+}
+
+/* The codebook of a version 3 calibration: its rows, their counts and
+ * their tokens */
+static int add_sparse_codebook(skv_st_writer *w, const skv_calib *c)
+{
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), NT = c->n_tok;
+    const int64_t sh_cb[4] = {(int64_t)L, (int64_t)NT, 2, (int64_t)C}, sh_v[1] = {(int64_t)NT};
+    int rc = skv_stw_add(w, "codebook", SKV_DT_F32, 4, sh_cb, c->cb, L * NT * 2 * C * 4);
+    if (!rc)
+        rc = skv_stw_add(w, "codebook.count", SKV_DT_I32, 1, sh_v, c->cb_n, NT * 4);
+    if (!rc)
+        rc = skv_stw_add(w, "codebook.tokens", SKV_DT_I32, 1, sh_v, c->cb_tok, NT * 4);
+    return rc;
+}
+
 static int calib_writer(const skv_calib *c, skv_st_writer **out)
 {
     *out = NULL;
-    const int64_t L = c->sh.layers, C = (int64_t)chan_count(&c->sh), H = c->sh.kv_heads,
-                  V = c->sh.vocab;
+    const int64_t L = c->sh.layers, C = (int64_t)chan_count(&c->sh), H = c->sh.kv_heads;
     skv_st_writer *w;
     int rc = skv_stw_create(&w);
     if (rc)
@@ -27,9 +64,11 @@ static int calib_writer(const skv_calib *c, skv_st_writer **out)
     META("seqkv.model", "%s", c->model_fp[0] ? c->model_fp : "-");
     sodium_bin2hex(hex, sizeof hex, c->id, 16);
     META("seqkv.calib_id", "%s", hex);
+    if (c->version >= 3)
+        META("seqkv.vocab", "%d", c->sh.vocab);
 #undef META
     int64_t sh_mean[3] = {L, 2, C}, sh_s[4] = {L, 2, 2, C}, sh_w[5] = {L, 2, H, 2, NF},
-            sh_cb[4] = {L, V, 2, C}, sh_v[1] = {V}, sh_p[1] = {256};
+            sh_p[1] = {256};
     if (!rc)
         rc = skv_stw_add(w, "mean", SKV_DT_F32, 3, sh_mean, c->mean, (size_t)(L * 2 * C) * 4);
     for (int l = SEQKV_STAT; l < SEQKV_LEVELS && !rc; l++) {
@@ -41,9 +80,7 @@ static int calib_writer(const skv_calib *c, skv_st_writer **out)
             rc = skv_stw_add(w, n, SKV_DT_F32, 5, sh_w, c->w[l], (size_t)(L * 2 * H * 2 * NF) * 4);
     }
     if (!rc)
-        rc = skv_stw_add(w, "codebook", SKV_DT_F32, 4, sh_cb, c->cb, (size_t)(L * V * 2 * C) * 4);
-    if (!rc)
-        rc = skv_stw_add(w, "codebook.count", SKV_DT_I32, 1, sh_v, c->cb_n, (size_t)V * 4);
+        rc = c->version >= 3 ? add_sparse_codebook(w, c) : add_dense_codebook(w, c);
     if (!rc)
         rc = skv_stw_add(w, "pemp", SKV_DT_I32, 1, sh_p, c->pemp, 256 * 4);
     if (!rc && c->version >= 2) {
@@ -146,6 +183,82 @@ static int check_atoms(const char *path, const skv_calib *c)
     return SKV_OK;
 }
 
+/* The codebook's rows (n_tok) and vocabulary (sh.vocab) of a file with
+ * the tensor cb: version 3 holds the rows of its seen tokens, versions 1
+ * and 2 a row for every id below the vocabulary (those with count > 0 are
+ * kept) */
+static int codebook_shape(const skv_st *st, const char *path, const skv_tensor *cb, skv_calib *c)
+{
+    const skv_tensor *n = skv_st_find(st, "codebook.count");
+    if (!n || n->dtype != SKV_DT_I32 || n->nelem != (size_t)cb->shape[1])
+        return skv_error(SKV_ERR_FORMAT, "%s: codebook.count does not match the codebook", path);
+    if (c->version <= 2) {
+        c->sh.vocab = (int)cb->shape[1];
+        c->n_tok = 0;
+        for (size_t v = 0; v < n->nelem; v++) {
+            const int32_t k = (int32_t)skv_load32_le(n->data + 4 * v);
+            if (k < 0)
+                return skv_error(SKV_ERR_FORMAT, "%s: negative codebook count", path);
+            c->n_tok += k > 0;
+        }
+        return SKV_OK;
+    }
+    const char *vs = skv_st_meta(st, "seqkv.vocab");
+    char *end = NULL;
+    long long vv = vs ? strtoll(vs, &end, 10) : 0;
+    if (!vs || end == vs || *end || vv < 1 || vv > INT32_MAX)
+        return skv_error(SKV_ERR_FORMAT, "%s: no vocabulary (seqkv.vocab) in [1, 2^31 - 1]", path);
+    c->sh.vocab = (int)vv;
+    c->n_tok = (size_t)cb->shape[1];
+    return SKV_OK;
+}
+
+/* The codebook into c (allocated for n_tok rows): a dense file's rows of
+ * seen tokens (an unseen token's row must be zeros, as its id hashes it);
+ * a sparse file's rows, their counts >= 1 and tokens ascending below the
+ * vocabulary */
+static int get_codebook(const skv_st *st, const char *path, skv_calib *c)
+{
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh);
+    const skv_tensor *cb = skv_st_find(st, "codebook"), *n = skv_st_find(st, "codebook.count");
+    if (cb->dtype != SKV_DT_F32 || cb->nelem != L * (size_t)cb->shape[1] * 2 * C)
+        return skv_error(SKV_ERR_SHAPE, "calibration: tensor \"codebook\" has the wrong shape");
+    if (c->version >= 3) {
+        int rc = get_f32(st, "codebook", c->cb, L * c->n_tok * 2 * C);
+        if (!rc)
+            rc = get_f32(st, "codebook.count", (float *)c->cb_n, c->n_tok);
+        if (!rc)
+            rc = get_f32(st, "codebook.tokens", (float *)c->cb_tok, c->n_tok);
+        for (size_t r = 0; r < c->n_tok && !rc; r++)
+            if (c->cb_n[r] < 1 || c->cb_tok[r] < 0 || c->cb_tok[r] >= c->sh.vocab ||
+                (r && c->cb_tok[r] <= c->cb_tok[r - 1]))
+                rc = skv_error(SKV_ERR_FORMAT, "%s: codebook row %zu: count %d, token %d (counts >= 1, "
+                               "tokens ascending below %d)", path, r, c->cb_n[r], c->cb_tok[r], c->sh.vocab);
+        return rc;
+    }
+    const size_t V = (size_t)c->sh.vocab;
+    for (size_t v = 0, r = 0; v < V; v++) {
+        const int32_t k = (int32_t)skv_load32_le(n->data + 4 * v);
+        for (size_t l = 0; l < L; l++) {
+            const uint8_t *src = cb->data + (l * V + v) * 2 * C * 4;
+            float *dst = c->cb + (l * c->n_tok + r) * 2 * C;
+            for (size_t j = 0; j < 2 * C; j++) {
+                const uint32_t b = skv_load32_le(src + 4 * j);
+                if (k == 0 && b != 0)
+                    return skv_error(SKV_ERR_FORMAT, "%s: the codebook row of unseen token %zu is not zero",
+                                     path, v);
+                if (k > 0)
+                    dst[j] = skv_bits_f32(b);
+            }
+        }
+        if (k > 0) {
+            c->cb_tok[r] = (int32_t)v;
+            c->cb_n[r++] = k;
+        }
+    }
+    return SKV_OK;
+}
+
 /* Build a calibration from a parsed safetensors image; `path` names it in
  * errors. Does not take ownership of st. */
 static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
@@ -178,7 +291,6 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
     if ((rc = skv_dtype_from_name(dt, strlen(dt), &c->sh.dtype)))
         goto fail;
     c->sh.layers = (int)cb->shape[0];
-    c->sh.vocab = (int)cb->shape[1];
     int64_t C = cb->shape[3];
     const skv_tensor *wt = skv_st_find(st, "w.stat");
     if (!wt || wt->ndim != 5 || wt->shape[2] < 1 || C < 1 || C % wt->shape[2] || cb->shape[2] != 2 ||
@@ -203,10 +315,10 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
     c->sh.rope_layout = strcmp(lay, "half") == 0 ? SKV_ROPE_HALF : SKV_ROPE_PAIR;
     c->levels = (unsigned)atoi(lv) & 15u;
     snprintf(c->model_fp, sizeof c->model_fp, "%s", strcmp(mfp, "-") ? mfp : "");
-    if ((rc = calib_alloc(c)))
+    if ((rc = codebook_shape(st, path, cb, c)) || (rc = calib_alloc(c)))
         goto fail;
     rope_init(c);
-    const size_t L = (size_t)c->sh.layers, H = (size_t)c->sh.kv_heads, V = (size_t)c->sh.vocab;
+    const size_t L = (size_t)c->sh.layers, H = (size_t)c->sh.kv_heads;
     rc = get_f32(st, "mean", c->mean, L * 2 * (size_t)C);
     for (int l = SEQKV_STAT; l < SEQKV_LEVELS && !rc; l++) {
         char n[32];
@@ -217,20 +329,13 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
             rc = get_f32(st, n, c->w[l], L * 2 * H * 2 * NF);
     }
     if (!rc)
-        rc = get_f32(st, "codebook", c->cb, L * V * 2 * (size_t)C);
-    if (!rc)
-        rc = get_f32(st, "codebook.count", (float *)c->cb_n, V);
+        rc = get_codebook(st, path, c);
     if (!rc)
         rc = get_f32(st, "pemp", (float *)c->pemp, 256);
     if (!rc && c->version >= 2)
         rc = get_atoms(st, path, c);
     if (rc)
         goto fail;
-    for (size_t v = 0; v < V; v++)
-        if (c->cb_n[v] < 0) {
-            rc = skv_error(SKV_ERR_FORMAT, "%s: negative codebook count", path);
-            goto fail;
-        }
     compute_id(c);
     char hex[33];
     sodium_bin2hex(hex, sizeof hex, c->id, 16);

@@ -105,17 +105,17 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
             skv_cast_to_f32(SKV_DT_BF16, X[kv] + ((q->t0 - 1) & 1) * C, B[kv] + (q->t0 - 1) * C * 2, C);
     }
     for (size_t t = q->t0; t < q->t1; t++) {
-        const int32_t tok = q->tok[t];
-        const size_t seen = c->cb_n[tok] > 0;
-        if (t + 1 < q->t1) /* the next codebook rows (code_stream's fetch_cb) */
+        const int32_t row = q->row[t];
+        const size_t seen = row >= 0;
+        if (t + 1 < q->t1 && q->row[t + 1] >= 0) /* the next codebook rows (code_stream's fetch_cb) */
             for (size_t kv = 0; kv < 2; kv++)
                 for (size_t o = 0; o < C * sizeof(float); o += 64)
-                    __builtin_prefetch((const char *)(c->cb + (((size_t)l * c->sh.vocab + (size_t)q->tok[t + 1]) * 2 + kv) * C) + o);
+                    __builtin_prefetch((const char *)(c->cb + (((size_t)l * c->n_tok + (size_t)q->row[t + 1]) * 2 + kv) * C) + o);
         for (int kv = 0; kv < 2; kv++) {
             /* cb_feature_sc's row: V's and an unseen token's read where they lie */
-            const float *fc = !seen ? mean[kv] : c->cb + (((size_t)l * c->sh.vocab + (size_t)tok) * 2 + (size_t)kv) * C;
+            const float *fc = !seen ? mean[kv] : c->cb + (((size_t)l * c->n_tok + (size_t)row) * 2 + (size_t)kv) * C;
             if (seen && kv == 0) {
-                cb_feature_sc(c, l, kv, tok, t, NULL, q->rope_sc ? q->rope_sc + t * half * 2 : NULL,
+                cb_feature_sc(c, l, kv, row, t, NULL, q->rope_sc ? q->rope_sc + t * half * 2 : NULL,
                               q->rope_cs ? q->rope_cs + t * half * 4 : NULL, ws->cbf);
                 fc = ws->cbf;
             }
@@ -243,7 +243,7 @@ static inline __attribute__((always_inline)) int stream_rows_open(const seq_ctx 
     r->aw = q->aux ? q->aux->w + lk * H * 2 : NULL;
     r->as = q->aux ? q->aux->sscale + lk * H : NULL;
     r->mo = q->mode == CODE_PREDICT ? q->mu_out[kv] + (size_t)l * naux * C : NULL;
-    r->cb_lk = c->cb + (size_t)l * c->sh.vocab * 2 * C + (size_t)kv * C;
+    r->cb_lk = c->cb + (size_t)l * c->n_tok * 2 * C + (size_t)kv * C;
     r->mu_row = stk->mu, r->s_row = stk->s, r->wc = stk->wc, r->x_row = stk->x;
     if (C > 512) {
         r->mu_row = skv_malloc(C * sizeof *r->mu_row);
@@ -327,9 +327,8 @@ static inline __attribute__((always_inline)) int code_const_run(const seq_ctx *q
     const skv_calib *c = q->d->cal;
     size_t k = 1, kmax = batch_rows(r->C);
     while (k < kmax && t + k < q->t1) {
-        const int32_t tk = q->tok[t + k];
-        if ((size_t)(c->cb_n[tk] > 0) != seen ||
-            !c->cb_ok[((size_t)r->l * c->sh.vocab + (size_t)tk) * 2 + (size_t)r->kv])
+        const int32_t rk = q->row[t + k];
+        if ((size_t)(rk >= 0) != seen || !calib_cb_ok(c, r->l, rk, r->kv))
             break;
         k++;
     }
@@ -349,7 +348,7 @@ static inline __attribute__((always_inline)) void predict_mu(const seq_ctx *q, s
     const size_t C = r->C, H = r->H, D = r->D, half = (size_t)(c->sh.rope_dim / 2);
     const float *fm_row = r->model_pred ? r->model_pred + (t - q->t0) * C : NULL;
     float *cbf = ws->cbf;
-    cb_feature_sc(c, r->l, r->kv, q->tok[t], t, NULL, q->rope_sc ? q->rope_sc + t * half * 2 : NULL,
+    cb_feature_sc(c, r->l, r->kv, q->row[t], t, NULL, q->rope_sc ? q->rope_sc + t * half * 2 : NULL,
                   q->rope_cs ? q->rope_cs + t * half * 4 : NULL, cbf);
     if (!q->d->plain) {
         predict_row(r->wc + seen * NF * C, C, fm_row, prev, cbf, r->mean, r->mu_row);
@@ -416,17 +415,17 @@ static inline __attribute__((always_inline)) int code_rows(const seq_ctx *q, str
     /* whether row t - 1's floats were made as it was decoded */
     int xmade = 0;
     for (size_t t = q->t0; t < q->t1; t++) {
-        const int32_t tok = q->tok[t];
-        if (r->fetch_cb && t + 1 < q->t1)
+        const int32_t row = q->row[t];
+        if (r->fetch_cb && t + 1 < q->t1 && q->row[t + 1] >= 0)
             for (size_t o = 0; o < C * sizeof(float); o += 64)
-                __builtin_prefetch((const char *)(r->cb_lk + (size_t)q->tok[t + 1] * 2 * C) + o);
-        const size_t seen = c->cb_n[tok] > 0;
+                __builtin_prefetch((const char *)(r->cb_lk + (size_t)q->row[t + 1] * 2 * C) + o);
+        const size_t seen = row >= 0;
         const float *sv = r->S + seen * C;
         const float *prev = t ? r->X + (t - 1) * C : r->mean;
         const int ps = prev_small;
         prev_small = -1;
         /* (prev and the codebook row: finite, with a margin) */
-        int cst = r->muc[seen] && c->cb_ok[((size_t)r->l * c->sh.vocab + (size_t)tok) * 2 + (size_t)r->kv];
+        int cst = r->muc[seen] && calib_cb_ok(c, r->l, row, r->kv);
         int made = !r->lazy_x || !t || xmade; /* prev's floats are there */
         xmade = 0;
         if (cst && t && ps < 0) {

@@ -37,9 +37,14 @@ struct skv_calib {
     float *mean;         /* [L][2][C] */
     float *s[SEQKV_LEVELS];  /* per coded level (none for raw): [L][2][seen][C] */
     float *w[SEQKV_LEVELS];  /* [L][2][H][seen][NF] */
-    float *cb;           /* [L][V][2][C], K before RoPE */
-    int32_t *cb_n;       /* [V] */
-    uint8_t *cb_ok;      /* [L][V][2]: cb_n 0 or the codebook row all_small (calib_index) */
+    /* The codebook, sparse: a row for each of the n_tok distinct tokens of
+     * the calibration data (so bounded by its tokens, not by the largest
+     * id), cb_tok ascending; a token without a row is unseen (count 0). */
+    size_t n_tok;
+    int32_t *cb_tok;     /* [NT] the seen token ids, ascending */
+    float *cb;           /* [L][NT][2][C], K before RoPE */
+    int32_t *cb_n;       /* [NT] occurrences, >= 1 */
+    uint8_t *cb_ok;      /* [L][NT][2]: the codebook row all_small (calib_index) */
     uint32_t pemp[256];
     float *inv_freq;     /* [rope_dim/2] */
     int rope_known;
@@ -74,7 +79,23 @@ static inline size_t batch_rows(size_t C)
 
 /* ---- calibration (calib.c, calib_io.c) --------------------------------------- */
 
+/* At most this many codebook rows (distinct calibration tokens) */
+#define SKV_CALIB_ROWS_MAX (1 << 24)
+
 int calib_alloc(skv_calib *c);
+/* The codebook row of token tok (-1: unseen), by binary search of cb_tok */
+int32_t calib_row(const skv_calib *c, int32_t tok);
+/* Whether the (layer, row, k/v) codebook row passes cb_ok (an unseen
+ * token's, row -1, always does: its feature is the mean) */
+static inline int calib_cb_ok(const skv_calib *c, size_t l, int32_t row, size_t kv)
+{
+    return row < 0 || c->cb_ok[(l * c->n_tok + (size_t)row) * 2 + kv];
+}
+/* A row's count (0 for an unseen token, row -1) */
+static inline int32_t calib_count(const skv_calib *c, int32_t row)
+{
+    return row < 0 ? 0 : c->cb_n[row];
+}
 void rope_init(skv_calib *c);
 void compute_id(skv_calib *c);
 int calib_index(skv_calib *c);
@@ -94,6 +115,7 @@ typedef struct {
     size_t n_seq;
     size_t *T;
     int32_t **tok;
+    int32_t **row;   /* per sequence [T]: the token's codebook row (calib_row) */
     float **kv[2];   /* per sequence [L][T][C] */
     uint32_t **bits[2];
 } calib_data;
@@ -141,6 +163,7 @@ typedef enum { CODE_ENCODE, CODE_DECODE, CODE_PREDICT } code_mode;
 typedef struct {
     skv_delta *d;
     const int32_t *tok;
+    int32_t *row;           /* [T] each token's codebook row (-1: unseen), made once */
     size_t T;
     uint8_t *kvb[2];        /* dtype bytes [L][T][C] (encode: input; decode: output) */
     float *kvf[2];          /* exact floats [L][T][C], filled as decoded */

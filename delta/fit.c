@@ -101,7 +101,7 @@ static const float *loo_features(const skv_calib *c, const calib_data *d, size_t
     memcpy(self, row, C * sizeof(float));
     if (kv == 0)
         rope_row(c, self, t, -1);
-    cb_feature(c, (int)l, kv, d->tok[sq][t], t, self, cbf);
+    cb_feature(c, (int)l, kv, d->row[sq][t], t, self, cbf);
     return row;
 }
 
@@ -139,7 +139,7 @@ typedef struct {
  * "seen" means another occurrence exists) */
 static int group_has(const fit_group *g, size_t sq, size_t t)
 {
-    return (size_t)(g->c->cb_n[g->d->tok[sq][t]] > 1) == g->seen;
+    return (size_t)(calib_count(g->c, g->d->row[sq][t]) > 1) == g->seen;
 }
 
 /* 1) the group's weights w by least squares (leave-one-out codebook);

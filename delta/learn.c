@@ -12,6 +12,8 @@ static void data_free(calib_data *d)
     for (size_t i = 0; i < d->n_seq; i++) {
         if (d->tok)
             skv_free(d->tok[i]);
+        if (d->row)
+            skv_free(d->row[i]);
         for (int k = 0; k < 2; k++) {
             if (d->kv[k])
                 skv_free(d->kv[k][i]);
@@ -21,6 +23,7 @@ static void data_free(calib_data *d)
     }
     skv_free(d->T);
     skv_free(d->tok);
+    skv_free(d->row);
     for (int k = 0; k < 2; k++) {
         skv_free(d->kv[k]);
         skv_free(d->bits[k]);
@@ -123,8 +126,9 @@ static int read_seq(const skv_st *kvfile, size_t i, const skv_calib *c, calib_da
         return skv_error(SKV_ERR_NOMEM, "calibration data");
     for (size_t t = 0; t < T; t++) {
         d->tok[i][t] = (int32_t)skv_load32_le((const uint8_t *)s.tokens + 4 * t);
-        if (d->tok[i][t] < 0)
-            return skv_error(SKV_ERR_FORMAT, "sequence %zu: negative token id", i);
+        if (d->tok[i][t] < 0 || d->tok[i][t] == INT32_MAX)
+            return skv_error(SKV_ERR_FORMAT, "sequence %zu: token id %d at %zu outside [0, 2^31 - 1)",
+                             i, d->tok[i][t], t);
         if (d->tok[i][t] > *max_tok)
             *max_tok = d->tok[i][t];
     }
@@ -139,18 +143,20 @@ static int read_seq(const skv_st *kvfile, size_t i, const skv_calib *c, calib_da
 }
 
 /* Every sequence of the KV file into d (data_free it, whether or not this
- * succeeds); the vocabulary grows to hold every token */
+ * succeeds); the vocabulary (an id bound the coder checks, sizing
+ * nothing) grows to hold every token */
 static int read_data(const skv_st *kvfile, size_t n_seq, skv_calib *c, calib_data *d)
 {
     memset(d, 0, sizeof *d);
     d->n_seq = n_seq;
     d->T = skv_calloc(n_seq, sizeof *d->T);
     d->tok = skv_calloc(n_seq, sizeof *d->tok);
+    d->row = skv_calloc(n_seq, sizeof *d->row);
     for (int k = 0; k < 2; k++) {
         d->kv[k] = skv_calloc(n_seq, sizeof *d->kv[k]);
         d->bits[k] = skv_calloc(n_seq, sizeof *d->bits[k]);
     }
-    if (!d->T || !d->tok || !d->kv[0] || !d->kv[1] || !d->bits[0] || !d->bits[1])
+    if (!d->T || !d->tok || !d->row || !d->kv[0] || !d->kv[1] || !d->bits[0] || !d->bits[1])
         return skv_error(SKV_ERR_NOMEM, "calibration data");
     int32_t max_tok = 0;
     for (size_t i = 0; i < n_seq; i++) {
@@ -161,6 +167,46 @@ static int read_data(const skv_st *kvfile, size_t n_seq, skv_calib *c, calib_dat
     if (c->sh.vocab <= max_tok)
         c->sh.vocab = max_tok + 1;
     return SKV_OK;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The codebook's rows: the distinct tokens of d, ascending, into c->cb_tok
+ * (n_tok of them: bounded by the calibration's tokens, not by their ids),
+ * then every position's row into d->row; allocates the calibration */
+static int codebook_tokens(skv_calib *c, calib_data *d)
+{
+    size_t tot = 0;
+    for (size_t i = 0; i < d->n_seq; i++)
+        tot += d->T[i];
+    if (tot == 0)
+        return skv_error(SKV_ERR_ARG, "calibration data holds no tokens");
+    int32_t *u = skv_malloc(tot * sizeof *u);
+    if (!u)
+        return skv_error(SKV_ERR_NOMEM, "calibration (%zu tokens)", tot);
+    for (size_t i = 0, n = 0; i < d->n_seq; n += d->T[i], i++)
+        memcpy(u + n, d->tok[i], d->T[i] * sizeof *u);
+    qsort(u, tot, sizeof *u, cmp_i32);
+    size_t nt = 1;
+    for (size_t j = 1; j < tot; j++)
+        if (u[j] != u[nt - 1])
+            u[nt++] = u[j];
+    c->n_tok = nt;
+    int rc = calib_alloc(c);
+    if (!rc)
+        memcpy(c->cb_tok, u, nt * sizeof *u);
+    skv_free(u);
+    for (size_t i = 0; i < d->n_seq && !rc; i++) {
+        if (!(d->row[i] = skv_malloc((d->T[i] ? d->T[i] : 1) * sizeof *d->row[i])))
+            return skv_error(SKV_ERR_NOMEM, "calibration data");
+        for (size_t t = 0; t < d->T[i]; t++)
+            d->row[i][t] = calib_row(c, d->tok[i][t]);
+    }
+    return rc;
 }
 
 /* means, codebook sums, p_emp; then the means and codebook rows divided
@@ -182,7 +228,7 @@ static int means_and_codebook(skv_calib *c, const calib_data *d)
                     memcpy(row, x, C * sizeof(float));
                     if (k == 0)
                         rope_row(c, row, t, -1);
-                    float *e = c->cb + ((l * (size_t)c->sh.vocab + (size_t)d->tok[i][t]) * 2 + (size_t)k) * C;
+                    float *e = c->cb + ((l * c->n_tok + (size_t)d->row[i][t]) * 2 + (size_t)k) * C;
                     float *mn = c->mean + (l * 2 + (size_t)k) * C;
                     for (size_t ch = 0; ch < C; ch++) {
                         e[ch] += row[ch];
@@ -191,16 +237,15 @@ static int means_and_codebook(skv_calib *c, const calib_data *d)
                     }
                 }
         for (size_t t = 0; t < T; t++)
-            c->cb_n[d->tok[i][t]]++;
+            c->cb_n[d->row[i][t]]++;
         skv_free(row);
     }
     for (size_t j = 0; j < L * 2 * C; j++)
         c->mean[j] = tot ? c->mean[j] / (float)tot : 0.0f;
     for (size_t l = 0; l < L; l++)
-        for (size_t v = 0; v < (size_t)c->sh.vocab; v++)
+        for (size_t v = 0; v < c->n_tok; v++)
             for (size_t j = 0; j < 2 * C; j++)
-                if (c->cb_n[v])
-                    c->cb[(l * (size_t)c->sh.vocab + v) * 2 * C + j] /= (float)c->cb_n[v];
+                c->cb[(l * c->n_tok + v) * 2 * C + j] /= (float)c->cb_n[v];
     return SKV_OK;
 }
 
@@ -293,7 +338,7 @@ int skv_calib_learn(const skv_st *kvfile, const skv_calib_opts *opts, skv_calib 
     calib_data d;
     rc = read_data(kvfile, n_seq, c, &d);
     if (!rc)
-        rc = calib_alloc(c);
+        rc = codebook_tokens(c, &d);
     if (rc)
         goto fail;
     rope_init(c);

@@ -5,20 +5,21 @@
 
 #include "rope.h"
 
-/* Codebook feature row for (l, kv, token, position): C floats into out.
- * `loo` removes one occurrence (the value `self`, pre-RoPE for K) for
+/* Codebook feature row for (l, kv, token's codebook row, position): C
+ * floats into out; row -1 (an unseen token) gives the mean. A non-NULL
+ * `self` removes one occurrence (that value, pre-RoPE for K) for
  * leave-one-out fitting. */
-static inline void cb_feature_sc(const skv_calib *c, int l, int kv, int32_t tok, size_t pos,
+static inline void cb_feature_sc(const skv_calib *c, int l, int kv, int32_t row, size_t pos,
                           const float *self, const float *sc, const float *cs, float *out)
 {
     const size_t C = chan_count(&c->sh);
     const float *mean = c->mean + ((size_t)l * 2 + kv) * C;
-    int32_t n = c->cb_n[tok];
+    int32_t n = calib_count(c, row);
     if (n - (self ? 1 : 0) <= 0) {
         memcpy(out, mean, C * sizeof(float));
         return;
     }
-    const float *e = c->cb + (((size_t)l * c->sh.vocab + (size_t)tok) * 2 + kv) * C;
+    const float *e = c->cb + (((size_t)l * c->n_tok + (size_t)row) * 2 + kv) * C;
     if (kv == 0 && cs && !self) { /* rotated straight from the codebook */
         rope_row_cs(c, e, cs, out);
         return;
@@ -33,10 +34,10 @@ static inline void cb_feature_sc(const skv_calib *c, int l, int kv, int32_t tok,
         rope_row_sc(c, out, pos, +1, sc);
 }
 
-static inline void cb_feature(const skv_calib *c, int l, int kv, int32_t tok, size_t pos,
+static inline void cb_feature(const skv_calib *c, int l, int kv, int32_t row, size_t pos,
                        const float *self, float *out)
 {
-    cb_feature_sc(c, l, kv, tok, pos, self, NULL, NULL, out);
+    cb_feature_sc(c, l, kv, row, pos, self, NULL, NULL, out);
 }
 
 static inline float predict(const float *w, float fm, float fp, float fc, float fmean)

@@ -24,10 +24,14 @@ static int code_seq(seq_ctx *q, size_t chunk)
     skv_kvcache *cache = NULL;
     for (int kv = 0; kv < 2; kv++)
         q->kvf[kv] = skv_malloc((L * T * C > 0 ? L * T * C : 1) * sizeof(float));
-    if (!q->kvf[0] || !q->kvf[1]) {
+    /* each token's codebook row, looked up once for every layer's stream */
+    q->row = skv_malloc((T ? T : 1) * sizeof *q->row);
+    if (!q->kvf[0] || !q->kvf[1] || !q->row) {
         rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
         goto done;
     }
+    for (size_t t = 0; t < T; t++)
+        q->row[t] = calib_row(c, q->tok[t]);
     /* the codebook feature's RoPE angles, once per position rather than
      * per layer (stat's constant rows seldom need them) */
     if (c->rope_known && T && (d->level != SEQKV_STAT || d->plain)) {
@@ -96,6 +100,8 @@ done:
     skv_free(pre[1]);
     skv_free(q->kvf[0]);
     skv_free(q->kvf[1]);
+    skv_free(q->row);
+    q->row = NULL;
     skv_free(q->rope_sc);
     skv_free(q->rope_cs);
     q->rope_sc = q->rope_cs = NULL;

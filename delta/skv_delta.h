@@ -36,8 +36,9 @@ extern "C" {
 
 /* The coder takes every level of seqkv_level.h but SEQKV_RAW. */
 
-/* Calibration files this build writes; it reads 1 and 2 (1: no atoms). */
-#define SKV_CALIB_VERSION 2
+/* Calibration files this build writes (a sparse codebook); it reads 1, 2
+ * and 3 (1: no atoms; 1 and 2: a dense codebook). */
+#define SKV_CALIB_VERSION 3
 
 /* Shape and RoPE of the KV a calibration describes. */
 typedef struct {

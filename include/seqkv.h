@@ -34,6 +34,11 @@ extern "C" {
 #define SEQKV_PATH_MAX 1023        /* model path in a profile */
 #define SEQKV_CHUNK_DEFAULT 256
 #define SEQKV_CHUNK_MAX 4096
+/* A profile without a model takes token ids in [0, vocab): vocab is its
+ * setting, by default this many (a real vocabulary fits: 150k, 256k),
+ * at most SEQKV_VOCAB_MAX */
+#define SEQKV_VOCAB_DEFAULT (1 << 20)
+#define SEQKV_VOCAB_MAX 2147483647
 #define SEQKV_MAX_TOKENS (1u << 20) /* tokens per put/get */
 #define SEQKV_SHARED_TENANT "@shared" /* the opt-in shared namespace */
 
@@ -91,6 +96,9 @@ typedef struct {
     int rope_half;         /* 1: HF half layout, 0: llama2.c pairs */
     int chunk;             /* tokens per chunk (0: SEQKV_CHUNK_DEFAULT) */
     seqkv_level level;     /* level new chunks are coded at */
+    int vocab;             /* token ids are in [0, vocab): the model's vocabulary with a
+                              model (0 takes it), else 1..SEQKV_VOCAB_MAX (0:
+                              SEQKV_VOCAB_DEFAULT); may change like level */
     char model[SEQKV_PATH_MAX + 1]; /* checkpoint ("" none): spec, full,
                                        surprisal of the probabilistic trie */
     /* set by the store */

@@ -58,7 +58,7 @@ int seqkv_client_profile_set(seqkv_client *c, const char *name, const char *cons
 
 typedef struct {
     char name[64];
-    int layers, kv_heads, head_dim, chunk, rope_dim, rope_half, calibrated;
+    int layers, kv_heads, head_dim, chunk, rope_dim, rope_half, calibrated, vocab;
     char dtype[8], level[8];
     double rope_theta;
     size_t token_bytes; /* bytes of one token's KV (every layer, K and V) */

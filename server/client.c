@@ -505,6 +505,7 @@ int seqkv_client_profile_get(seqkv_client *c, const char *name, seqkv_client_pro
         INT_FIELD(rope_dim)
         INT_FIELD(rope_half)
         INT_FIELD(calibrated)
+        INT_FIELD(vocab)
 #undef INT_FIELD
         if (strcmp(k->str, "token_bytes") == 0)
             out->token_bytes = (size_t)iv;

@@ -281,7 +281,7 @@ static void profile_reply(srv_job *j, const seqkv_profile *p)
     char hex[65];
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", p->id[i]);
-    skv_rbuf_map(r, j->proto, 14);
+    skv_rbuf_map(r, j->proto, 15);
     skv_rbuf_bulk_str(r, "name");
     skv_rbuf_bulk_str(r, p->name);
     skv_rbuf_bulk_str(r, "layers");
@@ -302,6 +302,8 @@ static void profile_reply(srv_job *j, const seqkv_profile *p)
     skv_rbuf_int(r, p->rope_half);
     skv_rbuf_bulk_str(r, "chunk");
     skv_rbuf_int(r, p->chunk);
+    skv_rbuf_bulk_str(r, "vocab");
+    skv_rbuf_int(r, p->vocab);
     skv_rbuf_bulk_str(r, "model");
     skv_rbuf_bulk_str(r, p->model);
     skv_rbuf_bulk_str(r, "calibrated");
@@ -386,10 +388,16 @@ static int profile_key(srv_job *j, size_t i, profile_req *q)
             return -1;
         }
         want->chunk = (int)x;
+    } else if (arg_is(j, i, "vocab")) {
+        if (parse_ll((const uint8_t *)v, vl, 1, SEQKV_VOCAB_MAX, &x)) {
+            err_reply(j, "ERR", "vocab wants an integer in [1, %d]", SEQKV_VOCAB_MAX);
+            return -1;
+        }
+        want->vocab = (int)x;
     } else {
         err_reply(j, "ERR",
                   "unknown profile key '%.40s' (model, layers, kv_heads, head_dim, dtype, "
-                  "level, rope_theta, rope_dim, rope_half, chunk)",
+                  "level, rope_theta, rope_dim, rope_half, chunk, vocab)",
                   j->cmd.argv[i]);
         return -1;
     }
@@ -407,7 +415,8 @@ static void profile_saved(skv_server *s, srv_job *j, int rc)
 }
 
 /* The existing profile cur asked for again: the same shape, dtype, RoPE
- * and chunk or a SHAPE error; a new level or model from admins only. */
+ * and chunk or a SHAPE error; a new level, vocab or model from admins
+ * only. */
 static void profile_change(skv_server *s, srv_job *j, const char *name, const profile_req *q,
                            seqkv_profile *cur)
 {
@@ -425,11 +434,12 @@ static void profile_change(skv_server *s, srv_job *j, const char *name, const pr
                   name);
         return;
     }
-    if (!q->have_level && !q->have_model) {
+    const int new_vocab = want->vocab && want->vocab != cur->vocab;
+    if (!q->have_level && !q->have_model && !new_vocab) {
         skv_rbuf_simple(&j->reply, "OK");
         return;
     }
-    if ((q->have_level && want->level == cur->level) && !q->have_model) {
+    if ((!q->have_level || want->level == cur->level) && !q->have_model && !new_vocab) {
         skv_rbuf_simple(&j->reply, "OK");
         return;
     }
@@ -440,8 +450,12 @@ static void profile_change(skv_server *s, srv_job *j, const char *name, const pr
     }
     if (q->have_level)
         cur->level = want->level;
-    if (q->have_model)
+    if (q->have_model) {
         memcpy(cur->model, want->model, sizeof cur->model);
+        cur->vocab = 0; /* the new model's, unless given */
+    }
+    if (want->vocab)
+        cur->vocab = want->vocab;
     profile_saved(s, j, seqkv_profile_set(s->db, cur));
 }
 

@@ -238,18 +238,22 @@ static int put_check(seqkv *db, const seqkv_put_req *req, prof_ent **out)
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0)
             return skv_error(SKV_ERR_ARG, "negative token id at %zu", i);
+    /* token ids are bounded by the profile: by its model's vocabulary,
+     * else by its vocab setting */
+    int vocab = pe->p.vocab > 0 ? pe->p.vocab : SEQKV_VOCAB_DEFAULT;
+    const char *what = "the profile's vocab bound";
     if (pe->p.model[0]) {
-        /* a profile with a model knows its vocabulary, at every level */
         skv_model *mm;
         int rc = skv_store_profile_model(db, pe, &mm);
         if (rc)
             return rc;
-        const int vocab = skv_model_cfg(mm)->vocab_size;
-        for (size_t i = 0; i < n; i++)
-            if (tokens[i] >= vocab)
-                return skv_error(SKV_ERR_ARG, "token id %d at %zu outside the model's vocabulary (%d)",
-                                 tokens[i], i, vocab);
+        vocab = skv_model_cfg(mm)->vocab_size;
+        what = "the model's vocabulary";
     }
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] >= vocab)
+            return skv_error(SKV_ERR_ARG, "token id %d at %zu outside %s (ids in [0, %d))", tokens[i],
+                             i, what, vocab);
     *out = pe;
     return SKV_OK;
 }

@@ -85,6 +85,7 @@ static void prof_pack(const seqkv_profile *p, uint8_t *b)
     memset(b, 0, PROF_SIZE);
     skv_store32_le(b, PROF_MAGIC);
     skv_store32_le(b + 4, 1);
+    skv_store32_le(b + 8, (uint32_t)p->vocab);
     memcpy(b + 16, p->name, strnlen(p->name, SEQKV_NAME_MAX));
     uint8_t *q = b + 80;
     int32_t f[10] = {p->layers, p->kv_heads, p->head_dim, (int32_t)p->dtype,
@@ -119,6 +120,13 @@ static int prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
     memcpy(p->calib_id, b + 120, 16);
     memcpy(p->id, b + 136, 32);
     memcpy(p->model, b + 168, SEQKV_PATH_MAX);
+    /* (a record from before the setting holds 0: the default bound, or
+     * the model's) */
+    p->vocab = (int)skv_load32_le(b + 8);
+    if (p->vocab == 0 && !p->model[0])
+        p->vocab = SEQKV_VOCAB_DEFAULT;
+    if (p->vocab < 0)
+        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
     if (p->layers <= 0 || p->kv_heads <= 0 || p->head_dim <= 0 || p->chunk <= 0 ||
         p->chunk > SEQKV_CHUNK_MAX || (unsigned)p->level >= SEQKV_LEVELS)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
@@ -746,10 +754,20 @@ int seqkv_profile_set(seqkv *db, seqkv_profile *p)
             q.rope_half = c->rope_layout == SKV_ROPE_HALF;
         }
         int bad = q.layers != c->n_layers || q.kv_heads != c->n_kv_heads || q.head_dim != c->head_dim;
+        const int mv = c->vocab_size;
         skv_model_free(m);
         if (bad)
             return skv_error(SKV_ERR_SHAPE, "model %s does not have the profile's shape", q.model);
+        if (q.vocab && q.vocab != mv)
+            return skv_error(SKV_ERR_ARG, "vocab %d: the model %s has a vocabulary of %d", q.vocab,
+                             q.model, mv);
+        q.vocab = mv;
     }
+    if (q.vocab < 0)
+        return skv_error(SKV_ERR_ARG, "vocab must be 1..%d token ids (0: %d)", SEQKV_VOCAB_MAX,
+                         SEQKV_VOCAB_DEFAULT);
+    if (!q.vocab)
+        q.vocab = SEQKV_VOCAB_DEFAULT;
     if (q.layers <= 0 || q.kv_heads <= 0 || q.head_dim <= 0 || q.layers > 4096 ||
         q.kv_heads > 4096 || q.head_dim > 4096)
         return skv_error(SKV_ERR_ARG, "profile %s needs layers, kv_heads and head_dim (or a model)",

@@ -25,7 +25,7 @@ for _ in $(seq 100); do [ -S "$sock" ] && cli PING >/dev/null 2>&1 && break; sle
 
 [ "$(cli PING)" = PONG ] && ok || bad "PING"
 [ "$(stat -c %a "$sock")" = 600 ] && ok || bad "socket mode is $(stat -c %a "$sock")"
-[ "$(cli KV.PROFILE SET tiny layers 1 kv_heads 1 head_dim 4 dtype fp32)" = OK ] && ok ||
+[ "$(cli KV.PROFILE SET tiny layers 1 kv_heads 1 head_dim 4 dtype fp32 vocab 2147483647)" = OK ] && ok ||
     bad "KV.PROFILE SET"
 cli KV.PROFILE GET tiny | grep -qx fp32 && ok || bad "KV.PROFILE GET shows the dtype"
 # two tokens, 0x41414141 and 0x42424242 as little-endian u32: "AAAABBBB";

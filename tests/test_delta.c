@@ -491,13 +491,13 @@ Test(delta, fast_prediction_paths_give_the_plain_paths_bytes)
     skv_model_free(m);
 }
 
-/* A version 1 calibration file (no atoms) and the coded files made with it
- * by the build that wrote them (tests/fuzz/corpus) still load, decode, and
- * re-encode to the same bytes. */
-Test(delta, version_1_calibration_and_its_coded_files_still_decode_and_re_encode)
+/* An old calibration file (cal) and the coded files made with it by the
+ * build that wrote them (tests/fuzz/corpus) still load, with their ids,
+ * are written back unchanged, decode, and re-encode to the same bytes. */
+static void old_calibration_case(const char *cal, const char *names[2])
 {
     char p[1024];
-    snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_calib/tiny_bf16.cal", tu_source_root());
+    snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_calib/%s", tu_source_root(), cal);
     skv_calib *c;
     cr_assert_eq(skv_calib_load(p, &c), 0, "%s", skv_error_detail());
     uint8_t *img;
@@ -506,10 +506,9 @@ Test(delta, version_1_calibration_and_its_coded_files_still_decode_and_re_encode
     size_t flen;
     uint8_t *file = tu_read(p, &flen);
     cr_assert_eq(ilen, flen);
-    cr_assert_eq(memcmp(img, file, flen), 0, "a version 1 file is written back unchanged");
+    cr_assert_eq(memcmp(img, file, flen), 0, "%s is written back unchanged", cal);
     free(file);
     skv_free(img);
-    const char *names[2] = {"tiny_stat.skv", "tiny_ctx.skv"};
     for (int f = 0; f < 2; f++) {
         snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_coded/%s", tu_source_root(), names[f]);
         size_t len;
@@ -517,7 +516,7 @@ Test(delta, version_1_calibration_and_its_coded_files_still_decode_and_re_encode
         cr_assert_not_null(buf, "%s", p);
         skv_coded_info ci;
         cr_assert_eq(skv_coded_read_header(buf, len, &ci), 0);
-        cr_assert_eq(memcmp(ci.calib_id, skv_calib_id(c), 16), 0);
+        cr_assert_eq(memcmp(ci.calib_id, skv_calib_id(c), 16), 0, "%s: the same calibration id", names[f]);
         skv_delta *d;
         cr_assert_eq(skv_delta_create(c, ci.level, NULL, NULL, &d), 0, "%s", skv_error_detail());
         const skv_kvshape *sh = skv_calib_shape(c);
@@ -550,8 +549,87 @@ Test(delta, version_1_calibration_and_its_coded_files_still_decode_and_re_encode
     skv_calib_free(c);
 }
 
+Test(delta, version_1_calibration_and_its_coded_files_still_decode_and_re_encode)
+{
+    const char *names[2] = {"tiny_stat.skv", "tiny_ctx.skv"};
+    old_calibration_case("tiny_bf16.cal", names);
+}
+
+/* A dense version 2 file (atoms) loads into the sparse codebook with its
+ * id; the bytes coded with it by the build before version 3 (tiny_v2_*)
+ * are the bytes it codes now. */
+Test(delta, dense_version_2_calibration_keeps_its_id_and_codes_the_same_bytes)
+{
+    const char *names[2] = {"tiny_v2_stat.skv", "tiny_v2_ctx.skv"};
+    old_calibration_case("tiny_bf16_v2_atoms.cal", names);
+}
+
+/* A learned calibration is version 3: its codebook holds rows for the
+ * distinct tokens seen only (ids far apart), written with their ids; the
+ * file round-trips with the same id and codes the same bytes. */
+Test(delta, sparse_version_3_calibration_round_trips_with_rows_for_seen_tokens_only)
+{
+    skv_model *m = random_model();
+    kvset cal = {0};
+    make_kv(m, 4, 32, 7, SKV_DT_BF16, &cal);
+    for (size_t i = 0; i < cal.n; i++)
+        for (size_t t = 0; t < cal.T[i]; t++)
+            cal.tok[i][t] = cal.tok[i][t] * 10000000 + 3;
+    uint8_t *buf;
+    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_calib *c, *c2;
+    skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    uint8_t *img;
+    size_t ilen;
+    cr_assert_eq(skv_calib_serialize(c, &img, &ilen), 0);
+    skv_st *cs;
+    cr_assert_eq(skv_st_parse(img, ilen, &cs), 0);
+    cr_assert_str_eq(skv_st_meta(cs, "seqkv.calib_version"), "3");
+    const skv_tensor *tk = skv_st_find(cs, "codebook.tokens"), *cb = skv_st_find(cs, "codebook");
+    cr_assert_not_null(tk);
+    cr_assert_leq(tk->nelem, 4 * 32, "at most a row per calibration token");
+    cr_assert_eq((size_t)cb->shape[1], tk->nelem);
+    for (size_t r = 0; r < tk->nelem; r++)
+        cr_assert_eq((int32_t)skv_load32_le(tk->data + 4 * r) % 10000000, 3);
+    cr_assert_eq(skv_calib_parse(img, ilen, &c2), 0, "%s", skv_error_detail());
+    cr_assert_eq(memcmp(skv_calib_id(c), skv_calib_id(c2), 16), 0, "same content, same id");
+    uint8_t *img2;
+    size_t ilen2;
+    cr_assert_eq(skv_calib_serialize(c2, &img2, &ilen2), 0);
+    cr_assert(ilen2 == ilen && memcmp(img, img2, ilen) == 0, "written back unchanged");
+    kvset t = {0};
+    make_kv(m, 1, 32, 99, SKV_DT_BF16, &t);
+    for (size_t i = 0; i < t.T[0]; i++)
+        t.tok[0][i] = t.tok[0][i] * 10000000 + 3;
+    for (int lv = SEQKV_STAT; lv <= SEQKV_CTX; lv++) {
+        skv_streams e1 = {0}, e2 = {0};
+        skv_delta *d1, *d2;
+        cr_assert_eq(skv_delta_create(c, (seqkv_level)lv, NULL, NULL, &d1), 0);
+        cr_assert_eq(skv_delta_create(c2, (seqkv_level)lv, NULL, NULL, &d2), 0);
+        cr_assert_eq(skv_delta_encode(d1, t.tok[0], t.T[0], t.k[0], t.v[0], 16, &e1), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_delta_encode(d2, t.tok[0], t.T[0], t.k[0], t.v[0], 16, &e2), 0);
+        cr_assert(e1.len == e2.len && memcmp(e1.data, e2.data, e1.len) == 0, "the same coded bytes");
+        cr_assert_lt(round_trip(c2, (seqkv_level)lv, m, &t, SKV_DT_BF16, 16), 16.0);
+        skv_streams_free(&e1);
+        skv_streams_free(&e2);
+        skv_delta_free(d1);
+        skv_delta_free(d2);
+    }
+    skv_st_free(cs);
+    skv_free(img);
+    skv_free(img2);
+    skv_calib_free(c);
+    skv_calib_free(c2);
+    skv_st_free(st);
+    free(buf);
+    free_kv(&cal);
+    free_kv(&t);
+    skv_model_free(m);
+}
+
 /* stat learns atoms where values repeat exactly: layer 0's V is a function
- * of the token. They are saved (calibration version 2), reload with the
+ * of the token. They are saved (calibration version 3), reload with the
  * same id, and make stat's layer-0 V far cheaper than the mixture alone. */
 Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
 {
@@ -569,7 +647,7 @@ Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
     cr_assert_eq(skv_calib_serialize(c, &img, &ilen), 0);
     skv_st *cs;
     cr_assert_eq(skv_st_parse(img, ilen, &cs), 0);
-    cr_assert_str_eq(skv_st_meta(cs, "seqkv.calib_version"), "2");
+    cr_assert_str_eq(skv_st_meta(cs, "seqkv.calib_version"), "3");
     const skv_tensor *av = skv_st_find(cs, "atoms.value"), *lam = skv_st_find(cs, "atoms.lambda");
     cr_assert_not_null(av);
     cr_assert_not_null(lam);

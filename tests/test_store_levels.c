@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 
 #include "seqkv.h"
 #include "skv_delta.h"
@@ -306,4 +308,91 @@ Test(store, near_duplicates_coded_against_a_centroid_round_trip, .timeout = 120)
 Test(store, stories260k_near_duplicates_are_coded_against_their_centroid, .timeout = 120)
 {
     centroid_case(1, SEQKV_CTX);
+}
+
+/* A profile without a model whose tenants put ids spread over [0, 2^31 - 1)
+ * (vocab at its maximum): the calibration's codebook holds the tokens
+ * seen, so its memory follows the calibration data, not the largest id.
+ * Measured in a forked child (ru_maxrss of this process alone), then the
+ * calibration codes new sequences with those ids and they come back
+ * bit-exactly. Exit codes: 0 ok, 1.. the failing step. */
+static int spread_ids_child(const char *tmp, long *grew_kib)
+{
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(tu_path(tmp, "db"), NULL);
+    seqkv_profile p;
+    su_profile(&tm, "p", 64, SEQKV_CTX, 0, &p);
+    p.vocab = SEQKV_VOCAB_MAX;
+    if (seqkv_profile_set(db, &p))
+        return 1;
+    enum { NS = 32, T = 256 };
+    su_seq s[NS];
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < NS; i++) {
+        su_seq_make(&tm, NULL, 0, T, (uint64_t)i + 1, &s[i]);
+        for (size_t t = 0; t < T; t++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            s[i].tok[t] = (int32_t)((x >> 33) % (uint64_t)SEQKV_VOCAB_MAX);
+        }
+        seqkv_put_result r;
+        if (seqkv_put(db, "t", "p", s[i].tok, s[i].n, s[i].kv, s[i].kv_len, NULL, &r))
+            return 2;
+    }
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
+    if (seqkv_calibrate(db, "p", NS)) {
+        fprintf(stderr, "calibrate: %s\n", skv_error_detail());
+        return 3;
+    }
+    getrusage(RUSAGE_SELF, &ru1);
+    *grew_kib = ru1.ru_maxrss - ru0.ru_maxrss;
+    /* new tenant: coded at ctx with the new calibration, back bit-exactly */
+    for (int i = 0; i < NS; i++) {
+        seqkv_put_result r;
+        if (seqkv_put(db, "u", "p", s[i].tok, s[i].n, s[i].kv, s[i].kv_len, NULL, &r) ||
+            r.new_tokens != T)
+            return 4;
+        uint8_t *out = malloc(s[i].kv_len);
+        size_t got = 0;
+        int rc = seqkv_get(db, "u", "p", s[i].tok, s[i].n, 0, out, s[i].kv_len, &got);
+        int same = rc == 0 && got == T && memcmp(out, s[i].kv, s[i].kv_len) == 0;
+        free(out);
+        if (!same)
+            return 5;
+    }
+    seqkv_stats st = stats(db, "u");
+    if (st.level_tokens[SEQKV_CTX] != (uint64_t)NS * T)
+        return 6;
+    for (int i = 0; i < NS; i++)
+        su_seq_free(&s[i]);
+    seqkv_close(db);
+    su_model_free(&tm);
+    return 0;
+}
+
+Test(store, calibration_of_ids_spread_over_2_31_has_bounded_memory_and_round_trips,
+     .timeout = 300)
+{
+    const char *tmp = tu_tmpdir();
+    int fd[2];
+    cr_assert_eq(pipe(fd), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        long grew = -1;
+        int code = spread_ids_child(tmp, &grew);
+        ssize_t w = write(fd[1], &grew, sizeof grew);
+        _exit(w == (ssize_t)sizeof grew ? code : 10);
+    }
+    long grew = -1;
+    cr_assert_eq(read(fd[0], &grew, sizeof grew), (ssize_t)sizeof grew);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "child died");
+    cr_assert_eq(WEXITSTATUS(status), 0, "child failed at step %d", WEXITSTATUS(status));
+    cr_log_info("peak RSS grew %ld KiB over seqkv_calibrate (ids over [0, 2^31 - 1))", grew);
+    cr_assert_lt(grew, 256L * 1024, "calibration grew peak RSS by %ld KiB", grew);
+    close(fd[0]);
+    close(fd[1]);
 }

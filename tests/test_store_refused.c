@@ -226,3 +226,58 @@ Test(store, a_newer_format_version_refuses_to_open, .timeout = 60)
     su_seq_free(&a);
     su_model_free(&tm);
 }
+
+/* ---- the vocab bound on token ids ----------------------------------------------------- */
+
+Test(store, token_ids_at_or_above_the_profile_vocab_are_refused_and_vocab_survives_a_reopen,
+     .timeout = 120)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(dir, NULL);
+    seqkv_profile p;
+    su_profile(&tm, "p", CHUNK, SEQKV_RAW, 0, &p);
+    p.vocab = 1000;
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(p.vocab, 1000);
+    su_seq a;
+    su_seq_make(&tm, NULL, 0, 30, 1, &a);
+    for (size_t i = 0; i < a.n; i++)
+        a.tok[i] = (int32_t)((i * 37) % 1000);
+    seqkv_put_result r;
+    a.tok[5] = 1000;
+    cr_assert_eq(seqkv_put(db, "t", "p", a.tok, a.n, a.kv, a.kv_len, NULL, &r), SKV_ERR_ARG);
+    cr_assert(strstr(skv_error_detail(), "token id 1000 at 5") && strstr(skv_error_detail(), "1000)"),
+              "%s", skv_error_detail());
+    a.tok[5] = 2147483647;
+    cr_assert_eq(seqkv_put(db, "t", "p", a.tok, a.n, a.kv, a.kv_len, NULL, &r), SKV_ERR_ARG);
+    cr_assert_eq(stats(db, NULL).tokens, 0, "nothing stored");
+    a.tok[5] = 999;
+    cr_assert_eq(seqkv_put(db, "t", "p", a.tok, a.n, a.kv, a.kv_len, NULL, &r), 0, "%s",
+                 skv_error_detail());
+    cr_assert_eq(r.new_tokens, 30);
+    seqkv_close(db);
+    db = open_store(dir, NULL);
+    seqkv_profile q;
+    cr_assert_eq(seqkv_profile_get(db, "p", &q), 0);
+    cr_assert_eq(q.vocab, 1000, "vocab survives a reopen");
+    /* 0 is the default; the maximum is 2^31 - 1; a model's vocabulary rules */
+    p.vocab = 0;
+    cr_assert_eq(seqkv_profile_set(db, &p), 0);
+    cr_assert_eq(p.vocab, SEQKV_VOCAB_DEFAULT);
+    p.vocab = SEQKV_VOCAB_MAX;
+    cr_assert_eq(seqkv_profile_set(db, &p), 0);
+    cr_assert_eq(seqkv_profile_get(db, "p", &q), 0);
+    cr_assert_eq(q.vocab, SEQKV_VOCAB_MAX);
+    p.vocab = -1;
+    cr_assert_eq(seqkv_profile_set(db, &p), SKV_ERR_ARG);
+    su_profile(&tm, "m", CHUNK, SEQKV_RAW, 1, &p);
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(p.vocab, tm.c->vocab_size, "a model's profile takes its vocabulary");
+    p.vocab = tm.c->vocab_size + 1;
+    cr_assert_eq(seqkv_profile_set(db, &p), SKV_ERR_ARG);
+    seqkv_close(db);
+    su_seq_free(&a);
+    su_model_free(&tm);
+}
