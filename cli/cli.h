@@ -7,8 +7,14 @@
 #include "skv_model.h"
 #include "skv_tensor.h"
 
-/* Print "seqkv: <what>: <strerror> (<detail>)" to stderr; returns 1. */
+/* Print "seqkv: <what>: <strerror> (<detail>)" to stderr, one line;
+ * returns 1. With cli_verbose the line ends with the code's name and, in
+ * debug builds, where in the source the error was detected:
+ * " [SKV_ERR_IO at weights.c:503]". */
 int cli_fail(int rc, const char *what);
+/* Set by `seqkv --verbose CMD ...` or SEQKV_VERBOSE=1 (not 0/empty). */
+extern int cli_verbose;
+void cli_verbose_init(void);
 /* Print a usage error and a pointer to --help; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Strict number parsing; 0 on success. */

@@ -9,13 +9,27 @@
 
 #include "cli.h"
 
+int cli_verbose;
+
+void cli_verbose_init(void)
+{
+    const char *e = getenv("SEQKV_VERBOSE");
+    if (e && *e && strcmp(e, "0") != 0)
+        cli_verbose = 1;
+}
+
 int cli_fail(int rc, const char *what)
 {
     const char *d = skv_error_detail();
+    fprintf(stderr, "seqkv: %s: %s", what, skv_strerror(rc));
     if (d && *d)
-        fprintf(stderr, "seqkv: %s: %s (%s)\n", what, skv_strerror(rc), d);
-    else
-        fprintf(stderr, "seqkv: %s: %s\n", what, skv_strerror(rc));
+        fprintf(stderr, " (%s)", d);
+    if (cli_verbose) {
+        const char *name = skv_error_name(rc), *where = skv_error_where();
+        fprintf(stderr, " [%s%s%s]", name ? name : "?", where && *where ? " at " : "",
+                where ? where : "");
+    }
+    fputc('\n', stderr);
     return 1;
 }
 

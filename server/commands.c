@@ -54,11 +54,15 @@ static void store_err(skv_server *s, srv_job *j, int rc, const char *what)
     case SKV_ERR_TOO_LARGE: code = "TOOLARGE"; break;
     default: break;
     }
-    const char *d = skv_error_detail();
+    const char *d = skv_error_detail(), *where = skv_error_where();
     if (d && *d)
         err_reply(j, code, "%s: %s (%s)", what, skv_strerror(rc), d);
     else
         err_reply(j, code, "%s: %s", what, skv_strerror(rc));
+    /* the log, not the reply, says where in the source it arose */
+    srv_log(s, "%s (tenant %s): %s (%s)%s%s%s", what,
+            j->tenant >= 0 ? tenant_name(s, j) : "-", skv_strerror(rc), d ? d : "",
+            where && *where ? " [" : "", where ? where : "", where && *where ? "]" : "");
     if (j->tenant >= 0) {
         pthread_mutex_lock(&s->smu);
         s->ts[j->tenant].errors++;
