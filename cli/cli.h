@@ -36,9 +36,13 @@ typedef struct {
     size_t n;
     int32_t **seq;
     size_t *len;
+    size_t *line; /* 1-based line of the file each sequence is on */
 } cli_tokens;
 int cli_tokens_read(const char *path, int vocab, cli_tokens *out);
 void cli_tokens_free(cli_tokens *t);
+/* SKV_ERR_TOO_LARGE, naming the line, when a sequence is longer than the
+ * max_pos positions a model takes (its max_seq); else 0. */
+int cli_tokens_fit(const cli_tokens *t, const char *path, int max_pos);
 
 /* Subcommand dispatch: argv[1] names one of subs (called with argc - 1,
  * argv + 1); no name or --help prints usage (to stderr with status 2 when

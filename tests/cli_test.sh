@@ -205,10 +205,10 @@ if [ -r "$models/stories260K.bin" ]; then
     "$bin" model kv --model "$m" --tokens "$tmp/q4x100.txt" --dtype bf16 --out "$tmp/q4x100.kv" --quiet
     cmp -s "$tmp/gn.kv" "$tmp/q4x100.kv" && ok || bad "get --n 100 differs from model kv of the 100-token prefixes"
     expect_rc 1 "get of a line with nothing cached" "$bin" get --db "$db" --profile stories260K --tokens "$tmp/q.txt" --out "$tmp/gx.kv"
-    grep -q "sequence 3: nothing cached" "$tmp/err" && ok || bad "get names the uncached line: $(cat "$tmp/err")"
+    grep -q "line 4: nothing cached" "$tmp/err" && ok || bad "get names the uncached line: $(cat "$tmp/err")"
     [ ! -e "$tmp/gx.kv" ] && ok || bad "no output file when a line is not cached"
     expect_rc 1 "get --n past the cached prefix" "$bin" get --db "$db" --profile stories260K --tokens "$tmp/qdiv.txt" --n 160 --out "$tmp/gx.kv"
-    grep -q "sequence 0: only 150 of the 160" "$tmp/err" && ok || bad "get --n names what is cached: $(cat "$tmp/err")"
+    grep -q "line 1: only 150 of the 160" "$tmp/err" && ok || bad "get --n names what is cached: $(cat "$tmp/err")"
     expect_rc 1 "lookup of an unknown profile" "$bin" lookup --db "$db" --profile nosuch --tokens "$tmp/s.txt"
     grep -q "no profile named nosuch" "$tmp/err" && ok || bad "unknown profile error: $(cat "$tmp/err")"
     # the same KV again, from the KV file: nothing new is stored
