@@ -446,7 +446,7 @@ int skv_model_load_llama2c_mem(const uint8_t *buf, size_t len, skv_model **out)
         h[i] = (int32_t)skv_load32_le(buf + 4 * i);
     if (!llama2c_header_plausible(h))
         return skv_error(SKV_ERR_FORMAT, NOT_A_MODEL ": its first 28 bytes are no checkpoint "
-                         "header (dim %d, layers %d, heads %d)", h[0], h[2], h[3]);
+                         "header");
     skv_model_config c;
     memset(&c, 0, sizeof c);
     c.arch = SKV_ARCH_LLAMA;

@@ -76,8 +76,8 @@ int skv_mdb_error(int rc, const char *what)
     if (rc == MDB_VERSION_MISMATCH || rc == MDB_INVALID)
         return skv_error(SKV_ERR_FORMAT, "%s: %s", what, mdb_strerror(rc));
     if (rc == ENOSPC || rc == EDQUOT)
-        return skv_error(SKV_ERR_IO, "%s: no space left on device%s (free some, or move the "
-                         "store to a larger disk)", what, rc == EDQUOT ? " (disk quota)" : "");
+        return skv_error(SKV_ERR_IO, "%s: no space left on device (%sfree some, or move the "
+                         "store to a larger disk)", what, rc == EDQUOT ? "disk quota; " : "");
     return skv_error(SKV_ERR_IO, "%s: %s", what, mdb_strerror(rc));
 }
 
