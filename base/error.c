@@ -5,6 +5,7 @@
 #include "skv_base.h"
 
 static __thread char g_detail[1024];
+static __thread char g_where[96];
 
 const char *skv_strerror(int err)
 {
@@ -44,14 +45,13 @@ const char *skv_error_name(int err)
 int skv_error_at(int err, const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
-    int n = 0;
     va_start(ap, fmt);
-    n = vsnprintf(g_detail, sizeof g_detail, fmt, ap);
+    vsnprintf(g_detail, sizeof g_detail, fmt, ap);
     va_end(ap);
-    if (file && n >= 0 && (size_t)n < sizeof g_detail) {
+    g_where[0] = 0;
+    if (file) {
         const char *base = strrchr(file, '/');
-        snprintf(g_detail + n, sizeof g_detail - (size_t)n, " [%s:%d]",
-                 base ? base + 1 : file, line);
+        snprintf(g_where, sizeof g_where, "%s:%d", base ? base + 1 : file, line);
     }
     return err;
 }
@@ -61,7 +61,13 @@ const char *skv_error_detail(void)
     return g_detail;
 }
 
+const char *skv_error_where(void)
+{
+    return g_where;
+}
+
 void skv_error_clear(void)
 {
     g_detail[0] = 0;
+    g_where[0] = 0;
 }

@@ -7,8 +7,14 @@
 #include "skv_model.h"
 #include "skv_tensor.h"
 
-/* Print "seqkv: <what>: <strerror> (<detail>)" to stderr; returns 1. */
+/* Print "seqkv: <what>: <strerror> (<detail>)" to stderr, one line;
+ * returns 1. With cli_verbose the line ends with the code's name and, in
+ * debug builds, where in the source the error was detected:
+ * " [SKV_ERR_IO at weights.c:503]". */
 int cli_fail(int rc, const char *what);
+/* Set by `seqkv --verbose CMD ...` or SEQKV_VERBOSE=1 (not 0/empty). */
+extern int cli_verbose;
+void cli_verbose_init(void);
 /* Print a usage error and a pointer to --help; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Strict number parsing; 0 on success. */
@@ -30,9 +36,13 @@ typedef struct {
     size_t n;
     int32_t **seq;
     size_t *len;
+    size_t *line; /* 1-based line of the file each sequence is on */
 } cli_tokens;
 int cli_tokens_read(const char *path, int vocab, cli_tokens *out);
 void cli_tokens_free(cli_tokens *t);
+/* SKV_ERR_TOO_LARGE, naming the line, when a sequence is longer than the
+ * max_pos positions a model takes (its max_seq); else 0. */
+int cli_tokens_fit(const cli_tokens *t, const char *path, int max_pos);
 
 /* Subcommand dispatch: argv[1] names one of subs (called with argc - 1,
  * argv + 1); no name or --help prints usage (to stderr with status 2 when

@@ -9,13 +9,27 @@
 
 #include "cli.h"
 
+int cli_verbose;
+
+void cli_verbose_init(void)
+{
+    const char *e = getenv("SEQKV_VERBOSE");
+    if (e && *e && strcmp(e, "0") != 0)
+        cli_verbose = 1;
+}
+
 int cli_fail(int rc, const char *what)
 {
     const char *d = skv_error_detail();
+    fprintf(stderr, "seqkv: %s: %s", what, skv_strerror(rc));
     if (d && *d)
-        fprintf(stderr, "seqkv: %s: %s (%s)\n", what, skv_strerror(rc), d);
-    else
-        fprintf(stderr, "seqkv: %s: %s\n", what, skv_strerror(rc));
+        fprintf(stderr, " (%s)", d);
+    if (cli_verbose) {
+        const char *name = skv_error_name(rc), *where = skv_error_where();
+        fprintf(stderr, " [%s%s%s]", name ? name : "?", where && *where ? " at " : "",
+                where ? where : "");
+    }
+    fputc('\n', stderr);
     return 1;
 }
 
@@ -86,6 +100,7 @@ void cli_tokens_free(cli_tokens *t)
         free(t->seq[i]);
     free(t->seq);
     free(t->len);
+    free(t->line);
     memset(t, 0, sizeof *t);
 }
 
@@ -117,7 +132,9 @@ int cli_tokens_read(const char *path, int vocab, cli_tokens *out)
             errno = 0;
             long v = strtol(p, &end, 10);
             if (end == p || errno || (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
-                rc = skv_error(SKV_ERR_FORMAT, "%s:%zu: not a token id near \"%.20s\"", path, lineno, p);
+                int w = (int)strcspn(p, " \t\r\n");
+                rc = skv_error(SKV_ERR_FORMAT, "%s:%zu: \"%.*s\" is not a token id (a decimal number)",
+                               path, lineno, w < 20 ? w : 20, p);
                 break;
             }
             if (v < 0 || v >= vocab) {
@@ -149,15 +166,19 @@ int cli_tokens_read(const char *path, int vocab, cli_tokens *out)
             size_t *l = s ? realloc(out->len, seq_cap * sizeof *l) : NULL;
             if (s)
                 out->seq = s;
-            if (!s || !l) {
+            if (l)
+                out->len = l;
+            size_t *ln = l ? realloc(out->line, seq_cap * sizeof *ln) : NULL;
+            if (!s || !l || !ln) {
                 free(ids);
                 rc = skv_error(SKV_ERR_NOMEM, "token sequences");
                 break;
             }
-            out->len = l;
+            out->line = ln;
         }
         out->seq[out->n] = ids;
         out->len[out->n] = n;
+        out->line[out->n] = lineno;
         out->n++;
     }
     free(line);
@@ -168,6 +189,16 @@ int cli_tokens_read(const char *path, int vocab, cli_tokens *out)
     if (rc)
         cli_tokens_free(out);
     return rc;
+}
+
+int cli_tokens_fit(const cli_tokens *t, const char *path, int max_pos)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->len[i] > (size_t)max_pos)
+            return skv_error(SKV_ERR_TOO_LARGE, "%s:%zu: %zu tokens, more than the %d positions "
+                             "the model takes; shorten or split the line", path, t->line[i],
+                             t->len[i], max_pos);
+    return SKV_OK;
 }
 
 int cli_dispatch(const char *group, const char *usage, const cli_sub *subs, size_t n, int argc,

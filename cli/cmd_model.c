@@ -232,6 +232,14 @@ static int do_greedy(int argc, char **argv)
         return r;
     }
     size_t total = (size_t)a.steps + 1;
+    const int max_pos = skv_model_cfg(m)->max_seq;
+    if (total > (size_t)max_pos) {
+        skv_pool_free(pool);
+        skv_model_free(m);
+        return cli_fail(skv_error(SKV_ERR_TOO_LARGE, "--steps %ld needs %zu positions, more than "
+                                  "the %d the model takes; use --steps %d or less",
+                                  a.steps, total, max_pos, max_pos - 1), "greedy");
+    }
     int32_t *out = malloc(total * sizeof *out);
     int32_t bos = skv_model_cfg(m)->bos_id;
     skv_rng rng;
@@ -267,6 +275,14 @@ static int do_sample(int argc, char **argv)
     if ((r = pool_for(a.threads, &pool))) {
         skv_model_free(m);
         return r;
+    }
+    const int max_pos = skv_model_cfg(m)->max_seq;
+    if (a.len > max_pos) {
+        skv_pool_free(pool);
+        skv_model_free(m);
+        return cli_fail(skv_error(SKV_ERR_TOO_LARGE, "--len %ld is more than the %d positions "
+                                  "the model takes; use --len %d or less", a.len, max_pos,
+                                  max_pos), "sample");
     }
     int32_t *out = malloc((size_t)a.len * sizeof *out);
     int32_t bos = skv_model_cfg(m)->bos_id;
@@ -308,6 +324,8 @@ static int do_kv(int argc, char **argv)
     const skv_model_config *c = skv_model_cfg(m);
     cli_tokens toks;
     int rc = cli_tokens_read(a.tokens, c->vocab_size, &toks);
+    if (rc == SKV_OK && (rc = cli_tokens_fit(&toks, a.tokens, c->max_seq)))
+        cli_tokens_free(&toks);
     if (rc) {
         skv_model_free(m);
         return cli_fail(rc, a.tokens);

@@ -45,8 +45,10 @@ typedef struct {
     double t0;
 } put_totals;
 
+/* label names the sequence in an error: "line 3" of a tokens file,
+ * "sequence 2 of FILE" of a KV file; idx is --verbose's 0-based index */
 static int put_one(seqkv *db, const sargs *a, const seqkv_profile *p, size_t idx,
-                   const int32_t *tok, size_t T, const void *kv, size_t kv_len, put_totals *tot)
+                   const char *label, const int32_t *tok, size_t T, const void *kv, size_t kv_len, put_totals *tot)
 {
     seqkv_put_opts o = SEQKV_PUT_OPTS_INIT;
     o.shared = a->shared;
@@ -56,8 +58,8 @@ static int put_one(seqkv *db, const sargs *a, const seqkv_profile *p, size_t idx
     memset(&r, 0, sizeof r);
     int rc = seqkv_put(db, a->tenant, p->name, tok, T, kv, kv_len, &o, &r);
     if (rc) {
-        char what[64];
-        snprintf(what, sizeof what, "put of sequence %zu", idx);
+        char what[300];
+        snprintf(what, sizeof what, "put of %s", label);
         return cli_fail(rc, what);
     }
     if (a->verbose)
@@ -159,7 +161,9 @@ static int put_kvfile(const sargs *a, skv_model *m, seqkv *db, const char *name,
             for (size_t t = 0; t < q.T; t++)
                 tok[t] = (int32_t)skv_load32_le((const uint8_t *)q.tokens + 4 * t);
             cli_to_store(&p, q.T, q.k, q.v, kv);
-            r = put_one(db, a, &p, i, tok, q.T, kv, q.T * tb, &tot);
+            char label[300];
+            snprintf(label, sizeof label, "sequence %zu of %s", i, a->kv);
+            r = put_one(db, a, &p, i, label, tok, q.T, kv, q.T * tb, &tot);
             if (!r && !a->quiet)
                 cli_progress("put", i + 1, n_seq);
         }
@@ -212,12 +216,14 @@ static int put_model(const sargs *a, skv_model *m, seqkv *db, const char *name,
             rc = skv_kvcache_export(cache, 0, toks->len[i], p.dtype, kb, vb);
         if (rc) {
             char what[64];
-            snprintf(what, sizeof what, "KV of sequence %zu", i);
+            snprintf(what, sizeof what, "KV of line %zu", toks->line[i]);
             r = cli_fail(rc, what);
             break;
         }
         cli_to_store(&p, toks->len[i], kb, vb, kv);
-        r = put_one(db, a, &p, i, toks->seq[i], toks->len[i], kv, toks->len[i] * tb, &tot);
+        char label[32];
+        snprintf(label, sizeof label, "line %zu", toks->line[i]);
+        r = put_one(db, a, &p, i, label, toks->seq[i], toks->len[i], kv, toks->len[i] * tb, &tot);
         if (!r && !a->quiet)
             cli_progress("put", i + 1, toks->n);
     }
@@ -263,6 +269,8 @@ int cmd_put(int argc, char **argv)
     seqkv_profile kvshape;
     if (a.tokens) {
         int rc = cli_tokens_read(a.tokens, skv_model_cfg(m)->vocab_size, &toks);
+        if (rc == SKV_OK && (rc = cli_tokens_fit(&toks, a.tokens, skv_model_cfg(m)->max_seq)))
+            cli_tokens_free(&toks);
         if (rc)
             r = cli_fail(rc, a.tokens);
     } else {

@@ -81,7 +81,7 @@ static int get_one(const get_ctx *g, size_t i, size_t *got)
     size_t want = a->have_n ? (size_t)a->n : 0;
     *got = 0;
     if (want > toks->len[i]) {
-        fprintf(stderr, "seqkv get: sequence %zu has %zu tokens, fewer than --n %zu\n", i,
+        fprintf(stderr, "seqkv get: line %zu has %zu tokens, fewer than --n %zu\n", toks->line[i],
                 toks->len[i], want);
         return 1;
     }
@@ -90,8 +90,8 @@ static int get_one(const get_ctx *g, size_t i, size_t *got)
     if (rc == SKV_ERR_NOT_FOUND && want) {
         size_t have = 0;
         seqkv_lookup(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], &have);
-        fprintf(stderr, "seqkv get: sequence %zu: only %zu of the %zu tokens asked for are "
-                "cached\n", i, have, want);
+        fprintf(stderr, "seqkv get: line %zu: only %zu of the %zu tokens asked for are "
+                "cached\n", toks->line[i], have, want);
         return 1;
     }
     if (rc == SKV_ERR_NOT_FOUND) {
@@ -103,16 +103,16 @@ static int get_one(const get_ctx *g, size_t i, size_t *got)
     }
     if (rc) {
         char what[64];
-        snprintf(what, sizeof what, "get of sequence %zu", i);
+        snprintf(what, sizeof what, "get of line %zu", toks->line[i]);
         return cli_fail(rc, what);
     }
     if (*got == 0) {
-        fprintf(stderr, "seqkv get: sequence %zu: nothing cached for it\n", i);
+        fprintf(stderr, "seqkv get: line %zu: nothing cached for it\n", toks->line[i]);
         return 1;
     }
     if (*got > toks->len[i] || (want && *got != want)) {
-        fprintf(stderr, "seqkv get: sequence %zu: the store returned %zu tokens for %zu asked "
-                "(a store bug)\n", i, *got, want ? want : toks->len[i]);
+        fprintf(stderr, "seqkv get: line %zu: the store returned %zu tokens for %zu asked "
+                "(a store bug)\n", toks->line[i], *got, want ? want : toks->len[i]);
         return 1;
     }
     cli_from_store(p, *got, g->buf, g->kb, g->vb);

@@ -176,7 +176,11 @@ int cli_store_open(const sargs *a, int mode, seqkv **db)
         snprintf(path, sizeof path, "%s/data.mdb", a->db);
         struct stat sb;
         if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-            fprintf(stderr, "seqkv: %s: no store there (put creates one)\n", a->db);
+            if (stat(a->db, &sb) == 0 && !S_ISDIR(sb.st_mode))
+                fprintf(stderr, "seqkv: %s: a file, not a store directory (--db names the "
+                        "directory a put created)\n", a->db);
+            else
+                fprintf(stderr, "seqkv: %s: no store there (put creates one)\n", a->db);
             return 1;
         }
     }
@@ -491,7 +495,7 @@ int cli_per_line(const char *cmd, int argc, char **argv, const char *usage, unsi
         int rc = fn(db, a.tenant, p.name, toks.seq[i], toks.len[i], &x);
         if (rc) {
             char what[64];
-            snprintf(what, sizeof what, "%s of sequence %zu", cmd, i);
+            snprintf(what, sizeof what, "%s of line %zu", cmd, toks.line[i]);
             r = cli_fail(rc, what);
         } else {
             printf("%zu\n", x);

@@ -32,10 +32,19 @@ static const char usage[] =
     "  serve           serve a store over RESP on a Unix socket (redis-cli works)\n"
     "  demo            the main job: a server, a multi-tenant chat workload, a summary\n"
     "\n"
-    "Run 'seqkv <command> --help' for the options of each.\n";
+    "Run 'seqkv <command> --help' for the options of each.\n"
+    "'seqkv --verbose <command> ...' (or SEQKV_VERBOSE=1) adds to an error\n"
+    "message its code and where in seqkv's source it was detected.\n";
 
 int main(int argc, char **argv)
 {
+    cli_verbose_init();
+    if (argc >= 2 && strcmp(argv[1], "--verbose") == 0) {
+        cli_verbose = 1;
+        argv[1] = argv[0];
+        argc--;
+        argv++;
+    }
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         fputs(usage, argc < 2 ? stderr : stdout);

@@ -14,8 +14,9 @@ extern "C" {
 /* ------------------------------------------------------------------------
  * Errors. Fallible calls return int: 0 on success, a negative SKV_ERR_*.
  * skv_strerror() names the code; skv_error_detail() returns the message
- * recorded by the most recent failure on this thread (what was wrong, and
- * in debug builds where it was detected).
+ * recorded by the most recent failure on this thread (what was wrong, in
+ * the caller's terms) and, in debug builds, skv_error_where() where in
+ * seqkv's source it was detected (kept apart, for logs and --verbose).
  * ---------------------------------------------------------------------- */
 enum {
     SKV_OK = 0,
@@ -44,7 +45,10 @@ const char *skv_error_name(int err);
 
 /* The detail of the last failure on this thread ("" if none). */
 const char *skv_error_detail(void);
-/* Forget the recorded detail. */
+/* Where the last failure on this thread was detected, "file.c:line" (""
+ * in release builds, or when the detail came from elsewhere). */
+const char *skv_error_where(void);
+/* Forget the recorded detail and location. */
 void skv_error_clear(void);
 
 #ifdef __cplusplus

@@ -421,15 +421,32 @@ static void read_floats(float *dst, const uint8_t **p, size_t n)
     *p = s + 4 * n;
 }
 
+/* The seven header fields of a real checkpoint are small positive sizes
+ * (vocab may be negative: untied embeddings). Anything else -- a text
+ * file, a KV file, a store's data.mdb -- is no checkpoint at all, and is
+ * told so before any shape check talks of a 959586353-dim model. */
+static int llama2c_header_plausible(const int32_t h[7])
+{
+    const int64_t vocab = h[5] < 0 ? -(int64_t)h[5] : h[5];
+    return h[0] >= 1 && h[0] <= (1 << 16) && h[1] >= 1 && h[1] <= (1 << 20) && h[2] >= 1 &&
+           h[2] <= 1024 && h[3] >= 1 && h[3] <= 4096 && h[4] >= 1 && h[4] <= h[3] && vocab >= 1 &&
+           vocab <= (1 << 22) && h[6] >= 1 && h[6] <= (1 << 24);
+}
+
+#define NOT_A_MODEL "not a llama2.c checkpoint or Hugging Face model directory"
+
 int skv_model_load_llama2c_mem(const uint8_t *buf, size_t len, skv_model **out)
 {
     *out = NULL;
     if (len < 28)
-        return skv_error(SKV_ERR_FORMAT, "llama2.c checkpoint: %zu bytes, shorter than its 28-byte header",
-                         len);
+        return skv_error(SKV_ERR_FORMAT, NOT_A_MODEL ": %zu bytes, shorter than a checkpoint's "
+                         "28-byte header", len);
     int32_t h[7];
     for (int i = 0; i < 7; i++)
         h[i] = (int32_t)skv_load32_le(buf + 4 * i);
+    if (!llama2c_header_plausible(h))
+        return skv_error(SKV_ERR_FORMAT, NOT_A_MODEL ": its first 28 bytes are no checkpoint "
+                         "header");
     skv_model_config c;
     memset(&c, 0, sizeof c);
     c.arch = SKV_ARCH_LLAMA;

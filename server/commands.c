@@ -54,11 +54,15 @@ static void store_err(skv_server *s, srv_job *j, int rc, const char *what)
     case SKV_ERR_TOO_LARGE: code = "TOOLARGE"; break;
     default: break;
     }
-    const char *d = skv_error_detail();
+    const char *d = skv_error_detail(), *where = skv_error_where();
     if (d && *d)
         err_reply(j, code, "%s: %s (%s)", what, skv_strerror(rc), d);
     else
         err_reply(j, code, "%s: %s", what, skv_strerror(rc));
+    /* the log, not the reply, says where in the source it arose */
+    srv_log(s, "%s (tenant %s): %s (%s)%s%s%s", what,
+            j->tenant >= 0 ? tenant_name(s, j) : "-", skv_strerror(rc), d ? d : "",
+            where && *where ? " [" : "", where ? where : "", where && *where ? "]" : "");
     if (j->tenant >= 0) {
         pthread_mutex_lock(&s->smu);
         s->ts[j->tenant].errors++;
@@ -125,6 +129,93 @@ static int tokens_arg(srv_job *j, size_t i, int32_t **tok, size_t *n)
     *tok = t;
     *n = len / 4;
     return 0;
+}
+
+/* TOKENS "<id> <id> ...": decimal ids in [0, 2^31) separated by spaces or
+ * tabs, 1 to SEQKV_MAX_TOKENS of them. Replies and returns -1 on error. */
+static int tokens_text(srv_job *j, const uint8_t *a, size_t len, int32_t **tok, size_t *n)
+{
+    size_t cap = len / 2 + 1, k = 0, i = 0;
+    if (cap > SEQKV_MAX_TOKENS + 1)
+        cap = SEQKV_MAX_TOKENS + 1;
+    int32_t *t = skv_malloc(cap * sizeof *t);
+    if (!t) {
+        err_reply(j, "ERR", "out of memory");
+        return -1;
+    }
+    for (;;) {
+        while (i < len && (a[i] == ' ' || a[i] == '\t'))
+            i++;
+        if (i == len)
+            break;
+        size_t b = i;
+        long long v = 0;
+        while (i < len && a[i] >= '0' && a[i] <= '9' && v <= INT32_MAX)
+            v = v * 10 + (a[i++] - '0');
+        if (i == b || v > INT32_MAX || (i < len && a[i] != ' ' && a[i] != '\t')) {
+            while (i < len && a[i] != ' ' && a[i] != '\t')
+                i++;
+            skv_free(t);
+            err_reply(j, "ERR", "TOKENS: id %zu, \"%.*s\", is not a token id (a decimal number "
+                                "from 0 to 2147483647)", k + 1, (int)(i - b < 24 ? i - b : 24), a + b);
+            return -1;
+        }
+        if (k == SEQKV_MAX_TOKENS) {
+            skv_free(t);
+            err_reply(j, "TOOLARGE", "TOKENS: more than %u ids: at most %u per request",
+                      SEQKV_MAX_TOKENS, SEQKV_MAX_TOKENS);
+            return -1;
+        }
+        t[k++] = (int32_t)v;
+    }
+    if (k == 0) {
+        skv_free(t);
+        err_reply(j, "ERR", "TOKENS: no token ids (want \"<id> <id> ...\")");
+        return -1;
+    }
+    *tok = t;
+    *n = k;
+    return 0;
+}
+
+/* The tokens of a command from argument i on: TOKENS "<ids>" (two
+ * arguments) or one binary bulk. A 6-byte "TOKENS" is never a binary
+ * token bulk (not a multiple of 4), so the two cannot be confused. *next
+ * is the argument after them. Replies and returns -1 on error. */
+static int tokens_at(srv_job *j, size_t i, int32_t **tok, size_t *n, size_t *next)
+{
+    *tok = NULL;
+    if (arg_is(j, i, "TOKENS")) {
+        if (i + 1 >= j->cmd.argc) {
+            err_reply(j, "ERR", "TOKENS wants one argument, the ids: TOKENS \"1 2 3\"");
+            return -1;
+        }
+        *next = i + 2;
+        return tokens_text(j, j->cmd.argv[i + 1], j->cmd.argl[i + 1], tok, n);
+    }
+    *next = i + 1;
+    return tokens_arg(j, i, tok, n);
+}
+
+/* tokens_at, for a command whose tokens are followed by exactly `after`
+ * arguments; usage is its syntax for the error reply. */
+static int tokens_then(srv_job *j, size_t after, const char *usage, int32_t **tok, size_t *n)
+{
+    size_t next;
+    if (tokens_at(j, 2, tok, n, &next))
+        return -1;
+    if (next + after != j->cmd.argc) {
+        skv_free(*tok);
+        *tok = NULL;
+        err_reply(j, "ERR", "wrong number of arguments: %s", usage);
+        return -1;
+    }
+    return 0;
+}
+
+size_t srv_put_kv_len(const srv_job *j)
+{
+    return j->cmd.argc ? j->cmd.argl[j->cmd.argc - 1] : 0;
 }
 
 static size_t token_bytes(const seqkv_profile *p)
@@ -538,14 +629,15 @@ void srv_put_batch(skv_server *s, srv_job **jobs, size_t n)
     for (size_t i = 0; i < n; i++) {
         srv_job *j = jobs[i];
         size_t nt;
-        if (name_arg(j, 1, prof[i]) || tokens_arg(j, 2, &tok[i], &nt))
+        if (name_arg(j, 1, prof[i]) ||
+            tokens_then(j, 1, "KV.PUT <profile> <tokens>|TOKENS \"<ids>\" <kv>", &tok[i], &nt))
             continue; /* replied */
         q[m].tenant = tenant_name(s, j);
         q[m].profile = prof[i];
         q[m].tokens = tok[i];
         q[m].n = nt;
-        q[m].kv = j->cmd.argv[3];
-        q[m].kv_len = j->cmd.argl[3];
+        q[m].kv = j->cmd.argv[j->cmd.argc - 1];
+        q[m].kv_len = j->cmd.argl[j->cmd.argc - 1];
         idx[m++] = i;
     }
     if (m)
@@ -607,7 +699,8 @@ static void cmd_lookup(skv_server *s, srv_job *j)
     char prof[SEQKV_NAME_MAX + 1];
     int32_t *tok;
     size_t n, m = 0;
-    if (name_arg(j, 1, prof) || tokens_arg(j, 2, &tok, &n))
+    if (name_arg(j, 1, prof) ||
+        tokens_then(j, 0, "KV.LOOKUP <profile> <tokens>|TOKENS \"<ids>\"", &tok, &n))
         return;
     int rc = seqkv_lookup(s->db, tenant_name(s, j), prof, tok, n, &m);
     skv_free(tok);
@@ -640,27 +733,28 @@ static void get_counted(skv_server *s, srv_job *j, size_t got, size_t bytes)
     pthread_mutex_unlock(&s->smu);
 }
 
-/* KV.GET <profile> <tokens> [<n>] [LAYERS] */
+/* KV.GET <profile> <tokens>|TOKENS "<ids>" [<n>] [LAYERS] */
 static void cmd_get(skv_server *s, srv_job *j)
 {
     char prof[SEQKV_NAME_MAX + 1];
     int32_t *tok = NULL;
-    size_t n, want = 0;
+    size_t n, want = 0, next;
     int layers = 0;
-    for (size_t i = 3; i < j->cmd.argc; i++) {
+    if (name_arg(j, 1, prof) || tokens_at(j, 2, &tok, &n, &next))
+        return;
+    for (size_t i = next; i < j->cmd.argc; i++) {
         long long v;
         if (arg_is(j, i, "LAYERS")) {
             layers = 1;
         } else if (!want && parse_ll(j->cmd.argv[i], j->cmd.argl[i], 1, SEQKV_MAX_TOKENS, &v) == 0) {
             want = (size_t)v;
         } else {
-            err_reply(j, "ERR", "KV.GET <profile> <tokens> [<n>] [LAYERS]: n is a token count "
-                                "in [1, %u]", SEQKV_MAX_TOKENS);
+            skv_free(tok);
+            err_reply(j, "ERR", "KV.GET <profile> <tokens>|TOKENS \"<ids>\" [<n>] [LAYERS]: n is "
+                                "a token count in [1, %u]", SEQKV_MAX_TOKENS);
             return;
         }
     }
-    if (name_arg(j, 1, prof) || tokens_arg(j, 2, &tok, &n))
-        return;
     if (want > n) {
         skv_free(tok);
         err_reply(j, "ERR", "n (%zu) is more than the %zu tokens given", want, n);
@@ -757,7 +851,8 @@ static void cmd_del(skv_server *s, srv_job *j)
     char prof[SEQKV_NAME_MAX + 1];
     int32_t *tok;
     size_t n, removed = 0;
-    if (name_arg(j, 1, prof) || tokens_arg(j, 2, &tok, &n))
+    if (name_arg(j, 1, prof) ||
+        tokens_then(j, 0, "KV.DEL <profile> <tokens>|TOKENS \"<ids>\"", &tok, &n))
         return;
     int rc = seqkv_del(s->db, tenant_name(s, j), prof, tok, n, &removed);
     skv_free(tok);
@@ -793,11 +888,6 @@ static void cmd_calibrate(skv_server *s, srv_job *j)
     skv_rbuf_simple(&j->reply, "OK");
 }
 
-static double ratio(uint64_t raw, uint64_t stored)
-{
-    return stored ? (double)raw / (double)stored : 0.0;
-}
-
 static void cmd_stats(skv_server *s, srv_job *j)
 {
     seqkv_stats st;
@@ -822,7 +912,7 @@ static void cmd_stats(skv_server *s, srv_job *j)
     skv_rbuf_bulk_str(r, "stored_bytes");
     skv_rbuf_int(r, (long long)st.stored_bytes);
     skv_rbuf_bulk_str(r, "ratio");
-    skv_rbuf_double(r, j->proto, ratio(st.raw_bytes, st.stored_bytes));
+    skv_rbuf_double(r, j->proto, srv_ratio(st.raw_bytes, st.stored_bytes));
     skv_rbuf_bulk_str(r, "coded_tokens");
     skv_rbuf_int(r, (long long)st.coded_tokens);
     skv_rbuf_bulk_str(r, "centroid_chunks");
@@ -840,226 +930,6 @@ static void cmd_stats(skv_server *s, srv_job *j)
     }
 }
 
-/* ------------------------------------------------------------------------
- * INFO
- * ---------------------------------------------------------------------- */
-static void addf(skv_rbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void addf(skv_rbuf *b, const char *fmt, ...)
-{
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        skv_rbuf_raw(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-static uint64_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long long size = 0, res = 0;
-    if (!f)
-        return 0;
-    if (fscanf(f, "%llu %llu", &size, &res) != 2)
-        res = 0;
-    fclose(f);
-    long pg = sysconf(_SC_PAGESIZE);
-    return (uint64_t)res * (uint64_t)(pg > 0 ? pg : 4096);
-}
-
-static void human(uint64_t v, char *out, size_t cap)
-{
-    const char *u[] = {"B", "K", "M", "G", "T"};
-    double x = (double)v;
-    int i = 0;
-    while (x >= 1024 && i < 4) {
-        x /= 1024;
-        i++;
-    }
-    snprintf(out, cap, "%.2f%s", x, u[i]);
-}
-
-/* Command names in INFO are lower case, as Redis writes them. */
-static const char *lower(const char *name, char *buf, size_t cap)
-{
-    size_t i = 0;
-    for (; name[i] && i + 1 < cap; i++)
-        buf[i] = (char)tolower((unsigned char)name[i]);
-    buf[i] = 0;
-    return buf;
-}
-
-static int want_section(const char *sec, const char *name)
-{
-    return !sec || strcasecmp(sec, name) == 0 || strcasecmp(sec, "all") == 0 ||
-           strcasecmp(sec, "everything") == 0 || strcasecmp(sec, "default") == 0;
-}
-
-/* Upper bound (us) of the bucket holding the p-th fraction. */
-static uint64_t percentile(const uint64_t *h, uint64_t total, double p)
-{
-    uint64_t need = (uint64_t)ceil(p * (double)total), acc = 0;
-    if (need == 0)
-        need = 1;
-    for (int b = 0; b < SRV_NBUCKETS; b++) {
-        acc += h[b];
-        if (acc >= need)
-            return (uint64_t)1 << b;
-    }
-    return (uint64_t)1 << (SRV_NBUCKETS - 1);
-}
-
-static void info_store(skv_server *s, skv_rbuf *b, const seqkv_stats *st)
-{
-    addf(b, "tokens:%" PRIu64 "\r\nchunks:%" PRIu64 "\r\nraw_bytes:%" PRIu64
-            "\r\nstored_bytes:%" PRIu64 "\r\nratio:%.3f\r\ncoded_tokens:%" PRIu64
-            "\r\ncentroid_chunks:%" PRIu64 "\r\nevictions:%" PRIu64 "\r\n",
-         st->tokens, st->chunks, st->raw_bytes, st->stored_bytes,
-         ratio(st->raw_bytes, st->stored_bytes), st->coded_tokens, st->centroid_chunks,
-         st->evictions);
-    for (int l = 0; l < SEQKV_LEVELS; l++)
-        addf(b, "level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64 ",stored_bytes=%" PRIu64
-                ",ratio=%.3f\r\n",
-             seqkv_level_name((seqkv_level)l), st->level_tokens[l], st->level_raw[l],
-             st->level_stored[l], ratio(st->level_raw[l], st->level_stored[l]));
-    (void)s;
-}
-
-static void section_server(skv_server *s, srv_job *j, skv_rbuf *b)
-{
-    addf(b, "# Server\r\nseqkv_version:%s\r\nprocess_id:%ld\r\nuptime_in_seconds:%.0f\r\n"
-            "socket:%s\r\nworker_threads:%d\r\ntenant:%s\r\nadmin:%d\r\n\r\n",
-         SEQKV_VERSION, (long)getpid(), srv_now() - s->t_start, s->socket_path, s->nthreads,
-         tenant_name(s, j), j->admin);
-}
-
-static void section_clients(skv_server *s, srv_job *j, skv_rbuf *b)
-{
-    pthread_mutex_lock(&s->smu);
-    uint64_t af = s->auth_failures;
-    pthread_mutex_unlock(&s->smu);
-    addf(b, "# Clients\r\nconnected_clients:%zu\r\nmax_clients:%zu\r\n"
-            "total_connections_received:%" PRIu64 "\r\nrejected_connections:%" PRIu64
-            "\r\nprotocol_errors:%" PRIu64 "\r\nauth_failures:%" PRIu64
-            "\r\nrequests_in_flight:%zu\r\nmax_bulk:%" PRIu64 "\r\nmax_query:%" PRIu64
-            "\r\nmax_output:%" PRIu64 "\r\nmax_args:%zu\r\n\r\n",
-         j->snap.clients, s->cfg.max_clients, j->snap.accepted, j->snap.rejected,
-         j->snap.proto_errors, af, j->snap.inflight, s->cfg.max_bulk, s->cfg.max_query,
-         s->cfg.max_output, s->cfg.max_args);
-}
-
-static void section_memory(skv_rbuf *b)
-{
-    char h[32];
-    uint64_t rss = rss_bytes();
-    human(rss, h, sizeof h);
-    addf(b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n\r\n",
-         rss, h);
-}
-
-/* The store's section (all tenants for an admin, else the client's); 0,
- * or the error of seqkv_stat */
-static int section_store(skv_server *s, srv_job *j, skv_rbuf *b)
-{
-    seqkv_stats st;
-    memset(&st, 0, sizeof st);
-    int rc = seqkv_stat(s->db, j->admin ? NULL : tenant_name(s, j), &st);
-    if (rc && rc != SKV_ERR_NOT_FOUND)
-        return rc;
-    if (rc)
-        memset(&st, 0, sizeof st);
-    addf(b, "# Store\r\nscope:%s\r\n", j->admin ? "all tenants" : "this tenant");
-    info_store(s, b, &st);
-    if (j->admin) {
-        seqkv_stats all = st;
-        addf(b, "tenants:%u\r\nprofiles:%u\r\nlmdb_map_used:%" PRIu64
-                "\r\nlmdb_map_size:%" PRIu64 "\r\nlmdb_map_usage:%.4f\r\n",
-             all.tenants, all.profiles, all.map_used, all.map_size,
-             all.map_size ? (double)all.map_used / (double)all.map_size : 0.0);
-        pthread_mutex_lock(&s->smu);
-        uint64_t nb = s->batches, np = s->batched_puts;
-        pthread_mutex_unlock(&s->smu);
-        addf(b, "put_batch_max:%d\r\nput_commits:%" PRIu64 "\r\nputs_per_commit:%.2f\r\n",
-             s->put_batch, nb, nb ? (double)np / (double)nb : 0.0);
-    }
-    addf(b, "\r\n");
-    return 0;
-}
-
-/* Each tenant's line (an admin sees every tenant, others their own) */
-static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
-{
-    addf(b, "# Tenants\r\n");
-    for (size_t t = 0; t < s->cfg.ntenants; t++) {
-        if (!j->admin && (int)t != j->tenant)
-            continue;
-        seqkv_stats st;
-        memset(&st, 0, sizeof st);
-        if (seqkv_stat(s->db, s->cfg.tenants[t].name, &st))
-            memset(&st, 0, sizeof st);
-        pthread_mutex_lock(&s->smu);
-        srv_tstats x = s->ts[t];
-        pthread_mutex_unlock(&s->smu);
-        addf(b, "tenant_%s:lookups=%" PRIu64 ",lookup_hits=%" PRIu64 ",lookup_misses=%" PRIu64
-                ",gets=%" PRIu64 ",get_hits=%" PRIu64 ",get_misses=%" PRIu64
-                ",tokens_served=%" PRIu64 ",bytes_served=%" PRIu64 ",puts=%" PRIu64
-                ",tokens_put=%" PRIu64 ",new_tokens=%" PRIu64 ",dels=%" PRIu64
-                ",errors=%" PRIu64 ",tokens=%" PRIu64 ",raw_bytes=%" PRIu64
-                ",stored_bytes=%" PRIu64 ",ratio=%.3f,evictions=%" PRIu64 "\r\n",
-             s->cfg.tenants[t].name, x.lookups, x.lookup_hits, x.lookup_misses, x.gets,
-             x.get_hits, x.get_misses, x.tokens_served, x.bytes_served, x.puts, x.tokens_put,
-             x.new_tokens, x.dels, x.errors, st.tokens, st.raw_bytes, st.stored_bytes,
-             ratio(st.raw_bytes, st.stored_bytes), st.evictions);
-        for (int l = 0; l < SEQKV_LEVELS; l++)
-            if (st.level_tokens[l])
-                addf(b, "tenant_%s_level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64
-                        ",stored_bytes=%" PRIu64 ",ratio=%.3f\r\n",
-                     s->cfg.tenants[t].name, seqkv_level_name((seqkv_level)l),
-                     st.level_tokens[l], st.level_raw[l], st.level_stored[l],
-                     ratio(st.level_raw[l], st.level_stored[l]));
-    }
-    addf(b, "\r\n");
-}
-
-/* Commandstats and latencystats (those of them secp asks for), from one
- * copy of the counters */
-static void section_cmdstats(skv_server *s, const char *secp, skv_rbuf *b)
-{
-    uint64_t calls[SRV_NCMD], usec[SRV_NCMD];
-    char lc[32];
-    pthread_mutex_lock(&s->smu);
-    memcpy(calls, s->calls, sizeof calls);
-    memcpy(usec, s->usec, sizeof usec);
-    uint64_t(*hh)[SRV_NBUCKETS] = skv_malloc(sizeof s->hist);
-    if (hh)
-        memcpy(hh, s->hist, sizeof s->hist);
-    pthread_mutex_unlock(&s->smu);
-    if (want_section(secp, "commandstats")) {
-        addf(b, "# Commandstats\r\n");
-        for (int i = 0; i < SRV_NCMD; i++) {
-            const srv_cmd *d = srv_cmd_at(i);
-            if (d && calls[i])
-                addf(b, "cmdstat_%s:calls=%" PRIu64 ",usec=%" PRIu64 ",usec_per_call=%.2f\r\n",
-                     lower(d->name, lc, sizeof lc), calls[i], usec[i], (double)usec[i] / (double)calls[i]);
-        }
-        addf(b, "\r\n");
-    }
-    if (want_section(secp, "latencystats") && hh) {
-        addf(b, "# Latencystats\r\n");
-        for (int i = 0; i < SRV_NCMD; i++) {
-            const srv_cmd *d = srv_cmd_at(i);
-            if (d && calls[i])
-                addf(b, "latency_percentiles_usec_%s:p50=%" PRIu64 ",p99=%" PRIu64
-                        ",p99.9=%" PRIu64 "\r\n",
-                     lower(d->name, lc, sizeof lc), percentile(hh[i], calls[i], 0.50),
-                     percentile(hh[i], calls[i], 0.99), percentile(hh[i], calls[i], 0.999));
-        }
-        addf(b, "\r\n");
-    }
-    skv_free(hh);
-}
-
 static void cmd_info(skv_server *s, srv_job *j)
 {
     char sec[32] = {0};
@@ -1070,27 +940,13 @@ static void cmd_info(skv_server *s, srv_job *j)
         secp = sec;
     }
     skv_rbuf b = {0};
-    if (want_section(secp, "server"))
-        section_server(s, j, &b);
-    if (want_section(secp, "clients"))
-        section_clients(s, j, &b);
-    if (want_section(secp, "memory"))
-        section_memory(&b);
-    if (want_section(secp, "store")) {
-        int rc = section_store(s, j, &b);
-        if (rc) {
-            skv_rbuf_free(&b);
-            store_err(s, j, rc, "INFO");
-            return;
-        }
-    }
-    if (want_section(secp, "tenants"))
-        section_tenants(s, j, &b);
-    if (want_section(secp, "commandstats") || want_section(secp, "latencystats"))
-        section_cmdstats(s, secp, &b);
-    if (b.oom) {
+    int rc = srv_info_report(s, j, secp, &b);
+    if (rc) {
         skv_rbuf_free(&b);
-        err_reply(j, "ERR", "out of memory");
+        if (rc == SKV_ERR_NOMEM)
+            err_reply(j, "ERR", "out of memory");
+        else
+            store_err(s, j, rc, "INFO");
         return;
     }
     skv_rbuf_bulk(&j->reply, b.p ? b.p : (const uint8_t *)"", b.len);
@@ -1110,10 +966,10 @@ static const srv_cmd cmds[] = {
     {"SHUTDOWN", 1, 2, SRV_F_LOOP | SRV_F_ADMIN, cmd_shutdown, 0},
     {"INFO", 1, 2, 0, cmd_info, 0},
     {"KV.PROFILE", 2, -1, 0, cmd_profile, 0},
-    {"KV.PUT", 4, 4, SRV_F_BATCH, cmd_put, 0},
-    {"KV.LOOKUP", 3, 3, 0, cmd_lookup, 0},
-    {"KV.GET", 3, 5, 0, cmd_get, 0},
-    {"KV.DEL", 3, 3, 0, cmd_del, 0},
+    {"KV.PUT", 4, 5, SRV_F_BATCH, cmd_put, 0},
+    {"KV.LOOKUP", 3, 4, 0, cmd_lookup, 0},
+    {"KV.GET", 3, 6, 0, cmd_get, 0},
+    {"KV.DEL", 3, 4, 0, cmd_del, 0},
     {"KV.CALIBRATE", 2, 3, SRV_F_ADMIN, cmd_calibrate, 0},
     {"KV.STATS", 1, 1, 0, cmd_stats, 0},
 };

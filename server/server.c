@@ -316,12 +316,12 @@ static void put_submit(skv_server *s, srv_job *j)
         size_t n = 0;
         uint64_t bytes = 0;
         while (s->phead && n < cap &&
-               (n == 0 || bytes + s->phead->cmd.argl[3] <= SKV_SERVER_PUT_BATCH_BYTES)) {
+               (n == 0 || bytes + srv_put_kv_len(s->phead) <= SKV_SERVER_PUT_BATCH_BYTES)) {
             srv_job *x = s->phead;
             s->phead = x->next;
             if (!s->phead)
                 s->ptail = NULL;
-            bytes += x->cmd.argl[3];
+            bytes += srv_put_kv_len(x);
             b[n++] = x;
         }
         if (n == 0)

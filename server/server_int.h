@@ -134,4 +134,12 @@ void srv_stat_latency(skv_server *s, const srv_cmd *def, double seconds);
 /* Run n KV.PUT jobs as one seqkv_put_batch (one commit) and fill their
  * replies. */
 void srv_put_batch(skv_server *s, srv_job **jobs, size_t n);
+/* The KV bytes of a KV.PUT job: its last argument (after binary tokens
+ * or TOKENS "<ids>") */
+size_t srv_put_kv_len(const srv_job *j);
+/* INFO's report for section secp (NULL: all) into b (info.c); 0, the
+ * error of seqkv_stat, or SKV_ERR_NOMEM when b ran out of memory. */
+int srv_info_report(skv_server *s, srv_job *j, const char *secp, skv_rbuf *b);
+/* raw / stored, 0 when nothing is stored */
+double srv_ratio(uint64_t raw, uint64_t stored);
 #endif

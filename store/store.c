@@ -75,6 +75,9 @@ int skv_mdb_error(int rc, const char *what)
         return skv_error(SKV_ERR_CORRUPT, "%s: %s", what, mdb_strerror(rc));
     if (rc == MDB_VERSION_MISMATCH || rc == MDB_INVALID)
         return skv_error(SKV_ERR_FORMAT, "%s: %s", what, mdb_strerror(rc));
+    if (rc == ENOSPC || rc == EDQUOT)
+        return skv_error(SKV_ERR_IO, "%s: no space left on device (%sfree some, or move the "
+                         "store to a larger disk)", what, rc == EDQUOT ? "disk quota; " : "");
     return skv_error(SKV_ERR_IO, "%s: %s", what, mdb_strerror(rc));
 }
 
@@ -669,7 +672,9 @@ static void tick_one(void *vctx, skv_trie_rec *r)
 static void flush_ticks(seqkv *db)
 {
     MDB_txn *txn;
-    if (txn_begin(db, 0, &txn))
+    /* no namespace loaded: nothing to flush, and after a failed open the
+     * environment may not be open at all (mdb_txn_begin would crash) */
+    if (!db->nns || txn_begin(db, 0, &txn))
         return;
     tick_ctx c = {db, txn, 0};
     for (size_t i = 0; i < db->nns && !c.rc; i++)

@@ -20,8 +20,35 @@ expect_rc() { # rc, description, command...
     if [ "$rc" -eq "$want" ]; then ok; else bad "$what: exit $rc, wanted $want: $(head -c 300 "$tmp/err")"; fi
 }
 
+# golden NAME RC COMMAND...: the command exits RC and prints, on stderr,
+# exactly tests/golden/cli_errors/NAME.txt -- one line, the temp dir
+# written TMP (SEQKV_UPDATE_GOLDEN=1 rewrites the files)
+golden() {
+    local name=$1 want=$2; shift 2
+    local file=$root/tests/golden/cli_errors/$name.txt
+    "$@" >/dev/null 2>"$tmp/gerr"
+    local rc=$?
+    sed -e "s|$tmp|TMP|g" "$tmp/gerr" > "$tmp/gnorm"
+    [ "${SEQKV_UPDATE_GOLDEN:-0}" = 1 ] && cp "$tmp/gnorm" "$file"
+    [ "$rc" -eq "$want" ] && ok || bad "golden $name: exit $rc, wanted $want"
+    [ "$(wc -l < "$tmp/gnorm")" -eq 1 ] && ok || bad "golden $name: not one line: $(cat "$tmp/gnorm")"
+    cmp -s "$tmp/gnorm" "$file" && ok || bad "golden $name: got '$(cat "$tmp/gnorm")', want '$(cat "$file" 2>/dev/null)'"
+}
+
 expect_rc 0 "top-level --help" "$bin" --help
 grep -q "model kv" "$tmp/out" || bad "top-level help lists model kv"
+# error messages (issue 30): one line in the user's terms; the source
+# location only with --verbose
+printf 'hello, this is a text file and not a model\n' > "$tmp/notes.txt"
+golden model_is_text 1 "$bin" model info --model "$tmp/notes.txt"
+grep -q '\[' "$tmp/gerr" && bad "no location without --verbose: $(cat "$tmp/gerr")" || ok
+expect_rc 1 "--verbose adds the code and location" "$bin" --verbose model info --model "$tmp/notes.txt"
+grep -q ' \[SKV_ERR_FORMAT\( at weights\.c:[0-9]*\)\?\]$' "$tmp/err" && ok || bad "--verbose line: $(cat "$tmp/err")"
+expect_rc 1 "SEQKV_VERBOSE=1" env SEQKV_VERBOSE=1 "$bin" model info --model "$tmp/notes.txt"
+grep -q ' \[SKV_ERR_FORMAT' "$tmp/err" && ok || bad "SEQKV_VERBOSE=1 line: $(cat "$tmp/err")"
+: > "$tmp/afile"
+golden stats_db_is_a_file 1 "$bin" stats --db "$tmp/afile"
+golden stats_no_store 1 "$bin" stats --db "$tmp/nothing-here"
 for sub in calibrate encode decode bench; do
     expect_rc 0 "codec $sub --help" "$bin" codec "$sub" --help
     grep -q "usage: seqkv codec $sub" "$tmp/out" || bad "codec $sub --help prints its usage"
@@ -48,6 +75,13 @@ grep -q "nope.bin" "$tmp/err" || bad "error names the missing file"
 
 if [ -r "$models/stories260K.bin" ]; then
     m=$models/stories260K.bin
+    golden sample_past_positions 1 "$bin" model sample --model "$m" --n-seq 1 --len 600 --seed 1
+    golden greedy_past_positions 1 "$bin" model greedy --model "$m" --steps 512
+    { echo "# a comment, then a blank line"; echo; echo "1 2 3"; awk 'BEGIN { for (i = 0; i < 513; i++) printf "%s%d", i ? " " : "", 1 + i % 500; print "" }'; } > "$tmp/long.txt"
+    golden kv_past_positions 1 "$bin" model kv --model "$m" --tokens "$tmp/long.txt" --dtype bf16 --out "$tmp/long.kv"
+    golden put_past_positions 1 "$bin" put --db "$tmp/db-long" --model "$m" --tokens "$tmp/long.txt"
+    printf '1 2 3\n\n1 2 x 4\n' > "$tmp/notnum.txt"
+    golden put_bad_token_line 1 "$bin" put --db "$tmp/db-long" --model "$m" --tokens "$tmp/notnum.txt"
     expect_rc 0 "greedy" "$bin" model greedy --model "$m" --steps 256
     cmp -s "$tmp/out" "$models/stories260K.greedy.txt" && ok || bad "greedy output differs from stories260K.greedy.txt"
     expect_rc 0 "sample" "$bin" model sample --model "$m" --n-seq 3 --len 40 --seed 7
@@ -225,10 +259,11 @@ if [ -r "$models/stories260K.bin" ]; then
     "$bin" model kv --model "$m" --tokens "$tmp/q4x100.txt" --dtype bf16 --out "$tmp/q4x100.kv" --quiet
     cmp -s "$tmp/gn.kv" "$tmp/q4x100.kv" && ok || bad "get --n 100 differs from model kv of the 100-token prefixes"
     expect_rc 1 "get of a line with nothing cached" "$bin" get --db "$db" --profile stories260K --tokens "$tmp/q.txt" --out "$tmp/gx.kv"
-    grep -q "sequence 3: nothing cached" "$tmp/err" && ok || bad "get names the uncached line: $(cat "$tmp/err")"
+    grep -q "line 4: nothing cached" "$tmp/err" && ok || bad "get names the uncached line: $(cat "$tmp/err")"
+    golden get_nothing_cached 1 "$bin" get --db "$db" --profile stories260K --tokens "$tmp/q.txt" --out "$tmp/gx.kv"
     [ ! -e "$tmp/gx.kv" ] && ok || bad "no output file when a line is not cached"
     expect_rc 1 "get --n past the cached prefix" "$bin" get --db "$db" --profile stories260K --tokens "$tmp/qdiv.txt" --n 160 --out "$tmp/gx.kv"
-    grep -q "sequence 0: only 150 of the 160" "$tmp/err" && ok || bad "get --n names what is cached: $(cat "$tmp/err")"
+    grep -q "line 1: only 150 of the 160" "$tmp/err" && ok || bad "get --n names what is cached: $(cat "$tmp/err")"
     expect_rc 1 "lookup of an unknown profile" "$bin" lookup --db "$db" --profile nosuch --tokens "$tmp/s.txt"
     grep -q "no profile 'nosuch' (the store has stories260K)" "$tmp/err" && ok || bad "unknown profile error lists the profiles: $(cat "$tmp/err")"
     # the same KV again, from the KV file: nothing new is stored

@@ -341,6 +341,107 @@ Test(server, profiles_and_shapes, .timeout = 60)
     su_model_free(&tm);
 }
 
+/* ids as decimal text, space-separated (TOKENS "<ids>") */
+static char *ids_text(const int32_t *tok, size_t n)
+{
+    char *t = malloc(12 * n + 1);
+    cr_assert(t);
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)sprintf(t + len, i ? " %d" : "%d", tok[i]);
+    t[len] = 0;
+    return t;
+}
+
+static long long int_reply(seqkv_reply *r)
+{
+    cr_assert_eq(r->type, SEQKV_REPLY_INTEGER, "wanted an integer, got '%s'", r->str ? r->str : "");
+    long long v = r->integer;
+    seqkv_reply_free(r);
+    return v;
+}
+
+/* TOKENS "<ids>" in place of the binary tokens of KV.PUT, KV.LOOKUP,
+ * KV.GET and KV.DEL: the same results as the binary form; bad text gets
+ * an error reply and the connection stays usable. */
+Test(server, tokens_as_text_match_the_binary_form, .timeout = 60)
+{
+    srv s;
+    srv_start(&s, NULL);
+    su_model tm;
+    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    seqkv_client *c = conn(&s);
+    make_profile(c, &tm, "p", 8);
+    su_seq a;
+    su_seq_make(&tm, NULL, 0, 12, 7, &a);
+    char *txt = ids_text(a.tok, a.n);
+    const void *put[] = {"KV.PUT", "p", "TOKENS", txt, a.kv};
+    size_t putl[] = {6, 1, 6, strlen(txt), a.kv_len};
+    seqkv_reply *r;
+    cr_assert_eq(seqkv_client_command(c, 5, put, putl, &r), 0);
+    cr_assert_eq(int_reply(r), 12);
+    size_t m = 0;
+    cr_assert_eq(seqkv_client_lookup(c, "p", a.tok, a.n, &m), 0);
+    cr_assert_eq(m, 12, "a text put is found by a binary lookup");
+    expect_get(c, "p", &tm, &a, 0);
+    expect_get(c, "p", &tm, &a, 5);
+    cr_assert_eq(int_reply(CMD(c, "KV.LOOKUP", "p", "TOKENS", txt)), 12);
+    char longer[600], spaced[600];
+    snprintf(longer, sizeof longer, "%s 3 4", txt);
+    snprintf(spaced, sizeof spaced, "  %s\t ", txt);
+    cr_assert_eq(int_reply(CMD(c, "KV.LOOKUP", "p", "tokens", longer)), 12);
+    cr_assert_eq(int_reply(CMD(c, "KV.LOOKUP", "p", "TOKENS", spaced)), 12);
+    /* KV.GET: the same bytes as the binary form, with n and LAYERS */
+    size_t bytes = su_kv_len(&tm, a.n);
+    uint8_t *bin_kv = malloc(bytes);
+    size_t len = 0;
+    cr_assert_eq(seqkv_client_get(c, "p", a.tok, a.n, 0, bin_kv, bytes, &len), 0);
+    r = CMD(c, "KV.GET", "p", "TOKENS", longer);
+    cr_assert_eq(r->type, SEQKV_REPLY_STRING);
+    cr_assert_eq(r->len, bytes);
+    cr_assert(memcmp(r->str, bin_kv, bytes) == 0, "KV.GET TOKENS differs from the binary form");
+    seqkv_reply_free(r);
+    r = CMD(c, "KV.GET", "p", "TOKENS", txt, "5");
+    cr_assert_eq(r->type, SEQKV_REPLY_STRING);
+    cr_assert_eq(r->len, su_kv_len(&tm, 5));
+    seqkv_reply_free(r);
+    r = CMD(c, "KV.GET", "p", "TOKENS", txt, "5", "LAYERS");
+    cr_assert_eq(r->type, SEQKV_REPLY_ARRAY);
+    cr_assert_eq(r->elements, (size_t)tm.c->n_layers);
+    seqkv_reply_free(r);
+    free(bin_kv);
+    /* bad text: an error reply, the connection goes on */
+    expect_error(CMD(c, "KV.LOOKUP", "p", "TOKENS", "1 x 3"), "ERR TOKENS: id 2, \"x\", is not a token id");
+    expect_error(CMD(c, "KV.LOOKUP", "p", "TOKENS", "1 -5"), "ERR TOKENS: id 2, \"-5\", is not");
+    expect_error(CMD(c, "KV.LOOKUP", "p", "TOKENS", "7,8"), "ERR TOKENS: id 1, \"7,8\"");
+    expect_error(CMD(c, "KV.LOOKUP", "p", "TOKENS", "2147483648"), "ERR TOKENS: id 1");
+    expect_error(CMD(c, "KV.LOOKUP", "p", "TOKENS", "  "), "ERR TOKENS: no token ids");
+    expect_error(CMD(c, "KV.LOOKUP", "p", "TOKENS"), "ERR TOKENS wants one argument");
+    expect_error(CMD(c, "KV.DEL", "p", "TOKENS", "1 2", "3"), "ERR wrong number of arguments");
+    expect_error(CMD(c, "KV.GET", "p", "TOKENS", "1 2", "x"), "ERR KV.GET <profile>");
+    size_t many = SEQKV_MAX_TOKENS + 1;
+    char *big = malloc(2 * many);
+    for (size_t i = 0; i < many; i++)
+        memcpy(big + 2 * i, "0 ", 2);
+    big[2 * many - 1] = 0;
+    expect_error(CMD(c, "KV.LOOKUP", "p", "TOKENS", big), "TOOLARGE TOKENS: more than");
+    free(big);
+    const void *badput[] = {"KV.PUT", "p", "TOKENS", "1 2 z", a.kv};
+    size_t badputl[] = {6, 1, 6, 5, a.kv_len};
+    cr_assert_eq(seqkv_client_command(c, 5, badput, badputl, &r), 0);
+    expect_error(r, "ERR TOKENS: id 3");
+    cr_assert_eq(seqkv_client_ping(c), 0, "the connection stays usable");
+    /* the binary form is unchanged, and KV.DEL takes text too */
+    cr_assert_eq(int_reply(CMD(c, "KV.DEL", "p", "TOKENS", txt)), 12);
+    cr_assert_eq(seqkv_client_lookup(c, "p", a.tok, a.n, &m), 0);
+    cr_assert_eq(m, 0);
+    free(txt);
+    seqkv_client_close(c);
+    cr_assert_eq(srv_stop(&s), 0);
+    su_seq_free(&a);
+    su_model_free(&tm);
+}
+
 Test(server, unknown_commands_arity_inline_pipelining, .timeout = 60)
 {
     srv s;
