@@ -38,5 +38,17 @@ ratio=$(sed -n 's/^{"tenant":null,"tokens":[0-9]*,"chunks":[0-9]*,"raw_bytes":\(
 check "the store is compressed: raw/stored = $(echo "$ratio" | awk '{ printf "%.3f", $1 / $2 }') > 1.5" \
     "echo '$ratio' | awk '{ exit !(\$1 > 1.5 * \$2) }'"
 check "profile list shows the profile at ctx, calibrated" "grep -q '^stories260K  *ctx  *calibrated' '$tmp/out'"
+# the serve block, where redis-cli is installed
+if command -v redis-cli >/dev/null; then
+    awk '/<!-- quickstart-serve:/ { on = 1; next } on && /^```sh/ { inblk = 1; next } inblk && /^```/ { exit } inblk' \
+        "$root/README.md" | sed "s|/tmp/seqkv.sock|$tmp/seqkv.sock|g; s|^seqkv serve \(.*\) &$|seqkv serve \1 \& echo \$! > $tmp/srv.pid; for _ in \$(seq 100); do [ -S $tmp/seqkv.sock ] \&\& break; sleep 0.05; done|" \
+        > "$tmp/serve.sh"
+    PATH="$tmp/bin:$PATH" bash "$tmp/serve.sh" > "$tmp/sout" 2> "$tmp/serr"
+    [ -s "$tmp/srv.pid" ] && kill "$(cat "$tmp/srv.pid")" 2>/dev/null || true
+    check "redis-cli KV.LOOKUP with text token ids finds the whole line" "[ \"\$(head -1 '$tmp/sout')\" = 256 ]"
+    check "redis-cli KV.STATS answers" "grep -q tokens '$tmp/sout'"
+else
+    echo "quickstart: redis-cli not installed: the serve block not run"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
