@@ -4,7 +4,6 @@
 #include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,18 +14,6 @@
 double srv_ratio(uint64_t raw, uint64_t stored)
 {
     return stored ? (double)raw / (double)stored : 0.0;
-}
-
-static void addf(skv_rbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void addf(skv_rbuf *b, const char *fmt, ...)
-{
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        skv_rbuf_raw(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
 static uint64_t rss_bytes(void)
@@ -86,14 +73,14 @@ static uint64_t percentile(const uint64_t *h, uint64_t total, double p)
 
 static void info_store(skv_server *s, skv_rbuf *b, const seqkv_stats *st)
 {
-    addf(b, "tokens:%" PRIu64 "\r\nchunks:%" PRIu64 "\r\nraw_bytes:%" PRIu64
+    skv_rbuf_fmt(b, "tokens:%" PRIu64 "\r\nchunks:%" PRIu64 "\r\nraw_bytes:%" PRIu64
             "\r\nstored_bytes:%" PRIu64 "\r\nratio:%.3f\r\ncoded_tokens:%" PRIu64
             "\r\ncentroid_chunks:%" PRIu64 "\r\nevictions:%" PRIu64 "\r\n",
          st->tokens, st->chunks, st->raw_bytes, st->stored_bytes,
          srv_ratio(st->raw_bytes, st->stored_bytes), st->coded_tokens, st->centroid_chunks,
          st->evictions);
     for (int l = 0; l < SEQKV_LEVELS; l++)
-        addf(b, "level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64 ",stored_bytes=%" PRIu64
+        skv_rbuf_fmt(b, "level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64 ",stored_bytes=%" PRIu64
                 ",ratio=%.3f\r\n",
              seqkv_level_name((seqkv_level)l), st->level_tokens[l], st->level_raw[l],
              st->level_stored[l], srv_ratio(st->level_raw[l], st->level_stored[l]));
@@ -102,7 +89,7 @@ static void info_store(skv_server *s, skv_rbuf *b, const seqkv_stats *st)
 
 static void section_server(skv_server *s, srv_job *j, skv_rbuf *b)
 {
-    addf(b, "# Server\r\nseqkv_version:%s\r\nprocess_id:%ld\r\nuptime_in_seconds:%.0f\r\n"
+    skv_rbuf_fmt(b, "# Server\r\nseqkv_version:%s\r\nprocess_id:%ld\r\nuptime_in_seconds:%.0f\r\n"
             "socket:%s\r\nworker_threads:%d\r\ntenant:%s\r\nadmin:%d\r\n\r\n",
          SEQKV_VERSION, (long)getpid(), srv_now() - s->t_start, s->socket_path, s->nthreads,
          s->cfg.tenants[j->tenant].name, j->admin);
@@ -113,7 +100,7 @@ static void section_clients(skv_server *s, srv_job *j, skv_rbuf *b)
     pthread_mutex_lock(&s->smu);
     uint64_t af = s->auth_failures;
     pthread_mutex_unlock(&s->smu);
-    addf(b, "# Clients\r\nconnected_clients:%zu\r\nmax_clients:%zu\r\n"
+    skv_rbuf_fmt(b, "# Clients\r\nconnected_clients:%zu\r\nmax_clients:%zu\r\n"
             "total_connections_received:%" PRIu64 "\r\nrejected_connections:%" PRIu64
             "\r\nprotocol_errors:%" PRIu64 "\r\nauth_failures:%" PRIu64
             "\r\nrequests_in_flight:%zu\r\nmax_bulk:%" PRIu64 "\r\nmax_query:%" PRIu64
@@ -128,7 +115,7 @@ static void section_memory(skv_rbuf *b)
     char h[32];
     uint64_t rss = rss_bytes();
     human(rss, h, sizeof h);
-    addf(b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n\r\n",
+    skv_rbuf_fmt(b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n\r\n",
          rss, h);
 }
 
@@ -143,28 +130,28 @@ static int section_store(skv_server *s, srv_job *j, skv_rbuf *b)
         return rc;
     if (rc)
         memset(&st, 0, sizeof st);
-    addf(b, "# Store\r\nscope:%s\r\n", j->admin ? "all tenants" : "this tenant");
+    skv_rbuf_fmt(b, "# Store\r\nscope:%s\r\n", j->admin ? "all tenants" : "this tenant");
     info_store(s, b, &st);
     if (j->admin) {
         seqkv_stats all = st;
-        addf(b, "tenants:%u\r\nprofiles:%u\r\nlmdb_map_used:%" PRIu64
+        skv_rbuf_fmt(b, "tenants:%u\r\nprofiles:%u\r\nlmdb_map_used:%" PRIu64
                 "\r\nlmdb_map_size:%" PRIu64 "\r\nlmdb_map_usage:%.4f\r\n",
              all.tenants, all.profiles, all.map_used, all.map_size,
              all.map_size ? (double)all.map_used / (double)all.map_size : 0.0);
         pthread_mutex_lock(&s->smu);
         uint64_t nb = s->batches, np = s->batched_puts;
         pthread_mutex_unlock(&s->smu);
-        addf(b, "put_batch_max:%d\r\nput_commits:%" PRIu64 "\r\nputs_per_commit:%.2f\r\n",
+        skv_rbuf_fmt(b, "put_batch_max:%d\r\nput_commits:%" PRIu64 "\r\nputs_per_commit:%.2f\r\n",
              s->put_batch, nb, nb ? (double)np / (double)nb : 0.0);
     }
-    addf(b, "\r\n");
+    skv_rbuf_fmt(b, "\r\n");
     return 0;
 }
 
 /* Each tenant's line (an admin sees every tenant, others their own) */
 static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
 {
-    addf(b, "# Tenants\r\n");
+    skv_rbuf_fmt(b, "# Tenants\r\n");
     for (size_t t = 0; t < s->cfg.ntenants; t++) {
         if (!j->admin && (int)t != j->tenant)
             continue;
@@ -175,7 +162,7 @@ static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
         pthread_mutex_lock(&s->smu);
         srv_tstats x = s->ts[t];
         pthread_mutex_unlock(&s->smu);
-        addf(b, "tenant_%s:lookups=%" PRIu64 ",lookup_hits=%" PRIu64 ",lookup_misses=%" PRIu64
+        skv_rbuf_fmt(b, "tenant_%s:lookups=%" PRIu64 ",lookup_hits=%" PRIu64 ",lookup_misses=%" PRIu64
                 ",gets=%" PRIu64 ",get_hits=%" PRIu64 ",get_misses=%" PRIu64
                 ",tokens_served=%" PRIu64 ",bytes_served=%" PRIu64 ",puts=%" PRIu64
                 ",tokens_put=%" PRIu64 ",new_tokens=%" PRIu64 ",dels=%" PRIu64
@@ -187,13 +174,13 @@ static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
              srv_ratio(st.raw_bytes, st.stored_bytes), st.evictions);
         for (int l = 0; l < SEQKV_LEVELS; l++)
             if (st.level_tokens[l])
-                addf(b, "tenant_%s_level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64
+                skv_rbuf_fmt(b, "tenant_%s_level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64
                         ",stored_bytes=%" PRIu64 ",ratio=%.3f\r\n",
                      s->cfg.tenants[t].name, seqkv_level_name((seqkv_level)l),
                      st.level_tokens[l], st.level_raw[l], st.level_stored[l],
                      srv_ratio(st.level_raw[l], st.level_stored[l]));
     }
-    addf(b, "\r\n");
+    skv_rbuf_fmt(b, "\r\n");
 }
 
 /* Commandstats and latencystats (those of them secp asks for), from one
@@ -210,26 +197,26 @@ static void section_cmdstats(skv_server *s, const char *secp, skv_rbuf *b)
         memcpy(hh, s->hist, sizeof s->hist);
     pthread_mutex_unlock(&s->smu);
     if (want_section(secp, "commandstats")) {
-        addf(b, "# Commandstats\r\n");
+        skv_rbuf_fmt(b, "# Commandstats\r\n");
         for (int i = 0; i < SRV_NCMD; i++) {
             const srv_cmd *d = srv_cmd_at(i);
             if (d && calls[i])
-                addf(b, "cmdstat_%s:calls=%" PRIu64 ",usec=%" PRIu64 ",usec_per_call=%.2f\r\n",
+                skv_rbuf_fmt(b, "cmdstat_%s:calls=%" PRIu64 ",usec=%" PRIu64 ",usec_per_call=%.2f\r\n",
                      lower(d->name, lc, sizeof lc), calls[i], usec[i], (double)usec[i] / (double)calls[i]);
         }
-        addf(b, "\r\n");
+        skv_rbuf_fmt(b, "\r\n");
     }
     if (want_section(secp, "latencystats") && hh) {
-        addf(b, "# Latencystats\r\n");
+        skv_rbuf_fmt(b, "# Latencystats\r\n");
         for (int i = 0; i < SRV_NCMD; i++) {
             const srv_cmd *d = srv_cmd_at(i);
             if (d && calls[i])
-                addf(b, "latency_percentiles_usec_%s:p50=%" PRIu64 ",p99=%" PRIu64
+                skv_rbuf_fmt(b, "latency_percentiles_usec_%s:p50=%" PRIu64 ",p99=%" PRIu64
                         ",p99.9=%" PRIu64 "\r\n",
                      lower(d->name, lc, sizeof lc), percentile(hh[i], calls[i], 0.50),
                      percentile(hh[i], calls[i], 0.99), percentile(hh[i], calls[i], 0.999));
         }
-        addf(b, "\r\n");
+        skv_rbuf_fmt(b, "\r\n");
     }
     skv_free(hh);
 }

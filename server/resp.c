@@ -376,10 +376,9 @@ void skv_rbuf_raw(skv_rbuf *b, const void *s, size_t n)
         memcpy(d, s, n);
 }
 
-static void rbuf_fmt(skv_rbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void rbuf_fmt(skv_rbuf *b, const char *fmt, ...)
+void skv_rbuf_fmt(skv_rbuf *b, const char *fmt, ...)
 {
-    char tmp[64];
+    char tmp[1024];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
@@ -420,12 +419,12 @@ void skv_rbuf_error(skv_rbuf *b, const char *code, const char *fmt, ...)
 
 void skv_rbuf_int(skv_rbuf *b, long long v)
 {
-    rbuf_fmt(b, ":%lld\r\n", v);
+    skv_rbuf_fmt(b, ":%lld\r\n", v);
 }
 
 void skv_rbuf_bulk(skv_rbuf *b, const void *s, size_t n)
 {
-    rbuf_fmt(b, "$%zu\r\n", n);
+    skv_rbuf_fmt(b, "$%zu\r\n", n);
     skv_rbuf_raw(b, s, n);
     skv_rbuf_raw(b, "\r\n", 2);
 }
@@ -437,15 +436,15 @@ void skv_rbuf_bulk_str(skv_rbuf *b, const char *s)
 
 void skv_rbuf_array(skv_rbuf *b, size_t n)
 {
-    rbuf_fmt(b, "*%zu\r\n", n);
+    skv_rbuf_fmt(b, "*%zu\r\n", n);
 }
 
 void skv_rbuf_map(skv_rbuf *b, int proto, size_t n)
 {
     if (proto >= 3)
-        rbuf_fmt(b, "%%%zu\r\n", n);
+        skv_rbuf_fmt(b, "%%%zu\r\n", n);
     else
-        rbuf_fmt(b, "*%zu\r\n", 2 * n);
+        skv_rbuf_fmt(b, "*%zu\r\n", 2 * n);
 }
 
 void skv_rbuf_null(skv_rbuf *b, int proto)

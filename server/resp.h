@@ -88,6 +88,8 @@ void skv_rbuf_free(skv_rbuf *b);
 /* n bytes appended uninitialised, or NULL (oom). */
 uint8_t *skv_rbuf_reserve(skv_rbuf *b, size_t n);
 void skv_rbuf_raw(skv_rbuf *b, const void *s, size_t n);
+/* printf into the reply (at most 1023 bytes a call) */
+void skv_rbuf_fmt(skv_rbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void skv_rbuf_simple(skv_rbuf *b, const char *s);
 /* "-CODE message\r\n"; CR and LF in the message become spaces. */
 void skv_rbuf_error(skv_rbuf *b, const char *code, const char *fmt, ...)
