@@ -866,7 +866,8 @@ int seqkv_profile_list(seqkv *db, seqkv_profile *out, size_t cap, size_t *n)
     for (size_t i = 0; i < db->nprof && k < cap; i++)
         out[k++] = db->prof[i].p;
     pthread_rwlock_unlock(&db->rw);
-    qsort(out, k, sizeof *out, prof_by_name);
+    if (k > 1)
+        qsort(out, k, sizeof *out, prof_by_name);
     return SKV_OK;
 }
 
