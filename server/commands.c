@@ -135,42 +135,25 @@ static int tokens_arg(srv_job *j, size_t i, int32_t **tok, size_t *n)
  * tabs, 1 to SEQKV_MAX_TOKENS of them. Replies and returns -1 on error. */
 static int tokens_text(srv_job *j, const uint8_t *a, size_t len, int32_t **tok, size_t *n)
 {
-    size_t cap = len / 2 + 1, k = 0, i = 0;
-    if (cap > SEQKV_MAX_TOKENS + 1)
-        cap = SEQKV_MAX_TOKENS + 1;
+    size_t cap = len / 2 + 1, k, bad = 0, blen = 0;
+    if (cap > SEQKV_MAX_TOKENS)
+        cap = SEQKV_MAX_TOKENS;
     int32_t *t = skv_malloc(cap * sizeof *t);
     if (!t) {
         err_reply(j, "ERR", "out of memory");
         return -1;
     }
-    for (;;) {
-        while (i < len && (a[i] == ' ' || a[i] == '\t'))
-            i++;
-        if (i == len)
-            break;
-        size_t b = i;
-        long long v = 0;
-        while (i < len && a[i] >= '0' && a[i] <= '9' && v <= INT32_MAX)
-            v = v * 10 + (a[i++] - '0');
-        if (i == b || v > INT32_MAX || (i < len && a[i] != ' ' && a[i] != '\t')) {
-            while (i < len && a[i] != ' ' && a[i] != '\t')
-                i++;
-            skv_free(t);
-            err_reply(j, "ERR", "TOKENS: id %zu, \"%.*s\", is not a token id (a decimal number "
-                                "from 0 to 2147483647)", k + 1, (int)(i - b < 24 ? i - b : 24), a + b);
-            return -1;
-        }
-        if (k == SEQKV_MAX_TOKENS) {
-            skv_free(t);
-            err_reply(j, "TOOLARGE", "TOKENS: more than %u ids: at most %u per request",
-                      SEQKV_MAX_TOKENS, SEQKV_MAX_TOKENS);
-            return -1;
-        }
-        t[k++] = (int32_t)v;
-    }
-    if (k == 0) {
-        skv_free(t);
+    int rc = skv_resp_token_text(a, len, SEQKV_MAX_TOKENS, t, &k, &bad, &blen);
+    if (rc == SKV_ERR_FORMAT)
+        err_reply(j, "ERR", "TOKENS: id %zu, \"%.*s\", is not a token id (a decimal number "
+                            "from 0 to 2147483647)", k, (int)(blen < 24 ? blen : 24), a + bad);
+    else if (rc)
+        err_reply(j, "TOOLARGE", "TOKENS: more than %u ids: at most %u per request", SEQKV_MAX_TOKENS,
+                  SEQKV_MAX_TOKENS);
+    else if (k == 0)
         err_reply(j, "ERR", "TOKENS: no token ids (want \"<id> <id> ...\")");
+    if (rc || k == 0) {
+        skv_free(t);
         return -1;
     }
     *tok = t;

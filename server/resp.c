@@ -332,6 +332,34 @@ void skv_resp_direct_done(skv_resp_parser *p, size_t n)
     }
 }
 
+int skv_resp_token_text(const uint8_t *a, size_t len, size_t max, int32_t *out, size_t *n, size_t *bad,
+                        size_t *bad_len)
+{
+    size_t k = 0, i = 0;
+    *n = 0;
+    for (;;) {
+        while (i < len && (a[i] == ' ' || a[i] == '\t'))
+            i++;
+        if (i == len)
+            break;
+        size_t b = i;
+        long long v = 0;
+        while (i < len && a[i] >= '0' && a[i] <= '9' && v <= INT32_MAX)
+            v = v * 10 + (a[i++] - '0');
+        if (i == b || v > INT32_MAX || (i < len && a[i] != ' ' && a[i] != '\t')) {
+            while (i < len && a[i] != ' ' && a[i] != '\t')
+                i++;
+            *n = k + 1, *bad = b, *bad_len = i - b;
+            return SKV_ERR_FORMAT;
+        }
+        if (k == max)
+            return SKV_ERR_TOO_LARGE;
+        out[k++] = (int32_t)v;
+    }
+    *n = k;
+    return SKV_OK;
+}
+
 /* ------------------------------------------------------------------------
  * Replies
  * ---------------------------------------------------------------------- */

@@ -37,6 +37,14 @@ typedef struct {
 } skv_resp_cmd;
 void skv_resp_cmd_free(skv_resp_cmd *c);
 
+/* Token ids as text (KV.* commands' TOKENS "<id> <id> ..."): decimal ids
+ * in [0, 2^31) separated by spaces or tabs, at most max of them, into out
+ * (room for len / 2 + 1, or max if fewer). 0 with *n ids (maybe none);
+ * SKV_ERR_FORMAT for a word that is not an id: its 1-based index in *n
+ * and its bytes at a + *bad, *bad_len long; SKV_ERR_TOO_LARGE past max. */
+int skv_resp_token_text(const uint8_t *a, size_t len, size_t max, int32_t *out, size_t *n, size_t *bad,
+                        size_t *bad_len);
+
 enum {
     SKV_RESP_NEED = 0,  /* consumed what it could; feed more bytes */
     SKV_RESP_CMD = 1,   /* a command is complete (ownership to the caller) */

@@ -8,7 +8,10 @@
  * the parser may not depend on how the bytes arrive. Every command is
  * checked against the limits (argument count, bulk size, query size, NUL
  * after each argument), then written back as RESP and parsed again in one
- * go, which must give it back unchanged. Any violation aborts. */
+ * go, which must give it back unchanged; and each argument is read as the
+ * TOKENS text form of token ids (skv_resp_token_text), whose ids must
+ * print back to a text that reads as the same ids, and whose refusals must
+ * point inside the argument. Any violation aborts. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +40,33 @@ static void serialise(const skv_resp_cmd *c, skv_rbuf *out)
         skv_rbuf_bulk(out, c->argv[i], c->argl[i]);
 }
 
+/* One argument as the TOKENS text of token ids */
+static void check_token_text(const uint8_t *a, size_t len)
+{
+    const size_t max = 64, cap = len / 2 + 1 < max ? len / 2 + 1 : max;
+    int32_t ids[64], back[64];
+    size_t n = 0, bad = 0, blen = 0;
+    int rc = skv_resp_token_text(a, len, max, ids, &n, &bad, &blen);
+    if (rc == SKV_ERR_FORMAT) {
+        CHECK(n >= 1 && blen >= 1 && bad + blen <= len);
+        return;
+    }
+    if (rc) {
+        CHECK(rc == SKV_ERR_TOO_LARGE);
+        return;
+    }
+    CHECK(n <= cap);
+    char text[64 * 12 + 1];
+    size_t tl = 0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(ids[i] >= 0);
+        tl += (size_t)snprintf(text + tl, sizeof text - tl, i ? " %d" : "%d", ids[i]);
+    }
+    size_t m = 0;
+    CHECK(skv_resp_token_text((const uint8_t *)text, tl, max, back, &m, &bad, &blen) == 0);
+    CHECK(m == n && memcmp(back, ids, n * sizeof *ids) == 0);
+}
+
 static void check_cmd(const skv_resp_cmd *c)
 {
     CHECK(c->argc >= 1 && c->argc <= LIM.max_args);
@@ -45,6 +75,7 @@ static void check_cmd(const skv_resp_cmd *c)
         CHECK(c->argl[i] <= LIM.max_bulk);
         CHECK(c->argv[i][c->argl[i]] == 0);
         total += c->argl[i];
+        check_token_text(c->argv[i], c->argl[i]);
     }
     CHECK(total <= LIM.max_query);
     /* written back and parsed in one go: the same command */
