@@ -567,6 +567,23 @@ Test(delta, dense_version_2_calibration_keeps_its_id_and_codes_the_same_bytes)
 /* A learned calibration is version 3: its codebook holds rows for the
  * distinct tokens seen only (ids far apart), written with their ids; the
  * file round-trips with the same id and codes the same bytes. */
+/* A version 3 file (written by this build; tests/fuzz/corpus/fuzz_calib)
+ * loads; the same file with one codebook token id changed, its content
+ * hash left alone, is refused as malformed before the hash is checked */
+Test(delta, a_sparse_codebook_with_tokens_out_of_order_is_refused)
+{
+    char p[4096];
+    skv_calib *c = NULL;
+    snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_calib/tiny_bf16_v3_sparse.cal", tu_source_root());
+    cr_assert_eq(skv_calib_load(p, &c), 0, "%s", skv_error_detail());
+    skv_calib_free(c);
+    c = NULL;
+    snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_calib/v3_token_flipped.cal", tu_source_root());
+    cr_assert_eq(skv_calib_load(p, &c), SKV_ERR_FORMAT, "%s", skv_error_detail());
+    cr_assert_null(c);
+    cr_assert(strstr(skv_error_detail(), "tokens ascending") != NULL, "%s", skv_error_detail());
+}
+
 Test(delta, sparse_version_3_calibration_round_trips_with_rows_for_seen_tokens_only)
 {
     skv_model *m = random_model();
