@@ -142,11 +142,7 @@ static int do_profile_list(int argc, char **argv)
         return r;
     size_t n = 0;
     seqkv_profile *ps = NULL;
-    int rc = seqkv_profile_list(db, NULL, 0, &n);
-    if (!rc && n && !(ps = calloc(n, sizeof *ps)))
-        rc = skv_error(SKV_ERR_NOMEM, "profile list");
-    if (!rc && n)
-        rc = seqkv_profile_list(db, ps, n, &n);
+    int rc = cli_profiles(db, &ps, &n);
     seqkv_close(db);
     if (rc) {
         free(ps);

@@ -26,22 +26,21 @@ static void print_ratio(double raw, double stored, int json)
  * calibration yet and the command that gives them one */
 static void raw_hint(seqkv *db, const char *dir, uint64_t raw_tokens)
 {
-    seqkv_profile ps[16];
     size_t n = 0;
-    if (seqkv_profile_list(db, ps, 16, &n))
+    seqkv_profile *ps = NULL;
+    if (cli_profiles(db, &ps, &n))
         return;
-    int any = 0;
-    for (size_t i = 0; i < n && i < 16; i++)
-        if (!ps[i].has_calib) {
-            fprintf(stderr, "stats: %llu tokens are stored raw; 'seqkv calibrate --db %s --profile %s' "
-                    "makes later puts of profile %s compress\n",
-                    (unsigned long long)raw_tokens, dir, ps[i].name, ps[i].name);
-            any = 1;
-            break;
-        }
-    if (!any)
+    size_t i = 0;
+    while (i < n && ps[i].has_calib)
+        i++;
+    if (i < n)
+        fprintf(stderr, "stats: %llu tokens are stored raw; 'seqkv calibrate --db %s --profile %s' "
+                "makes later puts of profile %s compress\n",
+                (unsigned long long)raw_tokens, dir, ps[i].name, ps[i].name);
+    else
         fprintf(stderr, "stats: %llu tokens were stored raw before their profile's calibration\n",
                 (unsigned long long)raw_tokens);
+    free(ps);
 }
 
 int cmd_stats(int argc, char **argv)

@@ -201,6 +201,21 @@ int cli_store_open(const sargs *a, int mode, seqkv **db)
     return rc ? cli_fail(rc, a->db) : 0;
 }
 
+int cli_profiles(seqkv *db, seqkv_profile **ps, size_t *n)
+{
+    *ps = NULL;
+    int rc = seqkv_profile_list(db, NULL, 0, n);
+    if (rc || *n == 0)
+        return rc;
+    if (!(*ps = calloc(*n, sizeof **ps)))
+        return skv_error(SKV_ERR_NOMEM, "profile list");
+    size_t cap = *n;
+    rc = seqkv_profile_list(db, *ps, cap, n);
+    if (*n > cap) /* (one made since the count: not in this list) */
+        *n = cap;
+    return rc;
+}
+
 /* A profile name from a model or KV file path: the file name without its
  * extension (a Hugging Face directory: its name; a file inside one, such
  * as model.safetensors or config.json: the directory's), with bytes other

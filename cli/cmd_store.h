@@ -47,6 +47,8 @@ int cli_store_args(const char *cmd, int argc, char **argv, sargs *a, const char 
 enum { DB_WRITE = 0, DB_USE = 1, DB_READ = 2, DB_READ_RECENT = 3 };
 
 int cli_store_open(const sargs *a, int mode, seqkv **db);
+/* Every profile of the store, by name, in *ps (free it; NULL when none) */
+int cli_profiles(seqkv *db, seqkv_profile **ps, size_t *n);
 /* Bytes of one token's KV (K and V, every layer). */
 size_t cli_token_bytes(const seqkv_profile *p);
 /* KV file layout (k, v: [layer][T][row]) <-> store layout [layer][k, v][T][row]. */
