@@ -45,9 +45,11 @@ const char *skv_error_name(int err)
 int skv_error_at(int err, const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
+    char d[sizeof g_detail]; /* the arguments may hold the last detail itself */
     va_start(ap, fmt);
-    vsnprintf(g_detail, sizeof g_detail, fmt, ap);
+    vsnprintf(d, sizeof d, fmt, ap);
     va_end(ap);
+    memcpy(g_detail, d, sizeof d);
     g_where[0] = 0;
     if (file) {
         const char *base = strrchr(file, '/');
