@@ -28,14 +28,15 @@ int skv_seqbuf_init(seqbuf *s, const prof_ent *pe, size_t stride)
 }
 
 /* Checksum of positions [a, b) in stream order (layer, K then V). */
-uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b)
+uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b, int version)
 {
     const size_t row = pe->C * pe->es;
-    uint64_t h = 0;
+    skv_rec_sum h;
+    skv_rec_sum_begin(&h, version);
     for (int l = 0; l < pe->p.layers; l++)
         for (int kv = 0; kv < 2; kv++)
-            h = skv_checksum64(s->kv[kv] + ((size_t)l * s->stride + a) * row, (b - a) * row, h);
-    return h;
+            skv_rec_sum_add(&h, s->kv[kv] + ((size_t)l * s->stride + a) * row, (b - a) * row);
+    return skv_rec_sum_end(&h);
 }
 
 static __thread int centroid_depth;
@@ -190,7 +191,7 @@ static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth)
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
                                                 skv_error_detail())
                                     : rc;
-    if (skv_seqbuf_checksum(c->pe, c->s, P + r.lo, P + r.n) != r.checksum)
+    if (skv_seqbuf_checksum(c->pe, c->s, P + r.lo, P + r.n, r.version) != r.checksum)
         return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)", r.chunk_index);
     __atomic_store_n(&t->tick, c->tick, __ATOMIC_RELAXED);
     return SKV_OK;

@@ -396,7 +396,7 @@ static size_t record_header(put_ctx *pc, size_t i, size_t hi, newrec *q)
     q->r.lo = (uint32_t)lo;
     if (hi == CH)
         q->r.flags |= SKV_REC_FULL;
-    q->r.checksum = skv_seqbuf_checksum(pc->pe, &pc->s, P + lo, P + hi);
+    q->r.checksum = skv_seqbuf_checksum(pc->pe, &pc->s, P + lo, P + hi, SKV_REC_VERSION);
     return lo;
 }
 

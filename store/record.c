@@ -4,7 +4,42 @@
 #include <sodium.h>
 #include <string.h>
 
+#include "skv_codec.h"
 #include "store_int.h"
+
+/* The trailer of a record's first len bytes: XXH3-128 (low half first)
+ * from version 2 on, BLAKE2b-128 in version 1. */
+static void rec_trailer(int version, const uint8_t *buf, size_t len, uint8_t out[SKV_REC_TRAILER])
+{
+    if (version == 1) {
+        crypto_generichash(out, SKV_REC_TRAILER, buf, len, NULL, 0);
+        return;
+    }
+    XXH128_hash_t h = XXH3_128bits(buf, len);
+    skv_store64_le(out, h.low64);
+    skv_store64_le(out + 8, h.high64);
+}
+
+void skv_rec_sum_begin(skv_rec_sum *s, int version)
+{
+    s->version = version;
+    s->h = 0;
+    if (version != 1)
+        XXH3_64bits_reset(&s->xx);
+}
+
+void skv_rec_sum_add(skv_rec_sum *s, const void *p, size_t len)
+{
+    if (s->version == 1)
+        s->h = skv_checksum64(p, len, s->h);
+    else
+        XXH3_64bits_update(&s->xx, p, len);
+}
+
+uint64_t skv_rec_sum_end(skv_rec_sum *s)
+{
+    return s->version == 1 ? s->h : XXH3_64bits_digest(&s->xx);
+}
 
 size_t skv_rec_size(const skv_rec *r)
 {
@@ -47,7 +82,14 @@ void skv_rec_write(const skv_rec *r, uint8_t *dst)
     if (r->streams_len)
         memcpy(p, r->streams, r->streams_len);
     p += r->streams_len;
-    crypto_generichash(p, SKV_REC_TRAILER, dst, (size_t)(p - dst), NULL, 0);
+    rec_trailer(SKV_REC_VERSION, dst, (size_t)(p - dst), p);
+}
+
+void skv_rec_seal(uint8_t *buf, size_t len)
+{
+    if (len >= SKV_REC_HEADER + SKV_REC_TRAILER)
+        rec_trailer(skv_load16_le(buf + 4) == 1 ? 1 : 2, buf, len - SKV_REC_TRAILER,
+                    buf + len - SKV_REC_TRAILER);
 }
 
 int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r)
@@ -61,21 +103,24 @@ int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r)
     if (len < SKV_REC_HEADER + SKV_REC_TRAILER)
         return skv_error(SKV_ERR_FORMAT, "chunk record of %zu bytes is too short", len);
     /* the checksum first: a flipped byte anywhere, magic and version
-     * included, is damage (SKV_ERR_CORRUPT), not a format question */
+     * included, is damage (SKV_ERR_CORRUPT), not a format question. The
+     * version picks the trailer's hash, so a record whose version bytes
+     * were damaged fails both. */
+    uint16_t ver = skv_load16_le(buf + 4);
     if (verify) {
         uint8_t sum[SKV_REC_TRAILER];
-        crypto_generichash(sum, sizeof sum, buf, len - SKV_REC_TRAILER, NULL, 0);
-        if (sodium_memcmp(sum, buf + len - SKV_REC_TRAILER, SKV_REC_TRAILER) != 0)
+        rec_trailer(ver == 1 ? 1 : 2, buf, len - SKV_REC_TRAILER, sum);
+        if (memcmp(sum, buf + len - SKV_REC_TRAILER, SKV_REC_TRAILER) != 0)
             return skv_error(SKV_ERR_CORRUPT, "chunk record checksum mismatch");
     }
     if (skv_load32_le(buf) != SKV_REC_MAGIC)
         return skv_error(SKV_ERR_FORMAT, "not a chunk record (bad magic)");
-    uint16_t ver = skv_load16_le(buf + 4);
     if (ver > SKV_REC_VERSION)
         return skv_error(SKV_ERR_VERSION, "chunk record version %u is newer than %u", ver,
                          SKV_REC_VERSION);
     if (ver == 0)
         return skv_error(SKV_ERR_FORMAT, "chunk record version 0");
+    r->version = ver;
     r->level = buf[6];
     r->flags = buf[7];
     if (r->level >= SEQKV_LEVELS || (r->flags & ~15u))

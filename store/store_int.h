@@ -4,14 +4,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
 #include "seqkv.h"
 #include "skv_base.h"
 
 /* ---- chunk records (FORMAT.md, "Chunk records") --------------------------- */
 #define SKV_REC_MAGIC 0x43564b53u /* "SKVC" */
-#define SKV_REC_VERSION 1
+#define SKV_REC_VERSION 2 /* written; version 1 still read */
 #define SKV_REC_HEADER 192
-#define SKV_REC_TRAILER 16 /* BLAKE2b-128 of everything before it */
+#define SKV_REC_TRAILER 16 /* XXH3-128 (version 1: BLAKE2b-128) of everything before it */
 
 enum {
     SKV_REC_FULL = 1,       /* the chunk holds `chunk` tokens */
@@ -21,13 +24,15 @@ enum {
 };
 
 typedef struct {
+    uint16_t version;       /* set by skv_rec_parse; skv_rec_write writes SKV_REC_VERSION */
     uint8_t level;          /* seqkv_level */
     uint8_t flags;
     uint64_t tenant;
     uint8_t profile[32], parent[32], base[32], centroid[32];
     uint8_t calib[16];
     uint32_t chunk_index, n, lo;
-    uint64_t checksum;      /* of the decoded KV of [lo, n), stream order */
+    uint64_t checksum;      /* of the decoded KV of [lo, n), stream order
+                               (skv_rec_kv_sum) */
     const uint8_t *tokens;  /* n x i32 LE (unaligned) */
     const uint8_t *surprisal; /* n x f32 LE or NULL */
     const uint8_t *side;    /* side info (centroid) */
@@ -43,6 +48,9 @@ size_t skv_rec_size(const skv_rec *r);
 /* Serialise into dst (skv_rec_size bytes); tokens/surprisal/side/sizes/
  * streams are read from the pointers in r. */
 void skv_rec_write(const skv_rec *r, uint8_t *dst);
+/* Recompute the trailer of a record image of len bytes (at least a header
+ * and a trailer) for the version at its bytes 4..6 (tests and fuzzing). */
+void skv_rec_seal(uint8_t *buf, size_t len);
 /* Parse and verify (magic, version, sizes, record checksum). Pointers in
  * *r point into buf. Errors: SKV_ERR_FORMAT (short, bad magic or fields),
  * SKV_ERR_VERSION, SKV_ERR_CORRUPT (checksum). */
@@ -50,6 +58,18 @@ int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r);
 /* The same; verify 0 skips the record checksum (opening a store indexes
  * records from their headers; GET verifies everything). */
 int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r);
+
+/* The checksum of a record's decoded KV: the 2 x layers slabs of
+ * positions [lo, n) in stream order, hashed as one buffer -- XXH3-64 for
+ * version 2 records, chained skv_checksum64 for version 1. */
+typedef struct {
+    int version;
+    uint64_t h;       /* version 1 */
+    XXH3_state_t xx;  /* version 2 */
+} skv_rec_sum;
+void skv_rec_sum_begin(skv_rec_sum *s, int version);
+void skv_rec_sum_add(skv_rec_sum *s, const void *p, size_t len);
+uint64_t skv_rec_sum_end(skv_rec_sum *s);
 
 /* ---- keys (store/keys.c) ------------------------------------------------------- */
 #define SKV_MASTER_KEY_FILE 72 /* "SKVK" u32 version, 32-byte key, 32-byte check */

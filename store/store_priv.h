@@ -121,8 +121,9 @@ typedef struct {
 
 int skv_seqbuf_init(seqbuf *s, const prof_ent *pe, size_t stride);
 void skv_seqbuf_free(seqbuf *s);
-/* Checksum of positions [a, b) in stream order (layer, K then V). */
-uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b);
+/* Checksum of positions [a, b) in stream order (layer, K then V), as a
+ * record of that version holds it (skv_rec_sum). */
+uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b, int version);
 
 struct skv_centroid;
 
