@@ -67,6 +67,8 @@ typedef struct {
     int quiet;              /* no progress lines on stderr */
     int no_centroids;       /* exact trie only: never code against a
                                centroid (for comparisons) */
+    uint64_t cache_bytes;   /* the hot tier: decoded, verified chunks kept in
+                               memory up to this many bytes, LRU (0: none) */
 } seqkv_options;
 #define SEQKV_OPTIONS_INIT {.size = sizeof(seqkv_options)}
 
@@ -226,6 +228,26 @@ int seqkv_lookup(seqkv *db, const char *tenant, const char *profile, const int32
 int seqkv_get(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
               size_t n, size_t want, void *out, size_t cap, size_t *got);
 
+/* Zero-copy get: the KV of the first `want` tokens (0: the longest cached
+ * prefix) as a list of pieces that, concatenated, are the store KV layout
+ * seqkv_get writes. The pieces stay valid and unchanged until
+ * seqkv_view_free, whatever happens to the store meanwhile (a DEL or an
+ * eviction only stops later gets from seeing them); a view may outlive
+ * nothing but its store handle. Chunks come from the hot tier when there
+ * (verified when they entered it), else are read, verified and decoded,
+ * and enter the tier. Errors as seqkv_get's, but never SKV_ERR_TOO_LARGE. */
+typedef struct seqkv_view seqkv_view;
+int seqkv_get_view(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                   size_t n, size_t want, seqkv_view **out, size_t *got);
+size_t seqkv_view_bytes(const seqkv_view *v);
+size_t seqkv_view_pieces(const seqkv_view *v);
+/* Piece i (< seqkv_view_pieces), *len bytes (never 0). */
+const void *seqkv_view_piece(const seqkv_view *v, size_t i, size_t *len);
+/* Chunks of the view that came from the hot tier, and all its chunks. */
+size_t seqkv_view_hot_chunks(const seqkv_view *v, size_t *chunks);
+/* NULL is a no-op. */
+void seqkv_view_free(seqkv_view *v);
+
 /* Layer by layer: decodes chunk by chunk and calls fn once per (range of
  * positions, layer) as soon as it is decoded and verified (fn runs inside
  * the read: it must not call seqkv functions); k and v hold
@@ -264,6 +286,14 @@ typedef struct {
 } seqkv_stats;
 /* For one tenant (NULL: all). SKV_ERR_NOT_FOUND for an unknown tenant. */
 int seqkv_stat(seqkv *db, const char *tenant, seqkv_stats *out);
+
+/* The hot tier (seqkv_options.cache_bytes); all 0 when it has none. */
+typedef struct {
+    uint64_t budget, bytes, chunks;        /* chunks: entries held */
+    uint64_t hits, misses;                 /* chunk lookups by gets */
+    uint64_t inserts, evictions, drops;    /* drops: deleted or evicted records */
+} seqkv_cache_stats;
+void seqkv_cache_stat(seqkv *db, seqkv_cache_stats *out);
 
 #ifdef __cplusplus
 }

@@ -48,6 +48,8 @@ void skv_batch_drop(seqkv *db, struct skv_put_batch *pb, size_t from)
             skv_store_unindex(db, p->e, t, 1);
         pb->bytes -= p->len;
         skv_free(p->img);
+        skv_hot_unref(p->hot);
+        p->hot = NULL;
     }
     if (from == 0)
         pb->ntick = 0;
@@ -102,8 +104,12 @@ static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
                 if (t) {
                     t->hidden = 0;
                     t->tick_saved = t->tick;
+                    if (db->hot && pb->rec[j].hot)
+                        skv_hot_put(db->hot, pb->rec[j].hot); /* recently put: hot */
                 }
                 skv_free(pb->rec[j].img);
+                skv_hot_unref(pb->rec[j].hot);
+                pb->rec[j].hot = NULL;
             }
             for (size_t j = 0; j < pb->ntick; j++) {
                 skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);

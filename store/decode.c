@@ -197,6 +197,11 @@ static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth)
     return SKV_OK;
 }
 
+int skv_store_decode_rec(dec_ctx *c, skv_trie_rec *t)
+{
+    return decode_rec(c, t, 0);
+}
+
 /* Decode the records of a matched path into s (stride >= the path's
  * extent); fn (may be NULL) gets each chunk's layers as they are done. */
 typedef int (*chunk_fn)(void *ctx, const seqbuf *s, size_t a, size_t b);

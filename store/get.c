@@ -121,34 +121,6 @@ static int get_common(seqkv *db, const char *tenant, const char *profile, const 
     return rc;
 }
 
-int seqkv_get(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens, size_t n,
-              size_t want, void *out, size_t cap, size_t *got)
-{
-    seqbuf s;
-    prof_ent *pe;
-    size_t g;
-    int rc = get_common(db, tenant, profile, tokens, n, want, NULL, NULL, &s, &g, &pe);
-    if (rc) {
-        *got = 0;
-        return rc;
-    }
-    const size_t row = pe->C * pe->es, need = (size_t)pe->p.layers * 2 * g * row;
-    *got = g;
-    if (need > cap) {
-        skv_seqbuf_free(&s);
-        return skv_error(SKV_ERR_TOO_LARGE, "%zu tokens need %zu bytes, the buffer holds %zu", g,
-                         need, cap);
-    }
-    uint8_t *o = out;
-    for (int l = 0; l < pe->p.layers; l++)
-        for (int kv = 0; kv < 2; kv++) {
-            memcpy(o, s.kv[kv] + (size_t)l * s.stride * row, g * row);
-            o += g * row;
-        }
-    skv_seqbuf_free(&s);
-    return SKV_OK;
-}
-
 int seqkv_get_layers(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
                      size_t n, size_t want, seqkv_layer_fn fn, void *ctx, size_t *got)
 {

@@ -519,6 +519,24 @@ static int put_room(put_ctx *pc)
     return rc;
 }
 
+/* The hot tier's copy of new record q: the put's own KV of its chunk,
+ * which is what a get of it returns -- unless positions [0, lo) come from
+ * a base record (whose KV for them may differ), or there is no tier or no
+ * memory (NULL: the first get decodes it) */
+static hot_chunk *put_hot(put_ctx *pc, const newrec *q)
+{
+    if (!pc->db->hot || q->r.lo > 0)
+        return NULL;
+    const prof_ent *pe = pc->pe;
+    const size_t row = pe->C * pe->es, P = (size_t)q->r.chunk_index * pc->CH, n = q->r.n;
+    hot_chunk *h = skv_hot_new(q->key, (uint32_t)n, (uint32_t)pe->p.layers, row);
+    for (size_t l = 0; h && l < (size_t)pe->p.layers; l++)
+        for (int kv = 0; kv < 2; kv++)
+            memcpy(h->kv + (l * 2 + (size_t)kv) * n * row,
+                   pc->s.kv[kv] + (l * pc->s.stride + P) * row, n * row);
+    return h;
+}
+
 /* index the new records, hidden from readers until the batch commits
  * (later puts of the batch see them: skv_trie_match_all, skv_batch_find),
  * and the path's recency, which goes out with them */
@@ -549,6 +567,7 @@ static int put_index(put_ctx *pc)
         memcpy(p->key, q->key, 32);
         p->img = q->img;
         p->len = q->len;
+        p->hot = put_hot(pc, q);
         q->img = NULL;
         pb->bytes += p->len;
         res->chunks++;

@@ -310,6 +310,8 @@ void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps)
     tenant_ent *te = tenant_by_id(db, e->tenant);
     if (te)
         te->used -= r->bytes;
+    if (db->hot)
+        skv_hot_drop(db->hot, r->key); /* under rw exclusively: no get sees it after */
     skv_trie_remove(e->trie, r->key);
 }
 
@@ -609,6 +611,8 @@ int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
     }
     if (db->o.threads > 1 && (rc = skv_pool_create(&db->pool, db->o.threads)))
         goto fail;
+    if (db->o.cache_bytes && (rc = skv_hot_create(db->o.cache_bytes, &db->hot)))
+        goto fail;
     *out = db;
     return SKV_OK;
 fail:
@@ -634,6 +638,7 @@ void seqkv_close(seqkv *db)
     skv_free(db->prof);
     skv_free(db->ten);
     skv_store_coders_free(db);
+    skv_hot_free(db->hot);
     if (db->env)
         mdb_env_close(db->env);
     skv_pool_free(db->pool);

@@ -6,6 +6,7 @@
 
 #include "skv_delta.h"
 #include "skv_model.h"
+#include "hot.h"
 #include "skv_trie.h"
 #include "store_int.h"
 
@@ -67,6 +68,7 @@ struct seqkv {
     int lock_fd;           /* flock of DIR/seqkv.lock (writers) */
     skv_pool *pool;
     struct skv_put_batch *batch; /* the writer's put batch (batch.c), or NULL */
+    skv_hot *hot;          /* the hot tier (hot.c), or NULL */
 };
 
 int skv_mdb_error(int rc, const char *what);
@@ -143,6 +145,9 @@ typedef struct {
 typedef int (*chunk_fn)(void *ctx, const seqbuf *s, size_t a, size_t b);
 int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, chunk_fn fn,
                           void *fctx, size_t want);
+/* Load, verify and decode record t into c->s, given that every position
+ * before its chunk is there already (its base first, when it has one). */
+int skv_store_decode_rec(dec_ctx *c, skv_trie_rec *t);
 
 typedef struct {
     prof_ent *pe;
@@ -163,6 +168,7 @@ typedef struct {
     uint8_t key[32];
     uint8_t *img;
     size_t len;
+    hot_chunk *hot; /* its KV for the hot tier once committed, or NULL */
 } pend_rec;
 
 typedef struct {

@@ -1,0 +1,222 @@
+/* Gets as views (seqkv_get_view) and seqkv_get over them: the matched
+ * path's chunks from the hot tier, or read, verified and decoded (and then
+ * offered to the tier). */
+#include <string.h>
+
+#include "store_cluster.h"
+
+typedef struct {
+    const uint8_t *p;
+    size_t len;
+} view_piece;
+
+struct seqkv_view {
+    size_t bytes, tokens, npieces, nchunks, hot;
+    view_piece *pc;
+    hot_chunk **ch;  /* per chunk: its entry, or NULL (its KV is in s) */
+    seqbuf s;        /* chunks decoded without a tier to keep them */
+};
+
+size_t seqkv_view_bytes(const seqkv_view *v)
+{
+    return v->bytes;
+}
+
+size_t seqkv_view_pieces(const seqkv_view *v)
+{
+    return v->npieces;
+}
+
+const void *seqkv_view_piece(const seqkv_view *v, size_t i, size_t *len)
+{
+    *len = v->pc[i].len;
+    return v->pc[i].p;
+}
+
+size_t seqkv_view_hot_chunks(const seqkv_view *v, size_t *chunks)
+{
+    if (chunks)
+        *chunks = v->nchunks;
+    return v->hot;
+}
+
+void seqkv_view_free(seqkv_view *v)
+{
+    if (!v)
+        return;
+    for (size_t j = 0; v->ch && j < v->nchunks; j++)
+        skv_hot_unref(v->ch[j]);
+    skv_free(v->ch);
+    skv_free(v->pc);
+    skv_seqbuf_free(&v->s);
+    skv_free(v);
+}
+
+/* Entry j's KV into the sequence buffer (context for the chunks after) */
+static void hot_to_seqbuf(const prof_ent *pe, const hot_chunk *h, size_t P, seqbuf *s)
+{
+    const size_t row = pe->C * pe->es;
+    for (size_t l = 0; l < h->layers; l++)
+        for (int kv = 0; kv < 2; kv++)
+            memcpy(s->kv[kv] + (l * s->stride + P) * row, h->kv + (l * 2 + (size_t)kv) * h->n * row,
+                   h->n * row);
+}
+
+/* Record t, decoded at position P of s, as a tier entry (NULL: no memory,
+ * the view then points into s) */
+static hot_chunk *seqbuf_to_hot(const prof_ent *pe, const skv_trie_rec *t, size_t P,
+                                const seqbuf *s)
+{
+    const size_t row = pe->C * pe->es, n = t->n;
+    hot_chunk *h = skv_hot_new(t->key, (uint32_t)n, (uint32_t)pe->p.layers, row);
+    for (size_t l = 0; h && l < (size_t)pe->p.layers; l++)
+        for (int kv = 0; kv < 2; kv++)
+            memcpy(h->kv + (l * 2 + (size_t)kv) * n * row, s->kv[kv] + (l * s->stride + P) * row,
+                   n * row);
+    return h;
+}
+
+/* The chunks from the first one missing from the tier on: read and
+ * decoded with the ones before as context. Caller holds rw shared. */
+static int view_decode(seqkv *db, const match_res *m, seqkv_view *v, size_t first)
+{
+    const prof_ent *pe = m->pe;
+    const size_t CH = (size_t)pe->p.chunk;
+    int rc = skv_seqbuf_init(&v->s, pe, v->nchunks * CH);
+    for (size_t j = 0; !rc && j < first; j++)
+        hot_to_seqbuf(pe, v->ch[j], j * CH, &v->s);
+    MDB_txn *txn = NULL;
+    if (!rc) {
+        int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
+        rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
+    }
+    dec_ctx c = {db, txn, m->e, m->pe, &v->s, skv_store_tick(db), NULL};
+    for (size_t j = first; !rc && j < v->nchunks; j++) {
+        skv_trie_rec *t = m->path[j].rec;
+        if (v->ch[j]) { /* hot again after a miss: context for the next */
+            hot_to_seqbuf(pe, v->ch[j], j * CH, &v->s);
+            continue;
+        }
+        if ((rc = skv_store_decode_rec(&c, t)))
+            break;
+        if (db->hot && (v->ch[j] = seqbuf_to_hot(pe, t, j * CH, &v->s)))
+            skv_hot_put(db->hot, v->ch[j]);
+    }
+    skv_centroid_free(c.cent);
+    if (txn)
+        mdb_txn_abort(txn);
+    size_t held = 0;
+    for (size_t j = 0; j < v->nchunks; j++)
+        held += v->ch[j] != NULL;
+    if (held == v->nchunks)
+        skv_seqbuf_free(&v->s); /* the tier's entries hold it all */
+    return rc;
+}
+
+/* The pieces, in store KV layout: per layer, K then V, each chunk's
+ * positions in order */
+static int view_pieces(const match_res *m, seqkv_view *v)
+{
+    const prof_ent *pe = m->pe;
+    const size_t CH = (size_t)pe->p.chunk, row = pe->C * pe->es, L = (size_t)pe->p.layers;
+    v->pc = skv_malloc(L * 2 * v->nchunks * sizeof *v->pc);
+    if (!v->pc)
+        return skv_error(SKV_ERR_NOMEM, "view");
+    for (size_t l = 0; l < L; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (size_t j = 0; j < v->nchunks; j++) {
+                size_t a = j * CH, used = v->tokens - a < m->path[j].used ? v->tokens - a
+                                                                            : m->path[j].used;
+                const hot_chunk *h = v->ch[j];
+                view_piece *p = &v->pc[v->npieces++];
+                p->p = h ? h->kv + (l * 2 + (size_t)kv) * h->n * row
+                         : v->s.kv[kv] + (l * v->s.stride + a) * row;
+                p->len = used * row;
+            }
+    v->bytes = L * 2 * v->tokens * row;
+    return SKV_OK;
+}
+
+int seqkv_get_view(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                   size_t n, size_t want, seqkv_view **out, size_t *got)
+{
+    *out = NULL;
+    *got = 0;
+    seqkv_view *v = skv_calloc(1, sizeof *v);
+    if (!v)
+        return skv_error(SKV_ERR_NOMEM, "view");
+    match_res m;
+    pthread_rwlock_rdlock(&db->rw);
+    int rc = skv_store_match(db, tenant, profile, tokens, n, &m);
+    if (!rc && want == 0)
+        want = m.matched;
+    if (!rc && (want > m.matched || want == 0))
+        rc = skv_error(SKV_ERR_NOT_FOUND, "only %zu of the %zu tokens asked for are cached", m.matched,
+                       want ? want : n);
+    if (!rc) {
+        const size_t CH = (size_t)m.pe->p.chunk;
+        v->tokens = want;
+        v->nchunks = (want + CH - 1) / CH;
+        v->ch = skv_calloc(v->nchunks, sizeof *v->ch);
+        if (!v->ch)
+            rc = skv_error(SKV_ERR_NOMEM, "view");
+    }
+    size_t first = v->nchunks;
+    const uint64_t tick = rc ? 0 : skv_store_tick(db);
+    for (size_t j = 0; !rc && db->hot && j < v->nchunks; j++) {
+        if ((v->ch[j] = skv_hot_get(db->hot, m.path[j].rec->key))) {
+            v->hot++;
+            __atomic_store_n(&m.path[j].rec->tick, tick, __ATOMIC_RELAXED);
+        } else if (first == v->nchunks) {
+            first = j;
+        }
+    }
+    if (!rc && !db->hot)
+        first = 0;
+    if (!rc && first < v->nchunks)
+        rc = view_decode(db, &m, v, first);
+    if (!rc)
+        rc = view_pieces(&m, v);
+    pthread_rwlock_unlock(&db->rw);
+    skv_free(m.path);
+    if (rc) {
+        seqkv_view_free(v);
+        return rc;
+    }
+    *out = v;
+    *got = want;
+    return SKV_OK;
+}
+
+int seqkv_get(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens, size_t n,
+              size_t want, void *out, size_t cap, size_t *got)
+{
+    seqkv_view *v;
+    int rc = seqkv_get_view(db, tenant, profile, tokens, n, want, &v, got);
+    if (rc)
+        return rc;
+    if (v->bytes > cap) {
+        size_t need = v->bytes;
+        seqkv_view_free(v);
+        return skv_error(SKV_ERR_TOO_LARGE, "%zu tokens need %zu bytes, the buffer holds %zu", *got,
+                         need, cap);
+    }
+    uint8_t *o = out;
+    for (size_t i = 0; i < v->npieces; i++) {
+        memcpy(o, v->pc[i].p, v->pc[i].len);
+        o += v->pc[i].len;
+    }
+    seqkv_view_free(v);
+    return SKV_OK;
+}
+
+void seqkv_cache_stat(seqkv *db, seqkv_cache_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!db->hot)
+        return;
+    skv_hot_stats h;
+    skv_hot_stat(db->hot, &h);
+    *out = (seqkv_cache_stats){h.budget, h.bytes, h.entries, h.hits, h.misses, h.inserts,
+                               h.evictions, h.drops};
+}
