@@ -1,6 +1,7 @@
 /* Criterion-side helpers of the store suites (test_store_*.c): see
  * storetest.h. */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "seqkv.h"
@@ -11,6 +12,8 @@
  * run is the same run (keys decide the order of the store's tables). */
 uint64_t key_seed = 1;
 
+uint64_t test_cache_bytes = 64 << 10;
+
 seqkv *open_store(const char *dir, const seqkv_options *o)
 {
     if (!o || !o->read_only)
@@ -19,6 +22,9 @@ seqkv *open_store(const char *dir, const seqkv_options *o)
     if (o)
         d = *o;
     d.quiet = 1;
+    const char *env = getenv("SEQKV_TEST_CACHE");
+    if (!d.cache_bytes && test_cache_bytes)
+        d.cache_bytes = env ? strtoull(env, NULL, 0) : test_cache_bytes;
     seqkv *db = NULL;
     int rc = seqkv_open(dir, &d, &db);
     cr_assert_eq(rc, 0, "open %s: %d %s", dir, rc, skv_error_detail());

@@ -27,6 +27,10 @@
  * run is the same run (keys decide the order of the store's tables). */
 extern uint64_t key_seed;
 
+/* The hot tier of the stores open_store makes when their options name
+ * none: 64 KiB (small, so that it evicts), $SEQKV_TEST_CACHE when set (0:
+ * no tier); a suite may set it to 0 (no tier, whatever the environment). */
+extern uint64_t test_cache_bytes;
 /* seqkv_open of dir (quiet; a master key from key_seed unless read-only) */
 seqkv *open_store(const char *dir, const seqkv_options *o);
 /* su_profile set on db, read back and checked */
