@@ -2,7 +2,10 @@
  * stories260K (latency p50/p99 and throughput with 1, 16 and 64 clients,
  * each its own connection and thread), and in the same run redis-server
  * serving the same raw bytes with GET over a Unix socket (no persistence;
- * RESP spoken here, no hiredis). Every reply is checked bit-exact. Then
+ * RESP spoken here, no hiredis). Every reply is checked bit-exact. The
+ * reads run twice: with the server's hot tier, then with the server
+ * restarted with --cache-bytes 0 (cold: every GET decodes); KV.GET ...
+ * LAYERS rows time the first layer's arrival. Then
  * KV.PUT of new sequences with group commit (--put-batch 64) against a
  * commit per put (--put-batch 1), each on a fresh store, same clients;
  * every put must report its tokens new (but for a few leading ones another
@@ -154,7 +157,7 @@ static int r_reply(rconn *c, char *type, long long *num, const uint8_t **data)
 /* ------------------------------------------------------------------------
  * Client threads
  * ---------------------------------------------------------------------- */
-typedef enum { OP_LOOKUP, OP_GET, OP_RGET, OP_REXISTS, OP_PUT } op_kind;
+typedef enum { OP_LOOKUP, OP_GET, OP_RGET, OP_REXISTS, OP_PUT, OP_LAYERS } op_kind;
 
 typedef struct {
     op_kind op;
@@ -182,7 +185,7 @@ static void *thr_main(void *arg)
     seqkv_client *sc = NULL;
     rconn rc = {.fd = -1};
     uint8_t *buf = malloc(g->kv_len);
-    int redis = g->op == OP_RGET || g->op == OP_REXISTS;
+    int redis = g->op == OP_RGET || g->op == OP_REXISTS || g->op == OP_LAYERS;
     if (redis) {
         rc.fd = unix_connect(g->path);
         if (rc.fd < 0)
@@ -201,7 +204,7 @@ static void *thr_main(void *arg)
                 seed = seed * 6364136223846793005ull + 1442695040888963407ull;
                 ptok[i] = 1 + (int32_t)((seed >> 33) % (uint64_t)(g->vocab - 1));
             }
-        double t0 = now_s();
+        double t0 = now_s(), t_first = -1;
         int ok = 0;
         if (g->op == OP_PUT) {
             size_t stored = 0;
@@ -216,6 +219,23 @@ static void *thr_main(void *arg)
             size_t len = 0;
             ok = seqkv_client_get(sc, g->profile, g->tok, g->n, g->n, buf, g->kv_len, &len) == 0 &&
                  len == g->kv_len && memcmp(buf, g->kv, len) == 0;
+        } else if (g->op == OP_LAYERS) {
+            /* KV.GET ... LAYERS spoken here: the time is the first layer's */
+            const void *argv[4] = {"KV.GET", g->profile, g->tok, "LAYERS"};
+            size_t argl[4] = {6, strlen(g->profile), g->n * 4, 6};
+            char type;
+            long long num;
+            const uint8_t *data = NULL;
+            ok = r_send(&rc, 4, argv, argl) == 0 && r_reply(&rc, &type, &num, &data) == 0 &&
+                 type == '*' && num > 0;
+            const long long L = ok ? num : 0;
+            const size_t slab = L ? g->kv_len / (size_t)L : 0;
+            for (long long l = 0; ok && l < L; l++) {
+                ok = r_reply(&rc, &type, &num, &data) == 0 && type == '$' && (size_t)num == slab &&
+                     memcmp(data, g->kv + (size_t)l * slab, slab) == 0;
+                if (l == 0)
+                    t_first = now_s() - t0;
+            }
         } else {
             const char *cmd = g->op == OP_RGET ? "GET" : "EXISTS";
             const void *argv[2] = {cmd, "kv1k"};
@@ -230,7 +250,7 @@ static void *thr_main(void *arg)
             else
                 ok = ok && type == ':' && num == 1;
         }
-        double dt = now_s() - t0;
+        double dt = t_first >= 0 ? t_first : now_s() - t0;
         if (!ok) {
             snprintf(t->err, sizeof t->err, "a request failed or returned other bytes (%s)",
                      sc ? seqkv_client_error(sc) : "redis");
@@ -446,7 +466,7 @@ static void make_prefix(bench_env *e)
 /* seqkv serve started on e->sock, the profiles raw and ctx set, the
  * prefix put in both (ctx calibrated first on 8 other sampled sequences);
  * the admin connection into *adm, the server's pid returned */
-static pid_t start_seqkv(bench_env *e, seqkv_client **adm)
+static pid_t start_seqkv(bench_env *e, seqkv_client **adm, const char *cache)
 {
     snprintf(e->sock, sizeof e->sock, "%s/seqkv.sock", e->dir);
     snprintf(e->db, sizeof e->db, "%s/db", e->dir);
@@ -454,10 +474,15 @@ static pid_t start_seqkv(bench_env *e, seqkv_client **adm)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     snprintf(e->th, sizeof e->th, "%ld", e->threads > 0 ? e->threads : cpus < 1 ? 1 : cpus > 8 ? 8 : cpus);
     char *sargv[] = {(char *)e->seqkv, "serve", "--db", e->db, "--socket", e->sock, "--threads", e->th,
-                     "--quiet", NULL};
+                     "--quiet", cache ? "--cache-bytes" : NULL, (char *)cache, NULL};
     pid_t spid = spawn(sargv, e->sock);
     if (spid < 0)
         die("could not start %s serve%s", e->seqkv, "");
+    if (cache) { /* a restart on the store the first start set up */
+        if (seqkv_client_connect(e->sock, adm))
+            die("connect %s%s", e->sock, "");
+        return spid;
+    }
     if (!realpath(e->model, e->mpath))
         die("realpath %s%s", e->model, "");
     const char *praw[] = {"model", e->mpath, "dtype", "bf16", "level", "raw"};
@@ -523,46 +548,73 @@ static void start_redis(bench_env *e)
     free(rc.buf);
 }
 
-/* The read rows: KV.LOOKUP and KV.GET (raw, ctx) against redis GET and
- * EXISTS, for each count of clients */
-static void bench_reads(const bench_env *e)
+/* The read rows for each count of clients. Hot pass (the server's hot
+ * tier on, the prefix served from memory): KV.LOOKUP, KV.GET at raw and
+ * ctx, the first layer of KV.GET ... LAYERS, redis GET and EXISTS, with
+ * their ratios; the redis rows are kept in red[ci] ({GET, EXISTS}) for the
+ * cold pass (the server restarted with --cache-bytes 0: every GET reads
+ * and decodes the records), which prints GET raw/ctx and the first layer
+ * again. */
+static void bench_reads(const bench_env *e, int cold, result red[3][2])
 {
-    printf("bench_server: %ld-token prefix of %s, bf16 KV = %zu bytes; seqkv serve (%s worker "
-           "threads)%s%s; %.1f s per row, every reply checked bit-exact\n",
-           e->ntok, e->model, e->kv_len, e->th, e->rpid > 0 ? " vs redis-server " : "", e->rver, e->seconds);
-    printf("%-22s %7s %10s %10s %11s %10s\n", "command", "clients", "p50 us", "p99 us", "ops/s",
+    if (!cold)
+        printf("bench_server: %ld-token prefix of %s, bf16 KV = %zu bytes; seqkv serve (%s worker "
+               "threads)%s%s; %.1f s per row, every reply checked bit-exact\n",
+               e->ntok, e->model, e->kv_len, e->th, e->rpid > 0 ? " vs redis-server " : "", e->rver,
+               e->seconds);
+    printf("\n%s\n", cold ? "cold: seqkv serve --cache-bytes 0 (every GET reads, verifies and decodes)"
+                          : "hot: seqkv serve with its hot tier (default size; the prefix in memory)");
+    printf("%-28s %7s %10s %10s %11s %10s\n", "command", "clients", "p50 us", "p99 us", "ops/s",
            "MB/s");
+    struct {
+        const char *name;
+        op_kind op;
+        const char *prof;
+        int redis, in_cold;
+    } rows[] = {
+        {"seqkv KV.LOOKUP", OP_LOOKUP, "raw", 0, 0},
+        {"seqkv KV.GET (raw)", OP_GET, "raw", 0, 1},
+        {"seqkv KV.GET (ctx)", OP_GET, "ctx", 0, 1},
+        {"KV.GET LAYERS 1st layer (ctx)", OP_LAYERS, "ctx", 0, 1},
+        {"redis GET", OP_RGET, NULL, 1, 0},
+        {"redis EXISTS", OP_REXISTS, NULL, 1, 0},
+    };
+    enum { NR = sizeof rows / sizeof rows[0] };
     for (int ci = 0; ci < 3; ci++) {
         int nc = counts[ci];
-        struct {
-            const char *name;
-            op_kind op;
-            const char *prof;
-            int redis;
-        } rows[] = {
-            {"seqkv KV.LOOKUP", OP_LOOKUP, "raw", 0},   {"seqkv KV.GET (raw)", OP_GET, "raw", 0},
-            {"seqkv KV.GET (ctx)", OP_GET, "ctx", 0},   {"redis GET", OP_RGET, NULL, 1},
-            {"redis EXISTS", OP_REXISTS, NULL, 1},
-        };
-        result res[5];
-        for (int ri = 0; ri < 5; ri++) {
-            if (rows[ri].redis && e->rpid <= 0)
+        result res[NR];
+        memset(res, 0, sizeof res);
+        for (int ri = 0; ri < NR; ri++) {
+            if ((rows[ri].redis && e->rpid <= 0) || (cold && !rows[ri].in_cold))
                 continue;
             bench_cfg g = {.op = rows[ri].op, .path = rows[ri].redis ? e->rsock : e->sock,
                            .profile = rows[ri].prof, .tok = e->tok, .n = (size_t)e->ntok, .kv = e->kv,
                            .kv_len = e->kv_len, .seconds = e->seconds};
             res[ri] = run(&g, nc);
-            int get = rows[ri].op == OP_GET || rows[ri].op == OP_RGET;
-            printf("%-22s %7d %10.1f %10.1f %11.0f %10.1f\n", rows[ri].name, nc, 1e6 * res[ri].p50,
+            int get = rows[ri].op == OP_GET || rows[ri].op == OP_RGET || rows[ri].op == OP_LAYERS;
+            printf("%-28s %7d %10.1f %10.1f %11.0f %10.1f\n", rows[ri].name, nc, 1e6 * res[ri].p50,
                    1e6 * res[ri].p99, res[ri].ops,
                    get ? res[ri].ops * (double)e->kv_len / 1e6 : 0.0);
             fflush(stdout);
         }
-        if (e->rpid > 0)
-            printf("%-22s %7d   GET raw/redis: p50 %.2fx, throughput %.2fx; LOOKUP/EXISTS: p50 "
-                   "%.2fx, throughput %.2fx\n",
-                   "  seqkv vs redis", nc, res[1].p50 / res[3].p50, res[1].ops / res[3].ops,
-                   res[0].p50 / res[4].p50, res[0].ops / res[4].ops);
+        if (!cold) {
+            red[ci][0] = res[4];
+            red[ci][1] = res[5];
+        }
+        if (e->rpid <= 0)
+            continue;
+        const result *rg = &red[ci][0];
+        if (!cold)
+            printf("  %-26s %7d hot GET raw/redis GET: throughput %.2fx, p50 %.2fx, p99 %.2fx; "
+                   "ctx: throughput %.2fx, p99 %.2fx; LOOKUP/EXISTS: p50 %.2fx, throughput %.2fx\n",
+                   "seqkv vs redis", nc, res[1].ops / rg->ops, res[1].p50 / rg->p50,
+                   res[1].p99 / rg->p99, res[2].ops / rg->ops, res[2].p99 / rg->p99,
+                   res[0].p50 / red[ci][1].p50, res[0].ops / red[ci][1].ops);
+        else
+            printf("  %-26s %7d cold GET raw/redis GET: throughput %.2fx, p50 %.2fx; ctx: "
+                   "throughput %.2fx, p50 %.2fx\n",
+                   "seqkv vs redis", nc, res[1].ops / rg->ops, res[1].p50 / rg->p50,
+                   res[2].ops / rg->ops, res[2].p50 / rg->p50);
     }
 }
 
@@ -663,9 +715,15 @@ int main(int argc, char **argv)
     if (!mkdtemp(e.dir))
         die("mkdtemp: %s%s", strerror(errno), "");
     seqkv_client *adm = NULL;
-    pid_t spid = start_seqkv(&e, &adm);
+    pid_t spid = start_seqkv(&e, &adm, NULL);
     start_redis(&e);
-    bench_reads(&e);
+    static result red[3][2];
+    bench_reads(&e, 0, red);
+    seqkv_client_shutdown(adm);
+    seqkv_client_close(adm);
+    stop(spid);
+    spid = start_seqkv(&e, &adm, "0");
+    bench_reads(&e, 1, red);
     seqkv_client_shutdown(adm);
     seqkv_client_close(adm);
     stop(spid);

@@ -28,10 +28,13 @@ static const char serve_usage[] =
     "                    1: a commit per put)\n"
     "  --key PATH        master key file (default DIR/master.key)\n"
     "  --budget BYTES    the store's byte budget (LRU eviction past it)\n"
+    "  --cache-bytes BYTES  the hot tier: decoded chunks kept in memory, LRU\n"
+    "                    (default: the config's cache-bytes, else 1/8 of the\n"
+    "                    machine's memory; 0: none)\n"
     "  --no-sync         no fsync: NOT durable, a power loss loses the last puts\n"
     "  --quiet           no log lines on stderr\n";
 
-enum { O_DB = 4000, O_SOCKET, O_CONFIG, O_THREADS, O_PUTBATCH, O_KEY, O_BUDGET, O_NOSYNC, O_QUIET, O_HELP };
+enum { O_DB = 4000, O_SOCKET, O_CONFIG, O_THREADS, O_PUTBATCH, O_KEY, O_BUDGET, O_CACHE, O_NOSYNC, O_QUIET, O_HELP };
 
 static const struct option opts[] = {
     {"db", required_argument, NULL, O_DB},
@@ -41,6 +44,7 @@ static const struct option opts[] = {
     {"put-batch", required_argument, NULL, O_PUTBATCH},
     {"key", required_argument, NULL, O_KEY},
     {"budget", required_argument, NULL, O_BUDGET},
+    {"cache-bytes", required_argument, NULL, O_CACHE},
     {"no-sync", no_argument, NULL, O_NOSYNC},
     {"quiet", no_argument, NULL, O_QUIET},
     {"help", no_argument, NULL, O_HELP},
@@ -102,6 +106,12 @@ int cmd_serve(int argc, char **argv)
         case O_BUDGET:
             if (parse_budget(optarg, &o.budget))
                 return cli_usage_error("serve", "--budget wants a byte count (suffix K, M, G or T)");
+            break;
+        case O_CACHE:
+            if (parse_budget(optarg, &o.cache_bytes))
+                return cli_usage_error("serve", "--cache-bytes wants a byte count (suffix K, M, G "
+                                                "or T; 0: no hot tier)");
+            o.has_cache_bytes = 1;
             break;
         }
     }

@@ -775,57 +775,30 @@ static void cmd_get(skv_server *s, srv_job *j)
                                  "limit (max-bulk %" PRIu64 ")", want, bytes, s->cfg.max_bulk);
         return;
     }
+    /* a view of the store's memory (the hot tier's entries): the loop
+     * sends its pieces as they are, the reply is never staged */
     size_t got = 0;
-    if (!layers) {
-        char hdr[32];
-        int hl = snprintf(hdr, sizeof hdr, "$%zu\r\n", bytes);
-        skv_rbuf_raw(&j->reply, hdr, (size_t)hl);
-        uint8_t *dst = skv_rbuf_reserve(&j->reply, bytes + 2);
-        if (!dst) {
-            skv_free(tok);
-            skv_rbuf_free(&j->reply);
-            err_reply(j, "ERR", "out of memory");
-            return;
-        }
-        rc = seqkv_get(s->db, tn, prof, tok, n, want, dst, bytes, &got);
-        skv_free(tok);
-        if (rc || got != want) {
-            skv_rbuf_free(&j->reply);
-            get_counted(s, j, 0, 0);
-            if (rc == 0 || rc == SKV_ERR_NOT_FOUND)
-                err_reply(j, "NOTFOUND", "KV.GET: fewer than %zu tokens of this prefix are cached",
-                          want);
-            else
-                store_err(s, j, rc, "KV.GET");
-            return;
-        }
-        memcpy(dst + bytes, "\r\n", 2);
-    } else {
-        uint8_t *buf = skv_malloc(bytes ? bytes : 1);
-        if (!buf) {
-            skv_free(tok);
-            err_reply(j, "ERR", "out of memory");
-            return;
-        }
-        rc = seqkv_get(s->db, tn, prof, tok, n, want, buf, bytes, &got);
-        skv_free(tok);
-        if (rc || got != want) {
-            skv_free(buf);
-            get_counted(s, j, 0, 0);
-            if (rc == 0 || rc == SKV_ERR_NOT_FOUND)
-                err_reply(j, "NOTFOUND", "KV.GET: fewer than %zu tokens of this prefix are cached",
-                          want);
-            else
-                store_err(s, j, rc, "KV.GET");
-            return;
-        }
-        /* layer l is one contiguous slab [k, v][token][kv_head][head_dim] */
-        size_t slab = bytes / (size_t)p.layers;
-        skv_rbuf_array(&j->reply, (size_t)p.layers);
-        for (int l = 0; l < p.layers; l++)
-            skv_rbuf_bulk(&j->reply, buf + (size_t)l * slab, slab);
-        skv_free(buf);
+    seqkv_view *v = NULL;
+    rc = seqkv_get_view(s->db, tn, prof, tok, n, want, &v, &got);
+    skv_free(tok);
+    if (rc || got != want) {
+        seqkv_view_free(v);
+        get_counted(s, j, 0, 0);
+        if (rc == 0 || rc == SKV_ERR_NOT_FOUND)
+            err_reply(j, "NOTFOUND", "KV.GET: fewer than %zu tokens of this prefix are cached",
+                      want);
+        else
+            store_err(s, j, rc, "KV.GET");
+        return;
     }
+    if (!layers) {
+        skv_rbuf_fmt(&j->reply, "$%zu\r\n", bytes);
+    } else {
+        /* layer l is one contiguous slab [k, v][token][kv_head][head_dim] */
+        skv_rbuf_array(&j->reply, (size_t)p.layers);
+        j->view_layers = p.layers;
+    }
+    j->view = v;
     get_counted(s, j, got, bytes);
 }
 

@@ -170,6 +170,12 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
         if (parse_u64(w[1], 1, 256, 0, &v))
             return skv_error(SKV_ERR_FORMAT, "config line %d: threads wants 1..256", ln);
         c->threads = (int)v;
+    } else if (strcmp(w[0], "cache-bytes") == 0) {
+        if (parse_u64(w[1], 0, 1ull << 50, 1, &v))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: cache-bytes wants a byte count "
+                             "(0: no hot tier; suffix K, M or G)", ln);
+        c->cache_bytes = v;
+        c->has_cache_bytes = 1;
     } else if (strcmp(w[0], "put-batch") == 0) {
         if (parse_u64(w[1], 1, 4096, 0, &v))
             return skv_error(SKV_ERR_FORMAT, "config line %d: put-batch wants 1..4096", ln);

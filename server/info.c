@@ -119,6 +119,20 @@ static void section_memory(skv_rbuf *b)
          rss, h);
 }
 
+/* The hot tier (store-wide: its chunks are every tenant's) */
+static void section_cache(skv_server *s, skv_rbuf *b)
+{
+    seqkv_cache_stats c;
+    seqkv_cache_stat(s->db, &c);
+    const uint64_t looks = c.hits + c.misses;
+    skv_rbuf_fmt(b, "# Cache\r\ncache_budget_bytes:%" PRIu64 "\r\ncache_bytes:%" PRIu64
+                    "\r\ncache_chunks:%" PRIu64 "\r\ncache_hits:%" PRIu64 "\r\ncache_misses:%" PRIu64
+                    "\r\ncache_hit_rate:%.4f\r\ncache_inserts:%" PRIu64 "\r\ncache_evictions:%" PRIu64
+                    "\r\ncache_drops:%" PRIu64 "\r\n\r\n",
+                 c.budget, c.bytes, c.chunks, c.hits, c.misses,
+                 looks ? (double)c.hits / (double)looks : 0.0, c.inserts, c.evictions, c.drops);
+}
+
 /* The store's section (all tenants for an admin, else the client's); 0,
  * or the error of seqkv_stat */
 static int section_store(skv_server *s, srv_job *j, skv_rbuf *b)
@@ -229,6 +243,8 @@ int srv_info_report(skv_server *s, srv_job *j, const char *secp, skv_rbuf *b)
         section_clients(s, j, b);
     if (want_section(secp, "memory"))
         section_memory(b);
+    if (want_section(secp, "cache"))
+        section_cache(s, b);
     if (want_section(secp, "store")) {
         int rc = section_store(s, j, b);
         if (rc)

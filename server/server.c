@@ -111,7 +111,7 @@ int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen,
  * ---------------------------------------------------------------------- */
 static size_t pending_out(const srv_client *c)
 {
-    return c->out.len - c->out_off;
+    return c->out.pending;
 }
 
 static void client_events(skv_server *s, srv_client *c)
@@ -149,7 +149,7 @@ static void client_free(skv_server *s, srv_client *c)
         c->next->prev = c->prev;
     s->nclients--;
     skv_resp_reset(&c->rp);
-    skv_rbuf_free(&c->out);
+    srv_outq_clear(&c->out);
     skv_free(c->in);
     c->in = NULL;
     c->next = s->freed; /* released after the batch of events (release_freed) */
@@ -168,64 +168,59 @@ static void release_freed(skv_server *s)
 /* Send what is pending; 0, or -1 when the client was freed. */
 static int client_write(skv_server *s, srv_client *c)
 {
-    while (pending_out(c)) {
-        ssize_t w = send(c->fd, c->out.p + c->out_off, pending_out(c), MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
-            client_free(s, c);
-            return -1;
-        }
-        c->out_off += (size_t)w;
+    if (srv_outq_write(&c->out, c->fd) != 0) {
+        client_free(s, c);
+        return -1;
     }
-    if (!pending_out(c)) {
-        if (c->out.cap > (4u << 20))
-            skv_rbuf_free(&c->out);
-        c->out.len = 0;
-        c->out_off = 0;
-        if (c->closing) {
-            client_free(s, c);
-            return -1;
-        }
+    if (!pending_out(c) && c->closing) {
+        client_free(s, c);
+        return -1;
     }
     return 0;
 }
 
-/* Queue a reply (taking its buffer); closes the client past max_output. */
-static void client_reply(skv_server *s, srv_client *c, skv_rbuf *r)
+/* Queue a reply (taking its buffer, then its view when v is not NULL);
+ * closes the client past max_output. */
+static void client_reply_view(skv_server *s, srv_client *c, skv_rbuf *r, seqkv_view *v,
+                              int layers)
 {
+    size_t add = r->len + (v ? seqkv_view_bytes(v) + 32 * (size_t)(layers + 1) : 0);
     if (r->oom) {
         skv_rbuf_free(r);
+        seqkv_view_free(v);
         c->closing = 1;
         return;
     }
-    if (pending_out(c) + r->len > s->cfg.max_output) {
+    if (pending_out(c) + add > s->cfg.max_output) {
         srv_log(s, "client %llu: output buffer limit reached, closing",
                 (unsigned long long)c->id);
         skv_rbuf_free(r);
+        seqkv_view_free(v);
         c->closing = 1;
-        c->out_off = c->out.len; /* drop what is pending */
+        srv_outq_clear(&c->out); /* drop what is pending */
         return;
     }
-    if (!pending_out(c)) {
-        skv_rbuf_free(&c->out);
-        c->out = *r;
-        c->out_off = 0;
-    } else {
-        skv_rbuf_raw(&c->out, r->p, r->len);
-        skv_rbuf_free(r);
-        if (c->out.oom)
-            c->closing = 1;
+    int rc = srv_outq_rbuf(&c->out, r);
+    if (rc)
+        seqkv_view_free(v);
+    else if (v)
+        rc = srv_outq_view(&c->out, v, layers); /* frees v when it fails */
+    if (rc) { /* no memory: the reply cannot go out whole, so the client goes */
+        c->closing = 1;
+        srv_outq_clear(&c->out);
     }
-    memset(r, 0, sizeof *r);
+}
+
+static void client_reply(skv_server *s, srv_client *c, skv_rbuf *r)
+{
+    client_reply_view(s, c, r, NULL, 0);
 }
 
 static void job_free(srv_job *j)
 {
     skv_resp_cmd_free(&j->cmd);
     skv_rbuf_free(&j->reply);
+    seqkv_view_free(j->view);
     skv_free(j);
 }
 
@@ -247,7 +242,8 @@ static void job_complete(skv_server *s, srv_job *j)
         job_free(j);
         return;
     }
-    client_reply(s, c, &j->reply);
+    client_reply_view(s, c, &j->reply, j->view, j->view_layers);
+    j->view = NULL;
     if (j->close_after)
         c->closing = 1;
     job_free(j);
@@ -708,6 +704,15 @@ static int read_config(skv_server *s, const char *path)
     return rc;
 }
 
+/* SKV_SERVER_CACHE_SHARE of physical memory (64 MiB when unknown) */
+static uint64_t default_cache_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psz <= 0)
+        return 64u << 20;
+    return (uint64_t)pages * (uint64_t)psz / SKV_SERVER_CACHE_SHARE;
+}
+
 int skv_server_create(const skv_server_options *o, skv_server **out)
 {
     *out = NULL;
@@ -766,6 +771,8 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
 
     seqkv_options so;
     memset(&so, 0, sizeof so);
+    so.cache_bytes = o->has_cache_bytes ? o->cache_bytes
+                   : s->cfg.has_cache_bytes ? s->cfg.cache_bytes : default_cache_bytes();
     so.master_key = o->master_key;
     so.no_sync = o->no_sync;
     so.budget = o->budget;
@@ -817,8 +824,9 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
         }
         s->started++;
     }
-    srv_log(s, "listening on %s (store %s, %d worker threads, %zu tenants, max %zu clients)",
-            o->socket_path, o->db, s->nthreads, s->cfg.ntenants, s->cfg.max_clients);
+    srv_log(s, "listening on %s (store %s, %d worker threads, %zu tenants, max %zu clients, "
+            "hot tier %llu MiB)", o->socket_path, o->db, s->nthreads, s->cfg.ntenants,
+            s->cfg.max_clients, (unsigned long long)(so.cache_bytes >> 20));
     *out = s;
     return 0;
 fail:

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "outq.h"
 #include "resp.h"
 #include "seqkv.h"
 #include "skv_base.h"
@@ -49,8 +50,7 @@ typedef struct srv_client {
     skv_resp_parser rp;
     uint8_t *in;
     size_t in_len;
-    skv_rbuf out;
-    size_t out_off;
+    srv_outq out; /* unsent replies */
     int busy, closing, dead;
     uint32_t ev;
 } srv_client;
@@ -69,6 +69,8 @@ struct srv_job {
     skv_resp_cmd cmd;
     int tenant, admin, proto;
     skv_rbuf reply;
+    seqkv_view *view;  /* sent after reply, from the store's memory (outq.h) */
+    int view_layers;   /* > 0: the view as that many bulk strings */
     double t0;
     int inline_;
     int close_after;

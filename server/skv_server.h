@@ -34,6 +34,7 @@ extern "C" {
 #define SKV_SERVER_MAX_TENANTS 256
 #define SKV_SERVER_PUT_BATCH 64               /* KV.PUTs sharing one commit */
 #define SKV_SERVER_PUT_BATCH_BYTES (256ull << 20) /* their KV bytes, at most */
+#define SKV_SERVER_CACHE_SHARE 8 /* default hot tier: 1/8 of physical memory */
 
 typedef struct skv_server skv_server;
 
@@ -47,6 +48,9 @@ typedef struct {
                                 else SKV_SERVER_PUT_BATCH; 1: one each) */
     int no_sync;             /* the store's no_sync (NOT durable) */
     uint64_t budget;         /* the store's byte budget (0: none) */
+    int has_cache_bytes;     /* cache_bytes given (else the config's, else
+                                SKV_SERVER_CACHE_SHARE of physical memory) */
+    uint64_t cache_bytes;    /* the hot tier's budget (0: no tier) */
     int handle_signals;      /* block SIGTERM/SIGINT (in the calling thread,
                                 before the workers start, so they inherit
                                 the mask) and stop gracefully on them */
@@ -98,6 +102,8 @@ typedef struct {
     uint64_t max_bulk, max_query, max_output;
     int threads;   /* 0: not set */
     int put_batch; /* 0: not set */
+    int has_cache_bytes;
+    uint64_t cache_bytes;
 } skv_server_config;
 
 /* Defaults, then the config text's lines applied. SKV_ERR_FORMAT with the
