@@ -273,6 +273,12 @@ Test(server, put_lookup_get_del_bit_exact, .timeout = 120)
     cr_assert_eq(seqkv_client_info(c, "clients", &info), 0);
     cr_assert(strstr(info, "# Clients") && !strstr(info, "# Server"), "%s", info);
     seqkv_client_free(info);
+    /* the hot tier served the repeated gets */
+    cr_assert_eq(seqkv_client_info(c, "cache", &info), 0);
+    const char *hits = strstr(info, "cache_hits:");
+    cr_assert(hits && strtoull(hits + 11, NULL, 10) > 0, "%s", info);
+    cr_assert(strstr(info, "cache_budget_bytes:") != NULL, "%s", info);
+    seqkv_client_free(info);
 
     /* del b: its own tail goes, a stays whole */
     size_t removed = 0;
@@ -670,6 +676,83 @@ Test(server, shutdown_needs_an_admin, .timeout = 60)
 
 /* A client sends half a bulk and goes away; another leaves with its
  * request in flight; the rest keep working. */
+/* KV.GET replies are sent from the store's memory in pieces: pipelined
+ * large replies to a client that does not read for a while arrive whole
+ * and in order, and other clients are served meanwhile; with the tier off
+ * (config cache-bytes 0) the same bytes come back. */
+static void slow_reader(const char *cfg)
+{
+    srv s;
+    srv_start(&s, cfg);
+    su_model tm;
+    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    seqkv_client *c = conn(&s), *other = conn(&s);
+    make_profile(c, &tm, "p", 64);
+    su_seq a;
+    su_seq_make(&tm, NULL, 0, 3000, 7, &a); /* 375 KiB of KV: more than a socket buffer */
+    size_t stored;
+    cr_assert_eq(seqkv_client_put(c, "p", a.tok, a.n, a.kv, a.kv_len, &stored), 0);
+    uint8_t *tb = malloc(4 * a.n);
+    for (size_t i = 0; i < a.n; i++)
+        skv_store32_le(tb + 4 * i, (uint32_t)a.tok[i]);
+    enum { K = 6 };
+    for (int k = 0; k < K; k++) {
+        char hdr[96];
+        int layers = k & 1;
+        int n = snprintf(hdr, sizeof hdr, "*%d\r\n$6\r\nKV.GET\r\n$1\r\np\r\n$%zu\r\n",
+                         3 + layers, 4 * a.n);
+        cr_assert_eq(seqkv_client_send_raw(c, hdr, (size_t)n), 0);
+        cr_assert_eq(seqkv_client_send_raw(c, tb, 4 * a.n), 0);
+        cr_assert_eq(seqkv_client_send_raw(c, layers ? "\r\n$6\r\nLAYERS\r\n" : "\r\n",
+                                           layers ? 14 : 2), 0);
+    }
+    sleep_ms(200);
+    for (int i = 0; i < 20; i++)
+        cr_assert_eq(seqkv_client_ping(other), 0, "another client is served meanwhile");
+    const size_t slab = a.kv_len / (size_t)tm.L;
+    for (int k = 0; k < K; k++) {
+        seqkv_reply *r = NULL;
+        cr_assert_eq(seqkv_client_read_reply(c, &r), 0, "reply %d", k);
+        if (k & 1) {
+            cr_assert_eq(r->type, SEQKV_REPLY_ARRAY);
+            cr_assert_eq(r->elements, (size_t)tm.L);
+            for (int l = 0; l < tm.L; l++) {
+                cr_assert_eq(r->element[l]->len, slab);
+                cr_assert(memcmp(r->element[l]->str, a.kv + (size_t)l * slab, slab) == 0,
+                          "reply %d layer %d", k, l);
+            }
+        } else {
+            cr_assert_eq(r->type, SEQKV_REPLY_STRING);
+            cr_assert_eq(r->len, a.kv_len);
+            cr_assert(memcmp(r->str, a.kv, a.kv_len) == 0, "reply %d is bit-exact", k);
+        }
+        seqkv_reply_free(r);
+    }
+    char *info = NULL;
+    cr_assert_eq(seqkv_client_info(other, "cache", &info), 0);
+    cr_assert(strstr(info, cfg ? "cache_budget_bytes:0\r\n" : "cache_hits:") != NULL, "%s", info);
+    seqkv_client_free(info);
+    free(tb);
+    seqkv_client_close(c);
+    seqkv_client_close(other);
+    cr_assert_eq(srv_stop(&s), 0);
+    su_seq_free(&a);
+    su_model_free(&tm);
+}
+
+Test(server, large_replies_to_a_slow_reader_arrive_whole, .timeout = 90)
+{
+    slow_reader(NULL);
+}
+
+Test(server, large_replies_without_a_hot_tier, .timeout = 90)
+{
+    char cfg[128];
+    snprintf(cfg, sizeof cfg, "tenant default uid %u\ntenant default admin\ncache-bytes 0\n",
+             (unsigned)getuid());
+    slow_reader(cfg);
+}
+
 Test(server, clients_leaving_mid_request, .timeout = 90)
 {
     srv s;
