@@ -65,6 +65,13 @@ typedef struct {
     int dup;
     uint8_t *k, *v;      /* bf16 KV, [layers][n][kv_heads * head_dim] */
 } cli_session;
+
+/* The demo's GETs of sessions sess[i]'s first len[i] tokens, timed in
+ * process on the store dir (read-only; its master key file key): cold[i]
+ * with no hot tier, hot[i] from a tier a first untimed pass filled
+ * (demo_tier.c). 0 or the store's error. */
+int demo_tier_times(const char *dir, const char *key, const cli_session *S, const uint32_t *sess,
+                    const uint32_t *len, size_t count, double *cold, double *hot);
 int cli_workload_make(const skv_model *m, skv_pool *pool, long tenants, long sessions,
                       long turns, long seed, const char *label, cli_session **out,
                       size_t *count);
