@@ -16,6 +16,6 @@ seqkv_need_packages() {
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-SEQKV_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config liblmdb-dev libsodium-dev libcriterion-dev libzstd-dev redis-tools)
+SEQKV_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config liblmdb-dev libsodium-dev libcriterion-dev libzstd-dev libxxhash-dev redis-tools)
 # What the demo needs beyond the build: gnuplot draws its chart (PNG).
 SEQKV_DEMO_PACKAGES=(gnuplot-nox)
