@@ -84,7 +84,7 @@ static int put_level(prof_ent *pe, int asked)
     int l = asked;
     if (seqkv_level_predictive(l) && !pe->p.has_calib)
         return SEQKV_RAW;
-    if (l >= SEQKV_SPEC && !pe->p.model[0])
+    if ((l == SEQKV_SPEC || l == SEQKV_FULL) && !pe->p.model[0])
         l = SEQKV_CTX;
     return l;
 }
@@ -319,7 +319,7 @@ static int put_load(put_ctx *pc)
  * the client's copy) whenever the level reads earlier positions */
 static int put_context(put_ctx *pc)
 {
-    if (pc->m == 0 || pc->level < SEQKV_CTX)
+    if (pc->m == 0 || !seqkv_level_predictive(pc->level) || pc->level < SEQKV_CTX)
         return SKV_OK;
     seqkv *db = pc->db;
     const size_t row = pc->row;
