@@ -149,7 +149,7 @@ static int run_config(const bargs *a, const char *dir, const char *cal_path, cli
     p.chunk = (int)a->chunk;
     p.level = rr->level;
     rc = seqkv_profile_set(db, &p);
-    if (!rc && rr->level > SEQKV_RAW)
+    if (!rc && seqkv_level_predictive(rr->level))
         rc = seqkv_calibrate_import(db, "bench", cal_path);
     const size_t L = (size_t)mc->n_layers, row = (size_t)mc->n_kv_heads * (size_t)mc->head_dim * 2;
     size_t maxn = 0;

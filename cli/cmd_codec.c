@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zstd.h>
 
 #include "cli.h"
+#include "codec_baselines.h"
 #include "skv_delta.h"
 
 static const char codec_usage[] =
@@ -35,14 +35,15 @@ static const char decode_usage[] =
 
 static const char bench_usage[] =
     "usage: seqkv codec bench --calib CAL.safetensors --test TEST.safetensors\n"
-    "                         [--model PATH] [--level stat|ctx|spec|full|all] [--json]\n"
+    "                         [--model PATH] [--level stat|ctx|spec|full|fast|all] [--json]\n"
     "                         [--chunk N] [--cal C.cal] [--reps N]\n"
     "\n"
     "Calibrate on CAL (or load --cal), then code TEST at each level: actual and\n"
     "ideal bits per scalar (overall, per layer and k/v), encode and decode\n"
     "M scalars/s on one thread (spec/full also tokens/s), a bit-exact round\n"
-    "trip check, and in the same run zstd -3 and -19 on the raw bytes and on\n"
-    "byte planes. Rates are the best of N passes over the test set (default 3;\n"
+    "trip check, and in the same run zstd -1, -3 and -19 on the raw bytes and\n"
+    "on byte planes (the planes' decode speed too, one thread). fast (no\n"
+    "calibration) is coded whole-set and per chunk stream, in MB/s. Rates are the best of N passes over the test set (default 3;\n"
     "the first builds the coding tables), timed on the thread's CPU clock (the\n"
     "decode on all cores on the wall clock); output buffers are allocated and\n"
     "the round trip compared outside the timed part. Timed encodes run as the\n"
@@ -367,29 +368,6 @@ static int do_decode(int argc, char **argv)
 
 /* ---- bench ------------------------------------------------------------------ */
 
-static size_t zstd_size(const void *src, size_t n, int level)
-{
-    size_t cap = ZSTD_compressBound(n);
-    void *dst = malloc(cap);
-    size_t r = dst ? ZSTD_compress(dst, cap, src, n, level) : 0;
-    free(dst);
-    return ZSTD_isError(r) ? 0 : r;
-}
-
-/* zstd of each byte plane (byte i of every element together). */
-static size_t zstd_planes(const uint8_t *src, size_t n_elem, size_t es, int level)
-{
-    uint8_t *plane = malloc(n_elem ? n_elem : 1);
-    size_t tot = 0;
-    for (size_t b = 0; plane && b < es; b++) {
-        for (size_t i = 0; i < n_elem; i++)
-            plane[i] = src[i * es + b];
-        tot += zstd_size(plane, n_elem, level);
-    }
-    free(plane);
-    return tot;
-}
-
 /* The test set as codec bench decodes it, with one output buffer pair
  * for the largest sequence. */
 typedef struct {
@@ -460,7 +438,7 @@ static int bench_levels(const char *level, int *want)
         return 0;
     seqkv_level l;
     if (seqkv_level_parse(level, &l) || l == SEQKV_RAW)
-        return cli_usage_error("codec bench", "--level wants stat, ctx, spec, full or all");
+        return cli_usage_error("codec bench", "--level wants stat, ctx, spec, full, fast or all");
     memset(want, 0, SEQKV_LEVELS * sizeof *want);
     want[l] = 1;
     return 0;
@@ -491,34 +469,34 @@ static int bench_gather(bench_run *b, skv_st *st)
     return rc;
 }
 
-/* The baselines: zstd on the raw bytes of all K and V, and on their byte
- * planes. */
-static void bench_baselines(const bench_run *b)
+/* The baselines (zstd on raw bytes and byte planes) and, when asked, the
+ * fast level (cli/codec_baselines.c), on the same test set. */
+static int bench_baselines(const bench_run *b, int fast)
 {
     const size_t es = b->es;
     uint8_t *all = malloc(b->tot_sc * es + 1);
+    size_t *T = malloc((b->n_seq + 1) * sizeof *T);
+    const uint8_t **k = malloc((b->n_seq + 1) * sizeof *k), **v = malloc((b->n_seq + 1) * sizeof *v);
     size_t o = 0;
     for (size_t i = 0; i < b->n_seq; i++) {
         size_t nb = b->tot_sc ? seq_bytes(b->sh, b->seqs[i].T) : 0;
         memcpy(all + o, b->seqs[i].k, nb);
         memcpy(all + o + nb, b->seqs[i].v, nb);
         o += 2 * nb;
+        T[i] = b->seqs[i].T;
+        k[i] = b->seqs[i].k;
+        v[i] = b->seqs[i].v;
     }
-    struct { const char *name; size_t bytes; } z[4] = {
-        {"zstd-3", zstd_size(all, o, 3)},
-        {"zstd-19", zstd_size(all, o, 19)},
-        {"zstd-3-planes", zstd_planes(all, b->tot_sc, es, 3)},
-        {"zstd-19-planes", zstd_planes(all, b->tot_sc, es, 19)},
-    };
-    for (int i = 0; i < 4; i++) {
-        double bps = 8.0 * (double)z[i].bytes / (double)b->tot_sc;
-        if (b->a->json)
-            printf("{\"level\":\"%s\",\"dtype\":\"%s\",\"bits_per_scalar\":%.4f,\"ratio\":%.3f,\"baseline\":true}\n",
-                   z[i].name, skv_dtype_name(b->sh->dtype), bps, 8.0 * es / bps);
-        else
-            printf("%-15s %7.3f bits/scalar (%.2fx)\n", z[i].name, bps, 8.0 * es / bps);
-    }
+    const cb_input in = {all, b->tot_sc, es, b->sh->dtype, (size_t)b->sh->layers,
+                         (size_t)b->sh->kv_heads * (size_t)b->sh->head_dim, (size_t)b->a->chunk,
+                         b->n_seq, T, k, v, b->a->reps, b->a->json};
+    cli_codec_baselines(&in);
+    int rc = fast ? cli_codec_fast(&in) : SKV_OK;
     free(all);
+    free(T);
+    free(k);
+    free(v);
+    return rc;
 }
 
 /* Time level lv's coder d on the test set, its streams into ss (n_seq of
@@ -662,7 +640,7 @@ static int do_bench(int argc, char **argv)
         return r;
     if ((!a.calib && !a.cal) || !a.test)
         return cli_usage_error("codec bench", "--calib (or --cal) and --test are required");
-    int want[SEQKV_LEVELS] = {0, 1, 1, 1, 1}; /* (raw has no predictor) */
+    int want[SEQKV_LEVELS] = {0, 1, 1, 1, 1, 1}; /* (raw has no predictor) */
     if ((r = bench_levels(a.level, want)))
         return r;
     bench_run b = {.a = &a};
@@ -700,8 +678,8 @@ static int do_bench(int argc, char **argv)
         printf("codec bench: %zu test sequences, %zu tokens, %zu scalars of %s; calibration %.1f s\n",
                b.n_seq, b.tot_tok, b.tot_sc, skv_dtype_name(b.sh->dtype), tc);
     if (!rc)
-        bench_baselines(&b);
-    for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS && !rc; lv++) {
+        rc = bench_baselines(&b, want[SEQKV_FAST]);
+    for (int lv = SEQKV_STAT; lv <= SEQKV_FULL && !rc; lv++) {
         if (!want[lv])
             continue;
         if (!skv_calib_has_level(b.c, (seqkv_level)lv)) {

@@ -286,7 +286,7 @@ static int do_profile_set(int argc, char **argv)
     seqkv_close(db);
     if (!r && !a.quiet) {
         print_profile(&p, 0);
-        if (!created && p.level != SEQKV_RAW && !p.has_calib)
+        if (!created && seqkv_level_predictive(p.level) && !p.has_calib)
             fprintf(stderr, "profile set: note: %s has no calibration: level %s codes raw until "
                     "'seqkv calibrate' (or --calib) gives it one\n", name, seqkv_level_name(p.level));
     }

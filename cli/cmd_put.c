@@ -97,7 +97,7 @@ static void put_summary(const sargs *a, const seqkv_profile *p, const put_totals
     if (t->evicted)
         fprintf(stderr, ", %ld records evicted", t->evicted);
     fputc('\n', stderr);
-    if (t->fresh && !p->has_calib)
+    if (t->fresh && !p->has_calib && p->level != SEQKV_FAST)
         fprintf(stderr, "put: stored raw: profile %s has no calibration yet; 'seqkv calibrate --db %s "
                 "--profile %s' learns one from what is stored, and later puts compress\n",
                 p->name, a->db, p->name);

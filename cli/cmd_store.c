@@ -426,7 +426,7 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
     if ((rc = seqkv_profile_get(db, name, p)))
         return cli_fail(rc, "profile");
     seqkv_level eff = a->have_level ? a->level : p->level;
-    if (eff != SEQKV_RAW && !p->has_calib && !a->quiet)
+    if (seqkv_level_predictive(eff) && !p->has_calib && !a->quiet)
         fprintf(stderr, "%s: note: profile %s has no calibration: level %s codes raw until "
                 "'seqkv calibrate' (or --calib) gives it one\n", cmd, name, seqkv_level_name(eff));
     if (*created && !a->quiet) {

@@ -10,7 +10,7 @@ const skv_kvshape *skv_calib_shape(const skv_calib *c) { return &c->sh; }
 const uint8_t *skv_calib_id(const skv_calib *c) { return c->id; }
 int skv_calib_has_level(const skv_calib *c, seqkv_level l)
 {
-    return l >= SEQKV_STAT && l < SEQKV_LEVELS && (c->levels & level_bit(l)) != 0;
+    return seqkv_level_predictive(l) && (c->levels & level_bit(l)) != 0;
 }
 const char *skv_calib_model(const skv_calib *c) { return c->model_fp; }
 
@@ -44,7 +44,7 @@ void skv_calib_free(skv_calib *c)
     if (!c)
         return;
     skv_free(c->mean);
-    for (int i = SEQKV_STAT; i < SEQKV_LEVELS; i++) {
+    for (int i = SEQKV_STAT; i <= SEQKV_FULL; i++) {
         skv_free(c->s[i]);
         skv_free(c->w[i]);
     }
@@ -71,7 +71,7 @@ int calib_alloc(skv_calib *c)
                          "(%zu layers x %zu channels) is over the bound of %d rows", NT, L, C,
                          SKV_CALIB_ROWS_MAX);
     c->mean = skv_calloc(L * 2 * C, sizeof(float));
-    for (int i = SEQKV_STAT; i < SEQKV_LEVELS; i++) {
+    for (int i = SEQKV_STAT; i <= SEQKV_FULL; i++) {
         c->s[i] = skv_calloc(L * 2 * 2 * C, sizeof(float));
         c->w[i] = skv_calloc(L * 2 * H * 2 * NF, sizeof(float));
         if (!c->s[i] || !c->w[i])
@@ -162,7 +162,7 @@ void compute_id(skv_calib *c)
     hash_u32s(&st, hdr, sizeof hdr / sizeof hdr[0]);
     hash_floats(&st, &c->sh.rope_theta, 1);
     hash_floats(&st, c->mean, L * 2 * C);
-    for (int l = SEQKV_STAT; l < SEQKV_LEVELS; l++) {
+    for (int l = SEQKV_STAT; l <= SEQKV_FULL; l++) {
         hash_floats(&st, c->s[l], L * 2 * 2 * C);
         hash_floats(&st, c->w[l], L * 2 * H * 2 * NF);
     }

@@ -71,7 +71,7 @@ static int calib_writer(const skv_calib *c, skv_st_writer **out)
             sh_p[1] = {256};
     if (!rc)
         rc = skv_stw_add(w, "mean", SKV_DT_F32, 3, sh_mean, c->mean, (size_t)(L * 2 * C) * 4);
-    for (int l = SEQKV_STAT; l < SEQKV_LEVELS && !rc; l++) {
+    for (int l = SEQKV_STAT; l <= SEQKV_FULL && !rc; l++) {
         char n[32];
         snprintf(n, sizeof n, "s.%s", seqkv_level_name((seqkv_level)l));
         rc = skv_stw_add(w, n, SKV_DT_F32, 4, sh_s, c->s[l], (size_t)(L * 2 * 2 * C) * 4);
@@ -320,7 +320,7 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
     rope_init(c);
     const size_t L = (size_t)c->sh.layers, H = (size_t)c->sh.kv_heads;
     rc = get_f32(st, "mean", c->mean, L * 2 * (size_t)C);
-    for (int l = SEQKV_STAT; l < SEQKV_LEVELS && !rc; l++) {
+    for (int l = SEQKV_STAT; l <= SEQKV_FULL && !rc; l++) {
         char n[32];
         snprintf(n, sizeof n, "s.%s", seqkv_level_name((seqkv_level)l));
         rc = get_f32(st, n, c->s[l], L * 2 * 2 * (size_t)C);

@@ -9,8 +9,8 @@ int skv_delta_create(const skv_calib *cal, seqkv_level level, const skv_model *m
                      skv_delta **out)
 {
     *out = NULL;
-    if (level == SEQKV_RAW)
-        return skv_error(SKV_ERR_ARG, "level raw has no predictor: the store keeps its bytes as they are");
+    if (!seqkv_level_predictive(level))
+        return skv_error(SKV_ERR_ARG, "level %s has no predictor", seqkv_level_name(level));
     if (!skv_calib_has_level(cal, level))
         return skv_error(SKV_ERR_ARG, "the calibration has no \"%s\" level%s", seqkv_level_name(level),
                          level >= SEQKV_SPEC ? " (calibrate with --model)" : "");

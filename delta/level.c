@@ -4,7 +4,7 @@
 
 #include "delta_int.h"
 
-static const char *const level_names[SEQKV_LEVELS] = {"raw", "stat", "ctx", "spec", "full"};
+static const char *const level_names[SEQKV_LEVELS] = {"raw", "stat", "ctx", "spec", "full", "fast"};
 
 const char *seqkv_level_name(seqkv_level l)
 {
@@ -18,7 +18,7 @@ int seqkv_level_parse(const char *s, seqkv_level *out)
             *out = (seqkv_level)i;
             return SKV_OK;
         }
-    return skv_error(SKV_ERR_ARG, "unknown level '%s' (raw, stat, ctx, spec, full)", s);
+    return skv_error(SKV_ERR_ARG, "unknown level '%s' (raw, stat, ctx, spec, full, fast)", s);
 }
 
 /* Mixture weights per level. An escape weight w2 costs a floor of

@@ -16,9 +16,16 @@ typedef enum {
     SEQKV_CTX = 2,  /* context predictors (previous position, codebook) */
     SEQKV_SPEC = 3, /* int8 copy of the model over the exact KV */
     SEQKV_FULL = 4, /* the model itself: the recompute end */
+    SEQKV_FAST = 5, /* no predictor: static per-channel tables (skv_fast_*) */
 } seqkv_level;
-#define SEQKV_LEVELS 5
-/* "raw", "stat", "ctx", "spec", "full"; "?" for any other value. */
+#define SEQKV_LEVELS 6
+/* Whether level l codes against a predictor (stat..full), and so needs a
+ * calibration and the delta coder; raw and fast need neither. */
+static inline int seqkv_level_predictive(seqkv_level l)
+{
+    return l >= SEQKV_STAT && l <= SEQKV_FULL;
+}
+/* "raw", "stat", "ctx", "spec", "full", "fast"; "?" for any other value. */
 const char *seqkv_level_name(seqkv_level l);
 /* The level of such a name; SKV_ERR_ARG for an unknown one. */
 int seqkv_level_parse(const char *s, seqkv_level *out);

@@ -23,7 +23,8 @@
  *    odd places): the high byte of x under the calibrated empirical
  *    marginal p_emp, the rest as plain bits. Every bit pattern survives.
  *
- * Depends on skv_error.h and skv_dtype.h only.
+ * The fast level's streams (below, "Fast streams") are a separate,
+ * model-free format. Depends on skv_error.h and skv_dtype.h only.
  */
 #ifndef SKV_CODEC_H
 #define SKV_CODEC_H
@@ -212,6 +213,43 @@ int skv_decoder_get_rows(skv_decoder *d, const float *mu, const float *s, size_t
 /* After n scalars: the payload must be fully consumed and the checksum
  * must match (SKV_ERR_CORRUPT otherwise). */
 int skv_decoder_end(skv_decoder *d);
+
+/* ------------------------------------------------------------------------
+ * Fast streams: the model-free `fast` level (FORMAT.md, "Fast streams").
+ * rows x channels scalars, row-major, in one self-contained stream: for
+ * 16-bit dtypes bits 7..14 of each scalar (bf16's exponent) are coded
+ * under static 12-bit tables, one per group of channels, stored in the
+ * stream, by 32 interleaved rANS states; sign and low mantissa bits are
+ * stored raw. fp8-e4m3 codes its whole byte. No model, no calibration;
+ * the bytes do not depend on the CPU (the decoder has scalar, AVX2 and
+ * AVX-512 paths that decode the same values).
+ * ---------------------------------------------------------------------- */
+#define SKV_FAST_MAGIC 0x51564b53u /* "SKVQ" */
+#define SKV_FAST_VERSION 1
+#define SKV_FAST_HEADER 40
+#define SKV_FAST_MAX_SCALARS (1u << 30)
+
+/* Upper bound of skv_fast_encode's output for rows x channels scalars of
+ * dt; 0 when the fast level cannot code them (dtype other than bf16, f16,
+ * f8e4m3; no rows or channels; more than SKV_FAST_MAX_SCALARS). */
+size_t skv_fast_bound(skv_dtype dt, size_t rows, size_t channels);
+/* Code src (rows x channels scalars of dt, row-major, little-endian
+ * element bytes as stored) into dst[0..cap); *len: the stream's size.
+ * Allocates scratch (freed before it returns). Errors: SKV_ERR_ARG (f32,
+ * i32 or another dtype the level does not code; no rows or channels; a
+ * NULL pointer), SKV_ERR_TOO_LARGE (more than SKV_FAST_MAX_SCALARS; cap
+ * too small: skv_fast_bound is always enough), SKV_ERR_NOMEM. */
+int skv_fast_encode(skv_dtype dt, const void *src, size_t rows, size_t channels, uint8_t *dst,
+                    size_t cap, size_t *len);
+/* Decode the stream src[0..len), which must be exactly one stream of
+ * rows x channels scalars of dt, into dst (dst_cap >= rows * channels *
+ * element size). Trusts nothing in src. Errors: SKV_ERR_FORMAT (not a
+ * fast stream, or another dtype or shape than asked), SKV_ERR_VERSION (a
+ * newer version), SKV_ERR_CORRUPT (sizes, tables, words, final states or
+ * the checksum of the decoded scalars wrong; dst may then hold garbage),
+ * SKV_ERR_ARG (dst_cap too small, NULL), SKV_ERR_NOMEM. */
+int skv_fast_decode(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, size_t channels,
+                    void *dst, size_t dst_cap);
 
 /* 64-bit checksum used by streams (a fixed multiply-xorshift hash). */
 uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed);

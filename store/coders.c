@@ -36,7 +36,7 @@ int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_i
 {
     const int pooled = tls_writer && db->pool;
     *out = NULL;
-    if (level < SEQKV_STAT || level >= SEQKV_LEVELS)
+    if (!seqkv_level_predictive((seqkv_level)level))
         return skv_error(SKV_ERR_CORRUPT, "no coder for level %d", level);
     skv_model *model = NULL;
     int rc;

@@ -113,6 +113,9 @@ static int decode_streams(dec_ctx *c, const skv_rec *r, size_t P)
         }
         return SKV_OK;
     }
+    if (r->level == SEQKV_FAST)
+        return skv_store_fast_decode(pe, r->streams, r->streams_len, r->sizes, s->kv[0], s->kv[1],
+                                     s->stride, a, b);
     size_t offs[2 * 4096 + 1];
     offs[0] = 0;
     for (size_t j = 0; j < 2 * L; j++)

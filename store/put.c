@@ -82,9 +82,9 @@ static int surprisal(seqkv *db, prof_ent *pe, const int32_t *tok, size_t n, size
 static int put_level(prof_ent *pe, int asked)
 {
     int l = asked;
-    if (l > SEQKV_RAW && !pe->p.has_calib)
+    if (seqkv_level_predictive(l) && !pe->p.has_calib)
         return SEQKV_RAW;
-    if (l >= SEQKV_SPEC && !pe->p.model[0])
+    if ((l == SEQKV_SPEC || l == SEQKV_FULL) && !pe->p.model[0])
         l = SEQKV_CTX;
     return l;
 }
@@ -95,7 +95,7 @@ static int code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const s
     const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es;
     int rc = SKV_OK;
     coder_ent *ce = NULL;
-    if (level > SEQKV_RAW) {
+    if (seqkv_level_predictive(level)) {
         if ((rc = skv_store_coder(db, txn, pe, pe->p.calib_id, level, &ce)))
             return rc;
         /* a token the calibration has never seen (its vocabulary came from
@@ -121,6 +121,8 @@ static int code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const s
         for (size_t l = 0; l < L && !rc; l++)
             for (int kv = 0; kv < 2 && !rc; kv++)
                 rc = skv_streams_append(st, s->kv[kv] + (l * s->stride + a) * row, (b - a) * row);
+    } else if (level == SEQKV_FAST) {
+        rc = skv_store_fast_encode(pe, s->kv[0], s->kv[1], s->stride, a, b, st);
     } else {
         rc = skv_delta_encode_range(ce->d, s->tok, a, b, s->stride, s->kv[0], s->kv[1], NULL, st);
         skv_store_coder_release(db, ce);
@@ -317,7 +319,7 @@ static int put_load(put_ctx *pc)
  * the client's copy) whenever the level reads earlier positions */
 static int put_context(put_ctx *pc)
 {
-    if (pc->m == 0 || pc->level < SEQKV_CTX)
+    if (pc->m == 0 || !seqkv_level_predictive(pc->level) || pc->level < SEQKV_CTX)
         return SKV_OK;
     seqkv *db = pc->db;
     const size_t row = pc->row;
@@ -348,7 +350,7 @@ static int put_surprisal(put_ctx *pc)
 {
     const float *given = pc->opts.surprisal;
     const size_t m = pc->m, CH = pc->CH;
-    if (!(pc->level > SEQKV_RAW || given))
+    if (!(seqkv_level_predictive(pc->level) || given))
         return SKV_OK;
     int rc = surprisal(pc->db, pc->pe, pc->req->tokens, pc->req->n, m, &pc->s, given, &pc->sur);
     if (rc)
@@ -451,7 +453,7 @@ static int put_chunk(put_ctx *pc, MDB_txn *rtxn, const skv_centroid *cent, size_
     uint8_t *side = NULL;
     size_t side_len = 0;
     int used = 0;
-    if (!rc && cent && q->r.level > SEQKV_RAW)
+    if (!rc && cent && seqkv_level_predictive(q->r.level))
         rc = try_centroid(pc->db, rtxn, pc->pe, cent, &pc->s, P + lo, P + hi, q, &st, &side, &side_len,
                           &used);
     if (used)
@@ -476,12 +478,12 @@ static int put_code(put_ctx *pc)
     seqkv *db = pc->db;
     MDB_txn *rtxn = NULL;
     int rc = SKV_OK;
-    if (pc->level > SEQKV_RAW) {
+    if (seqkv_level_predictive(pc->level)) {
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &rtxn);
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
     skv_centroid *cent = NULL;
-    if (!rc && pc->level > SEQKV_RAW && pc->m > 0 && !db->o.no_centroids)
+    if (!rc && seqkv_level_predictive(pc->level) && pc->m > 0 && !db->o.no_centroids)
         rc = skv_cluster_find(db, rtxn, pc->e, pc->pe, pc->req->tokens, pc->req->n, pc->m, pc->path,
                               pc->steps, &cent);
     for (size_t i = pc->m / pc->CH; !rc && i < pc->nchunks; i++, pc->nnew++)

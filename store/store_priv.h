@@ -196,4 +196,15 @@ int skv_store_put_one(seqkv *db, seqkv_put_req *q, struct skv_put_batch *pb, int
 /* Evict LRU records until need bytes fit under limit (evict.c) */
 int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, uint64_t need,
                     int *count);
+/* The fast level's streams of a chunk record (store/fast_streams.c):
+ * encode appends its 2 x layers streams of positions [a, b) of k and v
+ * (the sequence buffer, stride positions a layer) to st; decode checks
+ * and decodes a record's streams (sizes: 2 x layers u32) into k and v.
+ * SKV_ERR_CORRUPT for any damage. */
+int skv_store_fast_encode(const prof_ent *pe, const uint8_t *k, const uint8_t *v, size_t stride,
+                          size_t a, size_t b, skv_streams *st);
+int skv_store_fast_decode(const prof_ent *pe, const uint8_t *streams, size_t streams_len,
+                          const uint8_t *sizes, uint8_t *k, uint8_t *v, size_t stride, size_t a,
+                          size_t b);
+
 #endif

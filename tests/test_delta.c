@@ -125,7 +125,7 @@ static void levels_case(const skv_model *m, skv_dtype dt, size_t ncal, size_t T,
 {
     kvset test = {0};
     skv_calib *c = learned(m, dt, ncal, 3, T, 1000, &test);
-    for (int l = SEQKV_STAT; l < SEQKV_LEVELS; l++) {
+    for (int l = SEQKV_STAT; l <= SEQKV_FULL; l++) {
         cr_assert(skv_calib_has_level(c, (seqkv_level)l));
         bits[l] = round_trip(c, (seqkv_level)l, m, &test, dt, chunk);
     }

@@ -396,3 +396,58 @@ Test(store, calibration_of_ids_spread_over_2_31_has_bounded_memory_and_round_tri
     close(fd[0]);
     close(fd[1]);
 }
+
+/* ---- the fast level ------------------------------------------------------------- */
+
+/* A profile at level fast codes without a calibration, round-trips
+ * bit-exactly, stays fast when calibrated, and decodes after reopen. */
+static void fast_on(su_model *tm, size_t len, int check_ratio)
+{
+    const char *dir = tu_path(tu_tmpdir(), "dbfast");
+    seqkv *db = open_store(dir, NULL);
+    add_profile(db, tm, "p", CHUNK, SEQKV_FAST, 1);
+    su_seq s[3];
+    for (int i = 0; i < 3; i++) {
+        su_seq_make(tm, NULL, 0, len + (size_t)(7 * i), 4000 + (uint64_t)i, &s[i]);
+        seqkv_put_result r = put(db, "t", "p", &s[i], 0);
+        cr_assert_gt(r.new_tokens, 0);
+        assert_whole(db, "t", "p", tm, &s[i], "fast");
+    }
+    seqkv_stats a = stats(db, NULL);
+    cr_assert_eq(a.level_tokens[SEQKV_FAST], a.coded_tokens, "coded at fast (%llu of %llu)",
+                 (unsigned long long)a.level_tokens[SEQKV_FAST], (unsigned long long)a.coded_tokens);
+    if (check_ratio)
+        cr_assert_lt(a.level_stored[SEQKV_FAST], a.level_raw[SEQKV_FAST]);
+    cr_log_info("fast: %llu raw bytes stored in %llu", (unsigned long long)a.level_raw[SEQKV_FAST],
+                (unsigned long long)a.level_stored[SEQKV_FAST]);
+    cr_assert_eq(seqkv_calibrate(db, "p", 2), 0, "calibrate: %s", skv_error_detail());
+    seqkv_profile pr;
+    cr_assert_eq(seqkv_profile_get(db, "p", &pr), 0);
+    cr_assert_eq(pr.level, SEQKV_FAST, "calibrating leaves a fast profile fast");
+    seqkv_close(db);
+    db = open_store(dir, NULL);
+    for (int i = 0; i < 3; i++)
+        assert_whole(db, "t", "p", tm, &s[i], "fast, reopened");
+    seqkv_close(db);
+    for (int i = 0; i < 3; i++)
+        su_seq_free(&s[i]);
+}
+
+Test(store, level_fast_round_trips_on_random_model_kv, .timeout = 120)
+{
+    su_model tm;
+    su_random_model(&tm, tu_tmpdir(), SKV_DT_BF16);
+    fast_on(&tm, 300, 0);
+    su_model_free(&tm);
+}
+
+Test(store, level_fast_round_trips_on_stories260k, .timeout = 120)
+{
+    su_model tm;
+    if (su_shared_model(&tm, "stories260K.bin", SKV_DT_BF16)) {
+        cr_log_info("../shared/models/stories260K.bin not present: skipped");
+        cr_skip("../shared/models/stories260K.bin not present");
+    }
+    fast_on(&tm, 300, 1);
+    su_model_free(&tm);
+}

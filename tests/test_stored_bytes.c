@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../codec/cfast.h" /* skv__cls_simd: the path the codec takes */
+#include "../codec/fast_int.h" /* skv__fast_simd: the fast level's decoder path */
 #include "seqkv.h"
 #include "storeutil.h"
 #include "testutil.h"
@@ -60,6 +61,7 @@ static uint8_t *dump_store(const char *dir, size_t *len, size_t *entries)
 static void fill_store(const char *dir, const su_model *tm, const su_seq *s, int simd)
 {
     skv__cls_simd = simd;
+    skv__fast_simd = simd;
     su_master_key(dir, 77);
     seqkv_options o = {0};
     o.quiet = 1;

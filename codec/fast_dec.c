@@ -1,0 +1,186 @@
+/* The fast level's decoder: the header and tables checked against len,
+ * then the symbols, by the scalar reference path or a SIMD path for this
+ * CPU (fast_simd.c) that decodes the same values, and the end checks:
+ * every word used, every state back at its start, the checksum. */
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "fast_int.h"
+
+int skv__fast_simd = -1;
+
+int skv__fast_simd_pick(void)
+{
+    const char *e = getenv("SEQKV_SIMD");
+    int v = 0;
+    if ((!e || strcmp(e, "0") != 0) && __builtin_cpu_supports("avx2")) {
+        v = 2;
+        if ((!e || strcmp(e, "2") != 0) && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+            v = 3;
+    }
+    __atomic_store_n(&skv__fast_simd, v, __ATOMIC_RELAXED);
+    return v;
+}
+
+static int fast_hdr_read(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, size_t channels,
+                         fast_hdr *h)
+{
+    if (len < SKV_FAST_HEADER)
+        return skv_error(SKV_ERR_FORMAT, "fast stream of %zu bytes, shorter than its header", len);
+    if (skv_load32_le(src) != SKV_FAST_MAGIC)
+        return skv_error(SKV_ERR_FORMAT, "not a fast stream (bad magic)");
+    if (src[4] > SKV_FAST_VERSION)
+        return skv_error(SKV_ERR_VERSION, "fast stream version %u (this build reads %u)", src[4],
+                         SKV_FAST_VERSION);
+    if (src[4] == 0 || src[6] != FAST_LANES || skv_load32_le(src + 28) != 0)
+        return skv_error(SKV_ERR_FORMAT, "fast stream: bad version, lanes or reserved field");
+    h->dt = (skv_dtype)src[5];
+    h->rows = skv_load32_le(src + 8);
+    h->channels = skv_load32_le(src + 12);
+    h->tables = src[7];
+    if (src[5] != (unsigned)dt || h->rows != rows || h->channels != channels)
+        return skv_error(SKV_ERR_FORMAT, "fast stream of %u x %u dtype %u, expected %zu x %zu dtype %d",
+                         h->rows, h->channels, src[5], rows, channels, (int)dt);
+    if (!skv_fast_bound(dt, rows, channels))
+        return skv_error(SKV_ERR_FORMAT, "fast stream: bad dtype or shape");
+    h->n = rows * channels;
+    if (h->tables < 1 || h->tables > FAST_TABLES_MAX || h->tables > channels)
+        return skv_error(SKV_ERR_CORRUPT, "fast stream with %u tables for %u channels", h->tables,
+                         h->channels);
+    h->tab_len = skv_load32_le(src + 16);
+    h->word_len = skv_load32_le(src + 20);
+    h->raw_len = skv_load32_le(src + 24);
+    h->checksum = skv_load64_le(src + 32);
+    const size_t es = skv_dtype_size(dt);
+    if (h->raw_len != (es == 2 ? h->n : 0) || h->word_len < 4 * FAST_LANES || (h->word_len & 1) ||
+        h->word_len - 4 * FAST_LANES > 2 * h->n)
+        return skv_error(SKV_ERR_CORRUPT, "fast stream: bad word or raw sizes");
+    h->tab_off = SKV_FAST_HEADER;
+    h->word_off = h->tab_off + h->tab_len;
+    h->raw_off = h->word_off + h->word_len;
+    if (h->tab_len > len || h->word_len > len || h->raw_len > len ||
+        h->raw_off + h->raw_len != len || h->raw_off < h->word_off)
+        return skv_error(SKV_ERR_CORRUPT, "fast stream: sizes do not add up to its %zu bytes", len);
+    return SKV_OK;
+}
+
+/* Scalar steps [step, steps), the last maybe partial (n scalars in all);
+ * every read checked. */
+static int fast_steps_ref(fast_dec *d, size_t step, size_t n, void *dst)
+{
+    const int wide = d->dt != SKV_DT_F8E4M3;
+    uint8_t *out = dst;
+    uint32_t c = (uint32_t)((step * FAST_LANES) % d->C);
+    for (size_t i = step * FAST_LANES; i < n; i++) {
+        const uint32_t l = (uint32_t)(i % FAST_LANES);
+        uint32_t x = d->x[l];
+        const uint32_t slot = x & (FAST_M - 1), e = d->dtab[d->chbase[c] + slot];
+        const uint32_t s = e & 0xffu, f = ((e >> 8) & 0xfffu) + 1u, cum = e >> 20;
+        x = f * (x >> FAST_PROB) + slot - cum;
+        if (x < FAST_L) {
+            if (d->wend - d->w < 2)
+                return skv_error(SKV_ERR_CORRUPT, "fast stream: words end early");
+            x = x << 16 | skv_load16_le(d->w);
+            d->w += 2;
+        }
+        d->x[l] = x;
+        if (wide)
+            skv_store16_le(out + 2 * i, (uint16_t)fast_join16(s, d->raw[i]));
+        else
+            out[i] = (uint8_t)fast_join8(s);
+        c = c + 1 == d->C ? 0 : c + 1;
+    }
+    return SKV_OK;
+}
+
+int skv_fast_decode(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, size_t channels,
+                    void *dst, size_t dst_cap)
+{
+    if (!src || !dst)
+        return skv_error(SKV_ERR_ARG, "fast decode: no buffer");
+    fast_hdr h = {0};
+    int rc = fast_hdr_read(src, len, dt, rows, channels, &h);
+    if (rc)
+        return rc;
+    const size_t es = skv_dtype_size(dt);
+    if (dst_cap < h.n * es)
+        return skv_error(SKV_ERR_ARG, "fast decode: %zu bytes of room for %zu", dst_cap, h.n * es);
+    const uint32_t C = h.channels, T = h.tables;
+    uint32_t *dtab = skv_malloc(((size_t)T * FAST_M + C) * sizeof *dtab);
+    if (!dtab)
+        return skv_error(SKV_ERR_NOMEM, "fast decode");
+    uint32_t *chbase = dtab + (size_t)T * FAST_M;
+    const uint8_t *p = src + h.tab_off, *tend = src + h.word_off;
+    if (T > 1) {
+        if ((size_t)(tend - p) < C) {
+            rc = skv_error(SKV_ERR_CORRUPT, "fast stream: channel map past the table area");
+            goto out;
+        }
+        for (uint32_t c = 0; c < C; c++) {
+            if (p[c] >= T) {
+                rc = skv_error(SKV_ERR_CORRUPT, "fast stream: channel %u on table %u of %u", c, p[c], T);
+                goto out;
+            }
+            chbase[c] = (uint32_t)p[c] * FAST_M;
+        }
+        p += C;
+    } else {
+        memset(chbase, 0, (size_t)C * sizeof *chbase);
+    }
+    for (uint32_t t = 0; t < T; t++) {
+        fast_tab tab;
+        size_t used;
+        if ((rc = skv__fast_tab_read(p, tend, &tab, &used)))
+            goto out;
+        p += used;
+        uint32_t *e = dtab + (size_t)t * FAST_M;
+        for (int s = 0; s < 256; s++)
+            for (uint32_t k = tab.cum[s]; k < tab.cum[s + 1]; k++)
+                e[k] = fast_dent((uint32_t)s, tab.f[s], tab.cum[s]);
+    }
+    if (p != tend) {
+        rc = skv_error(SKV_ERR_CORRUPT, "fast stream: %zu stray bytes after the tables", (size_t)(tend - p));
+        goto out;
+    }
+    fast_dec d;
+    const uint8_t *w = src + h.word_off;
+    for (int l = 0; l < FAST_LANES; l++) {
+        d.x[l] = skv_load32_le(w + 4 * l);
+        if (d.x[l] < FAST_L) {
+            rc = skv_error(SKV_ERR_CORRUPT, "fast stream: a state below 2^16");
+            goto out;
+        }
+    }
+    d.w = w + 4 * FAST_LANES;
+    d.wend = src + h.raw_off;
+    d.dtab = dtab;
+    d.chbase = chbase;
+    d.raw = src + h.raw_off;
+    d.C = C;
+    d.dt = dt;
+    size_t step = 0;
+    const size_t full = h.n / FAST_LANES;
+    const int simd = fast_simd();
+    if (simd >= 3)
+        step = skv__fast_steps_avx512(&d, 0, full, dst);
+    else if (simd >= 2)
+        step = skv__fast_steps_avx2(&d, 0, full, dst);
+    if ((rc = fast_steps_ref(&d, step, h.n, dst)))
+        goto out;
+    if (d.w != d.wend) {
+        rc = skv_error(SKV_ERR_CORRUPT, "fast stream: %zu words left over", (size_t)(d.wend - d.w) / 2);
+        goto out;
+    }
+    for (int l = 0; l < FAST_LANES; l++)
+        if (d.x[l] != FAST_L) {
+            rc = skv_error(SKV_ERR_CORRUPT, "fast stream: lane %d does not end at its start state", l);
+            goto out;
+        }
+    if (XXH3_64bits(dst, h.n * es) != h.checksum)
+        rc = skv_error(SKV_ERR_CORRUPT, "fast stream: checksum mismatch");
+out:
+    skv_free(dtab);
+    return rc;
+}

@@ -1,0 +1,128 @@
+/* The fast level's encoder: per-channel histograms, the table choice
+ * (fast_tables.c), then interleaved rANS over the symbols in reverse and
+ * the raw bytes (FORMAT.md, "Fast streams"). One path on every CPU. */
+#include <string.h>
+#include <xxhash.h>
+
+#include "fast_int.h"
+
+static int fast_dtype_ok(skv_dtype dt)
+{
+    return dt == SKV_DT_BF16 || dt == SKV_DT_F16 || dt == SKV_DT_F8E4M3;
+}
+
+size_t skv_fast_bound(skv_dtype dt, size_t rows, size_t channels)
+{
+    if (!fast_dtype_ok(dt) || !rows || !channels || channels > SKV_FAST_MAX_SCALARS ||
+        rows > SKV_FAST_MAX_SCALARS / channels)
+        return 0;
+    const size_t n = rows * channels, es = skv_dtype_size(dt);
+    const size_t T = channels < FAST_TABLES_MAX ? channels : FAST_TABLES_MAX;
+    return SKV_FAST_HEADER + channels + T * (2 + 2 * 256) + 4 * FAST_LANES + 2 * n + (es - 1) * n;
+}
+
+static inline uint32_t fast_load(const uint8_t *p, size_t i, int wide)
+{
+    return wide ? skv_load16_le(p + 2 * i) : p[i];
+}
+
+int skv_fast_encode(skv_dtype dt, const void *src, size_t rows, size_t channels, uint8_t *dst,
+                    size_t cap, size_t *len)
+{
+    if (!fast_dtype_ok(dt))
+        return skv_error(SKV_ERR_ARG, "the fast level codes bf16, f16 and f8e4m3 only, not %s",
+                         skv_dtype_name(dt));
+    if (!src || !dst || !len || !rows || !channels)
+        return skv_error(SKV_ERR_ARG, "fast encode: no data");
+    const size_t bound = skv_fast_bound(dt, rows, channels);
+    if (!bound)
+        return skv_error(SKV_ERR_TOO_LARGE, "fast encode: %zu x %zu scalars", rows, channels);
+    const uint8_t *in = src;
+    const size_t n = rows * channels;
+    const uint32_t C = (uint32_t)channels;
+    const int wide = skv_dtype_size(dt) == 2;
+
+    uint32_t *hist = skv_calloc((size_t)C * 256, sizeof *hist);
+    uint8_t *words = skv_malloc(2 * n + 2);
+    uint8_t *map = skv_malloc(C);
+    fast_tab *tabs = skv_malloc(FAST_TABLES_MAX * sizeof *tabs);
+    int rc = SKV_OK;
+    if (!hist || !words || !map || !tabs) {
+        rc = skv_error(SKV_ERR_NOMEM, "fast encode");
+        goto out;
+    }
+    for (size_t r = 0, i = 0; r < rows; r++)
+        for (uint32_t c = 0; c < C; c++, i++) {
+            uint32_t x = fast_load(in, i, wide);
+            hist[(size_t)c * 256 + (wide ? fast_sym16(x) : fast_sym8(x))]++;
+        }
+    uint32_t T = 1;
+    if ((rc = skv__fast_choose(hist, C, map, tabs, &T)))
+        goto out;
+
+    /* rANS, last scalar first: words are written downwards from the end,
+     * so the decoder reads them forwards in lane order. */
+    uint32_t x[FAST_LANES];
+    for (int l = 0; l < FAST_LANES; l++)
+        x[l] = FAST_L;
+    uint8_t *wp = words + 2 * n;
+    uint32_t c = (uint32_t)((n - 1) % C);
+    for (size_t i = n; i-- > 0;) {
+        const uint32_t v = fast_load(in, i, wide), s = wide ? fast_sym16(v) : fast_sym8(v);
+        const fast_tab *t = &tabs[map[c]];
+        const uint32_t f = t->f[s], l = (uint32_t)(i % FAST_LANES);
+        uint32_t st = x[l];
+        if ((uint64_t)st >= (uint64_t)f << (32 - FAST_PROB)) {
+            wp -= 2;
+            skv_store16_le(wp, (uint16_t)st);
+            st >>= 16;
+        }
+        x[l] = ((st / f) << FAST_PROB) + st % f + t->cum[s];
+        c = c ? c - 1 : C - 1;
+    }
+    const size_t wlen = (size_t)(words + 2 * n - wp);
+
+    size_t tab_len = T > 1 ? C : 0;
+    for (uint32_t t = 0; t < T; t++)
+        tab_len += skv__fast_tab_size(&tabs[t]);
+    const size_t word_len = 4 * FAST_LANES + wlen, raw_len = wide ? n : 0;
+    const size_t total = SKV_FAST_HEADER + tab_len + word_len + raw_len;
+    if (total > cap) {
+        rc = skv_error(SKV_ERR_TOO_LARGE, "fast encode: %zu bytes, room for %zu", total, cap);
+        goto out;
+    }
+    uint8_t *p = dst;
+    skv_store32_le(p, SKV_FAST_MAGIC);
+    p[4] = SKV_FAST_VERSION;
+    p[5] = (uint8_t)dt;
+    p[6] = FAST_LANES;
+    p[7] = (uint8_t)T;
+    skv_store32_le(p + 8, (uint32_t)rows);
+    skv_store32_le(p + 12, C);
+    skv_store32_le(p + 16, (uint32_t)tab_len);
+    skv_store32_le(p + 20, (uint32_t)word_len);
+    skv_store32_le(p + 24, (uint32_t)raw_len);
+    skv_store32_le(p + 28, 0);
+    skv_store64_le(p + 32, XXH3_64bits(in, n * (wide ? 2 : 1)));
+    p += SKV_FAST_HEADER;
+    if (T > 1) {
+        memcpy(p, map, C);
+        p += C;
+    }
+    for (uint32_t t = 0; t < T; t++)
+        p = skv__fast_tab_write(&tabs[t], p);
+    for (int l = 0; l < FAST_LANES; l++, p += 4)
+        skv_store32_le(p, x[l]);
+    memcpy(p, wp, wlen);
+    p += wlen;
+    if (wide)
+        for (size_t i = 0; i < n; i++)
+            *p++ = (uint8_t)fast_raw16(skv_load16_le(in + 2 * i));
+    *len = total;
+out:
+    skv_free(hist);
+    skv_free(words);
+    skv_free(map);
+    skv_free(tabs);
+    return rc;
+}

@@ -1,0 +1,161 @@
+/* The fast level's streams: round trips of every dtype's patterns and of
+ * awkward shapes, the scalar and SIMD decoders against each other, and
+ * damaged streams refused. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fast_int.h"
+#include "skv_codec.h"
+
+static const skv_dtype dts[] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3};
+
+/* Encode, decode on every path, compare; returns the stream (caller frees). */
+static uint8_t *round_trip(skv_dtype dt, const void *src, size_t rows, size_t C, size_t *len)
+{
+    const size_t es = skv_dtype_size(dt), cap = skv_fast_bound(dt, rows, C);
+    cr_assert(cap > 0);
+    uint8_t *dst = malloc(cap), *out = malloc(rows * C * es + 1);
+    cr_assert_eq(skv_fast_encode(dt, src, rows, C, dst, cap, len), 0);
+    const int paths[] = {0, 2, 3}, saved = fast_simd();
+    for (int k = 0; k < 3; k++) {
+        if (paths[k] > saved)
+            continue;
+        skv__fast_simd = paths[k];
+        memset(out, 0xa5, rows * C * es);
+        cr_assert_eq(skv_fast_decode(dst, *len, dt, rows, C, out, rows * C * es), 0, "path %d", paths[k]);
+        cr_assert(memcmp(out, src, rows * C * es) == 0, "path %d dtype %d", paths[k], (int)dt);
+    }
+    skv__fast_simd = saved;
+    free(out);
+    return dst;
+}
+
+Test(codec_fast, every_pattern_round_trips)
+{
+    uint16_t *a = malloc(65536 * 2);
+    for (uint32_t i = 0; i < 65536; i++)
+        a[i] = (uint16_t)(i * 40503u); /* every pattern, shuffled */
+    for (int d = 0; d < 2; d++) {
+        size_t len;
+        free(round_trip(dts[d], a, 65536 / 64, 64, &len));
+        free(round_trip(dts[d], a, 1, 65536, &len));
+        free(round_trip(dts[d], a, 65536, 1, &len));
+    }
+    uint8_t b[256 * 3];
+    for (int i = 0; i < 256 * 3; i++)
+        b[i] = (uint8_t)(i * 167);
+    size_t len;
+    free(round_trip(SKV_DT_F8E4M3, b, 256 * 3 / 8, 8, &len));
+    free(round_trip(SKV_DT_F8E4M3, b, 1, 256 * 3, &len));
+    free(a);
+}
+
+Test(codec_fast, edge_values_and_shapes)
+{
+    const uint16_t e16[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x7f7f, 0xff7f, 0x0080,
+                            0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7c00, 0xfc00, 0x7bff, 0x03ff, 0x7e01};
+    const uint8_t e8[] = {0x00, 0x80, 0x01, 0x81, 0x07, 0x7e, 0xfe, 0x7f, 0xff, 0x08};
+    const size_t shapes[][2] = {{1, 1}, {1, 3}, {3, 1}, {7, 5}, {256, 32}, {33, 31}, {100, 17}, {5, 127}, {2, 300}};
+    srand(7);
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const size_t R = shapes[k][0], C = shapes[k][1], n = R * C;
+        for (int d = 0; d < 3; d++)
+            for (int kind = 0; kind < 4; kind++) {
+                uint8_t *v = malloc(2 * n);
+                for (size_t i = 0; i < n; i++) {
+                    uint32_t x;
+                    if (kind == 0)
+                        x = dts[d] == SKV_DT_F8E4M3 ? e8[i % sizeof e8] : e16[i % 17];
+                    else if (kind == 1)
+                        x = (uint32_t)rand();
+                    else if (kind == 2) /* constant channels */
+                        x = (uint32_t)(i % C) * 977u + 0x3f00u;
+                    else /* Gaussian-ish values around channel scales */
+                        x = 0x3c00u + ((i % C) << 7) + (uint32_t)(rand() % 512) - 256;
+                    if (dts[d] == SKV_DT_F8E4M3)
+                        v[i] = (uint8_t)x;
+                    else
+                        ((uint16_t *)v)[i] = (uint16_t)x;
+                }
+                size_t len;
+                free(round_trip(dts[d], v, R, C, &len));
+                free(v);
+            }
+    }
+    cr_log_info("fast: edge values, random, constant channels over %zu shapes", sizeof shapes / sizeof *shapes);
+}
+
+Test(codec_fast, refuses_other_dtypes)
+{
+    float f[4] = {0};
+    uint8_t dst[4096];
+    size_t len;
+    cr_assert_eq(skv_fast_encode(SKV_DT_F32, f, 1, 4, dst, sizeof dst, &len), SKV_ERR_ARG);
+    cr_assert_eq(skv_fast_encode(SKV_DT_I32, f, 1, 4, dst, sizeof dst, &len), SKV_ERR_ARG);
+    cr_assert_eq(skv_fast_bound(SKV_DT_F32, 1, 4), 0);
+    cr_assert_eq(skv_fast_encode(SKV_DT_BF16, f, 0, 4, dst, sizeof dst, &len), SKV_ERR_ARG);
+    cr_assert_eq(skv_fast_encode(SKV_DT_BF16, f, 1, 4, dst, 10, &len), SKV_ERR_TOO_LARGE);
+}
+
+Test(codec_fast, damaged_streams_are_refused)
+{
+    const size_t R = 64, C = 32, n = R * C;
+    uint16_t *v = malloc(2 * n), *out = malloc(2 * n);
+    srand(3);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (uint16_t)(0x3c00u + ((i % C) << 6) + (uint32_t)(rand() % 700));
+    size_t len;
+    uint8_t *s = round_trip(SKV_DT_BF16, v, R, C, &len);
+    uint8_t *t = malloc(len);
+    const int saved = fast_simd();
+    for (size_t cut = 0; cut < len; cut += 1 + cut / 8) {
+        memcpy(t, s, cut);
+        cr_assert_neq(skv_fast_decode(t, cut, SKV_DT_BF16, R, C, out, 2 * n), 0, "cut %zu", cut);
+    }
+    for (size_t pos = 0; pos < len; pos++)
+        for (int bit = 0; bit < 8; bit += 3) {
+            memcpy(t, s, len);
+            t[pos] ^= (uint8_t)(1u << bit);
+            int rc[2];
+            for (int k = 0; k < 2; k++) {
+                skv__fast_simd = k ? saved : 0;
+                rc[k] = skv_fast_decode(t, len, SKV_DT_BF16, R, C, out, 2 * n);
+            }
+            cr_assert_neq(rc[0], 0, "byte %zu bit %d", pos, bit);
+            cr_assert_eq(rc[0], rc[1], "paths disagree at byte %zu", pos);
+        }
+    skv__fast_simd = saved;
+    cr_assert_eq(skv_fast_decode(s, len, SKV_DT_F16, R, C, out, 2 * n), SKV_ERR_FORMAT);
+    cr_assert_eq(skv_fast_decode(s, len, SKV_DT_BF16, R + 1, C, out, 4 * n), SKV_ERR_FORMAT);
+    memcpy(t, s, len);
+    t[4] = 2;
+    cr_assert_eq(skv_fast_decode(t, len, SKV_DT_BF16, R, C, out, 2 * n), SKV_ERR_VERSION);
+    free(s);
+    free(t);
+    free(v);
+    free(out);
+}
+
+Test(codec_fast, bytes_do_not_depend_on_the_path)
+{
+    /* one encoder path; the encoded bytes must be the same whatever the
+     * decoder's path, and repeat exactly */
+    const size_t R = 256, C = 32, n = R * C;
+    uint16_t *v = malloc(2 * n);
+    srand(11);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (uint16_t)(0x3c00u + ((i % C) << 5) + (uint32_t)(rand() % 900));
+    size_t l1, l2;
+    const int saved = fast_simd();
+    skv__fast_simd = 0;
+    uint8_t *a = round_trip(SKV_DT_BF16, v, R, C, &l1);
+    skv__fast_simd = saved;
+    uint8_t *b = round_trip(SKV_DT_BF16, v, R, C, &l2);
+    cr_assert_eq(l1, l2);
+    cr_assert(memcmp(a, b, l1) == 0);
+    cr_log_info("fast: %zu x %zu bf16 in %zu bytes (%.2f bits/scalar)", R, C, l1, 8.0 * (double)l1 / (double)n);
+    free(a);
+    free(b);
+    free(v);
+}
