@@ -94,6 +94,7 @@ typedef struct {
     dget *gets;
     size_t ngets, gcap;
     uint64_t req_tokens, hit_tokens, lookups, lookup_hits, verified, put_bytes;
+    uint64_t tier_hits, tier_misses; /* the server's hot tier (INFO cache) */
     pthread_mutex_t mu;
 } demo;
 
@@ -864,6 +865,12 @@ static int demo_phases(demo *d, seqkv_client *admin, char **info1)
         rc = seqkv_client_info(admin, "store", info1);
         if (rc)
             skv_error(rc, "INFO store: %s", seqkv_client_error(admin));
+        char *ic = NULL;
+        if (!rc && seqkv_client_info(admin, "cache", &ic) == 0) {
+            d->tier_hits = info_u64(ic, "cache_hits");
+            d->tier_misses = info_u64(ic, "cache_misses");
+        }
+        seqkv_client_free(ic);
     }
     return rc;
 }
@@ -911,6 +918,7 @@ static int demo_serve(demo *d, char **info1)
  * trie, and the bits per scalar by layer and level. */
 typedef struct {
     double *gl, *pl, *ratio;
+    double *hot_ratio, *cold_ratio; /* recompute over an in-process GET, hot and cold */
     size_t np;
     uint64_t get_tok;
     seqkv_stats alone;
@@ -924,6 +932,8 @@ static void figures_free(demo_figures *f)
     free(f->gl);
     free(f->pl);
     free(f->ratio);
+    free(f->hot_ratio);
+    free(f->cold_ratio);
 }
 
 static int demo_measure(demo *d, demo_figures *f)
@@ -934,6 +944,7 @@ static int demo_measure(demo *d, demo_figures *f)
     double *gl = malloc((d->ngets + 1) * sizeof *gl), *pl = malloc((d->ngets + 1) * sizeof *pl),
            *ratio = malloc((d->ngets + 1) * sizeof *ratio);
     size_t step = d->ngets > 2000 ? d->ngets / 2000 : 1, np = 0;
+    uint32_t *sess = malloc((d->ngets + 1) * sizeof *sess), *len = malloc((d->ngets + 1) * sizeof *len);
     uint64_t get_tok = 0;
     for (size_t i = 0; i < d->ngets && !rc; i++) {
         gl[i] = d->gets[i].s;
@@ -942,8 +953,28 @@ static int demo_measure(demo *d, demo_figures *f)
             continue;
         rc = time_prefill(d, &d->S[d->gets[i].sess], d->gets[i].n, &pl[np]);
         ratio[np] = pl[np] / (d->gets[i].s > 0 ? d->gets[i].s : 1e-9);
+        sess[np] = d->gets[i].sess;
+        len[np] = d->gets[i].n;
         np++;
         cli_progress("demo: recomputing the same prefixes", i + 1, d->ngets);
+    }
+    /* the same prefixes fetched in process, cold (no tier) and hot */
+    char dbdir[PATH_MAX + 16], key[PATH_MAX + 32];
+    snprintf(dbdir, sizeof dbdir, "%s/db", d->dir);
+    snprintf(key, sizeof key, "%s/db/master.key", d->dir);
+    f->hot_ratio = malloc((np + 1) * sizeof(double));
+    f->cold_ratio = malloc((np + 1) * sizeof(double));
+    if (!rc)
+        rc = demo_tier_times(dbdir, key, d->S, sess, len, np, f->cold_ratio, f->hot_ratio);
+    for (size_t k = 0; !rc && k < np; k++) {
+        f->hot_ratio[k] = pl[k] / (f->hot_ratio[k] > 0 ? f->hot_ratio[k] : 1e-9);
+        f->cold_ratio[k] = pl[k] / (f->cold_ratio[k] > 0 ? f->cold_ratio[k] : 1e-9);
+    }
+    free(sess);
+    free(len);
+    if (!rc) {
+        qsort(f->hot_ratio, np, sizeof(double), cmp_double);
+        qsort(f->cold_ratio, np, sizeof(double), cmp_double);
     }
     qsort(gl, d->ngets, sizeof *gl, cmp_double);
     qsort(pl, np, sizeof *pl, cmp_double);
@@ -1047,8 +1078,15 @@ static void report_speed(const demo *d, FILE *tf, const demo_figures *f)
     out2(tf, "%-34s p50 %.3f ms, p99 %.3f ms (%zu prefills of the same prefixes, %ld threads)\n",
          "recompute with the model", 1e3 * pct(pl, np, 0.5), 1e3 * pct(pl, np, 0.99), np,
          d->a.threads);
-    out2(tf, "%-34s %.2fx faster at the median (p1 %.2fx, p99 %.2fx)\n", "GET vs recompute",
+    out2(tf, "%-34s %.2fx faster at the median (p1 %.2fx, p99 %.2fx)\n", "KV.GET vs recompute",
          pct(ratio, np, 0.5), pct(ratio, np, 0.01), pct(ratio, np, 0.99));
+    out2(tf, "%-34s %llu of %llu chunk lookups served from memory (%.1f%%)\n", "hot tier",
+         (unsigned long long)d->tier_hits, (unsigned long long)(d->tier_hits + d->tier_misses),
+         d->tier_hits + d->tier_misses
+             ? 100.0 * (double)d->tier_hits / (double)(d->tier_hits + d->tier_misses) : 0.0);
+    out2(tf, "%-34s hot %.1fx, cold %.1fx faster at the median (in process, same prefixes)\n",
+         "GET vs recompute, hot and cold", f->hot_ratio ? pct(f->hot_ratio, np, 0.5) : 0.0,
+         f->cold_ratio ? pct(f->cold_ratio, np, 0.5) : 0.0);
     out2(tf, "\nbits per scalar by layer and level (skv_delta on up to %zu original sessions' whole prompts, "
              "calibrated on their first turns; raw bf16 = 16)\n%-8s", d->ns < 16 ? d->ns : (size_t)16, "layer");
     for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
