@@ -487,11 +487,14 @@ static pid_t start_seqkv(bench_env *e, seqkv_client **adm, const char *cache)
         die("realpath %s%s", e->model, "");
     const char *praw[] = {"model", e->mpath, "dtype", "bf16", "level", "raw"};
     const char *pctx[] = {"model", e->mpath, "dtype", "bf16", "level", "ctx"};
+    const char *pfast[] = {"model", e->mpath, "dtype", "bf16", "level", "fast"};
     memcpy(e->praw, praw, sizeof praw);
     memcpy(e->pctx, pctx, sizeof pctx);
     if (seqkv_client_connect(e->sock, adm) || seqkv_client_profile_set(*adm, "raw", e->praw, 3) ||
         seqkv_client_profile_set(*adm, "ctx", e->pctx, 3) ||
-        seqkv_client_put(*adm, "raw", e->tok, (size_t)e->ntok, e->kv, e->kv_len, NULL))
+        seqkv_client_put(*adm, "raw", e->tok, (size_t)e->ntok, e->kv, e->kv_len, NULL) ||
+        seqkv_client_profile_set(*adm, "fast", pfast, 3) ||
+        seqkv_client_put(*adm, "fast", e->tok, (size_t)e->ntok, e->kv, e->kv_len, NULL))
         die("set-up: %s%s", *adm ? seqkv_client_error(*adm) : "connect", "");
     /* ctx: calibrate on 8 other sampled sequences, then store the prefix */
     fprintf(stderr, "bench_server: calibrating the ctx profile...\n");
@@ -575,6 +578,7 @@ static void bench_reads(const bench_env *e, int cold, result red[3][2])
         {"seqkv KV.LOOKUP", OP_LOOKUP, "raw", 0, 0},
         {"seqkv KV.GET (raw)", OP_GET, "raw", 0, 1},
         {"seqkv KV.GET (ctx)", OP_GET, "ctx", 0, 1},
+        {"seqkv KV.GET (fast)", OP_GET, "fast", 0, 1},
         {"KV.GET LAYERS 1st layer (ctx)", OP_LAYERS, "ctx", 0, 1},
         {"redis GET", OP_RGET, NULL, 1, 0},
         {"redis EXISTS", OP_REXISTS, NULL, 1, 0},
@@ -598,23 +602,26 @@ static void bench_reads(const bench_env *e, int cold, result red[3][2])
             fflush(stdout);
         }
         if (!cold) {
-            red[ci][0] = res[4];
-            red[ci][1] = res[5];
+            red[ci][0] = res[5];
+            red[ci][1] = res[6];
         }
         if (e->rpid <= 0)
             continue;
         const result *rg = &red[ci][0];
         if (!cold)
             printf("  %-26s %7d hot GET raw/redis GET: throughput %.2fx, p50 %.2fx, p99 %.2fx; "
-                   "ctx: throughput %.2fx, p99 %.2fx; LOOKUP/EXISTS: p50 %.2fx, throughput %.2fx\n",
+                   "ctx: throughput %.2fx, p99 %.2fx; fast: throughput %.2fx; LOOKUP/EXISTS: p50 "
+                   "%.2fx, throughput %.2fx\n",
                    "seqkv vs redis", nc, res[1].ops / rg->ops, res[1].p50 / rg->p50,
                    res[1].p99 / rg->p99, res[2].ops / rg->ops, res[2].p99 / rg->p99,
+                   res[3].ops / rg->ops,
                    res[0].p50 / red[ci][1].p50, res[0].ops / red[ci][1].ops);
         else
             printf("  %-26s %7d cold GET raw/redis GET: throughput %.2fx, p50 %.2fx; ctx: "
-                   "throughput %.2fx, p50 %.2fx\n",
+                   "throughput %.2fx, p50 %.2fx; fast: throughput %.2fx, p50 %.2fx\n",
                    "seqkv vs redis", nc, res[1].ops / rg->ops, res[1].p50 / rg->p50,
-                   res[2].ops / rg->ops, res[2].p50 / rg->p50);
+                   res[2].ops / rg->ops, res[2].p50 / rg->p50, res[3].ops / rg->ops,
+                   res[3].p50 / rg->p50);
     }
 }
 
