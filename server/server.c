@@ -10,6 +10,7 @@
  * at once, its memory freed when the job comes back). */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -769,6 +770,11 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     if (s->put_batch <= 0)
         s->put_batch = SKV_SERVER_PUT_BATCH;
 
+    /* A cold GET decodes into buffers of its reply's size and frees them
+     * once sent: keep such blocks in the heap for the next GET rather than
+     * returning them to the kernel and faulting their pages in again. */
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
     seqkv_options so;
     memset(&so, 0, sizeof so);
     so.cache_bytes = o->has_cache_bytes ? o->cache_bytes
