@@ -205,6 +205,7 @@ typedef struct {
     ns_ent *e;
     size_t L, row, CH, nchunks;
     int level;            /* of the new records (put_level) */
+    int ctx_stored;       /* s's positions [0, m) hold the stored KV (put_context) */
     skv_trie_step *path;  /* the cached prefix: steps records, m tokens */
     size_t steps, m;
     newrec *nr;           /* the new records: nnew of nchunks */
@@ -341,6 +342,7 @@ static int put_context(put_ctx *pc)
         for (int k = 0; k < 2; k++)
             memcpy(pc->s.kv[k] + l * pc->s.stride * row, ctx.kv[k] + l * ctx.stride * row, pc->m * row);
     skv_seqbuf_free(&ctx);
+    pc->ctx_stored = rc == SKV_OK;
     return rc;
 }
 
@@ -522,12 +524,13 @@ static int put_room(put_ctx *pc)
 }
 
 /* The hot tier's copy of new record q: the put's own KV of its chunk,
- * which is what a get of it returns -- unless positions [0, lo) come from
- * a base record (whose KV for them may differ), or there is no tier or no
- * memory (NULL: the first get decodes it) */
+ * which is what a get of it returns -- but positions [0, lo), from a base
+ * record, only when the put's buffer holds the stored KV there (a level
+ * with context decoded it; else the put's bytes may differ from the
+ * base's); NULL without a tier or memory (the first get decodes it) */
 static hot_chunk *put_hot(put_ctx *pc, const newrec *q)
 {
-    if (!pc->db->hot || q->r.lo > 0)
+    if (!pc->db->hot || (q->r.lo > 0 && !pc->ctx_stored))
         return NULL;
     const prof_ent *pe = pc->pe;
     const size_t row = pe->C * pe->es, P = (size_t)q->r.chunk_index * pc->CH, n = q->r.n;

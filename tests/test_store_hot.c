@@ -108,6 +108,80 @@ Test(hot, a_chunk_served_twice_is_decoded_once_ctx, .timeout = 60)
     served_twice(SEQKV_CTX);
 }
 
+/* A put whose cached prefix's KV it sends differently: the tier's entry of
+ * its record based on the stored one holds the stored KV there (the get
+ * returns it), at ctx, where the put decodes its context, from the put;
+ * at raw, from the first get. */
+static void based_entry(seqkv_level level)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv_options o = {.cache_bytes = 1 << 20};
+    seqkv *db = open_store(dir, &o);
+    add_profile(db, &tm, "p", CHUNK, level, 0);
+    if (level > SEQKV_RAW) {
+        for (int i = 0; i < 4; i++) {
+            su_seq c;
+            su_seq_make(&tm, NULL, 0, 40, 30 + (uint64_t)i, &c);
+            put(db, "cal", "p", &c, 0);
+            su_seq_free(&c);
+        }
+        cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+    }
+    su_seq a, b;
+    su_seq_make(&tm, NULL, 0, 40, 5, &a);      /* chunks of 16, 16 and 8 */
+    su_seq_make(&tm, a.tok, 40, 60, 6, &b);    /* a, then 20 more */
+    uint8_t *want = malloc(b.kv_len), *ea = malloc(a.kv_len);
+    su_expect(&tm, &a, a.n, ea);
+    su_expect(&tm, &b, b.n, want);
+    for (size_t x = 0; x < 2 * (size_t)tm.L; x++) /* a's bytes at positions [0, 40) */
+        memcpy(want + x * b.n * tm.row, ea + x * a.n * tm.row, a.n * tm.row);
+    /* b's KV for a's positions sent with other bytes */
+    for (size_t x = 0; x < 2 * (size_t)tm.L; x++)
+        for (size_t i = 0; i < a.n * tm.row; i++)
+            b.kv[x * b.n * tm.row + i] ^= 0x01;
+    put(db, "t", "p", &a, (int)level + 1);
+    put(db, "t", "p", &b, (int)level + 1);
+    seqkv_view *v;
+    size_t got;
+    cr_assert_eq(seqkv_get_view(db, "t", "p", b.tok, b.n, 0, &v, &got), 0);
+    cr_assert_eq(got, b.n);
+    size_t chunks, hot = seqkv_view_hot_chunks(v, &chunks);
+    cr_assert_eq(chunks, 4);
+    cr_assert_eq(hot, level == SEQKV_RAW ? 3u : 4u, "%s: %zu of 4 chunks hot after the puts",
+                 seqkv_level_name(level), hot);
+    uint8_t *cat = malloc(b.kv_len);
+    size_t off = 0;
+    for (size_t i = 0; i < seqkv_view_pieces(v); i++) {
+        size_t len;
+        const void *p = seqkv_view_piece(v, i, &len);
+        memcpy(cat + off, p, len);
+        off += len;
+    }
+    cr_assert_eq(off, b.kv_len);
+    cr_assert_eq(memcmp(cat, want, off), 0, "%s: the stored KV of the shared positions",
+                 seqkv_level_name(level));
+    seqkv_view_free(v);
+    seqkv_close(db);
+    free(cat);
+    free(want);
+    free(ea);
+    su_seq_free(&a);
+    su_seq_free(&b);
+    su_model_free(&tm);
+}
+
+Test(hot, an_entry_based_on_a_stored_record_holds_the_stored_kv_raw)
+{
+    based_entry(SEQKV_RAW);
+}
+
+Test(hot, an_entry_based_on_a_stored_record_holds_the_stored_kv_ctx, .timeout = 60)
+{
+    based_entry(SEQKV_CTX);
+}
+
 /* Four one-chunk sequences with nothing in common */
 static void four_chunks(const su_model *tm, su_seq s[4])
 {
