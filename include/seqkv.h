@@ -69,6 +69,9 @@ typedef struct {
                                centroid (for comparisons) */
     uint64_t cache_bytes;   /* the hot tier: decoded, verified chunks kept in
                                memory up to this many bytes, LRU (0: none) */
+    int read_threads;       /* a get that decodes splits a chunk's streams
+                               over this many threads when no other get is
+                               using them (0, 1: its own thread only) */
 } seqkv_options;
 #define SEQKV_OPTIONS_INIT {.size = sizeof(seqkv_options)}
 

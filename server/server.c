@@ -770,6 +770,15 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     if (s->put_batch <= 0)
         s->put_batch = SKV_SERVER_PUT_BATCH;
 
+    if (o->handle_signals) {
+        /* before any thread starts (the store's read pool, the workers):
+         * they inherit the mask, and the loop's signalfd alone sees them */
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+    }
     /* A cold GET decodes into buffers of its reply's size and frees them
      * once sent: keep such blocks in the heap for the next GET rather than
      * returning them to the kernel and faulting their pages in again. */
@@ -783,6 +792,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     so.no_sync = o->no_sync;
     so.budget = o->budget;
     so.threads = 1;
+    so.read_threads = s->nthreads; /* a get alone decodes on every core */
     so.quiet = 1;
     rc = seqkv_open(o->db, &so, &s->db);
     if (rc)
@@ -799,7 +809,6 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
         sigemptyset(&set);
         sigaddset(&set, SIGTERM);
         sigaddset(&set, SIGINT);
-        pthread_sigmask(SIG_BLOCK, &set, NULL);
         s->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
         if (s->sigfd < 0) {
             rc = skv_error(SKV_ERR_IO, "signalfd: %s", strerror(errno));

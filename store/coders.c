@@ -31,10 +31,25 @@ static __thread int tls_writer;
 void skv_store_writer(int on) { tls_writer = on; }
 int skv_store_is_writer(void) { return tls_writer; }
 
+static __thread int tls_rpool;
+
+int skv_store_read_pool_take(seqkv *db)
+{
+    tls_rpool = db->rpool && pthread_mutex_trylock(&db->rpool_mu) == 0;
+    return tls_rpool;
+}
+
+void skv_store_read_pool_give(seqkv *db)
+{
+    if (tls_rpool)
+        pthread_mutex_unlock(&db->rpool_mu);
+    tls_rpool = 0;
+}
+
 int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_id[16], int level,
                     coder_ent **out)
 {
-    const int pooled = tls_writer && db->pool;
+    const int pooled = tls_writer && db->pool ? 1 : !tls_writer && tls_rpool ? 2 : 0;
     *out = NULL;
     if (!seqkv_level_predictive((seqkv_level)level))
         return skv_error(SKV_ERR_CORRUPT, "no coder for level %d", level);
@@ -64,7 +79,7 @@ int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_i
     }
     skv_delta *d = NULL;
     if (!rc)
-        rc = skv_delta_create(cal, (seqkv_level)level, model, pooled ? db->pool : NULL, &d);
+        rc = skv_delta_create(cal, (seqkv_level)level, model, pooled == 1 ? db->pool : pooled == 2 ? db->rpool : NULL, &d);
     if (!rc) /* records keep bytes; no ideal code length is read here */
         skv_delta_set_ideal(d, 0);
     if (!rc && db->ncoders == db->coders_cap) {

@@ -451,6 +451,7 @@ static seqkv *handle_new(const seqkv_options *o)
         db->o.map_max = db->o.map_size;
     db->lock_fd = -1;
     pthread_mutex_init(&db->wlock, NULL);
+    pthread_mutex_init(&db->rpool_mu, NULL);
     /* writers first: a stream of readers must not starve puts (no thread
      * takes the read side twice) */
     pthread_rwlockattr_t ra;
@@ -613,6 +614,8 @@ int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
         goto fail;
     if (db->o.cache_bytes && (rc = skv_hot_create(db->o.cache_bytes, &db->hot)))
         goto fail;
+    if (db->o.read_threads > 1 && (rc = skv_pool_create(&db->rpool, db->o.read_threads)))
+        goto fail;
     *out = db;
     return SKV_OK;
 fail:
@@ -639,6 +642,7 @@ void seqkv_close(seqkv *db)
     skv_free(db->ten);
     skv_store_coders_free(db);
     skv_hot_free(db->hot);
+    skv_pool_free(db->rpool);
     if (db->env)
         mdb_env_close(db->env);
     skv_pool_free(db->pool);
@@ -647,6 +651,7 @@ void seqkv_close(seqkv *db)
     pthread_mutex_destroy(&db->wlock);
     pthread_rwlock_destroy(&db->rw);
     pthread_mutex_destroy(&db->clock);
+    pthread_mutex_destroy(&db->rpool_mu);
     sodium_memzero(db->master, sizeof db->master);
     skv_free(db);
 }

@@ -38,7 +38,8 @@ typedef struct {
 typedef struct coder_ent {
     uint8_t calib_id[16];
     int level;            /* seqkv_level */
-    int pooled;           /* uses the store's thread pool (writer only) */
+    int pooled;           /* 0: no pool; 1: the writer's (db->pool); 2: the
+                             readers' (db->rpool, held by one get at a time) */
     skv_calib *cal;       /* owned by the first entry of an id */
     int owns_cal;
     skv_delta *d;
@@ -69,6 +70,8 @@ struct seqkv {
     skv_pool *pool;
     struct skv_put_batch *batch; /* the writer's put batch (batch.c), or NULL */
     skv_hot *hot;          /* the hot tier (hot.c), or NULL */
+    skv_pool *rpool;       /* read_threads > 1: the gets' pool, one get at a time */
+    pthread_mutex_t rpool_mu;
 };
 
 int skv_mdb_error(int rc, const char *what);
@@ -109,6 +112,10 @@ void skv_store_coder_release(seqkv *db, coder_ent *c);
 /* Mark the calling thread as the writer (holding wlock) or not. */
 void skv_store_writer(int on);
 int skv_store_is_writer(void);
+/* The calling get takes the readers' pool when it is free (its coders then
+ * split chunks over it) and gives it back; 1 when it was taken. */
+int skv_store_read_pool_take(seqkv *db);
+void skv_store_read_pool_give(seqkv *db);
 void skv_store_coders_free(seqkv *db);
 
 /* ---- access: get.c, put.c, batch.c, evict.c, del.c, decode.c ---------------- */

@@ -91,6 +91,7 @@ static int view_decode(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
     dec_ctx c = {db, txn, m->e, m->pe, &v->s, skv_store_tick(db), NULL};
+    skv_store_read_pool_take(db); /* when free: this get's chunks split over it */
     for (size_t j = first; !rc && j < v->nchunks; j++) {
         skv_trie_rec *t = m->path[j].rec;
         if (v->ch[j]) { /* hot again after a miss: context for the next */
@@ -102,6 +103,7 @@ static int view_decode(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
         if (db->hot && (v->ch[j] = seqbuf_to_hot(pe, t, j * CH, &v->s)))
             skv_hot_put(db->hot, v->ch[j]);
     }
+    skv_store_read_pool_give(db);
     skv_centroid_free(c.cent);
     if (txn)
         mdb_txn_abort(txn);

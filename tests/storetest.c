@@ -25,6 +25,8 @@ seqkv *open_store(const char *dir, const seqkv_options *o)
     const char *env = getenv("SEQKV_TEST_CACHE");
     if (!d.cache_bytes && test_cache_bytes)
         d.cache_bytes = env ? strtoull(env, NULL, 0) : test_cache_bytes;
+    if (!d.read_threads)
+        d.read_threads = 2; /* gets decode over the readers' pool when it is free */
     seqkv *db = NULL;
     int rc = seqkv_open(dir, &d, &db);
     cr_assert_eq(rc, 0, "open %s: %d %s", dir, rc, skv_error_detail());
