@@ -1154,7 +1154,7 @@ Test(server, config_parser)
     skv_server_config cfg;
     const char good[] = "tenant a uid 1000\ntenant a gid 100\ntenant b token 0123456789\n"
                         "tenant b admin\nadmin uid 0\nmax-clients 10\nmax-bulk 1M\nmax-query 2M\n"
-                        "max-output 4MiB\nthreads 2\n\n   # comment\n";
+                        "max-output 4MiB\nthreads 2\ncache-bytes 1G\n\n   # comment\n";
     cr_assert_eq(skv_server_config_parse(good, sizeof good - 1, &cfg), 0, "%s", skv_error_detail());
     cr_assert_eq(cfg.ntenants, 2);
     cr_assert_eq(cfg.nrules, 2);
@@ -1164,7 +1164,13 @@ Test(server, config_parser)
     cr_assert_eq(cfg.max_bulk, 1u << 20);
     cr_assert_eq(cfg.max_output, 4u << 20);
     cr_assert_eq(cfg.nadmin_uids, 1);
+    cr_assert_eq(cfg.has_cache_bytes, 1);
+    cr_assert_eq(cfg.cache_bytes, 1ull << 30);
+    const char off[] = "cache-bytes 0\n";
+    cr_assert_eq(skv_server_config_parse(off, sizeof off - 1, &cfg), 0);
+    cr_assert(cfg.has_cache_bytes && cfg.cache_bytes == 0, "cache-bytes 0: no hot tier");
     static const char *const bad[] = {
+        "cache-bytes lots\n", "cache-bytes\n",
         "tenant\n", "tenant @shared uid 1\n", "tenant a uid x\n", "tenant a token short\n",
         "tenant a uid 1\ntenant b uid 1\n", "max-clients 0\n", "max-bulk 2M\nmax-query 1M\n",
         "frobnicate 1\n", "tenant a colour blue\n", "admin gid 3\n",
