@@ -532,14 +532,8 @@ static hot_chunk *put_hot(put_ctx *pc, const newrec *q)
 {
     if (!pc->db->hot || (q->r.lo > 0 && !pc->ctx_stored))
         return NULL;
-    const prof_ent *pe = pc->pe;
-    const size_t row = pe->C * pe->es, P = (size_t)q->r.chunk_index * pc->CH, n = q->r.n;
-    hot_chunk *h = skv_hot_new(q->key, (uint32_t)n, (uint32_t)pe->p.layers, row);
-    for (size_t l = 0; h && l < (size_t)pe->p.layers; l++)
-        for (int kv = 0; kv < 2; kv++)
-            memcpy(h->kv + (l * 2 + (size_t)kv) * n * row,
-                   pc->s.kv[kv] + (l * pc->s.stride + P) * row, n * row);
-    return h;
+    return skv_store_hot_entry(pc->pe, q->key, q->r.n, &pc->s,
+                               (size_t)q->r.chunk_index * pc->CH);
 }
 
 /* index the new records, hidden from readers until the batch commits

@@ -136,6 +136,11 @@ uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size
 
 struct skv_centroid;
 
+/* A hot-tier entry (one reference, the caller's) of the record key whose n
+ * positions start at P in s; NULL without memory (view.c) */
+hot_chunk *skv_store_hot_entry(const prof_ent *pe, const uint8_t key[32], size_t n,
+                               const seqbuf *s, size_t P);
+
 /* Decoding records (decode.c) */
 typedef struct {
     seqkv *db;

@@ -62,13 +62,11 @@ static void hot_to_seqbuf(const prof_ent *pe, const hot_chunk *h, size_t P, seqb
                    h->n * row);
 }
 
-/* Record t, decoded at position P of s, as a tier entry (NULL: no memory,
- * the view then points into s) */
-static hot_chunk *seqbuf_to_hot(const prof_ent *pe, const skv_trie_rec *t, size_t P,
-                                const seqbuf *s)
+hot_chunk *skv_store_hot_entry(const prof_ent *pe, const uint8_t key[32], size_t n,
+                               const seqbuf *s, size_t P)
 {
-    const size_t row = pe->C * pe->es, n = t->n;
-    hot_chunk *h = skv_hot_new(t->key, (uint32_t)n, (uint32_t)pe->p.layers, row);
+    const size_t row = pe->C * pe->es;
+    hot_chunk *h = skv_hot_new(key, (uint32_t)n, (uint32_t)pe->p.layers, row);
     for (size_t l = 0; h && l < (size_t)pe->p.layers; l++)
         for (int kv = 0; kv < 2; kv++)
             memcpy(h->kv + (l * 2 + (size_t)kv) * n * row, s->kv[kv] + (l * s->stride + P) * row,
@@ -100,7 +98,7 @@ static int view_decode(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
         }
         if ((rc = skv_store_decode_rec(&c, t)))
             break;
-        if (db->hot && (v->ch[j] = seqbuf_to_hot(pe, t, j * CH, &v->s)))
+        if (db->hot && (v->ch[j] = skv_store_hot_entry(pe, t->key, t->n, &v->s, j * CH)))
             skv_hot_put(db->hot, v->ch[j]);
     }
     skv_store_read_pool_give(db);
