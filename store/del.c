@@ -26,6 +26,11 @@ int seqkv_del(seqkv *db, const char *tenant, const char *profile, const int32_t 
         skv_trie_rec *r = m.path[k - 1].rec;
         if (r->deps || m.path[k - 1].used != r->n)
             break;
+        /* hidden from readers first: one that matched it after the
+         * delete commits would find its record missing */
+        pthread_rwlock_wrlock(&db->rw);
+        r->hidden = 1;
+        pthread_rwlock_unlock(&db->rw);
         MDB_txn *txn;
         int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
         MDB_val key = {32, r->key};
@@ -41,6 +46,9 @@ int seqkv_del(seqkv *db, const char *tenant, const char *profile, const int32_t 
         else if (txn)
             mdb_txn_abort(txn);
         if (mrc) {
+            pthread_rwlock_wrlock(&db->rw);
+            r->hidden = 0;
+            pthread_rwlock_unlock(&db->rw);
             rc = skv_mdb_error(mrc, "delete");
             break;
         }

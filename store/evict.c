@@ -25,6 +25,17 @@ typedef struct {
     ns_ent *e;
 } victim;
 
+/* Victims hidden from readers (hide) or shown again */
+static void show_victims(seqkv *db, victim *v, size_t n, int hide)
+{
+    if (n == 0)
+        return;
+    pthread_rwlock_wrlock(&db->rw);
+    for (size_t i = 0; i < n; i++)
+        v[i].r->hidden = (uint8_t)hide;
+    pthread_rwlock_unlock(&db->rw);
+}
+
 /* Evict least-recently-used records that nothing depends on until `need`
  * bytes are free under the limit (tenant 0: the store's budget, else the
  * tenant's). Records marked `evicting` beforehand are protected. */
@@ -64,6 +75,9 @@ int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, u
         rc = skv_error(SKV_ERR_TOO_LARGE,
                        "%llu bytes do not fit in the budget of %llu (everything evictable is gone)",
                        (unsigned long long)need, (unsigned long long)limit);
+    /* hidden from readers before the deletes commit: one that matched a
+     * victim afterwards would find its record missing */
+    show_victims(db, v, rc ? 0 : nv, 1);
     /* deleting needs a few fresh pages too (copy-on-write): on
      * MDB_MAP_FULL grow the map, or delete one record per transaction */
     size_t done = 0, batch = nv;
@@ -106,6 +120,7 @@ int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, u
     if (rc && done) {
         /* what was deleted is gone: keep the index true to it, and give
          * the rest back */
+        show_victims(db, v + done, nv - done, 0);
         for (size_t i = done; i < nv; i++) {
             v[i].r->evicting = 0;
             skv_store_deps(v[i].e, v[i].r, +1);
@@ -116,6 +131,7 @@ int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, u
     if (rc && done)
         rc = SKV_OK;
     if (rc) {
+        show_victims(db, v, nv, 0);
         for (size_t i = 0; i < nv; i++) {
             v[i].r->evicting = 0;
             skv_store_deps(v[i].e, v[i].r, +1);

@@ -43,8 +43,9 @@ typedef struct skv_trie_rec {
     uint8_t level;       /* seqkv_level it was coded at */
     uint8_t has_base, has_centroid;
     uint8_t evicting;    /* store-internal mark */
-    uint8_t hidden;      /* not yet visible: skv_trie_match skips it (the
-                            store's uncommitted records of a put batch) */
+    uint8_t hidden;      /* not visible: skv_trie_match skips it (the
+                            store's uncommitted records of a put batch, and
+                            records whose delete is committing) */
     uint8_t base[32];    /* key of the sibling providing [0, lo) */
     uint8_t centroid[32];/* key of the centroid record it was coded against */
     struct skv_trie_rec *next_sib; /* internal */
