@@ -653,7 +653,10 @@ static int do_bench(int argc, char **argv)
         rc = skv_calib_load(a.cal, &b.c);
         r = rc ? cli_fail(rc, a.cal) : 0;
     } else {
-        r = learn(a.calib, b.m, b.pool, a.json, &b.c);
+        /* fast alone needs only the shape: no model passes (spec, full) */
+        const int fast_only = want[SEQKV_FAST] && !want[SEQKV_STAT] && !want[SEQKV_CTX] &&
+                              !want[SEQKV_SPEC] && !want[SEQKV_FULL];
+        r = learn(a.calib, fast_only ? NULL : b.m, b.pool, a.json, &b.c);
     }
     if (r) {
         skv_pool_free(b.pool);

@@ -34,7 +34,8 @@ static int fast_hdr_read(const uint8_t *src, size_t len, skv_dtype dt, size_t ro
     if (src[4] > SKV_FAST_VERSION)
         return skv_error(SKV_ERR_VERSION, "fast stream version %u (this build reads %u)", src[4],
                          SKV_FAST_VERSION);
-    if (src[4] == 0 || src[6] != FAST_LANES || skv_load32_le(src + 28) != 0)
+    h->refs_len = skv_load32_le(src + 28);
+    if (src[4] == 0 || src[6] != FAST_LANES || (src[4] == 1) != (h->refs_len == 0))
         return skv_error(SKV_ERR_FORMAT, "fast stream: bad version, lanes or reserved field");
     h->dt = (skv_dtype)src[5];
     h->rows = skv_load32_le(src + 8);
@@ -53,17 +54,96 @@ static int fast_hdr_read(const uint8_t *src, size_t len, skv_dtype dt, size_t ro
     h->word_len = skv_load32_le(src + 20);
     h->raw_len = skv_load32_le(src + 24);
     h->checksum = skv_load64_le(src + 32);
-    const size_t es = skv_dtype_size(dt);
-    if (h->raw_len != (es == 2 ? h->n : 0) || h->word_len < 4 * FAST_LANES || (h->word_len & 1) ||
-        h->word_len - 4 * FAST_LANES > 2 * h->n)
-        return skv_error(SKV_ERR_CORRUPT, "fast stream: bad word or raw sizes");
     h->tab_off = SKV_FAST_HEADER;
-    h->word_off = h->tab_off + h->tab_len;
+    h->refs_off = h->tab_off + h->tab_len;
+    h->word_off = h->refs_off + h->refs_len;
     h->raw_off = h->word_off + h->word_len;
-    if (h->tab_len > len || h->word_len > len || h->raw_len > len ||
+    if (h->tab_len > len || h->refs_len > len || h->word_len > len || h->raw_len > len ||
         h->raw_off + h->raw_len != len || h->raw_off < h->word_off)
         return skv_error(SKV_ERR_CORRUPT, "fast stream: sizes do not add up to its %zu bytes", len);
+    h->coded_rows = rows;
+    if (h->refs_len) {
+        /* the bitmap's count of references: the coded scalars' number */
+        const uint8_t *bm = src + h->refs_off;
+        if (h->refs_len < (rows + 7) / 8)
+            return skv_error(SKV_ERR_CORRUPT, "fast stream: row bitmap cut");
+        size_t m = 0;
+        for (size_t i = 0; i < (rows + 7) / 8; i++)
+            m += (size_t)__builtin_popcount(bm[i]);
+        if ((bm[0] & 1) || (rows % 8 && bm[rows / 8] >> (rows % 8)))
+            return skv_error(SKV_ERR_CORRUPT, "fast stream: row 0 or a row past the last is a reference");
+        h->coded_rows = rows - m;
+    }
+    const size_t es = skv_dtype_size(dt), nc = h->coded_rows * channels;
+    if (h->raw_len != (es == 2 ? nc : 0) || h->word_len < 4 * FAST_LANES || (h->word_len & 1) ||
+        h->word_len - 4 * FAST_LANES > 2 * nc)
+        return skv_error(SKV_ERR_CORRUPT, "fast stream: bad word or raw sizes");
     return SKV_OK;
+}
+
+/* The row references: from[r] = the row r copies, or UINT32_MAX (every
+ * read checked; the section used exactly, each varint in its shortest
+ * form, each source a coded row). */
+static int fast_refs_read(const uint8_t *p, size_t len, size_t rows, uint32_t *from)
+{
+    const uint8_t *bm = p, *q = p + (rows + 7) / 8, *end = p + len;
+    for (size_t r = 0; r < rows; r++) {
+        from[r] = UINT32_MAX;
+        if (!(bm[r / 8] >> (r % 8) & 1))
+            continue;
+        uint64_t d = 0;
+        for (int sh = 0;; sh += 7) {
+            if (q == end || sh > 28)
+                return skv_error(SKV_ERR_CORRUPT, "fast stream: row reference %zu cut or too long", r);
+            const uint8_t b = *q++;
+            d |= (uint64_t)(b & 0x7f) << sh;
+            if (!(b & 0x80)) {
+                if (b == 0 && sh)
+                    return skv_error(SKV_ERR_CORRUPT, "fast stream: row reference %zu not in its shortest form", r);
+                break;
+            }
+        }
+        if (d >= r)
+            return skv_error(SKV_ERR_CORRUPT, "fast stream: row %zu refers before row 0", r);
+        from[r] = (uint32_t)(r - 1 - d);
+        if (from[from[r]] != UINT32_MAX)
+            return skv_error(SKV_ERR_CORRUPT, "fast stream: row %zu refers to a reference", r);
+    }
+    if (q != end)
+        return skv_error(SKV_ERR_CORRUPT, "fast stream: %zu stray bytes after the row references",
+                         (size_t)(end - q));
+    return SKV_OK;
+}
+
+/* The coded rows, decoded at the end of dst, moved into place and the
+ * references copied, front to back: a coded row never moves backwards
+ * past a row not yet placed, and a reference's source is final. */
+static void fast_rows_place(uint8_t *dst, size_t rows, size_t coded, size_t rb, const uint32_t *from)
+{
+    size_t next = rows - coded;
+    for (size_t r = 0; r < rows; r++) {
+        if (from[r] != UINT32_MAX)
+            memcpy(dst + r * rb, dst + (size_t)from[r] * rb, rb);
+        else if (next++ != r)
+            memcpy(dst + r * rb, dst + (next - 1) * rb, rb);
+    }
+}
+
+/* A table's FAST_M decoder entries, symbol after symbol, in blocks of
+ * FILL_SLACK: a block that runs past a symbol's slots is overwritten by
+ * the next symbol's, the last may run FILL_SLACK - 1 entries past e's
+ * end (into the next table's, filled after, or the slack). */
+#define FILL_SLACK 8
+static void fast_tab_fill(const fast_tab *tab, uint32_t *e)
+{
+    for (int s = 0; s < 256; s++) {
+        if (!tab->f[s])
+            continue;
+        const uint32_t v = fast_dent((uint32_t)s, tab->f[s], tab->cum[s]);
+        for (uint32_t k = tab->cum[s]; k < tab->cum[s + 1]; k += FILL_SLACK)
+            for (int q = 0; q < FILL_SLACK; q++)
+                e[k + (uint32_t)q] = v;
+    }
 }
 
 /* Scalar steps [step, steps), the last maybe partial (n scalars in all);
@@ -108,11 +188,12 @@ int skv_fast_decode(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, s
     if (dst_cap < h.n * es)
         return skv_error(SKV_ERR_ARG, "fast decode: %zu bytes of room for %zu", dst_cap, h.n * es);
     const uint32_t C = h.channels, T = h.tables;
-    uint32_t *dtab = skv_malloc(((size_t)T * FAST_M + C) * sizeof *dtab);
+    /* FILL_SLACK: fast_tab_fill writes whole blocks past a table's end */
+    uint32_t *dtab = skv_malloc(((size_t)T * FAST_M + FILL_SLACK + C) * sizeof *dtab);
     if (!dtab)
         return skv_error(SKV_ERR_NOMEM, "fast decode");
-    uint32_t *chbase = dtab + (size_t)T * FAST_M;
-    const uint8_t *p = src + h.tab_off, *tend = src + h.word_off;
+    uint32_t *chbase = dtab + (size_t)T * FAST_M + FILL_SLACK, *from = NULL;
+    const uint8_t *p = src + h.tab_off, *tend = src + h.refs_off;
     if (T > 1) {
         if ((size_t)(tend - p) < C) {
             rc = skv_error(SKV_ERR_CORRUPT, "fast stream: channel map past the table area");
@@ -135,15 +216,23 @@ int skv_fast_decode(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, s
         if ((rc = skv__fast_tab_read(p, tend, &tab, &used)))
             goto out;
         p += used;
-        uint32_t *e = dtab + (size_t)t * FAST_M;
-        for (int s = 0; s < 256; s++)
-            for (uint32_t k = tab.cum[s]; k < tab.cum[s + 1]; k++)
-                e[k] = fast_dent((uint32_t)s, tab.f[s], tab.cum[s]);
+        fast_tab_fill(&tab, dtab + (size_t)t * FAST_M);
     }
     if (p != tend) {
         rc = skv_error(SKV_ERR_CORRUPT, "fast stream: %zu stray bytes after the tables", (size_t)(tend - p));
         goto out;
     }
+    if (h.refs_len) {
+        if (!(from = skv_malloc(rows * sizeof *from))) {
+            rc = skv_error(SKV_ERR_NOMEM, "fast decode");
+            goto out;
+        }
+        if ((rc = fast_refs_read(src + h.refs_off, h.refs_len, rows, from)))
+            goto out;
+    }
+    /* the coded rows go to the end of dst (all of it without references) */
+    const size_t rb = (size_t)C * es, nc = h.coded_rows * C;
+    uint8_t *cdst = (uint8_t *)dst + (rows - h.coded_rows) * rb;
     fast_dec d;
     const uint8_t *w = src + h.word_off;
     for (int l = 0; l < FAST_LANES; l++) {
@@ -161,13 +250,13 @@ int skv_fast_decode(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, s
     d.C = C;
     d.dt = dt;
     size_t step = 0;
-    const size_t full = h.n / FAST_LANES;
+    const size_t full = nc / FAST_LANES;
     const int simd = fast_simd();
     if (simd >= 3)
-        step = skv__fast_steps_avx512(&d, 0, full, dst);
+        step = skv__fast_steps_avx512(&d, 0, full, cdst);
     else if (simd >= 2)
-        step = skv__fast_steps_avx2(&d, 0, full, dst);
-    if ((rc = fast_steps_ref(&d, step, h.n, dst)))
+        step = skv__fast_steps_avx2(&d, 0, full, cdst);
+    if ((rc = fast_steps_ref(&d, step, nc, cdst)))
         goto out;
     if (d.w != d.wend) {
         rc = skv_error(SKV_ERR_CORRUPT, "fast stream: %zu words left over", (size_t)(d.wend - d.w) / 2);
@@ -178,9 +267,12 @@ int skv_fast_decode(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, s
             rc = skv_error(SKV_ERR_CORRUPT, "fast stream: lane %d does not end at its start state", l);
             goto out;
         }
+    if (from)
+        fast_rows_place(dst, rows, h.coded_rows, rb, from);
     if (XXH3_64bits(dst, h.n * es) != h.checksum)
         rc = skv_error(SKV_ERR_CORRUPT, "fast stream: checksum mismatch");
 out:
+    skv_free(from);
     skv_free(dtab);
     return rc;
 }

@@ -26,7 +26,9 @@ typedef struct {
     skv_dtype dt;
     uint32_t rows, channels, tables;
     size_t n;              /* scalars */
+    size_t coded_rows;     /* rows that are not references to earlier ones */
     size_t tab_off, tab_len;
+    size_t refs_off, refs_len; /* the row references (version 2) */
     size_t word_off, word_len;
     size_t raw_off, raw_len;
     uint64_t checksum;

@@ -225,7 +225,7 @@ int skv_decoder_end(skv_decoder *d);
  * AVX-512 paths that decode the same values).
  * ---------------------------------------------------------------------- */
 #define SKV_FAST_MAGIC 0x51564b53u /* "SKVQ" */
-#define SKV_FAST_VERSION 1
+#define SKV_FAST_VERSION 2
 #define SKV_FAST_HEADER 40
 #define SKV_FAST_MAX_SCALARS (1u << 30)
 

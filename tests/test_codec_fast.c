@@ -98,16 +98,13 @@ Test(codec_fast, refuses_other_dtypes)
     cr_assert_eq(skv_fast_encode(SKV_DT_BF16, f, 1, 4, dst, 10, &len), SKV_ERR_TOO_LARGE);
 }
 
-Test(codec_fast, damaged_streams_are_refused)
+/* Every cut and every flipped bit of bf16 stream s (R x C) is refused,
+ * the same way on the scalar path and this CPU's */
+static void refuse_damage(const uint8_t *s, size_t len, size_t R, size_t C)
 {
-    const size_t R = 64, C = 32, n = R * C;
-    uint16_t *v = malloc(2 * n), *out = malloc(2 * n);
-    srand(3);
-    for (size_t i = 0; i < n; i++)
-        v[i] = (uint16_t)(0x3c00u + ((i % C) << 6) + (uint32_t)(rand() % 700));
-    size_t len;
-    uint8_t *s = round_trip(SKV_DT_BF16, v, R, C, &len);
+    const size_t n = R * C;
     uint8_t *t = malloc(len);
+    uint16_t *out = malloc(2 * n);
     const int saved = fast_simd();
     for (size_t cut = 0; cut < len; cut += 1 + cut / 8) {
         memcpy(t, s, cut);
@@ -126,15 +123,71 @@ Test(codec_fast, damaged_streams_are_refused)
             cr_assert_eq(rc[0], rc[1], "paths disagree at byte %zu", pos);
         }
     skv__fast_simd = saved;
+    free(t);
+    free(out);
+}
+
+Test(codec_fast, damaged_streams_are_refused)
+{
+    const size_t R = 64, C = 32, n = R * C;
+    uint16_t *v = malloc(2 * n), *out = malloc(4 * n);
+    srand(3);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (uint16_t)(0x3c00u + ((i % C) << 6) + (uint32_t)(rand() % 700));
+    size_t len;
+    uint8_t *s = round_trip(SKV_DT_BF16, v, R, C, &len);
+    cr_assert_eq(s[4], 1, "no row repeats: version 1");
+    refuse_damage(s, len, R, C);
     cr_assert_eq(skv_fast_decode(s, len, SKV_DT_F16, R, C, out, 2 * n), SKV_ERR_FORMAT);
     cr_assert_eq(skv_fast_decode(s, len, SKV_DT_BF16, R + 1, C, out, 4 * n), SKV_ERR_FORMAT);
+    uint8_t *t = malloc(len);
     memcpy(t, s, len);
-    t[4] = 2;
+    t[4] = 2; /* version 2 without row references */
+    cr_assert_eq(skv_fast_decode(t, len, SKV_DT_BF16, R, C, out, 2 * n), SKV_ERR_FORMAT);
+    t[4] = 3;
     cr_assert_eq(skv_fast_decode(t, len, SKV_DT_BF16, R, C, out, 2 * n), SKV_ERR_VERSION);
     free(s);
     free(t);
     free(v);
     free(out);
+}
+
+/* Rows that repeat earlier ones, as layer 0's V does (a function of the
+ * token alone): version 2 streams code each such row as a reference, so
+ * they cost a few bytes instead of a row; every dtype round trips on
+ * every path, and damage to the references is refused. */
+Test(codec_fast, repeated_rows_are_references)
+{
+    const size_t R = 96, C = 32, n = R * C, distinct = 24;
+    for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+        const skv_dtype dt = dts[k];
+        const size_t es = skv_dtype_size(dt);
+        uint8_t *v = malloc(n * es), *u = malloc(n * es);
+        srand(7 + (unsigned)k);
+        for (size_t i = 0; i < distinct * C * es; i++)
+            v[i] = (uint8_t)(es == 2 && i % 2 ? 0x3c + rand() % 8 : rand() % 251);
+        /* rows distinct.. copy rows chosen at random from before them, far
+         * and near (references past 127 rows take two varint bytes) */
+        for (size_t r = distinct; r < R; r++)
+            memcpy(v + r * C * es, v + (size_t)(rand() % (int)(r < 80 ? distinct : r)) * C * es, C * es);
+        /* the same values, every row unique: one scalar changed per row */
+        memcpy(u, v, n * es);
+        for (size_t r = 0; r < R; r++)
+            u[r * C * es] = (uint8_t)r;
+        size_t lv, lu;
+        uint8_t *sv = round_trip(dt, v, R, C, &lv), *su = round_trip(dt, u, R, C, &lu);
+        cr_assert_eq(sv[4], 2, "dtype %d: references: version 2", (int)dt);
+        cr_assert_eq(su[4], 1, "dtype %d: no repeats: version 1", (int)dt);
+        cr_assert_lt(lv * 2, lu, "dtype %d: %zu bytes with references, %zu without", (int)dt, lv, lu);
+        cr_log_info("fast: %zu x %zu of dtype %d, %zu of them repeats: %zu bytes; unique rows: %zu",
+                    R, C, (int)dt, R - distinct, lv, lu);
+        if (dt == SKV_DT_BF16)
+            refuse_damage(sv, lv, R, C);
+        free(sv);
+        free(su);
+        free(v);
+        free(u);
+    }
 }
 
 Test(codec_fast, bytes_do_not_depend_on_the_path)
