@@ -4,7 +4,7 @@
  * every word used, every state back at its start, the checksum. */
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include "skv_xxh.h"
 
 #include "fast_int.h"
 

@@ -2,7 +2,7 @@
  * (fast_tables.c), then interleaved rANS over the symbols in reverse and
  * the raw bytes (FORMAT.md, "Fast streams"). One path on every CPU. */
 #include <string.h>
-#include <xxhash.h>
+#include "skv_xxh.h"
 
 #include "fast_int.h"
 

@@ -142,6 +142,80 @@ static int decode_streams(dec_ctx *c, const skv_rec *r, size_t P)
     return rc;
 }
 
+/* Record t from LMDB (or the writer's batch), its trailer verified (unless
+ * verify is 0) and its fields checked against its index entry; r and
+ * *img (the record's *len bytes) point into LMDB's map, valid while
+ * c->txn lives. */
+int skv_store_load_rec(const dec_ctx *c, const skv_trie_rec *t, int verify, skv_rec *r,
+                       const uint8_t **img, size_t *len)
+{
+    MDB_val k = {32, (void *)t->key}, v;
+    if (t->hidden) {
+        /* the writer's own uncommitted record, from an earlier put of its
+         * batch; readers never reach one (skv_trie_match skips them) */
+        const pend_rec *p = skv_store_is_writer() ? skv_batch_find(c->db->batch, t->key) : NULL;
+        if (!p)
+            return skv_error(SKV_ERR_CORRUPT, "a reader reached an uncommitted record");
+        v.mv_data = p->img;
+        v.mv_size = p->len;
+    } else {
+        int mrc = mdb_get(c->txn, c->db->db_chunk, &k, &v);
+        if (mrc == MDB_NOTFOUND)
+            return skv_error(SKV_ERR_CORRUPT, "an indexed chunk record is missing from LMDB");
+        if (mrc)
+            return skv_mdb_error(mrc, "read chunk");
+    }
+    int rc;
+    *img = v.mv_data;
+    *len = v.mv_size;
+    rc = skv_rec_parse_ex(v.mv_data, v.mv_size, verify, r);
+    if (rc && !verify) /* damage or a newer writer: the trailer tells */
+        rc = skv_rec_parse(v.mv_data, v.mv_size, r);
+    if (rc)
+        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s",
+                                                skv_error_detail())
+                                    : rc;
+    if (r->tenant != c->e->tenant || memcmp(r->profile, c->pe->p.id, 32) != 0 || r->n != t->n ||
+        r->lo != t->lo || r->chunk_index != t->chunk_index)
+        return skv_error(SKV_ERR_CORRUPT, "chunk record does not match its index entry");
+    for (uint32_t i = 0; i < r->n; i++)
+        if ((int32_t)skv_load32_le(r->tokens + 4 * (size_t)i) != t->tokens[i])
+            return skv_error(SKV_ERR_CORRUPT, "chunk record tokens differ from its index entry");
+    return SKV_OK;
+}
+
+/* Raw record r of record t (its streams are the KV): verified and copied
+ * in one pass from version 2 on; version 1 (BLAKE2b trailer) as before */
+static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t *img, size_t len,
+                    size_t P)
+{
+    const prof_ent *pe = c->pe;
+    const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es, a = P + r->lo, b = P + r->n;
+    skv_rec chk;
+    int rc;
+    if (r->version == 1 && (rc = skv_rec_parse(img, len, &chk)))
+        return skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s", skv_error_detail());
+    if (r->nstreams != 2 * L)
+        return skv_error(SKV_ERR_CORRUPT, "chunk record has %u streams for %zu layers", r->nstreams, L);
+    uint8_t *dst[2 * 4096];
+    for (size_t j = 0; j < 2 * L; j++) {
+        size_t sz = skv_load32_le(r->sizes + 4 * j);
+        if (sz != (b - a) * row)
+            return skv_error(SKV_ERR_CORRUPT, "raw stream of %zu bytes, expected %zu", sz, (b - a) * row);
+        dst[j] = c->s->kv[j & 1] + ((j / 2) * c->s->stride + a) * row;
+    }
+    if (r->version == 1) {
+        if ((rc = decode_streams(c, r, P)))
+            return rc;
+        if (skv_seqbuf_checksum(pe, c->s, a, b, r->version) != r->checksum)
+            return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)", r->chunk_index);
+    } else if ((rc = skv_rec_raw_copy(img, len, r, dst))) {
+        return rc;
+    }
+    __atomic_store_n(&t->tick, c->tick, __ATOMIC_RELAXED);
+    return SKV_OK;
+}
+
 /* Load, verify and decode record t (and first its base), given that
  * positions before its chunk are already decoded. */
 static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth)
@@ -160,35 +234,18 @@ static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth)
         if ((rc = decode_rec(c, b, depth + 1)))
             return rc;
     }
-    MDB_val k = {32, t->key}, v;
-    if (t->hidden) {
-        /* the writer's own uncommitted record, from an earlier put of its
-         * batch; readers never reach one (skv_trie_match skips them) */
-        const pend_rec *p = skv_store_is_writer() ? skv_batch_find(c->db->batch, t->key) : NULL;
-        if (!p)
-            return skv_error(SKV_ERR_CORRUPT, "a reader reached an uncommitted record");
-        v.mv_data = p->img;
-        v.mv_size = p->len;
-    } else {
-        int mrc = mdb_get(c->txn, c->db->db_chunk, &k, &v);
-        if (mrc == MDB_NOTFOUND)
-            return skv_error(SKV_ERR_CORRUPT, "an indexed chunk record is missing from LMDB");
-        if (mrc)
-            return skv_mdb_error(mrc, "read chunk");
-    }
     skv_rec r;
-    if ((rc = skv_rec_parse(v.mv_data, v.mv_size, &r)))
-        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s",
-                                                skv_error_detail())
-                                    : rc;
-    if (r.tenant != c->e->tenant || memcmp(r.profile, c->pe->p.id, 32) != 0 || r.n != t->n ||
-        r.lo != t->lo || r.chunk_index != t->chunk_index)
-        return skv_error(SKV_ERR_CORRUPT, "chunk record does not match its index entry");
-    for (uint32_t i = 0; i < r.n; i++) {
-        int32_t tk = (int32_t)skv_load32_le(r.tokens + 4 * (size_t)i);
-        if (tk != t->tokens[i])
-            return skv_error(SKV_ERR_CORRUPT, "chunk record tokens differ from its index entry");
-        c->s->tok[P + i] = tk;
+    const uint8_t *img;
+    size_t len;
+    /* a raw record is checked as it is copied (raw_copy), in one pass */
+    if ((rc = skv_store_load_rec(c, t, t->level != SEQKV_RAW, &r, &img, &len)))
+        return rc;
+    for (uint32_t i = 0; i < r.n; i++)
+        c->s->tok[P + i] = t->tokens[i];
+    if (t->level == SEQKV_RAW) {
+        if (r.level != SEQKV_RAW)
+            return skv_error(SKV_ERR_CORRUPT, "chunk record does not match its index entry");
+        return raw_copy(c, t, &r, img, len, P);
     }
     if ((rc = decode_streams(c, &r, P)))
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",

@@ -41,6 +41,28 @@ uint64_t skv_rec_sum_end(skv_rec_sum *s)
     return s->version == 1 ? s->h : XXH3_64bits_digest(&s->xx);
 }
 
+int skv_rec_raw_copy(const uint8_t *buf, size_t len, const skv_rec *r, uint8_t *const *dst)
+{
+    XXH3_state_t t, k;
+    XXH3_128bits_reset(&t);
+    XXH3_64bits_reset(&k);
+    const size_t sz = r->nstreams ? r->streams_len / r->nstreams : 0;
+    const uint8_t *p = r->streams, *end = buf + len - SKV_REC_TRAILER;
+    XXH3_128bits_update(&t, buf, (size_t)(p - buf));
+    for (uint32_t j = 0; j < r->nstreams; j++, p += sz) {
+        XXH3_128bits_update(&t, p, sz);
+        XXH3_64bits_update(&k, p, sz);
+        memcpy(dst[j], p, sz);
+    }
+    XXH3_128bits_update(&t, p, (size_t)(end - p));
+    XXH128_hash_t h = XXH3_128bits_digest(&t);
+    if (skv_load64_le(end) != h.low64 || skv_load64_le(end + 8) != h.high64)
+        return skv_error(SKV_ERR_CORRUPT, "chunk record checksum mismatch");
+    if (XXH3_64bits_digest(&k) != r->checksum)
+        return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)", r->chunk_index);
+    return SKV_OK;
+}
+
 size_t skv_rec_size(const skv_rec *r)
 {
     return SKV_REC_HEADER + (size_t)r->n * 4 + (r->surprisal ? (size_t)r->n * 4 : 0) +

@@ -4,8 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
+#include "skv_xxh.h"
 
 #include "seqkv.h"
 #include "skv_base.h"
@@ -58,6 +57,12 @@ int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r);
 /* The same; verify 0 skips the record checksum (opening a store indexes
  * records from their headers; GET verifies everything). */
 int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r);
+/* A raw record of version 2 or later (parsed with verify 0), checked and
+ * copied in one pass: its stream j to dst[j] (each streams_len / nstreams
+ * bytes), hashed into the trailer's XXH3-128 and the checksum's XXH3-64
+ * while it is in cache. SKV_ERR_CORRUPT when either differs (dst then
+ * holds damaged bytes: the caller serves nothing of it). */
+int skv_rec_raw_copy(const uint8_t *buf, size_t len, const skv_rec *r, uint8_t *const *dst);
 
 /* The checksum of a record's decoded KV: the 2 x layers slabs of
  * positions [lo, n) in stream order, hashed as one buffer -- XXH3-64 for

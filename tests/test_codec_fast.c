@@ -7,6 +7,13 @@
 
 #include "fast_int.h"
 #include "skv_codec.h"
+/* the library's plain (SSE2) XXH3 beside its dispatching entry points */
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+#if defined(__x86_64__)
+#define XXH_DISPATCH_DISABLE_REPLACE
+#include <xxh_x86dispatch.h>
+#endif
 
 static const skv_dtype dts[] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3};
 
@@ -211,4 +218,39 @@ Test(codec_fast, bytes_do_not_depend_on_the_path)
     free(a);
     free(b);
     free(v);
+}
+
+/* The checksums (fast streams, chunk records) go through libxxhash's
+ * CPU-dispatching XXH3 (base/skv_xxh.h): on every length, one shot and
+ * streamed in uneven pieces, it gives what the plain SSE2 build gives. */
+Test(codec_fast, checksums_do_not_depend_on_the_cpu)
+{
+#if defined(__x86_64__)
+    const size_t big = (640 << 10) + 3;
+    uint8_t *b = malloc(big);
+    srand(17);
+    for (size_t i = 0; i < big; i++)
+        b[i] = (uint8_t)rand();
+    const size_t lens[] = {0, 1, 3, 16, 17, 128, 129, 240, 241, 1024, 4095, 65537, big};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        const size_t n = lens[k];
+        cr_assert_eq(XXH3_64bits_dispatch(b, n), XXH3_64bits(b, n), "64 bits, %zu bytes", n);
+        XXH128_hash_t d = XXH3_128bits_dispatch(b, n), p = XXH3_128bits(b, n);
+        cr_assert(d.low64 == p.low64 && d.high64 == p.high64, "128 bits, %zu bytes", n);
+        XXH3_state_t s64, s128;
+        XXH3_64bits_reset(&s64);
+        XXH3_128bits_reset(&s128);
+        for (size_t o = 0, step = 1; o < n; o += step, step = step * 3 + 1) {
+            const size_t m = o + step < n ? step : n - o;
+            XXH3_64bits_update_dispatch(&s64, b + o, m);
+            XXH3_128bits_update_dispatch(&s128, b + o, m);
+        }
+        cr_assert_eq(XXH3_64bits_digest(&s64), XXH3_64bits(b, n), "streamed, %zu bytes", n);
+        d = XXH3_128bits_digest(&s128);
+        cr_assert(d.low64 == p.low64 && d.high64 == p.high64, "streamed 128, %zu bytes", n);
+    }
+    free(b);
+#else
+    cr_skip_test("not x86-64: one XXH3 build");
+#endif
 }
