@@ -48,12 +48,28 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* the servers spawn() started and stop() has not stopped: die() kills
+ * them, so a failed run leaves nothing listening */
+static pid_t children[16];
+
 static void die(const char *fmt, const char *a, const char *b)
 {
     fprintf(stderr, "bench_server: ");
     fprintf(stderr, fmt, a, b);
     fputc('\n', stderr);
+    for (size_t i = 0; i < sizeof children / sizeof children[0]; i++)
+        if (children[i] > 0)
+            kill(children[i], SIGKILL);
     exit(1);
+}
+
+static void child_track(pid_t pid, int on)
+{
+    for (size_t i = 0; i < sizeof children / sizeof children[0]; i++)
+        if (on ? children[i] <= 0 : children[i] == pid) {
+            children[i] = on ? pid : 0;
+            return;
+        }
 }
 
 /* ------------------------------------------------------------------------
@@ -197,7 +213,11 @@ static void *thr_main(void *arg)
         usleep(1000);
     double end = now_s() + g->seconds;
     int32_t *ptok = g->op == OP_PUT ? malloc(g->n * sizeof *ptok) : NULL;
-    uint64_t seed = (uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull, puts = 0;
+    /* a seed no other client of this run had: a client's address may be
+     * an earlier row's client's, whose sequences are stored by now */
+    static atomic_ulong clients_seeded;
+    uint64_t seed = (uint64_t)(atomic_fetch_add(&clients_seeded, 1) + 1) * 0x9e3779b97f4a7c15ull,
+             puts = 0;
     while (!t->err[0] && now_s() < end) {
         if (ptok) /* a sequence nobody stored: random tokens */
             for (size_t i = 0; i < g->n; i++) {
@@ -341,10 +361,14 @@ static pid_t spawn(char *const argv[], const char *sock)
         fprintf(stderr, "bench_server: exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
+    if (pid > 0)
+        child_track(pid, 1);
     for (int i = 0; i < 400; i++) {
         int st;
-        if (waitpid(pid, &st, WNOHANG) == pid)
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            child_track(pid, 0);
             return -1;
+        }
         int fd = unix_connect(sock);
         if (fd >= 0) {
             close(fd);
@@ -352,6 +376,7 @@ static pid_t spawn(char *const argv[], const char *sock)
         }
         usleep(25 * 1000);
     }
+    child_track(pid, 0);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     return -1;
@@ -359,6 +384,7 @@ static pid_t spawn(char *const argv[], const char *sock)
 
 static void stop(pid_t pid)
 {
+    child_track(pid, 0);
     kill(pid, SIGTERM);
     for (int i = 0; i < 200; i++) {
         if (waitpid(pid, NULL, WNOHANG) == pid)
