@@ -82,6 +82,18 @@ static int layer_cb(void *vctx, const seqbuf *s, size_t a, size_t b)
     return SKV_OK;
 }
 
+int skv_store_match_want(seqkv *db, const char *tenant, const char *profile, const int32_t *tok,
+                         size_t n, size_t *want, match_res *m)
+{
+    int rc = skv_store_match(db, tenant, profile, tok, n, m);
+    if (!rc && *want == 0)
+        *want = m->matched;
+    if (!rc && (*want > m->matched || *want == 0))
+        rc = skv_error(SKV_ERR_NOT_FOUND, "only %zu of the %zu tokens asked for are cached",
+                       m->matched, *want ? *want : n);
+    return rc;
+}
+
 static int get_common(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
                       size_t n, size_t want, chunk_fn fn, void *fctx, seqbuf *s, size_t *got,
                       prof_ent **pe_out)
@@ -90,12 +102,7 @@ static int get_common(seqkv *db, const char *tenant, const char *profile, const 
     match_res m;
     memset(s, 0, sizeof *s);
     pthread_rwlock_rdlock(&db->rw);
-    int rc = skv_store_match(db, tenant, profile, tokens, n, &m);
-    if (!rc && want == 0)
-        want = m.matched;
-    if (!rc && (want > m.matched || want == 0))
-        rc = skv_error(SKV_ERR_NOT_FOUND, "only %zu of the %zu tokens asked for are cached", m.matched,
-                       want ? want : n);
+    int rc = skv_store_match_want(db, tenant, profile, tokens, n, &want, &m);
     if (!rc)
         rc = skv_seqbuf_init(s, m.pe, m.steps * (size_t)m.pe->p.chunk);
     MDB_txn *txn = NULL;

@@ -173,6 +173,11 @@ typedef struct {
 /* The longest cached prefix of tok (get.c) */
 int skv_store_match(seqkv *db, const char *tenant, const char *profile, const int32_t *tok,
                     size_t n, match_res *m);
+/* The same for a get of *want tokens (0: the longest cached prefix, set
+ * into *want): SKV_ERR_NOT_FOUND when fewer are cached. Caller holds rw
+ * shared. */
+int skv_store_match_want(seqkv *db, const char *tenant, const char *profile, const int32_t *tok,
+                         size_t n, size_t *want, match_res *m);
 
 /* The writer's batch (db->batch, under wlock): records coded and indexed
  * hidden, their images waiting for the one commit that writes them all;

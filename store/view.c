@@ -147,12 +147,7 @@ int seqkv_get_view(seqkv *db, const char *tenant, const char *profile, const int
         return skv_error(SKV_ERR_NOMEM, "view");
     match_res m;
     pthread_rwlock_rdlock(&db->rw);
-    int rc = skv_store_match(db, tenant, profile, tokens, n, &m);
-    if (!rc && want == 0)
-        want = m.matched;
-    if (!rc && (want > m.matched || want == 0))
-        rc = skv_error(SKV_ERR_NOT_FOUND, "only %zu of the %zu tokens asked for are cached", m.matched,
-                       want ? want : n);
+    int rc = skv_store_match_want(db, tenant, profile, tokens, n, &want, &m);
     if (!rc) {
         const size_t CH = (size_t)m.pe->p.chunk;
         v->tokens = want;
