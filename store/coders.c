@@ -39,6 +39,11 @@ int skv_store_read_pool_take(seqkv *db)
     return tls_rpool;
 }
 
+skv_pool *skv_store_read_pool(const seqkv *db)
+{
+    return tls_rpool ? db->rpool : NULL;
+}
+
 void skv_store_read_pool_give(seqkv *db)
 {
     if (tls_rpool)

@@ -115,7 +115,7 @@ static int decode_streams(dec_ctx *c, const skv_rec *r, size_t P)
     }
     if (r->level == SEQKV_FAST)
         return skv_store_fast_decode(pe, r->streams, r->streams_len, r->sizes, s->kv[0], s->kv[1],
-                                     s->stride, a, b);
+                                     s->stride, a, b, skv_store_read_pool(c->db));
     size_t offs[2 * 4096 + 1];
     offs[0] = 0;
     for (size_t j = 0; j < 2 * L; j++)

@@ -27,25 +27,62 @@ int skv_store_fast_encode(const prof_ent *pe, const uint8_t *k, const uint8_t *v
     return rc;
 }
 
+/* One get's streams, decoded by index over a pool */
+typedef struct {
+    const prof_ent *pe;
+    const uint8_t *streams;
+    const size_t *off;
+    uint8_t *k, *v;
+    size_t stride, a, rows;
+    int *rc; /* per stream */
+} fast_job;
+
+static int fast_one(const fast_job *f, size_t j)
+{
+    const size_t row = f->pe->C * f->pe->es;
+    uint8_t *dst = (j & 1 ? f->v : f->k) + ((j / 2) * f->stride + f->a) * row;
+    return skv_fast_decode(f->streams + f->off[j], f->off[j + 1] - f->off[j], f->pe->p.dtype,
+                           f->rows, f->pe->C, dst, f->rows * row);
+}
+
+static void fast_task(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    const fast_job *f = ctx;
+    for (size_t j = begin; j < end; j++)
+        f->rc[j] = fast_one(f, j);
+}
+
 int skv_store_fast_decode(const prof_ent *pe, const uint8_t *streams, size_t streams_len,
                           const uint8_t *sizes, uint8_t *k, uint8_t *v, size_t stride, size_t a,
-                          size_t b)
+                          size_t b, skv_pool *pool)
 {
-    const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es, rows = b - a;
-    size_t off = 0;
+    const size_t L = (size_t)pe->p.layers;
+    size_t off[2 * 4096 + 1];
+    int rcs[2 * 4096];
+    off[0] = 0;
     for (size_t j = 0; j < 2 * L; j++) {
         const size_t sz = skv_load32_le(sizes + 4 * j);
-        if (sz > streams_len - off)
+        if (sz > streams_len - off[j])
             return skv_error(SKV_ERR_CORRUPT, "fast stream %zu past the record's streams", j);
-        uint8_t *dst = (j & 1 ? v : k) + ((j / 2) * stride + a) * row;
-        int rc = skv_fast_decode(streams + off, sz, pe->p.dtype, rows, pe->C, dst, rows * row);
-        if (rc)
-            return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "fast stream %zu: %s", j,
-                                                    skv_error_detail())
-                                        : rc;
-        off += sz;
+        off[j + 1] = off[j] + sz;
     }
-    if (off != streams_len)
-        return skv_error(SKV_ERR_CORRUPT, "fast streams leave %zu bytes of the record", streams_len - off);
+    if (off[2 * L] != streams_len)
+        return skv_error(SKV_ERR_CORRUPT, "fast streams leave %zu bytes of the record",
+                         streams_len - off[2 * L]);
+    fast_job f = {pe, streams, off, k, v, stride, a, b - a, rcs};
+    skv_pool_run(pool, 2 * L, fast_task, &f);
+    for (size_t j = 0; j < 2 * L; j++) {
+        if (!rcs[j])
+            continue;
+        /* again on this thread, for the error's words (a pool thread's
+         * detail is its own) */
+        int rc = pool ? fast_one(&f, j) : rcs[j];
+        if (!rc)
+            rc = skv_error(SKV_ERR_CORRUPT, "fast stream %zu failed on a pool thread only", j);
+        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "fast stream %zu: %s", j,
+                                                skv_error_detail())
+                                    : rc;
+    }
     return SKV_OK;
 }

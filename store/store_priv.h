@@ -116,6 +116,8 @@ int skv_store_is_writer(void);
  * split chunks over it) and gives it back; 1 when it was taken. */
 int skv_store_read_pool_take(seqkv *db);
 void skv_store_read_pool_give(seqkv *db);
+/* The readers' pool when the calling get took it, else NULL */
+skv_pool *skv_store_read_pool(const seqkv *db);
 void skv_store_coders_free(seqkv *db);
 
 /* ---- access: get.c, put.c, batch.c, evict.c, del.c, decode.c ---------------- */
@@ -218,12 +220,13 @@ int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, u
 /* The fast level's streams of a chunk record (store/fast_streams.c):
  * encode appends its 2 x layers streams of positions [a, b) of k and v
  * (the sequence buffer, stride positions a layer) to st; decode checks
- * and decodes a record's streams (sizes: 2 x layers u32) into k and v.
- * SKV_ERR_CORRUPT for any damage. */
+ * and decodes a record's streams (sizes: 2 x layers u32) into k and v,
+ * spread over pool when not NULL (the streams stand alone). SKV_ERR_CORRUPT
+ * for any damage, the first damaged stream's. */
 int skv_store_fast_encode(const prof_ent *pe, const uint8_t *k, const uint8_t *v, size_t stride,
                           size_t a, size_t b, skv_streams *st);
 int skv_store_fast_decode(const prof_ent *pe, const uint8_t *streams, size_t streams_len,
                           const uint8_t *sizes, uint8_t *k, uint8_t *v, size_t stride, size_t a,
-                          size_t b);
+                          size_t b, skv_pool *pool);
 
 #endif

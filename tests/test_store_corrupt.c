@@ -191,6 +191,13 @@ Test(store, flipped_bytes_of_a_coded_record_fail_get_with_corrupt, .timeout = 12
     corruption_on(SEQKV_CTX, LIVE);
 }
 
+Test(store, flipped_bytes_of_a_fast_record_fail_get_with_corrupt, .timeout = 120)
+{
+    /* its 2L streams decode over the readers' pool: the error is still the
+     * first damaged stream's, and nothing of the chunk is served */
+    corruption_on(SEQKV_FAST, LIVE);
+}
+
 Test(store, a_flipped_record_version_byte_is_corruption, .timeout = 120)
 {
     corruption_on(SEQKV_RAW, VERSION_BYTE);
