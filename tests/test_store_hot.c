@@ -254,8 +254,7 @@ Test(hot, a_deleted_or_evicted_prefix_is_never_served_from_the_tier)
     su_model tm;
     su_random_model(&tm, tmp, SKV_DT_BF16);
     seqkv_options o = {.cache_bytes = 1 << 20};
-    seqkv *db = open_store(dir, &o);
-    add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
+    seqkv *db = level_store(dir, &o, &tm, SEQKV_RAW);
     su_seq a, b;
     su_seq_make(&tm, NULL, 0, 40, 5, &a);
     other_kv(&a, &b);
@@ -304,8 +303,7 @@ Test(hot, damage_on_disk_is_caught_on_the_read_into_the_tier)
     su_model tm;
     su_random_model(&tm, tmp, SKV_DT_BF16);
     seqkv_options o = {.cache_bytes = 1 << 20};
-    seqkv *db = open_store(dir, &o);
-    add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
+    seqkv *db = level_store(dir, &o, &tm, SEQKV_RAW);
     su_seq a;
     su_seq_make(&tm, NULL, 0, 40, 5, &a);
     put(db, "t", "p", &a, 0);
