@@ -142,12 +142,19 @@ static int decode_streams(dec_ctx *c, const skv_rec *r, size_t P)
     return rc;
 }
 
-/* Record t from LMDB (or the writer's batch), its trailer verified (unless
- * verify is 0) and its fields checked against its index entry; r and
- * *img (the record's *len bytes) point into LMDB's map, valid while
- * c->txn lives. */
-int skv_store_load_rec(const dec_ctx *c, const skv_trie_rec *t, int verify, skv_rec *r,
-                       const uint8_t **img, size_t *len)
+/* A raw record from version 2 on (XXH3 trailer and checksum over the
+ * same stream bytes) is verified as it is copied, in one pass */
+static int raw_fused(const skv_rec *r)
+{
+    return r->level == SEQKV_RAW && r->version >= 2;
+}
+
+/* Record t from LMDB (or the writer's batch), its trailer verified -- but
+ * a raw record's from version 2 on, which raw_copy verifies as it copies
+ * -- and its fields checked against its index entry; r and *img (the
+ * record's *len bytes) point into LMDB's map, valid while c->txn lives. */
+static int load_rec(const dec_ctx *c, const skv_trie_rec *t, skv_rec *r, const uint8_t **img,
+                    size_t *len)
 {
     MDB_val k = {32, (void *)t->key}, v;
     if (t->hidden) {
@@ -168,8 +175,9 @@ int skv_store_load_rec(const dec_ctx *c, const skv_trie_rec *t, int verify, skv_
     int rc;
     *img = v.mv_data;
     *len = v.mv_size;
-    rc = skv_rec_parse_ex(v.mv_data, v.mv_size, verify, r);
-    if (rc && !verify) /* damage or a newer writer: the trailer tells */
+    rc = skv_rec_parse_ex(v.mv_data, v.mv_size, 0, r);
+    /* (a parse error is damage or a newer writer: the trailer tells) */
+    if (rc || !raw_fused(r))
         rc = skv_rec_parse(v.mv_data, v.mv_size, r);
     if (rc)
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s",
@@ -184,17 +192,14 @@ int skv_store_load_rec(const dec_ctx *c, const skv_trie_rec *t, int verify, skv_
     return SKV_OK;
 }
 
-/* Raw record r of record t (its streams are the KV): verified and copied
- * in one pass from version 2 on; version 1 (BLAKE2b trailer) as before */
+/* Raw record r of record t, version 2 on (raw_fused): its streams are
+ * the KV, verified (trailer and checksum) and copied in one pass */
 static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t *img, size_t len,
                     size_t P)
 {
     const prof_ent *pe = c->pe;
     const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es, a = P + r->lo, b = P + r->n;
-    skv_rec chk;
     int rc;
-    if (r->version == 1 && (rc = skv_rec_parse(img, len, &chk)))
-        return skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s", skv_error_detail());
     if (r->nstreams != 2 * L)
         return skv_error(SKV_ERR_CORRUPT, "chunk record has %u streams for %zu layers", r->nstreams, L);
     uint8_t *dst[2 * 4096];
@@ -204,14 +209,8 @@ static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t
             return skv_error(SKV_ERR_CORRUPT, "raw stream of %zu bytes, expected %zu", sz, (b - a) * row);
         dst[j] = c->s->kv[j & 1] + ((j / 2) * c->s->stride + a) * row;
     }
-    if (r->version == 1) {
-        if ((rc = decode_streams(c, r, P)))
-            return rc;
-        if (skv_seqbuf_checksum(pe, c->s, a, b, r->version) != r->checksum)
-            return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)", r->chunk_index);
-    } else if ((rc = skv_rec_raw_copy(img, len, r, dst))) {
+    if ((rc = skv_rec_raw_copy(img, len, r, dst)))
         return rc;
-    }
     __atomic_store_n(&t->tick, c->tick, __ATOMIC_RELAXED);
     return SKV_OK;
 }
@@ -235,18 +234,14 @@ static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth)
             return rc;
     }
     skv_rec r;
-    const uint8_t *img;
-    size_t len;
-    /* a raw record is checked as it is copied (raw_copy), in one pass */
-    if ((rc = skv_store_load_rec(c, t, t->level != SEQKV_RAW, &r, &img, &len)))
+    const uint8_t *img = NULL;
+    size_t len = 0;
+    if ((rc = load_rec(c, t, &r, &img, &len)))
         return rc;
     for (uint32_t i = 0; i < r.n; i++)
         c->s->tok[P + i] = t->tokens[i];
-    if (t->level == SEQKV_RAW) {
-        if (r.level != SEQKV_RAW)
-            return skv_error(SKV_ERR_CORRUPT, "chunk record does not match its index entry");
+    if (raw_fused(&r))
         return raw_copy(c, t, &r, img, len, P);
-    }
     if ((rc = decode_streams(c, &r, P)))
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
                                                 skv_error_detail())

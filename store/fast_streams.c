@@ -35,9 +35,9 @@ typedef struct {
     uint8_t *k, *v;
     size_t stride, a, rows;
     int *rc; /* per stream */
-} fast_job;
+} rec_streams_job;
 
-static int fast_one(const fast_job *f, size_t j)
+static int fast_one(const rec_streams_job *f, size_t j)
 {
     const size_t row = f->pe->C * f->pe->es;
     uint8_t *dst = (j & 1 ? f->v : f->k) + ((j / 2) * f->stride + f->a) * row;
@@ -48,7 +48,7 @@ static int fast_one(const fast_job *f, size_t j)
 static void fast_task(void *ctx, size_t begin, size_t end, int worker)
 {
     (void)worker;
-    const fast_job *f = ctx;
+    const rec_streams_job *f = ctx;
     for (size_t j = begin; j < end; j++)
         f->rc[j] = fast_one(f, j);
 }
@@ -70,7 +70,7 @@ int skv_store_fast_decode(const prof_ent *pe, const uint8_t *streams, size_t str
     if (off[2 * L] != streams_len)
         return skv_error(SKV_ERR_CORRUPT, "fast streams leave %zu bytes of the record",
                          streams_len - off[2 * L]);
-    fast_job f = {pe, streams, off, k, v, stride, a, b - a, rcs};
+    rec_streams_job f = {pe, streams, off, k, v, stride, a, b - a, rcs};
     skv_pool_run(pool, 2 * L, fast_task, &f);
     for (size_t j = 0; j < 2 * L; j++) {
         if (!rcs[j])

@@ -162,8 +162,6 @@ int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, c
 /* Load, verify and decode record t into c->s, given that every position
  * before its chunk is there already (its base first, when it has one). */
 int skv_store_decode_rec(dec_ctx *c, skv_trie_rec *t);
-int skv_store_load_rec(const dec_ctx *c, const skv_trie_rec *t, int verify, skv_rec *r,
-                       const uint8_t **img, size_t *len);
 
 typedef struct {
     prof_ent *pe;
