@@ -179,6 +179,7 @@ typedef struct {
     float *mu_out[2];           /* CODE_PREDICT: mu per scalar [L][end-start][C] */
     float *rope_sc;             /* [T][rope_dim/2][sin, cos] (rope_angles) or NULL */
     float *rope_cs;             /* [T][2][rope_dim] (rope_cs) where rope_lanes, or NULL */
+    size_t l0, l1;              /* the layers coded: [l0, l1) (all but skv_delta_decode_layers) */
     int rc;
 } seq_ctx;
 

@@ -121,6 +121,7 @@ static void seq_init(seq_ctx *q, skv_delta *d, code_mode mode, const int32_t *to
     q->stride = T;
     q->kvb[0] = (uint8_t *)k;
     q->kvb[1] = (uint8_t *)v;
+    q->l1 = (size_t)d->cal->sh.layers;
 }
 
 /* q for coding positions [start, end) of tokens in mode, after the exact
@@ -191,5 +192,24 @@ int skv_delta_predict_range(skv_delta *d, const int32_t *tokens, size_t start, s
         return rc;
     q.mu_out[0] = mu_k;
     q.mu_out[1] = mu_v;
+    return code_seq(&q, end - start);
+}
+
+int skv_delta_decode_layers(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
+                            size_t stride, const skv_streams *in, size_t first_stream,
+                            const skv_delta_aux *aux, size_t l0, size_t l1, void *k, void *v)
+{
+    if (d->model)
+        return skv_error(SKV_ERR_ARG, "a level with a model decodes a chunk's layers together");
+    if (l0 >= l1 || l1 > (size_t)d->cal->sh.layers)
+        return skv_error(SKV_ERR_ARG, "layers [%zu, %zu) of %d", l0, l1, d->cal->sh.layers);
+    seq_ctx q;
+    int rc = range_init(&q, d, CODE_DECODE, tokens, start, end, stride, k, v, aux);
+    if (rc)
+        return rc;
+    q.in = in;
+    q.first_stream = first_stream;
+    q.l0 = l0;
+    q.l1 = l1;
     return code_seq(&q, end - start);
 }

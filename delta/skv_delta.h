@@ -134,6 +134,14 @@ int skv_delta_encode_range(skv_delta *d, const int32_t *tokens, size_t start, si
 int skv_delta_decode_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
                            size_t stride, const skv_streams *in, size_t first_stream, const skv_delta_aux *aux,
                            void *k, void *v);
+/* skv_delta_decode_range's layers [l0, l1) alone (the streams of the
+ * other layers are not read): a model-free level's layers do not depend
+ * on one another, so a chunk decodes layer by layer, each layer given the
+ * same layer of the positions before start. SKV_ERR_ARG for a level with
+ * a model, whose layer l is predicted from layer l - 1. */
+int skv_delta_decode_layers(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
+                            size_t stride, const skv_streams *in, size_t first_stream,
+                            const skv_delta_aux *aux, size_t l0, size_t l1, void *k, void *v);
 /* The level's own predictions mu for [start, end) (no coding; the encoder
  * side, every value known): mu_k, mu_v receive [layers][end - start][C]. */
 int skv_delta_predict_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,

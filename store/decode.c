@@ -91,16 +91,13 @@ static int member_aux(dec_ctx *c, const skv_rec *r, skv_delta *d, size_t a, size
     return rc;
 }
 
-static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth);
-
-/* Decode the streams of a parsed record into positions [P + lo, P + n). */
-static int decode_streams(dec_ctx *c, const skv_rec *r, size_t P)
+/* Layers [l0, l1) of record x's streams into positions [P + lo, P + n) */
+static int decode_streams(dec_ctx *c, rec_dec *x, size_t l0, size_t l1)
 {
     const prof_ent *pe = c->pe;
+    const skv_rec *r = &x->r;
     seqbuf *s = c->s;
-    const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es, a = P + r->lo, b = P + r->n;
-    if (r->nstreams != 2 * L)
-        return skv_error(SKV_ERR_CORRUPT, "chunk record has %u streams for %zu layers", r->nstreams, L);
+    const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es, a = x->P + r->lo, b = x->P + r->n;
     if (r->level == SEQKV_RAW) {
         const uint8_t *p = r->streams;
         for (size_t j = 0; j < 2 * L; j++) {
@@ -108,38 +105,26 @@ static int decode_streams(dec_ctx *c, const skv_rec *r, size_t P)
             if (sz != (b - a) * row)
                 return skv_error(SKV_ERR_CORRUPT, "raw stream of %zu bytes, expected %zu", sz,
                                  (b - a) * row);
-            memcpy(s->kv[j & 1] + ((j / 2) * s->stride + a) * row, p, sz);
+            if (j >= 2 * l0 && j < 2 * l1)
+                memcpy(s->kv[j & 1] + ((j / 2) * s->stride + a) * row, p, sz);
             p += sz;
         }
         return SKV_OK;
     }
     if (r->level == SEQKV_FAST)
         return skv_store_fast_decode(pe, r->streams, r->streams_len, r->sizes, s->kv[0], s->kv[1],
-                                     s->stride, a, b, skv_store_read_pool(c->db));
+                                     s->stride, a, b, l0, l1, skv_store_read_pool(c->db));
     size_t offs[2 * 4096 + 1];
     offs[0] = 0;
     for (size_t j = 0; j < 2 * L; j++)
         offs[j + 1] = offs[j] + skv_load32_le(r->sizes + 4 * j);
     skv_streams in = {(uint8_t *)r->streams, r->streams_len, 0, offs, 2 * L, 0};
-    skv_delta_aux aux;
-    float *bufs[3] = {NULL, NULL, NULL};
-    int rc = SKV_OK;
-    coder_ent *ce = NULL;
-    if (!(r->flags & SKV_REC_CENTROID) && r->side_len)
-        rc = skv_error(SKV_ERR_CORRUPT, "side info in a record without a centroid");
-    if (!rc)
-        rc = skv_store_coder(c->db, c->txn, c->pe, r->calib, r->level, &ce);
-    if (!rc && (r->flags & SKV_REC_CENTROID))
-        rc = member_aux(c, r, ce->d, a, b, &aux, bufs);
-    if (!rc)
-        rc = skv_delta_decode_range(ce->d, s->tok, a, b, s->stride, &in, 0,
-                                    (r->flags & SKV_REC_CENTROID) ? &aux : NULL, s->kv[0],
-                                    s->kv[1]);
-    if (ce)
-        skv_store_coder_release(c->db, ce);
-    for (int i = 0; i < 3; i++)
-        skv_free(bufs[i]);
-    return rc;
+    const skv_delta_aux *aux = (r->flags & SKV_REC_CENTROID) ? &x->aux : NULL;
+    if (l0 == 0 && l1 == L)
+        return skv_delta_decode_range(x->ce->d, s->tok, a, b, s->stride, &in, 0, aux, s->kv[0],
+                                      s->kv[1]);
+    return skv_delta_decode_layers(x->ce->d, s->tok, a, b, s->stride, &in, 0, aux, l0, l1,
+                                   s->kv[0], s->kv[1]);
 }
 
 /* A raw record from version 2 on (XXH3 trailer and checksum over the
@@ -149,12 +134,12 @@ static int raw_fused(const skv_rec *r)
     return r->level == SEQKV_RAW && r->version >= 2;
 }
 
-/* Record t from LMDB (or the writer's batch), its trailer verified -- but
- * a raw record's from version 2 on, which raw_copy verifies as it copies
- * -- and its fields checked against its index entry; r and *img (the
+/* Record t from LMDB (or the writer's batch), its trailer verified -- but,
+ * when fused, a raw record's from version 2 on, which raw_copy verifies as
+ * it copies -- and its fields checked against its index entry; r and *img (the
  * record's *len bytes) point into LMDB's map, valid while c->txn lives. */
-static int load_rec(const dec_ctx *c, const skv_trie_rec *t, skv_rec *r, const uint8_t **img,
-                    size_t *len)
+static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec *r,
+                    const uint8_t **img, size_t *len)
 {
     MDB_val k = {32, (void *)t->key}, v;
     if (t->hidden) {
@@ -177,7 +162,7 @@ static int load_rec(const dec_ctx *c, const skv_trie_rec *t, skv_rec *r, const u
     *len = v.mv_size;
     rc = skv_rec_parse_ex(v.mv_data, v.mv_size, 0, r);
     /* (a parse error is damage or a newer writer: the trailer tells) */
-    if (rc || !raw_fused(r))
+    if (rc || !fused || !raw_fused(r))
         rc = skv_rec_parse(v.mv_data, v.mv_size, r);
     if (rc)
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s",
@@ -215,46 +200,114 @@ static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t
     return SKV_OK;
 }
 
-/* Load, verify and decode record t (and first its base), given that
- * positions before its chunk are already decoded. */
-static int decode_rec(dec_ctx *c, skv_trie_rec *t, int depth)
+int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, size_t *n)
 {
     const size_t CH = (size_t)c->pe->p.chunk, P = (size_t)t->chunk_index * CH;
-    if (depth > (int)CH)
-        return skv_error(SKV_ERR_CORRUPT, "base records form a cycle");
-    if (P + t->n > c->s->stride)
-        return skv_error(SKV_ERR_CORRUPT, "record past the decoded range");
-    int rc;
-    if (t->has_base) {
-        skv_trie_rec *b = skv_trie_find(c->e->trie, t->base);
-        if (!b || b->chunk_index != t->chunk_index || b->n < t->lo ||
-            memcmp(b->parent, t->parent, 32) != 0)
+    size_t k = 0;
+    for (skv_trie_rec *x = t;;) {
+        if (k > CH)
+            return skv_error(SKV_ERR_CORRUPT, "base records form a cycle");
+        if (P + x->n > c->s->stride)
+            return skv_error(SKV_ERR_CORRUPT, "record past the decoded range");
+        out[k++] = x;
+        if (!x->has_base)
+            break;
+        skv_trie_rec *b = skv_trie_find(c->e->trie, x->base);
+        if (!b || b->chunk_index != x->chunk_index || b->n < x->lo ||
+            memcmp(b->parent, x->parent, 32) != 0)
             return skv_error(SKV_ERR_CORRUPT, "record's base is missing or does not fit");
-        if ((rc = decode_rec(c, b, depth + 1)))
-            return rc;
+        x = b;
     }
-    skv_rec r;
-    const uint8_t *img = NULL;
-    size_t len = 0;
-    if ((rc = load_rec(c, t, &r, &img, &len)))
-        return rc;
-    for (uint32_t i = 0; i < r.n; i++)
-        c->s->tok[P + i] = t->tokens[i];
-    if (raw_fused(&r))
-        return raw_copy(c, t, &r, img, len, P);
-    if ((rc = decode_streams(c, &r, P)))
-        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
-                                                skv_error_detail())
-                                    : rc;
-    if (skv_seqbuf_checksum(c->pe, c->s, P + r.lo, P + r.n, r.version) != r.checksum)
-        return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)", r.chunk_index);
-    __atomic_store_n(&t->tick, c->tick, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < k / 2; i++) { /* base first */
+        skv_trie_rec *y = out[i];
+        out[i] = out[k - 1 - i];
+        out[k - 1 - i] = y;
+    }
+    *n = k;
     return SKV_OK;
+}
+
+int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, rec_dec *x)
+{
+    memset(x, 0, sizeof *x);
+    x->t = t;
+    x->P = (size_t)t->chunk_index * (size_t)c->pe->p.chunk;
+    int rc = load_rec(c, t, fused, &x->r, &x->img, &x->len);
+    if (rc)
+        return rc;
+    const skv_rec *r = &x->r;
+    if (r->nstreams != 2 * (size_t)c->pe->p.layers)
+        return skv_error(SKV_ERR_CORRUPT, "chunk record has %u streams for %d layers", r->nstreams,
+                         c->pe->p.layers);
+    for (uint32_t i = 0; i < r->n; i++)
+        c->s->tok[x->P + i] = t->tokens[i];
+    if (r->level == SEQKV_RAW || r->level == SEQKV_FAST)
+        return SKV_OK;
+    if (!(r->flags & SKV_REC_CENTROID) && r->side_len)
+        return skv_error(SKV_ERR_CORRUPT, "side info in a record without a centroid");
+    rc = skv_store_coder(c->db, c->txn, c->pe, r->calib, r->level, &x->ce);
+    if (!rc && (r->flags & SKV_REC_CENTROID))
+        rc = member_aux(c, r, x->ce->d, x->P + r->lo, x->P + r->n, &x->aux, x->bufs);
+    return rc;
+}
+
+int skv_store_rec_layered(const rec_dec *x)
+{
+    return x->r.level != SEQKV_SPEC && x->r.level != SEQKV_FULL;
+}
+
+int skv_store_rec_layers(dec_ctx *c, rec_dec *x, size_t l0, size_t l1)
+{
+    int rc = decode_streams(c, x, l0, l1);
+    return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
+                                            skv_error_detail())
+                                : rc;
+}
+
+int skv_store_rec_check(dec_ctx *c, rec_dec *x)
+{
+    const skv_rec *r = &x->r;
+    if (skv_seqbuf_checksum(c->pe, c->s, x->P + r->lo, x->P + r->n, r->version) != r->checksum)
+        return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)", r->chunk_index);
+    __atomic_store_n(&x->t->tick, c->tick, __ATOMIC_RELAXED);
+    return SKV_OK;
+}
+
+void skv_store_rec_close(dec_ctx *c, rec_dec *x)
+{
+    if (x->ce)
+        skv_store_coder_release(c->db, x->ce);
+    for (int i = 0; i < 3; i++)
+        skv_free(x->bufs[i]);
+    memset(x, 0, sizeof *x);
+}
+
+/* Load, verify and decode record t (and first its bases), given that
+ * positions before its chunk are already decoded. */
+static int decode_rec(dec_ctx *c, skv_trie_rec *t)
+{
+    skv_trie_rec *one[8], **chain = one;
+    size_t n = 0;
+    if (t->has_base && !(chain = skv_malloc(((size_t)c->pe->p.chunk + 1) * sizeof *chain)))
+        return skv_error(SKV_ERR_NOMEM, "base records");
+    int rc = skv_store_rec_chain(c, t, chain, &n);
+    for (size_t i = 0; !rc && i < n; i++) {
+        rec_dec x;
+        rc = skv_store_rec_open(c, chain[i], 1, &x);
+        if (!rc && raw_fused(&x.r))
+            rc = raw_copy(c, chain[i], &x.r, x.img, x.len, x.P);
+        else if (!rc && !(rc = skv_store_rec_layers(c, &x, 0, (size_t)c->pe->p.layers)))
+            rc = skv_store_rec_check(c, &x);
+        skv_store_rec_close(c, &x);
+    }
+    if (chain != one)
+        skv_free(chain);
+    return rc;
 }
 
 int skv_store_decode_rec(dec_ctx *c, skv_trie_rec *t)
 {
-    return decode_rec(c, t, 0);
+    return decode_rec(c, t);
 }
 
 /* Decode the records of a matched path into s (stride >= the path's
@@ -265,7 +318,7 @@ int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, c
 {
     const size_t CH = (size_t)c->pe->p.chunk;
     for (size_t j = 0; j < steps; j++) {
-        int rc = decode_rec(c, path[j].rec, 0);
+        int rc = decode_rec(c, path[j].rec);
         if (rc)
             return rc;
         size_t a = j * CH, b = a + path[j].used;

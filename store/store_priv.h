@@ -163,6 +163,32 @@ int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, c
  * before its chunk is there already (its base first, when it has one). */
 int skv_store_decode_rec(dec_ctx *c, skv_trie_rec *t);
 
+/* Record t's records in decode order, its bases first (out holds chunk + 1) */
+int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, size_t *n);
+
+/* One record being decoded, in steps: open loads it (its trailer verified
+ * unless fused, when a raw record of version 2 on is left for raw_copy),
+ * writes its tokens into c->s, takes its coder and makes its centroid
+ * predictions; layers decodes layers [l0, l1) -- given those layers of
+ * every position before the record -- in any groups, in order (all at once
+ * unless skv_store_rec_layered); check compares the decoded KV's checksum
+ * once every layer is decoded; close releases what open took. */
+typedef struct {
+    skv_trie_rec *t;
+    skv_rec r;              /* pointing into img */
+    const uint8_t *img;     /* the record (LMDB's map, valid while the txn lives) */
+    size_t len;
+    size_t P;               /* its chunk's first position */
+    struct coder_ent *ce;   /* coded levels' coder */
+    skv_delta_aux aux;      /* a centroid member's predictions (in bufs) */
+    float *bufs[3];
+} rec_dec;
+int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, rec_dec *x);
+int skv_store_rec_layered(const rec_dec *x);
+int skv_store_rec_layers(dec_ctx *c, rec_dec *x, size_t l0, size_t l1);
+int skv_store_rec_check(dec_ctx *c, rec_dec *x);
+void skv_store_rec_close(dec_ctx *c, rec_dec *x);
+
 typedef struct {
     prof_ent *pe;
     ns_ent *e;        /* the namespace that matched best (NULL: none) */
@@ -219,12 +245,13 @@ int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, u
  * encode appends its 2 x layers streams of positions [a, b) of k and v
  * (the sequence buffer, stride positions a layer) to st; decode checks
  * and decodes a record's streams (sizes: 2 x layers u32) into k and v,
- * spread over pool when not NULL (the streams stand alone). SKV_ERR_CORRUPT
- * for any damage, the first damaged stream's. */
+ * (layers [l0, l1) of it; every stream's size is checked) spread over
+ * pool when not NULL (the streams stand alone). SKV_ERR_CORRUPT for any
+ * damage, the first damaged stream's. */
 int skv_store_fast_encode(const prof_ent *pe, const uint8_t *k, const uint8_t *v, size_t stride,
                           size_t a, size_t b, skv_streams *st);
 int skv_store_fast_decode(const prof_ent *pe, const uint8_t *streams, size_t streams_len,
                           const uint8_t *sizes, uint8_t *k, uint8_t *v, size_t stride, size_t a,
-                          size_t b, skv_pool *pool);
+                          size_t b, size_t l0, size_t l1, skv_pool *pool);
 
 #endif
