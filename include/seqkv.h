@@ -251,6 +251,23 @@ size_t seqkv_view_hot_chunks(const seqkv_view *v, size_t *chunks);
 /* NULL is a no-op. */
 void seqkv_view_free(seqkv_view *v);
 
+/* seqkv_get_view that tells fn, from the calling thread, each time more
+ * of the view's layers are decoded: the pieces of layers [0, ready) hold
+ * their final bytes from then on (a layer is seqkv_view_pieces / layers
+ * pieces). The chunks missing from the hot tier decode layer-major when
+ * their levels' layers decode alone (raw, stat, ctx, fast; spec and full
+ * predict a layer from the one before, so they decode whole). Every
+ * record's trailer is verified before fn first hears; fn hears ready ==
+ * layers only after every decoded chunk's checksum has been verified too.
+ * When the get fails after fn heard, *out is still the view, to be freed
+ * once nothing uses its pieces, and the layers fn was told of are not to
+ * be trusted (a reply carrying them is cut off). fn must not call seqkv
+ * functions. */
+typedef void (*seqkv_view_fn)(void *ctx, const seqkv_view *v, size_t ready);
+int seqkv_get_view_stream(seqkv *db, const char *tenant, const char *profile,
+                          const int32_t *tokens, size_t n, size_t want, seqkv_view_fn fn,
+                          void *ctx, seqkv_view **out, size_t *got);
+
 /* Layer by layer: decodes chunk by chunk and calls fn once per (range of
  * positions, layer) as soon as it is decoded and verified (fn runs inside
  * the read: it must not call seqkv functions); k and v hold

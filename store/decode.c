@@ -227,7 +227,7 @@ int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, s
     return SKV_OK;
 }
 
-int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, rec_dec *x)
+int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *share, rec_dec *x)
 {
     memset(x, 0, sizeof *x);
     x->t = t;
@@ -245,7 +245,12 @@ int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, rec_dec *x)
         return SKV_OK;
     if (!(r->flags & SKV_REC_CENTROID) && r->side_len)
         return skv_error(SKV_ERR_CORRUPT, "side info in a record without a centroid");
-    rc = skv_store_coder(c->db, c->txn, c->pe, r->calib, r->level, &x->ce);
+    if (share && share->ce && share->r.level == r->level && memcmp(share->r.calib, r->calib, 16) == 0) {
+        x->ce = share->ce; /* (a coder is one decode's at a time: the records share it) */
+        x->shared = 1;
+    } else {
+        rc = skv_store_coder(c->db, c->txn, c->pe, r->calib, r->level, &x->ce);
+    }
     if (!rc && (r->flags & SKV_REC_CENTROID))
         rc = member_aux(c, r, x->ce->d, x->P + r->lo, x->P + r->n, &x->aux, x->bufs);
     return rc;
@@ -275,7 +280,7 @@ int skv_store_rec_check(dec_ctx *c, rec_dec *x)
 
 void skv_store_rec_close(dec_ctx *c, rec_dec *x)
 {
-    if (x->ce)
+    if (x->ce && !x->shared)
         skv_store_coder_release(c->db, x->ce);
     for (int i = 0; i < 3; i++)
         skv_free(x->bufs[i]);
@@ -293,7 +298,7 @@ static int decode_rec(dec_ctx *c, skv_trie_rec *t)
     int rc = skv_store_rec_chain(c, t, chain, &n);
     for (size_t i = 0; !rc && i < n; i++) {
         rec_dec x;
-        rc = skv_store_rec_open(c, chain[i], 1, &x);
+        rc = skv_store_rec_open(c, chain[i], 1, NULL, &x);
         if (!rc && raw_fused(&x.r))
             rc = raw_copy(c, chain[i], &x.r, x.img, x.len, x.P);
         else if (!rc && !(rc = skv_store_rec_layers(c, &x, 0, (size_t)c->pe->p.layers)))

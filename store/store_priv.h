@@ -168,7 +168,9 @@ int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, s
 
 /* One record being decoded, in steps: open loads it (its trailer verified
  * unless fused, when a raw record of version 2 on is left for raw_copy),
- * writes its tokens into c->s, takes its coder and makes its centroid
+ * writes its tokens into c->s, takes its coder (share's, when share is
+ * not NULL and still open and its calibration and level are the same;
+ * closed after x) and makes its centroid
  * predictions; layers decodes layers [l0, l1) -- given those layers of
  * every position before the record -- in any groups, in order (all at once
  * unless skv_store_rec_layered); check compares the decoded KV's checksum
@@ -180,10 +182,11 @@ typedef struct {
     size_t len;
     size_t P;               /* its chunk's first position */
     struct coder_ent *ce;   /* coded levels' coder */
+    int shared;             /* ce is another open record's (share) */
     skv_delta_aux aux;      /* a centroid member's predictions (in bufs) */
     float *bufs[3];
 } rec_dec;
-int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, rec_dec *x);
+int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *share, rec_dec *x);
 int skv_store_rec_layered(const rec_dec *x);
 int skv_store_rec_layers(dec_ctx *c, rec_dec *x, size_t l0, size_t l1);
 int skv_store_rec_check(dec_ctx *c, rec_dec *x);

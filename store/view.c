@@ -137,8 +137,80 @@ static int view_pieces(const match_res *m, seqkv_view *v)
     return SKV_OK;
 }
 
-int seqkv_get_view(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-                   size_t n, size_t want, seqkv_view **out, size_t *got)
+/* The cold chunks of a streamed view (from chunk first on, those not in
+ * the tier), decoded layer-major into v->s, whose pieces already point
+ * there: records open (trailers verified), then `group` layers at a time
+ * over every record in order, fn told after each group but the last; the
+ * checksums once every layer is there. Caller holds rw shared. */
+static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t first,
+                       seqkv_view_fn fn, void *fctx, size_t *told)
+{
+    const prof_ent *pe = m->pe;
+    const size_t CH = (size_t)pe->p.chunk, L = (size_t)pe->p.layers;
+    size_t nrec = 0, cap = 0;
+    for (size_t j = first; j < v->nchunks; j++)
+        cap += v->ch[j] ? 0 : CH + 1;
+    rec_dec *x = skv_calloc(cap ? cap : 1, sizeof *x);
+    skv_trie_rec **chain = skv_malloc((CH + 1) * sizeof *chain);
+    MDB_txn *txn = NULL;
+    int rc = x && chain ? SKV_OK : skv_error(SKV_ERR_NOMEM, "view");
+    if (!rc) {
+        int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
+        rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
+    }
+    dec_ctx c = {db, txn, m->e, m->pe, &v->s, skv_store_tick(db), NULL};
+    skv_store_read_pool_take(db);
+    int layered = 1;
+    for (size_t j = first; !rc && j < v->nchunks; j++) {
+        size_t k = 0;
+        if (v->ch[j] || (rc = skv_store_rec_chain(&c, m->path[j].rec, chain, &k)))
+            continue;
+        for (size_t i = 0; !rc && i < k; i++, nrec++) {
+            rc = skv_store_rec_open(&c, chain[i], 0, nrec ? &x[nrec - 1] : NULL, &x[nrec]);
+            layered &= skv_store_rec_layered(&x[nrec]);
+        }
+    }
+    /* layers [l0, l0 + group) of every record, the pool's threads on their
+     * 2 x group streams (a record's layers follow the positions before) */
+    const skv_pool *pool = skv_store_read_pool(db);
+    const size_t threads = pool ? (size_t)skv_pool_threads(pool) : 1;
+    const size_t group = !layered ? L : threads / 2 > 1 ? threads / 2 : 1;
+    for (size_t l0 = 0; !rc && l0 < L; l0 += group) {
+        const size_t l1 = l0 + group < L ? l0 + group : L;
+        for (size_t i = 0; !rc && i < nrec; i++)
+            rc = skv_store_rec_layers(&c, &x[i], l0, l1);
+        if (!rc && l1 < L) {
+            fn(fctx, v, l1);
+            *told = l1;
+        }
+    }
+    for (size_t i = 0; !rc && i < nrec; i++)
+        rc = skv_store_rec_check(&c, &x[i]);
+    for (size_t i = nrec; i-- > 0;)
+        skv_store_rec_close(&c, &x[i]);
+    skv_store_read_pool_give(db);
+    skv_centroid_free(c.cent);
+    if (txn)
+        mdb_txn_abort(txn);
+    /* verified: the chunks enter the tier (the view keeps its own copy) */
+    for (size_t j = first; !rc && db->hot && j < v->nchunks; j++) {
+        hot_chunk *h = v->ch[j] ? NULL
+                                : skv_store_hot_entry(pe, m->path[j].rec->key, m->path[j].rec->n,
+                                                      &v->s, j * CH);
+        if (h) {
+            skv_hot_put(db->hot, h);
+            skv_hot_unref(h);
+        }
+    }
+    skv_free(chain);
+    skv_free(x);
+    return rc;
+}
+
+/* seqkv_get_view, streamed to fn when fn is not NULL */
+static int get_view(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                    size_t n, size_t want, seqkv_view_fn fn, void *fctx, seqkv_view **out,
+                    size_t *got)
 {
     *out = NULL;
     *got = 0;
@@ -168,19 +240,54 @@ int seqkv_get_view(seqkv *db, const char *tenant, const char *profile, const int
     }
     if (!rc && !db->hot)
         first = 0;
-    if (!rc && first < v->nchunks)
-        rc = view_decode(db, &m, v, first);
-    if (!rc)
-        rc = view_pieces(&m, v);
+    size_t told = 0;
+    const size_t L = rc ? 0 : (size_t)m.pe->p.layers;
+    if (!rc && fn && first < v->nchunks) {
+        /* the pieces point into the buffer the layers decode into */
+        rc = skv_seqbuf_init(&v->s, m.pe, v->nchunks * (size_t)m.pe->p.chunk);
+        for (size_t j = 0; !rc && j < v->nchunks; j++)
+            if (v->ch[j])
+                hot_to_seqbuf(m.pe, v->ch[j], j * (size_t)m.pe->p.chunk, &v->s);
+        if (!rc)
+            rc = view_pieces(&m, v);
+        if (!rc)
+            rc = view_stream(db, &m, v, first, fn, fctx, &told);
+    } else {
+        if (!rc && first < v->nchunks)
+            rc = view_decode(db, &m, v, first);
+        if (!rc)
+            rc = view_pieces(&m, v);
+    }
     pthread_rwlock_unlock(&db->rw);
     skv_free(m.path);
     if (rc) {
+        if (told) { /* fn was told of layers: the caller frees the view */
+            *out = v;
+            return rc;
+        }
         seqkv_view_free(v);
         return rc;
     }
+    if (fn)
+        fn(fctx, v, L);
     *out = v;
     *got = want;
     return SKV_OK;
+}
+
+int seqkv_get_view(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                   size_t n, size_t want, seqkv_view **out, size_t *got)
+{
+    return get_view(db, tenant, profile, tokens, n, want, NULL, NULL, out, got);
+}
+
+int seqkv_get_view_stream(seqkv *db, const char *tenant, const char *profile,
+                          const int32_t *tokens, size_t n, size_t want, seqkv_view_fn fn,
+                          void *ctx, seqkv_view **out, size_t *got)
+{
+    if (!fn)
+        return skv_error(SKV_ERR_ARG, "seqkv_get_view_stream without a function");
+    return get_view(db, tenant, profile, tokens, n, want, fn, ctx, out, got);
 }
 
 int seqkv_get(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens, size_t n,
