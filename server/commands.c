@@ -716,6 +716,21 @@ static void get_counted(skv_server *s, srv_job *j, size_t got, size_t bytes)
     pthread_mutex_unlock(&s->smu);
 }
 
+/* A streamed KV.GET's layers, told to the loop as they decode; the last
+ * (all of them, verified) comes with the job's completion */
+typedef struct {
+    skv_server *s;
+    srv_job *j;
+    size_t layers;
+} get_stream;
+
+static void layers_told(void *ctx, const seqkv_view *v, size_t ready)
+{
+    get_stream *g = ctx;
+    if (ready < g->layers)
+        srv_stream_told(g->s, g->j, v, ready);
+}
+
 /* KV.GET <profile> <tokens>|TOKENS "<ids>" [<n>] [LAYERS] */
 static void cmd_get(skv_server *s, srv_job *j)
 {
@@ -779,8 +794,21 @@ static void cmd_get(skv_server *s, srv_job *j)
      * sends its pieces as they are, the reply is never staged */
     size_t got = 0;
     seqkv_view *v = NULL;
-    rc = seqkv_get_view(s->db, tn, prof, tok, n, want, &v, &got);
+    if (layers && !j->inline_) { /* the loop sends each layer as it decodes */
+        j->stream_layers = p.layers;
+        get_stream gs = {s, j, (size_t)p.layers};
+        rc = seqkv_get_view_stream(s->db, tn, prof, tok, n, want, layers_told, &gs, &v, &got);
+    } else {
+        rc = seqkv_get_view(s->db, tn, prof, tok, n, want, &v, &got);
+    }
     skv_free(tok);
+    if (rc && v) { /* after layers went out: the loop cuts the reply (server.c stream_end) */
+        j->view = v;
+        j->stream_failed = 1;
+        get_counted(s, j, 0, 0);
+        store_err(s, j, rc, "KV.GET");
+        return;
+    }
     if (rc || got != want) {
         seqkv_view_free(v);
         get_counted(s, j, 0, 0);
@@ -793,6 +821,8 @@ static void cmd_get(skv_server *s, srv_job *j)
     }
     if (!layers) {
         skv_rbuf_fmt(&j->reply, "$%zu\r\n", bytes);
+    } else if (j->stream_told) { /* (no lock: only this worker writes it) */
+        j->view_layers = p.layers; /* the loop queued the header with the first layers */
     } else {
         /* layer l is one contiguous slab [k, v][token][kv_head][head_dim] */
         skv_rbuf_array(&j->reply, (size_t)p.layers);

@@ -18,13 +18,19 @@ struct srv_oseg {
     seqkv_view *view; /* or a view: iov[idx..niov) unsent, iov[idx] advanced in place */
     struct iovec *iov;
     size_t niov, idx;
+    size_t avail;     /* iov[.. avail) may be sent (a streamed view: its ready layers) */
+    size_t layer_iov, layer_bytes; /* per layer (a view in layers) */
+    int owns;         /* the view is the segment's (freed with it) */
     char *text;       /* the views' bulk headers */
 };
+
+static void consume(srv_outq *q, size_t w);
 
 static void seg_free(srv_oseg *g)
 {
     skv_rbuf_free(&g->buf);
-    seqkv_view_free(g->view);
+    if (g->owns)
+        seqkv_view_free(g->view);
     skv_free(g->iov);
     skv_free(g->text);
     skv_free(g);
@@ -71,22 +77,23 @@ int srv_outq_rbuf(srv_outq *q, skv_rbuf *r)
     return 0;
 }
 
-int srv_outq_view(srv_outq *q, seqkv_view *v, int layers)
+/* A segment of view v (layers > 0: in layers, [0, ready) sendable), the
+ * view the segment's when own; NULL without memory */
+static srv_oseg *view_seg(seqkv_view *v, int layers, size_t ready, int own)
 {
     static const char crlf[2] = {'\r', '\n'};
     const size_t np = seqkv_view_pieces(v), L = layers > 0 ? (size_t)layers : 1;
     srv_oseg *g = skv_calloc(1, sizeof *g);
     if (g) {
         g->view = v;
+        g->owns = own;
         g->iov = skv_malloc((np + 2 * L) * sizeof *g->iov);
         g->text = layers > 0 ? skv_malloc(L * 24) : NULL;
     }
     if (!g || !g->iov || (layers > 0 && !g->text)) {
         if (g)
             seg_free(g);
-        else
-            seqkv_view_free(v);
-        return -1;
+        return NULL;
     }
     /* the pieces are layer-major, K then V: np / L of them a layer */
     const size_t per = np / L, slab = seqkv_view_bytes(v) / L;
@@ -107,8 +114,67 @@ int srv_outq_view(srv_outq *q, seqkv_view *v, int layers)
         g->iov[g->niov++] = (struct iovec){(void *)crlf, 2};
         bytes += 2;
     }
-    push(q, g, bytes);
+    g->layer_iov = g->niov / L;
+    g->layer_bytes = bytes / L;
+    g->avail = (ready < L ? ready : L) * g->layer_iov;
+    return g;
+}
+
+int srv_outq_view(srv_outq *q, seqkv_view *v, int layers)
+{
+    srv_oseg *g = view_seg(v, layers, (size_t)(layers > 0 ? layers : 1), 1);
+    if (!g) {
+        seqkv_view_free(v);
+        return -1;
+    }
+    push(q, g, g->layer_bytes * g->niov / g->layer_iov);
     return 0;
+}
+
+int srv_outq_view_stream(srv_outq *q, seqkv_view *v, int layers, size_t ready)
+{
+    srv_oseg *g = q->stream || layers <= 0 ? NULL : view_seg(v, layers, ready, 0);
+    if (!g)
+        return -1;
+    const size_t L = (size_t)layers;
+    push(q, g, g->layer_bytes * L);
+    q->waiting += g->layer_bytes * (L - g->avail / g->layer_iov);
+    q->stream = g;
+    return 0;
+}
+
+void srv_outq_stream_ready(srv_outq *q, size_t ready)
+{
+    srv_oseg *g = q->stream;
+    if (!g || ready * g->layer_iov <= g->avail)
+        return;
+    if (ready * g->layer_iov > g->niov)
+        ready = g->niov / g->layer_iov;
+    q->waiting -= g->layer_bytes * (ready - g->avail / g->layer_iov);
+    g->avail = ready * g->layer_iov;
+}
+
+int srv_outq_stream_end(srv_outq *q, int whole)
+{
+    srv_oseg *g = q->stream;
+    if (!g)
+        return -1;
+    if (whole) {
+        srv_outq_stream_ready(q, g->niov / g->layer_iov);
+    } else { /* cut: the layers not ready are never sent */
+        q->pending -= q->waiting;
+        q->waiting = 0;
+        g->niov = g->avail;
+    }
+    g->owns = 1;
+    q->stream = NULL;
+    consume(q, 0); /* (frees a cut one with nothing left to send) */
+    return 0;
+}
+
+size_t srv_outq_sendable(const srv_outq *q)
+{
+    return q->pending - q->waiting;
 }
 
 /* The first SEND_IOV unsent ranges */
@@ -120,8 +186,10 @@ static int gather(const srv_outq *q, struct iovec *iov)
             iov[n++] = (struct iovec){g->buf.p + g->off, g->buf.len - g->off};
             continue;
         }
-        for (size_t i = g->idx; i < g->niov && n < SEND_IOV; i++)
+        for (size_t i = g->idx; i < g->avail && n < SEND_IOV; i++)
             iov[n++] = g->iov[i];
+        if (g->avail < g->niov)
+            break; /* its later layers are still decoding */
     }
     return n;
 }
@@ -130,14 +198,14 @@ static int gather(const srv_outq *q, struct iovec *iov)
 static void consume(srv_outq *q, size_t w)
 {
     q->pending -= w;
-    while (w > 0 && q->head) {
+    while (q->head) {
         srv_oseg *g = q->head;
         if (!g->view) {
             size_t k = g->buf.len - g->off < w ? g->buf.len - g->off : w;
             g->off += k;
             w -= k;
         } else {
-            while (w > 0 && g->idx < g->niov) {
+            while (w > 0 && g->idx < g->avail) {
                 struct iovec *v = &g->iov[g->idx];
                 size_t k = v->iov_len < w ? v->iov_len : w;
                 v->iov_base = (uint8_t *)v->iov_base + k;
@@ -160,8 +228,10 @@ static void consume(srv_outq *q, size_t w)
 int srv_outq_write(srv_outq *q, int fd)
 {
     struct iovec iov[SEND_IOV];
-    while (q->pending) {
+    while (q->pending > q->waiting) {
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)gather(q, iov)};
+        if (m.msg_iovlen == 0)
+            return 0;
         ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR)
@@ -182,5 +252,6 @@ void srv_outq_clear(srv_outq *q)
         seg_free(g);
     }
     q->head = q->tail = NULL;
-    q->pending = 0;
+    q->pending = q->waiting = 0;
+    q->stream = NULL;
 }

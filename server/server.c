@@ -122,7 +122,7 @@ static void client_events(skv_server *s, srv_client *c)
     uint32_t ev = 0;
     if (!c->busy && !c->closing && !s->stopping && pending_out(c) < OUT_PAUSE)
         ev |= EPOLLIN;
-    if (pending_out(c))
+    if (srv_outq_sendable(&c->out)) /* (not a streamed view's layers still decoding) */
         ev |= EPOLLOUT;
     if (ev == c->ev)
         return;
@@ -227,6 +227,77 @@ static void job_free(srv_job *j)
 
 static int client_process(skv_server *s, srv_client *c);
 
+void srv_stream_told(skv_server *s, srv_job *j, const seqkv_view *v, size_t ready)
+{
+    pthread_mutex_lock(&s->dmu);
+    j->stream_view = (seqkv_view *)v;
+    j->stream_ready = ready;
+    j->stream_told = 1;
+    if (!j->stream_posted) {
+        j->stream_posted = 1;
+        j->told_next = s->told;
+        s->told = j;
+    }
+    pthread_mutex_unlock(&s->dmu);
+    uint64_t one = 1;
+    ssize_t w = write(s->evfd, &one, sizeof one);
+    (void)w;
+}
+
+/* Layers [0, j->stream_seen) of a streamed get are decoded (loop thread):
+ * the first time, the array header and the view go into the client's
+ * queue, its later layers held back until they are told too. The job is
+ * still the worker's; its client is busy, so it stays. */
+static void stream_layers(skv_server *s, srv_job *j)
+{
+    srv_client *c = j->c;
+    if (c->dead || c->fd < 0)
+        return;
+    if (!j->stream_open) {
+        if (c->closing)
+            return; /* (job_complete drops the reply) */
+        skv_rbuf h = {0};
+        skv_rbuf_array(&h, (size_t)j->stream_layers);
+        size_t add = h.len + seqkv_view_bytes(j->stream_view) + 32 * (size_t)(j->stream_layers + 1);
+        if (h.oom || pending_out(c) + add > s->cfg.max_output ||
+            srv_outq_rbuf(&c->out, &h) != 0 ||
+            srv_outq_view_stream(&c->out, j->stream_view, j->stream_layers, j->stream_seen) != 0) {
+            skv_rbuf_free(&h);
+            srv_log(s, "client %llu: a streamed reply does not fit its output buffer, closing",
+                    (unsigned long long)c->id);
+            c->closing = 1;
+            srv_outq_clear(&c->out);
+            return;
+        }
+        j->stream_open = 1;
+    } else {
+        srv_outq_stream_ready(&c->out, j->stream_seen);
+    }
+    if (client_write(s, c) == 0)
+        client_events(s, c);
+}
+
+/* The end of a streamed get whose layers the loop was told of: the view
+ * goes out whole, or, when the get failed after, the reply is cut and the
+ * connection closed -- the client never receives a whole reply with bytes
+ * that failed verification. */
+static void stream_end(skv_server *s, srv_job *j)
+{
+    srv_client *c = j->c;
+    if (j->stream_open && srv_outq_stream_end(&c->out, !j->stream_failed) == 0)
+        j->view = NULL; /* the queue's now */
+    if (j->stream_failed || !j->stream_open) {
+        if (j->stream_failed)
+            srv_log(s, "client %llu: a streamed KV.GET failed after %zu layers were sent: %.*s",
+                    (unsigned long long)c->id, j->stream_seen, (int)(j->reply.len > 2 ? j->reply.len - 2 : 0),
+                    j->reply.p ? (const char *)j->reply.p : "");
+        c->closing = 1;
+        if (!j->stream_open)
+            srv_outq_clear(&c->out);
+    }
+    skv_rbuf_free(&j->reply); /* the header went out with the first layers */
+}
+
 /* A job's reply reaches its client (loop thread). An inline job (run by
  * dispatch) only queues its reply: client_process goes on and writes. */
 static void job_complete(skv_server *s, srv_job *j)
@@ -243,8 +314,12 @@ static void job_complete(skv_server *s, srv_job *j)
         job_free(j);
         return;
     }
-    client_reply_view(s, c, &j->reply, j->view, j->view_layers);
-    j->view = NULL;
+    if (j->stream_told) {
+        stream_end(s, j);
+    } else {
+        client_reply_view(s, c, &j->reply, j->view, j->view_layers);
+        j->view = NULL;
+    }
     if (j->close_after)
         c->closing = 1;
     job_free(j);
@@ -913,9 +988,20 @@ int skv_server_run(skv_server *s)
                 ssize_t r = read(s->evfd, &cnt, sizeof cnt);
                 (void)r;
                 pthread_mutex_lock(&s->dmu);
-                srv_job *j = s->dhead;
+                srv_job *j = s->dhead, *t = s->told;
                 s->dhead = s->dtail = NULL;
+                s->told = NULL;
+                for (srv_job *x = t; x; x = x->told_next) {
+                    x->loop_next = x->told_next;
+                    x->stream_seen = x->stream_ready;
+                    x->stream_posted = 0;
+                }
                 pthread_mutex_unlock(&s->dmu);
+                /* layers first: a job done in this batch was told of them before */
+                for (srv_job *next; t; t = next) {
+                    next = t->loop_next;
+                    stream_layers(s, t);
+                }
                 while (j) {
                     srv_job *next = j->next;
                     job_complete(s, j);

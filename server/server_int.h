@@ -71,6 +71,18 @@ struct srv_job {
     skv_rbuf reply;
     seqkv_view *view;  /* sent after reply, from the store's memory (outq.h) */
     int view_layers;   /* > 0: the view as that many bulk strings */
+    /* KV.GET ... LAYERS streamed as its layers decode (srv_stream_told):
+     * the worker tells the loop, which sends them */
+    seqkv_view *stream_view; /* the view being decoded (under dmu) */
+    size_t stream_ready;     /* its layers decoded (under dmu) */
+    int stream_layers;       /* all its layers */
+    int stream_told;         /* the loop was told of layers (under dmu) */
+    int stream_posted;       /* in s->told, not yet seen by the loop (under dmu) */
+    int stream_failed;       /* the get failed after the loop was told */
+    srv_job *told_next;      /* s->told's link (under dmu) */
+    srv_job *loop_next;      /* the loop's copy of it */
+    size_t stream_seen;      /* the loop's copy of stream_ready */
+    int stream_open;         /* loop: the array header and the view are queued */
     double t0;
     int inline_;
     int close_after;
@@ -102,6 +114,7 @@ struct skv_server {
     int qstop;
     pthread_mutex_t dmu;
     srv_job *dhead, *dtail;
+    srv_job *told; /* jobs whose streamed views have layers the loop has not seen, under dmu */
     /* KV.PUTs waiting for the group commit, under pmu */
     pthread_mutex_t pmu;
     srv_job *phead, *ptail;
@@ -136,6 +149,9 @@ void srv_stat_latency(skv_server *s, const srv_cmd *def, double seconds);
 /* Run n KV.PUT jobs as one seqkv_put_batch (one commit) and fill their
  * replies. */
 void srv_put_batch(skv_server *s, srv_job **jobs, size_t n);
+/* A worker's streamed get (job j, view v) has layers [0, ready) decoded:
+ * the loop is woken to send them. */
+void srv_stream_told(skv_server *s, srv_job *j, const seqkv_view *v, size_t ready);
 /* The KV bytes of a KV.PUT job: its last argument (after binary tokens
  * or TOKENS "<ids>") */
 size_t srv_put_kv_len(const srv_job *j);

@@ -196,6 +196,8 @@ static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t
     }
     if ((rc = skv_rec_raw_copy(img, len, r, dst)))
         return rc;
+    for (uint32_t i = 0; i < r->n; i++)
+        c->s->tok[P + i] = t->tokens[i];
     __atomic_store_n(&t->tick, c->tick, __ATOMIC_RELAXED);
     return SKV_OK;
 }
@@ -227,20 +229,21 @@ int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, s
     return SKV_OK;
 }
 
-int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *share, rec_dec *x)
+int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *share,
+                       skv_rec_sum *sum, rec_dec *x)
 {
     memset(x, 0, sizeof *x);
     x->t = t;
+    x->sum = sum;
     x->P = (size_t)t->chunk_index * (size_t)c->pe->p.chunk;
     int rc = load_rec(c, t, fused, &x->r, &x->img, &x->len);
     if (rc)
         return rc;
     const skv_rec *r = &x->r;
+    skv_rec_sum_begin(sum, r->version);
     if (r->nstreams != 2 * (size_t)c->pe->p.layers)
         return skv_error(SKV_ERR_CORRUPT, "chunk record has %u streams for %d layers", r->nstreams,
                          c->pe->p.layers);
-    for (uint32_t i = 0; i < r->n; i++)
-        c->s->tok[x->P + i] = t->tokens[i];
     if (r->level == SEQKV_RAW || r->level == SEQKV_FAST)
         return SKV_OK;
     if (!(r->flags & SKV_REC_CENTROID) && r->side_len)
@@ -263,16 +266,26 @@ int skv_store_rec_layered(const rec_dec *x)
 
 int skv_store_rec_layers(dec_ctx *c, rec_dec *x, size_t l0, size_t l1)
 {
+    /* its tokens (a record based on this one writes others over the later ones) */
+    for (uint32_t i = 0; i < x->r.n; i++)
+        c->s->tok[x->P + i] = x->t->tokens[i];
     int rc = decode_streams(c, x, l0, l1);
-    return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
-                                            skv_error_detail())
-                                : rc;
+    if (rc)
+        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
+                                                skv_error_detail())
+                                    : rc;
+    /* hashed now: a record based on this one overwrites its later positions */
+    const size_t row = c->pe->C * c->pe->es, a = x->P + x->r.lo, b = x->P + x->r.n;
+    for (size_t l = l0; l < l1; l++)
+        for (int kv = 0; kv < 2; kv++)
+            skv_rec_sum_add(x->sum, c->s->kv[kv] + (l * c->s->stride + a) * row, (b - a) * row);
+    return SKV_OK;
 }
 
 int skv_store_rec_check(dec_ctx *c, rec_dec *x)
 {
     const skv_rec *r = &x->r;
-    if (skv_seqbuf_checksum(c->pe, c->s, x->P + r->lo, x->P + r->n, r->version) != r->checksum)
+    if (skv_rec_sum_end(x->sum) != r->checksum)
         return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)", r->chunk_index);
     __atomic_store_n(&x->t->tick, c->tick, __ATOMIC_RELAXED);
     return SKV_OK;
@@ -298,7 +311,8 @@ static int decode_rec(dec_ctx *c, skv_trie_rec *t)
     int rc = skv_store_rec_chain(c, t, chain, &n);
     for (size_t i = 0; !rc && i < n; i++) {
         rec_dec x;
-        rc = skv_store_rec_open(c, chain[i], 1, NULL, &x);
+        skv_rec_sum sum;
+        rc = skv_store_rec_open(c, chain[i], 1, NULL, &sum, &x);
         if (!rc && raw_fused(&x.r))
             rc = raw_copy(c, chain[i], &x.r, x.img, x.len, x.P);
         else if (!rc && !(rc = skv_store_rec_layers(c, &x, 0, (size_t)c->pe->p.layers)))

@@ -173,8 +173,9 @@ int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, s
  * closed after x) and makes its centroid
  * predictions; layers decodes layers [l0, l1) -- given those layers of
  * every position before the record -- in any groups, in order (all at once
- * unless skv_store_rec_layered); check compares the decoded KV's checksum
- * once every layer is decoded; close releases what open took. */
+ * unless skv_store_rec_layered), hashing them into *sum as it goes (a
+ * record based on this one overwrites its later positions); check
+ * compares the checksum once every layer is decoded; close releases what open took. */
 typedef struct {
     skv_trie_rec *t;
     skv_rec r;              /* pointing into img */
@@ -185,8 +186,10 @@ typedef struct {
     int shared;             /* ce is another open record's (share) */
     skv_delta_aux aux;      /* a centroid member's predictions (in bufs) */
     float *bufs[3];
+    skv_rec_sum *sum;       /* its decoded KV's checksum so far (the caller's) */
 } rec_dec;
-int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *share, rec_dec *x);
+int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *share,
+                       skv_rec_sum *sum, rec_dec *x);
 int skv_store_rec_layered(const rec_dec *x);
 int skv_store_rec_layers(dec_ctx *c, rec_dec *x, size_t l0, size_t l1);
 int skv_store_rec_check(dec_ctx *c, rec_dec *x);

@@ -1,6 +1,7 @@
 /* Gets as views (seqkv_get_view) and seqkv_get over them: the matched
  * path's chunks from the hot tier, or read, verified and decoded (and then
  * offered to the tier). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "store_cluster.h"
@@ -152,8 +153,10 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
         cap += v->ch[j] ? 0 : CH + 1;
     rec_dec *x = skv_calloc(cap ? cap : 1, sizeof *x);
     skv_trie_rec **chain = skv_malloc((CH + 1) * sizeof *chain);
+    /* (XXH3's state is 64-byte aligned) */
+    skv_rec_sum *sums = aligned_alloc(_Alignof(skv_rec_sum), (cap ? cap : 1) * sizeof *sums);
     MDB_txn *txn = NULL;
-    int rc = x && chain ? SKV_OK : skv_error(SKV_ERR_NOMEM, "view");
+    int rc = x && chain && sums ? SKV_OK : skv_error(SKV_ERR_NOMEM, "view");
     if (!rc) {
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
@@ -166,15 +169,19 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
         if (v->ch[j] || (rc = skv_store_rec_chain(&c, m->path[j].rec, chain, &k)))
             continue;
         for (size_t i = 0; !rc && i < k; i++, nrec++) {
-            rc = skv_store_rec_open(&c, chain[i], 0, nrec ? &x[nrec - 1] : NULL, &x[nrec]);
+            rc = skv_store_rec_open(&c, chain[i], 0, nrec ? &x[nrec - 1] : NULL, &sums[nrec],
+                                    &x[nrec]);
             layered &= skv_store_rec_layered(&x[nrec]);
         }
     }
     /* layers [l0, l0 + group) of every record, the pool's threads on their
-     * 2 x group streams (a record's layers follow the positions before) */
+     * 2 x group streams (a record's layers follow the positions before):
+     * a group as wide as the pool's threads, but a quarter of the layers
+     * at most, so that the first ones go out early */
     const skv_pool *pool = skv_store_read_pool(db);
     const size_t threads = pool ? (size_t)skv_pool_threads(pool) : 1;
-    const size_t group = !layered ? L : threads / 2 > 1 ? threads / 2 : 1;
+    size_t group = threads / 2 < (L + 3) / 4 ? threads / 2 : (L + 3) / 4;
+    group = !layered ? L : group ? group : 1;
     for (size_t l0 = 0; !rc && l0 < L; l0 += group) {
         const size_t l1 = l0 + group < L ? l0 + group : L;
         for (size_t i = 0; !rc && i < nrec; i++)
@@ -204,6 +211,7 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
     }
     skv_free(chain);
     skv_free(x);
+    free(sums);
     return rc;
 }
 

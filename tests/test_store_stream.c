@@ -75,10 +75,10 @@ static int stream_check(seqkv *db, const su_model *tm, const su_seq *s, size_t w
 }
 
 static seqkv *calibrated(const char *dir, const seqkv_options *o, const su_model *tm,
-                         seqkv_level level, int with_model)
+                         seqkv_level level, int with_model, int chunk)
 {
     seqkv *db = open_store(dir, o);
-    add_profile(db, tm, "p", CHUNK, level, with_model);
+    add_profile(db, tm, "p", chunk, level, with_model);
     if (level > SEQKV_RAW && level != SEQKV_FAST) {
         for (int i = 0; i < 4; i++) {
             su_seq c;
@@ -91,8 +91,11 @@ static seqkv *calibrated(const char *dir, const seqkv_options *o, const su_model
     return db;
 }
 
-/* a (5 chunks) and b (a's first 40 tokens and 20 more: its chunk 2 is a
- * record based on a's); cold, then with chunks 0 and 3 of b hot */
+/* Chunks of 64: a (5 chunks) and b (a's first 150 tokens and 50 more: its
+ * chunk 2 is a record based on a's, whose later positions it overwrites);
+ * cold, then with chunk 0 hot, then a's first chunks hot and the rest
+ * cold */
+#define SCH 64
 static void streamed(seqkv_level level, int with_model)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
@@ -100,12 +103,20 @@ static void streamed(seqkv_level level, int with_model)
     su_random_model(&tm, tmp, SKV_DT_BF16);
     cr_assert_geq(tm.L, 2, "a model of several layers");
     seqkv_options o = {.cache_bytes = 1 << 20, .read_threads = 1};
-    seqkv *db = calibrated(dir, &o, &tm, level, with_model);
+    seqkv *db = calibrated(dir, &o, &tm, level, with_model, SCH);
     su_seq a, b;
-    su_seq_make(&tm, NULL, 0, 70, 21, &a);
-    su_seq_make(&tm, a.tok, 40, 60, 22, &b);
+    su_seq_make(&tm, NULL, 0, 300, 21, &a);
+    su_seq_make(&tm, a.tok, 150, 200, 22, &b);
     put(db, "t", "p", &a, (int)level + 1);
     put(db, "t", "p", &b, (int)level + 1);
+    uint8_t key[32];
+    cr_assert_eq(su_chunk_find(dir, 2, b.tok + 2 * SCH, SCH, key), 0);
+    size_t len;
+    uint8_t *img = su_chunk_get(dir, key, &len);
+    skv_rec r;
+    cr_assert_eq(skv_rec_parse(img, len, &r), 0);
+    cr_assert(r.flags & SKV_REC_BASE, "b's chunk 2 is based on a's");
+    free(img);
     seqkv_close(db);
     const int layered = level != SEQKV_SPEC && level != SEQKV_FULL;
     const char *name = seqkv_level_name(level);
@@ -119,14 +130,14 @@ static void streamed(seqkv_level level, int with_model)
     db = open_store(dir, &o);
     seqkv_view *v;
     size_t got;
-    cr_assert_eq(seqkv_get_view(db, "t", "p", b.tok, b.n, CHUNK, &v, &got), 0); /* chunk 0 */
+    cr_assert_eq(seqkv_get_view(db, "t", "p", b.tok, b.n, SCH, &v, &got), 0); /* chunk 0 */
     seqkv_view_free(v);
     calls = stream_check(db, &tm, &b, b.n, name);
     cr_assert_eq(calls, layered ? tm.L : 1, "%s, chunk 0 hot: %d calls", name, calls);
     seqkv_close(db);
 
     db = open_store(dir, &o);
-    cr_assert_eq(stream_check(db, &tm, &a, 37, name), layered ? tm.L : 1, "%s: a part", name);
+    cr_assert_eq(stream_check(db, &tm, &a, 137, name), layered ? tm.L : 1, "%s: a part", name);
     /* chunks 0-2 of a hot, 3 and 4 cold after them */
     cr_assert_eq(stream_check(db, &tm, &a, a.n, name), layered ? tm.L : 1, "%s: the rest", name);
     /* seqkv_get over the entries the streamed views made */
@@ -222,7 +233,7 @@ Test(stream, damage_fails_the_view_before_its_last_layer, .timeout = 60)
     su_random_model(&tm, tmp, SKV_DT_BF16);
     cr_assert_eq(tm.L, 2);
     seqkv_options o = {.cache_bytes = 0, .read_threads = 1};
-    seqkv *db = calibrated(dir, &o, &tm, SEQKV_CTX, 0);
+    seqkv *db = calibrated(dir, &o, &tm, SEQKV_CTX, 0, CHUNK);
     su_seq a;
     su_seq_make(&tm, NULL, 0, 60, 21, &a);
     put(db, "t", "p", &a, SEQKV_CTX + 1);
