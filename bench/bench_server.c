@@ -605,7 +605,9 @@ static void bench_reads(const bench_env *e, int cold, result red[3][2])
         {"seqkv KV.GET (raw)", OP_GET, "raw", 0, 1},
         {"seqkv KV.GET (ctx)", OP_GET, "ctx", 0, 1},
         {"seqkv KV.GET (fast)", OP_GET, "fast", 0, 1},
+        {"KV.GET LAYERS 1st layer (raw)", OP_LAYERS, "raw", 0, 1},
         {"KV.GET LAYERS 1st layer (ctx)", OP_LAYERS, "ctx", 0, 1},
+        {"KV.GET LAYERS 1st layer(fast)", OP_LAYERS, "fast", 0, 1},
         {"redis GET", OP_RGET, NULL, 1, 0},
         {"redis EXISTS", OP_REXISTS, NULL, 1, 0},
     };
@@ -628,9 +630,12 @@ static void bench_reads(const bench_env *e, int cold, result red[3][2])
             fflush(stdout);
         }
         if (!cold) {
-            red[ci][0] = res[5];
-            red[ci][1] = res[6];
+            red[ci][0] = res[7];
+            red[ci][1] = res[8];
         }
+        printf("  %-26s %7d first layer / whole GET, p50: raw %.2f, ctx %.2f, fast %.2f\n",
+               "KV.GET LAYERS", nc, res[4].p50 / res[1].p50, res[5].p50 / res[2].p50,
+               res[6].p50 / res[3].p50);
         if (e->rpid <= 0)
             continue;
         const result *rg = &red[ci][0];

@@ -533,6 +533,17 @@ static int code_and_append(seq_ctx *q, struct coder_ws *ws, int l, int kv, const
     return rc;
 }
 
+int code_one_stream(seq_ctx *q, int worker, int l, int kv)
+{
+    struct coder_ws *ws = &q->d->ws[worker];
+    if (kv >= 0)
+        return code_stream(q, ws, l, kv, NULL, NULL, NULL);
+    if (pair_rows(q, l))
+        return code_pair(q, ws, l);
+    int rc = code_stream(q, ws, l, 0, NULL, NULL, NULL);
+    return rc ? rc : code_stream(q, ws, l, 1, NULL, NULL, NULL);
+}
+
 /* The streams of one chunk of a model-free level, in parallel over
  * (layer, kv); encoded streams are appended afterwards in order. */
 typedef struct {
@@ -546,8 +557,6 @@ static void par_task(void *vctx, size_t b, size_t e, int worker)
 {
     par_ctx *p = vctx;
     struct coder_ws *ws = &p->q->d->ws[worker];
-    b += 2 * p->q->l0; /* (stream indexes from layer l0's K) */
-    e += 2 * p->q->l0;
     for (size_t j = b; j < e; j++) {
         if (j % 2 == 0 && j + 1 < e && pair_rows(p->q, (int)(j / 2))) { /* K and V of layer j / 2 */
             p->rcs[j] = p->rcs[j + 1] = code_pair(p->q, ws, (int)(j / 2));
@@ -561,13 +570,12 @@ static void par_task(void *vctx, size_t b, size_t e, int worker)
 int code_chunk_parallel(seq_ctx *q)
 {
     const size_t n = (size_t)q->d->cal->sh.layers * 2;
-    const size_t m = (q->l1 - q->l0) * 2; /* the streams of layers [l0, l1) */
     par_ctx p = {q, skv_calloc(n, sizeof(uint8_t *)), skv_calloc(n, sizeof(size_t)),
                  skv_calloc(n, sizeof(int))};
     int rc = (p.bufs && p.lens && p.rcs) ? SKV_OK : skv_error(SKV_ERR_NOMEM, "chunk jobs");
     if (!rc)
-        skv_pool_run(q->d->nws > 1 ? q->d->pool : NULL, m, par_task, &p);
-    for (size_t j = 2 * q->l0; !rc && j < 2 * q->l1; j++)
+        skv_pool_run(q->d->nws > 1 ? q->d->pool : NULL, n, par_task, &p);
+    for (size_t j = 0; !rc && j < n; j++)
         rc = p.rcs[j];
     for (size_t j = 0; !rc && q->mode == CODE_ENCODE && j < n; j++)
         rc = skv_streams_append(q->out, p.bufs[j], p.lens[j]);

@@ -179,13 +179,15 @@ typedef struct {
     float *mu_out[2];           /* CODE_PREDICT: mu per scalar [L][end-start][C] */
     float *rope_sc;             /* [T][rope_dim/2][sin, cos] (rope_angles) or NULL */
     float *rope_cs;             /* [T][2][rope_dim] (rope_cs) where rope_lanes, or NULL */
-    size_t l0, l1;              /* the layers coded: [l0, l1) (all but skv_delta_decode_layers) */
     int rc;
 } seq_ctx;
 
 /* Code the current chunk [q->t0, q->t1) of a model-free level, its
  * streams in parallel (chunk.c) */
 int code_chunk_parallel(seq_ctx *q);
+/* Decode stream (l, kv) of the current chunk with pool worker's workspace
+ * (kv -1: both of layer l, together where code_pair can) */
+int code_one_stream(seq_ctx *q, int worker, int l, int kv);
 /* The model's KV hook that codes each layer of the chunk (chunk.c) */
 void coder_hook(void *vctx, int layer, size_t pos0, size_t n, float *k, float *v);
 

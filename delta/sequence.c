@@ -3,6 +3,61 @@
 
 #include "rope.h"
 
+/* What coding positions [q->start, T) needs whatever the chunking: its
+ * tokens checked, the exact floats, each token's codebook row, RoPE
+ * angles; seq_end frees them (also after a failure here). */
+static int seq_begin(seq_ctx *q)
+{
+    skv_delta *d = q->d;
+    const skv_calib *c = d->cal;
+    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), T = q->T;
+    if (q->start > T || q->stride < T)
+        return skv_error(SKV_ERR_ARG, "range [%zu, %zu) with stride %zu", q->start, T, q->stride);
+    /* (a model also reads the context's tokens) */
+    for (size_t t = d->model ? 0 : q->start; t < T; t++)
+        if (q->tok[t] < 0 || q->tok[t] >= c->sh.vocab)
+            return skv_error(SKV_ERR_ARG, "token id %d at %zu outside the calibration's vocabulary [0, %d)",
+                             q->tok[t], t, c->sh.vocab);
+    for (int kv = 0; kv < 2; kv++)
+        q->kvf[kv] = skv_malloc((L * T * C > 0 ? L * T * C : 1) * sizeof(float));
+    /* each token's codebook row, looked up once for every layer's stream */
+    q->row = skv_malloc((T ? T : 1) * sizeof *q->row);
+    if (!q->kvf[0] || !q->kvf[1] || !q->row)
+        return skv_error(SKV_ERR_NOMEM, "sequence buffers");
+    for (size_t t = q->start; t < T; t++)
+        q->row[t] = calib_row(c, q->tok[t]);
+    /* the codebook feature's RoPE angles, once per position rather than
+     * per layer (stat's constant rows seldom need them) */
+    if (c->rope_known && T && (d->level != SEQKV_STAT || d->plain)) {
+        const size_t half = (size_t)c->sh.rope_dim / 2;
+        if (!(q->rope_sc = skv_malloc(T * half * 2 * sizeof(float))))
+            return skv_error(SKV_ERR_NOMEM, "sequence buffers");
+        for (size_t t = q->start; t < T; t++)
+            for (size_t i = 0; i < half; i++)
+                rope_angles(c, t, (int)i, &q->rope_sc[(t * half + i) * 2],
+                            &q->rope_sc[(t * half + i) * 2 + 1]);
+        if (rope_lanes(c) && !d->plain) {
+            if (!(q->rope_cs = skv_malloc(T * half * 4 * sizeof(float))))
+                return skv_error(SKV_ERR_NOMEM, "sequence buffers");
+            for (size_t t = q->start; t < T; t++)
+                rope_cs(c, q->rope_sc + t * half * 2, +1, q->rope_cs + t * half * 4);
+        }
+    }
+    return SKV_OK;
+}
+
+static void seq_end(seq_ctx *q)
+{
+    skv_free(q->kvf[0]);
+    skv_free(q->kvf[1]);
+    skv_free(q->row);
+    skv_free(q->rope_sc);
+    skv_free(q->rope_cs);
+    q->kvf[0] = q->kvf[1] = NULL;
+    q->row = NULL;
+    q->rope_sc = q->rope_cs = NULL;
+}
+
 /* Code positions [q->start, T) in chunks of `chunk` tokens; positions
  * before q->start are exact context (their bytes are in kvb). */
 static int code_seq(seq_ctx *q, size_t chunk)
@@ -11,48 +66,13 @@ static int code_seq(seq_ctx *q, size_t chunk)
     const skv_calib *c = d->cal;
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), T = q->T;
     const size_t es = skv_dtype_size(c->sh.dtype);
-    int rc = SKV_OK;
     if (chunk == 0)
         return skv_error(SKV_ERR_ARG, "chunk length 0");
-    if (q->start > T || q->stride < T)
-        return skv_error(SKV_ERR_ARG, "range [%zu, %zu) with stride %zu", q->start, T, q->stride);
-    for (size_t t = 0; t < T; t++)
-        if (q->tok[t] < 0 || q->tok[t] >= c->sh.vocab)
-            return skv_error(SKV_ERR_ARG, "token id %d at %zu outside the calibration's vocabulary [0, %d)",
-                             q->tok[t], t, c->sh.vocab);
     uint8_t *pre[2] = {NULL, NULL};
     skv_kvcache *cache = NULL;
-    for (int kv = 0; kv < 2; kv++)
-        q->kvf[kv] = skv_malloc((L * T * C > 0 ? L * T * C : 1) * sizeof(float));
-    /* each token's codebook row, looked up once for every layer's stream */
-    q->row = skv_malloc((T ? T : 1) * sizeof *q->row);
-    if (!q->kvf[0] || !q->kvf[1] || !q->row) {
-        rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
+    int rc = seq_begin(q);
+    if (rc)
         goto done;
-    }
-    for (size_t t = 0; t < T; t++)
-        q->row[t] = calib_row(c, q->tok[t]);
-    /* the codebook feature's RoPE angles, once per position rather than
-     * per layer (stat's constant rows seldom need them) */
-    if (c->rope_known && T && (d->level != SEQKV_STAT || d->plain)) {
-        const size_t half = (size_t)c->sh.rope_dim / 2;
-        if (!(q->rope_sc = skv_malloc(T * half * 2 * sizeof(float)))) {
-            rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
-            goto done;
-        }
-        for (size_t t = q->start; t < T; t++)
-            for (size_t i = 0; i < half; i++)
-                rope_angles(c, t, (int)i, &q->rope_sc[(t * half + i) * 2],
-                            &q->rope_sc[(t * half + i) * 2 + 1]);
-        if (rope_lanes(c) && !d->plain) {
-            if (!(q->rope_cs = skv_malloc(T * half * 4 * sizeof(float)))) {
-                rc = skv_error(SKV_ERR_NOMEM, "sequence buffers");
-                goto done;
-            }
-            for (size_t t = q->start; t < T; t++)
-                rope_cs(c, q->rope_sc + t * half * 2, +1, q->rope_cs + t * half * 4);
-        }
-    }
     /* exact floats, for a model: the context when decoding, everything
      * when encoding (its hook reads whole chunks); without one,
      * code_stream makes each row from the bytes when a prediction first
@@ -98,13 +118,7 @@ done:
     skv_kvcache_free(cache);
     skv_free(pre[0]);
     skv_free(pre[1]);
-    skv_free(q->kvf[0]);
-    skv_free(q->kvf[1]);
-    skv_free(q->row);
-    q->row = NULL;
-    skv_free(q->rope_sc);
-    skv_free(q->rope_cs);
-    q->rope_sc = q->rope_cs = NULL;
+    seq_end(q);
     return rc;
 }
 
@@ -121,7 +135,6 @@ static void seq_init(seq_ctx *q, skv_delta *d, code_mode mode, const int32_t *to
     q->stride = T;
     q->kvb[0] = (uint8_t *)k;
     q->kvb[1] = (uint8_t *)v;
-    q->l1 = (size_t)d->cal->sh.layers;
 }
 
 /* q for coding positions [start, end) of tokens in mode, after the exact
@@ -195,21 +208,51 @@ int skv_delta_predict_range(skv_delta *d, const int32_t *tokens, size_t start, s
     return code_seq(&q, end - start);
 }
 
-int skv_delta_decode_layers(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
-                            size_t stride, const skv_streams *in, size_t first_stream,
-                            const skv_delta_aux *aux, size_t l0, size_t l1, void *k, void *v)
+struct skv_delta_range {
+    seq_ctx q;
+};
+
+int skv_delta_range_open(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
+                         size_t stride, const skv_streams *in, size_t first_stream,
+                         const skv_delta_aux *aux, void *k, void *v, skv_delta_range **out)
 {
+    *out = NULL;
     if (d->model)
         return skv_error(SKV_ERR_ARG, "a level with a model decodes a chunk's layers together");
-    if (l0 >= l1 || l1 > (size_t)d->cal->sh.layers)
-        return skv_error(SKV_ERR_ARG, "layers [%zu, %zu) of %d", l0, l1, d->cal->sh.layers);
-    seq_ctx q;
-    int rc = range_init(&q, d, CODE_DECODE, tokens, start, end, stride, k, v, aux);
-    if (rc)
+    skv_delta_range *r = skv_calloc(1, sizeof *r);
+    if (!r)
+        return skv_error(SKV_ERR_NOMEM, "range");
+    int rc = range_init(&r->q, d, CODE_DECODE, tokens, start, end, stride, k, v, aux);
+    if (!rc) {
+        r->q.in = in;
+        r->q.first_stream = first_stream;
+        rc = seq_begin(&r->q);
+        r->q.tok = NULL; /* (read by seq_begin only: the caller's may change after) */
+        r->q.t0 = start; /* the one chunk (skv_delta_range_stream's calls only read q) */
+        r->q.t1 = end;
+    }
+    if (rc) {
+        skv_delta_range_free(r);
         return rc;
-    q.in = in;
-    q.first_stream = first_stream;
-    q.l0 = l0;
-    q.l1 = l1;
-    return code_seq(&q, end - start);
+    }
+    *out = r;
+    return SKV_OK;
+}
+
+int skv_delta_range_stream(skv_delta_range *r, size_t l, int kv, int worker)
+{
+    seq_ctx *q = &r->q;
+    if (l >= (size_t)q->d->cal->sh.layers || kv < -1 || kv > 1 || worker < 0 ||
+        worker >= q->d->nws)
+        return skv_error(SKV_ERR_ARG, "stream %zu of %d layers, worker %d of %d", l,
+                         q->d->cal->sh.layers, worker, q->d->nws);
+    return code_one_stream(q, worker, (int)l, kv);
+}
+
+void skv_delta_range_free(skv_delta_range *r)
+{
+    if (!r)
+        return;
+    seq_end(&r->q);
+    skv_free(r);
 }

@@ -134,14 +134,23 @@ int skv_delta_encode_range(skv_delta *d, const int32_t *tokens, size_t start, si
 int skv_delta_decode_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
                            size_t stride, const skv_streams *in, size_t first_stream, const skv_delta_aux *aux,
                            void *k, void *v);
-/* skv_delta_decode_range's layers [l0, l1) alone (the streams of the
- * other layers are not read): a model-free level's layers do not depend
- * on one another, so a chunk decodes layer by layer, each layer given the
- * same layer of the positions before start. SKV_ERR_ARG for a level with
- * a model, whose layer l is predicted from layer l - 1. */
-int skv_delta_decode_layers(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
-                            size_t stride, const skv_streams *in, size_t first_stream,
-                            const skv_delta_aux *aux, size_t l0, size_t l1, void *k, void *v);
+/* skv_delta_decode_range a stream or a layer at a time: a model-free
+ * level's layers do not depend on one another, and a stream of layer l
+ * needs only layer l of the positions before start. open prepares what the
+ * streams share (tokens are read there only, not after); stream decodes
+ * layer l's K (kv 0) or V (kv 1) -- or both (kv -1), together where that is
+ * faster -- with the workspace of the coder's pool thread `worker` (its
+ * fn's worker argument; 0 without a pool). Streams of distinct (l, kv) may
+ * decode at once on distinct workers, of one range or of several ranges of
+ * the same coder; a stream of a range needs the same stream of the
+ * positions before it decoded first. SKV_ERR_ARG for a level with a model,
+ * whose layer l is predicted from layer l - 1. */
+typedef struct skv_delta_range skv_delta_range;
+int skv_delta_range_open(skv_delta *d, const int32_t *tokens, size_t start, size_t end,
+                         size_t stride, const skv_streams *in, size_t first_stream,
+                         const skv_delta_aux *aux, void *k, void *v, skv_delta_range **out);
+int skv_delta_range_stream(skv_delta_range *r, size_t l, int kv, int worker);
+void skv_delta_range_free(skv_delta_range *r);
 /* The level's own predictions mu for [start, end) (no coding; the encoder
  * side, every value known): mu_k, mu_v receive [layers][end - start][C]. */
 int skv_delta_predict_range(skv_delta *d, const int32_t *tokens, size_t start, size_t end,

@@ -91,40 +91,29 @@ static int member_aux(dec_ctx *c, const skv_rec *r, skv_delta *d, size_t a, size
     return rc;
 }
 
-/* Layers [l0, l1) of record x's streams into positions [P + lo, P + n) */
-static int decode_streams(dec_ctx *c, rec_dec *x, size_t l0, size_t l1)
+/* Record x's streams into positions [P + lo, P + n) */
+static int decode_streams(dec_ctx *c, rec_dec *x)
 {
     const prof_ent *pe = c->pe;
     const skv_rec *r = &x->r;
     seqbuf *s = c->s;
     const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es, a = x->P + r->lo, b = x->P + r->n;
     if (r->level == SEQKV_RAW) {
-        const uint8_t *p = r->streams;
         for (size_t j = 0; j < 2 * L; j++) {
-            size_t sz = skv_load32_le(r->sizes + 4 * j);
+            size_t sz = x->offs[j + 1] - x->offs[j];
             if (sz != (b - a) * row)
                 return skv_error(SKV_ERR_CORRUPT, "raw stream of %zu bytes, expected %zu", sz,
                                  (b - a) * row);
-            if (j >= 2 * l0 && j < 2 * l1)
-                memcpy(s->kv[j & 1] + ((j / 2) * s->stride + a) * row, p, sz);
-            p += sz;
+            memcpy(s->kv[j & 1] + ((j / 2) * s->stride + a) * row, r->streams + x->offs[j], sz);
         }
         return SKV_OK;
     }
     if (r->level == SEQKV_FAST)
         return skv_store_fast_decode(pe, r->streams, r->streams_len, r->sizes, s->kv[0], s->kv[1],
-                                     s->stride, a, b, l0, l1, skv_store_read_pool(c->db));
-    size_t offs[2 * 4096 + 1];
-    offs[0] = 0;
-    for (size_t j = 0; j < 2 * L; j++)
-        offs[j + 1] = offs[j] + skv_load32_le(r->sizes + 4 * j);
-    skv_streams in = {(uint8_t *)r->streams, r->streams_len, 0, offs, 2 * L, 0};
+                                     s->stride, a, b, skv_store_read_pool(c->db));
     const skv_delta_aux *aux = (r->flags & SKV_REC_CENTROID) ? &x->aux : NULL;
-    if (l0 == 0 && l1 == L)
-        return skv_delta_decode_range(x->ce->d, s->tok, a, b, s->stride, &in, 0, aux, s->kv[0],
-                                      s->kv[1]);
-    return skv_delta_decode_layers(x->ce->d, s->tok, a, b, s->stride, &in, 0, aux, l0, l1,
-                                   s->kv[0], s->kv[1]);
+    return skv_delta_decode_range(x->ce->d, s->tok, a, b, s->stride, &x->in, 0, aux, s->kv[0],
+                                  s->kv[1]);
 }
 
 /* A raw record from version 2 on (XXH3 trailer and checksum over the
@@ -244,10 +233,23 @@ int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *sh
     if (r->nstreams != 2 * (size_t)c->pe->p.layers)
         return skv_error(SKV_ERR_CORRUPT, "chunk record has %u streams for %d layers", r->nstreams,
                          c->pe->p.layers);
+    /* its streams' offsets, checked */
+    const size_t L = (size_t)c->pe->p.layers;
+    if (!(x->offs = skv_malloc((2 * L + 1) * sizeof *x->offs)))
+        return skv_error(SKV_ERR_NOMEM, "record streams");
+    x->offs[0] = 0;
+    for (size_t j = 0; j < 2 * L; j++) {
+        const size_t sz = skv_load32_le(r->sizes + 4 * j);
+        if (sz > r->streams_len - x->offs[j])
+            return skv_error(SKV_ERR_CORRUPT, "stream %zu past the record's streams", j);
+        x->offs[j + 1] = x->offs[j] + sz;
+    }
+    x->in = (skv_streams){(uint8_t *)r->streams, r->streams_len, 0, x->offs, 2 * L, 0};
     if (r->level == SEQKV_RAW || r->level == SEQKV_FAST)
         return SKV_OK;
     if (!(r->flags & SKV_REC_CENTROID) && r->side_len)
         return skv_error(SKV_ERR_CORRUPT, "side info in a record without a centroid");
+
     if (share && share->ce && share->r.level == r->level && memcmp(share->r.calib, r->calib, 16) == 0) {
         x->ce = share->ce; /* (a coder is one decode's at a time: the records share it) */
         x->shared = 1;
@@ -264,21 +266,136 @@ int skv_store_rec_layered(const rec_dec *x)
     return x->r.level != SEQKV_SPEC && x->r.level != SEQKV_FULL;
 }
 
-int skv_store_rec_layers(dec_ctx *c, rec_dec *x, size_t l0, size_t l1)
+int skv_store_rec_decode(dec_ctx *c, rec_dec *x)
 {
     /* its tokens (a record based on this one writes others over the later ones) */
     for (uint32_t i = 0; i < x->r.n; i++)
         c->s->tok[x->P + i] = x->t->tokens[i];
-    int rc = decode_streams(c, x, l0, l1);
+    int rc = decode_streams(c, x);
     if (rc)
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
                                                 skv_error_detail())
                                     : rc;
-    /* hashed now: a record based on this one overwrites its later positions */
     const size_t row = c->pe->C * c->pe->es, a = x->P + x->r.lo, b = x->P + x->r.n;
-    for (size_t l = l0; l < l1; l++)
+    for (size_t l = 0; l < (size_t)c->pe->p.layers; l++)
         for (int kv = 0; kv < 2; kv++)
             skv_rec_sum_add(x->sum, c->s->kv[kv] + (l * c->s->stride + a) * row, (b - a) * row);
+    return SKV_OK;
+}
+
+static int rec_stream(dec_ctx *c, rec_dec *x, size_t j, int worker);
+
+/* Chain link k of record x: stream j0 + k when chains are streams, else
+ * both streams of layer j0 / 2 + k */
+static int rec_link(dec_ctx *c, rec_dec *x, size_t j0, size_t k, int layers, int worker)
+{
+    if (!layers)
+        return rec_stream(c, x, j0 + k, worker);
+    const size_t l = j0 / 2 + k;
+    int rc;
+    if (x->dr) {
+        rc = skv_delta_range_stream(x->dr, l, -1, worker);
+        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
+                                                skv_error_detail())
+                                    : rc;
+    }
+    rc = rec_stream(c, x, 2 * l, worker);
+    return rc ? rc : rec_stream(c, x, 2 * l + 1, worker);
+}
+
+/* Stream j (layer j / 2, K|V) of record x into c->s with the pool
+ * worker's workspace (the streams before it in its chain decoded) */
+static int rec_stream(dec_ctx *c, rec_dec *x, size_t j, int worker)
+{
+    const prof_ent *pe = c->pe;
+    const skv_rec *r = &x->r;
+    const size_t row = pe->C * pe->es, a = x->P + r->lo, rows = r->n - r->lo;
+    const size_t sz = x->offs[j + 1] - x->offs[j];
+    uint8_t *dst = c->s->kv[j & 1] + ((j / 2) * c->s->stride + a) * row;
+    if (r->level == SEQKV_RAW) {
+        if (sz != rows * row)
+            return skv_error(SKV_ERR_CORRUPT, "raw stream of %zu bytes, expected %zu", sz, rows * row);
+        memcpy(dst, r->streams + x->offs[j], sz);
+        return SKV_OK;
+    }
+    if (r->level == SEQKV_FAST) {
+        int rc = skv_fast_decode(r->streams + x->offs[j], sz, pe->p.dtype, rows, pe->C, dst,
+                                 rows * row);
+        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "fast stream %zu: %s", j,
+                                                skv_error_detail())
+                                    : rc;
+    }
+    int rc = skv_delta_range_stream(x->dr, j / 2, (int)(j & 1), worker);
+    return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
+                                            skv_error_detail())
+                                : rc;
+}
+
+/* One group's chains: chain k is link k (rec_link) of records [i0, i1]
+ * in order */
+typedef struct {
+    dec_ctx *c;
+    rec_dec *x;
+    size_t i0, i1, j0;
+    int layers;
+    int *rc;    /* per chain */
+    size_t *at; /* per chain: the record it failed at */
+} chains_job;
+
+static void chains_task(void *ctx, size_t b, size_t e, int worker)
+{
+    chains_job *g = ctx;
+    for (size_t k = b; k < e; k++) {
+        g->rc[k] = SKV_OK;
+        for (size_t i = g->i0; i <= g->i1 && !g->rc[k]; i++)
+            if ((g->rc[k] = rec_link(g->c, &g->x[i], g->j0, k, g->layers, worker)))
+                g->at[k] = i;
+    }
+}
+
+int skv_store_recs_layers(dec_ctx *c, rec_dec *x, size_t n, size_t l0, size_t l1, skv_pool *pool)
+{
+    /* a chain per layer (its K and V together) when there are as many
+     * layers as threads, else per stream */
+    const int layers = l1 - l0 >= (size_t)skv_pool_threads(pool);
+    const size_t row = c->pe->C * c->pe->es, m = (layers ? 1 : 2) * (l1 - l0);
+    int rcs[2 * 4096];
+    size_t at[2 * 4096];
+    for (size_t i0 = 0, i1; i0 < n; i0 = i1 + 1) {
+        /* a segment ends at a base record: the record after it overwrites
+         * its later positions, so its layers are hashed before */
+        for (i1 = i0; i1 + 1 < n && x[i1 + 1].t->chunk_index != x[i1].t->chunk_index; i1++)
+            ;
+        int rc = SKV_OK;
+        for (size_t i = i0; i <= i1 && !rc; i++) {
+            if (x[i].dr || x[i].r.level == SEQKV_RAW || x[i].r.level == SEQKV_FAST)
+                continue;
+            for (uint32_t t = 0; t < x[i].r.n; t++) /* (read by the range's open only) */
+                c->s->tok[x[i].P + t] = x[i].t->tokens[t];
+            rc = skv_delta_range_open(x[i].ce->d, c->s->tok, x[i].P + x[i].r.lo, x[i].P + x[i].r.n,
+                                      c->s->stride, &x[i].in, 0,
+                                      (x[i].r.flags & SKV_REC_CENTROID) ? &x[i].aux : NULL,
+                                      c->s->kv[0], c->s->kv[1], &x[i].dr);
+        }
+        if (rc)
+            return rc;
+        chains_job g = {c, x, i0, i1, 2 * l0, layers, rcs, at};
+        skv_pool_run(pool, m, chains_task, &g);
+        for (size_t k = 0; k < m; k++) {
+            if (!rcs[k])
+                continue;
+            /* again here, for the error's words (a pool thread's are its own) */
+            rc = pool ? rec_link(c, &x[at[k]], 2 * l0, k, layers, 0) : rcs[k];
+            return rc ? rc : skv_error(SKV_ERR_CORRUPT, "a stream failed on a pool thread only");
+        }
+        for (size_t i = i0; i <= i1; i++) {
+            const size_t a = x[i].P + x[i].r.lo, b = x[i].P + x[i].r.n;
+            for (size_t l = l0; l < l1; l++)
+                for (int kv = 0; kv < 2; kv++)
+                    skv_rec_sum_add(x[i].sum, c->s->kv[kv] + (l * c->s->stride + a) * row,
+                                    (b - a) * row);
+        }
+    }
     return SKV_OK;
 }
 
@@ -293,6 +410,8 @@ int skv_store_rec_check(dec_ctx *c, rec_dec *x)
 
 void skv_store_rec_close(dec_ctx *c, rec_dec *x)
 {
+    skv_delta_range_free(x->dr);
+    skv_free(x->offs);
     if (x->ce && !x->shared)
         skv_store_coder_release(c->db, x->ce);
     for (int i = 0; i < 3; i++)
@@ -315,7 +434,7 @@ static int decode_rec(dec_ctx *c, skv_trie_rec *t)
         rc = skv_store_rec_open(c, chain[i], 1, NULL, &sum, &x);
         if (!rc && raw_fused(&x.r))
             rc = raw_copy(c, chain[i], &x.r, x.img, x.len, x.P);
-        else if (!rc && !(rc = skv_store_rec_layers(c, &x, 0, (size_t)c->pe->p.layers)))
+        else if (!rc && !(rc = skv_store_rec_decode(c, &x)))
             rc = skv_store_rec_check(c, &x);
         skv_store_rec_close(c, &x);
     }

@@ -55,7 +55,7 @@ static void fast_task(void *ctx, size_t begin, size_t end, int worker)
 
 int skv_store_fast_decode(const prof_ent *pe, const uint8_t *streams, size_t streams_len,
                           const uint8_t *sizes, uint8_t *k, uint8_t *v, size_t stride, size_t a,
-                          size_t b, size_t l0, size_t l1, skv_pool *pool)
+                          size_t b, skv_pool *pool)
 {
     const size_t L = (size_t)pe->p.layers;
     size_t off[2 * 4096 + 1];
@@ -70,21 +70,17 @@ int skv_store_fast_decode(const prof_ent *pe, const uint8_t *streams, size_t str
     if (off[2 * L] != streams_len)
         return skv_error(SKV_ERR_CORRUPT, "fast streams leave %zu bytes of the record",
                          streams_len - off[2 * L]);
-    /* (the job's pointers from layer l0's K on: task index j is stream 2 l0 + j) */
-    rec_streams_job f = {pe, streams, off + 2 * l0, k, v, stride, a, b - a, rcs};
-    f.k += l0 * stride * pe->C * pe->es;
-    f.v += l0 * stride * pe->C * pe->es;
-    skv_pool_run(pool, 2 * (l1 - l0), fast_task, &f);
-    for (size_t j = 0; j < 2 * (l1 - l0); j++) {
+    rec_streams_job f = {pe, streams, off, k, v, stride, a, b - a, rcs};
+    skv_pool_run(pool, 2 * L, fast_task, &f);
+    for (size_t j = 0; j < 2 * L; j++) {
         if (!rcs[j])
             continue;
         /* again on this thread, for the error's words (a pool thread's
          * detail is its own) */
         int rc = pool ? fast_one(&f, j) : rcs[j];
         if (!rc)
-            rc = skv_error(SKV_ERR_CORRUPT, "fast stream %zu failed on a pool thread only",
-                           2 * l0 + j);
-        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "fast stream %zu: %s", 2 * l0 + j,
+            rc = skv_error(SKV_ERR_CORRUPT, "fast stream %zu failed on a pool thread only", j);
+        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "fast stream %zu: %s", j,
                                                 skv_error_detail())
                                     : rc;
     }

@@ -168,14 +168,13 @@ int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, s
 
 /* One record being decoded, in steps: open loads it (its trailer verified
  * unless fused, when a raw record of version 2 on is left for raw_copy),
- * writes its tokens into c->s, takes its coder (share's, when share is
- * not NULL and still open and its calibration and level are the same;
- * closed after x) and makes its centroid
- * predictions; layers decodes layers [l0, l1) -- given those layers of
- * every position before the record -- in any groups, in order (all at once
- * unless skv_store_rec_layered), hashing them into *sum as it goes (a
- * record based on this one overwrites its later positions); check
- * compares the checksum once every layer is decoded; close releases what open took. */
+ * checks its streams' offsets, takes its coder (share's, when share is not
+ * NULL and still open and its calibration and level are the same; closed
+ * after x) and makes its centroid predictions; decode writes its tokens
+ * into c->s and decodes it whole, given every position before it, hashing
+ * its KV into *sum (skv_store_recs_layers does it a group of layers at a
+ * time, when skv_store_rec_layered); check compares the checksum once
+ * every layer is decoded; close releases what open took. */
 typedef struct {
     skv_trie_rec *t;
     skv_rec r;              /* pointing into img */
@@ -187,11 +186,19 @@ typedef struct {
     skv_delta_aux aux;      /* a centroid member's predictions (in bufs) */
     float *bufs[3];
     skv_rec_sum *sum;       /* its decoded KV's checksum so far (the caller's) */
+    size_t *offs;           /* coded levels: its streams (in) */
+    skv_streams in;
+    skv_delta_range *dr;    /* decoding in layer groups */
 } rec_dec;
 int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *share,
                        skv_rec_sum *sum, rec_dec *x);
 int skv_store_rec_layered(const rec_dec *x);
-int skv_store_rec_layers(dec_ctx *c, rec_dec *x, size_t l0, size_t l1);
+int skv_store_rec_decode(dec_ctx *c, rec_dec *x);
+/* Layers [l0, l1) of open records x[0, n) (layered ones, in decode
+ * order), their (layer, K|V) chains -- stream j of every record in turn --
+ * in parallel over pool (the coders' pool: the readers' when this thread
+ * holds it); hashed into each record's sum as rec_layers does */
+int skv_store_recs_layers(dec_ctx *c, rec_dec *x, size_t n, size_t l0, size_t l1, skv_pool *pool);
 int skv_store_rec_check(dec_ctx *c, rec_dec *x);
 void skv_store_rec_close(dec_ctx *c, rec_dec *x);
 
@@ -251,13 +258,12 @@ int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, u
  * encode appends its 2 x layers streams of positions [a, b) of k and v
  * (the sequence buffer, stride positions a layer) to st; decode checks
  * and decodes a record's streams (sizes: 2 x layers u32) into k and v,
- * (layers [l0, l1) of it; every stream's size is checked) spread over
- * pool when not NULL (the streams stand alone). SKV_ERR_CORRUPT for any
- * damage, the first damaged stream's. */
+ * spread over pool when not NULL (the streams stand alone). SKV_ERR_CORRUPT
+ * for any damage, the first damaged stream's. */
 int skv_store_fast_encode(const prof_ent *pe, const uint8_t *k, const uint8_t *v, size_t stride,
                           size_t a, size_t b, skv_streams *st);
 int skv_store_fast_decode(const prof_ent *pe, const uint8_t *streams, size_t streams_len,
                           const uint8_t *sizes, uint8_t *k, uint8_t *v, size_t stride, size_t a,
-                          size_t b, size_t l0, size_t l1, skv_pool *pool);
+                          size_t b, skv_pool *pool);
 
 #endif

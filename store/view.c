@@ -174,18 +174,19 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
             layered &= skv_store_rec_layered(&x[nrec]);
         }
     }
-    /* layers [l0, l0 + group) of every record, the pool's threads on their
-     * 2 x group streams (a record's layers follow the positions before):
-     * a group as wide as the pool's threads, but a quarter of the layers
-     * at most, so that the first ones go out early */
+    /* layers [l0, l1) of every record, the pool's threads on their chains
+     * (skv_store_recs_layers): first a group of half as many layers as
+     * threads (a chain per stream: the first layer goes out early), then
+     * groups of as many (a chain per layer, its K and V decoded together) */
     const skv_pool *pool = skv_store_read_pool(db);
     const size_t threads = pool ? (size_t)skv_pool_threads(pool) : 1;
-    size_t group = threads / 2 < (L + 3) / 4 ? threads / 2 : (L + 3) / 4;
-    group = !layered ? L : group ? group : 1;
-    for (size_t l0 = 0; !rc && l0 < L; l0 += group) {
-        const size_t l1 = l0 + group < L ? l0 + group : L;
-        for (size_t i = 0; !rc && i < nrec; i++)
-            rc = skv_store_rec_layers(&c, &x[i], l0, l1);
+    for (size_t l0 = 0, l1; !rc && l0 < L; l0 = l1) {
+        const size_t group = !layered ? L : l0 == 0 && threads > 1 ? threads / 2 : threads;
+        l1 = l0 + group < L ? l0 + group : L;
+        if (layered)
+            rc = skv_store_recs_layers(&c, x, nrec, l0, l1, (skv_pool *)pool);
+        for (size_t i = 0; !layered && !rc && i < nrec; i++) /* (l0 0, l1 L) */
+            rc = skv_store_rec_decode(&c, &x[i]);
         if (!rc && l1 < L) {
             fn(fctx, v, l1);
             *told = l1;

@@ -96,13 +96,13 @@ static seqkv *calibrated(const char *dir, const seqkv_options *o, const su_model
  * cold, then with chunk 0 hot, then a's first chunks hot and the rest
  * cold */
 #define SCH 64
-static void streamed(seqkv_level level, int with_model)
+static void streamed_on(seqkv_level level, int with_model, int read_threads)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
     su_random_model(&tm, tmp, SKV_DT_BF16);
     cr_assert_geq(tm.L, 2, "a model of several layers");
-    seqkv_options o = {.cache_bytes = 1 << 20, .read_threads = 1};
+    seqkv_options o = {.cache_bytes = 1 << 20, .read_threads = read_threads};
     seqkv *db = calibrated(dir, &o, &tm, level, with_model, SCH);
     su_seq a, b;
     su_seq_make(&tm, NULL, 0, 300, 21, &a);
@@ -147,6 +147,14 @@ static void streamed(seqkv_level level, int with_model)
     su_seq_free(&a);
     su_seq_free(&b);
     su_model_free(&tm);
+}
+
+/* one read thread, and a pool of three (the chains of a layer group in
+ * parallel) */
+static void streamed(seqkv_level level, int with_model)
+{
+    streamed_on(level, with_model, 1);
+    streamed_on(level, with_model, 3);
 }
 
 Test(stream, raw_decodes_layer_by_layer)
@@ -205,9 +213,11 @@ Test(stream, centroid_members_stream_exactly, .timeout = 120)
         cent += put(db, "t", "p", &mem[i], SEQKV_CTX + 1).centroid_tokens;
     }
     cr_assert_gt(cent, 0, "members coded against the centroid");
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(stream_check(db, &tm, &mem[i], mem[i].n, "member"), tm.L);
-    cr_assert_eq(stream_check(db, &tm, &base, base.n, "centroid"), tm.L);
+    for (int i = 0; i < 3; i++) { /* (groups of layers as the readers' pool has threads) */
+        int calls = stream_check(db, &tm, &mem[i], mem[i].n, "member");
+        cr_assert(calls > 1 && calls <= tm.L, "%d calls", calls);
+    }
+    cr_assert_gt(stream_check(db, &tm, &base, base.n, "centroid"), 1);
     seqkv_close(db);
     su_seq_free(&base);
     for (int i = 0; i < 3; i++)
