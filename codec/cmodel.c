@@ -697,15 +697,30 @@ uint32_t skv__find(const skv_ftab *t, uint32_t slot)
     return sym;
 }
 
+/* log2 f of every frequency a table or a plain bit has (f < 2^16), as
+ * skv_log computes it: calibration's spread search costs millions of
+ * symbols, and the log was half its time */
+static double cost_log2[1u << 16];
+static pthread_once_t cost_log2_once = PTHREAD_ONCE_INIT;
+
+static void cost_log2_init(void)
+{
+    for (uint32_t f = 1; f < (1u << 16); f++)
+        cost_log2[f] = skv_log((double)f) / 0.69314718055994530942;
+}
+
 void skv_cmodel_cost(skv_cmodel *m, uint32_t x, float mu, float s, double *actual, double *ideal)
 {
     skv_cls c;
     skv_op o[8];
     double a = 0, id = 0;
+    pthread_once(&cost_log2_once, cost_log2_init);
     if (skv__classify(m, mu, s, &c) == SKV_OK) {
         int n = skv__plan(m, &c, x, o);
         for (int i = 0; i < n; i++) {
-            a += (double)o[i].bits - skv_log((double)o[i].freq) / 0.69314718055994530942;
+            const uint32_t f = o[i].freq;
+            a += (double)o[i].bits -
+                 (f < (1u << 16) ? cost_log2[f] : skv_log((double)f) / 0.69314718055994530942);
             id += (double)o[i].lp;
         }
     } else {

@@ -120,8 +120,10 @@ typedef struct {
     uint32_t **bits[2];
 } calib_data;
 
+/* Fit level lvl's blend weights and spreads, its (layer, kv, head) groups
+ * split over pool (NULL: this thread) */
 int fit_level(skv_calib *c, const calib_data *d, seqkv_level lvl, float *const *model_pred[2],
-              int max_samples, int quiet);
+              int max_samples, skv_pool *pool, int quiet);
 int fit_atoms(skv_calib *c, const calib_data *d);
 
 /* ---- coding (coder.c, chunk.c, sequence.c) --------------------------------------- */

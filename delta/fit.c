@@ -231,52 +231,52 @@ static void fit_spreads(const fit_group *g, skv_cmodel *cm, const float *w, size
     }
 }
 
-int fit_level(skv_calib *c, const calib_data *d, seqkv_level lvl, float *const *model_pred[2],
-              int max_samples, int quiet)
+/* The groups (layer, kv, head) of a level, split over a pool: each task
+ * fits both seen-classes of its groups with buffers and a coding model of
+ * its own; the groups write disjoint parameters, so the result does not
+ * depend on the split */
+typedef struct {
+    skv_calib *c;
+    const calib_data *d;
+    seqkv_level lvl;
+    float *const *const *model_pred;
+    const int *use;
+    int max_samples;
+    size_t ns;
+    int *rc; /* per group */
+} fit_job;
+
+static int fit_groups(const fit_job *j, size_t b, size_t e)
 {
-    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads,
-                 D = (size_t)c->sh.head_dim;
-    int use[NF] = {lvl >= SEQKV_SPEC, lvl >= SEQKV_CTX, lvl >= SEQKV_CTX, 1};
+    skv_calib *c = j->c;
+    const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads, D = (size_t)c->sh.head_dim;
     skv_cmodel *cm;
-    int rc = skv_cmodel_create(c->sh.dtype, level_mix(lvl), c->pemp, &cm);
+    int rc = skv_cmodel_create(c->sh.dtype, level_mix(j->lvl), c->pemp, &cm);
     if (rc)
         return rc;
-    size_t total = 0;
-    for (size_t i = 0; i < d->n_seq; i++)
-        total += d->T[i];
-    fit_group g = {.c = c, .d = d, .lvl = lvl};
-    g.ns = (total < (size_t)max_samples ? total : (size_t)max_samples) + 2;
+    fit_group g = {.c = c, .d = j->d, .lvl = j->lvl, .ns = j->ns};
     g.xs = skv_malloc(g.ns * D * sizeof *g.xs);
     g.mus = skv_malloc(g.ns * D * sizeof *g.mus);
     g.cbf = skv_malloc(C * sizeof *g.cbf), g.self = skv_malloc(C * sizeof *g.self);
     g.res2 = skv_calloc(D, sizeof *g.res2), g.mag = skv_calloc(D, sizeof *g.mag);
     g.cnt = skv_calloc(D, sizeof *g.cnt);
-    if (!g.xs || !g.mus || !g.cbf || !g.self || !g.res2 || !g.mag || !g.cnt) {
+    if (!g.xs || !g.mus || !g.cbf || !g.self || !g.res2 || !g.mag || !g.cnt)
         rc = skv_error(SKV_ERR_NOMEM, "calibration samples");
-        goto done;
-    }
-    for (g.l = 0; g.l < L; g.l++) {
-        for (g.kv = 0; g.kv < 2; g.kv++) {
-            g.model_pred = model_pred[g.kv];
-            for (g.h = 0; g.h < H; g.h++) {
-                /* Separate parameters for tokens the codebook has seen and
-                 * for the rest (leave-one-out: "seen" means another
-                 * occurrence exists), so exact codebook hits cost ~0 bits
-                 * without pricing unseen tokens as outliers. */
-                for (g.seen = 0; g.seen < 2; g.seen++) {
-                    float *w = c->w[lvl] + (((g.l * 2 + (size_t)g.kv) * H + g.h) * 2 + g.seen) * NF;
-                    size_t nsamp = fit_weights(&g, use, w);
-                    fit_spreads(&g, cm, w, nsamp, max_samples);
-                }
-            }
+    for (size_t k = b; !rc && k < e; k++) {
+        g.l = k / (2 * H);
+        g.kv = (int)(k / H % 2);
+        g.h = k % H;
+        g.model_pred = j->model_pred[g.kv];
+        /* Separate parameters for tokens the codebook has seen and for the
+         * rest (leave-one-out: "seen" means another occurrence exists), so
+         * exact codebook hits cost ~0 bits without pricing unseen tokens
+         * as outliers. */
+        for (g.seen = 0; g.seen < 2; g.seen++) {
+            float *w = c->w[j->lvl] + (((g.l * 2 + (size_t)g.kv) * H + g.h) * 2 + g.seen) * NF;
+            size_t nsamp = fit_weights(&g, j->use, w);
+            fit_spreads(&g, cm, w, nsamp, j->max_samples);
         }
-        if (!quiet)
-            fprintf(stderr, isatty(2) ? "\rcalibrate: %s layer %zu/%zu" : "calibrate: %s layer %zu/%zu\n",
-                    seqkv_level_name(lvl), g.l + 1, L);
     }
-    if (!quiet && isatty(2))
-        fprintf(stderr, "\n");
-done:
     skv_free(g.xs);
     skv_free(g.mus);
     skv_free(g.cbf);
@@ -285,5 +285,39 @@ done:
     skv_free(g.mag);
     skv_free(g.cnt);
     skv_cmodel_free(cm);
+    return rc;
+}
+
+static void fit_task(void *ctx, size_t b, size_t e, int worker)
+{
+    (void)worker;
+    const fit_job *j = ctx;
+    if (b < e)
+        j->rc[b] = fit_groups(j, b, e);
+}
+
+int fit_level(skv_calib *c, const calib_data *d, seqkv_level lvl, float *const *model_pred[2],
+              int max_samples, skv_pool *pool, int quiet)
+{
+    const size_t L = (size_t)c->sh.layers, H = (size_t)c->sh.kv_heads;
+    int use[NF] = {lvl >= SEQKV_SPEC, lvl >= SEQKV_CTX, lvl >= SEQKV_CTX, 1};
+    size_t total = 0;
+    for (size_t i = 0; i < d->n_seq; i++)
+        total += d->T[i];
+    const size_t ng = L * 2 * H;
+    int *rcs = skv_calloc(ng, sizeof *rcs);
+    if (!rcs)
+        return skv_error(SKV_ERR_NOMEM, "calibration");
+    fit_job j = {c, d, lvl, (float *const *const *)model_pred, use, max_samples,
+                 (total < (size_t)max_samples ? total : (size_t)max_samples) + 2, rcs};
+    skv_pool_run(pool, ng, fit_task, &j);
+    int rc = SKV_OK;
+    for (size_t k = 0; k < ng && !rc; k++)
+        rc = rcs[k];
+    skv_free(rcs);
+    if (rc == SKV_ERR_NOMEM) /* (a pool thread's words are its own) */
+        rc = skv_error(SKV_ERR_NOMEM, "calibration samples");
+    if (!rc && !quiet)
+        fprintf(stderr, "calibrate: %s fitted (%zu layers)\n", seqkv_level_name(lvl), L);
     return rc;
 }

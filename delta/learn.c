@@ -271,7 +271,7 @@ static int fit_model_level(skv_calib *c, const calib_data *d, seqkv_level lv, co
     }
     if (!rc) {
         float *const *pp[2] = {pred[0], pred[1]};
-        rc = fit_level(c, d, lv, pp, max_s, quiet);
+        rc = fit_level(c, d, lv, pp, max_s, pool, quiet);
     }
     for (size_t i = 0; i < n_seq; i++) {
         if (pred[0])
@@ -293,11 +293,11 @@ static int fit_levels(skv_calib *c, const calib_data *d, const skv_calib_opts *o
     float *const *none[2] = {NULL, NULL};
     int rc;
     c->version = SKV_CALIB_VERSION;
-    if ((rc = fit_level(c, d, SEQKV_STAT, none, max_s, quiet)))
+    if ((rc = fit_level(c, d, SEQKV_STAT, none, max_s, opts ? opts->pool : NULL, quiet)))
         return rc;
     if ((rc = fit_atoms(c, d)))
         return rc;
-    if ((rc = fit_level(c, d, SEQKV_CTX, none, max_s, quiet)))
+    if ((rc = fit_level(c, d, SEQKV_CTX, none, max_s, opts ? opts->pool : NULL, quiet)))
         return rc;
     c->levels = level_bit(SEQKV_STAT) | level_bit(SEQKV_CTX);
     const skv_model *model = opts ? opts->model : NULL;
