@@ -38,6 +38,7 @@ extern "C" {
  * setting, by default this many (a real vocabulary fits: 150k, 256k),
  * at most SEQKV_VOCAB_MAX */
 #define SEQKV_VOCAB_DEFAULT (1 << 20)
+#define SEQKV_AUTO_CALIBRATE_DEFAULT 8192 /* token positions (seqkv_profile.auto_calibrate) */
 #define SEQKV_VOCAB_MAX 2147483647
 #define SEQKV_MAX_TOKENS (1u << 20) /* tokens per put/get */
 #define SEQKV_SHARED_TENANT "@shared" /* the opt-in shared namespace */
@@ -106,6 +107,10 @@ typedef struct {
                               SEQKV_VOCAB_DEFAULT); may change like level */
     char model[SEQKV_PATH_MAX + 1]; /* checkpoint ("" none): spec, full,
                                        surprisal of the probabilistic trie */
+    int auto_calibrate;    /* a profile above raw with no calibration learns
+                              one (seqkv_maintain) once it holds this many
+                              token positions (0: SEQKV_AUTO_CALIBRATE_DEFAULT;
+                              -1: never); may change like level */
     /* set by the store */
     uint8_t id[32];        /* identity hash */
     uint8_t calib_id[16];  /* current calibration (has_calib) */
@@ -267,6 +272,43 @@ typedef void (*seqkv_view_fn)(void *ctx, const seqkv_view *v, size_t ready);
 int seqkv_get_view_stream(seqkv *db, const char *tenant, const char *profile,
                           const int32_t *tokens, size_t n, size_t want, seqkv_view_fn fn,
                           void *ctx, seqkv_view **out, size_t *got);
+
+/* Self-calibration: each profile (profile NULL: every one) above raw
+ * with no calibration that holds at least auto_calibrate token positions
+ * (all tenants) learns one from its stored sequences, as seqkv_calibrate
+ * does, but at its own level: the model's levels (and their model runs)
+ * only when the profile is at spec or full. Later puts are coded at the
+ * profile's level; what was stored before is re-coded by seqkv_compact.
+ * A profile whose learning failed tries again once it holds twice as
+ * much. *learned (may be NULL) counts the calibrations learned. It takes
+ * the writer lock while it learns (puts wait); gets go on. */
+int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned);
+
+/* Compaction: the records of a profile (NULL: every profile) coded worse
+ * than the profile can code now -- raw or at another level, or under an
+ * older calibration -- are coded again at its level, and an appending
+ * session's records in a chunk (each based on the one before it) become
+ * one record; then calibrations no record or profile uses are deleted.
+ * One record a step, each step its own durable transaction under the
+ * writer lock (puts go on between steps; a kill at any point loses
+ * nothing: a record is replaced by one that decodes to the same bytes, or
+ * not at all). A record is replaced only when the new one is smaller,
+ * when it retires an old calibration, or when it merges. Members coded
+ * against a centroid stay as they are. fn (may be NULL) hears progress
+ * after each record. */
+typedef struct {
+    uint64_t records;      /* records looked at */
+    uint64_t examined;     /* of them, coded worse than their profile can */
+    uint64_t recoded;      /* replaced */
+    uint64_t merged;       /* append records merged into the one after them (deleted) */
+    uint64_t bytes_before; /* of the replaced and merged records */
+    uint64_t bytes_after;  /* of what replaced them */
+    uint64_t calibrations_deleted;
+    uint64_t damaged;      /* records that failed their checks: left as they are */
+} seqkv_compact_stats;
+typedef void (*seqkv_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ctx,
+                  seqkv_compact_stats *out);
 
 /* Layer by layer: decodes chunk by chunk and calls fn once per (range of
  * positions, layer) as soon as it is decoded and verified (fn runs inside

@@ -41,12 +41,10 @@ static int import_calib(seqkv *db, prof_ent *pe, const skv_calib *cal)
     return rc;
 }
 
-int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
+/* Learn profile's calibration from up to max_seq stored sequences; with
+ * the profile's model (spec, full) unless model_free. Caller holds wlock. */
+static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_free)
 {
-    if (!max_seq)
-        max_seq = 64;
-    pthread_mutex_lock(&db->wlock);
-    skv_store_writer(1);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
     int rc = pe ? SKV_OK : skv_store_no_profile(db, profile);
     tips_ctx tc = {NULL, 0, max_seq};
@@ -106,7 +104,7 @@ int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
     if (!rc)
         rc = skv_st_parse(img, len, &st);
     skv_model *model = NULL;
-    if (!rc && pe->p.model[0])
+    if (!rc && pe->p.model[0] && !model_free)
         rc = skv_store_profile_model(db, pe, &model);
     skv_calib *cal = NULL;
     if (!rc) {
@@ -123,6 +121,77 @@ int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
     skv_free(img);
     skv_stw_free(w);
     skv_free(tc.tips);
+    return rc;
+}
+
+int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
+{
+    pthread_mutex_lock(&db->wlock);
+    skv_store_writer(1);
+    int rc = calibrate(db, profile, max_seq ? max_seq : 64, 0);
+    skv_store_writer(0);
+    pthread_mutex_unlock(&db->wlock);
+    return rc;
+}
+
+/* Token positions the profile's records hold (all tenants); caller holds rw */
+typedef struct {
+    uint64_t n;
+} count_ctx;
+
+static void count_rec(void *vctx, skv_trie_rec *r)
+{
+    ((count_ctx *)vctx)->n += r->n - r->lo;
+}
+
+static uint64_t profile_positions(seqkv *db, const prof_ent *pe)
+{
+    count_ctx c = {0};
+    for (size_t i = 0; i < db->nns; i++)
+        if (!memcmp(db->ns[i].prof_id, pe->p.id, 32))
+            skv_trie_foreach(db->ns[i].trie, count_rec, &c);
+    return c.n;
+}
+
+int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
+{
+    if (learned)
+        *learned = 0;
+    if (db->o.read_only)
+        return SKV_OK;
+    int rc = SKV_OK;
+    pthread_mutex_lock(&db->wlock);
+    skv_store_writer(1);
+    for (size_t i = 0; !rc && i < db->nprof; i++) {
+        prof_ent *pe = &db->prof[i];
+        const int want = pe->p.auto_calibrate ? pe->p.auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT;
+        if ((profile && strcmp(profile, pe->p.name) != 0) || pe->p.has_calib || want < 0 ||
+            !seqkv_level_predictive(pe->p.level))
+            continue;
+        pthread_rwlock_rdlock(&db->rw);
+        const uint64_t held = profile_positions(db, pe);
+        pthread_rwlock_unlock(&db->rw);
+        if (held < (uint64_t)want || (pe->autocal_failed && held < 2 * pe->autocal_failed))
+            continue;
+        char name[SEQKV_NAME_MAX + 1];
+        snprintf(name, sizeof name, "%s", pe->p.name);
+        if (!db->o.quiet)
+            fprintf(stderr, "seqkv: profile %s holds %llu token positions: learning its "
+                            "calibration (%s)\n", name, (unsigned long long)held,
+                    seqkv_level_name(pe->p.level));
+        int lr = calibrate(db, name, 64, pe->p.level < SEQKV_SPEC);
+        pe = skv_store_profile(db, name); /* (the profiles may have moved) */
+        if (lr) {
+            if (pe)
+                pe->autocal_failed = held;
+            if (!db->o.quiet)
+                fprintf(stderr, "seqkv: profile %s: self-calibration failed: %s (again at %llu "
+                                "positions)\n", name, skv_error_detail(),
+                        (unsigned long long)(2 * held));
+        } else if (learned) {
+            (*learned)++;
+        }
+    }
     skv_store_writer(0);
     pthread_mutex_unlock(&db->wlock);
     return rc;

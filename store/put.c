@@ -79,7 +79,7 @@ static int surprisal(seqkv *db, prof_ent *pe, const int32_t *tok, size_t n, size
 
 /* Effective level for new chunks: the asked one if the profile's
  * calibration (and model) allow it, else the best one below. */
-static int put_level(prof_ent *pe, int asked)
+int skv_store_put_level(const prof_ent *pe, int asked)
 {
     int l = asked;
     if (seqkv_level_predictive(l) && !pe->p.has_calib)
@@ -89,8 +89,8 @@ static int put_level(prof_ent *pe, int asked)
     return l;
 }
 
-static int code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const seqbuf *s,
-                       size_t a, size_t b, newrec *nr, skv_streams *st)
+int skv_store_code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const seqbuf *s,
+                          size_t a, size_t b, skv_rec *r, skv_streams *st)
 {
     const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es;
     int rc = SKV_OK;
@@ -116,7 +116,7 @@ static int code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const s
             ce = NULL;
         }
     }
-    nr->r.level = (uint8_t)level;
+    r->level = (uint8_t)level;
     if (level == SEQKV_RAW) {
         for (size_t l = 0; l < L && !rc; l++)
             for (int kv = 0; kv < 2 && !rc; kv++)
@@ -126,7 +126,7 @@ static int code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const s
     } else {
         rc = skv_delta_encode_range(ce->d, s->tok, a, b, s->stride, s->kv[0], s->kv[1], NULL, st);
         skv_store_coder_release(db, ce);
-        memcpy(nr->r.calib, pe->p.calib_id, 16);
+        memcpy(r->calib, pe->p.calib_id, 16);
     }
     return rc;
 }
@@ -284,7 +284,7 @@ static int put_match(put_ctx *pc, int standalone, int *prefix)
     pc->L = (size_t)pc->pe->p.layers;
     pc->row = pc->pe->C * pc->pe->es;
     pc->CH = (size_t)pc->pe->p.chunk;
-    pc->level = put_level(pc->pe, (int)(pc->opts.has_level ? pc->opts.level : pc->pe->p.level));
+    pc->level = skv_store_put_level(pc->pe, (int)(pc->opts.has_level ? pc->opts.level : pc->pe->p.level));
     pc->nchunks = (n + pc->CH - 1) / pc->CH;
     pc->path = skv_malloc((pc->nchunks + 1) * sizeof *pc->path);
     pc->nr = skv_calloc(pc->nchunks, sizeof *pc->nr);
@@ -451,7 +451,8 @@ static int put_chunk(put_ctx *pc, MDB_txn *rtxn, const skv_centroid *cent, size_
     const size_t P = i * pc->CH, hi = (pc->req->n - P < pc->CH ? pc->req->n - P : pc->CH);
     const size_t lo = record_header(pc, i, hi, q);
     skv_streams st = {0};
-    int rc = code_record(pc->db, rtxn, pc->pe, pc->level, &pc->s, P + lo, P + hi, q, &st);
+    int rc = skv_store_code_record(pc->db, rtxn, pc->pe, pc->level, &pc->s, P + lo, P + hi, &q->r,
+                                   &st);
     uint8_t *side = NULL;
     size_t side_len = 0;
     int used = 0;

@@ -89,6 +89,7 @@ static void prof_pack(const seqkv_profile *p, uint8_t *b)
     skv_store32_le(b, PROF_MAGIC);
     skv_store32_le(b + 4, 1);
     skv_store32_le(b + 8, (uint32_t)p->vocab);
+    skv_store32_le(b + 12, (uint32_t)p->auto_calibrate);
     memcpy(b + 16, p->name, strnlen(p->name, SEQKV_NAME_MAX));
     uint8_t *q = b + 80;
     int32_t f[10] = {p->layers, p->kv_heads, p->head_dim, (int32_t)p->dtype,
@@ -129,6 +130,10 @@ static int prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
     if (p->vocab == 0 && !p->model[0])
         p->vocab = SEQKV_VOCAB_DEFAULT;
     if (p->vocab < 0)
+        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
+    /* (0 in a record from before the setting: the default) */
+    p->auto_calibrate = (int)skv_load32_le(b + 12);
+    if (p->auto_calibrate < -1)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
     if (p->layers <= 0 || p->kv_heads <= 0 || p->head_dim <= 0 || p->chunk <= 0 ||
         p->chunk > SEQKV_CHUNK_MAX || (unsigned)p->level >= SEQKV_LEVELS)
@@ -313,6 +318,15 @@ void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps)
     if (db->hot)
         skv_hot_drop(db->hot, r->key); /* under rw exclusively: no get sees it after */
     skv_trie_remove(e->trie, r->key);
+}
+
+void skv_store_rebytes(seqkv *db, ns_ent *e, skv_trie_rec *r, uint64_t bytes)
+{
+    db->stored = db->stored - r->bytes + bytes;
+    tenant_ent *te = tenant_by_id(db, e->tenant);
+    if (te)
+        te->used = te->used - r->bytes + bytes;
+    r->bytes = bytes;
 }
 
 /* After every record is indexed: dependency counts (order-independent). */
@@ -778,6 +792,9 @@ int seqkv_profile_set(seqkv *db, seqkv_profile *p)
                              q.model, mv);
         q.vocab = mv;
     }
+    if (q.auto_calibrate < -1)
+        return skv_error(SKV_ERR_ARG, "auto_calibrate must be a token count, 0 (the default, %d) "
+                                      "or -1 (never)", SEQKV_AUTO_CALIBRATE_DEFAULT);
     if (q.vocab < 0)
         return skv_error(SKV_ERR_ARG, "vocab must be 1..%d token ids (0: %d)", SEQKV_VOCAB_MAX,
                          SEQKV_VOCAB_DEFAULT);

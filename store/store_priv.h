@@ -16,6 +16,7 @@ typedef struct {
     size_t es;         /* dtype bytes */
     skv_model *model;  /* loaded on first need (spec, full, surprisal) */
     int model_failed;
+    uint64_t autocal_failed; /* positions held when self-calibration last failed */
 } prof_ent;
 
 typedef struct {
@@ -93,6 +94,12 @@ int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t b
                     uint64_t tick);
 void skv_store_deps(ns_ent *e, const skv_trie_rec *r, int delta);
 void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps);
+/* An indexed record's stored bytes are now `bytes` (the store's and its
+ * tenant's counts follow). Caller holds rw exclusively. */
+void skv_store_rebytes(seqkv *db, ns_ent *e, skv_trie_rec *r, uint64_t bytes);
+/* The level a put asking for `asked` codes at (raw until a calibration) */
+int skv_store_put_level(const prof_ent *pe, int asked);
+
 uint64_t skv_store_tick(seqkv *db);
 int skv_store_grow(seqkv *db);
 int skv_store_profile_model(seqkv *db, prof_ent *pe, skv_model **out);
@@ -135,6 +142,10 @@ void skv_seqbuf_free(seqbuf *s);
 /* Checksum of positions [a, b) in stream order (layer, K then V), as a
  * record of that version holds it (skv_rec_sum). */
 uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b, int version);
+/* Positions [a, b) of s coded at level into st (raw when a token is
+ * outside the calibration's vocabulary); r->level, r->calib set. */
+int skv_store_code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const seqbuf *s,
+                          size_t a, size_t b, skv_rec *r, skv_streams *st);
 
 struct skv_centroid;
 

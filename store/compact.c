@@ -1,0 +1,369 @@
+/* Compaction (seqkv_compact): records coded before their profile could do
+ * better -- raw, at another level, under an older calibration -- are coded
+ * again at the profile's level, and the records an appending session left
+ * in a chunk (each based on the one before, a few tokens more) become one.
+ * Each step is its own transaction, so a kill at any point loses nothing:
+ * a record is replaced by one that decodes to the same bytes, or not at
+ * all. Then calibrations no record or profile uses are deleted. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_priv.h"
+
+typedef struct {
+    uint8_t key[32];
+    size_t ns;
+    uint32_t chunk_index;
+} cand;
+
+typedef struct {
+    seqkv *db;
+    size_t ns;
+    cand *c;
+    size_t n, cap;
+    int oom;
+} cand_ctx;
+
+static void add_cand(void *vctx, skv_trie_rec *r)
+{
+    cand_ctx *x = vctx;
+    if (r->hidden || r->has_centroid)
+        return; /* (a member stays coded against its centroid) */
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? x->cap * 2 : 256;
+        cand *c = skv_realloc(x->c, cap * sizeof *c);
+        if (!c) {
+            x->oom = 1;
+            return;
+        }
+        x->c = c;
+        x->cap = cap;
+    }
+    memcpy(x->c[x->n].key, r->key, 32);
+    x->c[x->n].ns = x->ns;
+    x->c[x->n].chunk_index = r->chunk_index;
+    x->n++;
+}
+
+static int by_chunk(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->ns != y->ns)
+        return x->ns < y->ns ? -1 : 1;
+    return (x->chunk_index > y->chunk_index) - (x->chunk_index < y->chunk_index);
+}
+
+/* Whether t is the last of an append chain in its chunk: based on a record
+ * whose tokens are its own first ones and that nothing else needs, and no
+ * record based on t itself (that one is the chain's end). Caller holds rw. */
+static int chain_end(ns_ent *e, const skv_trie_rec *t)
+{
+    if (!t->has_base)
+        return 0;
+    const skv_trie_rec *b = skv_trie_find(e->trie, t->base);
+    if (!b || b->n > t->n || b->deps != 1 || memcmp(b->tokens, t->tokens, b->n * sizeof(int32_t)))
+        return 0;
+    skv_trie_rec *sib[64];
+    size_t k = skv_trie_children(e->trie, t->parent, sib, 64);
+    for (size_t i = 0; i < k && i < 64; i++)
+        if (sib[i]->has_base && memcmp(sib[i]->base, t->key, 32) == 0)
+            return 0;
+    return k <= 64;
+}
+
+/* The bases a merged record no longer needs: its base, that one's base...
+ * while each holds the record's first tokens and nothing else needs it */
+static size_t dead_bases(ns_ent *e, const skv_trie_rec *t, skv_trie_rec **out, size_t cap)
+{
+    size_t k = 0;
+    const skv_trie_rec *x = t;
+    while (k < cap && x->has_base) {
+        skv_trie_rec *b = skv_trie_find(e->trie, x->base);
+        if (!b || b->n > t->n || b->deps != 1 || memcmp(b->tokens, t->tokens, b->n * sizeof(int32_t)))
+            break;
+        out[k++] = b;
+        x = b;
+    }
+    return k;
+}
+
+/* Write img as record key, deleting the dead bases, in one transaction
+ * (grown and retried when the map is full). Caller holds wlock. */
+static int write_step(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
+                      skv_trie_rec *const *dead, size_t nd)
+{
+    for (int attempt = 0;; attempt++) {
+        MDB_txn *txn;
+        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
+        MDB_val k = {32, (void *)key}, v = {len, (void *)img};
+        if (!mrc)
+            mrc = mdb_put(txn, db->db_chunk, &k, &v, 0);
+        for (size_t i = 0; !mrc && i < nd; i++) {
+            MDB_val dk = {32, dead[i]->key};
+            mrc = mdb_del(txn, db->db_chunk, &dk, NULL);
+            int x = mrc ? 0 : mdb_del(txn, db->db_evict, &dk, NULL);
+            if (x && x != MDB_NOTFOUND)
+                mrc = x;
+        }
+        if (!mrc)
+            mrc = mdb_txn_commit(txn);
+        else if (txn)
+            mdb_txn_abort(txn);
+        if (mrc == MDB_MAP_FULL && attempt < 8) {
+            int rc = skv_store_grow(db);
+            if (rc)
+                return rc;
+            continue;
+        }
+        return mrc ? skv_mdb_error(mrc, "compaction") : SKV_OK;
+    }
+}
+
+/* Code record t of namespace e again (lo 0 when it ends an append chain),
+ * when that helps. Caller holds wlock (writer). */
+static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
+                      seqkv_compact_stats *st)
+{
+    const int level = skv_store_put_level(pe, (int)pe->p.level);
+    pthread_rwlock_rdlock(&db->rw);
+    skv_trie_rec *t = skv_trie_find(e->trie, key);
+    if (!t || t->hidden || t->evicting) {
+        pthread_rwlock_unlock(&db->rw);
+        return SKV_OK;
+    }
+    const int merge = chain_end(e, t);
+    MDB_txn *txn = NULL;
+    int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
+    int rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
+    MDB_val k = {32, (void *)key}, v = {0, NULL};
+    skv_rec r;
+    if (!rc && (mrc = mdb_get(txn, db->db_chunk, &k, &v)))
+        rc = skv_mdb_error(mrc, "read chunk");
+    if (!rc && skv_rec_parse(v.mv_data, v.mv_size, &r)) {
+        /* left as it is: its gets report it; compaction goes on */
+        st->damaged++;
+        if (txn)
+            mdb_txn_abort(txn);
+        pthread_rwlock_unlock(&db->rw);
+        return SKV_OK;
+    }
+    const int stale = !rc && seqkv_level_predictive((seqkv_level)r.level) &&
+                      memcmp(r.calib, pe->p.calib_id, 16) != 0;
+    const int redo = !rc && !(r.flags & SKV_REC_CENTROID) &&
+                     (merge || stale || (int)r.level != level);
+    size_t T = 0, len = 0;
+    int32_t *tok = NULL;
+    uint8_t *kk = NULL, *vv = NULL, *img = NULL;
+    skv_streams ss = {0};
+    skv_rec q;
+    if (redo) {
+        st->examined++;
+        rc = skv_store_decode_chain(db, txn, e, pe, t, &T, &tok, &kk, &vv);
+    }
+    if (redo && !rc) {
+        const size_t P = (size_t)t->chunk_index * (size_t)pe->p.chunk, lo = merge ? 0 : r.lo;
+        seqbuf s = {T, tok, {kk, vv}};
+        q = r;
+        rc = skv_store_code_record(db, txn, pe, level, &s, P + lo, P + r.n, &q, &ss);
+        uint8_t *sz = rc ? NULL : skv_malloc(ss.nstreams * 4 + 4);
+        if (!rc && !sz)
+            rc = skv_error(SKV_ERR_NOMEM, "compaction");
+        if (!rc) {
+            for (size_t j = 0; j < ss.nstreams; j++)
+                skv_store32_le(sz + 4 * j, (uint32_t)(ss.offs[j + 1] - ss.offs[j]));
+            if (merge) {
+                q.lo = 0;
+                q.flags &= (uint8_t)~SKV_REC_BASE;
+                memset(q.base, 0, 32);
+            }
+            if (!seqkv_level_predictive((seqkv_level)q.level))
+                memset(q.calib, 0, 16);
+            q.checksum = skv_seqbuf_checksum(pe, &s, P + q.lo, P + q.n, SKV_REC_VERSION);
+            q.nstreams = (uint32_t)ss.nstreams;
+            q.sizes = sz;
+            q.streams = ss.data;
+            q.streams_len = ss.len;
+            len = skv_rec_size(&q);
+            if (!(img = skv_malloc(len)))
+                rc = skv_error(SKV_ERR_NOMEM, "compaction");
+            else
+                skv_rec_write(&q, img);
+        }
+        skv_free(sz);
+    }
+    const size_t old_len = v.mv_size;
+    if (txn)
+        mdb_txn_abort(txn);
+    pthread_rwlock_unlock(&db->rw);
+    skv_free(tok);
+    skv_free(kk);
+    skv_free(vv);
+    skv_streams_free(&ss);
+    /* a re-coding that does not shrink the record is kept only to retire
+     * an old calibration */
+    if (rc || !redo || (!merge && !stale && len >= old_len)) {
+        skv_free(img);
+        return rc;
+    }
+    skv_trie_rec *dead[SEQKV_CHUNK_MAX];
+    size_t nd = 0;
+    if (merge) {
+        /* readers are out while the record and the index change together
+         * (a reader that matched a base would find it gone; one that
+         * matched t would find fields other than its index entry's) */
+        pthread_rwlock_wrlock(&db->rw);
+        nd = dead_bases(e, t, dead, SEQKV_CHUNK_MAX);
+    }
+    rc = write_step(db, key, img, len, dead, nd);
+    if (!merge)
+        pthread_rwlock_wrlock(&db->rw);
+    if (!rc) {
+        uint64_t freed = 0;
+        if (merge) {
+            skv_store_deps(e, t, -1);
+            t->has_base = 0;
+            t->lo = 0;
+            memset(t->base, 0, 32);
+            skv_store_deps(e, t, +1);
+            for (size_t i = 0; i < nd; i++) {
+                freed += dead[i]->bytes;
+                skv_store_unindex(db, e, dead[i], 1);
+            }
+            st->merged += nd;
+        }
+        skv_store_rebytes(db, e, t, len);
+        t->level = q.level;
+        st->recoded++;
+        st->bytes_before += old_len + freed;
+        st->bytes_after += len;
+    }
+    pthread_rwlock_unlock(&db->rw);
+    skv_free(img);
+    return rc;
+}
+
+/* ---- calibrations no record or profile uses ----------------------------------- */
+
+typedef struct {
+    uint8_t (*id)[16];
+    size_t n, cap;
+} id_set;
+
+static int id_add(id_set *s, const uint8_t id[16])
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (!memcmp(s->id[i], id, 16))
+            return SKV_OK;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        uint8_t(*p)[16] = skv_realloc(s->id, cap * sizeof *p);
+        if (!p)
+            return skv_error(SKV_ERR_NOMEM, "calibration ids");
+        s->id = p;
+        s->cap = cap;
+    }
+    memcpy(s->id[s->n++], id, 16);
+    return SKV_OK;
+}
+
+/* Caller holds wlock: no record or profile changes meanwhile. */
+static int gc_calibrations(seqkv *db, seqkv_compact_stats *st)
+{
+    id_set used = {0};
+    int rc = SKV_OK;
+    for (size_t i = 0; !rc && i < db->nprof; i++)
+        if (db->prof[i].p.has_calib)
+            rc = id_add(&used, db->prof[i].p.calib_id);
+    MDB_txn *txn = NULL;
+    int mrc = rc ? 0 : mdb_txn_begin(db->env, NULL, 0, &txn);
+    if (mrc)
+        rc = skv_mdb_error(mrc, "begin transaction");
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    if (!rc && (mrc = mdb_cursor_open(txn, db->db_chunk, &cur)))
+        rc = skv_mdb_error(mrc, "chunks");
+    while (!rc && !(mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        skv_rec r;
+        if (skv_rec_parse_ex(v.mv_data, v.mv_size, 0, &r) != SKV_OK)
+            rc = skv_error(SKV_ERR_CORRUPT, "compaction: a chunk record does not parse: no "
+                                            "calibration is deleted");
+        else if (seqkv_level_predictive((seqkv_level)r.level))
+            rc = id_add(&used, r.calib);
+    }
+    if (cur)
+        mdb_cursor_close(cur);
+    if (!rc && mrc != MDB_NOTFOUND)
+        rc = skv_mdb_error(mrc, "chunks");
+    if (!rc && (mrc = mdb_cursor_open(txn, db->db_calib, &cur)))
+        rc = skv_mdb_error(mrc, "calibrations");
+    while (!rc && !(mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        int keep = k.mv_size != 16;
+        for (size_t i = 0; !keep && i < used.n; i++)
+            keep = !memcmp(used.id[i], k.mv_data, 16);
+        if (!keep && (mrc = mdb_cursor_del(cur, 0)) == 0)
+            st->calibrations_deleted++;
+        else if (!keep)
+            rc = skv_mdb_error(mrc, "delete calibration");
+    }
+    if (cur)
+        mdb_cursor_close(cur);
+    if (!rc && mrc && mrc != MDB_NOTFOUND)
+        rc = skv_mdb_error(mrc, "calibrations");
+    if (!rc && (mrc = mdb_txn_commit(txn)))
+        rc = skv_mdb_error(mrc, "compaction");
+    else if (rc && txn)
+        mdb_txn_abort(txn);
+    skv_free(used.id);
+    return rc;
+}
+
+int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ctx,
+                  seqkv_compact_stats *out)
+{
+    seqkv_compact_stats st;
+    memset(&st, 0, sizeof st);
+    if (db->o.read_only)
+        return skv_error(SKV_ERR_ARG, "store opened read-only");
+    pthread_rwlock_rdlock(&db->rw);
+    prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
+    int rc = !profile || pe ? SKV_OK : skv_store_no_profile(db, profile);
+    cand_ctx cc = {db, 0, NULL, 0, 0, 0};
+    for (size_t i = 0; !rc && i < db->nns; i++) {
+        if (pe && memcmp(db->ns[i].prof_id, pe->p.id, 32) != 0)
+            continue;
+        cc.ns = i;
+        skv_trie_foreach(db->ns[i].trie, add_cand, &cc);
+    }
+    pthread_rwlock_unlock(&db->rw);
+    if (!rc && cc.oom)
+        rc = skv_error(SKV_ERR_NOMEM, "compaction");
+    if (!rc)
+        qsort(cc.c, cc.n, sizeof *cc.c, by_chunk);
+    /* one record a step, each under the writer lock (puts go between) */
+    for (size_t i = 0; !rc && i < cc.n; i++) {
+        pthread_mutex_lock(&db->wlock);
+        skv_store_writer(1);
+        ns_ent *e = &db->ns[cc.c[i].ns];
+        prof_ent *p = NULL;
+        for (size_t j = 0; j < db->nprof; j++)
+            if (!memcmp(db->prof[j].p.id, e->prof_id, 32))
+                p = &db->prof[j];
+        if (p)
+            rc = recode_one(db, e, p, cc.c[i].key, &st);
+        skv_store_writer(0);
+        pthread_mutex_unlock(&db->wlock);
+        if (fn)
+            fn(ctx, i + 1, cc.n);
+    }
+    st.records = cc.n;
+    skv_free(cc.c);
+    if (!rc) {
+        pthread_mutex_lock(&db->wlock);
+        rc = gc_calibrations(db, &st);
+        pthread_mutex_unlock(&db->wlock);
+    }
+    if (out)
+        *out = st;
+    return rc;
+}

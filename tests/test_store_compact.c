@@ -1,0 +1,313 @@
+/* Self-calibration and compaction: a profile learns its calibration once
+ * it holds auto_calibrate positions (never before, never when -1), and
+ * seqkv_compact codes the raw records stored before at the profile's
+ * level, re-codes records of an older calibration (which is then deleted)
+ * and merges an appending session's records -- every GET exact throughout
+ * and after a reopen, and a kill -9 at any point of a compaction loses
+ * nothing. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "seqkv.h"
+#include "storetest.h"
+#include "storeutil.h"
+#include "testutil.h"
+
+static seqkv_compact_stats compact(seqkv *db, const char *profile)
+{
+    seqkv_compact_stats st;
+    int rc = seqkv_compact(db, profile, NULL, NULL, &st);
+    cr_assert_eq(rc, 0, "compact: %s (%s)", skv_error_name(rc), skv_error_detail());
+    cr_assert_eq(st.damaged, 0);
+    return st;
+}
+
+static void set_auto(seqkv *db, int n)
+{
+    seqkv_profile p;
+    cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
+    p.auto_calibrate = n;
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
+    cr_assert_eq(p.auto_calibrate, n, "the setting is kept");
+}
+
+static int has_calib(seqkv *db)
+{
+    seqkv_profile p;
+    cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
+    return p.has_calib;
+}
+
+Test(compact, a_profile_calibrates_itself_at_its_threshold_and_raw_records_are_recoded,
+     .timeout = 120)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(dir, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    set_auto(db, 300);
+    enum { N = 10 };
+    su_seq s[N];
+    int learned_at = -1;
+    for (int i = 0; i < N; i++) {
+        su_seq_make(&tm, NULL, 0, 48, 100 + (uint64_t)i, &s[i]);
+        put(db, "t", "p", &s[i], 0);
+        int learned = 0;
+        cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", skv_error_detail());
+        if (learned) {
+            cr_assert_eq(learned_at, -1, "learned once");
+            learned_at = i;
+        }
+        cr_assert_eq(has_calib(db), learned_at >= 0);
+    }
+    /* 48 new positions a put (their first tokens may repeat another's) */
+    cr_assert(learned_at >= 5 && learned_at <= 7, "learned at put %d, past 300 positions",
+              learned_at);
+    seqkv_stats before = stats(db, "t");
+    cr_assert_gt(before.level_tokens[SEQKV_RAW], 0, "the puts before it stored raw");
+    cr_assert_gt(before.level_tokens[SEQKV_CTX], 0, "the puts after it coded at ctx");
+    seqkv_compact_stats cs = compact(db, "p");
+    seqkv_stats after = stats(db, "t");
+    cr_assert_eq(after.level_tokens[SEQKV_RAW], 0, "every raw record re-coded");
+    cr_assert_eq(after.level_tokens[SEQKV_CTX], after.coded_tokens);
+    cr_assert_gt(cs.recoded, 0);
+    cr_assert_lt(after.stored_bytes, before.stored_bytes);
+    cr_assert_eq(cs.bytes_before - cs.bytes_after, before.stored_bytes - after.stored_bytes,
+                 "the stats count what changed");
+    for (int i = 0; i < N; i++)
+        assert_whole(db, "t", "p", &tm, &s[i], "after compaction");
+    /* nothing left to do */
+    cs = compact(db, "p");
+    cr_assert_eq(cs.recoded, 0);
+    seqkv_close(db);
+    db = open_store(dir, NULL);
+    for (int i = 0; i < N; i++)
+        assert_whole(db, "t", "p", &tm, &s[i], "after reopen");
+    cr_assert_eq(stats(db, "t").stored_bytes, after.stored_bytes);
+    seqkv_close(db);
+    for (int i = 0; i < N; i++)
+        su_seq_free(&s[i]);
+    su_model_free(&tm);
+}
+
+Test(compact, never_when_off_and_not_below_the_threshold, .timeout = 60)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(dir, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    seqkv_profile p;
+    cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
+    cr_assert_eq(p.auto_calibrate, 0, "the default");
+    su_seq s;
+    su_seq_make(&tm, NULL, 0, 200, 5, &s);
+    put(db, "t", "p", &s, 0);
+    int learned = 1;
+    cr_assert_eq(seqkv_auto_calibrate(db, "p", &learned), 0);
+    cr_assert_eq(learned, 0, "200 positions are fewer than the default 8192");
+    set_auto(db, -1);
+    set_auto(db, -1);
+    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0);
+    cr_assert_eq(learned, 0);
+    p.auto_calibrate = -2;
+    cr_assert_eq(seqkv_profile_set(db, &p), SKV_ERR_ARG);
+    set_auto(db, 100);
+    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0);
+    cr_assert_eq(learned, 1);
+    cr_assert(has_calib(db));
+    seqkv_close(db);
+    su_seq_free(&s);
+    su_model_free(&tm);
+}
+
+/* A second calibration: compaction re-codes the records of the first and
+ * deletes it */
+Test(compact, records_of_an_older_calibration_are_recoded_and_it_is_deleted, .timeout = 120)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(dir, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    su_seq a[4], b[4];
+    for (int i = 0; i < 4; i++) {
+        su_seq_make(&tm, NULL, 0, 40, 10 + (uint64_t)i, &a[i]);
+        put(db, "t", "p", &a[i], 0);
+    }
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+    seqkv_profile p1;
+    cr_assert_eq(seqkv_profile_get(db, "p", &p1), 0);
+    for (int i = 0; i < 4; i++) {
+        su_seq_make(&tm, NULL, 0, 40, 20 + (uint64_t)i, &b[i]);
+        put(db, "t", "p", &b[i], 0);
+    }
+    cr_assert_eq(seqkv_calibrate(db, "p", 2), 0, "%s", skv_error_detail());
+    seqkv_profile p2;
+    cr_assert_eq(seqkv_profile_get(db, "p", &p2), 0);
+    cr_assert_neq(memcmp(p1.calib_id, p2.calib_id, 16), 0, "another calibration");
+    seqkv_compact_stats cs = compact(db, NULL);
+    cr_assert_geq(cs.recoded, 4 * 3, "b's ctx records (and a's raw ones)");
+    cr_assert_eq(cs.calibrations_deleted, 1, "the first calibration");
+    for (int i = 0; i < 4; i++) {
+        assert_whole(db, "t", "p", &tm, &a[i], "a");
+        assert_whole(db, "t", "p", &tm, &b[i], "b");
+    }
+    seqkv_close(db);
+    db = open_store(dir, NULL);
+    for (int i = 0; i < 4; i++) {
+        assert_whole(db, "t", "p", &tm, &a[i], "a, reopened");
+        assert_whole(db, "t", "p", &tm, &b[i], "b, reopened");
+        su_seq_free(&a[i]);
+        su_seq_free(&b[i]);
+    }
+    cr_assert_eq(compact(db, NULL).calibrations_deleted, 0);
+    seqkv_close(db);
+    su_model_free(&tm);
+}
+
+/* An agent appending 2 tokens a put: after compaction, one record a chunk,
+ * within 10% of the bytes of one put of the whole sequence */
+Test(compact, appends_merge_into_one_record_a_chunk, .timeout = 120)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db"), *one = tu_path(tmp, "one");
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_seq s;
+    su_seq_make(&tm, NULL, 0, 100, 3, &s);
+    seqkv *db = open_store(dir, NULL), *ref = open_store(one, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    add_profile(ref, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    for (int i = 0; i < 4; i++) { /* a calibration for both */
+        su_seq c;
+        su_seq_make(&tm, NULL, 0, 40, 60 + (uint64_t)i, &c);
+        put(db, "cal", "p", &c, 0);
+        put(ref, "cal", "p", &c, 0);
+        su_seq_free(&c);
+    }
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0);
+    cr_assert_eq(seqkv_calibrate(ref, "p", 0), 0);
+    put(ref, "t", "p", &s, 0);
+    for (size_t n = 2; n <= s.n; n += 2) {
+        su_seq part = s;
+        part.n = n;
+        part.kv = malloc(su_kv_len(&tm, n));
+        su_expect(&tm, &s, n, part.kv);
+        part.kv_len = su_kv_len(&tm, n);
+        put(db, "t", "p", &part, 0);
+        free(part.kv);
+    }
+    seqkv_stats before = stats(db, "t"), whole = stats(ref, "t");
+    cr_assert_gt(before.chunks, 40, "an append a record");
+    seqkv_compact_stats cs = compact(db, "p");
+    seqkv_stats after = stats(db, "t");
+    const uint64_t chunks = (s.n + CHUNK - 1) / CHUNK;
+    cr_assert_eq(after.chunks, chunks, "%llu records for %llu chunks (%llu merged)",
+                 (unsigned long long)after.chunks, (unsigned long long)chunks,
+                 (unsigned long long)cs.merged);
+    cr_log_info("appends: %llu bytes in %llu records, compacted %llu, one put %llu",
+                (unsigned long long)before.stored_bytes, (unsigned long long)before.chunks,
+                (unsigned long long)after.stored_bytes, (unsigned long long)whole.stored_bytes);
+    cr_assert_leq(after.stored_bytes * 10, whole.stored_bytes * 11,
+                  "within 10%% of one put: %llu against %llu bytes",
+                  (unsigned long long)after.stored_bytes, (unsigned long long)whole.stored_bytes);
+    assert_whole(db, "t", "p", &tm, &s, "after compaction");
+    for (size_t n = 1; n <= s.n; n += 7)
+        cr_assert_eq(su_get_check(db, "t", "p", &tm, &s, n, NULL), 0, "a prefix of %zu", n);
+    seqkv_close(db);
+    db = open_store(dir, NULL);
+    assert_whole(db, "t", "p", &tm, &s, "after reopen");
+    cr_assert_eq(stats(db, "t").chunks, chunks);
+    seqkv_close(db);
+    seqkv_close(ref);
+    su_seq_free(&s);
+    su_model_free(&tm);
+}
+
+/* kill -9 at random moments of a compaction, many rounds: every sequence
+ * exact after each, no record lost or duplicated */
+Test(compact, kill_9_during_compaction_loses_nothing, .timeout = 240)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    char dirc[4200];
+    snprintf(dirc, sizeof dirc, "%s", dir);
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(dirc, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    enum { N = 12 };
+    su_seq s[N];
+    for (int i = 0; i < N; i++) {
+        su_seq_make(&tm, NULL, 0, 64, 300 + (uint64_t)i, &s[i]);
+        put(db, "t", "p", &s[i], 0);
+    }
+    su_seq g;
+    su_seq_make(&tm, NULL, 0, 60, 7, &g); /* an appending session */
+    for (size_t n = 3; n <= g.n; n += 3) {
+        su_seq part = g;
+        part.n = n;
+        part.kv = malloc(su_kv_len(&tm, n));
+        su_expect(&tm, &g, n, part.kv);
+        part.kv_len = su_kv_len(&tm, n);
+        put(db, "t", "p", &part, 0);
+        free(part.kv);
+    }
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0);
+    const uint64_t tokens = stats(db, "t").tokens;
+    seqkv_close(db);
+    srand(12345);
+    int done = 0, killed = 0;
+    for (int round = 0; round < 40 && !done; round++) {
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+            seqkv_options o = SEQKV_OPTIONS_INIT;
+            o.quiet = 1;
+            seqkv *c;
+            if (seqkv_open(dirc, &o, &c))
+                _exit(2);
+            seqkv_compact_stats st;
+            _exit(seqkv_compact(c, "p", NULL, NULL, &st) ? 3 : st.recoded ? 0 : 10);
+        }
+        struct timespec ts = {0, (long)(rand() % 40000) * 1000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int wst;
+        cr_assert_eq(waitpid(pid, &wst, 0), pid);
+        killed += WIFSIGNALED(wst);
+        if (WIFEXITED(wst)) {
+            cr_assert(WEXITSTATUS(wst) == 0 || WEXITSTATUS(wst) == 10, "child exit %d",
+                      WEXITSTATUS(wst));
+            done = WEXITSTATUS(wst) == 10; /* nothing left to compact */
+        }
+        db = open_store(dirc, NULL);
+        for (int i = 0; i < N; i++)
+            assert_whole(db, "t", "p", &tm, &s[i], "after a kill");
+        assert_whole(db, "t", "p", &tm, &g, "the appended session after a kill");
+        cr_assert_eq(stats(db, "t").tokens, tokens, "no position lost or added");
+        seqkv_close(db);
+    }
+    cr_log_info("compaction killed in %d rounds; %s", killed, done ? "then finished" : "unfinished");
+    cr_assert_geq(killed, 3, "kills that landed mid-compaction");
+    db = open_store(dirc, NULL);
+    compact(db, "p");
+    seqkv_stats st = stats(db, "t");
+    cr_assert_eq(st.level_tokens[SEQKV_RAW], 0, "all coded in the end");
+    cr_assert_eq(st.chunks, (uint64_t)N * 4 + (g.n + CHUNK - 1) / CHUNK);
+    for (int i = 0; i < N; i++) {
+        assert_whole(db, "t", "p", &tm, &s[i], "at the end");
+        su_seq_free(&s[i]);
+    }
+    assert_whole(db, "t", "p", &tm, &g, "the appended session at the end");
+    seqkv_close(db);
+    su_seq_free(&g);
+    su_model_free(&tm);
+}
