@@ -42,7 +42,7 @@ static const char profile_get_usage[] =
 static const char profile_set_usage[] =
     "usage: seqkv profile set --db DIR NAME [--model PATH | --kv FILE] [--level L]\n"
     "                         [--dtype D] [--chunk N] [--vocab N] [--calib FILE.cal]\n"
-    "                         [--key PATH]\n"
+    "                         [--auto-calibrate N] [--key PATH]\n"
     "\n"
     "Create a profile, its shape taken from --model (dtype --dtype, default\n"
     "bf16) or from the first sequence of a KV file; or update an existing\n"
@@ -50,7 +50,9 @@ static const char profile_set_usage[] =
     "dtype, RoPE and chunk length of an existing profile cannot change (that\n"
     "is a new profile). --vocab N bounds the token ids a put may use to\n"
     "[0, N) (at most 2147483647; default 1048576) on a profile without a\n"
-    "model; with a model its vocabulary bounds them. It may change later.\n";
+    "model; with a model its vocabulary bounds them. It may change later.\n"
+    "--auto-calibrate N: a profile above raw with no calibration learns one\n"
+    "once it holds N tokens (default 8192; 0: never).\n";
 
 static void hex(const uint8_t *b, size_t n, char *out)
 {
@@ -114,7 +116,9 @@ static void print_profile(const seqkv_profile *p, int json)
             printf("\"%s\"", cid);
         else
             printf("null");
-        printf(",\"vocab\":%d,\"id\":\"%s\"}\n", p->vocab, id);
+        printf(",\"vocab\":%d,\"auto_calibrate\":%d,\"id\":\"%s\"}\n", p->vocab,
+               p->auto_calibrate < 0 ? 0
+               : p->auto_calibrate ? p->auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT, id);
         return;
     }
     printf("profile      %s\n", p->name);
@@ -127,6 +131,11 @@ static void print_profile(const seqkv_profile *p, int json)
     printf("level        %s\n", seqkv_level_name(p->level));
     printf("model        %s\n", p->model[0] ? p->model : "(none)");
     printf("calibration  %s\n", p->has_calib ? cid : "(none)");
+    if (p->auto_calibrate < 0)
+        printf("auto-calib.  off\n");
+    else
+        printf("auto-calib.  at %d tokens\n",
+               p->auto_calibrate ? p->auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT);
     printf("id           %s\n", id);
 }
 
@@ -202,7 +211,8 @@ static int do_profile_set(int argc, char **argv)
     sargs a;
     int r = cli_store_args("profile set", argc, argv, &a, profile_set_usage,
                    SA(S_DB) | SA(S_KEY) | SA(S_PROFILE) | SA(S_MODEL) | SA(S_KV) | SA(S_LEVEL) |
-                       SA(S_DTYPE) | SA(S_CHUNK) | SA(S_VOCAB) | SA(S_CALIB) | SA(S_QUIET),
+                       SA(S_DTYPE) | SA(S_CHUNK) | SA(S_VOCAB) | SA(S_CALIB) | SA(S_QUIET) |
+                       SA(S_AUTOCAL),
                    1);
     if (r)
         return r;
@@ -273,6 +283,8 @@ static int do_profile_set(int argc, char **argv)
             p.vocab = (int)a.vocab;
         else if (a.model)
             p.vocab = 0; /* the new model's */
+        if (a.have_autocal)
+            p.auto_calibrate = cli_auto_calibrate(&a);
         if (!r) {
             rc = seqkv_profile_set(db, &p);
             if (rc)

@@ -21,9 +21,12 @@ static const char put_usage[] =
     "                    shape of the model or the KV file\n"
     "  --dtype D         dtype of the KV --model computes: bf16 (default for a new\n"
     "                    profile), fp16, fp8 or fp32; an existing profile's own\n"
-    "  --level L         raw, stat, ctx, spec or full: a new profile's level\n"
-    "                    (default stat when a calibration exists or --calib is\n"
-    "                    given, else raw), else the level of this put only\n"
+    "  --level L         raw, stat, ctx, spec, full or fast: a new profile's level\n"
+    "                    (default ctx: its chunks are stored raw until it has a\n"
+    "                    calibration), else the level of this put only\n"
+    "  --auto-calibrate N  the profile learns its calibration once it holds N\n"
+    "                    tokens (default 8192; 0: never), inside the put that\n"
+    "                    crosses it, and codes what it stored raw before\n"
     "  --calib FILE.cal  import a calibration ('seqkv codec calibrate') into the\n"
     "                    profile first\n"
     "  --chunk N         tokens per chunk of a new profile (default 256)\n"
@@ -42,6 +45,7 @@ static const char put_usage[] =
 typedef struct {
     size_t seqs, given, fresh, chunks, bytes, centroid;
     long evicted;
+    int calibrated; /* the profile calibrated itself during this put */
     double t0;
 } put_totals;
 
@@ -97,10 +101,17 @@ static void put_summary(const sargs *a, const seqkv_profile *p, const put_totals
     if (t->evicted)
         fprintf(stderr, ", %ld records evicted", t->evicted);
     fputc('\n', stderr);
-    if (t->fresh && !p->has_calib && p->level != SEQKV_FAST)
-        fprintf(stderr, "put: stored raw: profile %s has no calibration yet; 'seqkv calibrate --db %s "
-                "--profile %s' learns one from what is stored, and later puts compress\n",
-                p->name, a->db, p->name);
+    if (t->fresh && !p->has_calib && seqkv_level_predictive(p->level)) {
+        const int at = p->auto_calibrate ? p->auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT;
+        if (at > 0)
+            fprintf(stderr, "put: stored raw: profile %s has no calibration yet; it learns one "
+                    "once it holds %d tokens (--auto-calibrate), and codes what it holds then\n",
+                    p->name, at);
+        else
+            fprintf(stderr, "put: stored raw: profile %s has no calibration (auto-calibrate is "
+                    "off); 'seqkv calibrate --db %s --profile %s' learns one\n", p->name, a->db,
+                    p->name);
+    }
 }
 
 static int put_kvfile(const sargs *a, skv_model *m, seqkv *db, const char *name, skv_st *st,
@@ -164,6 +175,8 @@ static int put_kvfile(const sargs *a, skv_model *m, seqkv *db, const char *name,
             char label[300];
             snprintf(label, sizeof label, "sequence %zu of %s", i, a->kv);
             r = put_one(db, a, &p, i, label, tok, q.T, kv, q.T * tb, &tot);
+            if (!r)
+                tot.calibrated |= cli_put_calibrate(db, a, &p, i + 1);
             if (!r && !a->quiet)
                 cli_progress("put", i + 1, n_seq);
         }
@@ -171,6 +184,8 @@ static int put_kvfile(const sargs *a, skv_model *m, seqkv *db, const char *name,
         free(kv);
     }
     put_summary(a, &p, &tot, r);
+    if (!r && tot.calibrated) /* what was stored raw before, coded now */
+        r = cli_compact(db, a, p.name, "put");
     return r;
 }
 
@@ -224,10 +239,14 @@ static int put_model(const sargs *a, skv_model *m, seqkv *db, const char *name,
         char label[32];
         snprintf(label, sizeof label, "line %zu", toks->line[i]);
         r = put_one(db, a, &p, i, label, toks->seq[i], toks->len[i], kv, toks->len[i] * tb, &tot);
+        if (!r)
+            tot.calibrated |= cli_put_calibrate(db, a, &p, i + 1);
         if (!r && !a->quiet)
             cli_progress("put", i + 1, toks->n);
     }
     put_summary(a, &p, &tot, r);
+    if (!r && tot.calibrated) /* what was stored raw before, coded now */
+        r = cli_compact(db, a, p.name, "put");
     free(kb);
     free(vb);
     free(kv);
@@ -242,7 +261,8 @@ int cmd_put(int argc, char **argv)
     int r = cli_store_args("put", argc, argv, &a, put_usage,
                    COMMON | SA(S_PROFILE) | SA(S_KV) | SA(S_MODEL) | SA(S_TOKENS) | SA(S_LEVEL) |
                        SA(S_CALIB) | SA(S_CHUNK) | SA(S_SHARED) | SA(S_NOSYNC) | SA(S_BUDGET) |
-                       SA(S_QUIET) | SA(S_DTYPE) | SA(S_THREADS) | SA(S_VERBOSE) | SA(S_NOCENT),
+                       SA(S_QUIET) | SA(S_DTYPE) | SA(S_THREADS) | SA(S_VERBOSE) | SA(S_NOCENT) |
+                       SA(S_AUTOCAL),
                    0);
     if (r)
         return r;

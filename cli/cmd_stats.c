@@ -33,13 +33,19 @@ static void raw_hint(seqkv *db, const char *dir, uint64_t raw_tokens)
     size_t i = 0;
     while (i < n && ps[i].has_calib)
         i++;
-    if (i < n)
+    const int at = i < n ? (ps[i].auto_calibrate ? ps[i].auto_calibrate
+                                                  : SEQKV_AUTO_CALIBRATE_DEFAULT) : 0;
+    if (i < n && at > 0)
+        fprintf(stderr, "stats: %llu tokens are stored raw; profile %s calibrates itself once it "
+                "holds %d tokens ('seqkv calibrate --db %s --profile %s' now), and codes them\n",
+                (unsigned long long)raw_tokens, ps[i].name, at, dir, ps[i].name);
+    else if (i < n)
         fprintf(stderr, "stats: %llu tokens are stored raw; 'seqkv calibrate --db %s --profile %s' "
                 "makes later puts of profile %s compress\n",
                 (unsigned long long)raw_tokens, dir, ps[i].name, ps[i].name);
     else
-        fprintf(stderr, "stats: %llu tokens were stored raw before their profile's calibration\n",
-                (unsigned long long)raw_tokens);
+        fprintf(stderr, "stats: %llu tokens were stored raw before their profile's calibration; "
+                "'seqkv compact --db %s' codes them\n", (unsigned long long)raw_tokens, dir);
     free(ps);
 }
 

@@ -42,6 +42,7 @@ static const struct option sopts[] = {
     {"read-shared", no_argument, NULL, S_READSHARED},
     {"no-centroids", no_argument, NULL, S_NOCENT},
     {"vocab", required_argument, NULL, S_VOCAB},
+    {"auto-calibrate", required_argument, NULL, S_AUTOCAL},
     {"help", no_argument, NULL, S_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -131,6 +132,11 @@ int cli_store_args(const char *cmd, int argc, char **argv, sargs *a, const char 
             if (cli_parse_long(optarg, 1, SEQKV_VOCAB_MAX, &a->vocab))
                 return cli_usage_error(cmd, "--vocab wants an integer in [1, %d]", SEQKV_VOCAB_MAX);
             a->have_vocab = 1;
+            break;
+        case S_AUTOCAL:
+            if (cli_parse_long(optarg, 0, 1L << 30, &a->auto_calibrate))
+                return cli_usage_error(cmd, "--auto-calibrate wants a token count (0: never)");
+            a->have_autocal = 1;
             break;
         case S_N:
             if (cli_parse_long(optarg, 1, SEQKV_MAX_TOKENS, &a->n))
@@ -359,6 +365,11 @@ int cli_same_shape(const seqkv_profile *a, const seqkv_profile *b)
  * model). Imports --calib. A new profile's level is --level, else ctx
  * when a calibration was given (as calibrating raises a raw profile to),
  * else raw. *p receives the profile. */
+int cli_auto_calibrate(const sargs *a)
+{
+    return !a->have_autocal ? 0 : a->auto_calibrate ? (int)a->auto_calibrate : -1;
+}
+
 int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *name,
                        const seqkv_profile *want, seqkv_profile *p, int *created)
 {
@@ -370,8 +381,10 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
         snprintf(p->name, sizeof p->name, "%s", name);
         p->chunk = a->have_chunk ? (int)a->chunk : 0;
         p->vocab = a->have_vocab ? (int)a->vocab : 0;
-        /* Made at raw: a higher level is set once the calibration is in. */
-        p->level = a->have_level && !a->calib ? a->level : SEQKV_RAW;
+        /* ctx unless asked: raw records until the profile calibrates
+         * itself (or --calib gives it a calibration) */
+        p->level = a->have_level ? a->level : SEQKV_CTX;
+        p->auto_calibrate = cli_auto_calibrate(a);
         rc = seqkv_profile_set(db, p);
         if (rc)
             return cli_fail(rc, "profile");
@@ -402,11 +415,17 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
                     "chunk length is a new profile)\n", cmd, name, chunk, a->chunk);
             return 1;
         }
+        int change = 0;
         if (want->model[0] && !p->model[0]) {
             snprintf(p->model, sizeof p->model, "%s", want->model);
-            if ((rc = seqkv_profile_set(db, p)))
-                return cli_fail(rc, "profile");
+            change = 1;
         }
+        if (a->have_autocal && p->auto_calibrate != cli_auto_calibrate(a)) {
+            p->auto_calibrate = cli_auto_calibrate(a);
+            change = 1;
+        }
+        if (change && (rc = seqkv_profile_set(db, p)))
+            return cli_fail(rc, "profile");
     }
     if (a->calib) {
         rc = seqkv_calibrate_import(db, name, a->calib);
@@ -539,7 +558,7 @@ int cmd_store(int argc, char **argv)
     static const cli_sub subs[] = {
         {"put", cmd_put},           {"lookup", cmd_lookup},       {"get", cmd_get},
         {"del", cmd_del},           {"stats", cmd_stats},         {"calibrate", cmd_calibrate},
-        {"profile", cmd_profile},   {"tenant", cmd_tenant},
+        {"profile", cmd_profile},   {"tenant", cmd_tenant},       {"compact", cmd_compact},
     };
     /* argv[0] is the command itself: dispatch on it as a one-level group. */
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)

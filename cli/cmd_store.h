@@ -1,5 +1,5 @@
 /* The store commands (put, lookup, get, del, stats, calibrate, profile,
- * tenant): their options and the helpers they share (cmd_store.c). */
+ * tenant, compact): their options and the helpers they share (cmd_store.c). */
 #ifndef SKV_CLI_CMD_STORE_H
 #define SKV_CLI_CMD_STORE_H
 #include <stddef.h>
@@ -16,7 +16,7 @@
 
 enum { S_DB = 3000, S_TENANT, S_PROFILE, S_KV, S_MODEL, S_TOKENS, S_LEVEL, S_CALIB, S_CHUNK,
        S_SHARED, S_NOSYNC, S_BUDGET, S_QUIET, S_DTYPE, S_OUT, S_N, S_JSON, S_MAXSEQ, S_KEY,
-       S_THREADS, S_VERBOSE, S_READSHARED, S_NOCENT, S_VOCAB, S_HELP };
+       S_THREADS, S_VERBOSE, S_READSHARED, S_NOCENT, S_VOCAB, S_AUTOCAL, S_HELP };
 
 /* The allowed-options masks are one bit per option. */
 _Static_assert(S_HELP - S_DB < 32, "too many store options for an unsigned mask");
@@ -26,10 +26,11 @@ _Static_assert(S_HELP - S_DB < 32, "too many store options for an unsigned mask"
 
 typedef struct {
     const char *db, *tenant, *profile, *kv, *model, *tokens, *calib, *key, *out, *name;
-    long chunk, n, max_seq, threads, vocab;
+    long chunk, n, max_seq, threads, vocab, auto_calibrate;
     uint64_t budget;
     int shared, no_sync, quiet, json, verbose, read_shared, no_centroids;
-    int have_level, have_dtype, have_chunk, have_n, have_budget, have_tenant, have_vocab;
+    int have_level, have_dtype, have_chunk, have_n, have_budget, have_tenant, have_vocab,
+        have_autocal;
     seqkv_level level;
     skv_dtype dtype;
 } sargs;
@@ -60,6 +61,8 @@ void cli_model_path(const char *path, char out[SEQKV_PATH_MAX + 1]);
 /* The profile's shape and RoPE from a model (dtype chosen by the caller). */
 void cli_shape_from_model(const skv_model *m, skv_dtype dt, seqkv_profile *p);
 int cli_same_shape(const seqkv_profile *a, const seqkv_profile *b);
+/* The profile setting --auto-calibrate N gives (0: off) */
+int cli_auto_calibrate(const sargs *a);
 /* Find the profile `name` or create it from `want` (cmd_store.c). */
 int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *name,
                        const seqkv_profile *want, seqkv_profile *p, int *created);
@@ -86,4 +89,10 @@ int cmd_stats(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_tenant(int argc, char **argv);
+int cmd_compact(int argc, char **argv);
+/* After a put: a profile that crossed its auto-calibrate threshold learns
+ * its calibration (*p refreshed); 1 when it did (cmd_compact.c) */
+int cli_put_calibrate(seqkv *db, const sargs *a, seqkv_profile *p, size_t seqs);
+/* The profile's records coded again at its level, progress on stderr */
+int cli_compact(seqkv *db, const sargs *a, const char *profile, const char *cmd);
 #endif

@@ -26,6 +26,7 @@ static const char usage[] =
     "  del             delete cached sequences\n"
     "  stats           what a store holds, raw and stored bytes\n"
     "  calibrate       learn a store profile's calibration from its sequences\n"
+    "  compact         re-code a store's records at their profile's level, merge appends\n"
     "  profile get|set show or set a store's model profile\n"
     "  tenant set      a tenant's budget and shared-namespace opt-in\n"
     "  bench store     a multi-tenant chat workload at every level vs baselines\n"
@@ -65,7 +66,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "demo") == 0)
         return cmd_demo(argc - 1, argv + 1);
     static const char *const store_cmds[] = {"put", "lookup", "get", "del", "stats",
-                                             "calibrate", "profile", "tenant"};
+                                             "calibrate", "profile", "tenant", "compact"};
     for (size_t i = 0; i < sizeof store_cmds / sizeof store_cmds[0]; i++)
         if (strcmp(argv[1], store_cmds[i]) == 0)
             return cmd_store(argc - 1, argv + 1);

@@ -98,6 +98,11 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
             rc = skv_stw_meta(w, "seqkv.rope_dim", b);
         if (!rc)
             rc = skv_stw_meta(w, "seqkv.rope_layout", pe->p.rope_half ? "half" : "pair");
+        /* the profile's token bound: a token the stored sequences lack is
+         * still coded (as unseen), not stored raw */
+        snprintf(b, sizeof b, "%d", pe->p.vocab);
+        if (!rc && pe->p.vocab > 0)
+            rc = skv_stw_meta(w, "seqkv.vocab", b);
     }
     if (!rc)
         rc = skv_stw_serialize(w, &img, &len);

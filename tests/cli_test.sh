@@ -201,7 +201,7 @@ if [ -r "$models/stories260K.bin" ]; then
     [ "$(json_first tokens < "$tmp/st0.json")" = "$uniq0" ] && ok || bad "stats tokens = $uniq0 unique: $(cat "$tmp/st0.json")"
     [ -e "$db/master.key" ] && [ "$(stat -c %a "$db/master.key")" = 600 ] && ok || bad "master key created with mode 0600"
     expect_rc 0 "stats of a raw store" "$bin" stats --db "$db"
-    grep -q "tokens are stored raw; 'seqkv calibrate --db $db --profile stories260K' makes later puts" "$tmp/err" && ok || bad "stats of a raw store says what to run: $(cat "$tmp/err")"
+    grep -q "tokens are stored raw; profile stories260K calibrates itself once it holds 8192 tokens ('seqkv calibrate --db $db --profile stories260K' now)" "$tmp/err" && ok || bad "stats of a raw store says what happens and what to run: $(cat "$tmp/err")"
     expect_rc 0 "lookup the stored lines" "$bin" lookup --db "$db" --profile stories260K --tokens "$tmp/s.txt"
     [ "$(tr '\n' ' ' < "$tmp/out")" = "300 300 300 300 " ] && ok || bad "lookup of stored lines: $(cat "$tmp/out")"
     # reads beside a server that holds the store; writes name its pid
@@ -361,7 +361,7 @@ if [ -r "$models/stories260K.bin" ]; then
     expect_rc 0 "get from the KV-file profile" "$bin" get --db "$tmp/store2" --profile s --tokens "$tmp/s.txt" --out "$tmp/g2.kv" --model "$m"
     cmp -s "$tmp/g2.kv" "$tmp/s.kv" && ok || bad "get after put --kv differs"
     expect_rc 0 "profile get" "$bin" profile get --db "$tmp/store2" s
-    grep -q "^chunk  *64 tokens" "$tmp/out" && grep -q "^level  *raw" "$tmp/out" && ok || bad "profile s: chunk 64, level raw: $(cat "$tmp/out")"
+    grep -q "^chunk  *64 tokens" "$tmp/out" && grep -q "^level  *ctx" "$tmp/out" && grep -q "^auto-calib.  at 8192 tokens" "$tmp/out" && ok || bad "profile s: chunk 64, level ctx (raw until it calibrates itself): $(cat "$tmp/out")"
     expect_rc 0 "profile set --level" "$bin" profile set --db "$tmp/store2" s --level ctx --model "$m"
     expect_rc 0 "profile get after set" "$bin" profile get --db "$tmp/store2" s --json
     grep -q '"chunk":64,"level":"ctx","model":"/.*stories260K.bin"' "$tmp/out" && ok || bad "profile set changes level and model only: $(cat "$tmp/out")"
