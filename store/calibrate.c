@@ -42,11 +42,20 @@ static int import_calib(seqkv *db, prof_ent *pe, const skv_calib *cal)
 }
 
 /* Learn profile's calibration from up to max_seq stored sequences; with
- * the profile's model (spec, full) unless model_free. Caller holds wlock. */
-static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_free)
+ * the profile's model (spec, full) unless model_free, on pool. Caller
+ * holds wlock -- or, when background, nothing: the sequences are read as
+ * a reader, learned with no lock held, and the calibration goes in under
+ * the writer lock unless the profile has one by then. */
+static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_free,
+                     skv_pool *pool, int background)
 {
+    pthread_rwlock_rdlock(&db->rw);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
     int rc = pe ? SKV_OK : skv_store_no_profile(db, profile);
+    seqkv_profile pp;
+    memset(&pp, 0, sizeof pp);
+    if (pe)
+        pp = pe->p;
     tips_ctx tc = {NULL, 0, max_seq};
     skv_st_writer *w = NULL;
     skv_st *st = NULL;
@@ -56,7 +65,6 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
         rc = skv_error(SKV_ERR_NOMEM, "calibration");
     if (!rc)
         rc = skv_stw_create(&w);
-    pthread_rwlock_rdlock(&db->rw);
     MDB_txn *txn = NULL;
     if (!rc) {
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
@@ -64,7 +72,7 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     }
     for (size_t i = 0; !rc && i < db->nns && tc.n < max_seq; i++) {
         ns_ent *e = &db->ns[i];
-        if (memcmp(e->prof_id, pe->p.id, 32) != 0)
+        if (memcmp(e->prof_id, pp.id, 32) != 0)
             continue;
         size_t before = tc.n;
         skv_trie_foreach(e->trie, collect_tip, &tc);
@@ -74,7 +82,7 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
             uint8_t *k, *v;
             rc = skv_store_decode_chain(db, txn, e, pe, tc.tips[j], &T, &tok, &k, &v);
             if (!rc) {
-                skv_kvseq q = {T, tok, pe->p.dtype, pe->p.layers, pe->p.kv_heads, pe->p.head_dim,
+                skv_kvseq q = {T, tok, pp.dtype, pp.layers, pp.kv_heads, pp.head_dim,
                                k, v};
                 rc = skv_kvfile_add(w, nseq++, &q);
                 ntok += T;
@@ -86,41 +94,48 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     }
     if (txn)
         mdb_txn_abort(txn);
+    skv_model *model = NULL;
+    if (!rc && pp.model[0] && !model_free)
+        rc = skv_store_profile_model(db, pe, &model);
     pthread_rwlock_unlock(&db->rw);
+    pe = NULL; /* (from here on, pp: the profiles may move) */
     if (!rc && nseq == 0)
         rc = skv_error(SKV_ERR_ARG, "profile %s has no stored sequences to calibrate from", profile);
     if (!rc) {
         char b[64];
-        snprintf(b, sizeof b, "%.9g", (double)pe->p.rope_theta);
+        snprintf(b, sizeof b, "%.9g", (double)pp.rope_theta);
         rc = skv_stw_meta(w, "seqkv.rope_theta", b);
-        snprintf(b, sizeof b, "%d", pe->p.rope_dim);
+        snprintf(b, sizeof b, "%d", pp.rope_dim);
         if (!rc)
             rc = skv_stw_meta(w, "seqkv.rope_dim", b);
         if (!rc)
-            rc = skv_stw_meta(w, "seqkv.rope_layout", pe->p.rope_half ? "half" : "pair");
+            rc = skv_stw_meta(w, "seqkv.rope_layout", pp.rope_half ? "half" : "pair");
         /* the profile's token bound: a token the stored sequences lack is
          * still coded (as unseen), not stored raw */
-        snprintf(b, sizeof b, "%d", pe->p.vocab);
-        if (!rc && pe->p.vocab > 0)
+        snprintf(b, sizeof b, "%d", pp.vocab);
+        if (!rc && pp.vocab > 0)
             rc = skv_stw_meta(w, "seqkv.vocab", b);
     }
     if (!rc)
         rc = skv_stw_serialize(w, &img, &len);
     if (!rc)
         rc = skv_st_parse(img, len, &st);
-    skv_model *model = NULL;
-    if (!rc && pe->p.model[0] && !model_free)
-        rc = skv_store_profile_model(db, pe, &model);
     skv_calib *cal = NULL;
     if (!rc) {
         if (!db->o.quiet)
             fprintf(stderr, "seqkv: calibrating profile %s from %zu stored sequences (%zu tokens)\n",
-                    pe->p.name, nseq, ntok);
-        skv_calib_opts o = {.model = model, .pool = db->pool, .quiet = db->o.quiet};
+                    pp.name, nseq, ntok);
+        skv_calib_opts o = {.model = model, .pool = pool, .quiet = db->o.quiet};
         rc = skv_calib_learn(st, &o, &cal);
     }
-    if (!rc)
+    if (!rc && background)
+        pthread_mutex_lock(&db->wlock);
+    if (!rc && (pe = skv_store_profile(db, pp.name)) && !(background && pp.has_calib))
         rc = import_calib(db, pe, cal);
+    if (!rc && !pe)
+        rc = skv_error(SKV_ERR_NOT_FOUND, "profile %s went away during its calibration", pp.name);
+    if (!rc && background)
+        pthread_mutex_unlock(&db->wlock);
     skv_calib_free(cal);
     skv_st_free(st);
     skv_free(img);
@@ -133,7 +148,7 @@ int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
 {
     pthread_mutex_lock(&db->wlock);
     skv_store_writer(1);
-    int rc = calibrate(db, profile, max_seq ? max_seq : 64, 0);
+    int rc = calibrate(db, profile, max_seq ? max_seq : 64, 0, db->pool, 0);
     skv_store_writer(0);
     pthread_mutex_unlock(&db->wlock);
     return rc;
@@ -164,31 +179,40 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
         *learned = 0;
     if (db->o.read_only)
         return SKV_OK;
-    int rc = SKV_OK;
-    pthread_mutex_lock(&db->wlock);
-    skv_store_writer(1);
-    for (size_t i = 0; !rc && i < db->nprof; i++) {
+    for (size_t i = 0;; i++) {
+        /* the decision as a reader; the learning with no lock held (gets
+         * and puts go on: puts store raw meanwhile) */
+        pthread_rwlock_rdlock(&db->rw);
+        if (i >= db->nprof) {
+            pthread_rwlock_unlock(&db->rw);
+            break;
+        }
         prof_ent *pe = &db->prof[i];
         const int want = pe->p.auto_calibrate ? pe->p.auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT;
-        if ((profile && strcmp(profile, pe->p.name) != 0) || pe->p.has_calib || want < 0 ||
-            !seqkv_level_predictive(pe->p.level))
-            continue;
-        pthread_rwlock_rdlock(&db->rw);
-        const uint64_t held = profile_positions(db, pe);
-        pthread_rwlock_unlock(&db->rw);
-        if (held < (uint64_t)want || (pe->autocal_failed && held < 2 * pe->autocal_failed))
-            continue;
+        const int skip = (profile && strcmp(profile, pe->p.name) != 0) || pe->p.has_calib ||
+                         want < 0 || !seqkv_level_predictive(pe->p.level);
+        const uint64_t held = skip ? 0 : profile_positions(db, pe);
+        const uint64_t failed = pe->autocal_failed;
         char name[SEQKV_NAME_MAX + 1];
         snprintf(name, sizeof name, "%s", pe->p.name);
+        const seqkv_level level = pe->p.level;
+        pthread_rwlock_unlock(&db->rw);
+        if (skip || held < (uint64_t)want || (failed && held < 2 * failed))
+            continue;
         if (!db->o.quiet)
             fprintf(stderr, "seqkv: profile %s holds %llu token positions: learning its "
                             "calibration (%s)\n", name, (unsigned long long)held,
-                    seqkv_level_name(pe->p.level));
-        int lr = calibrate(db, name, 64, pe->p.level < SEQKV_SPEC);
-        pe = skv_store_profile(db, name); /* (the profiles may have moved) */
-        if (lr) {
-            if (pe)
+                    seqkv_level_name(level));
+        skv_pool *pool = NULL;
+        int rc = skv_pool_create(&pool, skv_pool_threads(db->pool));
+        if (!rc)
+            rc = calibrate(db, name, 64, level < SEQKV_SPEC, pool, 1);
+        skv_pool_free(pool);
+        if (rc) {
+            pthread_mutex_lock(&db->wlock);
+            if ((pe = skv_store_profile(db, name)))
                 pe->autocal_failed = held;
+            pthread_mutex_unlock(&db->wlock);
             if (!db->o.quiet)
                 fprintf(stderr, "seqkv: profile %s: self-calibration failed: %s (again at %llu "
                                 "positions)\n", name, skv_error_detail(),
@@ -197,9 +221,7 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
             (*learned)++;
         }
     }
-    skv_store_writer(0);
-    pthread_mutex_unlock(&db->wlock);
-    return rc;
+    return SKV_OK;
 }
 
 int seqkv_calibrate_import(seqkv *db, const char *profile, const char *path)
