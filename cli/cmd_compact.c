@@ -28,11 +28,12 @@ typedef struct {
     int quiet;
 } prog;
 
-static void on_progress(void *ctx, uint64_t done, uint64_t total)
+static int on_progress(void *ctx, uint64_t done, uint64_t total)
 {
     const prog *g = ctx;
     if (!g->quiet && (done == total || done % 64 == 0))
         cli_progress(g->cmd, (size_t)done, (size_t)total);
+    return 0;
 }
 
 int cli_compact(seqkv *db, const sargs *a, const char *profile, const char *cmd)

@@ -297,7 +297,8 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned);
  * not at all). A record is replaced only when the new one is smaller,
  * when it retires an old calibration, or when it merges. Members coded
  * against a centroid stay as they are. fn (may be NULL) hears progress
- * after each record. */
+ * after each record; a non-zero return stops the compaction there
+ * (SKV_OK: what was done stays done). */
 typedef struct {
     uint64_t records;      /* records looked at */
     uint64_t examined;     /* of them, coded worse than their profile can */
@@ -308,7 +309,7 @@ typedef struct {
     uint64_t calibrations_deleted;
     uint64_t damaged;      /* records that failed their checks: left as they are */
 } seqkv_compact_stats;
-typedef void (*seqkv_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+typedef int (*seqkv_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ctx,
                   seqkv_compact_stats *out);
 

@@ -355,7 +355,7 @@ static void profile_reply(srv_job *j, const seqkv_profile *p)
     char hex[65];
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", p->id[i]);
-    skv_rbuf_map(r, j->proto, 15);
+    skv_rbuf_map(r, j->proto, 16);
     skv_rbuf_bulk_str(r, "name");
     skv_rbuf_bulk_str(r, p->name);
     skv_rbuf_bulk_str(r, "layers");
@@ -382,6 +382,9 @@ static void profile_reply(srv_job *j, const seqkv_profile *p)
     skv_rbuf_bulk_str(r, p->model);
     skv_rbuf_bulk_str(r, "calibrated");
     skv_rbuf_int(r, p->has_calib);
+    skv_rbuf_bulk_str(r, "auto_calibrate"); /* tokens; 0: never */
+    skv_rbuf_int(r, p->auto_calibrate < 0 ? 0
+                    : p->auto_calibrate ? p->auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT);
     skv_rbuf_bulk_str(r, "token_bytes");
     skv_rbuf_int(r, (long long)token_bytes(p));
     skv_rbuf_bulk_str(r, "id");
@@ -392,7 +395,7 @@ static void profile_reply(srv_job *j, const seqkv_profile *p)
  * that have no "unset" value it names */
 typedef struct {
     seqkv_profile want;
-    int have_dtype, have_level, have_model, have_theta, have_rdim, have_rhalf;
+    int have_dtype, have_level, have_model, have_theta, have_rdim, have_rhalf, have_autocal;
 } profile_req;
 
 /* Key i and value i + 1 of j into q; 0, or -1 after an error reply */
@@ -468,10 +471,17 @@ static int profile_key(srv_job *j, size_t i, profile_req *q)
             return -1;
         }
         want->vocab = (int)x;
+    } else if (arg_is(j, i, "auto-calibrate") || arg_is(j, i, "auto_calibrate")) {
+        if (parse_ll((const uint8_t *)v, vl, 0, 1 << 30, &x)) {
+            err_reply(j, "ERR", "auto-calibrate wants a token count (0: never)");
+            return -1;
+        }
+        want->auto_calibrate = x ? (int)x : -1;
+        q->have_autocal = 1;
     } else {
         err_reply(j, "ERR",
                   "unknown profile key '%.40s' (model, layers, kv_heads, head_dim, dtype, "
-                  "level, rope_theta, rope_dim, rope_half, chunk, vocab)",
+                  "level, rope_theta, rope_dim, rope_half, chunk, vocab, auto-calibrate)",
                   j->cmd.argv[i]);
         return -1;
     }
@@ -509,11 +519,9 @@ static void profile_change(skv_server *s, srv_job *j, const char *name, const pr
         return;
     }
     const int new_vocab = want->vocab && want->vocab != cur->vocab;
-    if (!q->have_level && !q->have_model && !new_vocab) {
-        skv_rbuf_simple(&j->reply, "OK");
-        return;
-    }
-    if ((!q->have_level || want->level == cur->level) && !q->have_model && !new_vocab) {
+    const int new_auto = q->have_autocal && want->auto_calibrate != cur->auto_calibrate;
+    if ((!q->have_level || want->level == cur->level) && !q->have_model && !new_vocab &&
+        !new_auto) {
         skv_rbuf_simple(&j->reply, "OK");
         return;
     }
@@ -530,6 +538,8 @@ static void profile_change(skv_server *s, srv_job *j, const char *name, const pr
     }
     if (want->vocab)
         cur->vocab = want->vocab;
+    if (q->have_autocal)
+        cur->auto_calibrate = want->auto_calibrate;
     profile_saved(s, j, seqkv_profile_set(s->db, cur));
 }
 
@@ -545,6 +555,7 @@ static void profile_set(skv_server *s, srv_job *j)
     profile_req q;
     memset(&q, 0, sizeof q);
     q.want.dtype = SKV_DT_BF16;
+    q.want.level = SEQKV_CTX; /* a new profile's: raw until it calibrates itself */
     for (size_t i = 3; i < j->cmd.argc; i += 2)
         if (profile_key(j, i, &q))
             return;

@@ -28,6 +28,7 @@ void skv_server_config_default(skv_server_config *c)
     c->max_bulk = SKV_SERVER_MAX_BULK;
     c->max_query = SKV_SERVER_MAX_QUERY;
     c->max_output = SKV_SERVER_MAX_OUTPUT;
+    c->compact_interval = 60;
 }
 
 static int valid_name(const char *s)
@@ -176,6 +177,11 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
                              "(0: no hot tier; suffix K, M or G)", ln);
         c->cache_bytes = v;
         c->has_cache_bytes = 1;
+    } else if (strcmp(w[0], "compact-interval") == 0) {
+        if (parse_u64(w[1], 0, 1ull << 31, 0, &v))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: compact-interval wants seconds "
+                             "(0: compact only after a profile calibrates itself)", ln);
+        c->compact_interval = v;
     } else if (strcmp(w[0], "put-batch") == 0) {
         if (parse_u64(w[1], 1, 4096, 0, &v))
             return skv_error(SKV_ERR_FORMAT, "config line %d: put-batch wants 1..4096", ln);

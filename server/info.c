@@ -133,6 +133,21 @@ static void section_cache(skv_server *s, skv_rbuf *b)
                  looks ? (double)c.hits / (double)looks : 0.0, c.inserts, c.evictions, c.drops);
 }
 
+static void section_maintenance(skv_server *s, skv_rbuf *b)
+{
+    srv_mstat m;
+    srv_maintain_stat(s, &m);
+    skv_rbuf_fmt(b, "# Maintenance\r\ncompact_interval_seconds:%" PRIu64 "\r\n"
+                 "self_calibrations:%" PRIu64 "\r\ncompactions:%" PRIu64 "\r\n"
+                 "compaction_running:%d\r\ncompaction_progress:%" PRIu64 "/%" PRIu64 "\r\n"
+                 "records_recoded:%" PRIu64 "\r\nrecords_merged:%" PRIu64 "\r\n"
+                 "compaction_bytes_saved:%" PRIu64 "\r\ncalibrations_deleted:%" PRIu64 "\r\n"
+                 "damaged_records:%" PRIu64 "\r\nlast_compaction_seconds_ago:%.0f\r\n\r\n",
+                 s->cfg.compact_interval, m.calibrations, m.compactions, m.running,
+                 m.progress_done, m.progress_total, m.recoded, m.merged, m.bytes_saved,
+                 m.calibrations_deleted, m.damaged, m.last_compact > 0 ? srv_now() - m.last_compact : -1.0);
+}
+
 /* The store's section (all tenants for an admin, else the client's); 0,
  * or the error of seqkv_stat */
 static int section_store(skv_server *s, srv_job *j, skv_rbuf *b)
@@ -245,6 +260,8 @@ int srv_info_report(skv_server *s, srv_job *j, const char *secp, skv_rbuf *b)
         section_memory(b);
     if (want_section(secp, "cache"))
         section_cache(s, b);
+    if (want_section(secp, "maintenance"))
+        section_maintenance(s, b);
     if (want_section(secp, "store")) {
         int rc = section_store(s, j, b);
         if (rc)

@@ -402,6 +402,7 @@ static void put_submit(skv_server *s, srv_job *j)
         srv_put_batch(s, b, n);
         for (size_t i = 0; i < n; i++)
             job_done(s, b[i]);
+        srv_maintain_kick(s); /* a profile may have crossed its auto-calibrate threshold */
         pthread_mutex_lock(&s->pmu);
     }
     s->pactive = 0;
@@ -914,6 +915,8 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
         }
         s->started++;
     }
+    if ((rc = srv_maintain_start(s)))
+        goto fail;
     srv_log(s, "listening on %s (store %s, %d worker threads, %zu tenants, max %zu clients, "
             "hot tier %llu MiB)", o->socket_path, o->db, s->nthreads, s->cfg.ntenants,
             s->cfg.max_clients, (unsigned long long)(so.cache_bytes >> 20));
@@ -1049,6 +1052,7 @@ void skv_server_free(skv_server *s)
 {
     if (!s)
         return;
+    srv_maintain_stop(s);
     pthread_mutex_lock(&s->qmu);
     s->qstop = 1;
     pthread_cond_broadcast(&s->qcv);

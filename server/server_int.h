@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "maintain.h"
 #include "outq.h"
 #include "resp.h"
 #include "seqkv.h"
@@ -131,6 +132,12 @@ struct skv_server {
     int stopping;
     double stop_at;
     atomic_int stop_req;
+    /* background maintenance (maintain.c), under mmu */
+    pthread_mutex_t mmu;
+    pthread_cond_t mcv;
+    pthread_t mthr;
+    int mstarted, mstop, mkick;
+    srv_mstat mstat;
     /* statistics, under smu */
     pthread_mutex_t smu;
     srv_tstats *ts; /* per tenant */

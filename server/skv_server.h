@@ -104,6 +104,8 @@ typedef struct {
     int put_batch; /* 0: not set */
     int has_cache_bytes;
     uint64_t cache_bytes;
+    uint64_t compact_interval; /* seconds between background compactions (0: none but
+                                  after a self-calibration; default 60) */
 } skv_server_config;
 
 /* Defaults, then the config text's lines applied. SKV_ERR_FORMAT with the

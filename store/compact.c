@@ -140,7 +140,13 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     skv_rec r;
     if (!rc && (mrc = mdb_get(txn, db->db_chunk, &k, &v)))
         rc = skv_mdb_error(mrc, "read chunk");
-    if (!rc && skv_rec_parse(v.mv_data, v.mv_size, &r)) {
+    /* the header decides (cheap); a record to code again is verified whole */
+    int bad = !rc && skv_rec_parse_ex(v.mv_data, v.mv_size, 0, &r) != SKV_OK;
+    if (!rc && !bad && !(r.flags & SKV_REC_CENTROID) &&
+        (merge || (int)r.level != level ||
+         (seqkv_level_predictive((seqkv_level)r.level) && memcmp(r.calib, pe->p.calib_id, 16))))
+        bad = skv_rec_parse(v.mv_data, v.mv_size, &r) != SKV_OK;
+    if (!rc && bad) {
         /* left as it is: its gets report it; compaction goes on */
         st->damaged++;
         if (txn)
@@ -353,8 +359,8 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
             rc = recode_one(db, e, p, cc.c[i].key, &st);
         skv_store_writer(0);
         pthread_mutex_unlock(&db->wlock);
-        if (fn)
-            fn(ctx, i + 1, cc.n);
+        if (fn && fn(ctx, i + 1, cc.n))
+            break;
     }
     st.records = cc.n;
     skv_free(cc.c);

@@ -1040,3 +1040,68 @@ Test(server, config_parser)
         cr_assert_eq(skv_server_config_parse(bad[i], strlen(bad[i]), &cfg), SKV_ERR_FORMAT,
                      "accepted: %s", bad[i]);
 }
+
+/* Background maintenance: a profile set to calibrate itself at 300 tokens
+ * does so after the puts that cross it, and the compaction that follows
+ * codes what was stored raw; GETs are exact before, during and after. */
+static uint64_t info_num(seqkv_client *c, const char *key)
+{
+    char *info = NULL;
+    cr_assert_eq(seqkv_client_info(c, "maintenance", &info), 0);
+    const char *p = strstr(info, key);
+    uint64_t v = p ? strtoull(p + strlen(key) + 1, NULL, 10) : 0;
+    seqkv_client_free(info);
+    return v;
+}
+
+Test(server, profiles_calibrate_themselves_and_compact_in_the_background, .timeout = 120)
+{
+    srv s;
+    char cfg[192];
+    snprintf(cfg, sizeof cfg, "tenant default uid %u\ntenant default admin\ncompact-interval 3600\n",
+             (unsigned)getuid());
+    srv_start(&s, cfg);
+    su_model tm;
+    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    seqkv_client *c = conn(&s);
+    make_profile(c, &tm, "p", 16);
+    seqkv_reply *r = CMD(c, "KV.PROFILE", "SET", "p", "auto-calibrate", "300");
+    cr_assert_eq(r->type, SEQKV_REPLY_STATUS, "%s", r->str);
+    seqkv_reply_free(r);
+    r = CMD(c, "KV.PROFILE", "GET", "p");
+    int seen = 0;
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (!strcmp(r->element[i]->str, "auto_calibrate"))
+            seen = r->element[i + 1]->integer == 300;
+    cr_assert(seen, "KV.PROFILE GET shows auto_calibrate 300");
+    seqkv_reply_free(r);
+    enum { N = 10 };
+    su_seq a[N];
+    size_t stored;
+    for (int i = 0; i < N; i++) {
+        su_seq_make(&tm, NULL, 0, 48, 500 + (uint64_t)i, &a[i]);
+        cr_assert_eq(seqkv_client_put(c, "p", a[i].tok, a[i].n, a[i].kv, a[i].kv_len, &stored), 0);
+        expect_get(c, "p", &tm, &a[i], 0);
+    }
+    /* learned and compacted in the background, gets going on meanwhile */
+    int k = 0;
+    for (; k < 400 && (info_num(c, "self_calibrations") < 1 || info_num(c, "compactions") < 1); k++) {
+        expect_get(c, "p", &tm, &a[k % N], 0);
+        sleep_ms(25);
+    }
+    cr_assert_eq(info_num(c, "self_calibrations"), 1, "the profile calibrated itself");
+    cr_assert_geq(info_num(c, "compactions"), 1);
+    cr_assert_gt(info_num(c, "records_recoded"), 0, "the raw records were coded again");
+    r = CMD(c, "KV.PROFILE", "GET", "p");
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (!strcmp(r->element[i]->str, "calibrated"))
+            cr_assert_eq(r->element[i + 1]->integer, 1);
+    seqkv_reply_free(r);
+    for (int i = 0; i < N; i++)
+        expect_get(c, "p", &tm, &a[i], 0);
+    seqkv_client_close(c);
+    cr_assert_eq(srv_stop(&s), 0);
+    for (int i = 0; i < N; i++)
+        su_seq_free(&a[i]);
+    su_model_free(&tm);
+}
