@@ -66,6 +66,13 @@ typedef struct {
     uint8_t *k, *v;      /* bf16 KV, [layers][n][kv_heads * head_dim] */
 } cli_session;
 
+/* The demo server's INFO (demo_info.c): a key:value line's number (0:
+ * none), a level_<name> line's tokens, raw and stored bytes, and whether
+ * the server's profile has calibrated itself yet */
+uint64_t demo_info_u64(const char *text, const char *key);
+void demo_info_level(const char *text, const char *name, uint64_t out[3]);
+struct seqkv_client;
+int demo_self_calibrated(struct seqkv_client *admin);
 /* The demo's GETs of sessions sess[i]'s first len[i] tokens, timed in
  * process on the store dir (read-only; its master key file key): cold[i]
  * with no hot tier, hot[i] from a tier a first untimed pass filled

@@ -26,6 +26,8 @@
 #include "seqkv_client.h"
 #include "skv_delta.h"
 
+#define DEMO_AUTOCAL "1024" /* the profile calibrates itself at (a workload: some 5k) */
+
 #ifndef SEQKV_SOURCE_DIR
 #define SEQKV_SOURCE_DIR "."
 #endif
@@ -472,33 +474,6 @@ static int time_prefill(demo *d, const cli_session *s, size_t n, double *sec)
     return rc;
 }
 
-/* INFO store of the admin connection (every tenant): key:value lines. */
-static uint64_t info_u64(const char *text, const char *key)
-{
-    size_t kl = strlen(key);
-    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (strncmp(p, key, kl) == 0 && p[kl] == ':')
-            return strtoull(p + kl + 1, NULL, 10);
-    return 0;
-}
-
-/* level_<name>:tokens=..,raw_bytes=..,stored_bytes=.. */
-static void info_level(const char *text, const char *name, uint64_t out[3])
-{
-    char key[64];
-    snprintf(key, sizeof key, "level_%s:", name);
-    memset(out, 0, 3 * sizeof *out);
-    const char *p = strstr(text, key);
-    if (!p)
-        return;
-    p += strlen(key);
-    unsigned long long a = 0, b = 0, c = 0;
-    if (sscanf(p, "tokens=%llu,raw_bytes=%llu,stored_bytes=%llu", &a, &b, &c) == 3) {
-        out[0] = a;
-        out[1] = b;
-        out[2] = c;
-    }
-}
 
 /* The same workload through the embedded store, centroids off: what the
  * probabilistic trie saved. Same master key, tenant names, order of puts
@@ -524,6 +499,7 @@ static int replay_alone(demo *d, seqkv_stats *st)
     p.dtype = SKV_DT_BF16;
     p.chunk = (int)d->a.chunk;
     p.level = d->a.level;
+    p.auto_calibrate = atoi(DEMO_AUTOCAL);
     if (strlen(d->model) >= sizeof p.model)
         rc = skv_error(SKV_ERR_TOO_LARGE, "model path longer than %zu bytes", sizeof p.model - 1);
     else {
@@ -550,12 +526,14 @@ static int replay_alone(demo *d, seqkv_stats *st)
                     size_t n = s->turn_end[k];
                     store_layout(d, s, n, kv);
                     rc = seqkv_put(db, tn, "demo", s->tok, n, kv, n * d->per_tok, NULL, NULL);
+                    if (!rc) /* as the server does in the background */
+                        rc = seqkv_auto_calibrate(db, "demo", NULL);
                     cli_progress("demo: replay without the probabilistic trie", ++done, total);
                 }
         }
-        if (!rc && phase == 0)
-            rc = seqkv_calibrate(db, "demo", 0);
     }
+    if (!rc)
+        rc = seqkv_compact(db, "demo", NULL, NULL, NULL);
     if (!rc)
         rc = seqkv_stat(db, NULL, st);
     free(kv);
@@ -821,9 +799,10 @@ static int demo_profile(demo *d, seqkv_client *admin)
     char chunk[16];
     snprintf(chunk, sizeof chunk, "%ld", d->a.chunk);
     const char *kvs[] = {"model", d->model, "dtype", "bf16", "level",
-                         seqkv_level_name(d->a.level), "chunk", chunk};
+                         seqkv_level_name(d->a.level), "chunk", chunk, "auto-calibrate",
+                         DEMO_AUTOCAL};
     seqkv_client_profile prof;
-    int rc = seqkv_client_profile_set(admin, "demo", kvs, 4);
+    int rc = seqkv_client_profile_set(admin, "demo", kvs, 5);
     if (!rc)
         rc = seqkv_client_profile_get(admin, "demo", &prof);
     if (!rc && prof.token_bytes != d->per_tok)
@@ -832,46 +811,60 @@ static int demo_profile(demo *d, seqkv_client *admin)
     return rc;
 }
 
-/* Phase 1 (raw), KV.CALIBRATE, phase 2 (coded) and the store's INFO into
- * *info1 (NULL on an error before it), each step reported. */
+/* Phases 1 and 2 (the profile calibrating itself in the background once it
+ * holds DEMO_AUTOCAL tokens), KV.COMPACT (coding what it stored before)
+ * and the store's INFO into *info1 (NULL on an error before it). */
 static int demo_phases(demo *d, seqkv_client *admin, char **info1)
 {
-    double t0, t_p1 = 0, t_cal = 0, t_p2 = 0;
+    double t0 = cli_now(), t_p[2];
+    int rc = SKV_OK, cal_in = 0;
+    for (int ph = 0; ph < 2 && !rc; ph++) {
+        t0 = cli_now();
+        rc = run_phase(d, ph ? "demo: phase 2 requests" : "demo: phase 1 requests", ph);
+        t_p[ph] = cli_now() - t0;
+        if (!rc)
+            printf("phase %d   %s: %zu requests in %.1f s\n", ph + 1,
+                   ph ? "near-duplicates and later turns" : "first turns of the original sessions",
+                   d->phase_req[ph], t_p[ph]);
+        /* when phase 1 stored DEMO_AUTOCAL tokens, phase 2 waits for the
+         * calibration the server is learning meanwhile */
+        char *is = NULL;
+        const int wait = !rc && !ph && seqkv_client_info(admin, "store", &is) == 0 &&
+                         demo_info_u64(is, "tokens") >= (uint64_t)atoi(DEMO_AUTOCAL);
+        seqkv_client_free(is);
+        for (t0 = cli_now(); wait && !demo_self_calibrated(admin) && cli_now() - t0 < 60;)
+            usleep(50000);
+        if (!rc && !cal_in && demo_self_calibrated(admin)) {
+            cal_in = ph + 1;
+            printf("calibrate the profile calibrated itself in the background once it held %s "
+                   "tokens: ready %.1f s after phase %d\n", DEMO_AUTOCAL, cli_now() - t0, ph + 1);
+        }
+        fflush(stdout);
+    }
+    seqkv_reply *r = NULL;
+    const void *argv[] = {"KV.COMPACT", "demo"};
+    size_t argl[] = {10, 4};
     t0 = cli_now();
-    int rc = run_phase(d, "demo: phase 1 (raw) requests", 0);
-    t_p1 = cli_now() - t0;
+    if (!rc && (rc = seqkv_client_command(admin, 2, argv, argl, &r)) == 0 &&
+        (r->type != SEQKV_REPLY_ARRAY || r->elements != 16))
+        rc = skv_error(SKV_ERR_FORMAT, "KV.COMPACT: %s", r->type == SEQKV_REPLY_ERROR ? r->str : "?");
     if (!rc) {
-        printf("phase 1   first turns of the original sessions: %zu requests stored raw in %.1f s\n",
-               d->phase_req[0], t_p1);
-        fflush(stdout);
-        t0 = cli_now();
-        rc = seqkv_client_calibrate(admin, "demo", 0);
-        t_cal = cli_now() - t0;
-        if (rc)
-            skv_error(rc, "KV.CALIBRATE: %s", seqkv_client_error(admin));
-    }
-    if (!rc) {
-        printf("calibrate KV.CALIBRATE demo: learned from the stored sequences in %.1f s; new "
-               "chunks now coded at %s\n", t_cal, seqkv_level_name(d->a.level));
-        fflush(stdout);
-        t0 = cli_now();
-        rc = run_phase(d, "demo: phase 2 (coded) requests", 1);
-        t_p2 = cli_now() - t0;
-    }
-    if (!rc) {
-        printf("phase 2   near-duplicates and later turns: %zu requests stored at %s in %.1f s\n",
-               d->phase_req[1], seqkv_level_name(d->a.level), t_p2);
+        printf("compact   KV.COMPACT%s: re-coded %lld records stored raw before it (appends "
+               "merged), %lld -> %lld bytes, in %.1f s\n", cal_in ? "" : " (the calibration "
+               "learned there)", r->element[5]->integer, r->element[9]->integer,
+               r->element[11]->integer, cli_now() - t0);
         fflush(stdout);
         rc = seqkv_client_info(admin, "store", info1);
         if (rc)
             skv_error(rc, "INFO store: %s", seqkv_client_error(admin));
         char *ic = NULL;
         if (!rc && seqkv_client_info(admin, "cache", &ic) == 0) {
-            d->tier_hits = info_u64(ic, "cache_hits");
-            d->tier_misses = info_u64(ic, "cache_misses");
+            d->tier_hits = demo_info_u64(ic, "cache_hits");
+            d->tier_misses = demo_info_u64(ic, "cache_misses");
         }
         seqkv_client_free(ic);
     }
+    seqkv_reply_free(r);
     return rc;
 }
 
@@ -1007,9 +1000,9 @@ static int demo_measure(demo *d, demo_figures *f)
  * level's ratio, the dedup and centroid savings, to stdout and tf. */
 static void report_store(const demo *d, FILE *tf, const char *info1, const demo_figures *f)
 {
-    const uint64_t tokens = info_u64(info1, "tokens"), raw = info_u64(info1, "raw_bytes"),
-                   stored = info_u64(info1, "stored_bytes"), chunks = info_u64(info1, "chunks"),
-                   cchunks = info_u64(info1, "centroid_chunks");
+    const uint64_t tokens = demo_info_u64(info1, "tokens"), raw = demo_info_u64(info1, "raw_bytes"),
+                   stored = demo_info_u64(info1, "stored_bytes"), chunks = demo_info_u64(info1, "chunks"),
+                   cchunks = demo_info_u64(info1, "centroid_chunks");
     const uint64_t req_raw = d->req_tokens * d->per_tok;
     char b1[32], b2[32];
     out2(tf, "\n== results (%s%s, profile level %s, chunk %ld)\n", d->model,
@@ -1031,7 +1024,7 @@ static void report_store(const demo *d, FILE *tf, const char *info1, const demo_
          stored ? (double)req_raw / (double)stored : 0.0);
     for (int l = 0; l < SEQKV_LEVELS; l++) {
         uint64_t lv[3];
-        info_level(info1, seqkv_level_name((seqkv_level)l), lv);
+        demo_info_level(info1, seqkv_level_name((seqkv_level)l), lv);
         if (!lv[0])
             continue;
         mib(b1, sizeof b1, lv[1]);

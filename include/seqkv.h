@@ -280,7 +280,8 @@ int seqkv_get_view_stream(seqkv *db, const char *tenant, const char *profile,
  * only when the profile is at spec or full. Later puts are coded at the
  * profile's level; what was stored before is re-coded by seqkv_compact.
  * A profile whose learning failed tries again once it holds twice as
- * much. *learned (may be NULL) counts the calibrations learned. It reads
+ * much; the error of such a failure is returned (the other profiles are
+ * still tried). *learned (may be NULL) counts the calibrations learned. It reads
  * the sequences as a get does and learns with no lock held, on a pool of
  * its own (as many threads as the store's): gets and puts go on, puts
  * storing raw until the calibration is in. */

@@ -606,7 +606,7 @@ static void cmd_profile(skv_server *s, srv_job *j)
 }
 
 /* ------------------------------------------------------------------------
- * KV.PUT, KV.LOOKUP, KV.GET, KV.DEL, KV.CALIBRATE, KV.STATS
+ * KV.PUT, KV.LOOKUP, KV.GET, KV.DEL, KV.CALIBRATE, KV.COMPACT, KV.STATS
  * ---------------------------------------------------------------------- */
 void srv_put_batch(skv_server *s, srv_job **jobs, size_t n)
 {
@@ -885,6 +885,37 @@ static void cmd_calibrate(skv_server *s, srv_job *j)
     skv_rbuf_simple(&j->reply, "OK");
 }
 
+/* KV.COMPACT [<profile>]: admin only -- a compaction now (seqkv_compact:
+ * what the background thread does every compact-interval), a profile that
+ * crossed its auto-calibrate threshold calibrating itself first; the
+ * reply is what it did */
+static void cmd_compact(skv_server *s, srv_job *j)
+{
+    char prof[SEQKV_NAME_MAX + 1];
+    if (j->cmd.argc == 2 && name_arg(j, 1, prof))
+        return;
+    const char *p = j->cmd.argc == 2 ? prof : NULL;
+    int learned = 0;
+    if (seqkv_auto_calibrate(s->db, p, &learned)) /* (compaction goes on without it) */
+        srv_log(s, "KV.COMPACT: %s", skv_error_detail());
+    seqkv_compact_stats st;
+    int rc = seqkv_compact(s->db, p, NULL, NULL, &st);
+    if (rc) {
+        store_err(s, j, rc, "KV.COMPACT");
+        return;
+    }
+    skv_rbuf *r = &j->reply;
+    skv_rbuf_map(r, j->proto, 8);
+    const char *keys[] = {"self_calibrations", "records", "recoded", "merged", "bytes_before",
+                          "bytes_after", "calibrations_deleted", "damaged"};
+    const uint64_t vals[] = {(uint64_t)learned, st.records, st.recoded, st.merged,
+                             st.bytes_before, st.bytes_after, st.calibrations_deleted, st.damaged};
+    for (int i = 0; i < 8; i++) {
+        skv_rbuf_bulk_str(r, keys[i]);
+        skv_rbuf_int(r, (long long)vals[i]);
+    }
+}
+
 static void cmd_stats(skv_server *s, srv_job *j)
 {
     seqkv_stats st;
@@ -968,6 +999,7 @@ static const srv_cmd cmds[] = {
     {"KV.GET", 3, 6, 0, cmd_get, 0},
     {"KV.DEL", 3, 4, 0, cmd_del, 0},
     {"KV.CALIBRATE", 2, 3, SRV_F_ADMIN, cmd_calibrate, 0},
+    {"KV.COMPACT", 1, 2, SRV_F_ADMIN, cmd_compact, 0},
     {"KV.STATS", 1, 1, 0, cmd_stats, 0},
 };
 #define NCMDS (sizeof cmds / sizeof cmds[0])

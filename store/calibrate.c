@@ -15,8 +15,8 @@ typedef struct {
 static void collect_tip(void *vctx, skv_trie_rec *r)
 {
     tips_ctx *c = vctx;
-    if (r->deps || c->n == c->cap)
-        return;
+    if (r->deps || r->hidden || c->n == c->cap)
+        return; /* (hidden: a put's record not committed yet, or one being deleted) */
     c->tips[c->n++] = r;
 }
 
@@ -179,6 +179,7 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
         *learned = 0;
     if (db->o.read_only)
         return SKV_OK;
+    int err = SKV_OK;
     for (size_t i = 0;; i++) {
         /* the decision as a reader; the learning with no lock held (gets
          * and puts go on: puts store raw meanwhile) */
@@ -209,19 +210,20 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
             rc = calibrate(db, name, 64, level < SEQKV_SPEC, pool, 1);
         skv_pool_free(pool);
         if (rc) {
+            err = rc;
+            char why[256];
+            snprintf(why, sizeof why, "%s", skv_error_detail());
             pthread_mutex_lock(&db->wlock);
             if ((pe = skv_store_profile(db, name)))
                 pe->autocal_failed = held;
             pthread_mutex_unlock(&db->wlock);
-            if (!db->o.quiet)
-                fprintf(stderr, "seqkv: profile %s: self-calibration failed: %s (again at %llu "
-                                "positions)\n", name, skv_error_detail(),
-                        (unsigned long long)(2 * held));
+            skv_error(rc, "profile %s: self-calibration failed at %llu positions (again at %llu): %s",
+                      name, (unsigned long long)held, (unsigned long long)(2 * held), why);
         } else if (learned) {
             (*learned)++;
         }
     }
-    return SKV_OK;
+    return err;
 }
 
 int seqkv_calibrate_import(seqkv *db, const char *profile, const char *path)

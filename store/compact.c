@@ -133,6 +133,11 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         return SKV_OK;
     }
     const int merge = chain_end(e, t);
+    /* a merged record takes the place of the bases it makes dead: it
+     * starts where the deepest of them started, on that one's base */
+    skv_trie_rec *dead[SEQKV_CHUNK_MAX];
+    const size_t nd = merge ? dead_bases(e, t, dead, SEQKV_CHUNK_MAX) : 0;
+    const skv_trie_rec *deep = nd ? dead[nd - 1] : NULL;
     MDB_txn *txn = NULL;
     int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
     int rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
@@ -168,7 +173,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         rc = skv_store_decode_chain(db, txn, e, pe, t, &T, &tok, &kk, &vv);
     }
     if (redo && !rc) {
-        const size_t P = (size_t)t->chunk_index * (size_t)pe->p.chunk, lo = merge ? 0 : r.lo;
+        const size_t P = (size_t)t->chunk_index * (size_t)pe->p.chunk, lo = deep ? deep->lo : r.lo;
         seqbuf s = {T, tok, {kk, vv}};
         q = r;
         rc = skv_store_code_record(db, txn, pe, level, &s, P + lo, P + r.n, &q, &ss);
@@ -178,10 +183,14 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         if (!rc) {
             for (size_t j = 0; j < ss.nstreams; j++)
                 skv_store32_le(sz + 4 * j, (uint32_t)(ss.offs[j + 1] - ss.offs[j]));
-            if (merge) {
-                q.lo = 0;
+            if (deep) {
+                q.lo = (uint32_t)lo;
                 q.flags &= (uint8_t)~SKV_REC_BASE;
                 memset(q.base, 0, 32);
+                if (deep->has_base) {
+                    q.flags |= SKV_REC_BASE;
+                    memcpy(q.base, deep->base, 32);
+                }
             }
             if (!seqkv_level_predictive((seqkv_level)q.level))
                 memset(q.calib, 0, 16);
@@ -212,25 +221,21 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         skv_free(img);
         return rc;
     }
-    skv_trie_rec *dead[SEQKV_CHUNK_MAX];
-    size_t nd = 0;
-    if (merge) {
-        /* readers are out while the record and the index change together
-         * (a reader that matched a base would find it gone; one that
-         * matched t would find fields other than its index entry's) */
+    /* merging: readers are out while the record and the index change
+     * together (a reader that matched a base would find it gone; one that
+     * matched t would find fields other than its index entry's) */
+    if (nd)
         pthread_rwlock_wrlock(&db->rw);
-        nd = dead_bases(e, t, dead, SEQKV_CHUNK_MAX);
-    }
     rc = write_step(db, key, img, len, dead, nd);
-    if (!merge)
+    if (!nd)
         pthread_rwlock_wrlock(&db->rw);
     if (!rc) {
         uint64_t freed = 0;
-        if (merge) {
+        if (nd) {
             skv_store_deps(e, t, -1);
-            t->has_base = 0;
-            t->lo = 0;
-            memset(t->base, 0, 32);
+            t->has_base = deep->has_base;
+            t->lo = deep->lo;
+            memcpy(t->base, deep->base, 32);
             skv_store_deps(e, t, +1);
             for (size_t i = 0; i < nd; i++) {
                 freed += dead[i]->bytes;

@@ -1099,6 +1099,14 @@ Test(server, profiles_calibrate_themselves_and_compact_in_the_background, .timeo
     seqkv_reply_free(r);
     for (int i = 0; i < N; i++)
         expect_get(c, "p", &tm, &a[i], 0);
+    /* KV.COMPACT now: nothing left to code */
+    r = CMD(c, "KV.COMPACT", "p");
+    cr_assert_eq(r->type, SEQKV_REPLY_ARRAY, "%s", r->type == SEQKV_REPLY_ERROR ? r->str : "");
+    cr_assert_eq(r->elements, 16);
+    cr_assert_str_eq(r->element[4]->str, "recoded");
+    cr_assert_eq(r->element[5]->integer, 0);
+    cr_assert_gt(r->element[3]->integer, 0, "records looked at");
+    seqkv_reply_free(r);
     seqkv_client_close(c);
     cr_assert_eq(srv_stop(&s), 0);
     for (int i = 0; i < N; i++)

@@ -311,3 +311,57 @@ Test(compact, kill_9_during_compaction_loses_nothing, .timeout = 240)
     su_seq_free(&g);
     su_model_free(&tm);
 }
+
+/* Sessions sharing a system prompt, each appended to twice: merging keeps
+ * every position coded once (a merged record starts where the bases it
+ * replaces started, on the base the other sessions share) */
+static void put_prefix(seqkv *db, const su_model *tm, const su_seq *s, size_t n)
+{
+    su_seq part = *s;
+    part.n = n;
+    part.kv = malloc(su_kv_len(tm, n));
+    su_expect(tm, s, n, part.kv);
+    part.kv_len = su_kv_len(tm, n);
+    put(db, "t", "p", &part, 0);
+    free(part.kv);
+}
+
+Test(compact, merges_keep_each_position_coded_once, .timeout = 60)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(dir, NULL);
+    add_profile(db, &tm, "p", 256, SEQKV_CTX, 0);
+    su_seq sys, s[3];
+    su_seq_make(&tm, NULL, 0, 100, 1, &sys);
+    for (int i = 0; i < 3; i++)
+        su_seq_make(&tm, sys.tok, 100, 220, 10 + (uint64_t)i, &s[i]);
+    for (size_t n = 140; n <= 220; n += 40)
+        for (int i = 0; i < 3; i++)
+            put_prefix(db, &tm, &s[i], n);
+    seqkv_stats before = stats(db, "t");
+    cr_assert_eq(before.chunks, 9);
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0);
+    seqkv_compact_stats cs = compact(db, "p");
+    seqkv_stats after = stats(db, "t");
+    cr_assert_eq(cs.merged, 5, "two bases of each session but the one the others share");
+    cr_assert_eq(after.chunks, 4, "the shared first record and one a session");
+    cr_assert_eq(after.coded_tokens, after.tokens, "each position coded once");
+    cr_assert_eq(after.tokens, before.tokens);
+    for (int i = 0; i < 3; i++) {
+        assert_whole(db, "t", "p", &tm, &s[i], "after merging");
+        for (size_t n = 90; n <= 220; n += 13)
+            cr_assert_eq(su_get_check(db, "t", "p", &tm, &s[i], n, NULL), 0, "prefix %zu", n);
+    }
+    seqkv_close(db);
+    db = open_store(dir, NULL);
+    cr_assert_eq(stats(db, "t").coded_tokens, after.tokens);
+    for (int i = 0; i < 3; i++) {
+        assert_whole(db, "t", "p", &tm, &s[i], "reopened");
+        su_seq_free(&s[i]);
+    }
+    seqkv_close(db);
+    su_seq_free(&sys);
+    su_model_free(&tm);
+}
