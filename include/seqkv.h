@@ -279,6 +279,13 @@ int seqkv_get_view_stream(seqkv *db, const char *tenant, const char *profile,
  * does, but at its own level: the model's levels (and their model runs)
  * only when the profile is at spec or full. Later puts are coded at the
  * profile's level; what was stored before is re-coded by seqkv_compact.
+ * A calibrated profile whose new chunks have drifted -- the bits per
+ * scalar of its records of at least half a chunk, averaged over about 16,
+ * staying 10% above their mean over the first 16 after the calibration
+ * for 16 records in a row, 64 records after it at the earliest (counted
+ * in memory, since the store was opened) -- learns a new one from its 64
+ * most recently used sequences; seqkv_compact then re-codes what the old
+ * one coded, and deletes it once nothing uses it.
  * A profile whose learning failed tries again once it holds twice as
  * much; the error of such a failure is returned (the other profiles are
  * still tried). *learned (may be NULL) counts the calibrations learned. It reads

@@ -3,21 +3,60 @@
  * codebook and blend weights, no sequence) are decoded, learned from, and
  * the result is kept in LMDB under its content id. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "store_priv.h"
 
 typedef struct {
-    skv_trie_rec **tips;
-    size_t n, cap;
+    skv_trie_rec *r;
+    ns_ent *e;
+} tip;
+
+typedef struct {
+    tip *tips;
+    size_t n, cap, limit; /* limit: stop there (0: every tip) */
+    ns_ent *e;
+    int oom;
 } tips_ctx;
 
 static void collect_tip(void *vctx, skv_trie_rec *r)
 {
     tips_ctx *c = vctx;
-    if (r->deps || r->hidden || c->n == c->cap)
+    if (r->deps || r->hidden || (c->limit && c->n == c->limit))
         return; /* (hidden: a put's record not committed yet, or one being deleted) */
-    c->tips[c->n++] = r;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        tip *t = skv_realloc(c->tips, cap * sizeof *t);
+        if (!t) {
+            c->oom = 1;
+            return;
+        }
+        c->tips = t;
+        c->cap = cap;
+    }
+    c->tips[c->n++] = (tip){r, c->e};
+}
+
+static int by_recent_use(const void *a, const void *b)
+{
+    const uint64_t x = ((const tip *)a)->r->tick, y = ((const tip *)b)->r->tick;
+    return (x < y) - (x > y);
+}
+
+void skv_store_drift(prof_ent *pe, uint64_t bytes, uint64_t scalars)
+{
+    skv_drift *d = &pe->drift;
+    const double bits = scalars ? 8.0 * (double)bytes / (double)scalars : 0.0;
+    if (++d->n <= SKV_DRIFT_BASE) {
+        d->sum += bits;
+        d->base = d->avg = d->sum / (double)d->n;
+        return;
+    }
+    d->avg += (bits - d->avg) / SKV_DRIFT_BASE;
+    d->over = d->avg > d->base * SKV_DRIFT_RATIO ? d->over + 1 : 0;
+    if (d->n >= SKV_DRIFT_MIN && d->over >= SKV_DRIFT_BASE)
+        __atomic_store_n(&d->drifted, 1, __ATOMIC_RELAXED);
 }
 
 static int import_calib(seqkv *db, prof_ent *pe, const skv_calib *cal)
@@ -47,7 +86,7 @@ static int import_calib(seqkv *db, prof_ent *pe, const skv_calib *cal)
  * a reader, learned with no lock held, and the calibration goes in under
  * the writer lock unless the profile has one by then. */
 static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_free,
-                     skv_pool *pool, int background)
+                     skv_pool *pool, int background, int recent)
 {
     pthread_rwlock_rdlock(&db->rw);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
@@ -56,13 +95,13 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     memset(&pp, 0, sizeof pp);
     if (pe)
         pp = pe->p;
-    tips_ctx tc = {NULL, 0, max_seq};
+    /* the stored sequences: the first max_seq found, or (recent) the
+     * max_seq most recently used */
+    tips_ctx tc = {NULL, 0, 0, recent ? 0 : max_seq, NULL, 0};
     skv_st_writer *w = NULL;
     skv_st *st = NULL;
     uint8_t *img = NULL;
     size_t len = 0, nseq = 0, ntok = 0;
-    if (!rc && !(tc.tips = skv_malloc(max_seq * sizeof *tc.tips)))
-        rc = skv_error(SKV_ERR_NOMEM, "calibration");
     if (!rc)
         rc = skv_stw_create(&w);
     MDB_txn *txn = NULL;
@@ -70,17 +109,23 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
-    for (size_t i = 0; !rc && i < db->nns && tc.n < max_seq; i++) {
-        ns_ent *e = &db->ns[i];
-        if (memcmp(e->prof_id, pp.id, 32) != 0)
-            continue;
-        size_t before = tc.n;
-        skv_trie_foreach(e->trie, collect_tip, &tc);
-        for (size_t j = before; !rc && j < tc.n; j++) {
+    for (size_t i = 0; !rc && i < db->nns && (!tc.limit || tc.n < tc.limit); i++) {
+        tc.e = &db->ns[i];
+        if (memcmp(tc.e->prof_id, pp.id, 32) == 0)
+            skv_trie_foreach(tc.e->trie, collect_tip, &tc);
+    }
+    if (!rc && tc.oom)
+        rc = skv_error(SKV_ERR_NOMEM, "calibration");
+    if (!rc && recent)
+        qsort(tc.tips, tc.n, sizeof *tc.tips, by_recent_use);
+    if (tc.n > max_seq)
+        tc.n = max_seq;
+    {
+        for (size_t j = 0; !rc && j < tc.n; j++) {
             size_t T;
             int32_t *tok;
             uint8_t *k, *v;
-            rc = skv_store_decode_chain(db, txn, e, pe, tc.tips[j], &T, &tok, &k, &v);
+            rc = skv_store_decode_chain(db, txn, tc.tips[j].e, pe, tc.tips[j].r, &T, &tok, &k, &v);
             if (!rc) {
                 skv_kvseq q = {T, tok, pp.dtype, pp.layers, pp.kv_heads, pp.head_dim,
                                k, v};
@@ -128,13 +173,18 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
         skv_calib_opts o = {.model = model, .pool = pool, .quiet = db->o.quiet};
         rc = skv_calib_learn(st, &o, &cal);
     }
-    if (!rc && background)
+    const int locked = !rc && background;
+    if (locked)
         pthread_mutex_lock(&db->wlock);
-    if (!rc && (pe = skv_store_profile(db, pp.name)) && !(background && pp.has_calib))
+    /* in the background, only over the calibration it was learned to
+     * replace (another may have come in meanwhile) */
+    if (!rc && (pe = skv_store_profile(db, pp.name)) &&
+        (!background || (pe->p.has_calib == pp.has_calib &&
+                         (!pp.has_calib || !memcmp(pe->p.calib_id, pp.calib_id, 16)))))
         rc = import_calib(db, pe, cal);
     if (!rc && !pe)
         rc = skv_error(SKV_ERR_NOT_FOUND, "profile %s went away during its calibration", pp.name);
-    if (!rc && background)
+    if (locked)
         pthread_mutex_unlock(&db->wlock);
     skv_calib_free(cal);
     skv_st_free(st);
@@ -148,7 +198,7 @@ int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
 {
     pthread_mutex_lock(&db->wlock);
     skv_store_writer(1);
-    int rc = calibrate(db, profile, max_seq ? max_seq : 64, 0, db->pool, 0);
+    int rc = calibrate(db, profile, max_seq ? max_seq : 64, 0, db->pool, 0, 0);
     skv_store_writer(0);
     pthread_mutex_unlock(&db->wlock);
     return rc;
@@ -190,24 +240,32 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
         }
         prof_ent *pe = &db->prof[i];
         const int want = pe->p.auto_calibrate ? pe->p.auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT;
-        const int skip = (profile && strcmp(profile, pe->p.name) != 0) || pe->p.has_calib ||
-                         want < 0 || !seqkv_level_predictive(pe->p.level);
+        /* (drifted: the writer's figure, read as it last wrote it) */
+        const int drifted = pe->p.has_calib && __atomic_load_n(&pe->drift.drifted, __ATOMIC_RELAXED);
+        const int skip = (profile && strcmp(profile, pe->p.name) != 0) ||
+                         (pe->p.has_calib && !drifted) || want < 0 ||
+                         !seqkv_level_predictive(pe->p.level);
         const uint64_t held = skip ? 0 : profile_positions(db, pe);
         const uint64_t failed = pe->autocal_failed;
         char name[SEQKV_NAME_MAX + 1];
         snprintf(name, sizeof name, "%s", pe->p.name);
         const seqkv_level level = pe->p.level;
         pthread_rwlock_unlock(&db->rw);
-        if (skip || held < (uint64_t)want || (failed && held < 2 * failed))
+        if (skip || (!drifted && (held < (uint64_t)want || (failed && held < 2 * failed))))
             continue;
         if (!db->o.quiet)
-            fprintf(stderr, "seqkv: profile %s holds %llu token positions: learning its "
-                            "calibration (%s)\n", name, (unsigned long long)held,
+            fprintf(stderr, drifted ? "seqkv: profile %s: new chunks cost %.0f%% more bits than "
+                                      "after its calibration: learning a new one (%s)\n"
+                                    : "seqkv: profile %s holds %.0f token positions: learning "
+                                      "its calibration (%s)\n", name,
+                    drifted ? 100.0 * (pe->drift.avg / pe->drift.base - 1.0) : (double)held,
                     seqkv_level_name(level));
+        if (drifted) /* (measured again under the new one) */
+            __atomic_store_n(&pe->drift.drifted, 0, __ATOMIC_RELAXED);
         skv_pool *pool = NULL;
         int rc = skv_pool_create(&pool, skv_pool_threads(db->pool));
-        if (!rc)
-            rc = calibrate(db, name, 64, level < SEQKV_SPEC, pool, 1);
+        if (!rc) /* (drifted: from the sequences used last, what the profile holds now) */
+            rc = calibrate(db, name, 64, level < SEQKV_SPEC, pool, 1, drifted);
         skv_pool_free(pool);
         if (rc) {
             err = rc;

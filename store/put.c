@@ -463,6 +463,9 @@ static int put_chunk(put_ctx *pc, MDB_txn *rtxn, const skv_centroid *cent, size_
         res->centroid_tokens += hi - lo;
     q->r.side = side;
     q->r.side_len = (uint32_t)side_len;
+    /* (a record of at least half a chunk: a short one's headers are most of it) */
+    if (!rc && !used && seqkv_level_predictive(q->r.level) && 2 * (hi - lo) >= pc->CH)
+        skv_store_drift(pc->pe, st.len, (hi - lo) * 2 * (uint64_t)pc->pe->p.layers * pc->pe->C);
     if (!rc)
         rc = record_image(pc, q, &st, P, hi);
     skv_free(side);

@@ -924,8 +924,10 @@ int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uin
         rc = mrc ? skv_mdb_error(mrc, mrc == MDB_MAP_FULL ? "store calibration (map full)"
                                                           : "store calibration")
                  : SKV_OK;
-        if (!rc)
+        if (!rc) {
             pe->p = q;
+            memset(&pe->drift, 0, sizeof pe->drift); /* measured again under the new one */
+        }
     }
     pthread_rwlock_unlock(&db->rw);
     return rc;

@@ -10,6 +10,22 @@
 #include "skv_trie.h"
 #include "store_int.h"
 
+/* Drift of a profile's coding (store/calibrate.c): bits per scalar of the
+ * records of at least half a chunk coded under its current calibration --
+ * the mean of the first SKV_DRIFT_BASE as the baseline, then a moving
+ * average over about as many; drifted once that average has stayed above
+ * the baseline by SKV_DRIFT_RATIO for SKV_DRIFT_BASE records in a row,
+ * SKV_DRIFT_MIN records after the calibration at the earliest (a few odd
+ * records do not make a drift). In memory: a restart measures again. */
+#define SKV_DRIFT_BASE 16
+#define SKV_DRIFT_MIN 64
+#define SKV_DRIFT_RATIO 1.10
+typedef struct {
+    uint64_t n, over;
+    double sum, base, avg;
+    int drifted;
+} skv_drift;
+
 typedef struct {
     seqkv_profile p;
     size_t C;          /* kv_heads * head_dim */
@@ -17,6 +33,7 @@ typedef struct {
     skv_model *model;  /* loaded on first need (spec, full, surprisal) */
     int model_failed;
     uint64_t autocal_failed; /* positions held when self-calibration last failed */
+    skv_drift drift;         /* coded size of its records since its calibration (writer's) */
 } prof_ent;
 
 typedef struct {
@@ -97,6 +114,9 @@ void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps);
 /* An indexed record's stored bytes are now `bytes` (the store's and its
  * tenant's counts follow). Caller holds rw exclusively. */
 void skv_store_rebytes(seqkv *db, ns_ent *e, skv_trie_rec *r, uint64_t bytes);
+/* A record of `scalars` scalars coded into `bytes` of streams under the
+ * profile's current calibration (caller: the writer) */
+void skv_store_drift(prof_ent *pe, uint64_t bytes, uint64_t scalars);
 /* The level a put asking for `asked` codes at (raw until a calibration) */
 int skv_store_put_level(const prof_ent *pe, int asked);
 

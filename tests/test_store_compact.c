@@ -365,3 +365,73 @@ Test(compact, merges_keep_each_position_coded_once, .timeout = 60)
     su_seq_free(&sys);
     su_model_free(&tm);
 }
+
+/* Drift: a profile whose new chunks cost 10% more bits than after its
+ * calibration learns a new one from its most recent sequences; what the
+ * old one coded is re-coded by compaction, and the old one deleted. Data
+ * of the same kind does not trigger it. */
+static void scaled(su_seq *s) /* every bf16 value x 64: another distribution */
+{
+    for (size_t i = 0; i + 1 < s->kv_len; i += 2) {
+        uint16_t x = (uint16_t)(s->kv[i] | s->kv[i + 1] << 8);
+        const unsigned ex = (x >> 7) & 0xff;
+        if (ex && ex < 0xf0)
+            x = (uint16_t)(x + (6u << 7));
+        s->kv[i] = (uint8_t)x;
+        s->kv[i + 1] = (uint8_t)(x >> 8);
+    }
+}
+
+Test(compact, a_drifting_profile_calibrates_itself_again, .timeout = 180)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(dir, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    enum { A = 28, B = 24 };
+    su_seq a[A], b[B];
+    for (int i = 0; i < A; i++) {
+        su_seq_make(&tm, NULL, 0, 64, 700 + (uint64_t)i, &a[i]);
+        put(db, "t", "p", &a[i], 0);
+        if (i == 7)
+            cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+    }
+    seqkv_profile p1, p2;
+    cr_assert_eq(seqkv_profile_get(db, "p", &p1), 0);
+    int learned = 0;
+    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", skv_error_detail());
+    cr_assert_eq(learned, 0, "80 chunks like the calibration's: no drift");
+    int at = -1;
+    for (int i = 0; i < B; i++) {
+        int32_t first = (int32_t)(2 + i); /* (no prefix shared with a, whose KV is other) */
+        su_seq_make(&tm, &first, 1, 64, 900 + (uint64_t)i, &b[i]);
+        scaled(&b[i]);
+        put(db, "t", "p", &b[i], 0);
+        cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", skv_error_detail());
+        if (learned && at < 0)
+            at = i;
+    }
+    cr_assert_geq(at, 3, "not on the first few chunks of another kind (%d)", at);
+    cr_log_info("drift: a new calibration after %d sequences of the other kind", at + 1);
+    cr_assert_eq(seqkv_profile_get(db, "p", &p2), 0);
+    cr_assert_neq(memcmp(p1.calib_id, p2.calib_id, 16), 0, "another calibration");
+    seqkv_compact_stats cs = compact(db, "p");
+    cr_assert_geq(cs.calibrations_deleted, 1, "the first calibration, once nothing uses it");
+    for (int i = 0; i < A; i++)
+        assert_whole(db, "t", "p", &tm, &a[i], "a");
+    for (int i = 0; i < B; i++)
+        assert_whole(db, "t", "p", &tm, &b[i], "b");
+    seqkv_close(db);
+    db = open_store(dir, NULL);
+    for (int i = 0; i < A; i++) {
+        assert_whole(db, "t", "p", &tm, &a[i], "a, reopened");
+        su_seq_free(&a[i]);
+    }
+    for (int i = 0; i < B; i++) {
+        assert_whole(db, "t", "p", &tm, &b[i], "b, reopened");
+        su_seq_free(&b[i]);
+    }
+    seqkv_close(db);
+    su_model_free(&tm);
+}
