@@ -99,13 +99,8 @@ static int write_step(seqkv *db, const uint8_t key[32], const uint8_t *img, size
         MDB_val k = {32, (void *)key}, v = {len, (void *)img};
         if (!mrc)
             mrc = mdb_put(txn, db->db_chunk, &k, &v, 0);
-        for (size_t i = 0; !mrc && i < nd; i++) {
-            MDB_val dk = {32, dead[i]->key};
-            mrc = mdb_del(txn, db->db_chunk, &dk, NULL);
-            int x = mrc ? 0 : mdb_del(txn, db->db_evict, &dk, NULL);
-            if (x && x != MDB_NOTFOUND)
-                mrc = x;
-        }
+        for (size_t i = 0; !mrc && i < nd; i++)
+            mrc = skv_store_del_rec(db, txn, dead[i]->key);
         if (!mrc)
             mrc = mdb_txn_commit(txn);
         else if (txn)

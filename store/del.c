@@ -33,14 +33,8 @@ int seqkv_del(seqkv *db, const char *tenant, const char *profile, const int32_t 
         pthread_rwlock_unlock(&db->rw);
         MDB_txn *txn;
         int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        MDB_val key = {32, r->key};
         if (!mrc)
-            mrc = mdb_del(txn, db->db_chunk, &key, NULL);
-        if (!mrc) {
-            int x = mdb_del(txn, db->db_evict, &key, NULL);
-            if (x && x != MDB_NOTFOUND)
-                mrc = x;
-        }
+            mrc = skv_store_del_rec(db, txn, r->key);
         if (!mrc)
             mrc = mdb_txn_commit(txn);
         else if (txn)

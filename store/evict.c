@@ -85,15 +85,8 @@ int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, u
         size_t end = done + batch < nv ? done + batch : nv;
         MDB_txn *txn = NULL;
         int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        for (size_t i = done; !mrc && i < end; i++) {
-            MDB_val k = {32, v[i].r->key};
-            mrc = mdb_del(txn, db->db_chunk, &k, NULL);
-            if (!mrc) {
-                mrc = mdb_del(txn, db->db_evict, &k, NULL);
-                if (mrc == MDB_NOTFOUND)
-                    mrc = 0;
-            }
-        }
+        for (size_t i = done; !mrc && i < end; i++)
+            mrc = skv_store_del_rec(db, txn, v[i].r->key);
         if (!mrc) {
             uint8_t b8[8];
             MDB_val mk = {9, "evictions"}, mv = {8, b8};

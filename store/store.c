@@ -320,6 +320,18 @@ void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps)
     skv_trie_remove(e->trie, r->key);
 }
 
+int skv_store_del_rec(seqkv *db, MDB_txn *txn, const uint8_t key[32])
+{
+    MDB_val k = {32, (void *)key};
+    int mrc = mdb_del(txn, db->db_chunk, &k, NULL);
+    if (!mrc) {
+        mrc = mdb_del(txn, db->db_evict, &k, NULL);
+        if (mrc == MDB_NOTFOUND) /* (never ticked) */
+            mrc = 0;
+    }
+    return mrc;
+}
+
 void skv_store_rebytes(seqkv *db, ns_ent *e, skv_trie_rec *r, uint64_t bytes)
 {
     db->stored = db->stored - r->bytes + bytes;

@@ -111,6 +111,8 @@ int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t b
                     uint64_t tick);
 void skv_store_deps(ns_ent *e, const skv_trie_rec *r, int delta);
 void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps);
+/* Delete record key and its LRU entry in txn: 0 or the LMDB error */
+int skv_store_del_rec(seqkv *db, MDB_txn *txn, const uint8_t key[32]);
 /* An indexed record's stored bytes are now `bytes` (the store's and its
  * tenant's counts follow). Caller holds rw exclusively. */
 void skv_store_rebytes(seqkv *db, ns_ent *e, skv_trie_rec *r, uint64_t bytes);

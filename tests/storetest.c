@@ -163,3 +163,31 @@ void all_decodable(seqkv *db, const char *tenant, const su_model *tm, const su_s
         }
     }
 }
+
+seqkv *store_at_level(const char *dir, const seqkv_options *o, const su_model *tm,
+                      seqkv_level level, int with_model, int chunk)
+{
+    seqkv *db = open_store(dir, o);
+    add_profile(db, tm, "p", chunk, level, with_model);
+    if (seqkv_level_predictive(level)) {
+        for (int i = 0; i < 4; i++) {
+            su_seq c;
+            su_seq_make(tm, NULL, 0, 40, 30 + (uint64_t)i, &c);
+            put(db, "cal", "p", &c, 0);
+            su_seq_free(&c);
+        }
+        cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+    }
+    return db;
+}
+
+void put_prefix(seqkv *db, const su_model *tm, const su_seq *s, size_t n)
+{
+    su_seq part = *s;
+    part.n = n;
+    part.kv = malloc(su_kv_len(tm, n));
+    su_expect(tm, s, n, part.kv);
+    part.kv_len = su_kv_len(tm, n);
+    put(db, "t", "p", &part, 0);
+    free(part.kv);
+}

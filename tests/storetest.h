@@ -37,6 +37,13 @@ seqkv *open_store(const char *dir, const seqkv_options *o);
 void add_profile(seqkv *db, const su_model *tm, const char *name, int chunk, seqkv_level level,
                  int with_model);
 seqkv_put_result put(seqkv *db, const char *tenant, const char *prof, const su_seq *s, int level);
+/* A store with profile "p" of chunk tokens at level (the model's file
+ * named when with_model), calibrated on four other sequences of 40 tokens
+ * (tenant "cal") when the level predicts */
+seqkv *store_at_level(const char *dir, const seqkv_options *o, const su_model *tm,
+                      seqkv_level level, int with_model, int chunk);
+/* A put of s's first n tokens (tenant "t", profile "p") */
+void put_prefix(seqkv *db, const su_model *tm, const su_seq *s, size_t n);
 size_t lookup(seqkv *db, const char *tenant, const char *prof, const int32_t *tok, size_t n);
 /* lookup == full length and get of every token bit-exact */
 void assert_whole(seqkv *db, const char *tenant, const char *prof, const su_model *tm,

@@ -56,19 +56,27 @@ static void expect_layers(seqkv_client *c, const su_model *tm, const su_seq *a, 
     seqkv_reply_free(r);
 }
 
+/* A server with no hot tier, the random model and its profile "p" (chunks
+ * of 64) at level; the connection that made it */
+static seqkv_client *start_at(srv *s, char *cfg, size_t cap, su_model *tm, const char *level)
+{
+    config(cfg, cap);
+    srv_start(s, cfg);
+    su_random_model(tm, s->dir, SKV_DT_BF16);
+    seqkv_client *c = conn(s);
+    make_profile(c, tm, "p", 64);
+    seqkv_reply *r = CMD(c, "KV.PROFILE", "SET", "p", "level", level);
+    cr_assert_neq(r->type, SEQKV_REPLY_ERROR, "%s", r->str);
+    seqkv_reply_free(r);
+    return c;
+}
+
 static void streamed(const char *level)
 {
     srv s;
     char cfg[160];
-    config(cfg, sizeof cfg);
-    srv_start(&s, cfg);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
-    seqkv_client *c = conn(&s);
-    make_profile(c, &tm, "p", 64);
-    seqkv_reply *r = CMD(c, "KV.PROFILE", "SET", "p", "level", level);
-    cr_assert_neq(r->type, SEQKV_REPLY_ERROR, "%s", r->str);
-    seqkv_reply_free(r);
+    seqkv_client *c = start_at(&s, cfg, sizeof cfg, &tm, level);
     su_seq a, b;
     su_seq_make(&tm, NULL, 0, 2000, 7, &a); /* 250 KiB of KV, 32 chunks */
     su_seq_make(&tm, a.tok, 1000, 1500, 8, &b);
@@ -103,15 +111,10 @@ Test(server_stream, damage_after_the_first_layer_cuts_the_reply, .timeout = 90)
 {
     srv s;
     char cfg[160];
-    config(cfg, sizeof cfg);
-    srv_start(&s, cfg);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    seqkv_client *c = start_at(&s, cfg, sizeof cfg, &tm, "fast");
     cr_assert_eq(tm.L, 2);
-    seqkv_client *c = conn(&s);
-    make_profile(c, &tm, "p", 64);
-    seqkv_reply *r = CMD(c, "KV.PROFILE", "SET", "p", "level", "fast");
-    seqkv_reply_free(r);
+    seqkv_reply *r;
     su_seq a, b;
     su_seq_make(&tm, NULL, 0, 200, 7, &a);
     su_seq_make(&tm, NULL, 0, 100, 9, &b);

@@ -196,15 +196,8 @@ Test(compact, appends_merge_into_one_record_a_chunk, .timeout = 120)
     cr_assert_eq(seqkv_calibrate(db, "p", 0), 0);
     cr_assert_eq(seqkv_calibrate(ref, "p", 0), 0);
     put(ref, "t", "p", &s, 0);
-    for (size_t n = 2; n <= s.n; n += 2) {
-        su_seq part = s;
-        part.n = n;
-        part.kv = malloc(su_kv_len(&tm, n));
-        su_expect(&tm, &s, n, part.kv);
-        part.kv_len = su_kv_len(&tm, n);
-        put(db, "t", "p", &part, 0);
-        free(part.kv);
-    }
+    for (size_t n = 2; n <= s.n; n += 2)
+        put_prefix(db, &tm, &s, n);
     seqkv_stats before = stats(db, "t"), whole = stats(ref, "t");
     cr_assert_gt(before.chunks, 40, "an append a record");
     seqkv_compact_stats cs = compact(db, "p");
@@ -251,15 +244,8 @@ Test(compact, kill_9_during_compaction_loses_nothing, .timeout = 240)
     }
     su_seq g;
     su_seq_make(&tm, NULL, 0, 60, 7, &g); /* an appending session */
-    for (size_t n = 3; n <= g.n; n += 3) {
-        su_seq part = g;
-        part.n = n;
-        part.kv = malloc(su_kv_len(&tm, n));
-        su_expect(&tm, &g, n, part.kv);
-        part.kv_len = su_kv_len(&tm, n);
-        put(db, "t", "p", &part, 0);
-        free(part.kv);
-    }
+    for (size_t n = 3; n <= g.n; n += 3)
+        put_prefix(db, &tm, &g, n);
     cr_assert_eq(seqkv_calibrate(db, "p", 0), 0);
     const uint64_t tokens = stats(db, "t").tokens;
     seqkv_close(db);
@@ -315,17 +301,6 @@ Test(compact, kill_9_during_compaction_loses_nothing, .timeout = 240)
 /* Sessions sharing a system prompt, each appended to twice: merging keeps
  * every position coded once (a merged record starts where the bases it
  * replaces started, on the base the other sessions share) */
-static void put_prefix(seqkv *db, const su_model *tm, const su_seq *s, size_t n)
-{
-    su_seq part = *s;
-    part.n = n;
-    part.kv = malloc(su_kv_len(tm, n));
-    su_expect(tm, s, n, part.kv);
-    part.kv_len = su_kv_len(tm, n);
-    put(db, "t", "p", &part, 0);
-    free(part.kv);
-}
-
 Test(compact, merges_keep_each_position_coded_once, .timeout = 60)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");

@@ -54,32 +54,13 @@ static size_t view_check(seqkv *db, const su_model *tm, const su_seq *s, size_t 
     return hot;
 }
 
-/* A store with profile "p" at level, calibrated on four other sequences
- * when the level needs one */
-static seqkv *level_store(const char *dir, const seqkv_options *o, const su_model *tm,
-                          seqkv_level level)
-{
-    seqkv *db = open_store(dir, o);
-    add_profile(db, tm, "p", CHUNK, level, 0);
-    if (level > SEQKV_RAW) {
-        for (int i = 0; i < 4; i++) {
-            su_seq c;
-            su_seq_make(tm, NULL, 0, 40, 30 + (uint64_t)i, &c);
-            put(db, "cal", "p", &c, 0);
-            su_seq_free(&c);
-        }
-        cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
-    }
-    return db;
-}
-
 static void served_twice(seqkv_level level)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
     su_random_model(&tm, tmp, SKV_DT_BF16);
     seqkv_options o = {.cache_bytes = 1 << 20};
-    seqkv *db = level_store(dir, &o, &tm, level);
+    seqkv *db = store_at_level(dir, &o, &tm, level, 0, CHUNK);
     su_seq a;
     su_seq_make(&tm, NULL, 0, 70, 21, &a); /* 5 chunks, the last partial */
     put(db, "t", "p", &a, (int)level + 1);
@@ -128,7 +109,7 @@ static void based_entry(seqkv_level level)
     su_model tm;
     su_random_model(&tm, tmp, SKV_DT_BF16);
     seqkv_options o = {.cache_bytes = 1 << 20};
-    seqkv *db = level_store(dir, &o, &tm, level);
+    seqkv *db = store_at_level(dir, &o, &tm, level, 0, CHUNK);
     su_seq a, b;
     su_seq_make(&tm, NULL, 0, 40, 5, &a);      /* chunks of 16, 16 and 8 */
     su_seq_make(&tm, a.tok, 40, 60, 6, &b);    /* a, then 20 more */
@@ -254,7 +235,7 @@ Test(hot, a_deleted_or_evicted_prefix_is_never_served_from_the_tier)
     su_model tm;
     su_random_model(&tm, tmp, SKV_DT_BF16);
     seqkv_options o = {.cache_bytes = 1 << 20};
-    seqkv *db = level_store(dir, &o, &tm, SEQKV_RAW);
+    seqkv *db = store_at_level(dir, &o, &tm, SEQKV_RAW, 0, CHUNK);
     su_seq a, b;
     su_seq_make(&tm, NULL, 0, 40, 5, &a);
     other_kv(&a, &b);
@@ -303,7 +284,7 @@ Test(hot, damage_on_disk_is_caught_on_the_read_into_the_tier)
     su_model tm;
     su_random_model(&tm, tmp, SKV_DT_BF16);
     seqkv_options o = {.cache_bytes = 1 << 20};
-    seqkv *db = level_store(dir, &o, &tm, SEQKV_RAW);
+    seqkv *db = store_at_level(dir, &o, &tm, SEQKV_RAW, 0, CHUNK);
     su_seq a;
     su_seq_make(&tm, NULL, 0, 40, 5, &a);
     put(db, "t", "p", &a, 0);

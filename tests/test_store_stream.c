@@ -74,23 +74,6 @@ static int stream_check(seqkv *db, const su_model *tm, const su_seq *s, size_t w
     return sn.calls;
 }
 
-static seqkv *calibrated(const char *dir, const seqkv_options *o, const su_model *tm,
-                         seqkv_level level, int with_model, int chunk)
-{
-    seqkv *db = open_store(dir, o);
-    add_profile(db, tm, "p", chunk, level, with_model);
-    if (level > SEQKV_RAW && level != SEQKV_FAST) {
-        for (int i = 0; i < 4; i++) {
-            su_seq c;
-            su_seq_make(tm, NULL, 0, 40, 30 + (uint64_t)i, &c);
-            put(db, "cal", "p", &c, 0);
-            su_seq_free(&c);
-        }
-        cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
-    }
-    return db;
-}
-
 /* Chunks of 64: a (5 chunks) and b (a's first 150 tokens and 50 more: its
  * chunk 2 is a record based on a's, whose later positions it overwrites);
  * cold, then with chunk 0 hot, then a's first chunks hot and the rest
@@ -103,7 +86,7 @@ static void streamed_on(seqkv_level level, int with_model, int read_threads)
     su_random_model(&tm, tmp, SKV_DT_BF16);
     cr_assert_geq(tm.L, 2, "a model of several layers");
     seqkv_options o = {.cache_bytes = 1 << 20, .read_threads = read_threads};
-    seqkv *db = calibrated(dir, &o, &tm, level, with_model, SCH);
+    seqkv *db = store_at_level(dir, &o, &tm, level, with_model, SCH);
     su_seq a, b;
     su_seq_make(&tm, NULL, 0, 300, 21, &a);
     su_seq_make(&tm, a.tok, 150, 200, 22, &b);
@@ -243,7 +226,7 @@ Test(stream, damage_fails_the_view_before_its_last_layer, .timeout = 60)
     su_random_model(&tm, tmp, SKV_DT_BF16);
     cr_assert_eq(tm.L, 2);
     seqkv_options o = {.cache_bytes = 0, .read_threads = 1};
-    seqkv *db = calibrated(dir, &o, &tm, SEQKV_CTX, 0, CHUNK);
+    seqkv *db = store_at_level(dir, &o, &tm, SEQKV_CTX, 0, CHUNK);
     su_seq a;
     su_seq_make(&tm, NULL, 0, 60, 21, &a);
     put(db, "t", "p", &a, SEQKV_CTX + 1);
