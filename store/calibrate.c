@@ -120,22 +120,19 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
         qsort(tc.tips, tc.n, sizeof *tc.tips, by_recent_use);
     if (tc.n > max_seq)
         tc.n = max_seq;
-    {
-        for (size_t j = 0; !rc && j < tc.n; j++) {
-            size_t T;
-            int32_t *tok;
-            uint8_t *k, *v;
-            rc = skv_store_decode_chain(db, txn, tc.tips[j].e, pe, tc.tips[j].r, &T, &tok, &k, &v);
-            if (!rc) {
-                skv_kvseq q = {T, tok, pp.dtype, pp.layers, pp.kv_heads, pp.head_dim,
-                               k, v};
-                rc = skv_kvfile_add(w, nseq++, &q);
-                ntok += T;
-            }
-            skv_free(tok);
-            skv_free(k);
-            skv_free(v);
+    for (size_t j = 0; !rc && j < tc.n; j++) {
+        size_t T;
+        int32_t *tok;
+        uint8_t *k, *v;
+        rc = skv_store_decode_chain(db, txn, tc.tips[j].e, pe, tc.tips[j].r, &T, &tok, &k, &v);
+        if (!rc) {
+            skv_kvseq q = {T, tok, pp.dtype, pp.layers, pp.kv_heads, pp.head_dim, k, v};
+            rc = skv_kvfile_add(w, nseq++, &q);
+            ntok += T;
         }
+        skv_free(tok);
+        skv_free(k);
+        skv_free(v);
     }
     if (txn)
         mdb_txn_abort(txn);

@@ -115,8 +115,9 @@ static int write_step(seqkv *db, const uint8_t key[32], const uint8_t *img, size
     }
 }
 
-/* Code record t of namespace e again (lo 0 when it ends an append chain),
- * when that helps. Caller holds wlock (writer). */
+/* Code record t of namespace e again when that helps -- merged with the
+ * bases it makes dead when it ends an append chain. Caller holds wlock
+ * (writer). */
 static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
                       seqkv_compact_stats *st)
 {
@@ -127,11 +128,10 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         pthread_rwlock_unlock(&db->rw);
         return SKV_OK;
     }
-    const int merge = chain_end(e, t);
     /* a merged record takes the place of the bases it makes dead: it
      * starts where the deepest of them started, on that one's base */
     skv_trie_rec *dead[SEQKV_CHUNK_MAX];
-    const size_t nd = merge ? dead_bases(e, t, dead, SEQKV_CHUNK_MAX) : 0;
+    const size_t nd = chain_end(e, t) ? dead_bases(e, t, dead, SEQKV_CHUNK_MAX) : 0;
     const skv_trie_rec *deep = nd ? dead[nd - 1] : NULL;
     MDB_txn *txn = NULL;
     int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
@@ -142,9 +142,11 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         rc = skv_mdb_error(mrc, "read chunk");
     /* the header decides (cheap); a record to code again is verified whole */
     int bad = !rc && skv_rec_parse_ex(v.mv_data, v.mv_size, 0, &r) != SKV_OK;
-    if (!rc && !bad && !(r.flags & SKV_REC_CENTROID) &&
-        (merge || (int)r.level != level ||
-         (seqkv_level_predictive((seqkv_level)r.level) && memcmp(r.calib, pe->p.calib_id, 16))))
+    const int stale = !rc && !bad && seqkv_level_predictive((seqkv_level)r.level) &&
+                      memcmp(r.calib, pe->p.calib_id, 16) != 0;
+    const int redo = !rc && !bad && !(r.flags & SKV_REC_CENTROID) &&
+                     (nd || stale || (int)r.level != level);
+    if (redo)
         bad = skv_rec_parse(v.mv_data, v.mv_size, &r) != SKV_OK;
     if (!rc && bad) {
         /* left as it is: its gets report it; compaction goes on */
@@ -154,10 +156,6 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         pthread_rwlock_unlock(&db->rw);
         return SKV_OK;
     }
-    const int stale = !rc && seqkv_level_predictive((seqkv_level)r.level) &&
-                      memcmp(r.calib, pe->p.calib_id, 16) != 0;
-    const int redo = !rc && !(r.flags & SKV_REC_CENTROID) &&
-                     (merge || stale || (int)r.level != level);
     size_t T = 0, len = 0;
     int32_t *tok = NULL;
     uint8_t *kk = NULL, *vv = NULL, *img = NULL;
@@ -212,7 +210,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     skv_streams_free(&ss);
     /* a re-coding that does not shrink the record is kept only to retire
      * an old calibration */
-    if (rc || !redo || (!merge && !stale && len >= old_len)) {
+    if (rc || !redo || (!nd && !stale && len >= old_len)) {
         skv_free(img);
         return rc;
     }

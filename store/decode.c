@@ -91,22 +91,20 @@ static int member_aux(dec_ctx *c, const skv_rec *r, skv_delta *d, size_t a, size
     return rc;
 }
 
+static int rec_stream(dec_ctx *c, rec_dec *x, size_t j, int worker);
+
 /* Record x's streams into positions [P + lo, P + n) */
 static int decode_streams(dec_ctx *c, rec_dec *x)
 {
     const prof_ent *pe = c->pe;
     const skv_rec *r = &x->r;
     seqbuf *s = c->s;
-    const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es, a = x->P + r->lo, b = x->P + r->n;
+    const size_t L = (size_t)pe->p.layers, a = x->P + r->lo, b = x->P + r->n;
+    int rc = SKV_OK;
     if (r->level == SEQKV_RAW) {
-        for (size_t j = 0; j < 2 * L; j++) {
-            size_t sz = x->offs[j + 1] - x->offs[j];
-            if (sz != (b - a) * row)
-                return skv_error(SKV_ERR_CORRUPT, "raw stream of %zu bytes, expected %zu", sz,
-                                 (b - a) * row);
-            memcpy(s->kv[j & 1] + ((j / 2) * s->stride + a) * row, r->streams + x->offs[j], sz);
-        }
-        return SKV_OK;
+        for (size_t j = 0; j < 2 * L && !rc; j++)
+            rc = rec_stream(c, x, j, 0);
+        return rc;
     }
     if (r->level == SEQKV_FAST)
         return skv_store_fast_decode(pe, r->streams, r->streams_len, r->sizes, s->kv[0], s->kv[1],
@@ -185,8 +183,7 @@ static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t
     }
     if ((rc = skv_rec_raw_copy(img, len, r, dst)))
         return rc;
-    for (uint32_t i = 0; i < r->n; i++)
-        c->s->tok[P + i] = t->tokens[i];
+    memcpy(c->s->tok + P, t->tokens, r->n * sizeof(int32_t));
     __atomic_store_n(&t->tick, c->tick, __ATOMIC_RELAXED);
     return SKV_OK;
 }
@@ -229,10 +226,12 @@ int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *sh
     if (rc)
         return rc;
     const skv_rec *r = &x->r;
-    skv_rec_sum_begin(sum, r->version);
     if (r->nstreams != 2 * (size_t)c->pe->p.layers)
         return skv_error(SKV_ERR_CORRUPT, "chunk record has %u streams for %d layers", r->nstreams,
                          c->pe->p.layers);
+    if (fused && raw_fused(r))
+        return SKV_OK; /* (raw_copy checks its streams and their checksum itself) */
+    skv_rec_sum_begin(sum, r->version);
     /* its streams' offsets, checked */
     const size_t L = (size_t)c->pe->p.layers;
     if (!(x->offs = skv_malloc((2 * L + 1) * sizeof *x->offs)))
@@ -266,11 +265,16 @@ int skv_store_rec_layered(const rec_dec *x)
     return x->r.level != SEQKV_SPEC && x->r.level != SEQKV_FULL;
 }
 
+/* Record x's tokens into c->s (a record based on it writes others over
+ * the later ones: they are written just before x's are read) */
+static void rec_tokens(dec_ctx *c, const rec_dec *x)
+{
+    memcpy(c->s->tok + x->P, x->t->tokens, x->r.n * sizeof(int32_t));
+}
+
 int skv_store_rec_decode(dec_ctx *c, rec_dec *x)
 {
-    /* its tokens (a record based on this one writes others over the later ones) */
-    for (uint32_t i = 0; i < x->r.n; i++)
-        c->s->tok[x->P + i] = x->t->tokens[i];
+    rec_tokens(c, x);
     int rc = decode_streams(c, x);
     if (rc)
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
@@ -282,8 +286,6 @@ int skv_store_rec_decode(dec_ctx *c, rec_dec *x)
             skv_rec_sum_add(x->sum, c->s->kv[kv] + (l * c->s->stride + a) * row, (b - a) * row);
     return SKV_OK;
 }
-
-static int rec_stream(dec_ctx *c, rec_dec *x, size_t j, int worker);
 
 /* Chain link k of record x: stream j0 + k when chains are streams, else
  * both streams of layer j0 / 2 + k */
@@ -370,8 +372,7 @@ int skv_store_recs_layers(dec_ctx *c, rec_dec *x, size_t n, size_t l0, size_t l1
         for (size_t i = i0; i <= i1 && !rc; i++) {
             if (x[i].dr || x[i].r.level == SEQKV_RAW || x[i].r.level == SEQKV_FAST)
                 continue;
-            for (uint32_t t = 0; t < x[i].r.n; t++) /* (read by the range's open only) */
-                c->s->tok[x[i].P + t] = x[i].t->tokens[t];
+            rec_tokens(c, &x[i]); /* (read by the range's open only) */
             rc = skv_delta_range_open(x[i].ce->d, c->s->tok, x[i].P + x[i].r.lo, x[i].P + x[i].r.n,
                                       c->s->stride, &x[i].in, 0,
                                       (x[i].r.flags & SKV_REC_CENTROID) ? &x[i].aux : NULL,
