@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""python/seqkv.py against a live `seqkv serve`: put, lookup and get
+"""python/seqkv (the package) against a live `seqkv serve`: put, lookup and get
 bit-exact (numpy-shaped when numpy is importable), profile and stats
 replies, error codes; and, when redis-py (Debian's python3-redis) is
 installed, the same commands through redis-py.

@@ -1,0 +1,1 @@
+"""Serving-engine connectors: seqkv.connectors.sglang, seqkv.connectors.vllm."""
