@@ -70,6 +70,11 @@ static void store_err(skv_server *s, srv_job *j, int rc, const char *what)
     }
 }
 
+void srv_store_err(skv_server *s, srv_job *j, int rc, const char *what)
+{
+    store_err(s, j, rc, what);
+}
+
 static int parse_ll(const uint8_t *a, size_t len, long long lo, long long hi, long long *out)
 {
     if (len == 0 || len > 18)
@@ -1001,6 +1006,26 @@ static const srv_cmd cmds[] = {
     {"KV.CALIBRATE", 2, 3, SRV_F_ADMIN, cmd_calibrate, 0},
     {"KV.COMPACT", 1, 2, SRV_F_ADMIN, cmd_compact, 0},
     {"KV.STATS", 1, 1, 0, cmd_stats, 0},
+    /* the blob namespace: Redis's string commands (cmd_blob.c) */
+    {"GET", 2, 2, 0, srv_cmd_bget, 0},
+    {"MGET", 2, -1, 0, srv_cmd_mget, 0},
+    {"SET", 3, -1, 0, srv_cmd_set, 0},
+    {"MSET", 3, -1, 0, srv_cmd_mset, 0},
+    {"EXISTS", 2, -1, 0, srv_cmd_exists, 0},
+    {"DEL", 2, -1, 0, srv_cmd_bdel, 0},
+    {"UNLINK", 2, -1, 0, srv_cmd_bdel, 0},
+    {"STRLEN", 2, 2, 0, srv_cmd_strlen, 0},
+    {"TYPE", 2, 2, 0, srv_cmd_type, 0},
+    {"TTL", 2, 2, 0, srv_cmd_ttl, 0},
+    {"PTTL", 2, 2, 0, srv_cmd_ttl, 0},
+    {"EXPIRE", 3, 4, 0, srv_cmd_expire, 0},
+    {"PEXPIRE", 3, 4, 0, srv_cmd_expire, 0},
+    {"EXPIREAT", 3, 4, 0, srv_cmd_expire, 0},
+    {"PEXPIREAT", 3, 4, 0, srv_cmd_expire, 0},
+    {"PERSIST", 2, 2, 0, srv_cmd_expire, 0},
+    {"SCAN", 2, -1, 0, srv_cmd_scan, 0},
+    {"DBSIZE", 1, 1, 0, srv_cmd_dbsize, 0},
+    {"FLUSHDB", 1, 2, SRV_F_ADMIN, srv_cmd_flushdb, 0},
 };
 #define NCMDS (sizeof cmds / sizeof cmds[0])
 _Static_assert(NCMDS <= SRV_NCMD, "SRV_NCMD too small");

@@ -31,7 +31,7 @@ typedef struct srv_cmd {
     int idx; /* into the latency tables */
 } srv_cmd;
 
-#define SRV_NCMD 20
+#define SRV_NCMD 40
 #define SRV_NBUCKETS 32 /* bucket b: latency < 2^b microseconds */
 
 /* Case-insensitive; NULL when unknown. */
@@ -95,6 +95,7 @@ typedef struct {
     uint64_t gets, get_hits, get_misses, tokens_served, bytes_served;
     uint64_t puts, tokens_put, new_tokens, put_bytes, evictions;
     uint64_t dels, tokens_deleted, errors;
+    uint64_t blob_gets, blob_hits, blob_sets, blob_bytes_in, blob_bytes_out;
 } srv_tstats;
 
 struct skv_server {
@@ -165,6 +166,25 @@ size_t srv_put_kv_len(const srv_job *j);
 /* INFO's report for section secp (NULL: all) into b (info.c); 0, the
  * error of seqkv_stat, or SKV_ERR_NOMEM when b ran out of memory. */
 int srv_info_report(skv_server *s, srv_job *j, const char *secp, skv_rbuf *b);
+/* A store error as a reply: NOTFOUND, SHAPE, CORRUPT, TOOLARGE, else ERR
+ * (commands.c); logged, and counted against the tenant */
+void srv_store_err(skv_server *s, srv_job *j, int rc, const char *what);
+/* The Redis string commands over the blob namespace (cmd_blob.c) */
+void srv_cmd_bget(skv_server *s, srv_job *j);
+void srv_cmd_mget(skv_server *s, srv_job *j);
+void srv_cmd_set(skv_server *s, srv_job *j);
+void srv_cmd_mset(skv_server *s, srv_job *j);
+void srv_cmd_exists(skv_server *s, srv_job *j);
+void srv_cmd_bdel(skv_server *s, srv_job *j);
+void srv_cmd_strlen(skv_server *s, srv_job *j);
+void srv_cmd_type(skv_server *s, srv_job *j);
+void srv_cmd_ttl(skv_server *s, srv_job *j);
+void srv_cmd_expire(skv_server *s, srv_job *j);
+void srv_cmd_scan(skv_server *s, srv_job *j);
+void srv_cmd_dbsize(skv_server *s, srv_job *j);
+void srv_cmd_flushdb(skv_server *s, srv_job *j);
+/* Redis's glob match (SCAN ... MATCH) of s against pattern p */
+int srv_glob(const uint8_t *p, size_t pl, const uint8_t *s, size_t sl);
 /* raw / stored, 0 when nothing is stored */
 double srv_ratio(uint64_t raw, uint64_t stored);
 #endif

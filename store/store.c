@@ -22,6 +22,7 @@
 #include "skv_delta.h"
 #include "skv_trie.h"
 #include "store_int.h"
+#include "blob_int.h"
 #include "store_priv.h"
 
 #define STORE_MAGIC 0x53564b53u /* "SKVS" */
@@ -539,7 +540,7 @@ static int open_env(seqkv *db, const char *dir)
     if (rc)
         return rc;
     int mrc;
-    if ((mrc = mdb_env_create(&db->env)) || (mrc = mdb_env_set_maxdbs(db->env, 8)) ||
+    if ((mrc = mdb_env_create(&db->env)) || (mrc = mdb_env_set_maxdbs(db->env, 12)) ||
         (mrc = mdb_env_set_maxreaders(db->env, 256)) ||
         (mrc = mdb_env_set_mapsize(db->env, (size_t)db->o.map_size)))
         return skv_mdb_error(mrc, "LMDB environment");
@@ -626,7 +627,8 @@ int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
         return skv_error(SKV_ERR_NOMEM, "store handle");
     MDB_txn *txn = NULL;
     if ((rc = open_dir(db, dir)) || (rc = open_env(db, dir)) || (rc = txn_begin(db, db->o.read_only, &txn)) ||
-        (rc = open_tables(db, txn, dir)) || (rc = check_format(db, txn, dir)) || (rc = load_state(db, txn)))
+        (rc = open_tables(db, txn, dir)) || (rc = check_format(db, txn, dir)) || (rc = load_state(db, txn)) ||
+        (rc = skv_blob_load(db, txn)))
         goto fail;
     /* committed even when read-only: an aborted transaction would close
      * the database handles it opened */

@@ -41,7 +41,11 @@ typedef struct {
     uint64_t id;
     int read_shared;
     uint64_t budget;
-    uint64_t used;     /* stored bytes of its records (in memory) */
+    uint64_t used;     /* stored bytes of its records and blobs (in memory) */
+    /* its blobs (blob.c; in memory, counted at open): keys, distinct
+     * values, the keys' value bytes, the values' bytes, their stored
+     * images' bytes, values coded as KV */
+    uint64_t bkeys, bvalues, braw, bvbytes, bstored, bkv;
 } tenant_ent;
 
 typedef struct {
@@ -69,6 +73,11 @@ struct seqkv {
     seqkv_options o;
     MDB_env *env;
     MDB_dbi db_meta, db_prof, db_calib, db_ten, db_chunk, db_evict;
+    MDB_dbi db_blob, db_bval, db_bref; /* the blob namespace (blob.c) */
+    int has_blobs;                     /* its tables exist */
+    uint64_t blob_evicted, blob_expired; /* keys removed since open */
+    uint8_t blob_sweep[16 + 495];      /* where the next sweep starts (blob_maint.c) */
+    size_t blob_sweep_len;
     uint8_t master[32];
     pthread_mutex_t wlock;
     pthread_rwlock_t rw;

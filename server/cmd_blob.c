@@ -1,0 +1,524 @@
+/* The plain Redis string commands over the tenant's blob namespace
+ * (seqkv_blob.h): GET, SET, MGET, MSET, EXISTS, DEL, UNLINK, STRLEN,
+ * EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, PERSIST, TYPE, SCAN,
+ * DBSIZE and FLUSHDB, with Redis's arguments, reply types and error
+ * words, so that a Redis client (redis-py, hiredis, LMCache's remote
+ * backend) works unchanged. Each runs on a worker for the client's
+ * tenant; server/README.md documents them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "seqkv_blob.h"
+#include "server_int.h"
+
+static int arg_is(const srv_job *j, size_t i, const char *s)
+{
+    return i < j->cmd.argc && j->cmd.argl[i] == strlen(s) &&
+           strcasecmp((const char *)j->cmd.argv[i], s) == 0;
+}
+
+static const char *tname(const skv_server *s, const srv_job *j)
+{
+    return s->cfg.tenants[j->tenant].name;
+}
+
+/* Expiry times are wall-clock, as Redis's */
+static int64_t srv_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void syntax(srv_job *j)
+{
+    skv_rbuf_error(&j->reply, "ERR", "syntax error");
+}
+
+/* A signed decimal as Redis reads integers; -1 when it is not one */
+static int parse_i64(const uint8_t *a, size_t len, int64_t *out)
+{
+    size_t i = 0;
+    int neg = 0;
+    if (len && (a[0] == '-' || a[0] == '+')) {
+        neg = a[0] == '-';
+        i = 1;
+    }
+    if (i == len || len - i > 18)
+        return -1;
+    int64_t v = 0;
+    for (; i < len; i++) {
+        if (a[i] < '0' || a[i] > '9')
+            return -1;
+        v = v * 10 + (a[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+static int int_arg(srv_job *j, size_t i, int64_t *out)
+{
+    if (parse_i64(j->cmd.argv[i], j->cmd.argl[i], out)) {
+        skv_rbuf_error(&j->reply, "ERR", "value is not an integer or out of range");
+        return -1;
+    }
+    return 0;
+}
+
+static void counted(skv_server *s, srv_job *j, uint64_t gets, uint64_t hits, uint64_t sets,
+                    uint64_t in, uint64_t out)
+{
+    pthread_mutex_lock(&s->smu);
+    srv_tstats *t = &s->ts[j->tenant];
+    t->blob_gets += gets;
+    t->blob_hits += hits;
+    t->blob_sets += sets;
+    t->blob_bytes_in += in;
+    t->blob_bytes_out += out;
+    pthread_mutex_unlock(&s->smu);
+}
+
+/* ---- GET, MGET ---------------------------------------------------------- */
+
+typedef struct {
+    srv_job *j;
+    int array;  /* MGET: nil misses as null bulks in an array */
+    uint64_t hits, bytes;
+} get_ctx;
+
+static void *get_one(void *vc, size_t i, int found, size_t len)
+{
+    (void)i;
+    get_ctx *c = vc;
+    skv_rbuf *r = &c->j->reply;
+    if (!found) {
+        skv_rbuf_null(r, c->j->proto);
+        return NULL;
+    }
+    char head[32];
+    int hl = snprintf(head, sizeof head, "$%zu\r\n", len);
+    uint8_t *p = skv_rbuf_reserve(r, (size_t)hl + len + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, head, (size_t)hl);
+    p[hl + len] = '\r';
+    p[hl + len + 1] = '\n';
+    c->hits++;
+    c->bytes += len;
+    return p + hl;
+}
+
+static void do_get(skv_server *s, srv_job *j, size_t first, size_t n, int array)
+{
+    get_ctx c = {j, array, 0, 0};
+    if (array)
+        skv_rbuf_array(&j->reply, n);
+    const size_t mark = j->reply.len;
+    int rc = seqkv_blob_get(s->db, tname(s, j), n, (const uint8_t *const *)j->cmd.argv + first,
+                            j->cmd.argl + first, get_one, &c);
+    if (rc) {
+        j->reply.len = array ? 0 : mark; /* the error replaces what was written */
+        srv_store_err(s, j, rc, array ? "MGET" : "GET");
+        return;
+    }
+    counted(s, j, n, c.hits, 0, 0, c.bytes);
+}
+
+void srv_cmd_bget(skv_server *s, srv_job *j)
+{
+    do_get(s, j, 1, 1, 0);
+}
+
+void srv_cmd_mget(skv_server *s, srv_job *j)
+{
+    do_get(s, j, 1, j->cmd.argc - 1, 1);
+}
+
+/* ---- SET, MSET ---------------------------------------------------------- */
+
+/* SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL] */
+void srv_cmd_set(skv_server *s, srv_job *j)
+{
+    unsigned flags = 0;
+    int64_t at = 0, now = 0;
+    int has_time = 0;
+    for (size_t i = 3; i < j->cmd.argc; i++) {
+        const int more = i + 1 < j->cmd.argc;
+        if (arg_is(j, i, "NX") && !(flags & SEQKV_BLOB_XX)) {
+            flags |= SEQKV_BLOB_NX;
+        } else if (arg_is(j, i, "XX") && !(flags & SEQKV_BLOB_NX)) {
+            flags |= SEQKV_BLOB_XX;
+        } else if (arg_is(j, i, "KEEPTTL") && !has_time) {
+            flags |= SEQKV_BLOB_KEEPTTL;
+            has_time = 1;
+        } else if (arg_is(j, i, "GET")) {
+            skv_rbuf_error(&j->reply, "ERR", "SET ... GET is not supported by seqkv");
+            return;
+        } else if (more && !has_time &&
+                   (arg_is(j, i, "EX") || arg_is(j, i, "PX") || arg_is(j, i, "EXAT") ||
+                    arg_is(j, i, "PXAT"))) {
+            int64_t v;
+            if (int_arg(j, i + 1, &v))
+                return;
+            const int ms = arg_is(j, i, "PX") || arg_is(j, i, "PXAT");
+            const int abs = arg_is(j, i, "EXAT") || arg_is(j, i, "PXAT");
+            if (v <= 0 || v > (int64_t)1 << 46) {
+                skv_rbuf_error(&j->reply, "ERR", "invalid expire time in 'set' command");
+                return;
+            }
+            if (!now)
+                now = srv_now_ms();
+            at = (ms ? v : v * 1000) + (abs ? 0 : now);
+            has_time = 1;
+            i++;
+        } else {
+            syntax(j);
+            return;
+        }
+    }
+    seqkv_blob_item it = {j->cmd.argv[1], j->cmd.argl[1], j->cmd.argv[2], j->cmd.argl[2]};
+    int written = 0;
+    int rc = seqkv_blob_set(s->db, tname(s, j), &it, 1, flags, at, &written);
+    if (rc) {
+        srv_store_err(s, j, rc, "SET");
+        return;
+    }
+    counted(s, j, 0, 0, written, written ? it.val_len : 0, 0);
+    if (written)
+        skv_rbuf_simple(&j->reply, "OK");
+    else
+        skv_rbuf_null(&j->reply, j->proto);
+}
+
+void srv_cmd_mset(skv_server *s, srv_job *j)
+{
+    if ((j->cmd.argc - 1) % 2) {
+        skv_rbuf_error(&j->reply, "ERR", "wrong number of arguments for 'mset' command");
+        return;
+    }
+    const size_t n = (j->cmd.argc - 1) / 2;
+    seqkv_blob_item *it = malloc(n * sizeof *it);
+    if (!it) {
+        skv_rbuf_error(&j->reply, "ERR", "out of memory");
+        return;
+    }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        it[i] = (seqkv_blob_item){j->cmd.argv[1 + 2 * i], j->cmd.argl[1 + 2 * i],
+                                  j->cmd.argv[2 + 2 * i], j->cmd.argl[2 + 2 * i]};
+        bytes += it[i].val_len;
+    }
+    int written = 0;
+    int rc = seqkv_blob_set(s->db, tname(s, j), it, n, 0, 0, &written);
+    free(it);
+    if (rc) {
+        srv_store_err(s, j, rc, "MSET");
+        return;
+    }
+    counted(s, j, 0, 0, n, bytes, 0);
+    skv_rbuf_simple(&j->reply, "OK");
+}
+
+/* ---- EXISTS, DEL, STRLEN, TYPE ---------------------------------------------- */
+
+void srv_cmd_exists(skv_server *s, srv_job *j)
+{
+    size_t count = 0;
+    int rc = seqkv_blob_exists(s->db, tname(s, j), j->cmd.argc - 1,
+                               (const uint8_t *const *)j->cmd.argv + 1, j->cmd.argl + 1, &count);
+    if (rc) {
+        srv_store_err(s, j, rc, "EXISTS");
+        return;
+    }
+    skv_rbuf_int(&j->reply, (long long)count);
+}
+
+/* DEL and UNLINK (the same here: a delete is one small transaction) */
+void srv_cmd_bdel(skv_server *s, srv_job *j)
+{
+    size_t n = 0;
+    int rc = seqkv_blob_del(s->db, tname(s, j), j->cmd.argc - 1,
+                            (const uint8_t *const *)j->cmd.argv + 1, j->cmd.argl + 1, &n);
+    if (rc) {
+        srv_store_err(s, j, rc, "DEL");
+        return;
+    }
+    skv_rbuf_int(&j->reply, (long long)n);
+}
+
+static int stat_key(skv_server *s, srv_job *j, seqkv_blob_info *in)
+{
+    int rc = seqkv_blob_stat(s->db, tname(s, j), j->cmd.argv[1], j->cmd.argl[1], in);
+    if (rc)
+        srv_store_err(s, j, rc, (const char *)j->cmd.argv[0]);
+    return rc;
+}
+
+void srv_cmd_strlen(skv_server *s, srv_job *j)
+{
+    seqkv_blob_info in;
+    if (!stat_key(s, j, &in))
+        skv_rbuf_int(&j->reply, in.found ? (long long)in.len : 0);
+}
+
+void srv_cmd_type(skv_server *s, srv_job *j)
+{
+    seqkv_blob_info in;
+    if (!stat_key(s, j, &in))
+        skv_rbuf_simple(&j->reply, in.found ? "string" : "none");
+}
+
+/* ---- expiry --------------------------------------------------------------- */
+
+/* TTL and PTTL: -2 absent, -1 no expiry, else the time left */
+void srv_cmd_ttl(skv_server *s, srv_job *j)
+{
+    seqkv_blob_info in;
+    if (stat_key(s, j, &in))
+        return;
+    const int ms = arg_is(j, 0, "PTTL");
+    if (!in.found || !in.expire_at) {
+        skv_rbuf_int(&j->reply, in.found ? -1 : -2);
+        return;
+    }
+    int64_t left = in.expire_at - srv_now_ms();
+    if (left < 0)
+        left = 0;
+    skv_rbuf_int(&j->reply, (long long)(ms ? left : (left + 500) / 1000));
+}
+
+/* EXPIRE key s, PEXPIRE key ms, EXPIREAT key t, PEXPIREAT key t_ms
+ * [NX | XX | GT | LT]; PERSIST key */
+void srv_cmd_expire(skv_server *s, srv_job *j)
+{
+    const int persist = arg_is(j, 0, "PERSIST");
+    int64_t at = -1;
+    unsigned cond = 0;
+    if (!persist) {
+        int64_t v;
+        if (j->cmd.argc < 3) {
+            skv_rbuf_error(&j->reply, "ERR", "wrong number of arguments for '%s' command",
+                           (const char *)j->cmd.argv[0]);
+            return;
+        }
+        if (int_arg(j, 2, &v))
+            return;
+        const int ms = arg_is(j, 0, "PEXPIRE") || arg_is(j, 0, "PEXPIREAT");
+        const int abs = arg_is(j, 0, "EXPIREAT") || arg_is(j, 0, "PEXPIREAT");
+        if (v > (int64_t)1 << 46 || v < -((int64_t)1 << 46)) {
+            skv_rbuf_error(&j->reply, "ERR", "invalid expire time in '%s' command",
+                           (const char *)j->cmd.argv[0]);
+            return;
+        }
+        at = (ms ? v : v * 1000) + (abs ? 0 : srv_now_ms());
+        if (at < 1)
+            at = 1; /* at or before now: the key goes */
+        for (size_t i = 3; i < j->cmd.argc; i++) {
+            if (arg_is(j, i, "NX"))
+                cond |= SEQKV_EXPIRE_NX;
+            else if (arg_is(j, i, "XX"))
+                cond |= SEQKV_EXPIRE_XX;
+            else if (arg_is(j, i, "GT"))
+                cond |= SEQKV_EXPIRE_GT;
+            else if (arg_is(j, i, "LT"))
+                cond |= SEQKV_EXPIRE_LT;
+            else {
+                skv_rbuf_error(&j->reply, "ERR", "Unsupported option %.*s",
+                               (int)(j->cmd.argl[i] < 32 ? j->cmd.argl[i] : 32),
+                               (const char *)j->cmd.argv[i]);
+                return;
+            }
+        }
+        if ((cond & SEQKV_EXPIRE_NX) && (cond & ~SEQKV_EXPIRE_NX)) {
+            skv_rbuf_error(&j->reply, "ERR",
+                           "NX and XX, GT or LT options at the same time are not compatible");
+            return;
+        }
+        if ((cond & SEQKV_EXPIRE_GT) && (cond & SEQKV_EXPIRE_LT)) {
+            skv_rbuf_error(&j->reply, "ERR", "GT and LT options at the same time are not compatible");
+            return;
+        }
+    }
+    int changed = 0;
+    int rc = seqkv_blob_expire(s->db, tname(s, j), j->cmd.argv[1], j->cmd.argl[1], at, cond,
+                               &changed);
+    if (rc) {
+        srv_store_err(s, j, rc, (const char *)j->cmd.argv[0]);
+        return;
+    }
+    skv_rbuf_int(&j->reply, changed);
+}
+
+/* ---- SCAN, DBSIZE, FLUSHDB -------------------------------------------------- */
+
+/* Redis's glob (stringmatchlen): * ? [set] [^set] [a-z] and \ escapes */
+static int glob_class(const uint8_t **pp, const uint8_t *pe, uint8_t c)
+{
+    const uint8_t *p = *pp + 1;
+    int neg = p < pe && *p == '^', hit = 0;
+    p += neg;
+    for (; p < pe && *p != ']'; p++) {
+        if (*p == '\\' && p + 1 < pe) {
+            hit |= *++p == c;
+        } else if (p + 2 < pe && p[1] == '-' && p[2] != ']') {
+            uint8_t lo = p[0], hi = p[2];
+            if (lo > hi) {
+                uint8_t t = lo;
+                lo = hi;
+                hi = t;
+            }
+            hit |= c >= lo && c <= hi;
+            p += 2;
+        } else {
+            hit |= *p == c;
+        }
+    }
+    *pp = p < pe ? p : pe - 1; /* an unclosed set runs to the pattern's end */
+    return neg ? !hit : hit;
+}
+
+int srv_glob(const uint8_t *p, size_t pl, const uint8_t *s, size_t sl)
+{
+    const uint8_t *pe = p + pl, *se = s + sl, *star = NULL, *mark = NULL;
+    while (s < se) {
+        if (p < pe && *p == '*') {
+            while (p < pe && *p == '*')
+                p++;
+            if (p == pe)
+                return 1;
+            star = p;
+            mark = s;
+            continue;
+        }
+        int ok = 0;
+        const uint8_t *q = p;
+        if (p < pe) {
+            if (*p == '?') {
+                ok = 1;
+            } else if (*p == '[') {
+                ok = glob_class(&q, pe, *s);
+            } else if (*p == '\\' && p + 1 < pe) {
+                q = p + 1;
+                ok = *q == *s;
+            } else {
+                ok = *p == *s;
+            }
+        }
+        if (ok) {
+            p = q + 1;
+            s++;
+        } else if (star) {
+            p = star;
+            s = ++mark;
+        } else {
+            return 0;
+        }
+    }
+    while (p < pe && *p == '*')
+        p++;
+    return p == pe;
+}
+
+typedef struct {
+    skv_rbuf keys;
+    size_t n;
+    const uint8_t *pat;
+    size_t pl;
+} scan_ctx;
+
+static int scan_one(void *vc, const uint8_t *key, size_t len)
+{
+    scan_ctx *c = vc;
+    if (c->pat && !srv_glob(c->pat, c->pl, key, len))
+        return 0;
+    skv_rbuf_bulk(&c->keys, key, len);
+    c->n++;
+    return c->keys.oom ? SKV_ERR_NOMEM : 0;
+}
+
+/* SCAN cursor [MATCH pattern] [COUNT count] [TYPE type] */
+void srv_cmd_scan(skv_server *s, srv_job *j)
+{
+    uint64_t cur = 0;
+    const uint8_t *a = j->cmd.argv[1];
+    size_t al = j->cmd.argl[1];
+    if (al == 0 || al > 20) {
+        skv_rbuf_error(&j->reply, "ERR", "invalid cursor");
+        return;
+    }
+    for (size_t i = 0; i < al; i++) {
+        if (a[i] < '0' || a[i] > '9' || cur > (UINT64_MAX - (a[i] - '0')) / 10) {
+            skv_rbuf_error(&j->reply, "ERR", "invalid cursor");
+            return;
+        }
+        cur = cur * 10 + (uint64_t)(a[i] - '0');
+    }
+    scan_ctx c = {{0}, 0, NULL, 0};
+    int64_t count = 10, only_strings = 1;
+    for (size_t i = 2; i < j->cmd.argc; i += 2) {
+        if (i + 1 >= j->cmd.argc) {
+            syntax(j);
+            return;
+        }
+        if (arg_is(j, i, "MATCH")) {
+            c.pat = j->cmd.argv[i + 1];
+            c.pl = j->cmd.argl[i + 1];
+        } else if (arg_is(j, i, "COUNT")) {
+            if (int_arg(j, i + 1, &count))
+                return;
+            if (count < 1) {
+                syntax(j);
+                return;
+            }
+        } else if (arg_is(j, i, "TYPE")) {
+            only_strings = arg_is(j, i + 1, "string");
+        } else {
+            syntax(j);
+            return;
+        }
+    }
+    uint64_t next = 0;
+    int rc = only_strings ? seqkv_blob_scan(s->db, tname(s, j), cur,
+                                            (size_t)(count > 1 << 20 ? 1 << 20 : count), scan_one,
+                                            &c, &next)
+                          : SKV_OK;
+    if (rc) {
+        skv_rbuf_free(&c.keys);
+        srv_store_err(s, j, rc, "SCAN");
+        return;
+    }
+    char nb[24];
+    snprintf(nb, sizeof nb, "%llu", (unsigned long long)next);
+    skv_rbuf_array(&j->reply, 2);
+    skv_rbuf_bulk_str(&j->reply, nb);
+    skv_rbuf_array(&j->reply, c.n);
+    skv_rbuf_raw(&j->reply, c.keys.p, c.keys.len);
+    skv_rbuf_free(&c.keys);
+}
+
+void srv_cmd_dbsize(skv_server *s, srv_job *j)
+{
+    seqkv_blob_stats st;
+    seqkv_blob_stat_all(s->db, tname(s, j), &st);
+    skv_rbuf_int(&j->reply, (long long)st.keys);
+}
+
+/* FLUSHDB [ASYNC | SYNC]: admin only, the caller's own tenant only */
+void srv_cmd_flushdb(skv_server *s, srv_job *j)
+{
+    if (j->cmd.argc == 2 && !arg_is(j, 1, "ASYNC") && !arg_is(j, 1, "SYNC")) {
+        syntax(j);
+        return;
+    }
+    uint64_t n = 0;
+    int rc = seqkv_blob_flush(s->db, tname(s, j), &n);
+    if (rc) {
+        srv_store_err(s, j, rc, "FLUSHDB");
+        return;
+    }
+    srv_log(s, "FLUSHDB: tenant %s: %llu keys deleted", tname(s, j), (unsigned long long)n);
+    skv_rbuf_simple(&j->reply, "OK");
+}

@@ -1,0 +1,52 @@
+/* The blob namespace's stored values (store/blob_code.c; FORMAT.md,
+ * "Blobs"). Private to store/ and its fuzz target. */
+#ifndef SKV_BLOB_H
+#define SKV_BLOB_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skv_base.h"
+#include "skv_dtype.h"
+#include "skv_xxh.h"
+
+#define SKV_BLOB_DATA_MAGIC 0x44564b53u /* "SKVD" */
+#define SKV_BLOB_DATA_VERSION 1
+#define SKV_BLOB_HDR 24            /* magic, version, encoding, 2 zero, raw length, XXH3-64 */
+#define SKV_BLOB_MAX_VALUE (1ull << 32) /* the largest value a blob holds */
+#define SKV_BLOB_MAX_STREAMS 65536
+#define SKV_BLOB_ZSTD_MIN 64       /* shorter values are stored as they are */
+#define SKV_BLOB_ZSTD_LEVEL 3
+
+enum { SKV_BLOB_ENC_RAW = 0, SKV_BLOB_ENC_ZSTD = 1, SKV_BLOB_ENC_KV = 2 };
+
+/* A value's layout as the fast level codes it: `streams` slabs of rows x
+ * channels scalars of dtype, one after the other (streams 0: unknown). */
+typedef struct {
+    skv_dtype dtype;
+    uint32_t streams, rows, channels;
+} skv_blob_layout;
+
+typedef struct {
+    int enc;
+    uint64_t raw_len, sum;
+} skv_blob_hdr;
+
+/* 1 and *out when m[0..len) is LMCache's RemoteMetadata of a KV chunk the
+ * fast level codes (KV_2LTD [2, layers, tokens, hidden] or the MLA format
+ * [1, layers, tokens, latent]; f16, bf16 or fp8-e4m3) whose byte length
+ * equals value_len (0: any); else 0. */
+int skv_blob_lmcache_layout(const uint8_t *m, size_t len, size_t value_len, skv_blob_layout *out);
+
+/* The stored image of value v[0..len): the smallest of the fast level's
+ * streams (when lay has a layout), zstd and the bytes as they are.
+ * *img is skv_malloc'd. */
+int skv_blob_encode(const uint8_t *v, size_t len, const skv_blob_layout *lay, uint8_t **img,
+                    size_t *img_len);
+/* The header of an image; SKV_ERR_CORRUPT / SKV_ERR_VERSION. */
+int skv_blob_parse(const uint8_t *img, size_t len, skv_blob_hdr *h);
+/* Decode an image into out[0..out_len) (out_len: its raw length), the
+ * XXH3-64 of the result checked. Trusts nothing in img: SKV_ERR_CORRUPT
+ * for any damage (out may then hold garbage), SKV_ERR_VERSION. */
+int skv_blob_decode(const uint8_t *img, size_t len, uint8_t *out, size_t out_len);
+
+#endif

@@ -1,0 +1,84 @@
+/* The blob namespace's internals shared by store/blob.c, store/blob_maint.c
+ * and store.c (not a public header; FORMAT.md, "Blobs", has the layouts). */
+#ifndef SKV_BLOB_INT_H
+#define SKV_BLOB_INT_H
+#include <sodium.h>
+
+#include "store_priv.h"
+
+/* LMCache's pair of keys for one chunk (lmcache/v1/storage_backend/
+ * connector/redis_connector.py): the KV bytes and their RemoteMetadata */
+#define SKV_LMC_KV_SUFFIX "kv_bytes"
+#define SKV_LMC_META_SUFFIX "metadata"
+
+#define ENT_MAGIC 0x4e564b53u /* "SKVN" */
+#define ENT_SIZE 48           /* an entry of table blobs */
+#define KPFX 16               /* blobs' key: tenant and name hash, then the name */
+#define VKEY 24               /* blobvals' and blobrefs' key: tenant and content id */
+
+/* skvb_txn's request to grow the map and run the transaction again */
+#define SKV_ERR_MAP_FULL 1
+
+/* A key's entry */
+typedef struct {
+    int64_t expire_at, set_at; /* ms since the epoch; expire_at 0: none */
+    uint64_t len;              /* the value's bytes */
+    uint8_t cid[16];           /* its content id */
+} blob_ent;
+
+/* The tenant's blob keys: SipHash's (names) and XXH3's seed (contents),
+ * derived from its secret */
+typedef struct {
+    uint64_t tid;
+    uint8_t sip[crypto_shorthash_KEYBYTES];
+    uint64_t seed;
+} bkeys;
+
+/* What a transaction changed in the in-memory counts, applied once it
+ * commits (a transaction retried after the map grew starts again). */
+typedef struct {
+    int64_t keys, values, raw, vbytes, stored, kv;
+    uint64_t evicted, expired;
+    uint64_t tid; /* the tenant changed, when the caller did not know it (a sweep) */
+} bdelta;
+
+int64_t skv_blob_now_ms(void);
+void skvb_be64(uint8_t *b, uint64_t v);
+uint64_t skvb_ld_be64(const uint8_t *b);
+void skvb_keys(const seqkv *db, uint64_t tid, bkeys *k);
+/* blobs' key of name into b (KPFX + len bytes); its length */
+size_t skvb_ent_key(const bkeys *k, const uint8_t *name, size_t len, uint8_t *b);
+void skvb_val_key(uint64_t tid, const uint8_t cid[16], uint8_t b[VKEY]);
+void skvb_ent_pack(const blob_ent *e, uint8_t b[ENT_SIZE]);
+int skvb_ent_unpack(const MDB_val *v, blob_ent *e);
+int skvb_expired(const blob_ent *e, int64_t now);
+/* SKV_ERR_ARG unless 1..SEQKV_BLOB_KEY_MAX bytes */
+int skvb_key_ok(const uint8_t *key, size_t len);
+/* The tenant's id for a read (0: no such tenant) */
+uint64_t skvb_tenant_id(seqkv *db, const char *tenant);
+/* Caller holds rw */
+tenant_ent *skvb_tenant(seqkv *db, uint64_t id);
+/* A stored image's encoding, -1 when damaged */
+int skvb_enc_of(const MDB_val *v);
+/* One entry fewer names value cid: its image goes with the last one */
+int skvb_unref(seqkv *db, MDB_txn *txn, uint64_t tid, const uint8_t cid[16], bdelta *d);
+/* Delete the entry at key k (its value e) */
+int skvb_ent_del(seqkv *db, MDB_txn *txn, uint64_t tid, MDB_val *k, const blob_ent *e, bdelta *d);
+/* Run fn in a write transaction (caller holds wlock), the map grown and fn
+ * run again when it fills; the counts applied (to d->tid, else tid) after
+ * the commit. */
+typedef int (*txn_fn)(seqkv *db, MDB_txn *txn, void *ctx, bdelta *d);
+int skvb_txn(seqkv *db, uint64_t tid, txn_fn fn, void *ctx);
+/* An LMDB write's error: MDB_MAP_FULL becomes SKV_ERR_MAP_FULL */
+int skvb_put_err(int mrc, const char *what);
+/* Key's entry in txn; *found 0 when absent or expired */
+int skvb_live(seqkv *db, MDB_txn *txn, const bkeys *bk, const uint8_t *key, size_t len,
+              int64_t now, blob_ent *e, int *found);
+
+/* Open the blob tables in txn (created unless read-only; a read-only
+ * store without them has no blobs) and count each tenant's blobs. */
+int skv_blob_load(seqkv *db, MDB_txn *txn);
+/* Remove the tenant's oldest blobs (by set time) until `over` stored
+ * bytes are gone or none is left. Caller holds wlock. */
+int skv_blob_evict(seqkv *db, uint64_t tid, uint64_t over);
+#endif
