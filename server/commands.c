@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "seqkv_blob.h"
 #include "server_int.h"
 
 /* ------------------------------------------------------------------------
@@ -932,8 +933,10 @@ static void cmd_stats(skv_server *s, srv_job *j)
     }
     if (rc)
         memset(&st, 0, sizeof st);
+    seqkv_blob_stats bs;
+    seqkv_blob_stat_all(s->db, tenant_name(s, j), &bs);
     skv_rbuf *r = &j->reply;
-    skv_rbuf_map(r, j->proto, 9 + SEQKV_LEVELS);
+    skv_rbuf_map(r, j->proto, 13 + SEQKV_LEVELS);
     skv_rbuf_bulk_str(r, "tenant");
     skv_rbuf_bulk_str(r, tenant_name(s, j));
     skv_rbuf_bulk_str(r, "tokens");
@@ -952,6 +955,15 @@ static void cmd_stats(skv_server *s, srv_job *j)
     skv_rbuf_int(r, (long long)st.centroid_chunks);
     skv_rbuf_bulk_str(r, "evictions");
     skv_rbuf_int(r, (long long)st.evictions);
+    /* the blob namespace (Redis string commands) */
+    skv_rbuf_bulk_str(r, "blob_keys");
+    skv_rbuf_int(r, (long long)bs.keys);
+    skv_rbuf_bulk_str(r, "blob_raw_bytes");
+    skv_rbuf_int(r, (long long)bs.raw_bytes);
+    skv_rbuf_bulk_str(r, "blob_stored_bytes");
+    skv_rbuf_int(r, (long long)bs.stored_bytes);
+    skv_rbuf_bulk_str(r, "blob_ratio");
+    skv_rbuf_double(r, j->proto, srv_ratio(bs.raw_bytes, bs.stored_bytes));
     for (int l = 0; l < SEQKV_LEVELS; l++) {
         char key[32];
         snprintf(key, sizeof key, "level.%s", seqkv_level_name((seqkv_level)l));

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "seqkv_blob.h"
 #include "server_int.h"
 
 double srv_ratio(uint64_t raw, uint64_t stored)
@@ -177,6 +178,37 @@ static int section_store(skv_server *s, srv_job *j, skv_rbuf *b)
     return 0;
 }
 
+/* The blob namespace (Redis string commands): an admin's figures cover
+ * every tenant, another's its own */
+static void section_blobs(skv_server *s, srv_job *j, skv_rbuf *b)
+{
+    seqkv_blob_stats st;
+    seqkv_blob_stat_all(s->db, j->admin ? NULL : s->cfg.tenants[j->tenant].name, &st);
+    srv_tstats x = {0};
+    pthread_mutex_lock(&s->smu);
+    for (size_t t = 0; t < s->cfg.ntenants; t++)
+        if (j->admin || (int)t == j->tenant) {
+            x.blob_gets += s->ts[t].blob_gets;
+            x.blob_hits += s->ts[t].blob_hits;
+            x.blob_sets += s->ts[t].blob_sets;
+            x.blob_bytes_in += s->ts[t].blob_bytes_in;
+            x.blob_bytes_out += s->ts[t].blob_bytes_out;
+        }
+    pthread_mutex_unlock(&s->smu);
+    skv_rbuf_fmt(b, "# Blobs\r\nscope:%s\r\nkeys:%" PRIu64 "\r\nvalues:%" PRIu64
+                 "\r\nraw_bytes:%" PRIu64 "\r\nvalue_bytes:%" PRIu64 "\r\nstored_bytes:%" PRIu64
+                 "\r\nratio:%.3f\r\ndedup_saved_bytes:%" PRIu64 "\r\ncoding_saved_bytes:%" PRId64
+                 "\r\nkv_values:%" PRIu64 "\r\nexpired_keys:%" PRIu64 "\r\nevicted_keys:%" PRIu64
+                 "\r\n",
+                 j->admin ? "all tenants" : "this tenant", st.keys, st.values, st.raw_bytes,
+                 st.value_bytes, st.stored_bytes, srv_ratio(st.raw_bytes, st.stored_bytes),
+                 st.raw_bytes - st.value_bytes, (int64_t)st.value_bytes - (int64_t)st.stored_bytes,
+                 st.kv_values, st.expired, st.evicted);
+    skv_rbuf_fmt(b, "gets:%" PRIu64 "\r\nget_hits:%" PRIu64 "\r\nsets:%" PRIu64
+                 "\r\nbytes_in:%" PRIu64 "\r\nbytes_out:%" PRIu64 "\r\n\r\n",
+                 x.blob_gets, x.blob_hits, x.blob_sets, x.blob_bytes_in, x.blob_bytes_out);
+}
+
 /* Each tenant's line (an admin sees every tenant, others their own) */
 static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
 {
@@ -267,6 +299,8 @@ int srv_info_report(skv_server *s, srv_job *j, const char *secp, skv_rbuf *b)
         if (rc)
             return rc;
     }
+    if (want_section(secp, "blobs"))
+        section_blobs(s, j, b);
     if (want_section(secp, "tenants"))
         section_tenants(s, j, b);
     if (want_section(secp, "commandstats") || want_section(secp, "latencystats"))

@@ -3,10 +3,12 @@
  * the store is compacted (seqkv_compact) after a calibration and every
  * compact-interval seconds. Neither holds up a get: learning holds no
  * lock, and a compaction step takes the writer lock for one record (puts
- * wait at most that long) and the readers' lock only to swap it in. */
+ * wait at most that long) and the readers' lock only to swap it in.
+ * Every second it also removes a bounded batch of expired blobs. */
 #include <time.h>
 
 #include "maintain.h"
+#include "seqkv_blob.h"
 #include "server_int.h"
 
 /* compaction progress into INFO's figures; stops when the server does */
@@ -63,17 +65,22 @@ static void run_once(skv_server *s, int compact)
                 srv_now() - t0);
 }
 
+#define SRV_SWEEP_EVERY 1.0 /* seconds between sweeps of expired blobs */
+#define SRV_SWEEP_MAX 1000  /* keys a sweep removes at most */
+
 static void *maintain_main(void *arg)
 {
     skv_server *s = arg;
     const double every = (double)s->cfg.compact_interval;
-    double next = srv_now() + every;
+    double next = srv_now() + every, next_sweep = srv_now() + SRV_SWEEP_EVERY;
     pthread_mutex_lock(&s->mmu);
     while (!s->mstop) {
         if (!s->mkick) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             double wait = every > 0 ? next - srv_now() : 3600.0;
+            if (wait > next_sweep - srv_now())
+                wait = next_sweep - srv_now();
             if (wait < 0)
                 wait = 0;
             ts.tv_sec += (time_t)wait;
@@ -86,6 +93,16 @@ static void *maintain_main(void *arg)
         }
         if (s->mstop)
             break;
+        if (srv_now() >= next_sweep) {
+            /* expired blobs, a bounded batch a second */
+            pthread_mutex_unlock(&s->mmu);
+            size_t removed = 0;
+            if (seqkv_blob_sweep(s->db, SRV_SWEEP_MAX, &removed))
+                srv_log(s, "expiry sweep: %s", skv_error_detail());
+            next_sweep = srv_now() + SRV_SWEEP_EVERY;
+            pthread_mutex_lock(&s->mmu);
+            continue;
+        }
         const int compact = every > 0 && srv_now() >= next;
         if (!s->mkick && !compact)
             continue;
