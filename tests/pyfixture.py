@@ -83,13 +83,15 @@ def model_kv(seqkv_bin, seqs, dtype="bf16", model=None):
 class Server:
     """`seqkv serve` on a Unix socket in a temporary directory; stopped
     (SIGTERM, then SIGKILL) and removed on exit. config: the text of a
-    config file (--config), or None. extra: more serve arguments."""
+    config file (--config), or None. extra: more serve arguments. db: the
+    store's directory (default: one in the temporary directory; a given
+    one is left in place)."""
 
-    def __init__(self, seqkv_bin, config=None, extra=(), threads=2):
+    def __init__(self, seqkv_bin, config=None, extra=(), threads=2, db=None):
         self.bin = seqkv_bin
         self.dir = tempfile.mkdtemp(prefix="seqkv-srv-")
         self.sock = os.path.join(self.dir, "s.sock")
-        self.db = os.path.join(self.dir, "db")
+        self.db = db or os.path.join(self.dir, "db")
         args = [seqkv_bin, "serve", "--db", self.db, "--socket", self.sock,
                 "--threads", str(threads), "--quiet"]
         if config is not None:
@@ -118,6 +120,13 @@ class Server:
                 pass
             time.sleep(0.025)
         raise SystemExit("FAIL: the server did not answer")
+
+    def kill(self):
+        """kill -9: nothing flushed, nothing cleaned up"""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
