@@ -219,7 +219,7 @@ class Client:
         return self.call("KV.LOOKUP", profile, _tokens_bytes(tokens))
 
     def _layout(self, profile):
-        """(numpy dtype, kv_heads, head_dim) of a profile, cached."""
+        """(numpy dtype, layers, kv_heads, head_dim) of a profile, cached."""
         p = self._profiles.get(profile)
         if p is None:
             p = self._profiles[profile] = self.profile_get(profile)
