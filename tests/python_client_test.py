@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """python/seqkv (the package) against a live `seqkv serve`: put, lookup and get
-bit-exact (numpy-shaped when numpy is importable), profile and stats
+bit-exact (numpy-shaped when numpy is importable), get_layers (the
+streamed KV.GET ... LAYERS) layer by layer, profile and stats
 replies, error codes; and, when redis-py (Debian's python3-redis) is
 installed, the same commands through redis-py.
 
@@ -133,6 +134,8 @@ def run(c, sock):
     else:
         print("numpy absent: shaped gets skipped (bytes only)")
 
+    layers_check(c, a, kva)
+
     for code, fn in (("NOTFOUND", lambda: c.get("py", [999999])),
                      ("SHAPE", lambda: c.put("py", [1, 2], b"\0" * (TB + 1))),
                      ("NOTFOUND", lambda: c.lookup("nosuch", a))):
@@ -162,6 +165,43 @@ def run(c, sock):
     check(big.lookup("py", a) == 50, "second connection sees the same tenant")
     big.close()
     redis_check(sock, a, kva)
+
+
+def layers_check(c, a, kva):
+    """get_layers (KV.GET ... LAYERS): one layer at a time, the same bytes
+    as get(); a miss raises at the call; the connection refuses other
+    commands until the stream is read or closed."""
+    per = 2 * H * D * ES                  # bytes of one token of one layer
+    stream = c.get_layers("py", a, raw=True)
+    check(stream.layers == L, "get_layers: %d layers, wanted %d" % (stream.layers, L))
+    try:
+        c.ping()
+        check(False, "a command while a LAYERS stream is open was accepted")
+    except RuntimeError:
+        pass
+    got = list(stream)
+    check(len(got) == L and stream.received == L, "get_layers yields %d layers" % len(got))
+    for i, layer in enumerate(got):
+        check(layer == kva[i * 50 * per:(i + 1) * 50 * per], "get_layers layer %d bit-exact" % i)
+    check(c.ping() == "PONG", "connection usable after a whole stream")
+    stream = c.get_layers("py", a, n=20, raw=True)
+    first = next(stream)
+    half = H * D * ES                     # K (or V) of one token
+    check(first == kva[:20 * half] + kva[50 * half:70 * half],
+          "get_layers n=20: layer 0 is K then V of the first 20 tokens")
+    stream.close()
+    check(c.ping() == "PONG", "connection usable after closing a stream half-way")
+    try:
+        c.get_layers("py", [999999])
+        check(False, "get_layers of an uncached prefix did not raise")
+    except seqkv.Error as e:
+        check(e.code == "NOTFOUND", "get_layers miss: %s" % e)
+    if np is not None:
+        arrs = list(c.get_layers("py", a, n=30))
+        want = np.frombuffer(kva, dtype="<u2").reshape(L, 2, 50, H, D)
+        check(all(x.shape == (2, 30, H, D) and np.array_equal(x, want[i, :, :30])
+                  for i, x in enumerate(arrs)), "get_layers numpy layers")
+    check(c.ping() == "PONG", "connection usable after get_layers")
 
 
 def redis_check(sock, a, kva):

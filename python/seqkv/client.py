@@ -11,6 +11,8 @@ as little-endian u32, KV as raw bytes in the store layout
     c.put("llama", tokens, kv)          # -> tokens newly stored
     c.lookup("llama", tokens)           # -> longest cached prefix
     kv = c.get("llama", tokens)         # the KV of that prefix
+    for layer in c.get_layers("llama", tokens):   # streamed, one layer at a time
+        ...                             # [2, n, kv_heads, head_dim] each
     c.profile_get("llama")              # -> dict (layers, dtype, token_bytes, ...)
     c.stats()                           # -> dict (tokens, raw_bytes, ..., "level.raw": [...])
 
@@ -30,7 +32,7 @@ try:
 except ImportError:  # pragma: no cover - numpy is optional
     _np = None
 
-__all__ = ["Client", "Error"]
+__all__ = ["Client", "Error", "LayerStream"]
 
 
 class Error(Exception):
@@ -91,6 +93,7 @@ class Client:
         self._s.connect(path)
         self._buf = bytearray()
         self._profiles = {}
+        self._stream = None     # the LayerStream being read, if any
         if auth is not None:
             if isinstance(auth, (tuple, list)):
                 self.call("AUTH", *auth)
@@ -98,6 +101,7 @@ class Client:
                 self.call("AUTH", auth)
 
     def close(self):
+        self._stream = None
         self._s.close()
 
     def __enter__(self):
@@ -172,8 +176,15 @@ class Client:
 
     def call(self, *args):
         """Send one command, return its reply (raises Error on -ERR)."""
+        self._idle()
         self._send(args)
         return self._reply()
+
+    def _idle(self):
+        if self._stream is not None:
+            raise RuntimeError("seqkv.Client: a streamed KV.GET ... LAYERS reply is "
+                               "still being read on this connection; read it to the "
+                               "end or close() it first")
 
     # -- commands ----------------------------------------------------------
     def ping(self):
@@ -207,6 +218,14 @@ class Client:
         """Longest cached prefix of tokens, in tokens."""
         return self.call("KV.LOOKUP", profile, _tokens_bytes(tokens))
 
+    def _layout(self, profile):
+        """(numpy dtype, layers, kv_heads, head_dim) of a profile, cached."""
+        p = self._profiles.get(profile)
+        if p is None:
+            p = self._profiles[profile] = self.profile_get(profile)
+        dt = _np.dtype(_NP_DTYPES[str(p["dtype"]).lower()])
+        return dt, int(p["layers"]), int(p["kv_heads"]), int(p["head_dim"])
+
     def get(self, profile, tokens, n=None, raw=False):
         """KV of the first n tokens (default: the longest cached prefix):
         a numpy array [layers, 2, n, kv_heads, head_dim] when numpy exists
@@ -217,13 +236,42 @@ class Client:
         data = self.call(*args)
         if raw or _np is None:
             return data
-        p = self._profiles.get(profile)
-        if p is None:
-            p = self._profiles[profile] = self.profile_get(profile)
-        dt = _np.dtype(_NP_DTYPES[str(p["dtype"]).lower()])
-        L, H, D = int(p["layers"]), int(p["kv_heads"]), int(p["head_dim"])
+        dt, L, H, D = self._layout(profile)
         per = L * 2 * H * D * dt.itemsize
         return _np.frombuffer(data, dtype=dt).reshape(L, 2, len(data) // per, H, D)
+
+    def get_layers(self, profile, tokens, n=None, raw=False):
+        """KV.GET ... LAYERS: the KV of the first n tokens (default: the
+        longest cached prefix) as a LayerStream, an iterator that yields
+        each layer as it comes off the socket -- a numpy array [2, n,
+        kv_heads, head_dim] when numpy exists (else, or with raw, bytes in
+        the layout [k, v][token][kv_head][head_dim]).
+
+        The command is sent and the reply's header read here, so a miss
+        raises Error (NOTFOUND) at once. The server sends layer i as soon
+        as it is decoded; it sends the last one only after every checksum
+        matched, and when a check fails after layers went out it closes
+        the connection: next() then raises ConnectionError and the layers
+        already yielded must be dropped. Until the stream is read to the
+        end or closed, this connection takes no other command."""
+        if not raw and _np is not None:
+            layout = self._layout(profile)      # before the command goes out
+        else:
+            layout = None
+        self._idle()
+        args = ["KV.GET", profile, _tokens_bytes(tokens)]
+        if n is not None:
+            args.append(int(n))
+        args.append("LAYERS")
+        self._send(args)
+        line = self._line()
+        if line[:1] == b"-":
+            raise Error(line[1:].decode(errors="replace"))
+        if line[:1] != b"*":
+            raise Error("ERR KV.GET LAYERS: expected an array, got %r" % line[:32])
+        stream = LayerStream(self, int(line[1:]), layout)
+        self._stream = stream if stream.layers > 0 else None
+        return stream
 
     def delete(self, profile, tokens):
         """Delete what only this sequence uses; returns tokens removed."""
@@ -246,3 +294,60 @@ class Client:
     def info(self, section=None):
         r = self.call("INFO", section) if section else self.call("INFO")
         return r.decode() if isinstance(r, bytes) else r
+
+
+class LayerStream:
+    """The reply of Client.get_layers(): iterate it for the layers, in
+    order (`layers` of them; `received` so far). close() reads and drops
+    what is left so the connection can be used again; when the connection
+    failed mid-reply, the Client is closed too (it cannot be resynced)."""
+
+    def __init__(self, client, layers, layout):
+        self._c = client
+        self.layers = layers
+        self.received = 0
+        self._layout = layout
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.received >= self.layers:
+            raise StopIteration
+        c = self._c
+        try:
+            data = c._reply()
+            if not isinstance(data, bytes):
+                raise Error("ERR KV.GET LAYERS: layer %d is not a bulk string"
+                            % self.received)
+        except BaseException:
+            # a reply cut short (the server closes the connection when a
+            # check fails after layers went out) or out of step: this
+            # connection cannot be used again
+            self.received = self.layers
+            c._stream = None
+            c.close()
+            raise
+        self.received += 1
+        if self.received == self.layers:
+            c._stream = None
+        if self._layout is None:
+            return data
+        dt, _L, H, D = self._layout
+        per = 2 * H * D * dt.itemsize
+        return _np.frombuffer(data, dtype=dt).reshape(2, len(data) // per, H, D)
+
+    def close(self):
+        """Read and drop the layers not yet read."""
+        while self.received < self.layers:
+            next(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._c._stream is self:
+            try:
+                self.close()
+            except (OSError, ConnectionError, Error):
+                pass
