@@ -50,6 +50,24 @@ enum {
 int seqkv_blob_set(seqkv *db, const char *tenant, const seqkv_blob_item *items, size_t n,
                    unsigned flags, int64_t expire_at, int *written);
 
+/* Several sets as one write transaction (the server's group commit of SET
+ * and MSET): each request as seqkv_blob_set would do it alone, in order,
+ * each seeing the ones before; its outcome in written, rc (0 or its error)
+ * and detail (the error's words). A request that fails fails alone (when
+ * one fails the shared transaction, each is committed on its own). 0, or
+ * SKV_ERR_NOMEM before any was tried. */
+typedef struct {
+    const char *tenant;
+    const seqkv_blob_item *items;
+    size_t n;
+    unsigned flags;
+    int64_t expire_at;
+    int written;      /* out */
+    int rc;           /* out */
+    char detail[240]; /* out */
+} seqkv_blob_set_req;
+int seqkv_blob_set_batch(seqkv *db, seqkv_blob_set_req *reqs, size_t n);
+
 /* Get n keys in one read transaction. For each, in order, fn is called:
  * found 0 (absent or expired; len 0) -- its return is ignored -- or found 1
  * with the value's length, returning where to write its len bytes (NULL:

@@ -16,6 +16,9 @@ seqkv_need_packages() {
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-SEQKV_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config liblmdb-dev libsodium-dev libcriterion-dev libzstd-dev libxxhash-dev redis-tools redis-server)
+# python3-redis and python3-numpy: the Python tests (redis-py as LMCache and
+# SGLang backends use it; numpy pages and paged caches)
+SEQKV_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config liblmdb-dev libsodium-dev libcriterion-dev libzstd-dev libxxhash-dev redis-tools redis-server
+    python3-redis python3-numpy)
 # What the demo needs beyond the build: gnuplot draws its chart (PNG).
 SEQKV_DEMO_PACKAGES=(gnuplot-nox)

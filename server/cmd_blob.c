@@ -139,87 +139,122 @@ void srv_cmd_mget(skv_server *s, srv_job *j)
 
 /* ---- SET, MSET ---------------------------------------------------------- */
 
-/* SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL] */
-void srv_cmd_set(skv_server *s, srv_job *j)
+/* SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]:
+ * its flags and expiry; -1 when it replied with an error */
+static int set_parse(srv_job *j, unsigned *flags, int64_t *at)
 {
-    unsigned flags = 0;
-    int64_t at = 0, now = 0;
     int has_time = 0;
+    *flags = 0;
+    *at = 0;
     for (size_t i = 3; i < j->cmd.argc; i++) {
         const int more = i + 1 < j->cmd.argc;
-        if (arg_is(j, i, "NX") && !(flags & SEQKV_BLOB_XX)) {
-            flags |= SEQKV_BLOB_NX;
-        } else if (arg_is(j, i, "XX") && !(flags & SEQKV_BLOB_NX)) {
-            flags |= SEQKV_BLOB_XX;
+        if (arg_is(j, i, "NX") && !(*flags & SEQKV_BLOB_XX)) {
+            *flags |= SEQKV_BLOB_NX;
+        } else if (arg_is(j, i, "XX") && !(*flags & SEQKV_BLOB_NX)) {
+            *flags |= SEQKV_BLOB_XX;
         } else if (arg_is(j, i, "KEEPTTL") && !has_time) {
-            flags |= SEQKV_BLOB_KEEPTTL;
+            *flags |= SEQKV_BLOB_KEEPTTL;
             has_time = 1;
         } else if (arg_is(j, i, "GET")) {
             skv_rbuf_error(&j->reply, "ERR", "SET ... GET is not supported by seqkv");
-            return;
+            return -1;
         } else if (more && !has_time &&
                    (arg_is(j, i, "EX") || arg_is(j, i, "PX") || arg_is(j, i, "EXAT") ||
                     arg_is(j, i, "PXAT"))) {
             int64_t v;
             if (int_arg(j, i + 1, &v))
-                return;
+                return -1;
             const int ms = arg_is(j, i, "PX") || arg_is(j, i, "PXAT");
             const int abs = arg_is(j, i, "EXAT") || arg_is(j, i, "PXAT");
             if (v <= 0 || v > (int64_t)1 << 46) {
                 skv_rbuf_error(&j->reply, "ERR", "invalid expire time in 'set' command");
-                return;
+                return -1;
             }
-            if (!now)
-                now = srv_now_ms();
-            at = (ms ? v : v * 1000) + (abs ? 0 : now);
+            *at = (ms ? v : v * 1000) + (abs ? 0 : srv_now_ms());
             has_time = 1;
             i++;
         } else {
             syntax(j);
-            return;
+            return -1;
         }
     }
-    seqkv_blob_item it = {j->cmd.argv[1], j->cmd.argl[1], j->cmd.argv[2], j->cmd.argl[2]};
-    int written = 0;
-    int rc = seqkv_blob_set(s->db, tname(s, j), &it, 1, flags, at, &written);
-    if (rc) {
-        srv_store_err(s, j, rc, "SET");
-        return;
-    }
-    counted(s, j, 0, 0, written, written ? it.val_len : 0, 0);
-    if (written)
-        skv_rbuf_simple(&j->reply, "OK");
-    else
-        skv_rbuf_null(&j->reply, j->proto);
+    return 0;
+}
+
+/* SET and MSET are group-committed (SRV_F_BATCH): a worker queues them
+ * and the committer writes the queued ones with one seqkv_blob_set_batch,
+ * one durable LMDB commit (server.c put_submit) */
+void srv_cmd_set(skv_server *s, srv_job *j)
+{
+    srv_blob_batch(s, &j, 1);
 }
 
 void srv_cmd_mset(skv_server *s, srv_job *j)
 {
-    if ((j->cmd.argc - 1) % 2) {
-        skv_rbuf_error(&j->reply, "ERR", "wrong number of arguments for 'mset' command");
+    srv_blob_batch(s, &j, 1);
+}
+
+void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n)
+{
+    seqkv_blob_set_req *q = calloc(n, sizeof *q);
+    srv_job **ok = calloc(n, sizeof *ok);
+    seqkv_blob_item **items = calloc(n, sizeof *items);
+    if (!q || !ok || !items) {
+        for (size_t i = 0; i < n; i++)
+            skv_rbuf_error(&jobs[i]->reply, "ERR", "out of memory");
+        free(q);
+        free(ok);
+        free(items);
         return;
     }
-    const size_t n = (j->cmd.argc - 1) / 2;
-    seqkv_blob_item *it = malloc(n * sizeof *it);
-    if (!it) {
-        skv_rbuf_error(&j->reply, "ERR", "out of memory");
-        return;
-    }
-    uint64_t bytes = 0;
+    size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        it[i] = (seqkv_blob_item){j->cmd.argv[1 + 2 * i], j->cmd.argl[1 + 2 * i],
-                                  j->cmd.argv[2 + 2 * i], j->cmd.argl[2 + 2 * i]};
-        bytes += it[i].val_len;
+        srv_job *j = jobs[i];
+        const int mset = arg_is(j, 0, "MSET");
+        unsigned flags = 0;
+        int64_t at = 0;
+        if (mset && (j->cmd.argc - 1) % 2) {
+            skv_rbuf_error(&j->reply, "ERR", "wrong number of arguments for 'mset' command");
+            continue;
+        }
+        if (!mset && set_parse(j, &flags, &at))
+            continue;
+        const size_t k = mset ? (j->cmd.argc - 1) / 2 : 1;
+        if (!(items[m] = malloc(k * sizeof **items))) {
+            skv_rbuf_error(&j->reply, "ERR", "out of memory");
+            continue;
+        }
+        for (size_t x = 0; x < k; x++)
+            items[m][x] = (seqkv_blob_item){j->cmd.argv[1 + 2 * x], j->cmd.argl[1 + 2 * x],
+                                            j->cmd.argv[2 + 2 * x], j->cmd.argl[2 + 2 * x]};
+        q[m] = (seqkv_blob_set_req){.tenant = tname(s, j), .items = items[m], .n = k,
+                                    .flags = flags, .expire_at = at};
+        ok[m++] = j;
     }
-    int written = 0;
-    int rc = seqkv_blob_set(s->db, tname(s, j), it, n, 0, 0, &written);
-    free(it);
-    if (rc) {
-        srv_store_err(s, j, rc, "MSET");
-        return;
+    int rc = m ? seqkv_blob_set_batch(s->db, q, m) : SKV_OK;
+    for (size_t i = 0; i < m; i++) {
+        srv_job *j = ok[i];
+        const int mset = arg_is(j, 0, "MSET");
+        if (rc || q[i].rc) {
+            const int code = rc ? rc : q[i].rc;
+            if (!rc)
+                skv_error(code, "%s", q[i].detail); /* the request's own words */
+            srv_store_err(s, j, code, mset ? "MSET" : "SET");
+        } else {
+            uint64_t bytes = 0;
+            for (size_t x = 0; x < q[i].n; x++)
+                bytes += q[i].items[x].val_len;
+            counted(s, j, 0, 0, q[i].written ? q[i].n : 0, q[i].written ? bytes : 0, 0);
+            if (q[i].written || mset)
+                skv_rbuf_simple(&j->reply, "OK");
+            else
+                skv_rbuf_null(&j->reply, j->proto);
+        }
+        free(items[i]);
     }
-    counted(s, j, 0, 0, n, bytes, 0);
-    skv_rbuf_simple(&j->reply, "OK");
+    free(q);
+    free(ok);
+    free(items);
 }
 
 /* ---- EXISTS, DEL, STRLEN, TYPE ---------------------------------------------- */

@@ -204,7 +204,10 @@ static int tokens_then(srv_job *j, size_t after, const char *usage, int32_t **to
 
 size_t srv_put_kv_len(const srv_job *j)
 {
-    return j->cmd.argc ? j->cmd.argl[j->cmd.argc - 1] : 0;
+    size_t n = 0;
+    for (size_t i = 1; i < j->cmd.argc; i++)
+        n += j->cmd.argl[i];
+    return n;
 }
 
 static size_t token_bytes(const seqkv_profile *p)
@@ -1021,8 +1024,8 @@ static const srv_cmd cmds[] = {
     /* the blob namespace: Redis's string commands (cmd_blob.c) */
     {"GET", 2, 2, 0, srv_cmd_bget, 0},
     {"MGET", 2, -1, 0, srv_cmd_mget, 0},
-    {"SET", 3, -1, 0, srv_cmd_set, 0},
-    {"MSET", 3, -1, 0, srv_cmd_mset, 0},
+    {"SET", 3, -1, SRV_F_BATCH, srv_cmd_set, 0},
+    {"MSET", 3, -1, SRV_F_BATCH, srv_cmd_mset, 0},
     {"EXISTS", 2, -1, 0, srv_cmd_exists, 0},
     {"DEL", 2, -1, 0, srv_cmd_bdel, 0},
     {"UNLINK", 2, -1, 0, srv_cmd_bdel, 0},

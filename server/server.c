@@ -359,7 +359,7 @@ static void job_done(skv_server *s, srv_job *j)
     (void)w; /* an eventfd write only fails when the counter is full: then it is set */
 }
 
-/* KV.PUT: group commit. A worker queues its put; when no batch is being
+/* KV.PUT, SET and MSET: group commit. A worker queues its put; when no batch is being
  * written it becomes the committer: it takes every queued put (up to
  * put_batch of them and SKV_SERVER_PUT_BATCH_BYTES of KV) into one
  * seqkv_put_batch -- one durable commit -- replies to them all, and
@@ -399,7 +399,18 @@ static void put_submit(skv_server *s, srv_job *j)
         if (n == 0)
             break;
         pthread_mutex_unlock(&s->pmu);
-        srv_put_batch(s, b, n);
+        /* KV.PUTs first, then SET/MSETs: each kind one commit */
+        size_t nput = 0;
+        for (size_t i = 0; i < n; i++)
+            if (b[i]->def->fn != srv_cmd_set && b[i]->def->fn != srv_cmd_mset) {
+                srv_job *t = b[nput];
+                b[nput++] = b[i];
+                b[i] = t;
+            }
+        if (nput)
+            srv_put_batch(s, b, nput);
+        if (n > nput)
+            srv_blob_batch(s, b + nput, n - nput);
         for (size_t i = 0; i < n; i++)
             job_done(s, b[i]);
         srv_maintain_kick(s); /* a profile may have crossed its auto-calibrate threshold */

@@ -20,7 +20,8 @@ enum {
     SRV_F_LOOP = 1,   /* runs on the loop thread (no store work) */
     SRV_F_NOAUTH = 2, /* allowed before a tenant is known */
     SRV_F_ADMIN = 4,  /* admin tenants only */
-    SRV_F_BATCH = 8,  /* KV.PUT: joins the group commit (srv_put_batch) */
+    SRV_F_BATCH = 8,  /* KV.PUT, SET, MSET: join the group commit (srv_put_batch,
+                         srv_blob_batch) */
 };
 
 typedef struct srv_cmd {
@@ -160,8 +161,8 @@ void srv_put_batch(skv_server *s, srv_job **jobs, size_t n);
 /* A worker's streamed get (job j, view v) has layers [0, ready) decoded:
  * the loop is woken to send them. */
 void srv_stream_told(skv_server *s, srv_job *j, const seqkv_view *v, size_t ready);
-/* The KV bytes of a KV.PUT job: its last argument (after binary tokens
- * or TOKENS "<ids>") */
+/* The bytes of a group-committed job's arguments (a KV.PUT's KV and
+ * tokens, a SET's or MSET's keys and values) */
 size_t srv_put_kv_len(const srv_job *j);
 /* INFO's report for section secp (NULL: all) into b (info.c); 0, the
  * error of seqkv_stat, or SKV_ERR_NOMEM when b ran out of memory. */
@@ -174,6 +175,8 @@ void srv_cmd_bget(skv_server *s, srv_job *j);
 void srv_cmd_mget(skv_server *s, srv_job *j);
 void srv_cmd_set(skv_server *s, srv_job *j);
 void srv_cmd_mset(skv_server *s, srv_job *j);
+/* n SET/MSET jobs as one seqkv_blob_set_batch (one commit); replies filled */
+void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n);
 void srv_cmd_exists(skv_server *s, srv_job *j);
 void srv_cmd_bdel(skv_server *s, srv_job *j);
 void srv_cmd_strlen(skv_server *s, srv_job *j);

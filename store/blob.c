@@ -9,6 +9,7 @@
  * whether another stored a value. Writes hold the writer lock, one write
  * transaction a call; reads take a read transaction and no lock past the
  * tenant's id. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sodium.h>
@@ -66,6 +67,12 @@ size_t skvb_ent_key(const bkeys *k, const uint8_t *name, size_t len, uint8_t *b)
     skvb_be64(b + 8, name_hash(k, name, len));
     memcpy(b + KPFX, name, len);
     return KPFX + len;
+}
+
+void skvb_hot_key(uint64_t tid, const uint8_t cid[16], uint8_t b[32])
+{
+    skvb_val_key(tid, cid, b);
+    memcpy(b + VKEY, "SKVBLOB", 8); /* (record keys are keyed hashes: no clash) */
 }
 
 void skvb_val_key(uint64_t tid, const uint8_t cid[16], uint8_t b[VKEY])
@@ -135,7 +142,7 @@ tenant_ent *skvb_tenant(seqkv *db, uint64_t id)
 
 /* ---- changes inside one write transaction ------------------------------- */
 
-static void delta_apply(seqkv *db, uint64_t tid, const bdelta *d)
+void skvb_delta_apply(seqkv *db, uint64_t tid, const bdelta *d)
 {
     pthread_rwlock_wrlock(&db->rw);
     tenant_ent *te = skvb_tenant(db, tid);
@@ -188,6 +195,11 @@ int skvb_unref(seqkv *db, MDB_txn *txn, uint64_t tid, const uint8_t cid[16], bde
     }
     if ((mrc = mdb_del(txn, db->db_bref, &k, NULL)) && mrc != MDB_NOTFOUND)
         return skv_mdb_error(mrc, "blob references");
+    if (db->hot) {
+        uint8_t hk[32];
+        skvb_hot_key(tid, cid, hk);
+        skv_hot_drop(db->hot, hk);
+    }
     if ((mrc = mdb_del(txn, db->db_bval, &k, NULL)) && mrc != MDB_NOTFOUND)
         return skv_mdb_error(mrc, "blob values");
     return SKV_OK;
@@ -228,7 +240,7 @@ int skvb_txn(seqkv *db, uint64_t tid, txn_fn fn, void *ctx)
                 return rc;
             continue;
         }
-        delta_apply(db, d.tid ? d.tid : tid, &d);
+        skvb_delta_apply(db, d.tid ? d.tid : tid, &d);
         return SKV_OK;
     }
 }
@@ -250,6 +262,12 @@ typedef struct {
     uint8_t *img;      /* its image when coded before the transaction */
     size_t img_len;
     skv_blob_layout lay;
+    int zstd;          /* 0: a `kv_bytes` value awaiting its metadata, kept as is */
+    /* a `<key>metadata` item: its sibling's value coded in the layout it
+     * gives, swapped in by the same transaction (sib_img NULL: none) */
+    uint8_t sib_cid[16];
+    uint8_t *sib_img;
+    size_t sib_len;
 } set_val;
 
 typedef struct {
@@ -274,8 +292,12 @@ static void layout_of(seqkv *db, MDB_txn *rtxn, const set_ctx *c, size_t i, skv_
 {
     memset(out, 0, sizeof *out);
     const seqkv_blob_item *it = &c->it[i];
+    c->sv[i].zstd = 1;
     if (!ends_with(it->key, it->key_len, SKV_LMC_KV_SUFFIX))
         return;
+    /* LMCache sets its metadata right after: until then the value is kept
+     * as it is (zstd would be undone at once), not coded twice */
+    c->sv[i].zstd = 0;
     const size_t base = it->key_len - strlen(SKV_LMC_KV_SUFFIX);
     const size_t ml = base + strlen(SKV_LMC_META_SUFFIX);
     if (ml > SEQKV_BLOB_KEY_MAX)
@@ -285,7 +307,7 @@ static void layout_of(seqkv *db, MDB_txn *rtxn, const set_ctx *c, size_t i, skv_
     memcpy(name + base, SKV_LMC_META_SUFFIX, ml - base);
     for (size_t j = 0; j < c->n; j++)
         if (c->it[j].key_len == ml && memcmp(c->it[j].key, name, ml) == 0) {
-            skv_blob_lmcache_layout(c->it[j].val, c->it[j].val_len, it->val_len, out);
+            c->sv[i].zstd = !skv_blob_lmcache_layout(c->it[j].val, c->it[j].val_len, it->val_len, out);
             return;
         }
     uint8_t kb[KPFX + SEQKV_BLOB_KEY_MAX];
@@ -301,7 +323,48 @@ static void layout_of(seqkv *db, MDB_txn *rtxn, const set_ctx *c, size_t i, skv_
     MDB_val vkv = {VKEY, vk};
     if (!mdb_get(rtxn, db->db_bval, &vkv, &iv) &&
         !skv_blob_decode(iv.mv_data, iv.mv_size, meta, e.len))
-        skv_blob_lmcache_layout(meta, e.len, it->val_len, out);
+        c->sv[i].zstd = !skv_blob_lmcache_layout(meta, e.len, it->val_len, out);
+    skv_error_clear();
+}
+
+/* A `<key>metadata` item that gives its sibling `<key>kv_bytes` a
+ * layout: the sibling's value (stored as bytes) coded in it, for set_txn
+ * to swap in (LMCache writes kv_bytes first) */
+static void sibling_of(seqkv *db, MDB_txn *rtxn, const set_ctx *c, size_t i)
+{
+    const seqkv_blob_item *it = &c->it[i];
+    set_val *s = &c->sv[i];
+    skv_blob_layout lay;
+    if (!rtxn || !ends_with(it->key, it->key_len, SKV_LMC_META_SUFFIX) ||
+        !skv_blob_lmcache_layout(it->val, it->val_len, 0, &lay))
+        return;
+    const size_t base = it->key_len - strlen(SKV_LMC_META_SUFFIX);
+    const size_t kl = base + strlen(SKV_LMC_KV_SUFFIX);
+    if (kl > SEQKV_BLOB_KEY_MAX)
+        return;
+    uint8_t name[SEQKV_BLOB_KEY_MAX], vk[VKEY];
+    memcpy(name, it->key, base);
+    memcpy(name + base, SKV_LMC_KV_SUFFIX, kl - base);
+    blob_ent e;
+    int found;
+    MDB_val k = {VKEY, vk}, v;
+    const uint64_t want = (uint64_t)lay.streams * lay.rows * lay.channels * skv_dtype_size(lay.dtype);
+    if (skvb_live(db, rtxn, &c->k, name, kl, c->now, &e, &found) || !found || e.len != want) {
+        skv_error_clear();
+        return;
+    }
+    skvb_val_key(c->k.tid, e.cid, vk);
+    uint8_t *raw = NULL;
+    if (!mdb_get(rtxn, db->db_bval, &k, &v) && skvb_enc_of(&v) != SKV_BLOB_ENC_KV &&
+        (raw = skv_malloc(e.len ? e.len : 1)) &&
+        !skv_blob_decode(v.mv_data, v.mv_size, raw, e.len) &&
+        !skv_blob_encode(raw, e.len, &lay, 0, &s->sib_img, &s->sib_len) &&
+        (s->sib_img[5] != SKV_BLOB_ENC_KV || s->sib_len >= v.mv_size)) {
+        skv_free(s->sib_img); /* not smaller as KV */
+        s->sib_img = NULL;
+    }
+    memcpy(s->sib_cid, e.cid, 16);
+    skv_free(raw);
     skv_error_clear();
 }
 
@@ -319,13 +382,15 @@ static int set_prepare(seqkv *db, set_ctx *c)
         skv_store64_le(s->cid, h.low64);
         skv_store64_le(s->cid + 8, h.high64);
         layout_of(db, rtxn, c, i, &s->lay);
+        sibling_of(db, rtxn, c, i);
         uint8_t vk[VKEY];
         skvb_val_key(c->k.tid, s->cid, vk);
         MDB_val k = {VKEY, vk}, v;
         if (rtxn && !mdb_get(rtxn, db->db_bval, &k, &v) &&
             (!s->lay.streams || skvb_enc_of(&v) == SKV_BLOB_ENC_KV))
             continue; /* held already (the transaction codes it if it went since) */
-        rc = skv_blob_encode(c->it[i].val, c->it[i].val_len, &s->lay, &s->img, &s->img_len);
+        rc = skv_blob_encode(c->it[i].val, c->it[i].val_len, &s->lay, s->zstd, &s->img,
+                             &s->img_len);
     }
     if (rtxn)
         mdb_txn_abort(rtxn);
@@ -341,18 +406,17 @@ static int set_one(seqkv *db, MDB_txn *txn, set_ctx *c, size_t i, bdelta *d)
     MDB_val k = {skvb_ent_key(&c->k, it->key, it->key_len, kb), kb}, v;
     blob_ent old, e = {.expire_at = c->expire_at, .set_at = c->now, .len = it->val_len};
     memcpy(e.cid, s->cid, 16);
-    int mrc = mdb_get(txn, db->db_blob, &k, &v), rc;
-    if (!mrc) {
+    int mrc = mdb_get(txn, db->db_blob, &k, &v), rc, had = !mrc;
+    if (had) {
         if ((rc = skvb_ent_unpack(&v, &old)))
             return rc;
         if ((c->flags & SEQKV_BLOB_KEEPTTL) && !skvb_expired(&old, c->now))
             e.expire_at = old.expire_at;
-        if ((rc = skvb_ent_del(db, txn, c->k.tid, &k, &old, d)))
-            return rc;
     } else if (mrc != MDB_NOTFOUND) {
         return skv_mdb_error(mrc, "blob entry");
     }
-    /* the value: one more reference, or stored */
+    /* the value: one more reference, or stored (the old value's reference
+     * goes after, so that setting the same value again stores nothing) */
     uint8_t vk[VKEY], rb[8];
     skvb_val_key(c->k.tid, s->cid, vk);
     MDB_val vkey = {VKEY, vk}, rv;
@@ -361,7 +425,7 @@ static int set_one(seqkv *db, MDB_txn *txn, set_ctx *c, size_t i, bdelta *d)
         refs = skv_load64_le(rv.mv_data);
     if (refs == 0) {
         if (!s->img &&
-            (rc = skv_blob_encode(it->val, it->val_len, &s->lay, &s->img, &s->img_len)))
+            (rc = skv_blob_encode(it->val, it->val_len, &s->lay, s->zstd, &s->img, &s->img_len)))
             return rc;
         MDB_val iv = {s->img_len, s->img};
         if ((mrc = mdb_put(txn, db->db_bval, &vkey, &iv, 0)))
@@ -393,7 +457,11 @@ static int set_one(seqkv *db, MDB_txn *txn, set_ctx *c, size_t i, bdelta *d)
         return skvb_put_err(mrc, "blob entry");
     d->keys++;
     d->raw += (int64_t)it->val_len;
-    return SKV_OK;
+    if (!had)
+        return SKV_OK;
+    d->keys--;
+    d->raw -= (int64_t)old.len;
+    return skvb_unref(db, txn, c->k.tid, old.cid, d);
 }
 
 int skvb_live(seqkv *db, MDB_txn *txn, const bkeys *bk, const uint8_t *key, size_t len,
@@ -432,6 +500,24 @@ static int set_txn(seqkv *db, MDB_txn *txn, void *vc, bdelta *d)
         if (rc)
             return rc;
     }
+    for (size_t i = 0; i < c->n; i++) {
+        const set_val *sv = &c->sv[i];
+        if (!sv->sib_img)
+            continue;
+        /* the sibling's value, still held as bytes: coded as KV */
+        uint8_t vk[VKEY];
+        skvb_val_key(c->k.tid, sv->sib_cid, vk);
+        MDB_val k = {VKEY, vk}, v;
+        if (mdb_get(txn, db->db_bval, &k, &v) || skvb_enc_of(&v) == SKV_BLOB_ENC_KV ||
+            v.mv_size <= sv->sib_len)
+            continue; /* gone, or coded meanwhile */
+        d->stored += (int64_t)sv->sib_len - (int64_t)v.mv_size;
+        d->kv++;
+        MDB_val nv = {sv->sib_len, sv->sib_img};
+        int mrc = mdb_put(txn, db->db_bval, &k, &nv, 0);
+        if (mrc)
+            return skvb_put_err(mrc, "blob value");
+    }
     c->written = 1;
     return SKV_OK;
 }
@@ -467,144 +553,200 @@ static int set_room(seqkv *db, uint64_t tid, uint64_t need)
     return SKV_OK;
 }
 
-/* A `<key>metadata` just set names its sibling's layout: a sibling value
- * stored as bytes is coded again in it (the order LMCache writes them) */
-static void recode_sibling(seqkv *db, const bkeys *bk, const seqkv_blob_item *it, int64_t now);
+/* A request's checks, content ids and coding, before the writer lock */
+static int set_begin(seqkv *db, seqkv_blob_set_req *q, set_ctx *c)
+{
+    memset(c, 0, sizeof *c);
+    if (db->o.read_only)
+        return skv_error(SKV_ERR_ARG, "store opened read-only");
+    if (q->n == 0)
+        return skv_error(SKV_ERR_ARG, "no key to set");
+    if ((q->flags & SEQKV_BLOB_NX) && (q->flags & SEQKV_BLOB_XX))
+        return skv_error(SKV_ERR_ARG, "NX and XX together");
+    for (size_t i = 0; i < q->n; i++) {
+        int rc = skvb_key_ok(q->items[i].key, q->items[i].key_len);
+        if (rc)
+            return rc;
+        if (q->items[i].val_len > SKV_BLOB_MAX_VALUE)
+            return skv_error(SKV_ERR_TOO_LARGE, "a value is at most 4 GiB");
+    }
+    *c = (set_ctx){.it = q->items, .sv = skv_calloc(q->n, sizeof(set_val)), .n = q->n,
+                   .flags = q->flags, .expire_at = q->expire_at, .now = skv_blob_now_ms()};
+    if (!c->sv)
+        return skv_error(SKV_ERR_NOMEM, "blob set");
+    uint64_t tid = skvb_tenant_id(db, q->tenant);
+    if (!tid)
+        return SKV_OK; /* a new tenant: made and coded for under the lock */
+    skvb_keys(db, tid, &c->k);
+    return set_prepare(db, c);
+}
+
+/* Under the writer lock: the tenant (made by its first set), the room */
+static int set_locked(seqkv *db, seqkv_blob_set_req *q, set_ctx *c)
+{
+    int rc;
+    if (!c->k.tid) {
+        tenant_ent *te;
+        if ((rc = skv_store_tenant(db, q->tenant, 1, &te)))
+            return rc;
+        skvb_keys(db, te->id, &c->k);
+        if ((rc = set_prepare(db, c)))
+            return rc;
+    }
+    uint64_t coded = 0, need = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        coded += c->sv[i].img ? c->sv[i].img_len : 0;
+        need += c->it[i].val_len;
+    }
+    return set_room(db, c->k.tid, coded ? coded : need / 4);
+}
+
+static void set_end(set_ctx *c)
+{
+    for (size_t i = 0; c->sv && i < c->n; i++) {
+        skv_free(c->sv[i].img);
+        skv_free(c->sv[i].sib_img);
+    }
+    skv_free(c->sv);
+    c->sv = NULL;
+}
+
+static void req_fail(seqkv_blob_set_req *q, int rc)
+{
+    q->rc = rc;
+    snprintf(q->detail, sizeof q->detail, "%s", skv_error_detail());
+}
+
+/* The ready requests' transactions as one (each its own counts), the map
+ * grown and all run again when it fills. Caller holds wlock. */
+static int set_commit(seqkv *db, seqkv_blob_set_req *q, set_ctx *c, size_t n)
+{
+    bdelta *d = skv_calloc(n, sizeof *d);
+    if (!d)
+        return skv_error(SKV_ERR_NOMEM, "blob batch");
+    int rc;
+    for (;;) {
+        MDB_txn *txn;
+        memset(d, 0, n * sizeof *d);
+        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
+        if (mrc) {
+            rc = skv_mdb_error(mrc, "begin transaction");
+            break;
+        }
+        rc = SKV_OK;
+        for (size_t i = 0; i < n && !rc; i++)
+            if (!q[i].rc)
+                rc = set_txn(db, txn, &c[i], &d[i]);
+        if (rc) {
+            mdb_txn_abort(txn);
+        } else if ((mrc = mdb_txn_commit(txn))) {
+            rc = mrc == MDB_MAP_FULL ? SKV_ERR_MAP_FULL : skv_mdb_error(mrc, "commit");
+        }
+        if (rc == SKV_ERR_MAP_FULL && !(rc = skv_store_grow(db)))
+            continue;
+        break;
+    }
+    if (!rc)
+        for (size_t i = 0; i < n; i++)
+            if (!q[i].rc) {
+                skvb_delta_apply(db, c[i].k.tid, &d[i]);
+                q[i].written = c[i].written;
+            }
+    skv_free(d);
+    return rc;
+}
+
+int seqkv_blob_set_batch(seqkv *db, seqkv_blob_set_req *q, size_t n)
+{
+    set_ctx *c = skv_calloc(n ? n : 1, sizeof *c);
+    if (!c)
+        return skv_error(SKV_ERR_NOMEM, "blob batch");
+    size_t ready = 0;
+    for (size_t i = 0; i < n; i++) {
+        q[i].written = 0;
+        q[i].rc = 0;
+        q[i].detail[0] = 0;
+        int rc = set_begin(db, &q[i], &c[i]);
+        if (rc)
+            req_fail(&q[i], rc);
+    }
+    pthread_mutex_lock(&db->wlock);
+    for (size_t i = 0; i < n; i++) {
+        int rc = q[i].rc ? q[i].rc : set_locked(db, &q[i], &c[i]);
+        if (rc && !q[i].rc)
+            req_fail(&q[i], rc);
+        ready += !q[i].rc;
+    }
+    int rc = ready ? set_commit(db, q, c, n) : SKV_OK;
+    if (rc && ready > 1) {
+        /* one failed the whole transaction: each on its own, so that it
+         * fails alone */
+        for (size_t i = 0; i < n; i++) {
+            if (q[i].rc)
+                continue;
+            int one = set_commit(db, &q[i], &c[i], 1);
+            if (one)
+                req_fail(&q[i], one);
+        }
+        rc = SKV_OK;
+    } else if (rc) {
+        for (size_t i = 0; i < n; i++)
+            if (!q[i].rc)
+                req_fail(&q[i], rc);
+        rc = SKV_OK;
+    }
+    pthread_mutex_unlock(&db->wlock);
+    for (size_t i = 0; i < n; i++)
+        set_end(&c[i]);
+    skv_free(c);
+    return rc;
+}
 
 int seqkv_blob_set(seqkv *db, const char *tenant, const seqkv_blob_item *items, size_t n,
                    unsigned flags, int64_t expire_at, int *written)
 {
-    *written = 0;
-    if (db->o.read_only)
-        return skv_error(SKV_ERR_ARG, "store opened read-only");
-    if (n == 0)
-        return skv_error(SKV_ERR_ARG, "no key to set");
-    if ((flags & SEQKV_BLOB_NX) && (flags & SEQKV_BLOB_XX))
-        return skv_error(SKV_ERR_ARG, "NX and XX together");
-    uint64_t need = 0;
-    for (size_t i = 0; i < n; i++) {
-        int rc = skvb_key_ok(items[i].key, items[i].key_len);
-        if (rc)
-            return rc;
-        if (items[i].val_len > SKV_BLOB_MAX_VALUE)
-            return skv_error(SKV_ERR_TOO_LARGE, "a value is at most 4 GiB");
-        need += items[i].val_len;
-    }
-    set_ctx c = {.it = items, .sv = skv_calloc(n, sizeof(set_val)), .n = n, .flags = flags,
-                 .expire_at = expire_at, .now = skv_blob_now_ms()};
-    if (!c.sv)
-        return skv_error(SKV_ERR_NOMEM, "blob set");
-    uint64_t tid = skvb_tenant_id(db, tenant);
-    int rc = SKV_OK;
-    if (tid) {
-        skvb_keys(db, tid, &c.k);
-        rc = set_prepare(db, &c);
-    }
-    pthread_mutex_lock(&db->wlock);
-    if (!rc && !tid) {
-        tenant_ent *te;
-        if (!(rc = skv_store_tenant(db, tenant, 1, &te))) {
-            tid = te->id;
-            skvb_keys(db, tid, &c.k);
-            rc = set_prepare(db, &c); /* (a tenant's first set codes under the lock) */
-        }
-    }
-    if (!rc) {
-        uint64_t coded = 0;
-        for (size_t i = 0; i < n; i++)
-            coded += c.sv[i].img ? c.sv[i].img_len : 0;
-        rc = set_room(db, tid, coded ? coded : need / 4);
-    }
-    if (!rc)
-        rc = skvb_txn(db, tid, set_txn, &c);
-    pthread_mutex_unlock(&db->wlock);
-    for (size_t i = 0; i < n; i++)
-        skv_free(c.sv[i].img);
-    skv_free(c.sv);
-    if (rc)
+    seqkv_blob_set_req q = {.tenant = tenant, .items = items, .n = n, .flags = flags,
+                            .expire_at = expire_at};
+    int rc = seqkv_blob_set_batch(db, &q, 1);
+    *written = q.written;
+    if (rc || !q.rc)
         return rc;
-    *written = c.written;
-    for (size_t i = 0; c.written && i < n; i++)
-        if (ends_with(items[i].key, items[i].key_len, SKV_LMC_META_SUFFIX))
-            recode_sibling(db, &c.k, &items[i], c.now);
-    return SKV_OK;
-}
-
-typedef struct {
-    uint64_t tid;
-    uint8_t cid[16];
-    uint8_t *img;
-    size_t img_len;
-    int done;
-} recode_ctx;
-
-static int recode_txn(seqkv *db, MDB_txn *txn, void *vc, bdelta *d)
-{
-    recode_ctx *c = vc;
-    uint8_t vk[VKEY];
-    skvb_val_key(c->tid, c->cid, vk);
-    MDB_val k = {VKEY, vk}, v;
-    c->done = 0;
-    if (mdb_get(txn, db->db_bval, &k, &v) || skvb_enc_of(&v) == SKV_BLOB_ENC_KV ||
-        v.mv_size <= c->img_len)
-        return SKV_OK; /* gone, or coded meanwhile */
-    d->stored += (int64_t)c->img_len - (int64_t)v.mv_size;
-    d->kv++;
-    MDB_val nv = {c->img_len, c->img};
-    int mrc = mdb_put(txn, db->db_bval, &k, &nv, 0);
-    if (mrc)
-        return skvb_put_err(mrc, "blob value");
-    c->done = 1;
-    return SKV_OK;
-}
-
-static void recode_sibling(seqkv *db, const bkeys *bk, const seqkv_blob_item *it, int64_t now)
-{
-    const size_t base = it->key_len - strlen(SKV_LMC_META_SUFFIX);
-    const size_t kl = base + strlen(SKV_LMC_KV_SUFFIX);
-    if (kl > SEQKV_BLOB_KEY_MAX)
-        return;
-    uint8_t name[SEQKV_BLOB_KEY_MAX];
-    memcpy(name, it->key, base);
-    memcpy(name + base, SKV_LMC_KV_SUFFIX, kl - base);
-    skv_blob_layout lay;
-    if (!skv_blob_lmcache_layout(it->val, it->val_len, 0, &lay))
-        return;
-    recode_ctx rc = {.tid = bk->tid};
-    uint8_t *raw = NULL;
-    MDB_txn *rtxn;
-    if (mdb_txn_begin(db->env, NULL, MDB_RDONLY, &rtxn))
-        return;
-    blob_ent e;
-    int found;
-    uint8_t vk[VKEY];
-    MDB_val k = {VKEY, vk}, v;
-    if (!skvb_live(db, rtxn, bk, name, kl, now, &e, &found) && found &&
-        e.len == (uint64_t)lay.streams * lay.rows * lay.channels * skv_dtype_size(lay.dtype)) {
-        skvb_val_key(bk->tid, e.cid, vk);
-        memcpy(rc.cid, e.cid, 16);
-        if (!mdb_get(rtxn, db->db_bval, &k, &v) && skvb_enc_of(&v) != SKV_BLOB_ENC_KV &&
-            (raw = skv_malloc(e.len ? e.len : 1)) &&
-            (skv_blob_decode(v.mv_data, v.mv_size, raw, e.len) ||
-             skv_blob_encode(raw, e.len, &lay, &rc.img, &rc.img_len) ||
-             rc.img[5] != SKV_BLOB_ENC_KV)) {
-            skv_free(rc.img);
-            rc.img = NULL;
-        }
-    }
-    mdb_txn_abort(rtxn);
-    skv_free(raw);
-    if (rc.img) {
-        pthread_mutex_lock(&db->wlock);
-        if (skvb_txn(db, bk->tid, recode_txn, &rc) && !db->o.quiet)
-            fprintf(stderr, "seqkv: coding a blob as KV failed: %s\n", skv_error_detail());
-        pthread_mutex_unlock(&db->wlock);
-        skv_free(rc.img);
-    }
-    skv_error_clear(); /* the set itself succeeded */
+    return skv_error(q.rc, "%s", q.detail);
 }
 
 /* ---- reads ------------------------------------------------------------- */
+
+/* Value e (image v) into the buffer fn gives: from the hot tier, else
+ * decoded (and offered to the tier when it was coded) */
+static int get_value(seqkv *db, uint64_t tid, const blob_ent *e, const MDB_val *v, seqkv_blob_fn fn,
+                     void *ctx, size_t i)
+{
+    uint8_t hk[32];
+    skvb_hot_key(tid, e->cid, hk);
+    hot_chunk *h = db->hot ? skv_hot_get(db->hot, hk) : NULL;
+    if (h && h->bytes != e->len) { /* (cannot be: a content id names one value) */
+        skv_hot_unref(h);
+        h = NULL;
+    }
+    uint8_t *dst = fn(ctx, i, 1, e->len);
+    if (!dst) {
+        skv_hot_unref(h);
+        return skv_error(SKV_ERR_NOMEM, "reply of %llu bytes", (unsigned long long)e->len);
+    }
+    if (h) {
+        memcpy(dst, h->kv, e->len);
+        skv_hot_unref(h);
+        return SKV_OK;
+    }
+    int rc = skv_blob_decode(v->mv_data, v->mv_size, dst, e->len);
+    if (!rc && db->hot && skvb_enc_of(v) != SKV_BLOB_ENC_RAW &&
+        (h = skv_hot_new_bytes(hk, e->len))) {
+        memcpy(h->kv, dst, e->len);
+        skv_hot_put(db->hot, h);
+        skv_hot_unref(h);
+    }
+    return rc;
+}
 
 int seqkv_blob_get(seqkv *db, const char *tenant, size_t n, const uint8_t *const *keys,
                    const size_t *key_lens, seqkv_blob_fn fn, void *ctx)
@@ -645,11 +787,7 @@ int seqkv_blob_get(seqkv *db, const char *tenant, size_t n, const uint8_t *const
             fn(ctx, i, 0, 0);
             continue;
         }
-        uint8_t *dst = fn(ctx, i, 1, e.len);
-        if (!dst)
-            rc = skv_error(SKV_ERR_NOMEM, "reply of %llu bytes", (unsigned long long)e.len);
-        else
-            rc = skv_blob_decode(v.mv_data, v.mv_size, dst, e.len);
+        rc = get_value(db, tid, &e, &v, fn, ctx, i);
     }
     mdb_txn_abort(txn);
     return rc;

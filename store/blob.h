@@ -38,10 +38,10 @@ typedef struct {
 int skv_blob_lmcache_layout(const uint8_t *m, size_t len, size_t value_len, skv_blob_layout *out);
 
 /* The stored image of value v[0..len): the smallest of the fast level's
- * streams (when lay has a layout), zstd and the bytes as they are.
- * *img is skv_malloc'd. */
-int skv_blob_encode(const uint8_t *v, size_t len, const skv_blob_layout *lay, uint8_t **img,
-                    size_t *img_len);
+ * streams (when lay has a layout), zstd (when asked) and the bytes as
+ * they are. *img is skv_malloc'd. */
+int skv_blob_encode(const uint8_t *v, size_t len, const skv_blob_layout *lay, int zstd,
+                    uint8_t **img, size_t *img_len);
 /* The header of an image; SKV_ERR_CORRUPT / SKV_ERR_VERSION. */
 int skv_blob_parse(const uint8_t *img, size_t len, skv_blob_hdr *h);
 /* Decode an image into out[0..out_len) (out_len: its raw length), the

@@ -108,8 +108,8 @@ static int enc_kv(const uint8_t *v, size_t len, const skv_blob_layout *lay, uint
     return SKV_OK;
 }
 
-int skv_blob_encode(const uint8_t *v, size_t len, const skv_blob_layout *lay, uint8_t **img,
-                    size_t *img_len)
+int skv_blob_encode(const uint8_t *v, size_t len, const skv_blob_layout *lay, int zstd,
+                    uint8_t **img, size_t *img_len)
 {
     *img = NULL;
     *img_len = 0;
@@ -129,7 +129,7 @@ int skv_blob_encode(const uint8_t *v, size_t len, const skv_blob_layout *lay, ui
             skv_free(b);
         }
     }
-    if (!best && len >= SKV_BLOB_ZSTD_MIN) {
+    if (!best && zstd && len >= SKV_BLOB_ZSTD_MIN) {
         const size_t cap = SKV_BLOB_HDR + ZSTD_compressBound(len);
         uint8_t *b = skv_malloc(cap);
         if (!b)

@@ -75,6 +75,20 @@ hot_chunk *skv_hot_new(const uint8_t key[32], uint32_t n, uint32_t layers, size_
     return c;
 }
 
+hot_chunk *skv_hot_new_bytes(const uint8_t key[32], size_t len)
+{
+    uint8_t *m = skv_malloc(HOT_HEAD + (len ? len : 1));
+    if (!m)
+        return NULL;
+    hot_chunk *c = (hot_chunk *)m;
+    memset(c, 0, sizeof *c);
+    atomic_init(&c->refs, 1);
+    memcpy(c->key, key, 32);
+    c->bytes = len;
+    c->kv = m + HOT_HEAD;
+    return c;
+}
+
 void skv_hot_ref(hot_chunk *c)
 {
     atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);

@@ -1,5 +1,6 @@
-/* The hot tier (store/hot.c): decoded, verified chunk records kept in
- * memory under a byte budget, shared by every reader of the store.
+/* The hot tier (store/hot.c): decoded, verified chunk records -- and
+ * decoded blob values (store/blob.c) -- kept in memory under a byte
+ * budget, shared by every reader of the store.
  *
  * An entry is the whole decoded KV of one chunk record (positions [0, n)
  * of its chunk, its base's positions included) in reply order:
@@ -47,6 +48,8 @@ void skv_hot_free(skv_hot *h);
 /* A new entry (one reference, the caller's; not in any tier) for n
  * positions of layers x 2 x row bytes; NULL without memory. */
 hot_chunk *skv_hot_new(const uint8_t key[32], uint32_t n, uint32_t layers, size_t row);
+/* The same for len bytes of anything else (a blob's value: n and layers 0) */
+hot_chunk *skv_hot_new_bytes(const uint8_t key[32], size_t len);
 void skv_hot_ref(hot_chunk *c);
 /* Let one reference go; the last frees the entry. NULL is a no-op. */
 void skv_hot_unref(hot_chunk *c);

@@ -392,7 +392,8 @@ Test(blob, damaged_values_are_refused, .timeout = 60)
     for (int enc = 0; enc < 3; enc++) {
         uint8_t *img;
         size_t len;
-        cr_assert_eq(skv_blob_encode(v, enc == 0 ? 40 : sizeof v, enc == 2 ? &lay : NULL, &img, &len),
+        cr_assert_eq(skv_blob_encode(v, enc == 0 ? 40 : sizeof v, enc == 2 ? &lay : NULL, 1, &img,
+                                     &len),
                      0);
         skv_blob_hdr h;
         cr_assert_eq(skv_blob_parse(img, len, &h), 0);

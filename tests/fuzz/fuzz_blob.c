@@ -43,9 +43,9 @@ static void round_trip(const uint8_t *v, size_t len, const skv_blob_layout *lay)
 {
     uint8_t *a, *b;
     size_t al, bl;
-    if (skv_blob_encode(v, len, lay, &a, &al))
+    if (skv_blob_encode(v, len, lay, 1, &a, &al))
         return; /* out of memory only */
-    CHECK(skv_blob_encode(v, len, lay, &b, &bl) == 0);
+    CHECK(skv_blob_encode(v, len, lay, 1, &b, &bl) == 0);
     CHECK(al == bl && memcmp(a, b, al) == 0);
     uint8_t *out = malloc(len ? len : 1);
     CHECK(out);
