@@ -939,34 +939,37 @@ static void cmd_stats(skv_server *s, srv_job *j)
     seqkv_blob_stats bs;
     seqkv_blob_stat_all(s->db, tenant_name(s, j), &bs);
     skv_rbuf *r = &j->reply;
-    skv_rbuf_map(r, j->proto, 13 + SEQKV_LEVELS);
+    const struct {
+        const char *key;
+        uint64_t v;
+        int ratio; /* v: raw bytes, v2: stored: their ratio as a double */
+        uint64_t v2;
+    } f[] = {
+        {"tokens", st.tokens, 0, 0},
+        {"chunks", st.chunks, 0, 0},
+        {"raw_bytes", st.raw_bytes, 0, 0},
+        {"stored_bytes", st.stored_bytes, 0, 0},
+        {"ratio", st.raw_bytes, 1, st.stored_bytes},
+        {"coded_tokens", st.coded_tokens, 0, 0},
+        {"centroid_chunks", st.centroid_chunks, 0, 0},
+        {"evictions", st.evictions, 0, 0},
+        /* the blob namespace (Redis string commands) */
+        {"blob_keys", bs.keys, 0, 0},
+        {"blob_raw_bytes", bs.raw_bytes, 0, 0},
+        {"blob_stored_bytes", bs.stored_bytes, 0, 0},
+        {"blob_ratio", bs.raw_bytes, 1, bs.stored_bytes},
+    };
+    const size_t nf = sizeof f / sizeof f[0];
+    skv_rbuf_map(r, j->proto, 1 + nf + SEQKV_LEVELS);
     skv_rbuf_bulk_str(r, "tenant");
     skv_rbuf_bulk_str(r, tenant_name(s, j));
-    skv_rbuf_bulk_str(r, "tokens");
-    skv_rbuf_int(r, (long long)st.tokens);
-    skv_rbuf_bulk_str(r, "chunks");
-    skv_rbuf_int(r, (long long)st.chunks);
-    skv_rbuf_bulk_str(r, "raw_bytes");
-    skv_rbuf_int(r, (long long)st.raw_bytes);
-    skv_rbuf_bulk_str(r, "stored_bytes");
-    skv_rbuf_int(r, (long long)st.stored_bytes);
-    skv_rbuf_bulk_str(r, "ratio");
-    skv_rbuf_double(r, j->proto, srv_ratio(st.raw_bytes, st.stored_bytes));
-    skv_rbuf_bulk_str(r, "coded_tokens");
-    skv_rbuf_int(r, (long long)st.coded_tokens);
-    skv_rbuf_bulk_str(r, "centroid_chunks");
-    skv_rbuf_int(r, (long long)st.centroid_chunks);
-    skv_rbuf_bulk_str(r, "evictions");
-    skv_rbuf_int(r, (long long)st.evictions);
-    /* the blob namespace (Redis string commands) */
-    skv_rbuf_bulk_str(r, "blob_keys");
-    skv_rbuf_int(r, (long long)bs.keys);
-    skv_rbuf_bulk_str(r, "blob_raw_bytes");
-    skv_rbuf_int(r, (long long)bs.raw_bytes);
-    skv_rbuf_bulk_str(r, "blob_stored_bytes");
-    skv_rbuf_int(r, (long long)bs.stored_bytes);
-    skv_rbuf_bulk_str(r, "blob_ratio");
-    skv_rbuf_double(r, j->proto, srv_ratio(bs.raw_bytes, bs.stored_bytes));
+    for (size_t i = 0; i < nf; i++) {
+        skv_rbuf_bulk_str(r, f[i].key);
+        if (f[i].ratio)
+            skv_rbuf_double(r, j->proto, srv_ratio(f[i].v, f[i].v2));
+        else
+            skv_rbuf_int(r, (long long)f[i].v);
+    }
     for (int l = 0; l < SEQKV_LEVELS; l++) {
         char key[32];
         snprintf(key, sizeof key, "level.%s", seqkv_level_name((seqkv_level)l));

@@ -748,35 +748,52 @@ static int get_value(seqkv *db, uint64_t tid, const blob_ent *e, const MDB_val *
     return rc;
 }
 
-int seqkv_blob_get(seqkv *db, const char *tenant, size_t n, const uint8_t *const *keys,
-                   const size_t *key_lens, seqkv_blob_fn fn, void *ctx)
+/* The n keys' sizes checked, then the tenant's blob keys and a read
+ * transaction; *txn NULL (and 0) when the tenant does not exist */
+int skvb_begin(seqkv *db, const char *tenant, size_t n, const uint8_t *const *keys,
+               const size_t *lens, int write, bkeys *bk, MDB_txn **txn)
 {
+    *txn = NULL;
     for (size_t i = 0; i < n; i++) {
-        int rc = skvb_key_ok(keys[i], key_lens[i]);
+        int rc = skvb_key_ok(keys[i], lens[i]);
         if (rc)
             return rc;
     }
     uint64_t tid = skvb_tenant_id(db, tenant);
-    if (!tid) {
-        for (size_t i = 0; i < n; i++)
-            fn(ctx, i, 0, 0);
+    if (!tid)
         return SKV_OK;
-    }
-    bkeys bk;
-    skvb_keys(db, tid, &bk);
-    const int64_t now = skv_blob_now_ms();
-    MDB_txn *txn;
-    int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
-    if (mrc)
+    if (write && db->o.read_only)
+        return skv_error(SKV_ERR_ARG, "store opened read-only");
+    skvb_keys(db, tid, bk);
+    if (write)
+        return SKV_OK; /* (the caller's transaction comes under the writer lock) */
+    int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, txn);
+    if (mrc) {
+        *txn = NULL;
         return skv_mdb_error(mrc, "begin read transaction");
-    int rc = SKV_OK;
+    }
+    return SKV_OK;
+}
+
+int seqkv_blob_get(seqkv *db, const char *tenant, size_t n, const uint8_t *const *keys,
+                   const size_t *key_lens, seqkv_blob_fn fn, void *ctx)
+{
+    bkeys bk;
+    MDB_txn *txn;
+    int rc = skvb_begin(db, tenant, n, keys, key_lens, 0, &bk, &txn), mrc;
+    if (rc || !txn) {
+        for (size_t i = 0; !rc && i < n; i++)
+            fn(ctx, i, 0, 0);
+        return rc;
+    }
+    const int64_t now = skv_blob_now_ms();
     for (size_t i = 0; i < n && !rc; i++) {
         blob_ent e;
         int found;
         if ((rc = skvb_live(db, txn, &bk, keys[i], key_lens[i], now, &e, &found)))
             break;
         uint8_t vk[VKEY];
-        skvb_val_key(tid, e.cid, vk);
+        skvb_val_key(bk.tid, e.cid, vk);
         MDB_val k = {VKEY, vk}, v;
         if (found && (mrc = mdb_get(txn, db->db_bval, &k, &v))) {
             rc = mrc == MDB_NOTFOUND ? skv_error(SKV_ERR_CORRUPT, "a blob's value is missing")
@@ -787,7 +804,7 @@ int seqkv_blob_get(seqkv *db, const char *tenant, size_t n, const uint8_t *const
             fn(ctx, i, 0, 0);
             continue;
         }
-        rc = get_value(db, tid, &e, &v, fn, ctx, i);
+        rc = get_value(db, bk.tid, &e, &v, fn, ctx, i);
     }
     mdb_txn_abort(txn);
     return rc;
@@ -797,16 +814,11 @@ int seqkv_blob_stat(seqkv *db, const char *tenant, const uint8_t *key, size_t ke
                     seqkv_blob_info *out)
 {
     memset(out, 0, sizeof *out);
-    int rc = skvb_key_ok(key, key_len);
-    uint64_t tid = rc ? 0 : skvb_tenant_id(db, tenant);
-    if (!tid)
-        return rc;
     bkeys bk;
-    skvb_keys(db, tid, &bk);
     MDB_txn *txn;
-    int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
-    if (mrc)
-        return skv_mdb_error(mrc, "begin read transaction");
+    int rc = skvb_begin(db, tenant, 1, &key, &key_len, 0, &bk, &txn);
+    if (rc || !txn)
+        return rc;
     blob_ent e;
     rc = skvb_live(db, txn, &bk, key, key_len, skv_blob_now_ms(), &e, &out->found);
     mdb_txn_abort(txn);
@@ -821,22 +833,12 @@ int seqkv_blob_exists(seqkv *db, const char *tenant, size_t n, const uint8_t *co
                       const size_t *key_lens, size_t *count)
 {
     *count = 0;
-    for (size_t i = 0; i < n; i++) {
-        int rc = skvb_key_ok(keys[i], key_lens[i]);
-        if (rc)
-            return rc;
-    }
-    uint64_t tid = skvb_tenant_id(db, tenant);
-    if (!tid)
-        return SKV_OK;
     bkeys bk;
-    skvb_keys(db, tid, &bk);
     MDB_txn *txn;
-    int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
-    if (mrc)
-        return skv_mdb_error(mrc, "begin read transaction");
+    int rc = skvb_begin(db, tenant, n, keys, key_lens, 0, &bk, &txn);
+    if (rc || !txn)
+        return rc;
     const int64_t now = skv_blob_now_ms();
-    int rc = SKV_OK;
     for (size_t i = 0; i < n && !rc; i++) {
         blob_ent e;
         int found;

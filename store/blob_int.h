@@ -75,6 +75,11 @@ typedef int (*txn_fn)(seqkv *db, MDB_txn *txn, void *ctx, bdelta *d);
 int skvb_txn(seqkv *db, uint64_t tid, txn_fn fn, void *ctx);
 /* An LMDB write's error: MDB_MAP_FULL becomes SKV_ERR_MAP_FULL */
 int skvb_put_err(int mrc, const char *what);
+/* The n keys' sizes checked, then the tenant's blob keys (bk->tid 0: no
+ * such tenant) and, unless write, a read transaction (*txn NULL when the
+ * tenant does not exist); write refuses a read-only store */
+int skvb_begin(seqkv *db, const char *tenant, size_t n, const uint8_t *const *keys,
+               const size_t *lens, int write, bkeys *bk, MDB_txn **txn);
 /* Key's entry in txn; *found 0 when absent or expired */
 int skvb_live(seqkv *db, MDB_txn *txn, const bkeys *bk, const uint8_t *key, size_t len,
               int64_t now, blob_ent *e, int *found);

@@ -48,20 +48,14 @@ int seqkv_blob_del(seqkv *db, const char *tenant, size_t n, const uint8_t *const
                    const size_t *key_lens, size_t *deleted)
 {
     *deleted = 0;
-    for (size_t i = 0; i < n; i++) {
-        int rc = skvb_key_ok(keys[i], key_lens[i]);
-        if (rc)
-            return rc;
-    }
-    uint64_t tid = skvb_tenant_id(db, tenant);
-    if (!tid)
-        return SKV_OK;
-    if (db->o.read_only)
-        return skv_error(SKV_ERR_ARG, "store opened read-only");
     del_ctx c = {.n = n, .keys = keys, .lens = key_lens, .now = skv_blob_now_ms()};
-    skvb_keys(db, tid, &c.k);
+    MDB_txn *none;
+    int rc = skvb_begin(db, tenant, n, keys, key_lens, 1, &c.k, &none);
+    if (rc || !c.k.tid)
+        return rc;
+    const uint64_t tid = c.k.tid;
     pthread_mutex_lock(&db->wlock);
-    int rc = skvb_txn(db, tid, del_txn, &c);
+    rc = skvb_txn(db, tid, del_txn, &c);
     pthread_mutex_unlock(&db->wlock);
     if (!rc)
         *deleted = c.done;

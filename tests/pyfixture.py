@@ -80,6 +80,17 @@ def model_kv(seqkv_bin, seqs, dtype="bf16", model=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def stop_process(proc, timeout=30):
+    """SIGTERM, then SIGKILL after timeout seconds; waits for it"""
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class Server:
     """`seqkv serve` on a Unix socket in a temporary directory; stopped
     (SIGTERM, then SIGKILL) and removed on exit. config: the text of a
@@ -129,13 +140,7 @@ class Server:
         self.proc = None
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     def close(self):

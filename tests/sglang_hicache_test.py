@@ -45,7 +45,7 @@ use_redis = "--redis" in sys.argv[3:]
 sys.path.insert(0, pydir)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import redis  # noqa: E402
-from pyfixture import Server, model_kv, model_path, sample  # noqa: E402
+from pyfixture import Server, model_kv, model_path, sample, stop_process  # noqa: E402
 
 PS, L, H, D = 64, 5, 4, 8            # page size; stories260K's layers, kv heads, head dim
 PAGE_BYTES = 2 * L * PS * H * D * 2  # one bf16 MHA page
@@ -90,12 +90,7 @@ class RedisServer:
         return self
 
     def __exit__(self, *exc):
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
