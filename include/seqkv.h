@@ -73,6 +73,9 @@ typedef struct {
     int read_threads;       /* a get that decodes splits a chunk's streams
                                over this many threads when no other get is
                                using them (0, 1: its own thread only) */
+    int no_seal;            /* write chunk records unsealed (for
+                               comparisons; NOT encrypted at rest). Sealed
+                               and unsealed records are read either way. */
 } seqkv_options;
 #define SEQKV_OPTIONS_INIT {.size = sizeof(seqkv_options)}
 

@@ -60,12 +60,41 @@ void skv_batch_drop(seqkv *db, struct skv_put_batch *pb, size_t from)
  * then show them to readers. MDB_MAP_FULL grows the map, or at its limit
  * evicts a quarter of what is evictable, and retries; anything else fails
  * the batch (the caller drops it). */
+static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *sealed,
+                       const size_t *slen, int *evicted);
+
 static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
 {
     if (pb->nrec == 0) {
         pb->ntick = 0; /* a put of cached tokens only: recency goes out later */
         return SKV_OK;
     }
+    /* sealed before the transaction (the stored bytes; the batch keeps the
+     * plain images for its own reads until the commit) */
+    uint8_t **sealed = skv_calloc(pb->nrec, sizeof *sealed);
+    size_t *slen = skv_calloc(pb->nrec, sizeof *slen);
+    int src = sealed && slen ? SKV_OK : skv_error(SKV_ERR_NOMEM, "sealed records");
+    for (size_t j = 0; !src && !db->o.no_seal && j < pb->nrec; j++)
+        src = skv_store_rec_seal(db, pb->rec[j].key, pb->rec[j].img, pb->rec[j].len, &sealed[j],
+                                 &slen[j]);
+    if (src) {
+        for (size_t j = 0; sealed && j < pb->nrec; j++)
+            skv_free(sealed[j]);
+        skv_free(sealed);
+        skv_free(slen);
+        return src;
+    }
+    int crc = batch_write(db, pb, sealed, slen, evicted);
+    for (size_t j = 0; j < pb->nrec; j++)
+        skv_free(sealed[j]);
+    skv_free(sealed);
+    skv_free(slen);
+    return crc;
+}
+
+static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *sealed,
+                       const size_t *slen, int *evicted)
+{
     for (int attempt = 0;; attempt++) {
         MDB_txn *txn;
         pthread_rwlock_rdlock(&db->rw);
@@ -73,7 +102,8 @@ static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
         for (size_t j = 0; !mrc && j < pb->nrec; j++) {
             const pend_rec *p = &pb->rec[j];
             const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
-            MDB_val k = {32, (void *)p->key}, v = {p->len, p->img};
+            MDB_val k = {32, (void *)p->key},
+                    v = sealed[j] ? (MDB_val){slen[j], sealed[j]} : (MDB_val){p->len, p->img};
             mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE);
             if (mrc == MDB_KEYEXIST)
                 mrc = 0; /* the same tokens under the same key: already stored */

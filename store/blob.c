@@ -40,10 +40,11 @@ uint64_t skvb_ld_be64(const uint8_t *b)
     return v;
 }
 
-void skvb_keys(const seqkv *db, uint64_t tid, bkeys *k)
+void skvb_keys(seqkv *db, uint64_t tid, bkeys *k)
 {
     uint8_t sec[32], out[24];
-    skv_tenant_secret(db->master, tid, sec);
+    if (skv_store_hsec((seqkv *)db, tid, sec))
+        memset(sec, 0, sizeof sec); /* (cannot be: a tenant's keys load with it) */
     crypto_generichash(out, sizeof out, (const uint8_t *)"seqkv blob keys", 15, sec, sizeof sec);
     k->tid = tid;
     memcpy(k->sip, out, 16);

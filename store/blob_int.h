@@ -47,7 +47,7 @@ int64_t skv_blob_now_ms(void);
 void skvb_delta_apply(seqkv *db, uint64_t tid, const bdelta *d);
 void skvb_be64(uint8_t *b, uint64_t v);
 uint64_t skvb_ld_be64(const uint8_t *b);
-void skvb_keys(const seqkv *db, uint64_t tid, bkeys *k);
+void skvb_keys(seqkv *db, uint64_t tid, bkeys *k);
 /* blobs' key of name into b (KPFX + len bytes); its length */
 size_t skvb_ent_key(const bkeys *k, const uint8_t *name, size_t len, uint8_t *b);
 void skvb_val_key(uint64_t tid, const uint8_t cid[16], uint8_t b[VKEY]);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "seal.h"
 #include "store_priv.h"
 
 typedef struct {
@@ -88,10 +89,27 @@ static size_t dead_bases(ns_ent *e, const skv_trie_rec *t, skv_trie_rec **out, s
     return k;
 }
 
-/* Write img as record key, deleting the dead bases, in one transaction
+static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
+                     skv_trie_rec *const *dead, size_t nd);
+
+/* Write img (sealed unless sealing is off) as record key, deleting the dead bases, in one transaction
  * (grown and retried when the map is full). Caller holds wlock. */
 static int write_step(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
                       skv_trie_rec *const *dead, size_t nd)
+{
+    uint8_t *sealed = NULL;
+    int rc = db->o.no_seal ? SKV_OK : skv_store_rec_seal(db, key, img, len, &sealed, &len);
+    if (rc)
+        return rc;
+    if (sealed)
+        img = sealed;
+    rc = write_txn(db, key, img, len, dead, nd);
+    skv_free(sealed);
+    return rc;
+}
+
+static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
+                     skv_trie_rec *const *dead, size_t nd)
 {
     for (int attempt = 0;; attempt++) {
         MDB_txn *txn;
@@ -140,17 +158,30 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     skv_rec r;
     if (!rc && (mrc = mdb_get(txn, db->db_chunk, &k, &v)))
         rc = skv_mdb_error(mrc, "read chunk");
-    /* the header decides (cheap); a record to code again is verified whole */
-    int bad = !rc && skv_rec_parse_ex(v.mv_data, v.mv_size, 0, &r) != SKV_OK;
+    /* the header decides (cheap: a sealed record's box 0 only); a record
+     * to code again, or to seal, is opened and verified whole */
+    uint8_t *head = NULL, *plain = NULL;
+    const uint8_t *pimg = NULL;
+    size_t plen = 0;
+    int bad = !rc && skv_store_rec_head(db, key, v.mv_data, v.mv_size, &head, &r) != SKV_OK;
     const int stale = !rc && !bad && seqkv_level_predictive((seqkv_level)r.level) &&
                       memcmp(r.calib, pe->p.calib_id, 16) != 0;
     const int redo = !rc && !bad && !(r.flags & SKV_REC_CENTROID) &&
                      (nd || stale || (int)r.level != level);
-    if (redo)
-        bad = skv_rec_parse(v.mv_data, v.mv_size, &r) != SKV_OK;
+    /* a record from before sealing is sealed as it is when not coded again */
+    const int reseal = !rc && !bad && !redo && !db->o.no_seal &&
+                       !skv_rec_is_sealed(v.mv_data, v.mv_size);
+    if (redo || reseal) {
+        skv_free(head);
+        head = NULL;
+        bad = skv_store_rec_read(db, key, v.mv_data, v.mv_size, &plain, &pimg, &plen) != SKV_OK ||
+              skv_rec_parse(pimg, plen, &r) != SKV_OK;
+    }
     if (!rc && bad) {
         /* left as it is: its gets report it; compaction goes on */
         st->damaged++;
+        skv_free(head);
+        skv_free(plain);
         if (txn)
             mdb_txn_abort(txn);
         pthread_rwlock_unlock(&db->rw);
@@ -201,8 +232,17 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         skv_free(sz);
     }
     const size_t old_len = v.mv_size;
+    if (reseal && !rc && !bad) {
+        len = plen;
+        if (!(img = skv_malloc(len)))
+            rc = skv_error(SKV_ERR_NOMEM, "compaction");
+        else
+            memcpy(img, pimg, len);
+    }
     if (txn)
         mdb_txn_abort(txn);
+    skv_free(head);
+    skv_free(plain);
     pthread_rwlock_unlock(&db->rw);
     skv_free(tok);
     skv_free(kk);
@@ -210,7 +250,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     skv_streams_free(&ss);
     /* a re-coding that does not shrink the record is kept only to retire
      * an old calibration */
-    if (rc || !redo || (!nd && !stale && len >= old_len)) {
+    if (rc || !(redo || reseal) || (redo && !nd && !stale && len >= old_len)) {
         skv_free(img);
         return rc;
     }
@@ -236,11 +276,11 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
             }
             st->merged += nd;
         }
-        skv_store_rebytes(db, e, t, len);
+        skv_store_rebytes(db, e, t, skv_store_rec_bytes(db, len));
         t->level = q.level;
         st->recoded++;
         st->bytes_before += old_len + freed;
-        st->bytes_after += len;
+        st->bytes_after += skv_store_rec_bytes(db, len);
     }
     pthread_rwlock_unlock(&db->rw);
     skv_free(img);
@@ -289,7 +329,12 @@ static int gc_calibrations(seqkv *db, seqkv_compact_stats *st)
         rc = skv_mdb_error(mrc, "chunks");
     while (!rc && !(mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         skv_rec r;
-        if (skv_rec_parse_ex(v.mv_data, v.mv_size, 0, &r) != SKV_OK)
+        uint8_t *head = NULL;
+        const int prc = k.mv_size == 32 ? skv_store_rec_head(db, k.mv_data, v.mv_data, v.mv_size,
+                                                             &head, &r)
+                                        : SKV_ERR_CORRUPT;
+        skv_free(head); /* (r's header fields are copies) */
+        if (prc != SKV_OK)
             rc = skv_error(SKV_ERR_CORRUPT, "compaction: a chunk record does not parse: no "
                                             "calibration is deleted");
         else if (seqkv_level_predictive((seqkv_level)r.level))

@@ -126,7 +126,7 @@ static int raw_fused(const skv_rec *r)
  * it copies -- and its fields checked against its index entry; r and *img (the
  * record's *len bytes) point into LMDB's map, valid while c->txn lives. */
 static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec *r,
-                    const uint8_t **img, size_t *len)
+                    const uint8_t **img, size_t *len, uint8_t **owned)
 {
     MDB_val k = {32, (void *)t->key}, v;
     if (t->hidden) {
@@ -144,13 +144,15 @@ static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec 
         if (mrc)
             return skv_mdb_error(mrc, "read chunk");
     }
-    int rc;
-    *img = v.mv_data;
-    *len = v.mv_size;
-    rc = skv_rec_parse_ex(v.mv_data, v.mv_size, 0, r);
+    /* a sealed record opens into a buffer of its own (its boxes' tags are
+     * checked as it does), else its image is LMDB's */
+    int rc = skv_store_rec_read(c->db, t->key, v.mv_data, v.mv_size, owned, img, len);
+    if (rc)
+        return rc;
+    rc = skv_rec_parse_ex(*img, *len, 0, r);
     /* (a parse error is damage or a newer writer: the trailer tells) */
     if (rc || !fused || !raw_fused(r))
-        rc = skv_rec_parse(v.mv_data, v.mv_size, r);
+        rc = skv_rec_parse(*img, *len, r);
     if (rc)
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s",
                                                 skv_error_detail())
@@ -222,7 +224,7 @@ int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *sh
     x->t = t;
     x->sum = sum;
     x->P = (size_t)t->chunk_index * (size_t)c->pe->p.chunk;
-    int rc = load_rec(c, t, fused, &x->r, &x->img, &x->len);
+    int rc = load_rec(c, t, fused, &x->r, &x->img, &x->len, &x->owned);
     if (rc)
         return rc;
     const skv_rec *r = &x->r;
@@ -411,6 +413,7 @@ int skv_store_rec_check(dec_ctx *c, rec_dec *x)
 
 void skv_store_rec_close(dec_ctx *c, rec_dec *x)
 {
+    skv_free(x->owned);
     skv_delta_range_free(x->dr);
     skv_free(x->offs);
     if (x->ce && !x->shared)

@@ -434,7 +434,7 @@ static int record_image(put_ctx *pc, newrec *q, const skv_streams *st, size_t P,
             rc = skv_error(SKV_ERR_NOMEM, "record");
         else
             skv_rec_write(&q->r, q->img);
-        pc->total += q->len;
+        pc->total += skv_store_rec_bytes(pc->db, q->len);
     }
     skv_free(tb);
     skv_free(sb);
@@ -559,7 +559,7 @@ static int put_index(put_ctx *pc)
         newrec *q = &pc->nr[j];
         if (skv_trie_find(e->trie, q->key))
             continue; /* the same tokens under the same key: stored already */
-        rc = skv_store_index(db, q->key, &q->r, q->len, tk);
+        rc = skv_store_index(db, q->key, &q->r, skv_store_rec_bytes(db, q->len), tk);
         skv_trie_rec *t = rc ? NULL : skv_trie_find(e->trie, q->key);
         if (!t)
             break;
@@ -572,9 +572,9 @@ static int put_index(put_ctx *pc)
         p->len = q->len;
         p->hot = put_hot(pc, q);
         q->img = NULL;
-        pb->bytes += p->len;
+        pb->bytes += skv_store_rec_bytes(db, p->len);
         res->chunks++;
-        res->bytes += p->len;
+        res->bytes += skv_store_rec_bytes(db, p->len);
     }
     pthread_rwlock_unlock(&db->rw);
     if (rc) {

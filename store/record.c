@@ -119,22 +119,9 @@ int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r)
     return skv_rec_parse_ex(buf, len, 1, r);
 }
 
-int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r)
+/* The header's fields into r, range-checked (ver: its version bytes) */
+static int rec_fields(const uint8_t *buf, uint16_t ver, skv_rec *r)
 {
-    memset(r, 0, sizeof *r);
-    if (len < SKV_REC_HEADER + SKV_REC_TRAILER)
-        return skv_error(SKV_ERR_FORMAT, "chunk record of %zu bytes is too short", len);
-    /* the checksum first: a flipped byte anywhere, magic and version
-     * included, is damage (SKV_ERR_CORRUPT), not a format question. The
-     * version picks the trailer's hash, so a record whose version bytes
-     * were damaged fails both. */
-    uint16_t ver = skv_load16_le(buf + 4);
-    if (verify) {
-        uint8_t sum[SKV_REC_TRAILER];
-        rec_trailer(ver == 1 ? 1 : 2, buf, len - SKV_REC_TRAILER, sum);
-        if (memcmp(sum, buf + len - SKV_REC_TRAILER, SKV_REC_TRAILER) != 0)
-            return skv_error(SKV_ERR_CORRUPT, "chunk record checksum mismatch");
-    }
     if (skv_load32_le(buf) != SKV_REC_MAGIC)
         return skv_error(SKV_ERR_FORMAT, "not a chunk record (bad magic)");
     if (ver > SKV_REC_VERSION)
@@ -163,6 +150,66 @@ int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r)
         (r->lo > 0) != !!(r->flags & SKV_REC_BASE) || r->nstreams > 2 * 4096)
         return skv_error(SKV_ERR_FORMAT, "chunk record fields out of range (n %u lo %u streams %u)",
                          r->n, r->lo, r->nstreams);
+    return SKV_OK;
+}
+
+int skv_rec_parse_head(const uint8_t *buf, size_t len, size_t streams_len, skv_rec *r)
+{
+    memset(r, 0, sizeof *r);
+    if (len < SKV_REC_HEADER)
+        return skv_error(SKV_ERR_FORMAT, "chunk record head of %zu bytes is too short", len);
+    int rc = rec_fields(buf, skv_load16_le(buf + 4), r);
+    if (rc)
+        return rc;
+    size_t need = (size_t)r->n * 4 * ((r->flags & SKV_REC_SURPRISAL) ? 2 : 1) + r->side_len +
+                  (size_t)r->nstreams * 4;
+    if (need != len - SKV_REC_HEADER)
+        return skv_error(SKV_ERR_FORMAT, "chunk record head of %zu bytes for %zu", len,
+                         SKV_REC_HEADER + need);
+    const uint8_t *p = buf + SKV_REC_HEADER;
+    r->tokens = p;
+    p += (size_t)r->n * 4;
+    if (r->flags & SKV_REC_SURPRISAL) {
+        r->surprisal = p;
+        p += (size_t)r->n * 4;
+    }
+    r->side = r->side_len ? p : NULL;
+    p += r->side_len;
+    r->sizes = p;
+    size_t tot = 0;
+    for (uint32_t i = 0; i < r->nstreams; i++) {
+        size_t s = skv_load32_le(r->sizes + 4 * (size_t)i);
+        if (s > streams_len - tot)
+            return skv_error(SKV_ERR_FORMAT, "chunk record stream %u overruns the record", i);
+        tot += s;
+    }
+    if (tot != streams_len)
+        return skv_error(SKV_ERR_FORMAT, "chunk record has %zu bytes after its streams",
+                         streams_len - tot);
+    r->streams = NULL;
+    r->streams_len = tot;
+    return SKV_OK;
+}
+
+int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r)
+{
+    memset(r, 0, sizeof *r);
+    if (len < SKV_REC_HEADER + SKV_REC_TRAILER)
+        return skv_error(SKV_ERR_FORMAT, "chunk record of %zu bytes is too short", len);
+    /* the checksum first: a flipped byte anywhere, magic and version
+     * included, is damage (SKV_ERR_CORRUPT), not a format question. The
+     * version picks the trailer's hash, so a record whose version bytes
+     * were damaged fails both. */
+    uint16_t ver = skv_load16_le(buf + 4);
+    if (verify) {
+        uint8_t sum[SKV_REC_TRAILER];
+        rec_trailer(ver == 1 ? 1 : 2, buf, len - SKV_REC_TRAILER, sum);
+        if (memcmp(sum, buf + len - SKV_REC_TRAILER, SKV_REC_TRAILER) != 0)
+            return skv_error(SKV_ERR_CORRUPT, "chunk record checksum mismatch");
+    }
+    int rc = rec_fields(buf, ver, r);
+    if (rc)
+        return rc;
     size_t body = len - SKV_REC_HEADER - SKV_REC_TRAILER, need = (size_t)r->n * 4;
     if (r->flags & SKV_REC_SURPRISAL)
         need += (size_t)r->n * 4;

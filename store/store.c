@@ -229,7 +229,14 @@ int skv_store_namespace(seqkv *db, uint64_t tenant, const prof_ent *pe, ns_ent *
     memset(e, 0, sizeof *e);
     e->tenant = tenant;
     memcpy(e->prof_id, pe->p.id, 32);
-    skv_tenant_secret(db->master, tenant, e->secret);
+    const tenant_ent *te = NULL;
+    for (size_t i = 0; i < db->nten && !te; i++)
+        if (db->ten[i].id == tenant)
+            te = &db->ten[i];
+    if (!te || !te->keys)
+        return skv_error(SKV_ERR_CORRUPT, "namespace of tenant %llu, which has no keys",
+                         (unsigned long long)tenant);
+    memcpy(e->secret, te->keys + 32, 32);
     uint8_t root[32];
     skv_chain_root(e->secret, pe->p.id, root);
     int rc = skv_trie_create(root, (uint32_t)pe->p.chunk, &e->trie);
@@ -386,6 +393,8 @@ static int load_state(seqkv *db, MDB_txn *txn)
     mdb_cursor_close(cur);
     if (rc && rc != MDB_NOTFOUND)
         return rc < 0 ? rc : skv_mdb_error(rc, "tenants");
+    if ((rc = skv_tkeys_load(db, txn)))
+        return rc;
     /* chunk records: header and tokens only; GET verifies the rest */
     if ((rc = mdb_cursor_open(txn, db->db_chunk, &cur)))
         return skv_mdb_error(rc, "chunks");
@@ -395,7 +404,8 @@ static int load_state(seqkv *db, MDB_txn *txn)
         /* headers and tokens only: a damaged record stays indexed when its
          * header still parses, and the GET that needs it fails with
          * SKV_ERR_CORRUPT rather than the prefix silently shrinking */
-        int prc = k.mv_size == 32 ? skv_rec_parse_ex(v.mv_data, v.mv_size, 0, &r)
+        uint8_t *head = NULL;
+        int prc = k.mv_size == 32 ? skv_store_rec_head(db, k.mv_data, v.mv_data, v.mv_size, &head, &r)
                                   : skv_error(SKV_ERR_CORRUPT, "bad key size");
         uint64_t tick = 0;
         MDB_val tv;
@@ -403,6 +413,7 @@ static int load_state(seqkv *db, MDB_txn *txn)
             tick = skv_load64_le(tv.mv_data);
         if (!prc)
             prc = skv_store_index(db, k.mv_data, &r, v.mv_size, tick);
+        skv_free(head);
         if (prc) {
             if (prc == SKV_ERR_NOMEM) {
                 rc = prc;
@@ -445,16 +456,22 @@ int skv_store_add_profile(seqkv *db, const seqkv_profile *p)
 
 int skv_store_add_tenant(seqkv *db, const tenant_ent *t)
 {
+    pthread_mutex_lock(&db->kmu); /* (key lookups read the table under it) */
+    int rc = SKV_OK;
     if (db->nten == db->ten_cap) {
         size_t nc = db->ten_cap ? db->ten_cap * 2 : 8;
         tenant_ent *n = skv_realloc(db->ten, nc * sizeof *n);
-        if (!n)
-            return skv_error(SKV_ERR_NOMEM, "tenants");
-        db->ten = n;
-        db->ten_cap = nc;
+        if (n) {
+            db->ten = n;
+            db->ten_cap = nc;
+        } else {
+            rc = skv_error(SKV_ERR_NOMEM, "tenants");
+        }
     }
-    db->ten[db->nten++] = *t;
-    return SKV_OK;
+    if (!rc)
+        db->ten[db->nten++] = *t;
+    pthread_mutex_unlock(&db->kmu);
+    return rc;
 }
 
 /* A handle with its locks and defaults, before anything is opened */
@@ -487,6 +504,7 @@ static seqkv *handle_new(const seqkv_options *o)
     pthread_rwlock_init(&db->rw, &ra);
     pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&db->clock, NULL);
+    pthread_mutex_init(&db->kmu, NULL);
     return db;
 }
 
@@ -667,6 +685,8 @@ void seqkv_close(seqkv *db)
     for (size_t i = 0; i < db->nprof; i++)
         skv_model_free(db->prof[i].model);
     skv_free(db->prof);
+    for (size_t i = 0; i < db->nten; i++)
+        skv_tkeys_free(&db->ten[i]);
     skv_free(db->ten);
     skv_store_coders_free(db);
     skv_hot_free(db->hot);
@@ -679,6 +699,7 @@ void seqkv_close(seqkv *db)
     pthread_mutex_destroy(&db->wlock);
     pthread_rwlock_destroy(&db->rw);
     pthread_mutex_destroy(&db->clock);
+    pthread_mutex_destroy(&db->kmu);
     pthread_mutex_destroy(&db->rpool_mu);
     sodium_memzero(db->master, sizeof db->master);
     skv_free(db);
@@ -959,8 +980,8 @@ static int tenant_write(seqkv *db, const tenant_ent *t, int new_id)
     if (!rc) {
         MDB_val k = {strlen(t->name), (void *)t->name}, v = {TEN_SIZE, b};
         int mrc = mdb_put(txn, db->db_ten, &k, &v, 0);
-        if (!mrc && new_id)
-            rc = meta_put_u64(txn, db->db_meta, "next_tenant", t->id + 1);
+        if (!mrc && new_id && !(rc = meta_put_u64(txn, db->db_meta, "next_tenant", t->id + 1)))
+            rc = skv_tkeys_put(db, txn, t);
         if (!mrc && !rc)
             mrc = mdb_txn_commit(txn);
         else
@@ -1001,12 +1022,16 @@ int skv_store_tenant(seqkv *db, const char *name, int create, tenant_ent **out)
     for (size_t i = 0; i < db->nten; i++)
         if (db->ten[i].id >= nt.id)
             nt.id = db->ten[i].id + 1;
-    if ((rc = tenant_write(db, &nt, 1)))
+    if ((rc = skv_tkeys_make(db, &nt)) || (rc = tenant_write(db, &nt, 1))) {
+        skv_tkeys_free(&nt);
         return rc;
+    }
     pthread_rwlock_wrlock(&db->rw);
     rc = skv_store_add_tenant(db, &nt);
     pthread_rwlock_unlock(&db->rw);
-    if (!rc)
+    if (rc)
+        skv_tkeys_free(&nt);
+    else
         *out = &db->ten[db->nten - 1];
     return rc;
 }

@@ -57,6 +57,10 @@ int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r);
 /* The same; verify 0 skips the record checksum (opening a store indexes
  * records from their headers; GET verifies everything). */
 int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r);
+/* The header and what follows up to the streams (a sealed record's box
+ * 0: buf holds header, tokens, surprisal, side info, stream sizes; the
+ * streams, streams_len bytes, are elsewhere): r->streams NULL */
+int skv_rec_parse_head(const uint8_t *buf, size_t len, size_t streams_len, skv_rec *r);
 /* A raw record of version 2 or later (parsed with verify 0), checked and
  * copied in one pass: its stream j to dst[j] (each streams_len / nstreams
  * bytes), hashed into the trailer's XXH3-128 and the checksum's XXH3-64

@@ -46,6 +46,8 @@ typedef struct {
      * values, the keys' value bytes, the values' bytes, their stored
      * images' bytes, values coded as KV */
     uint64_t bkeys, bvalues, braw, bvbytes, bstored, bkv;
+    uint8_t *keys;     /* its data key and hash secret (SKV_TKEYS bytes,
+                          sodium_malloc'd: locked, wiped when freed) */
 } tenant_ent;
 
 typedef struct {
@@ -74,6 +76,8 @@ struct seqkv {
     MDB_env *env;
     MDB_dbi db_meta, db_prof, db_calib, db_ten, db_chunk, db_evict;
     MDB_dbi db_blob, db_bval, db_bref; /* the blob namespace (blob.c) */
+    MDB_dbi db_tkeys;                  /* tenants' keys, wrapped (tenant_keys.c) */
+    pthread_mutex_t kmu;               /* the tenant table's growth, for key lookups */
     int has_blobs;                     /* its tables exist */
     uint64_t blob_evicted, blob_expired; /* keys removed since open */
     uint8_t blob_sweep[16 + 495];      /* where the next sweep starts (blob_maint.c) */
@@ -158,6 +162,35 @@ void skv_store_read_pool_give(seqkv *db);
 skv_pool *skv_store_read_pool(const seqkv *db);
 void skv_store_coders_free(seqkv *db);
 
+/* ---- tenants' keys and sealing (tenant_keys.c) ------------------------------- */
+int skv_tkeys_alloc(tenant_ent *t);
+void skv_tkeys_free(tenant_ent *t);
+/* A new tenant's keys: a random data key; the hash secret from the
+ * master key of the day (then kept wrapped: rotations rename nothing) */
+int skv_tkeys_make(const seqkv *db, tenant_ent *t);
+/* Its keys wrapped into table tkeys */
+int skv_tkeys_put(seqkv *db, MDB_txn *txn, const tenant_ent *t);
+/* Open table tkeys and unwrap every tenant's keys (a tenant from before
+ * sealing gets them, written unless read-only). After the tenants load. */
+int skv_tkeys_load(seqkv *db, MDB_txn *txn);
+/* The tenant's data key (under kmu; no other lock needed or taken) */
+int skv_store_dek(seqkv *db, uint64_t tid, uint8_t dek[32]);
+/* Its hash secret (chain hashes, blob names), the same way */
+int skv_store_hsec(seqkv *db, uint64_t tid, uint8_t hsec[32]);
+/* The bytes a record image of len bytes takes stored (sealed or not) */
+size_t skv_store_rec_bytes(const seqkv *db, size_t len);
+/* Record image img (version 2) of key sealed under its tenant's data key */
+int skv_store_rec_seal(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
+                       uint8_t **out, size_t *out_len);
+/* A stored record value as an image (version 2): v itself, or unsealed
+ * into *owned (skv_free it) */
+int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
+                       uint8_t **owned, const uint8_t **img, size_t *img_len);
+/* Its header and tokens (what the index needs; r->streams NULL when
+ * sealed): *owned to skv_free */
+int skv_store_rec_head(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
+                       uint8_t **owned, skv_rec *r);
+
 /* ---- access: get.c, put.c, batch.c, evict.c, del.c, decode.c ---------------- */
 
 /* Tokens and KV of positions [0, stride) in the coder's layout: K and V
@@ -222,6 +255,7 @@ typedef struct {
     skv_rec r;              /* pointing into img */
     const uint8_t *img;     /* the record (LMDB's map, valid while the txn lives) */
     size_t len;
+    uint8_t *owned;         /* img when unsealed (freed by close) */
     size_t P;               /* its chunk's first position */
     struct coder_ent *ce;   /* coded levels' coder */
     int shared;             /* ce is another open record's (share) */

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "seal.h"
+
 #include "randmodel.h"
 #include "testutil.h"
 
@@ -206,7 +208,7 @@ void *su_env_open(const char *dir, int rdonly)
 {
     MDB_env *env;
     SU_CHECK(mdb_env_create(&env) == 0, "env");
-    SU_CHECK(mdb_env_set_maxdbs(env, 8) == 0, "maxdbs");
+    SU_CHECK(mdb_env_set_maxdbs(env, 16) == 0, "maxdbs");
     SU_CHECK(mdb_env_set_mapsize(env, 1ull << 30) == 0, "mapsize");
     int rc = mdb_env_open(env, dir, rdonly ? MDB_RDONLY : 0, 0600);
     SU_CHECK(rc == 0, "open %s: %s", dir, mdb_strerror(rc));
@@ -224,6 +226,50 @@ static MDB_dbi open_db(MDB_txn *txn, const char *name)
     int rc = mdb_dbi_open(txn, name, 0, &dbi);
     SU_CHECK(rc == 0, "dbi %s: %s", name, mdb_strerror(rc));
     return dbi;
+}
+
+
+/* Sealed records (store/seal.h) as images: the tests read and write a
+ * record's image (version 2) whether the store sealed it or not */
+static int tenant_dek(const char *dir, MDB_txn *txn, uint64_t tid, uint8_t dek[32])
+{
+    char p[4200];
+    uint8_t master[32], keys[SKV_TKEYS], k[8];
+    snprintf(p, sizeof p, "%s/master.key", dir);
+    MDB_dbi d;
+    if (skv_master_key(p, 0, master) || mdb_dbi_open(txn, "tkeys", 0, &d))
+        return -1;
+    const uint64_t id = tid;
+    for (int i = 7; i >= 0; i--, tid >>= 8)
+        k[i] = (uint8_t)tid;
+    MDB_val kv = {8, k}, v;
+    if (mdb_get(txn, d, &kv, &v) ||
+        skv_tkeys_unwrap(master, id, v.mv_data, v.mv_size, keys))
+        return -1;
+    memcpy(dek, keys, 32);
+    return 0;
+}
+
+/* The image of stored value v (malloc'd; unsealed when sealed) */
+static uint8_t *image_of(const char *dir, MDB_txn *txn, const uint8_t key[32], const MDB_val *v,
+                         size_t *len)
+{
+    uint8_t *out = NULL, dek[32];
+    if (skv_rec_is_sealed(v->mv_data, v->mv_size)) {
+        uint8_t *img;
+        SU_CHECK(tenant_dek(dir, txn, skv_rec_sealed_tenant(v->mv_data, v->mv_size), dek) == 0,
+                 "a sealed record's tenant key");
+        if (skv_rec_unseal(key, dek, v->mv_data, v->mv_size, &img, len))
+            return NULL;
+        out = malloc(*len);
+        memcpy(out, img, *len);
+        skv_free(img);
+        return out;
+    }
+    out = malloc(v->mv_size ? v->mv_size : 1);
+    memcpy(out, v->mv_data, v->mv_size);
+    *len = v->mv_size;
+    return out;
 }
 
 uint8_t *su_chunk_keys(const char *dir, size_t *n)
@@ -262,7 +308,9 @@ uint64_t su_chunk_tokens(const char *dir)
     uint64_t sum = 0;
     while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
         SU_CHECK(v.mv_size >= 192, "chunk record of %zu bytes", v.mv_size);
-        const uint8_t *b = v.mv_data;
+        /* (a sealed record's header is in the clear, after its nonce) */
+        const uint8_t *b = (const uint8_t *)v.mv_data +
+                           (skv_rec_is_sealed(v.mv_data, v.mv_size) ? 8 + SKV_SEAL_NONCE : 0);
         sum += skv_load32_le(b + 164) - skv_load32_le(b + 168);
     }
     mdb_cursor_close(cur);
@@ -279,11 +327,8 @@ uint8_t *su_chunk_get(const char *dir, const uint8_t key[32], size_t *len)
     MDB_dbi dbi = open_db(txn, "chunks");
     MDB_val k = {32, (void *)key}, v;
     uint8_t *out = NULL;
-    if (mdb_get(txn, dbi, &k, &v) == 0) {
-        out = malloc(v.mv_size);
-        memcpy(out, v.mv_data, v.mv_size);
-        *len = v.mv_size;
-    }
+    if (mdb_get(txn, dbi, &k, &v) == 0)
+        out = image_of(dir, txn, key, &v, len);
     mdb_txn_abort(txn);
     mdb_env_close(env);
     return out;
@@ -295,8 +340,20 @@ void su_chunk_put(const char *dir, const uint8_t key[32], const uint8_t *rec, si
     MDB_txn *txn;
     SU_CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0, "txn");
     MDB_dbi dbi = open_db(txn, "chunks");
-    MDB_val k = {32, (void *)key}, v = {len, (void *)rec};
+    MDB_val k = {32, (void *)key}, v = {len, (void *)rec}, old;
+    /* sealed as the store would, when the record it replaces was sealed
+     * and the image parses (else as given: the store reads it as an
+     * unsealed record) */
+    uint8_t *sealed = NULL, dek[32];
+    skv_rec r;
+    if (mdb_get(txn, dbi, &k, &old) == 0 && skv_rec_is_sealed(old.mv_data, old.mv_size) &&
+        skv_rec_parse_ex(rec, len, 0, &r) == 0 && tenant_dek(dir, txn, r.tenant, dek) == 0) {
+        sealed = malloc(skv_rec_sealed_size(&r, len));
+        skv_rec_seal_into(key, dek, &r, rec, len, sealed);
+        v = (MDB_val){skv_rec_sealed_size(&r, len), sealed};
+    }
     int rc = mdb_put(txn, dbi, &k, &v, 0);
+    free(sealed);
     SU_CHECK(rc == 0, "put: %s", mdb_strerror(rc));
     SU_CHECK(mdb_txn_commit(txn) == 0, "commit");
     mdb_env_close(env);
@@ -313,11 +370,14 @@ int su_chunk_find(const char *dir, uint32_t ci, const int32_t *tok, uint32_t n, 
     MDB_val k, v;
     int found = -1;
     while (found && mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
-        const uint8_t *b = v.mv_data;
+        size_t len = 0;
+        uint8_t *b = image_of(dir, txn, k.mv_data, &v, &len);
         /* chunk record header: chunk_index at 160, n at 164, tokens at 192 */
-        if (v.mv_size < 192 + 4 * (size_t)n || skv_load32_le(b + 160) != ci ||
-            skv_load32_le(b + 164) != n)
+        if (!b || len < 192 + 4 * (size_t)n || skv_load32_le(b + 160) != ci ||
+            skv_load32_le(b + 164) != n) {
+            free(b);
             continue;
+        }
         uint32_t i = 0;
         while (i < n && (int32_t)skv_load32_le(b + 192 + 4 * (size_t)i) == tok[i])
             i++;
@@ -325,6 +385,7 @@ int su_chunk_find(const char *dir, uint32_t ci, const int32_t *tok, uint32_t n, 
             memcpy(key, k.mv_data, 32);
             found = 0;
         }
+        free(b);
     }
     mdb_cursor_close(cur);
     mdb_txn_abort(txn);

@@ -1,0 +1,223 @@
+/* Encryption at rest (seal.h; FORMAT.md "Tenant keys", "Sealed chunk
+ * records", "Blobs"). A sealed record keeps its header in the clear (it is
+ * what the index and the associated data need) less the checksum of its
+ * decoded KV, and seals the rest in two boxes under one random nonce:
+ * box 0 (the checksum, tokens, surprisal, side info, stream sizes: what
+ * opening a store indexes) and box 1 (the streams and the image's
+ * trailer). Each box binds the record's key, the clear bytes before it and
+ * its own number, so a record copied under another key or tenant, or a box
+ * swapped between records, does not open. */
+#include <sodium.h>
+#include <string.h>
+
+#include "seal.h"
+
+#define BOX_AD (32 + SKV_SEAL_HEAD + 1) /* key, the clear bytes, the box number */
+#define TKEYS_MAGIC 0x4b544b53u          /* "SKTK" */
+
+static void box_nonce(const uint8_t *n, int box, uint8_t out[SKV_SEAL_NONCE])
+{
+    memcpy(out, n, SKV_SEAL_NONCE);
+    out[SKV_SEAL_NONCE - 1] ^= (uint8_t)box;
+}
+
+static void box_ad(const uint8_t key[32], const uint8_t *clear, int box, uint8_t out[BOX_AD])
+{
+    memcpy(out, key, 32);
+    memcpy(out + 32, clear, SKV_SEAL_HEAD);
+    out[BOX_AD - 1] = (uint8_t)box;
+}
+
+void skv_tkeys_wrap(const uint8_t master[32], uint64_t tid, const uint8_t keys[SKV_TKEYS],
+                    uint8_t out[SKV_TKEYS_WRAPPED])
+{
+    uint8_t ad[16];
+    skv_store32_le(out, TKEYS_MAGIC);
+    randombytes_buf(out + 4, SKV_SEAL_NONCE);
+    memcpy(ad, "seqkvtk1", 8);
+    skv_store64_le(ad + 8, tid);
+    crypto_aead_xchacha20poly1305_ietf_encrypt(out + 4 + SKV_SEAL_NONCE, NULL, keys, SKV_TKEYS, ad,
+                                               sizeof ad, NULL, out + 4, master);
+}
+
+int skv_tkeys_unwrap(const uint8_t master[32], uint64_t tid, const uint8_t *w, size_t len,
+                     uint8_t keys[SKV_TKEYS])
+{
+    uint8_t ad[16];
+    if (len != SKV_TKEYS_WRAPPED || skv_load32_le(w) != TKEYS_MAGIC)
+        return skv_error(SKV_ERR_CORRUPT, "tenant %llu's keys: damaged record",
+                         (unsigned long long)tid);
+    memcpy(ad, "seqkvtk1", 8);
+    skv_store64_le(ad + 8, tid);
+    if (crypto_aead_xchacha20poly1305_ietf_decrypt(keys, NULL, NULL, w + 4 + SKV_SEAL_NONCE,
+                                                   SKV_TKEYS + SKV_SEAL_TAG, ad, sizeof ad, w + 4,
+                                                   master) != 0)
+        return skv_error(SKV_ERR_CORRUPT,
+                         "tenant %llu's keys do not open with this master key (another key, or "
+                         "damage)",
+                         (unsigned long long)tid);
+    return SKV_OK;
+}
+
+int skv_rec_is_sealed(const uint8_t *v, size_t len)
+{
+    return len >= 4 && skv_load32_le(v) == SKV_SEAL_MAGIC;
+}
+
+uint64_t skv_rec_sealed_tenant(const uint8_t *v, size_t len)
+{
+    return len >= SKV_SEAL_HEAD ? skv_load64_le(v + 8 + SKV_SEAL_NONCE + 8) : 0;
+}
+
+/* Box 0's plain length: checksum, then the image from the tokens to the streams */
+static size_t box0_len(const skv_rec *r, const uint8_t *img)
+{
+    return 8 + (size_t)(r->sizes + (size_t)r->nstreams * 4 - (img + SKV_REC_HEADER));
+}
+
+size_t skv_rec_sealed_size(const skv_rec *r, size_t len)
+{
+    (void)r;
+    return len + SKV_SEAL_OVERHEAD;
+}
+
+void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
+                       const uint8_t *img, size_t len, uint8_t *out)
+{
+    const size_t b0 = box0_len(r, img), b1 = len - SKV_REC_HEADER - (b0 - 8);
+    skv_store32_le(out, SKV_SEAL_MAGIC);
+    skv_store16_le(out + 4, SKV_SEAL_VERSION);
+    skv_store16_le(out + 6, 0);
+    randombytes_buf(out + 8, SKV_SEAL_NONCE);
+    uint8_t *hdr = out + 8 + SKV_SEAL_NONCE;
+    memcpy(hdr, img, SKV_REC_HEADER);
+    memset(hdr + 184, 0, 8); /* the checksum of the decoded KV goes in box 0 */
+    skv_store32_le(hdr + SKV_REC_HEADER, (uint32_t)b0);
+    uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
+    /* box 0: the checksum, then tokens through stream sizes (in place: the
+     * plain bytes are assembled where the ciphertext goes) */
+    uint8_t *c0 = out + SKV_SEAL_HEAD;
+    memcpy(c0, img + 184, 8);
+    memcpy(c0 + 8, img + SKV_REC_HEADER, b0 - 8);
+    box_ad(key, out, 0, ad);
+    box_nonce(out + 8, 0, nonce);
+    crypto_aead_xchacha20poly1305_ietf_encrypt(c0, NULL, c0, b0, ad, sizeof ad, NULL, nonce, dek);
+    uint8_t *c1 = c0 + b0 + SKV_SEAL_TAG;
+    box_ad(key, out, 1, ad);
+    box_nonce(out + 8, 1, nonce);
+    crypto_aead_xchacha20poly1305_ietf_encrypt(c1, NULL, img + SKV_REC_HEADER + (b0 - 8), b1, ad,
+                                               sizeof ad, NULL, nonce, dek);
+    sodium_memzero(ad, sizeof ad);
+}
+
+/* The clear part checked; box 0's plain length */
+static int sealed_head(const uint8_t *v, size_t len, size_t *b0)
+{
+    if (len < SKV_SEAL_HEAD + 2 * SKV_SEAL_TAG + 8 + SKV_REC_TRAILER)
+        return skv_error(SKV_ERR_FORMAT, "sealed chunk record of %zu bytes is too short", len);
+    if (skv_load32_le(v) != SKV_SEAL_MAGIC)
+        return skv_error(SKV_ERR_FORMAT, "not a sealed chunk record");
+    if (skv_load16_le(v + 4) > SKV_SEAL_VERSION)
+        return skv_error(SKV_ERR_VERSION, "sealed chunk record version %u is newer than %u",
+                         skv_load16_le(v + 4), SKV_SEAL_VERSION);
+    if (skv_load16_le(v + 4) == 0 || skv_load16_le(v + 6) != 0)
+        return skv_error(SKV_ERR_FORMAT, "sealed chunk record: bad version field");
+    *b0 = skv_load32_le(v + SKV_SEAL_HEAD - 4);
+    if (*b0 < 8 || *b0 > len - SKV_SEAL_HEAD - 2 * SKV_SEAL_TAG - SKV_REC_TRAILER)
+        return skv_error(SKV_ERR_CORRUPT, "sealed chunk record: box 0 of %zu bytes", *b0);
+    return SKV_OK;
+}
+
+static int open_box(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, int box,
+                    const uint8_t *c, size_t clen, uint8_t *out)
+{
+    uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
+    box_ad(key, v, box, ad);
+    box_nonce(v + 8, box, nonce);
+    int bad = crypto_aead_xchacha20poly1305_ietf_decrypt(out, NULL, NULL, c, clen, ad, sizeof ad,
+                                                         nonce, dek);
+    sodium_memzero(ad, sizeof ad);
+    return bad ? skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, moved to "
+                                            "another key or tenant, or another data key)")
+               : SKV_OK;
+}
+
+int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
+                   uint8_t **img, size_t *img_len)
+{
+    *img = NULL;
+    size_t b0;
+    int rc = sealed_head(v, len, &b0);
+    if (rc)
+        return rc;
+    const size_t b1 = len - SKV_SEAL_HEAD - b0 - 2 * SKV_SEAL_TAG;
+    const size_t n = SKV_REC_HEADER + (b0 - 8) + b1;
+    uint8_t *out = skv_malloc(n);
+    if (!out)
+        return skv_error(SKV_ERR_NOMEM, "unsealed chunk record");
+    /* box 0 opens over the header's last 8 bytes: its first 8 are the
+     * checksum field */
+    memcpy(out, v + 8 + SKV_SEAL_NONCE, SKV_REC_HEADER);
+    if (!(rc = open_box(key, dek, v, 0, v + SKV_SEAL_HEAD, b0 + SKV_SEAL_TAG,
+                        out + SKV_REC_HEADER - 8)))
+        rc = open_box(key, dek, v, 1, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1 + SKV_SEAL_TAG,
+                      out + SKV_REC_HEADER + (b0 - 8));
+    if (rc) {
+        skv_free(out);
+        return rc;
+    }
+    *img = out;
+    *img_len = n;
+    return SKV_OK;
+}
+
+int skv_rec_unseal_head(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
+                        uint8_t **head, skv_rec *r)
+{
+    *head = NULL;
+    size_t b0;
+    int rc = sealed_head(v, len, &b0);
+    if (rc)
+        return rc;
+    const size_t b1 = len - SKV_SEAL_HEAD - b0 - 2 * SKV_SEAL_TAG;
+    uint8_t *out = skv_malloc(SKV_REC_HEADER + b0);
+    if (!out)
+        return skv_error(SKV_ERR_NOMEM, "unsealed chunk record head");
+    memcpy(out, v + 8 + SKV_SEAL_NONCE, SKV_REC_HEADER);
+    if (!(rc = open_box(key, dek, v, 0, v + SKV_SEAL_HEAD, b0 + SKV_SEAL_TAG,
+                        out + SKV_REC_HEADER - 8)))
+        rc = skv_rec_parse_head(out, SKV_REC_HEADER + b0 - 8, b1 - SKV_REC_TRAILER, r);
+    if (rc) {
+        skv_free(out);
+        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "%s", skv_error_detail()) : rc;
+    }
+    *head = out;
+    return SKV_OK;
+}
+
+size_t skv_box_size(size_t len)
+{
+    return SKV_SEAL_NONCE + len + SKV_SEAL_TAG;
+}
+
+void skv_box_seal(const uint8_t dek[32], const uint8_t *ad, size_t ad_len, const uint8_t *m,
+                  size_t len, uint8_t *out)
+{
+    randombytes_buf(out, SKV_SEAL_NONCE);
+    crypto_aead_xchacha20poly1305_ietf_encrypt(out + SKV_SEAL_NONCE, NULL, m, len, ad, ad_len, NULL,
+                                               out, dek);
+}
+
+int skv_box_open(const uint8_t dek[32], const uint8_t *ad, size_t ad_len, const uint8_t *c,
+                 size_t len, uint8_t *out, size_t *out_len)
+{
+    if (len < SKV_SEAL_NONCE + SKV_SEAL_TAG)
+        return skv_error(SKV_ERR_CORRUPT, "sealed value of %zu bytes is too short", len);
+    if (crypto_aead_xchacha20poly1305_ietf_decrypt(out, NULL, NULL, c + SKV_SEAL_NONCE,
+                                                   len - SKV_SEAL_NONCE, ad, ad_len, c, dek) != 0)
+        return skv_error(SKV_ERR_CORRUPT, "sealed value does not open (damaged, moved, or "
+                                          "another data key)");
+    if (out_len)
+        *out_len = len - SKV_SEAL_NONCE - SKV_SEAL_TAG;
+    return SKV_OK;
+}

@@ -1,0 +1,65 @@
+/* Encryption at rest (store/seal.c; FORMAT.md "Sealed chunk records",
+ * "Tenant keys"): XChaCha20-Poly1305 (libsodium's AEAD) under a tenant's
+ * data key, which is random and stored only wrapped by the master key.
+ * Private to store/ and its fuzz target. */
+#ifndef SKV_SEAL_H
+#define SKV_SEAL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store_int.h"
+
+#define SKV_SEAL_MAGIC 0x45564b53u /* "SKVE" */
+#define SKV_SEAL_VERSION 1
+#define SKV_SEAL_NONCE 24
+#define SKV_SEAL_TAG 16
+/* magic, version, 2 zero, nonce, the record's header, box 0's plain length */
+#define SKV_SEAL_HEAD (8 + SKV_SEAL_NONCE + SKV_REC_HEADER + 4)
+
+/* A tenant's keys: the data key (seals its records and blobs) and the
+ * hash secret (keys its chain hashes and blob names), 64 bytes */
+#define SKV_TKEYS 64
+#define SKV_TKEYS_WRAPPED (4 + SKV_SEAL_NONCE + SKV_TKEYS + SKV_SEAL_TAG)
+
+/* Wrap a tenant's keys under the master key (a random nonce; the tenant id
+ * bound as associated data) */
+void skv_tkeys_wrap(const uint8_t master[32], uint64_t tid, const uint8_t keys[SKV_TKEYS],
+                    uint8_t out[SKV_TKEYS_WRAPPED]);
+/* SKV_ERR_CORRUPT when they do not open with this master key and id */
+int skv_tkeys_unwrap(const uint8_t master[32], uint64_t tid, const uint8_t *w, size_t len,
+                     uint8_t keys[SKV_TKEYS]);
+
+/* 1 when the stored value is a sealed record */
+int skv_rec_is_sealed(const uint8_t *v, size_t len);
+/* The tenant id in a sealed record's header (0 when too short) */
+uint64_t skv_rec_sealed_tenant(const uint8_t *v, size_t len);
+/* What sealing adds to a record image's size */
+#define SKV_SEAL_OVERHEAD (SKV_SEAL_HEAD - SKV_REC_HEADER + 8 + 2 * SKV_SEAL_TAG)
+/* The size of a chunk record image (version 2, parsed as r) once sealed */
+size_t skv_rec_sealed_size(const skv_rec *r, size_t len);
+/* Seal the record image img (parsed as r) of record key under the data
+ * key into out (skv_rec_sealed_size bytes): box 0 holds the decoded KV's
+ * checksum, tokens, surprisal, side info and stream sizes, box 1 the
+ * streams and the image's trailer; both bound to the key and the header. */
+void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
+                       const uint8_t *img, size_t len, uint8_t *out);
+/* The record image (version 2) of sealed value v, skv_malloc'd into *img.
+ * SKV_ERR_CORRUPT when it does not open (damaged, moved to another key or
+ * tenant, another data key), SKV_ERR_FORMAT / SKV_ERR_VERSION. */
+int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
+                   uint8_t **img, size_t *img_len);
+/* Box 0 only (what opening a store indexes): the image's first part --
+ * header, tokens, surprisal, side info, stream sizes -- skv_malloc'd into
+ * *head, parsed into r (streams NULL; streams_len from the sizes). */
+int skv_rec_unseal_head(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
+                        uint8_t **head, skv_rec *r);
+
+/* A blob's value image sealed (the same scheme, one box; ad: what it is
+ * bound to) */
+size_t skv_box_size(size_t len);
+void skv_box_seal(const uint8_t dek[32], const uint8_t *ad, size_t ad_len, const uint8_t *m,
+                  size_t len, uint8_t *out);
+/* The plain bytes into out (skv_box_size(len) - overhead bytes); SKV_ERR_CORRUPT */
+int skv_box_open(const uint8_t dek[32], const uint8_t *ad, size_t ad_len, const uint8_t *c,
+                 size_t len, uint8_t *out, size_t *out_len);
+#endif
