@@ -17,6 +17,7 @@
 
 #include "blob.h"
 #include "blob_int.h"
+#include "seal.h"
 #include "seqkv_blob.h"
 
 int64_t skv_blob_now_ms(void)
@@ -162,10 +163,79 @@ void skvb_delta_apply(seqkv *db, uint64_t tid, const bdelta *d)
     pthread_rwlock_unlock(&db->rw);
 }
 
+int skvb_val_info(const MDB_val *v, skv_blob_hdr *h)
+{
+    int kind;
+    uint16_t info;
+    uint64_t extra;
+    memset(h, 0, sizeof *h);
+    if (!skv_sv_is_sealed(v->mv_data, v->mv_size))
+        return skv_blob_parse(v->mv_data, v->mv_size, h);
+    int rc = skv_sv_fields(v->mv_data, v->mv_size, &kind, &info, &extra);
+    if (!rc && kind != SKV_SV_BLOB)
+        rc = skv_error(SKV_ERR_CORRUPT, "a blob value sealed as something else");
+    h->enc = info;
+    h->raw_len = extra;
+    return rc;
+}
+
 int skvb_enc_of(const MDB_val *v)
 {
     skv_blob_hdr h;
-    return skv_blob_parse(v->mv_data, v->mv_size, &h) ? -1 : h.enc;
+    return skvb_val_info(v, &h) ? -1 : h.enc;
+}
+
+int skvb_val_put(seqkv *db, MDB_txn *txn, const uint8_t vk[VKEY], const uint8_t *img, size_t len,
+                 size_t *stored)
+{
+    MDB_val k = {VKEY, (void *)vk}, v = {len, (void *)img};
+    *stored = len;
+    int mrc;
+    if (db->o.no_seal) {
+        mrc = mdb_put(txn, db->db_bval, &k, &v, 0);
+        return mrc ? skvb_put_err(mrc, "blob value") : SKV_OK;
+    }
+    uint8_t dek[32];
+    int rc = skv_store_dek(db, skvb_ld_be64(vk), dek);
+    if (rc)
+        return rc;
+    /* sealed straight into LMDB's page, bound to the tenant and content id */
+    v.mv_size = *stored = skv_sv_size(len);
+    if (!(mrc = mdb_put(txn, db->db_bval, &k, &v, MDB_RESERVE)))
+        skv_sv_seal(dek, SKV_SV_BLOB, img[5], skv_load64_le(img + 8), vk, VKEY, img, len,
+                    v.mv_data);
+    sodium_memzero(dek, sizeof dek);
+    return mrc ? skvb_put_err(mrc, "blob value") : SKV_OK;
+}
+
+int skvb_val_read(seqkv *db, const uint8_t vk[VKEY], const MDB_val *v, uint8_t **owned,
+                  const uint8_t **img, size_t *len)
+{
+    *owned = NULL;
+    *img = v->mv_data;
+    *len = v->mv_size;
+    if (!skv_sv_is_sealed(v->mv_data, v->mv_size))
+        return SKV_OK;
+    uint8_t dek[32];
+    int rc = skv_store_dek(db, skvb_ld_be64(vk), dek);
+    if (!rc)
+        rc = skv_sv_open(dek, vk, VKEY, v->mv_data, v->mv_size, owned, len);
+    sodium_memzero(dek, sizeof dek);
+    *img = *owned;
+    return rc;
+}
+
+int skvb_val_decode(seqkv *db, const uint8_t vk[VKEY], const MDB_val *v, uint8_t *out,
+                    size_t out_len)
+{
+    uint8_t *owned;
+    const uint8_t *img;
+    size_t len;
+    int rc = skvb_val_read(db, vk, v, &owned, &img, &len);
+    if (!rc)
+        rc = skv_blob_decode(img, len, out, out_len);
+    skv_free(owned);
+    return rc;
 }
 
 /* One entry fewer names value cid: its image goes with the last one */
@@ -189,7 +259,7 @@ int skvb_unref(seqkv *db, MDB_txn *txn, uint64_t tid, const uint8_t cid[16], bde
         skv_blob_hdr h;
         d->values--;
         d->stored -= (int64_t)iv.mv_size;
-        if (!skv_blob_parse(iv.mv_data, iv.mv_size, &h)) {
+        if (!skvb_val_info(&iv, &h)) {
             d->vbytes -= (int64_t)h.raw_len;
             d->kv -= h.enc == SKV_BLOB_ENC_KV;
         }
@@ -322,8 +392,7 @@ static void layout_of(seqkv *db, MDB_txn *rtxn, const set_ctx *c, size_t i, skv_
     uint8_t vk[VKEY], meta[4096];
     skvb_val_key(c->k.tid, e.cid, vk);
     MDB_val vkv = {VKEY, vk};
-    if (!mdb_get(rtxn, db->db_bval, &vkv, &iv) &&
-        !skv_blob_decode(iv.mv_data, iv.mv_size, meta, e.len))
+    if (!mdb_get(rtxn, db->db_bval, &vkv, &iv) && !skvb_val_decode(db, vk, &iv, meta, e.len))
         c->sv[i].zstd = !skv_blob_lmcache_layout(meta, e.len, it->val_len, out);
     skv_error_clear();
 }
@@ -358,7 +427,7 @@ static void sibling_of(seqkv *db, MDB_txn *rtxn, const set_ctx *c, size_t i)
     uint8_t *raw = NULL;
     if (!mdb_get(rtxn, db->db_bval, &k, &v) && skvb_enc_of(&v) != SKV_BLOB_ENC_KV &&
         (raw = skv_malloc(e.len ? e.len : 1)) &&
-        !skv_blob_decode(v.mv_data, v.mv_size, raw, e.len) &&
+        !skvb_val_decode(db, vk, &v, raw, e.len) &&
         !skv_blob_encode(raw, e.len, &lay, 0, &s->sib_img, &s->sib_len) &&
         (s->sib_img[5] != SKV_BLOB_ENC_KV || s->sib_len >= v.mv_size)) {
         skv_free(s->sib_img); /* not smaller as KV */
@@ -428,23 +497,24 @@ static int set_one(seqkv *db, MDB_txn *txn, set_ctx *c, size_t i, bdelta *d)
         if (!s->img &&
             (rc = skv_blob_encode(it->val, it->val_len, &s->lay, s->zstd, &s->img, &s->img_len)))
             return rc;
-        MDB_val iv = {s->img_len, s->img};
-        if ((mrc = mdb_put(txn, db->db_bval, &vkey, &iv, 0)))
-            return skvb_put_err(mrc, "blob value");
+        size_t stored;
+        if ((rc = skvb_val_put(db, txn, vk, s->img, s->img_len, &stored)))
+            return rc;
         d->values++;
         d->vbytes += (int64_t)it->val_len;
-        d->stored += (int64_t)s->img_len;
+        d->stored += (int64_t)stored;
         d->kv += s->img[5] == SKV_BLOB_ENC_KV;
     } else if (s->img && s->img[5] == SKV_BLOB_ENC_KV) {
         /* held, but coded as bytes: the layout now known, store it as KV */
         MDB_val iv;
         if (!mdb_get(txn, db->db_bval, &vkey, &iv) && skvb_enc_of(&iv) != SKV_BLOB_ENC_KV &&
             s->img_len < iv.mv_size) {
-            d->stored += (int64_t)s->img_len - (int64_t)iv.mv_size;
+            const int64_t was = (int64_t)iv.mv_size;
+            size_t stored;
+            if ((rc = skvb_val_put(db, txn, vk, s->img, s->img_len, &stored)))
+                return rc;
+            d->stored += (int64_t)stored - was;
             d->kv++;
-            MDB_val nv = {s->img_len, s->img};
-            if ((mrc = mdb_put(txn, db->db_bval, &vkey, &nv, 0)))
-                return skvb_put_err(mrc, "blob value");
         }
     }
     skv_store64_le(rb, refs + 1);
@@ -512,12 +582,13 @@ static int set_txn(seqkv *db, MDB_txn *txn, void *vc, bdelta *d)
         if (mdb_get(txn, db->db_bval, &k, &v) || skvb_enc_of(&v) == SKV_BLOB_ENC_KV ||
             v.mv_size <= sv->sib_len)
             continue; /* gone, or coded meanwhile */
-        d->stored += (int64_t)sv->sib_len - (int64_t)v.mv_size;
+        const int64_t was = (int64_t)v.mv_size;
+        size_t stored;
+        int rc = skvb_val_put(db, txn, vk, sv->sib_img, sv->sib_len, &stored);
+        if (rc)
+            return rc;
+        d->stored += (int64_t)stored - was;
         d->kv++;
-        MDB_val nv = {sv->sib_len, sv->sib_img};
-        int mrc = mdb_put(txn, db->db_bval, &k, &nv, 0);
-        if (mrc)
-            return skvb_put_err(mrc, "blob value");
     }
     c->written = 1;
     return SKV_OK;
@@ -739,7 +810,9 @@ static int get_value(seqkv *db, uint64_t tid, const blob_ent *e, const MDB_val *
         skv_hot_unref(h);
         return SKV_OK;
     }
-    int rc = skv_blob_decode(v->mv_data, v->mv_size, dst, e->len);
+    uint8_t vk[VKEY];
+    skvb_val_key(tid, e->cid, vk);
+    int rc = skvb_val_decode(db, vk, v, dst, e->len);
     if (!rc && db->hot && skvb_enc_of(v) != SKV_BLOB_ENC_RAW &&
         (h = skv_hot_new_bytes(hk, e->len))) {
         memcpy(h->kv, dst, e->len);

@@ -4,6 +4,7 @@
 #define SKV_BLOB_INT_H
 #include <sodium.h>
 
+#include "blob.h"
 #include "store_priv.h"
 
 /* LMCache's pair of keys for one chunk (lmcache/v1/storage_backend/
@@ -62,8 +63,20 @@ int skvb_key_ok(const uint8_t *key, size_t len);
 uint64_t skvb_tenant_id(seqkv *db, const char *tenant);
 /* Caller holds rw */
 tenant_ent *skvb_tenant(seqkv *db, uint64_t id);
-/* A stored image's encoding, -1 when damaged */
+/* A stored value's encoding and length (sealed or not, from its clear
+ * header); -1 / an error when damaged */
 int skvb_enc_of(const MDB_val *v);
+int skvb_val_info(const MDB_val *v, skv_blob_hdr *h);
+/* Store a value image under vk: sealed under the tenant's data key (bound
+ * to vk) unless sealing is off; *stored: the bytes it takes */
+int skvb_val_put(seqkv *db, MDB_txn *txn, const uint8_t vk[VKEY], const uint8_t *img, size_t len,
+                 size_t *stored);
+/* A stored value as its image (v, or opened into *owned) */
+int skvb_val_read(seqkv *db, const uint8_t vk[VKEY], const MDB_val *v, uint8_t **owned,
+                  const uint8_t **img, size_t *len);
+/* ... decoded into out (out_len: its raw length), checked */
+int skvb_val_decode(seqkv *db, const uint8_t vk[VKEY], const MDB_val *v, uint8_t *out,
+                    size_t out_len);
 /* One entry fewer names value cid: its image goes with the last one */
 int skvb_unref(seqkv *db, MDB_txn *txn, uint64_t tid, const uint8_t cid[16], bdelta *d);
 /* Delete the entry at key k (its value e) */

@@ -375,7 +375,7 @@ int skv_blob_load(seqkv *db, MDB_txn *txn)
     while (!(mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         tenant_ent *te = k.mv_size == VKEY ? skvb_tenant(db, skvb_ld_be64(k.mv_data)) : NULL;
         skv_blob_hdr h;
-        if (!te || skv_blob_parse(v.mv_data, v.mv_size, &h)) {
+        if (!te || skvb_val_info(&v, &h)) {
             skv_error_clear();
             continue; /* a GET of it fails with its error */
         }

@@ -13,8 +13,16 @@ static int load_calib(seqkv *db, MDB_txn *txn, const uint8_t id[16], skv_calib *
         return skv_error(SKV_ERR_CORRUPT, "a chunk names a calibration the store does not hold");
     if (mrc)
         return skv_mdb_error(mrc, "calibration");
+    /* (sealed ones open into a buffer of their own) */
+    uint8_t *owned;
+    const uint8_t *img;
+    size_t len;
+    int rc = skv_store_calib_read(db, id, v.mv_data, v.mv_size, &owned, &img, &len);
+    if (rc)
+        return rc;
     /* the parsed calibration borrows its buffer: keep a private copy */
-    int rc = skv_calib_parse(v.mv_data, v.mv_size, out);
+    rc = skv_calib_parse(img, len, out);
+    skv_free(owned);
     if (!rc && memcmp(skv_calib_id(*out), id, 16) != 0) {
         skv_calib_free(*out);
         *out = NULL;

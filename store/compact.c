@@ -232,7 +232,15 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         skv_free(sz);
     }
     const size_t old_len = v.mv_size;
-    if (reseal && !rc && !bad) {
+    const int unsealed = !db->o.no_seal && !skv_rec_is_sealed(v.mv_data, v.mv_size);
+    int as_is = reseal;
+    if (redo && !rc && img && !nd && !stale && len >= old_len && unsealed) {
+        /* coded again it is no smaller: sealed as it was instead */
+        skv_free(img);
+        img = NULL;
+        as_is = 1;
+    }
+    if (as_is && !rc && !bad) {
         len = plen;
         if (!(img = skv_malloc(len)))
             rc = skv_error(SKV_ERR_NOMEM, "compaction");
@@ -250,7 +258,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     skv_streams_free(&ss);
     /* a re-coding that does not shrink the record is kept only to retire
      * an old calibration */
-    if (rc || !(redo || reseal) || (redo && !nd && !stale && len >= old_len)) {
+    if (rc || !(redo || as_is) || (redo && !as_is && !nd && !stale && len >= old_len)) {
         skv_free(img);
         return rc;
     }

@@ -221,3 +221,75 @@ int skv_box_open(const uint8_t dek[32], const uint8_t *ad, size_t ad_len, const 
         *out_len = len - SKV_SEAL_NONCE - SKV_SEAL_TAG;
     return SKV_OK;
 }
+
+int skv_sv_is_sealed(const uint8_t *v, size_t len)
+{
+    return len >= 4 && skv_load32_le(v) == SKV_SV_MAGIC;
+}
+
+size_t skv_sv_size(size_t len)
+{
+    return SKV_SV_HEAD + skv_box_size(len);
+}
+
+/* The box's associated data: the clear header, then the caller's */
+static int sv_ad(const uint8_t *head, const uint8_t *ad, size_t ad_len, uint8_t *out, size_t cap)
+{
+    if (ad_len > cap - SKV_SV_HEAD)
+        return -1;
+    memcpy(out, head, SKV_SV_HEAD);
+    memcpy(out + SKV_SV_HEAD, ad, ad_len);
+    return 0;
+}
+
+void skv_sv_seal(const uint8_t dek[32], int kind, uint16_t info, uint64_t extra, const uint8_t *ad,
+                 size_t ad_len, const uint8_t *m, size_t len, uint8_t *out)
+{
+    uint8_t full[SKV_SV_HEAD + 64];
+    skv_store32_le(out, SKV_SV_MAGIC);
+    out[4] = 1;
+    out[5] = (uint8_t)kind;
+    skv_store16_le(out + 6, info);
+    skv_store64_le(out + 8, extra);
+    if (sv_ad(out, ad, ad_len, full, sizeof full))
+        ad_len = 0; /* (callers bind at most 64 bytes) */
+    skv_box_seal(dek, full, SKV_SV_HEAD + ad_len, m, len, out + SKV_SV_HEAD);
+}
+
+int skv_sv_fields(const uint8_t *v, size_t len, int *kind, uint16_t *info, uint64_t *extra)
+{
+    if (len < SKV_SV_HEAD + SKV_SEAL_NONCE + SKV_SEAL_TAG || skv_load32_le(v) != SKV_SV_MAGIC)
+        return skv_error(SKV_ERR_CORRUPT, "sealed value: bad header");
+    if (v[4] != 1)
+        return v[4] > 1 ? skv_error(SKV_ERR_VERSION, "sealed value of a newer version (%u)", v[4])
+                        : skv_error(SKV_ERR_CORRUPT, "sealed value: bad version");
+    *kind = v[5];
+    *info = skv_load16_le(v + 6);
+    *extra = skv_load64_le(v + 8);
+    return SKV_OK;
+}
+
+int skv_sv_open(const uint8_t dek[32], const uint8_t *ad, size_t ad_len, const uint8_t *v,
+                size_t len, uint8_t **out, size_t *out_len)
+{
+    int kind;
+    uint16_t info;
+    uint64_t extra;
+    uint8_t full[SKV_SV_HEAD + 64];
+    *out = NULL;
+    int rc = skv_sv_fields(v, len, &kind, &info, &extra);
+    if (rc)
+        return rc;
+    if (sv_ad(v, ad, ad_len, full, sizeof full))
+        return skv_error(SKV_ERR_ARG, "sealed value bound to %zu bytes", ad_len);
+    const size_t n = len - SKV_SV_HEAD - SKV_SEAL_NONCE - SKV_SEAL_TAG;
+    if (!(*out = skv_malloc(n ? n : 1)))
+        return skv_error(SKV_ERR_NOMEM, "sealed value");
+    rc = skv_box_open(dek, full, SKV_SV_HEAD + ad_len, v + SKV_SV_HEAD, len - SKV_SV_HEAD, *out,
+                      out_len);
+    if (rc) {
+        skv_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}

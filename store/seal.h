@@ -54,8 +54,24 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
 int skv_rec_unseal_head(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
                         uint8_t **head, skv_rec *r);
 
-/* A blob's value image sealed (the same scheme, one box; ad: what it is
- * bound to) */
+/* A sealed value (calibrations, blob values): a 16-byte clear header --
+ * magic "SKVX", version, kind, a 16-bit and a 64-bit field the kind
+ * gives a meaning (a blob: its encoding and length) -- then one box bound
+ * to that header and to ad (what the value is stored under). */
+#define SKV_SV_MAGIC 0x58564b53u /* "SKVX" */
+#define SKV_SV_HEAD 16
+enum { SKV_SV_CALIB = 1, SKV_SV_BLOB = 2 };
+int skv_sv_is_sealed(const uint8_t *v, size_t len);
+size_t skv_sv_size(size_t len);
+void skv_sv_seal(const uint8_t dek[32], int kind, uint16_t info, uint64_t extra, const uint8_t *ad,
+                 size_t ad_len, const uint8_t *m, size_t len, uint8_t *out);
+/* Its clear fields (0, or SKV_ERR_CORRUPT / SKV_ERR_VERSION) */
+int skv_sv_fields(const uint8_t *v, size_t len, int *kind, uint16_t *info, uint64_t *extra);
+/* Its plain bytes, skv_malloc'd; SKV_ERR_CORRUPT when it does not open */
+int skv_sv_open(const uint8_t dek[32], const uint8_t *ad, size_t ad_len, const uint8_t *v,
+                size_t len, uint8_t **out, size_t *out_len);
+
+/* One box (a nonce, the sealed bytes, the tag; ad: what it is bound to) */
 size_t skv_box_size(size_t len);
 void skv_box_seal(const uint8_t dek[32], const uint8_t *ad, size_t ad_len, const uint8_t *m,
                   size_t len, uint8_t *out);

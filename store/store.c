@@ -185,7 +185,7 @@ prof_ent *skv_store_profile(seqkv *db, const char *name)
     return NULL;
 }
 
-static tenant_ent *find_tenant(seqkv *db, const char *name)
+tenant_ent *skv_store_find_tenant(seqkv *db, const char *name)
 {
     for (size_t i = 0; i < db->nten; i++)
         if (strcmp(db->ten[i].name, name) == 0)
@@ -933,8 +933,21 @@ int seqkv_profile_list(seqkv *db, seqkv_profile *out, size_t cap, size_t *n)
     return SKV_OK;
 }
 
+static int put_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img, size_t len);
+
 int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img,
                         size_t len)
+{
+    uint8_t *sealed;
+    int rc = skv_store_calib_seal(db, id, img, len, &sealed, &len);
+    if (rc)
+        return rc;
+    rc = put_calib(db, pe, id, sealed ? sealed : img, len);
+    skv_free(sealed);
+    return rc;
+}
+
+static int put_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img, size_t len)
 {
     MDB_txn *txn;
     pthread_rwlock_rdlock(&db->rw);
@@ -1000,7 +1013,7 @@ int skv_store_tenant(seqkv *db, const char *name, int create, tenant_ent **out)
     int rc = check_name("tenant", name, strcmp(name, SEQKV_SHARED_TENANT) == 0);
     if (rc)
         return rc;
-    tenant_ent *t = find_tenant(db, name);
+    tenant_ent *t = skv_store_find_tenant(db, name);
     if (t) {
         *out = t;
         return SKV_OK;
@@ -1055,102 +1068,6 @@ int seqkv_tenant_set(seqkv *db, const char *tenant, const seqkv_tenant_conf *con
             *t = nt;
     }
     pthread_mutex_unlock(&db->wlock);
-    return rc;
-}
-
-/* ---- stats ------------------------------------------------------------------------ */
-
-typedef struct {
-    seqkv_stats *s;
-    size_t per_token; /* raw KV bytes per token */
-    const skv_trie *t;
-} stat_ctx;
-
-static int tok_cmp(const void *a, const void *b)
-{
-    const skv_trie_rec *x = *(skv_trie_rec *const *)a, *y = *(skv_trie_rec *const *)b;
-    size_t n = x->n < y->n ? x->n : y->n;
-    for (size_t i = 0; i < n; i++)
-        if (x->tokens[i] != y->tokens[i])
-            return x->tokens[i] < y->tokens[i] ? -1 : 1;
-    return (x->n > y->n) - (x->n < y->n);
-}
-
-/* Unique token positions below one node: the siblings' token strings
- * sorted, minus the common prefix of each neighbouring pair. */
-static uint64_t node_unique(const skv_trie *t, const uint8_t *node)
-{
-    size_t n = skv_trie_children(t, node, NULL, 0);
-    skv_trie_rec **v = skv_malloc(n * sizeof *v);
-    if (!v)
-        return 0;
-    skv_trie_children(t, node, v, n);
-    qsort(v, n, sizeof *v, tok_cmp);
-    uint64_t u = 0;
-    for (size_t i = 0; i < n; i++) {
-        u += v[i]->n;
-        if (i) {
-            size_t c = 0, m = v[i]->n < v[i - 1]->n ? v[i]->n : v[i - 1]->n;
-            while (c < m && v[i]->tokens[c] == v[i - 1]->tokens[c])
-                c++;
-            u -= c;
-        }
-    }
-    skv_free(v);
-    return u;
-}
-
-static void stat_one(void *vctx, skv_trie_rec *r)
-{
-    stat_ctx *c = vctx;
-    uint64_t tok = r->n - r->lo;
-    skv_trie_rec *head;
-    /* each node once: when r heads its sibling list */
-    if (skv_trie_children(c->t, r->parent, &head, 1) && head == r) {
-        uint64_t u = node_unique(c->t, r->parent);
-        c->s->tokens += u;
-        c->s->raw_bytes += u * c->per_token;
-    }
-    c->s->coded_tokens += tok;
-    c->s->chunks++;
-    c->s->stored_bytes += r->bytes;
-    c->s->centroid_chunks += r->has_centroid;
-    if (r->level < SEQKV_LEVELS) {
-        c->s->level_tokens[r->level] += tok;
-        c->s->level_raw[r->level] += tok * c->per_token;
-        c->s->level_stored[r->level] += r->bytes;
-    }
-}
-
-int seqkv_stat(seqkv *db, const char *tenant, seqkv_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    pthread_rwlock_rdlock(&db->rw);
-    int rc = SKV_OK;
-    tenant_ent *t = NULL;
-    if (tenant && !(t = find_tenant(db, tenant)))
-        rc = skv_error(SKV_ERR_NOT_FOUND, "unknown tenant '%s'", tenant);
-    for (size_t i = 0; !rc && i < db->nns; i++) {
-        ns_ent *e = &db->ns[i];
-        if (t && e->tenant != t->id)
-            continue;
-        prof_ent *pe = NULL;
-        for (size_t j = 0; j < db->nprof; j++)
-            if (memcmp(db->prof[j].p.id, e->prof_id, 32) == 0)
-                pe = &db->prof[j];
-        stat_ctx c = {out, pe ? (size_t)pe->p.layers * 2 * pe->C * pe->es : 0, e->trie};
-        skv_trie_foreach(e->trie, stat_one, &c);
-    }
-    out->evictions = db->evictions;
-    out->tenants = (uint32_t)db->nten - (find_tenant(db, SEQKV_SHARED_TENANT) != NULL);
-    out->profiles = (uint32_t)db->nprof;
-    MDB_envinfo ei;
-    MDB_stat ms;
-    if (!mdb_env_info(db->env, &ei) && !mdb_env_stat(db->env, &ms)) {
-        out->map_size = ei.me_mapsize;
-        out->map_used = (uint64_t)(ei.me_last_pgno + 1) * ms.ms_psize;
-    }
-    pthread_rwlock_unlock(&db->rw);
     return rc;
 }
 

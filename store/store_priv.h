@@ -115,6 +115,8 @@ prof_ent *skv_store_profile(seqkv *db, const char *name);
  * the store has (call with wlock or rw held) */
 int skv_store_no_profile(seqkv *db, const char *name);
 ns_ent *skv_store_ns(seqkv *db, uint64_t tenant, const uint8_t profile_id[32]);
+/* The tenant named name, or NULL (caller holds wlock or rw) */
+tenant_ent *skv_store_find_tenant(seqkv *db, const char *name);
 /* The namespace, created (in memory) when absent; caller holds rw exclusively. */
 int skv_store_namespace(seqkv *db, uint64_t tenant, const prof_ent *pe, ns_ent **out);
 int skv_store_tenant(seqkv *db, const char *name, int create, tenant_ent **out);
@@ -177,6 +179,13 @@ int skv_tkeys_load(seqkv *db, MDB_txn *txn);
 int skv_store_dek(seqkv *db, uint64_t tid, uint8_t dek[32]);
 /* Its hash secret (chain hashes, blob names), the same way */
 int skv_store_hsec(seqkv *db, uint64_t tid, uint8_t hsec[32]);
+/* A calibration image as stored: sealed under @shared's data key (bound
+ * to its id) into *out, or (sealing off) *out NULL and img as it is */
+int skv_store_calib_seal(seqkv *db, const uint8_t id[16], const uint8_t *img, size_t len,
+                         uint8_t **out, size_t *out_len);
+/* A stored calibration as its image: v, or opened into *owned */
+int skv_store_calib_read(seqkv *db, const uint8_t id[16], const uint8_t *v, size_t len,
+                         uint8_t **owned, const uint8_t **img, size_t *img_len);
 /* The bytes a record image of len bytes takes stored (sealed or not) */
 size_t skv_store_rec_bytes(const seqkv *db, size_t len);
 /* Record image img (version 2) of key sealed under its tenant's data key */

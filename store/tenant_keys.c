@@ -167,3 +167,44 @@ size_t skv_store_rec_bytes(const seqkv *db, size_t len)
 {
     return db->o.no_seal ? len : len + SKV_SEAL_OVERHEAD;
 }
+
+/* Calibrations are the profile's, learned from every tenant's data: they
+ * are sealed under the shared namespace's data key (tenant 1, @shared) */
+#define CALIB_TENANT 1
+
+int skv_store_calib_seal(seqkv *db, const uint8_t id[16], const uint8_t *img, size_t len,
+                         uint8_t **out, size_t *out_len)
+{
+    *out = NULL;
+    *out_len = len;
+    if (db->o.no_seal)
+        return SKV_OK;
+    uint8_t dek[32];
+    int rc = skv_store_dek(db, CALIB_TENANT, dek);
+    if (rc)
+        return rc;
+    *out_len = skv_sv_size(len);
+    if (!(*out = skv_malloc(*out_len)))
+        rc = skv_error(SKV_ERR_NOMEM, "sealed calibration");
+    else
+        skv_sv_seal(dek, SKV_SV_CALIB, 0, len, id, 16, img, len, *out);
+    sodium_memzero(dek, sizeof dek);
+    return rc;
+}
+
+int skv_store_calib_read(seqkv *db, const uint8_t id[16], const uint8_t *v, size_t len,
+                         uint8_t **owned, const uint8_t **img, size_t *img_len)
+{
+    *owned = NULL;
+    *img = v;
+    *img_len = len;
+    if (!skv_sv_is_sealed(v, len))
+        return SKV_OK;
+    uint8_t dek[32];
+    int rc = skv_store_dek(db, CALIB_TENANT, dek);
+    if (!rc)
+        rc = skv_sv_open(dek, id, 16, v, len, owned, img_len);
+    sodium_memzero(dek, sizeof dek);
+    *img = *owned;
+    return rc;
+}

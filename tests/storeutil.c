@@ -272,6 +272,35 @@ static uint8_t *image_of(const char *dir, MDB_txn *txn, const uint8_t key[32], c
     return out;
 }
 
+uint8_t *su_calib_get(const char *dir, const uint8_t id[16], size_t *len)
+{
+    MDB_env *env = su_env_open(dir, 1);
+    MDB_txn *txn;
+    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
+    MDB_dbi dbi = open_db(txn, "calibrations");
+    MDB_val k = {16, (void *)id}, v;
+    uint8_t *out = NULL, dek[32];
+    if (mdb_get(txn, dbi, &k, &v) == 0) {
+        if (!skv_sv_is_sealed(v.mv_data, v.mv_size)) {
+            out = malloc(v.mv_size);
+            memcpy(out, v.mv_data, v.mv_size);
+            *len = v.mv_size;
+        } else {
+            uint8_t *img;
+            /* (calibrations are sealed under @shared's key, tenant 1) */
+            SU_CHECK(tenant_dek(dir, txn, 1, dek) == 0, "@shared's key");
+            SU_CHECK(skv_sv_open(dek, id, 16, v.mv_data, v.mv_size, &img, len) == 0,
+                     "a sealed calibration opens");
+            out = malloc(*len);
+            memcpy(out, img, *len);
+            skv_free(img);
+        }
+    }
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return out;
+}
+
 uint8_t *su_chunk_keys(const char *dir, size_t *n)
 {
     MDB_env *env = su_env_open(dir, 1);
@@ -294,6 +323,24 @@ uint8_t *su_chunk_keys(const char *dir, size_t *n)
     mdb_env_close(env);
     *n = i;
     return keys;
+}
+
+size_t su_chunk_unsealed(const char *dir)
+{
+    MDB_env *env = su_env_open(dir, 1);
+    MDB_txn *txn;
+    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
+    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_cursor *cur;
+    SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
+    MDB_val k, v;
+    size_t n = 0;
+    while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0)
+        n += !skv_rec_is_sealed(v.mv_data, v.mv_size);
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return n;
 }
 
 uint64_t su_chunk_tokens(const char *dir)

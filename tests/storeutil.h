@@ -78,6 +78,10 @@ uint8_t *su_chunk_keys(const char *dir, size_t *n);
 uint64_t su_chunk_tokens(const char *dir);
 /* Copy of the chunk record under key (malloc'd), or NULL. */
 uint8_t *su_chunk_get(const char *dir, const uint8_t key[32], size_t *len);
+/* Chunk records stored unsealed (written before sealing, or with it off) */
+size_t su_chunk_unsealed(const char *dir);
+/* Calibration id's image (unsealed when sealed), malloc'd; NULL when absent */
+uint8_t *su_calib_get(const char *dir, const uint8_t id[16], size_t *len);
 /* Overwrite the chunk record under key (one write transaction). */
 void su_chunk_put(const char *dir, const uint8_t key[32], const uint8_t *rec, size_t len);
 /* Find the record of chunk index ci whose tokens equal tok[0..n): its key

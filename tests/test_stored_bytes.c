@@ -38,11 +38,12 @@ static uint8_t *dump_store(const char *dir, size_t *len, size_t *entries)
         cr_assert_eq(mdb_cursor_open(txn, dbi, &c), 0);
         MDB_val k, v;
         for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-            /* a sealed record as its image: its nonce is random, what it
-             * seals is what must not depend on the CPU */
+            /* sealed records and calibrations as their images: their
+             * nonces are random, what they seal must not depend on the CPU */
             uint8_t *img = NULL;
             size_t ilen = 0;
-            if (t == 4 && (img = su_chunk_get(dir, k.mv_data, &ilen)))
+            if ((t == 4 && (img = su_chunk_get(dir, k.mv_data, &ilen))) ||
+                (t == 2 && k.mv_size == 16 && (img = su_calib_get(dir, k.mv_data, &ilen))))
                 v = (MDB_val){ilen, img};
             size_t need = n + 24 + k.mv_size + v.mv_size;
             while (need > cap)

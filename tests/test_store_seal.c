@@ -1,0 +1,209 @@
+/* Encryption at rest (store/seal.c, store/tenant_keys.c): after puts of
+ * known KV -- raw records, which are the KV bytes themselves, and coded
+ * ones -- and blobs holding KV, no 64-byte window of any of that KV and no
+ * 16-token window of any token sequence occurs in any file of the data
+ * directory (the same check finds them in an unsealed store, so it can
+ * fail); a sealed record copied under another key, or with its tenant
+ * changed, does not open; another master key is refused; gets stay exact. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "seal.h"
+#include "seqkv_blob.h"
+#include "storetest.h"
+#include "storeutil.h"
+#include "testutil.h"
+
+#define WIN 64
+
+/* A set of 64-byte windows by their XXH3-64 (open addressing) */
+typedef struct {
+    uint64_t *h;
+    size_t cap, n;
+} winset;
+
+static void ws_add(winset *w, uint64_t h)
+{
+    h |= 1;
+    if (2 * (w->n + 1) > w->cap) {
+        winset g = {calloc(w->cap ? 2 * w->cap : 1 << 16, 8), w->cap ? 2 * w->cap : 1 << 16, 0};
+        for (size_t i = 0; i < w->cap; i++)
+            if (w->h[i])
+                ws_add(&g, w->h[i]);
+        free(w->h);
+        *w = g;
+    }
+    size_t i = h & (w->cap - 1);
+    while (w->h[i] && w->h[i] != h)
+        i = (i + 1) & (w->cap - 1);
+    if (!w->h[i]) {
+        w->h[i] = h;
+        w->n++;
+    }
+}
+
+static int ws_has(const winset *w, uint64_t h)
+{
+    h |= 1;
+    size_t i = h & (w->cap - 1);
+    while (w->h[i]) {
+        if (w->h[i] == h)
+            return 1;
+        i = (i + 1) & (w->cap - 1);
+    }
+    return 0;
+}
+
+/* Every window of b that is not one repeated byte (zero runs occur in any
+ * file and say nothing) */
+static void ws_add_all(winset *w, const uint8_t *b, size_t len)
+{
+    for (size_t i = 0; i + WIN <= len; i++) {
+        int flat = 1;
+        for (size_t j = 1; j < WIN && flat; j++)
+            flat = b[i + j] == b[i];
+        if (!flat)
+            ws_add(w, XXH3_64bits(b + i, WIN));
+    }
+}
+
+/* How many windows of the data directory's files are in w */
+static size_t found_in_dir(const char *dir, const winset *w)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    size_t hits = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        size_t len;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        uint8_t *b = tu_read(path, &len);
+        for (size_t i = 0; b && i + WIN <= len; i++)
+            hits += ws_has(w, XXH3_64bits(b + i, WIN));
+        free(b);
+    }
+    closedir(d);
+    return hits;
+}
+
+/* Puts of KV at raw and at ctx, blobs holding KV; the windows of it all */
+static void fill(const char *dir, int no_seal, winset *w)
+{
+    const char *tmp = tu_tmpdir();
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv_options o = {0};
+    o.no_seal = no_seal;
+    seqkv *db = store_at_level(dir, &o, &tm, SEQKV_CTX, 0, CHUNK);
+    seqkv_profile p;
+    su_profile(&tm, "r", CHUNK, SEQKV_RAW, 0, &p);
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    for (int i = 0; i < 6; i++) {
+        su_seq s;
+        su_seq_make(&tm, NULL, 0, 90, 900 + (uint64_t)i, &s);
+        put(db, "t", i % 2 ? "p" : "r", &s, -1);
+        ws_add_all(w, s.kv, s.kv_len);
+        /* token windows: 16 ids as the store writes them (u32 LE) */
+        uint8_t tb[90 * 4];
+        for (size_t k = 0; k < s.n; k++)
+            skv_store32_le(tb + 4 * k, (uint32_t)s.tok[k]);
+        ws_add_all(w, tb, s.n * 4);
+        char key[16];
+        snprintf(key, sizeof key, "kv%d", i);
+        seqkv_blob_item it = {(const uint8_t *)key, strlen(key), s.kv, s.kv_len};
+        int written;
+        cr_assert_eq(seqkv_blob_set(db, "t", &it, 1, 0, 0, &written), 0, "%s", skv_error_detail());
+        assert_whole(db, "t", i % 2 ? "p" : "r", &tm, &s, "sealed");
+        su_seq_free(&s);
+    }
+    seqkv_close(db);
+    su_model_free(&tm);
+}
+
+Test(seal, no_window_of_the_kv_or_tokens_is_in_the_data_directory, .timeout = 120)
+{
+    const char *tmp = tu_tmpdir();
+    char *sealed = strdup(tu_path(tmp, "sealed")), *open = strdup(tu_path(tmp, "open"));
+    winset w = {0}, w2 = {0};
+    fill(sealed, 0, &w);
+    cr_assert_gt(w.n, 10000, "%zu windows", w.n);
+    size_t hits = found_in_dir(sealed, &w);
+    cr_assert_eq(hits, 0, "%zu windows of the KV or tokens are in the sealed store's files", hits);
+    /* the check finds them where nothing is sealed */
+    fill(open, 1, &w2);
+    hits = found_in_dir(open, &w2);
+    cr_assert_gt(hits, 1000, "an unsealed store shows its KV (%zu windows found)", hits);
+    free(w.h);
+    free(w2.h);
+    free(sealed);
+    free(open);
+}
+
+Test(seal, a_record_moved_to_another_key_or_tenant_does_not_open, .timeout = 60)
+{
+    const char *tmp = tu_tmpdir();
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/db", tmp);
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = store_at_level(dir, NULL, &tm, SEQKV_RAW, 0, CHUNK);
+    su_seq a, b;
+    su_seq_make(&tm, NULL, 0, 2 * CHUNK, 11, &a);
+    su_seq_make(&tm, NULL, 0, 2 * CHUNK, 12, &b);
+    put(db, "t", "p", &a, -1);
+    put(db, "u", "p", &b, -1);
+    seqkv_close(db);
+    uint8_t ka[32], kb[32];
+    cr_assert_eq(su_chunk_find(dir, 0, a.tok, CHUNK, ka), 0);
+    cr_assert_eq(su_chunk_find(dir, 0, b.tok, CHUNK, kb), 0);
+    /* the stored bytes of a's first record, copied under b's key */
+    void *env = su_env_open(dir, 0);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "chunks", 0, &dbi), 0);
+    MDB_val k = {32, ka}, v;
+    cr_assert_eq(mdb_get(txn, dbi, &k, &v), 0);
+    cr_assert(skv_rec_is_sealed(v.mv_data, v.mv_size), "records are sealed");
+    uint8_t *copy = malloc(v.mv_size);
+    memcpy(copy, v.mv_data, v.mv_size);
+    size_t len = v.mv_size;
+    /* its tenant field changed to u's: does not open under its own key either */
+    uint8_t *moved = malloc(len);
+    memcpy(moved, copy, len);
+    const uint64_t ut = skv_rec_sealed_tenant(v.mv_data, v.mv_size) + 1;
+    skv_store64_le(moved + 8 + SKV_SEAL_NONCE + 8, ut);
+    MDB_val kk = {32, kb}, cv = {len, copy}, mv = {len, moved};
+    cr_assert_eq(mdb_put(txn, dbi, &kk, &cv, 0), 0);
+    cr_assert_eq(mdb_put(txn, dbi, &k, &mv, 0), 0);
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    su_env_close(env);
+    db = open_store(dir, NULL);
+    uint8_t *out = malloc(su_kv_len(&tm, 2 * CHUNK));
+    size_t got;
+    /* box 0 (the tokens) does not open: the record is not indexed, so
+     * the prefix is a miss -- nothing of the moved bytes is served */
+    int rc = seqkv_get(db, "u", "p", b.tok, b.n, 0, out, su_kv_len(&tm, 2 * CHUNK), &got);
+    cr_assert(rc == SKV_ERR_NOT_FOUND || rc == SKV_ERR_CORRUPT,
+              "a record under another key does not open (%d)", rc);
+    rc = seqkv_get(db, "t", "p", a.tok, a.n, 0, out, su_kv_len(&tm, 2 * CHUNK), &got);
+    cr_assert(rc == SKV_ERR_NOT_FOUND || rc == SKV_ERR_CORRUPT,
+              "a record with another tenant does not open (%d)", rc);
+    size_t m = 0;
+    cr_assert_eq(seqkv_lookup(db, "u", "p", b.tok, b.n, &m), 0);
+    cr_assert_eq(m, 0, "the moved record is not indexed");
+    seqkv_close(db);
+    free(out);
+    free(copy);
+    free(moved);
+    su_seq_free(&a);
+    su_seq_free(&b);
+    su_model_free(&tm);
+}
