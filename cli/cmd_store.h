@@ -12,7 +12,9 @@
 #define COMMON_OPTS                                                                       \
     "  --db DIR          the store (a directory; put creates it)\n"                      \
     "  --tenant T        tenant namespace (default \"default\")\n"                       \
-    "  --key PATH        master key file (default DIR/master.key)\n"
+    "  --key SPEC        the master key: a key file (default DIR/master.key),\n"    \
+    "                    fd:N (from descriptor N), env:VAR (64 hex digits),\n"     \
+    "                    passphrase-env:VAR or passphrase-file:PATH\n"
 
 enum { S_DB = 3000, S_TENANT, S_PROFILE, S_KV, S_MODEL, S_TOKENS, S_LEVEL, S_CALIB, S_CHUNK,
        S_SHARED, S_NOSYNC, S_BUDGET, S_QUIET, S_DTYPE, S_OUT, S_N, S_JSON, S_MAXSEQ, S_KEY,

@@ -54,8 +54,16 @@ typedef struct seqkv seqkv;
  * .size itself, or larger with nonzero bytes past what it knows). */
 typedef struct {
     size_t size;            /* sizeof(seqkv_options) */
-    const char *master_key; /* key file; NULL: DIR/master.key, created 0600
-                               from libsodium's random source on first open */
+    const char *master_key; /* where the master key comes from: NULL
+                               (DIR/master.key, created 0600 from
+                               libsodium's random source on first open), a
+                               key file's path, "fd:N" (32 bytes or 64 hex
+                               digits read from descriptor N), "env:VAR"
+                               (64 hex digits), "passphrase-env:VAR" or
+                               "passphrase-file:PATH" (Argon2id, the salt
+                               in DIR/passphrase.kdf). Locked in memory,
+                               wiped at close; a key that is not the
+                               store's is SKV_ERR_CORRUPT. */
     uint64_t map_size;      /* initial LMDB map size (0: 64 MiB) */
     uint64_t map_max;       /* the map grows on MDB_MAP_FULL up to this
                                (0: 1 TiB); past it, eviction makes room */

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -110,4 +111,124 @@ void skv_profile_id(const seqkv_profile *p, uint8_t out[32])
     skv_store32_le(b + 88, (uint32_t)p->rope_half);
     skv_store32_le(b + 92, (uint32_t)p->chunk);
     crypto_generichash(out, 32, b, sizeof b, (const uint8_t *)"seqkv-profile-v1", 16);
+}
+
+/* ---- where the master key comes from ---------------------------------------- */
+
+#define KDF_MAGIC 0x504b5653u /* "SVKP" */
+#define KDF_FILE 48           /* magic, version, alg, opslimit, memlimit, salt */
+
+/* 32 bytes as 64 hex digits (surrounding blanks ignored) */
+static int hex_key(const char *s, size_t len, uint8_t key[32], const char *what)
+{
+    while (len && (s[len - 1] == '\n' || s[len - 1] == '\r' || s[len - 1] == ' '))
+        len--;
+    size_t got = 0;
+    if (len != 64 || sodium_hex2bin(key, 32, s, len, NULL, &got, NULL) != 0 || got != 32)
+        return skv_error(SKV_ERR_ARG, "%s: a master key is 64 hex digits", what);
+    return SKV_OK;
+}
+
+static int key_from_fd(const char *spec, uint8_t key[32])
+{
+    char *end;
+    long fd = strtol(spec, &end, 10);
+    if (*spec == 0 || *end || fd < 0 || fd > 1 << 20)
+        return skv_error(SKV_ERR_ARG, "fd:%s: not a file descriptor", spec);
+    char buf[130];
+    ssize_t n = read((int)fd, buf, sizeof buf);
+    if (n < 0)
+        return skv_error(SKV_ERR_IO, "read the master key from fd %ld: %s", fd, strerror(errno));
+    int rc = n == 32 ? (memcpy(key, buf, 32), SKV_OK) : hex_key(buf, (size_t)n, key, "fd");
+    sodium_memzero(buf, sizeof buf);
+    return rc;
+}
+
+/* The passphrase's key: Argon2id (crypto_pwhash) with the store's salt
+ * and costs from DIR/passphrase.kdf, made (0600, O_EXCL) with a random
+ * salt by the first open that creates the store */
+static int key_from_pass(const char *pass, size_t plen, const char *dir, int create,
+                         uint8_t key[32])
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/passphrase.kdf", dir);
+    uint8_t b[KDF_FILE];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && create) {
+        skv_store32_le(b, KDF_MAGIC);
+        skv_store32_le(b + 4, 1);
+        skv_store32_le(b + 8, (uint32_t)crypto_pwhash_ALG_ARGON2ID13);
+        skv_store32_le(b + 12, 0);
+        skv_store64_le(b + 16, crypto_pwhash_OPSLIMIT_INTERACTIVE);
+        skv_store64_le(b + 24, crypto_pwhash_MEMLIMIT_INTERACTIVE);
+        randombytes_buf(b + 32, 16);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        int ok = fd >= 0 && write(fd, b, sizeof b) == (ssize_t)sizeof b && fsync(fd) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (!ok)
+            return skv_error(SKV_ERR_IO, "write %s: %s", path, strerror(errno));
+    } else {
+        if (fd < 0)
+            return skv_error(errno == ENOENT ? SKV_ERR_NOT_FOUND : SKV_ERR_IO,
+                             "%s: %s (a store keyed by a passphrase keeps its salt there)", path,
+                             strerror(errno));
+        ssize_t n = read(fd, b, sizeof b);
+        close(fd);
+        if (n != KDF_FILE || skv_load32_le(b) != KDF_MAGIC || skv_load32_le(b + 4) != 1)
+            return skv_error(SKV_ERR_CORRUPT, "%s is not a seqkv passphrase salt file", path);
+    }
+    const int alg = (int)skv_load32_le(b + 8);
+    const uint64_t ops = skv_load64_le(b + 16), mem = skv_load64_le(b + 24);
+    if (alg != crypto_pwhash_ALG_ARGON2ID13 || ops < crypto_pwhash_OPSLIMIT_MIN ||
+        ops > crypto_pwhash_OPSLIMIT_MAX || mem < crypto_pwhash_MEMLIMIT_MIN ||
+        mem > (uint64_t)1 << 36)
+        return skv_error(SKV_ERR_CORRUPT, "%s: unknown parameters", path);
+    if (plen < 8)
+        return skv_error(SKV_ERR_ARG, "a passphrase has at least 8 characters");
+    if (crypto_pwhash(key, 32, pass, plen, b + 32, ops, (size_t)mem, alg) != 0)
+        return skv_error(SKV_ERR_NOMEM, "deriving the key from the passphrase (out of memory)");
+    return SKV_OK;
+}
+
+int skv_master_key_from(const char *spec, const char *dir, int create, uint8_t key[32], int *pass)
+{
+    char path[4200];
+    *pass = 0;
+    if (!spec) {
+        snprintf(path, sizeof path, "%s/master.key", dir);
+        return skv_master_key(path, create, key);
+    }
+    if (strncmp(spec, "fd:", 3) == 0)
+        return key_from_fd(spec + 3, key);
+    if (strncmp(spec, "env:", 4) == 0) {
+        const char *v = getenv(spec + 4);
+        if (!v)
+            return skv_error(SKV_ERR_NOT_FOUND, "environment variable %s is not set", spec + 4);
+        return hex_key(v, strlen(v), key, spec);
+    }
+    if (strncmp(spec, "passphrase-env:", 15) == 0) {
+        const char *v = getenv(spec + 15);
+        if (!v)
+            return skv_error(SKV_ERR_NOT_FOUND, "environment variable %s is not set", spec + 15);
+        *pass = 1;
+        return key_from_pass(v, strlen(v), dir, create, key);
+    }
+    if (strncmp(spec, "passphrase-file:", 16) == 0) {
+        char buf[1025];
+        int fd = open(spec + 16, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return skv_error(SKV_ERR_IO, "%s: %s", spec + 16, strerror(errno));
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n < 0)
+            return skv_error(SKV_ERR_IO, "%s: %s", spec + 16, strerror(errno));
+        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+            n--;
+        *pass = 1;
+        int rc = key_from_pass(buf, (size_t)n, dir, create, key);
+        sodium_memzero(buf, sizeof buf);
+        return rc;
+    }
+    return skv_master_key(spec, create, key);
 }

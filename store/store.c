@@ -552,9 +552,9 @@ static int open_dir(seqkv *db, const char *dir)
 /* The master key and the LMDB environment */
 static int open_env(seqkv *db, const char *dir)
 {
-    char kpath[sizeof db->dir + 16];
-    snprintf(kpath, sizeof kpath, "%s/master.key", dir);
-    int rc = skv_master_key(db->o.master_key ? db->o.master_key : kpath, !db->o.read_only, db->master);
+    /* the key stays in locked memory (no swap) and is wiped at close */
+    sodium_mlock(db->master, sizeof db->master);
+    int rc = skv_master_key_from(db->o.master_key, dir, !db->o.read_only, db->master, &db->pass_key);
     if (rc)
         return rc;
     int mrc;
@@ -627,7 +627,8 @@ static int check_format(seqkv *db, MDB_txn *txn, const char *dir)
         return skv_error(SKV_ERR_VERSION, "%s was written by a newer seqkv (format %u, this reads %u)", dir,
                          skv_load32_le(b + 4), STORE_VERSION);
     if (sodium_memcmp(b + 16, chk, 16) != 0)
-        return skv_error(SKV_ERR_CORRUPT, "the master key does not belong to the store in %s", dir);
+        return skv_error(SKV_ERR_CORRUPT, "the %s does not belong to the store in %s",
+                         db->pass_key ? "passphrase" : "master key", dir);
     return SKV_OK;
 }
 
@@ -701,7 +702,7 @@ void seqkv_close(seqkv *db)
     pthread_mutex_destroy(&db->clock);
     pthread_mutex_destroy(&db->kmu);
     pthread_mutex_destroy(&db->rpool_mu);
-    sodium_memzero(db->master, sizeof db->master);
+    sodium_munlock(db->master, sizeof db->master); /* (wipes it) */
     skv_free(db);
 }
 

@@ -84,6 +84,12 @@ uint64_t skv_rec_sum_end(skv_rec_sum *s);
 #define SKV_MASTER_KEY_FILE 72 /* "SKVK" u32 version, 32-byte key, 32-byte check */
 /* Load DIR's master key, or create it (0600) when create and absent. */
 int skv_master_key(const char *path, int create, uint8_t key[32]);
+/* The master key from spec: NULL (DIR/master.key), a key file's path,
+ * "fd:N" (32 bytes or 64 hex digits read from descriptor N), "env:VAR"
+ * (64 hex digits), "passphrase-env:VAR" or "passphrase-file:PATH"
+ * (Argon2id with the store's salt, DIR/passphrase.kdf); *pass: it came
+ * from a passphrase. create: a new store's key file or salt may be made. */
+int skv_master_key_from(const char *spec, const char *dir, int create, uint8_t key[32], int *pass);
 /* Tenant secret: crypto_kdf subkey id of the tenant. */
 void skv_tenant_secret(const uint8_t master[32], uint64_t tenant_id, uint8_t out[32]);
 /* h0 = H_k(profile id) */

@@ -82,7 +82,8 @@ struct seqkv {
     uint64_t blob_evicted, blob_expired; /* keys removed since open */
     uint8_t blob_sweep[16 + 495];      /* where the next sweep starts (blob_maint.c) */
     size_t blob_sweep_len;
-    uint8_t master[32];
+    uint8_t master[32];    /* mlocked, wiped at close */
+    int pass_key;          /* derived from a passphrase */
     pthread_mutex_t wlock;
     pthread_rwlock_t rw;
     pthread_mutex_t clock; /* coder cache and model loading */

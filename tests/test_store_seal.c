@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "seal.h"
 #include "seqkv_blob.h"
@@ -206,4 +207,64 @@ Test(seal, a_record_moved_to_another_key_or_tenant_does_not_open, .timeout = 60)
     su_seq_free(&a);
     su_seq_free(&b);
     su_model_free(&tm);
+}
+
+static int open_with(const char *dir, const char *spec, seqkv **db)
+{
+    seqkv_options o = {0};
+    o.quiet = 1;
+    o.master_key = spec;
+    *db = NULL;
+    return seqkv_open(dir, &o, db);
+}
+
+Test(seal, master_keys_from_env_fd_and_passphrase_and_wrong_ones_refused, .timeout = 60)
+{
+    const char *tmp = tu_tmpdir();
+    char dir[4200], pw[4200], spec[4300];
+    seqkv *db;
+    /* a key in the environment */
+    snprintf(dir, sizeof dir, "%s/env", tmp);
+    setenv("SEQKV_TEST_KEY", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+    cr_assert_eq(open_with(dir, "env:SEQKV_TEST_KEY", &db), 0, "%s", skv_error_detail());
+    seqkv_blob_item it = {(const uint8_t *)"k", 1, (const uint8_t *)"secret value", 12};
+    int w;
+    cr_assert_eq(seqkv_blob_set(db, "t", &it, 1, 0, 0, &w), 0);
+    seqkv_close(db);
+    cr_assert_eq(access(tu_path(dir, "master.key"), F_OK), -1, "no key file in the directory");
+    /* the same key from a descriptor */
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    cr_assert_eq(write(p[1], getenv("SEQKV_TEST_KEY"), 64), 64);
+    close(p[1]);
+    snprintf(spec, sizeof spec, "fd:%d", p[0]);
+    cr_assert_eq(open_with(dir, spec, &db), 0, "%s", skv_error_detail());
+    close(p[0]);
+    seqkv_close(db);
+    /* another key */
+    setenv("SEQKV_TEST_KEY", "10112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+    cr_assert_eq(open_with(dir, "env:SEQKV_TEST_KEY", &db), SKV_ERR_CORRUPT);
+    cr_assert(strstr(skv_error_detail(), "master key does not belong"), "%s", skv_error_detail());
+    setenv("SEQKV_TEST_KEY", "not hex", 1);
+    cr_assert_eq(open_with(dir, "env:SEQKV_TEST_KEY", &db), SKV_ERR_ARG);
+    /* a passphrase: its salt beside the store, a wrong one refused */
+    snprintf(dir, sizeof dir, "%s/pass", tmp);
+    snprintf(pw, sizeof pw, "%s/pw", tmp);
+    FILE *f = fopen(pw, "w");
+    fputs("correct horse battery staple\n", f);
+    fclose(f);
+    snprintf(spec, sizeof spec, "passphrase-file:%s", pw);
+    cr_assert_eq(open_with(dir, spec, &db), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_blob_set(db, "t", &it, 1, 0, 0, &w), 0);
+    seqkv_close(db);
+    cr_assert_eq(access(tu_path(dir, "passphrase.kdf"), F_OK), 0);
+    setenv("SEQKV_TEST_PASS", "correct horse battery staple", 1);
+    cr_assert_eq(open_with(dir, "passphrase-env:SEQKV_TEST_PASS", &db), 0, "%s",
+                 skv_error_detail());
+    seqkv_close(db);
+    setenv("SEQKV_TEST_PASS", "correct horse battery stapler", 1);
+    cr_assert_eq(open_with(dir, "passphrase-env:SEQKV_TEST_PASS", &db), SKV_ERR_CORRUPT);
+    cr_assert(strstr(skv_error_detail(), "passphrase does not belong"), "%s", skv_error_detail());
+    unsetenv("SEQKV_TEST_KEY");
+    unsetenv("SEQKV_TEST_PASS");
 }
