@@ -171,6 +171,23 @@ typedef struct {
 #define SEQKV_TENANT_CONF_INIT {.size = sizeof(seqkv_tenant_conf)}
 int seqkv_tenant_set(seqkv *db, const char *tenant, const seqkv_tenant_conf *c);
 
+/* Forget a tenant (crypto-shredding): its wrapped keys and tenant record
+ * are deleted and the master key rotated in one transaction (every other
+ * tenant's keys wrapped anew), the key file replaced, then its records and
+ * blobs deleted. From the moment it returns nothing of the tenant opens
+ * with the current master key, even from a copy of the data directory
+ * taken before (which holds the tenant's keys only under the old master
+ * key: keep the key file outside the data directory for that to hold of
+ * copies). Needs the master key in a key file (SKV_ERR_UNSUPPORTED for a
+ * descriptor, the environment or a passphrase). SKV_ERR_NOT_FOUND for an
+ * unknown tenant. */
+typedef struct {
+    int rotated;      /* the master key was rotated */
+    uint64_t records; /* chunk records deleted */
+    uint64_t blobs;   /* blob keys deleted */
+} seqkv_forget_stats;
+int seqkv_tenant_forget(seqkv *db, const char *tenant, seqkv_forget_stats *out);
+
 /* ------------------------------------------------------------------------
  * Put, lookup, get, del.
  * ---------------------------------------------------------------------- */

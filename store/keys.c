@@ -70,6 +70,26 @@ int skv_master_key(const char *path, int create, uint8_t key[32])
     return SKV_OK;
 }
 
+int skv_master_key_write(const char *path, const uint8_t key[32])
+{
+    uint8_t img[SKV_MASTER_KEY_FILE];
+    skv_store32_le(img, KEY_MAGIC);
+    skv_store32_le(img + 4, KEY_VERSION);
+    memcpy(img + 8, key, 32);
+    key_check(img + 8, img + 40);
+    unlink(path); /* (a stale one from a rotation that did not finish) */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int ok = fd >= 0 && write(fd, img, sizeof img) == (ssize_t)sizeof img && fsync(fd) == 0;
+    if (fd >= 0)
+        close(fd);
+    sodium_memzero(img, sizeof img);
+    if (!ok) {
+        unlink(path);
+        return skv_error(SKV_ERR_IO, "write master key %s: %s", path, strerror(errno));
+    }
+    return SKV_OK;
+}
+
 void skv_tenant_secret(const uint8_t master[32], uint64_t tenant_id, uint8_t out[32])
 {
     crypto_kdf_derive_from_key(out, 32, tenant_id, "seqkvtnt", master);
@@ -191,12 +211,15 @@ static int key_from_pass(const char *pass, size_t plen, const char *dir, int cre
     return SKV_OK;
 }
 
-int skv_master_key_from(const char *spec, const char *dir, int create, uint8_t key[32], int *pass)
+int skv_master_key_from(const char *spec, const char *dir, int create, uint8_t key[32], int *pass,
+                        char *file, size_t file_cap)
 {
     char path[4200];
     *pass = 0;
+    file[0] = 0;
     if (!spec) {
         snprintf(path, sizeof path, "%s/master.key", dir);
+        snprintf(file, file_cap, "%s", path);
         return skv_master_key(path, create, key);
     }
     if (strncmp(spec, "fd:", 3) == 0)
@@ -230,5 +253,6 @@ int skv_master_key_from(const char *spec, const char *dir, int create, uint8_t k
         sodium_memzero(buf, sizeof buf);
         return rc;
     }
+    snprintf(file, file_cap, "%s", spec);
     return skv_master_key(spec, create, key);
 }

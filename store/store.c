@@ -554,7 +554,8 @@ static int open_env(seqkv *db, const char *dir)
 {
     /* the key stays in locked memory (no swap) and is wiped at close */
     sodium_mlock(db->master, sizeof db->master);
-    int rc = skv_master_key_from(db->o.master_key, dir, !db->o.read_only, db->master, &db->pass_key);
+    int rc = skv_master_key_from(db->o.master_key, dir, !db->o.read_only, db->master, &db->pass_key,
+                                 db->key_file, sizeof db->key_file);
     if (rc)
         return rc;
     int mrc;
@@ -626,7 +627,7 @@ static int check_format(seqkv *db, MDB_txn *txn, const char *dir)
     if (skv_load32_le(b + 4) > STORE_VERSION)
         return skv_error(SKV_ERR_VERSION, "%s was written by a newer seqkv (format %u, this reads %u)", dir,
                          skv_load32_le(b + 4), STORE_VERSION);
-    if (sodium_memcmp(b + 16, chk, 16) != 0)
+    if (sodium_memcmp(b + 16, chk, 16) != 0 && skv_rotation_finish(db, b + 16) != SKV_OK)
         return skv_error(SKV_ERR_CORRUPT, "the %s does not belong to the store in %s",
                          db->pass_key ? "passphrase" : "master key", dir);
     return SKV_OK;

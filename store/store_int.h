@@ -89,7 +89,11 @@ int skv_master_key(const char *path, int create, uint8_t key[32]);
  * (64 hex digits), "passphrase-env:VAR" or "passphrase-file:PATH"
  * (Argon2id with the store's salt, DIR/passphrase.kdf); *pass: it came
  * from a passphrase. create: a new store's key file or salt may be made. */
-int skv_master_key_from(const char *spec, const char *dir, int create, uint8_t key[32], int *pass);
+int skv_master_key_from(const char *spec, const char *dir, int create, uint8_t key[32], int *pass,
+                        char *file, size_t file_cap);
+/* (file: the key file's path when it came from one, else "") */
+/* Write a key file at path (0600, fsynced; one there is replaced) */
+int skv_master_key_write(const char *path, const uint8_t key[32]);
 /* Tenant secret: crypto_kdf subkey id of the tenant. */
 void skv_tenant_secret(const uint8_t master[32], uint64_t tenant_id, uint8_t out[32]);
 /* h0 = H_k(profile id) */

@@ -84,6 +84,7 @@ struct seqkv {
     size_t blob_sweep_len;
     uint8_t master[32];    /* mlocked, wiped at close */
     int pass_key;          /* derived from a passphrase */
+    char key_file[4200];   /* the key file it came from ("": not a file) */
     pthread_mutex_t wlock;
     pthread_rwlock_t rw;
     pthread_mutex_t clock; /* coder cache and model loading */
@@ -165,7 +166,11 @@ void skv_store_read_pool_give(seqkv *db);
 skv_pool *skv_store_read_pool(const seqkv *db);
 void skv_store_coders_free(seqkv *db);
 
-/* ---- tenants' keys and sealing (tenant_keys.c) ------------------------------- */
+/* ---- tenants' keys and sealing (tenant_keys.c, forget.c) --------------------- */
+/* The format record's check value is want: a rotation that committed but
+ * did not replace the key file is finished (KEY.new adopted); else
+ * SKV_ERR_CORRUPT (no detail set) */
+int skv_rotation_finish(seqkv *db, const uint8_t want[16]);
 int skv_tkeys_alloc(tenant_ent *t);
 void skv_tkeys_free(tenant_ent *t);
 /* A new tenant's keys: a random data key; the hash secret from the

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "seal.h"
@@ -267,4 +268,129 @@ Test(seal, master_keys_from_env_fd_and_passphrase_and_wrong_ones_refused, .timeo
     cr_assert(strstr(skv_error_detail(), "passphrase does not belong"), "%s", skv_error_detail());
     unsetenv("SEQKV_TEST_KEY");
     unsetenv("SEQKV_TEST_PASS");
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    size_t len;
+    uint8_t *b = tu_read(from, &len);
+    cr_assert_not_null(b, "read %s", from);
+    FILE *f = fopen(to, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(b, 1, len, f), len);
+    fclose(f);
+    free(b);
+}
+
+/* Nothing of the tenant's prefix is found (an unknown tenant, or 0) */
+static void assert_gone(seqkv *db, const char *tenant, const su_seq *s)
+{
+    size_t m = 0;
+    int rc = seqkv_lookup(db, tenant, "p", s->tok, s->n, &m);
+    cr_assert(rc == SKV_ERR_NOT_FOUND || (rc == 0 && m == 0), "%s: %d, %zu tokens", tenant, rc, m);
+}
+
+static uint8_t *blob_of(seqkv *db, const char *tenant, const char *key, size_t *len)
+{
+    seqkv_blob_info in;
+    cr_assert_eq(seqkv_blob_stat(db, tenant, (const uint8_t *)key, strlen(key), &in), 0);
+    *len = in.len;
+    return in.found ? malloc(1) : NULL; /* (found or not is what these checks need) */
+}
+
+Test(seal, a_forgotten_tenant_opens_nowhere_not_even_from_a_copy_taken_before, .timeout = 120)
+{
+    const char *tmp = tu_tmpdir();
+    char dir[4200], copy[4200], key[4200], path[4300], path2[4300];
+    snprintf(dir, sizeof dir, "%s/db", tmp);
+    snprintf(copy, sizeof copy, "%s/copy", tmp);
+    snprintf(key, sizeof key, "%s/outside.key", tmp); /* not in the data directory */
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv_options o = {0};
+    o.master_key = key;
+    seqkv *db = store_at_level(dir, &o, &tm, SEQKV_CTX, 0, CHUNK);
+    su_seq a, b;
+    su_seq_make(&tm, NULL, 0, 3 * CHUNK, 21, &a);
+    su_seq_make(&tm, NULL, 0, 3 * CHUNK, 22, &b);
+    put(db, "alice", "p", &a, -1);
+    put(db, "bob", "p", &b, -1);
+    seqkv_blob_item ia = {(const uint8_t *)"k", 1, a.kv, a.kv_len}, ib = {(const uint8_t *)"k", 1,
+                                                                        b.kv, b.kv_len};
+    int w;
+    cr_assert_eq(seqkv_blob_set(db, "alice", &ia, 1, 0, 0, &w), 0);
+    cr_assert_eq(seqkv_blob_set(db, "bob", &ib, 1, 0, 0, &w), 0);
+    seqkv_close(db);
+    /* a copy of the data directory, and the key of that day */
+    cr_assert_eq(mkdir(copy, 0700), 0);
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    snprintf(path2, sizeof path2, "%s/data.mdb", copy);
+    copy_file(path, path2);
+    size_t klen;
+    uint8_t *old_key = tu_read(key, &klen);
+    db = open_store(dir, &o);
+    seqkv_forget_stats fs;
+    cr_assert_eq(seqkv_tenant_forget(db, "alice", &fs), 0, "%s", skv_error_detail());
+    cr_assert(fs.rotated);
+    cr_assert_gt(fs.records, 0);
+    cr_assert_eq(fs.blobs, 1);
+    assert_gone(db, "alice", &a);
+    size_t len;
+    cr_assert_null(blob_of(db, "alice", "k", &len), "alice's blob is gone");
+    assert_whole(db, "bob", "p", &tm, &b, "bob after alice is forgotten");
+    uint8_t *bb = blob_of(db, "bob", "k", &len);
+    cr_assert(bb && len == b.kv_len);
+    free(bb);
+    cr_assert_eq(seqkv_tenant_forget(db, "alice", &fs), SKV_ERR_NOT_FOUND);
+    seqkv_close(db);
+    size_t nlen;
+    uint8_t *new_key = tu_read(key, &nlen);
+    cr_assert(nlen == klen && memcmp(new_key, old_key, klen) != 0, "the key file was rotated");
+    /* reopened with the key of now: bob exact, alice nowhere */
+    db = open_store(dir, &o);
+    assert_whole(db, "bob", "p", &tm, &b, "bob reopened");
+    assert_gone(db, "alice", &a);
+    seqkv_close(db);
+    /* the copy taken before: the key of now opens nothing of it ... */
+    seqkv *c = NULL;
+    o.quiet = 1;
+    cr_assert_eq(seqkv_open(copy, &o, &c), SKV_ERR_CORRUPT, "the copy is not the new key's");
+    /* ... and alice's wrapped keys in it do not unwrap under it */
+    uint8_t nm[32], keys[SKV_TKEYS];
+    cr_assert_eq(skv_master_key(key, 0, nm), 0);
+    void *env = su_env_open(copy, 1);
+    MDB_txn *txn;
+    MDB_dbi kd, td;
+    cr_assert_eq(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "tkeys", 0, &kd), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "tenants", 0, &td), 0);
+    MDB_val tk = {5, "alice"}, tv, kv;
+    cr_assert_eq(mdb_get(txn, td, &tk, &tv), 0);
+    const uint64_t aid = skv_load64_le((const uint8_t *)tv.mv_data + 8);
+    uint8_t k8[8];
+    for (int i = 0; i < 8; i++)
+        k8[i] = (uint8_t)(aid >> (56 - 8 * i));
+    MDB_val kk = {8, k8};
+    cr_assert_eq(mdb_get(txn, kd, &kk, &kv), 0);
+    cr_assert_eq(skv_tkeys_unwrap(nm, aid, kv.mv_data, kv.mv_size, keys), SKV_ERR_CORRUPT,
+                 "alice's keys in the old copy do not open with the new master key");
+    mdb_txn_abort(txn);
+    su_env_close(env);
+    /* a rotation that committed but stopped before its rename: the next
+     * open finishes it */
+    snprintf(path, sizeof path, "%s.new", key);
+    cr_assert_eq(rename(key, path), 0);
+    FILE *f = fopen(key, "wb");
+    fwrite(old_key, 1, klen, f);
+    fclose(f);
+    chmod(key, 0600);
+    db = open_store(dir, &o);
+    assert_whole(db, "bob", "p", &tm, &b, "after an interrupted rotation");
+    seqkv_close(db);
+    cr_assert_eq(access(path, F_OK), -1, "KEY.new adopted");
+    free(old_key);
+    free(new_key);
+    su_seq_free(&a);
+    su_seq_free(&b);
+    su_model_free(&tm);
 }
