@@ -1024,6 +1024,7 @@ static const srv_cmd cmds[] = {
     {"KV.CALIBRATE", 2, 3, SRV_F_ADMIN, cmd_calibrate, 0},
     {"KV.COMPACT", 1, 2, SRV_F_ADMIN, cmd_compact, 0},
     {"KV.STATS", 1, 1, 0, cmd_stats, 0},
+    {"KV.TENANT", 3, 3, SRV_F_ADMIN, srv_cmd_tenant, 0},
     /* the blob namespace: Redis's string commands (cmd_blob.c) */
     {"GET", 2, 2, 0, srv_cmd_bget, 0},
     {"MGET", 2, -1, 0, srv_cmd_mget, 0},

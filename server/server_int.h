@@ -186,6 +186,8 @@ void srv_cmd_expire(skv_server *s, srv_job *j);
 void srv_cmd_scan(skv_server *s, srv_job *j);
 void srv_cmd_dbsize(skv_server *s, srv_job *j);
 void srv_cmd_flushdb(skv_server *s, srv_job *j);
+/* KV.TENANT FORGET <tenant> (cmd_tenant.c) */
+void srv_cmd_tenant(skv_server *s, srv_job *j);
 /* Redis's glob match (SCAN ... MATCH) of s against pattern p */
 int srv_glob(const uint8_t *p, size_t pl, const uint8_t *s, size_t sl);
 /* raw / stored, 0 when nothing is stored */

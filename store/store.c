@@ -554,7 +554,12 @@ static int open_env(seqkv *db, const char *dir)
 {
     /* the key stays in locked memory (no swap) and is wiped at close */
     sodium_mlock(db->master, sizeof db->master);
-    int rc = skv_master_key_from(db->o.master_key, dir, !db->o.read_only, db->master, &db->pass_key,
+    /* a key (or a passphrase's salt) is made only with a new store: one
+     * missing beside an existing store is an error, not a fresh key */
+    char data[4200];
+    snprintf(data, sizeof data, "%s/data.mdb", dir);
+    const int fresh = !db->o.read_only && access(data, F_OK) != 0;
+    int rc = skv_master_key_from(db->o.master_key, dir, fresh, db->master, &db->pass_key,
                                  db->key_file, sizeof db->key_file);
     if (rc)
         return rc;
