@@ -241,8 +241,12 @@ static void cmd_ping(skv_server *s, srv_job *j)
         skv_rbuf_simple(&j->reply, "PONG");
 }
 
-static void auth_failed(skv_server *s, srv_job *j)
+static void auth_failed(skv_server *s, srv_job *j, int rc)
 {
+    if (rc == -2) {
+        err_reply(j, "BUSY", "that tenant has all the connections its max-clients allows");
+        return;
+    }
     err_reply(j, "WRONGPASS", "invalid token or tenant name");
     if (j->c->auth_fails >= 3) {
         j->close_after = 1;
@@ -255,9 +259,10 @@ static void auth_failed(skv_server *s, srv_job *j)
 static void cmd_auth(skv_server *s, srv_job *j)
 {
     int two = j->cmd.argc == 3;
-    if (srv_auth(s, j->c, two ? j->cmd.argv[1] : NULL, two ? j->cmd.argl[1] : 0,
-                 j->cmd.argv[two ? 2 : 1], j->cmd.argl[two ? 2 : 1])) {
-        auth_failed(s, j);
+    int rc = srv_auth(s, j->c, two ? j->cmd.argv[1] : NULL, two ? j->cmd.argl[1] : 0,
+                      j->cmd.argv[two ? 2 : 1], j->cmd.argl[two ? 2 : 1]);
+    if (rc) {
+        auth_failed(s, j, rc);
         return;
     }
     skv_rbuf_simple(&j->reply, "OK");
@@ -280,9 +285,10 @@ static void cmd_hello(skv_server *s, srv_job *j)
     }
     for (; i < j->cmd.argc; i++) {
         if (arg_is(j, i, "AUTH") && i + 2 < j->cmd.argc) {
-            if (srv_auth(s, c, j->cmd.argv[i + 1], j->cmd.argl[i + 1], j->cmd.argv[i + 2],
-                         j->cmd.argl[i + 2])) {
-                auth_failed(s, j);
+            int rc = srv_auth(s, c, j->cmd.argv[i + 1], j->cmd.argl[i + 1], j->cmd.argv[i + 2],
+                              j->cmd.argl[i + 2]);
+            if (rc) {
+                auth_failed(s, j, rc);
                 return;
             }
             i += 2;

@@ -5,6 +5,10 @@
  *   tenant NAME gid N        peers whose primary gid is N (uid rules first)
  *   tenant NAME token SECRET AUTH SECRET (or AUTH NAME SECRET) selects NAME
  *   tenant NAME admin        NAME may SHUTDOWN, calibrate, change profiles
+ *   tenant NAME max-clients N | max-inflight BYTES | put-rate BYTES
+ *                            NAME's connections, bytes of requests in flight,
+ *                            PUT bytes a second (0 or absent: none)
+ *   max-unauth-clients N | unauth-timeout S   connections before AUTH
  *   admin uid N              peers with uid N are admins whatever their tenant
  *   max-clients N | max-args N | max-bulk BYTES | max-query BYTES |
  *   max-output BYTES | threads N     limits (BYTES takes K, M, G suffixes)
@@ -29,6 +33,8 @@ void skv_server_config_default(skv_server_config *c)
     c->max_query = SKV_SERVER_MAX_QUERY;
     c->max_output = SKV_SERVER_MAX_OUTPUT;
     c->compact_interval = 60;
+    c->max_unauth = SKV_SERVER_MAX_UNAUTH;
+    c->unauth_timeout = 10;
 }
 
 static int valid_name(const char *s)
@@ -108,7 +114,8 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
             return 0;
         }
         if (nw != 4)
-            return skv_error(SKV_ERR_FORMAT, "config line %d: 'tenant NAME uid N|gid N|token SECRET|admin'",
+            return skv_error(SKV_ERR_FORMAT, "config line %d: 'tenant NAME uid N|gid N|token SECRET|admin|"
+                             "max-clients N|max-inflight BYTES|put-rate BYTES'",
                              ln);
         if (strcmp(w[2], "uid") == 0 || strcmp(w[2], "gid") == 0) {
             if (parse_u64(w[3], 0, UINT32_MAX - 1, 0, &v))
@@ -122,6 +129,18 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
             if (c->nrules == sizeof c->rules / sizeof c->rules[0])
                 return skv_error(SKV_ERR_FORMAT, "config line %d: too many uid/gid rules", ln);
             c->rules[c->nrules++] = (skv_server_rule){k, (uint32_t)v, t};
+            return 0;
+        }
+        const char *lim[3] = {"max-clients", "max-inflight", "put-rate"};
+        for (int li = 0; li < 3; li++) {
+            if (strcmp(w[2], lim[li]) != 0)
+                continue;
+            if (parse_u64(w[3], 1, li ? 1ull << 50 : 65536, li != 0, &v))
+                return skv_error(SKV_ERR_FORMAT, "config line %d: %s wants %s", ln, lim[li],
+                                 li ? "a byte count (suffix K, M or G)" : "1..65536");
+            uint64_t *f[3] = {&c->tenants[t].max_clients, &c->tenants[t].max_inflight,
+                              &c->tenants[t].put_rate};
+            *f[li] = v;
             return 0;
         }
         if (strcmp(w[2], "token") == 0) {
@@ -182,6 +201,14 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
             return skv_error(SKV_ERR_FORMAT, "config line %d: compact-interval wants seconds "
                              "(0: compact only after a profile calibrates itself)", ln);
         c->compact_interval = v;
+    } else if (strcmp(w[0], "max-unauth-clients") == 0) {
+        if (parse_u64(w[1], 1, 65536, 0, &v))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: max-unauth-clients wants 1..65536", ln);
+        c->max_unauth = (size_t)v;
+    } else if (strcmp(w[0], "unauth-timeout") == 0) {
+        if (parse_u64(w[1], 1, 86400, 0, &v))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: unauth-timeout wants 1..86400 seconds", ln);
+        c->unauth_timeout = v;
     } else if (strcmp(w[0], "put-batch") == 0) {
         if (parse_u64(w[1], 1, 4096, 0, &v))
             return skv_error(SKV_ERR_FORMAT, "config line %d: put-batch wants 1..4096", ln);

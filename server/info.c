@@ -100,8 +100,12 @@ static void section_clients(skv_server *s, srv_job *j, skv_rbuf *b)
 {
     pthread_mutex_lock(&s->smu);
     uint64_t af = s->auth_failures;
+    size_t unauth = s->nunauth;
     pthread_mutex_unlock(&s->smu);
-    skv_rbuf_fmt(b, "# Clients\r\nconnected_clients:%zu\r\nmax_clients:%zu\r\n"
+    skv_rbuf_fmt(b, "# Clients\r\nwaiting_to_authenticate:%zu\r\nmax_unauth_clients:%zu\r\n"
+                 "unauth_timeout_seconds:%" PRIu64 "\r\n",
+                 unauth, s->cfg.max_unauth, s->cfg.unauth_timeout);
+    skv_rbuf_fmt(b, "connected_clients:%zu\r\nmax_clients:%zu\r\n"
             "total_connections_received:%" PRIu64 "\r\nrejected_connections:%" PRIu64
             "\r\nprotocol_errors:%" PRIu64 "\r\nauth_failures:%" PRIu64
             "\r\nrequests_in_flight:%zu\r\nmax_bulk:%" PRIu64 "\r\nmax_query:%" PRIu64
@@ -233,6 +237,11 @@ static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
              x.get_hits, x.get_misses, x.tokens_served, x.bytes_served, x.puts, x.tokens_put,
              x.new_tokens, x.dels, x.errors, st.tokens, st.raw_bytes, st.stored_bytes,
              srv_ratio(st.raw_bytes, st.stored_bytes), st.evictions);
+        const skv_server_tenant *tc = &s->cfg.tenants[t];
+        skv_rbuf_fmt(b, "tenant_%s_limits:connections=%" PRIu64 "/%" PRIu64 ",inflight_bytes=%" PRIu64
+                     "/%" PRIu64 ",put_rate=%" PRIu64 ",refused_busy=%" PRIu64 "\r\n",
+                     tc->name, x.conns, tc->max_clients, x.inflight_bytes, tc->max_inflight,
+                     tc->put_rate, x.busy);
         for (int l = 0; l < SEQKV_LEVELS; l++)
             if (st.level_tokens[l])
                 skv_rbuf_fmt(b, "tenant_%s_level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64

@@ -78,6 +78,33 @@ static int tenant_of_peer(const skv_server *s, uint32_t uid, uint32_t gid)
     return -1;
 }
 
+/* The client is tenant t now (-1: none): counts follow (loop thread) */
+static void set_tenant(skv_server *s, srv_client *c, int t)
+{
+    pthread_mutex_lock(&s->smu);
+    if (c->tenant >= 0)
+        s->ts[c->tenant].conns--;
+    else
+        s->nunauth--;
+    if (t >= 0)
+        s->ts[t].conns++;
+    else
+        s->nunauth++;
+    pthread_mutex_unlock(&s->smu);
+    c->tenant = t;
+}
+
+/* 1 when tenant t has all the connections it may (refusals counted) */
+static int tenant_full(skv_server *s, int t)
+{
+    const uint64_t lim = s->cfg.tenants[t].max_clients;
+    pthread_mutex_lock(&s->smu);
+    int full = lim && s->ts[t].conns >= lim;
+    s->ts[t].busy += full;
+    pthread_mutex_unlock(&s->smu);
+    return full;
+}
+
 int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen,
              const uint8_t *tok, size_t tlen)
 {
@@ -102,7 +129,9 @@ int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen,
         pthread_mutex_unlock(&s->smu);
         return -1;
     }
-    c->tenant = found;
+    if (found != c->tenant && tenant_full(s, found))
+        return -2;
+    set_tenant(s, c, found);
     c->admin = s->cfg.tenants[found].admin || uid_is_admin(s, c->uid);
     return 0;
 }
@@ -149,6 +178,8 @@ static void client_free(skv_server *s, srv_client *c)
     if (c->next)
         c->next->prev = c->prev;
     s->nclients--;
+    set_tenant(s, c, -1); /* its tenant's count down ... */
+    s->nunauth--;         /* ... and it is gone, not waiting to authenticate */
     skv_resp_reset(&c->rp);
     srv_outq_clear(&c->out);
     skv_free(c->in);
@@ -308,6 +339,12 @@ static void job_complete(skv_server *s, srv_job *j)
     int inl = j->inline_;
     if (!inl)
         s->inflight--;
+    if (c->req_bytes && j->tenant >= 0) {
+        pthread_mutex_lock(&s->smu);
+        s->ts[j->tenant].inflight_bytes -= c->req_bytes;
+        pthread_mutex_unlock(&s->smu);
+    }
+    c->req_bytes = 0;
     c->busy = 0;
     if (c->dead) {
         client_free(s, c);
@@ -464,6 +501,57 @@ static void reply_now(skv_server *s, srv_client *c, const char *code, const char
 }
 
 /* Check and run (or queue) one command. */
+/* The tenant's limits on a request about to run: its bytes in flight (a
+ * request larger than the limit is -TOOLARGE, one that would pass it with
+ * the others -BUSY) and, for KV.PUT, SET and MSET, its PUT bytes a second
+ * (a bucket a second deep); 1 when it was refused (the reply queued) */
+static int over_limits(skv_server *s, srv_client *c, const srv_cmd *def, const skv_resp_cmd *cmd)
+{
+    const skv_server_tenant *tc = &s->cfg.tenants[c->tenant];
+    uint64_t bytes = 0;
+    for (size_t i = 1; i < cmd->argc; i++)
+        bytes += cmd->argl[i];
+    const int put = (def->flags & SRV_F_BATCH) != 0;
+    int refuse = 0;
+    pthread_mutex_lock(&s->smu);
+    srv_tstats *ts = &s->ts[c->tenant];
+    if (tc->max_inflight && bytes > tc->max_inflight)
+        refuse = 1;
+    else if (tc->max_inflight && ts->inflight_bytes + bytes > tc->max_inflight)
+        refuse = 2;
+    if (!refuse && put && tc->put_rate) {
+        const double now = srv_now(), rate = (double)tc->put_rate;
+        double *tok = &s->put_tokens[c->tenant], *at = &s->put_at[c->tenant];
+        *tok = *at == 0 ? rate : *tok + (now - *at) * rate;
+        if (*tok > rate)
+            *tok = rate;
+        *at = now;
+        if (*tok <= 0)
+            refuse = 3;
+        else
+            *tok -= (double)bytes; /* (may go below 0: what follows waits it out) */
+    }
+    if (refuse) {
+        ts->busy++;
+    } else {
+        ts->inflight_bytes += bytes;
+        c->req_bytes = bytes;
+    }
+    const uint64_t inflight = ts->inflight_bytes;
+    pthread_mutex_unlock(&s->smu);
+    if (refuse == 1)
+        reply_now(s, c, "TOOLARGE", "a request of %llu bytes is over tenant %s's max-inflight (%llu)",
+                  (unsigned long long)bytes, tc->name, (unsigned long long)tc->max_inflight);
+    else if (refuse == 2)
+        reply_now(s, c, "BUSY", "tenant %s has %llu bytes of requests in flight (max-inflight %llu): "
+                  "try again", tc->name, (unsigned long long)inflight,
+                  (unsigned long long)tc->max_inflight);
+    else if (refuse == 3)
+        reply_now(s, c, "BUSY", "tenant %s is over its put-rate (%llu bytes a second): try again",
+                  tc->name, (unsigned long long)tc->put_rate);
+    return refuse != 0;
+}
+
 static void dispatch(skv_server *s, srv_client *c, skv_resp_cmd *cmd)
 {
     const srv_cmd *def = srv_cmd_find(cmd->argv[0], cmd->argl[0]);
@@ -491,6 +579,10 @@ static void dispatch(skv_server *s, srv_client *c, skv_resp_cmd *cmd)
     }
     if ((def->flags & SRV_F_ADMIN) && !c->admin) {
         reply_now(s, c, "NOPERM", "'%s' needs an admin tenant", def->name);
+        skv_resp_cmd_free(cmd);
+        return;
+    }
+    if (!(def->flags & SRV_F_LOOP) && c->tenant >= 0 && over_limits(s, c, def, cmd)) {
         skv_resp_cmd_free(cmd);
         return;
     }
@@ -615,6 +707,24 @@ static void refuse(int fd, const char *msg)
     close(fd);
 }
 
+/* Connections not yet tied to a tenant have max-unauth-clients slots of
+ * their own: a new one takes the slot of the one that has waited longest
+ * (a client that means it sends AUTH at once), so idle ones cannot keep
+ * others out, and they can never fill the tenants' slots. 1 when one was
+ * closed. */
+static int evict_unauth(skv_server *s)
+{
+    srv_client *old = NULL;
+    for (srv_client *c = s->clients; c; c = c->next)
+        if (c->tenant < 0 && c->fd >= 0 && !c->busy && (!old || c->since < old->since))
+            old = c;
+    if (!old)
+        return 0;
+    refuse(dup(old->fd), "-ERR closed: too many connections waiting to authenticate\r\n");
+    client_free(s, old);
+    return 1;
+}
+
 static void do_accept(skv_server *s)
 {
     for (;;) {
@@ -636,6 +746,19 @@ static void do_accept(skv_server *s)
             continue;
         }
         int t = tenant_of_peer(s, cr.uid, cr.gid);
+        if (t < 0 && s->have_tokens && s->nunauth >= s->cfg.max_unauth && !evict_unauth(s)) {
+            s->rejected++;
+            refuse(fd, "-BUSY too many connections waiting to authenticate (max-unauth-clients)\r\n");
+            continue;
+        }
+        if (t >= 0 && tenant_full(s, t)) {
+            s->rejected++;
+            char msg[160];
+            snprintf(msg, sizeof msg, "-BUSY tenant %s has all the connections its max-clients allows\r\n",
+                     s->cfg.tenants[t].name);
+            refuse(fd, msg);
+            continue;
+        }
         if (t < 0 && !s->have_tokens) {
             s->rejected++;
             char msg[128];
@@ -660,7 +783,10 @@ static void do_accept(skv_server *s)
         c->uid = cr.uid;
         c->gid = cr.gid;
         c->pid = cr.pid;
-        c->tenant = t;
+        c->tenant = -1;
+        s->nunauth++;
+        set_tenant(s, c, t);
+        c->since = srv_now();
         c->admin = (t >= 0 && s->cfg.tenants[t].admin) || uid_is_admin(s, cr.uid);
         c->proto = 2;
         skv_resp_limits lim = {s->cfg.max_bulk, s->cfg.max_args, s->cfg.max_query,
@@ -977,6 +1103,21 @@ static int all_flushed(skv_server *s)
     return 1;
 }
 
+/* Clients that have not authenticated within unauth-timeout are closed */
+static void sweep_unauth(skv_server *s)
+{
+    const double now = srv_now();
+    s->last_sweep = now;
+    for (srv_client *c = s->clients, *next; c; c = next) {
+        next = c->next;
+        if (c->tenant < 0 && c->fd >= 0 && !c->busy &&
+            now - c->since > (double)s->cfg.unauth_timeout) {
+            refuse(dup(c->fd), "-ERR no AUTH within unauth-timeout: closing\r\n");
+            client_free(s, c);
+        }
+    }
+}
+
 int skv_server_run(skv_server *s)
 {
     struct epoll_event ev[64];
@@ -986,7 +1127,9 @@ int skv_server_run(skv_server *s)
         if (s->stopping && s->inflight == 0 &&
             (all_flushed(s) || srv_now() - s->stop_at > STOP_FLUSH_S))
             break;
-        int n = epoll_wait(s->epfd, ev, 64, s->stopping ? 50 : -1);
+        int n = epoll_wait(s->epfd, ev, 64, s->stopping ? 50 : s->nunauth ? 1000 : -1);
+        if (s->nunauth && srv_now() - s->last_sweep >= 1.0)
+            sweep_unauth(s);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

@@ -55,6 +55,8 @@ typedef struct srv_client {
     srv_outq out; /* unsent replies */
     int busy, closing, dead;
     uint32_t ev;
+    double since;       /* when it connected (the AUTH timeout) */
+    uint64_t req_bytes; /* its request in flight, counted against its tenant */
 } srv_client;
 
 /* Loop-side figures copied into a job when it is made (INFO reads these,
@@ -97,6 +99,8 @@ typedef struct {
     uint64_t puts, tokens_put, new_tokens, put_bytes, evictions;
     uint64_t dels, tokens_deleted, errors;
     uint64_t blob_gets, blob_hits, blob_sets, blob_bytes_in, blob_bytes_out;
+    /* its use against its limits (the loop's, copied here under smu) */
+    uint64_t conns, inflight_bytes, busy;
 } srv_tstats;
 
 struct skv_server {
@@ -124,6 +128,10 @@ struct skv_server {
     int pactive, put_batch;
     uint64_t batches, batched_puts; /* under smu */
     /* loop thread only */
+    size_t nunauth;                 /* clients not tied to a tenant */
+    double put_tokens[SKV_SERVER_MAX_TENANTS]; /* each tenant's PUT byte bucket */
+    double put_at[SKV_SERVER_MAX_TENANTS];
+    double last_sweep;              /* of clients past the AUTH timeout */
     srv_client *clients;
     /* clients freed during one batch of epoll events, released after it:
      * a later event of the same batch may still name one (its fd is then
@@ -154,6 +162,7 @@ void srv_log(skv_server *s, const char *fmt, ...) __attribute__((format(printf, 
  * tenant/admin set, or -1. */
 int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen, const uint8_t *tok,
              size_t tlen);
+/* (-2: the token's tenant has all the connections its max-clients allows) */
 void srv_stat_latency(skv_server *s, const srv_cmd *def, double seconds);
 /* Run n KV.PUT jobs as one seqkv_put_batch (one commit) and fill their
  * replies. */

@@ -26,6 +26,7 @@ extern "C" {
 
 /* Defaults of the limits (each can be set in the config file). */
 #define SKV_SERVER_MAX_CLIENTS 1024
+#define SKV_SERVER_MAX_UNAUTH 64 /* connections not yet tied to a tenant */
 #define SKV_SERVER_MAX_BULK (512ull << 20)   /* one argument, bytes */
 #define SKV_SERVER_MAX_ARGS 1024             /* arguments of a command */
 #define SKV_SERVER_MAX_QUERY (1024ull << 20) /* all arguments of a command */
@@ -82,6 +83,9 @@ typedef struct {
     int admin;
     int has_token;
     uint8_t token_hash[32]; /* BLAKE2b-256 of the token */
+    /* its limits (0: none): connections, bytes of requests in flight,
+     * PUT bytes a second (KV.PUT, SET, MSET; a second's worth of burst) */
+    uint64_t max_clients, max_inflight, put_rate;
 } skv_server_tenant;
 
 typedef enum { SKV_RULE_UID = 0, SKV_RULE_GID = 1 } skv_server_rule_kind;
@@ -106,6 +110,8 @@ typedef struct {
     uint64_t cache_bytes;
     uint64_t compact_interval; /* seconds between background compactions (0: none but
                                   after a self-calibration; default 60) */
+    size_t max_unauth;         /* connections not yet tied to a tenant (default 64) */
+    uint64_t unauth_timeout;   /* seconds such a one may stay so (default 10) */
 } skv_server_config;
 
 /* Defaults, then the config text's lines applied. SKV_ERR_FORMAT with the
