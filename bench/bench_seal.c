@@ -1,0 +1,217 @@
+/* Encryption at rest against none, in the same run: GET throughput of a
+ * store whose records are sealed (the default) and of one written with
+ * sealing off (seqkv_options.no_seal), cold (no hot tier: every GET opens
+ * and checks its records) and hot (from the hot tier), at the raw level,
+ * in process; and the time of lookups of another tenant's stored prompts
+ * against lookups of prompts nobody stored (percentiles of each).
+ *
+ * usage: bench_seal [--seconds S] [--seqs N] [--tokens T]
+ * KV: a stories260K-shaped profile (5 layers, 4 KV heads of 8, bf16,
+ * chunks of 256) with seeded pseudo-random bytes (raw records do not
+ * depend on what the bytes are). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "seqkv.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t rng(uint64_t *s)
+{
+    *s += 0x9e3779b97f4a7c15ull;
+    uint64_t z = *s;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+#define CHECK(x, what)                                                                   \
+    do {                                                                                 \
+        int rc_ = (x);                                                                   \
+        if (rc_) {                                                                       \
+            fprintf(stderr, "bench_seal: %s: %d %s\n", what, rc_, skv_error_detail());   \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+typedef struct {
+    int nseq;
+    size_t T;
+    int32_t **tok;
+    uint8_t **kv;
+    size_t kv_len;
+} workload;
+
+static seqkv_profile profile(void)
+{
+    seqkv_profile p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.name, sizeof p.name, "s");
+    p.layers = 5;
+    p.kv_heads = 4;
+    p.head_dim = 8;
+    p.dtype = SKV_DT_BF16;
+    p.rope_theta = 10000;
+    p.rope_dim = 8;
+    p.chunk = 256;
+    p.level = SEQKV_RAW;
+    return p;
+}
+
+static seqkv *open_db(const char *dir, int no_seal, uint64_t cache)
+{
+    seqkv_options o = SEQKV_OPTIONS_INIT;
+    o.no_seal = no_seal;
+    o.quiet = 1;
+    o.cache_bytes = cache;
+    seqkv *db;
+    CHECK(seqkv_open(dir, &o, &db), dir);
+    return db;
+}
+
+static void fill(const char *dir, int no_seal, const workload *w)
+{
+    seqkv *db = open_db(dir, no_seal, 0);
+    seqkv_profile p = profile();
+    CHECK(seqkv_profile_set(db, &p), "profile");
+    for (int i = 0; i < w->nseq; i++)
+        CHECK(seqkv_put(db, "a", "s", w->tok[i], w->T, w->kv[i], w->kv_len, NULL, NULL), "put");
+    seqkv_close(db);
+}
+
+/* GETs of the whole sequences, round robin, for `seconds`: GETs a second */
+static double gets(seqkv *db, const workload *w, double seconds, uint8_t *out)
+{
+    size_t got;
+    long n = 0;
+    const double t0 = now_s();
+    while (now_s() - t0 < seconds) {
+        int i = (int)(n % w->nseq);
+        CHECK(seqkv_get(db, "a", "s", w->tok[i], w->T, w->T, out, w->kv_len, &got), "get");
+        if (got != w->T || memcmp(out, w->kv[i], w->kv_len) != 0) {
+            fprintf(stderr, "bench_seal: a get gave other bytes\n");
+            exit(1);
+        }
+        n++;
+    }
+    return (double)n / (now_s() - t0);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void pct(const char *what, double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += v[i];
+    printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", what, v[n / 10] * 1e6, v[n / 2] * 1e6,
+           v[n * 9 / 10] * 1e6, v[n * 99 / 100] * 1e6, sum / n * 1e6);
+}
+
+int main(int argc, char **argv)
+{
+    double seconds = 2;
+    workload w = {.nseq = 32, .T = 512};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--seqs") && i + 1 < argc)
+            w.nseq = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+            w.T = (size_t)atol(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_seal [--seconds S] [--seqs N] [--tokens T]\n");
+            return 2;
+        }
+    }
+    const seqkv_profile p = profile();
+    w.kv_len = (size_t)p.layers * 2 * w.T * (size_t)(p.kv_heads * p.head_dim) * 2;
+    w.tok = calloc((size_t)w.nseq, sizeof *w.tok);
+    w.kv = calloc((size_t)w.nseq, sizeof *w.kv);
+    uint64_t s = 42;
+    for (int i = 0; i < w.nseq; i++) {
+        w.tok[i] = malloc(w.T * 4);
+        w.kv[i] = malloc(w.kv_len);
+        for (size_t t = 0; t < w.T; t++)
+            w.tok[i][t] = (int32_t)(rng(&s) % 512);
+        for (size_t b = 0; b < w.kv_len; b += 8) {
+            uint64_t r = rng(&s);
+            memcpy(w.kv[i] + b, &r, w.kv_len - b < 8 ? w.kv_len - b : 8);
+        }
+    }
+    char tmpl[] = "/tmp/seqkv-bench-seal-XXXXXX", sealed[600], open_[600];
+    if (!mkdtemp(tmpl))
+        return 1;
+    snprintf(sealed, sizeof sealed, "%s/sealed", tmpl);
+    snprintf(open_, sizeof open_, "%s/unsealed", tmpl);
+    fill(sealed, 0, &w);
+    fill(open_, 1, &w);
+    uint8_t *out = malloc(w.kv_len);
+    printf("%d sequences of %zu tokens (%zu KiB of bf16 KV each), raw level, one thread, %.1f s "
+           "per figure\n\n", w.nseq, w.T, w.kv_len >> 10, seconds);
+    printf("| GET | sealed / s | unsealed / s | sealed / unsealed |\n|---|---|---|---|\n");
+    for (int hot = 0; hot < 2; hot++) {
+        double r[2];
+        for (int k = 0; k < 2; k++) {
+            seqkv *db = open_db(k ? open_ : sealed, k, hot ? 1ull << 30 : 0);
+            if (hot)
+                gets(db, &w, 0.2, out); /* into the tier */
+            r[k] = gets(db, &w, seconds, out);
+            seqkv_close(db);
+        }
+        printf("| %s | %.0f | %.0f | %.2f |\n", hot ? "hot (hot tier)" : "cold (no hot tier)",
+               r[0], r[1], r[0] / r[1]);
+    }
+    /* lookups by tenant b of a's prompts against prompts nobody stored */
+    seqkv *db = open_db(sealed, 0, 0);
+    CHECK(seqkv_put(db, "b", "s", w.tok[0], 16, w.kv[0], w.kv_len / w.T * 16, NULL, NULL), "put b");
+    enum { N = 20000 };
+    double *other = malloc(N * sizeof *other), *none = malloc(N * sizeof *none);
+    int32_t *fresh = malloc(w.T * 4);
+    for (int i = 0; i < 2 * N; i++) {
+        const int mine = i & 1;
+        const int32_t *q = w.tok[(i / 2) % w.nseq];
+        if (!mine) {
+            for (size_t t = 0; t < w.T; t++)
+                fresh[t] = (int32_t)(rng(&s) % 512);
+            q = fresh;
+        }
+        size_t m;
+        const double t0 = now_s();
+        CHECK(seqkv_lookup(db, "b", "s", q, w.T, &m), "lookup");
+        const double dt = now_s() - t0;
+        (mine ? other : none)[i / 2] = dt;
+        /* b finds only what it stored itself: a's first prompt's first 16 */
+        size_t own = 0;
+        while (own < 16 && q[own] == w.tok[0][own])
+            own++;
+        if (m != own) {
+            fprintf(stderr, "bench_seal: tenant b found %zu tokens (its own: %zu)\n", m, own);
+            return 1;
+        }
+    }
+    printf("\nKV.LOOKUP by tenant b, %d each, interleaved (microseconds):\n\n", N);
+    printf("| prompts | p10 | p50 | p90 | p99 | mean |\n|---|---|---|---|---|---|\n");
+    pct("stored by tenant a", other, N);
+    pct("stored by nobody", none, N);
+    seqkv_close(db);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpl);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_seal: could not remove %s\n", tmpl);
+    return 0;
+}
