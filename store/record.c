@@ -153,20 +153,11 @@ static int rec_fields(const uint8_t *buf, uint16_t ver, skv_rec *r)
     return SKV_OK;
 }
 
-int skv_rec_parse_head(const uint8_t *buf, size_t len, size_t streams_len, skv_rec *r)
+/* The body's parts from p (just after the header) into r -- tokens,
+ * surprisal, side info, stream sizes -- and the streams' sizes checked to
+ * add up to streams_len; r->streams: where they would start */
+static int rec_body(const uint8_t *p, size_t streams_len, skv_rec *r)
 {
-    memset(r, 0, sizeof *r);
-    if (len < SKV_REC_HEADER)
-        return skv_error(SKV_ERR_FORMAT, "chunk record head of %zu bytes is too short", len);
-    int rc = rec_fields(buf, skv_load16_le(buf + 4), r);
-    if (rc)
-        return rc;
-    size_t need = (size_t)r->n * 4 * ((r->flags & SKV_REC_SURPRISAL) ? 2 : 1) + r->side_len +
-                  (size_t)r->nstreams * 4;
-    if (need != len - SKV_REC_HEADER)
-        return skv_error(SKV_ERR_FORMAT, "chunk record head of %zu bytes for %zu", len,
-                         SKV_REC_HEADER + need);
-    const uint8_t *p = buf + SKV_REC_HEADER;
     r->tokens = p;
     p += (size_t)r->n * 4;
     if (r->flags & SKV_REC_SURPRISAL) {
@@ -186,8 +177,27 @@ int skv_rec_parse_head(const uint8_t *buf, size_t len, size_t streams_len, skv_r
     if (tot != streams_len)
         return skv_error(SKV_ERR_FORMAT, "chunk record has %zu bytes after its streams",
                          streams_len - tot);
-    r->streams = NULL;
+    r->streams = p + (size_t)r->nstreams * 4;
     r->streams_len = tot;
+    return SKV_OK;
+}
+
+int skv_rec_parse_head(const uint8_t *buf, size_t len, size_t streams_len, skv_rec *r)
+{
+    memset(r, 0, sizeof *r);
+    if (len < SKV_REC_HEADER)
+        return skv_error(SKV_ERR_FORMAT, "chunk record head of %zu bytes is too short", len);
+    int rc = rec_fields(buf, skv_load16_le(buf + 4), r);
+    if (rc)
+        return rc;
+    size_t need = (size_t)r->n * 4 * ((r->flags & SKV_REC_SURPRISAL) ? 2 : 1) + r->side_len +
+                  (size_t)r->nstreams * 4;
+    if (need != len - SKV_REC_HEADER)
+        return skv_error(SKV_ERR_FORMAT, "chunk record head of %zu bytes for %zu", len,
+                         SKV_REC_HEADER + need);
+    if ((rc = rec_body(buf + SKV_REC_HEADER, streams_len, r)))
+        return rc;
+    r->streams = NULL; /* (elsewhere: box 1) */
     return SKV_OK;
 }
 
@@ -215,27 +225,6 @@ int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r)
         need += (size_t)r->n * 4;
     if (need > body || r->side_len > body - need || (size_t)r->nstreams * 4 > body - need - r->side_len)
         return skv_error(SKV_ERR_FORMAT, "chunk record sizes exceed its %zu bytes", len);
-    const uint8_t *p = buf + SKV_REC_HEADER;
-    r->tokens = p;
-    p += (size_t)r->n * 4;
-    if (r->flags & SKV_REC_SURPRISAL) {
-        r->surprisal = p;
-        p += (size_t)r->n * 4;
-    }
-    r->side = r->side_len ? p : NULL;
-    p += r->side_len;
-    r->sizes = p;
-    p += (size_t)r->nstreams * 4;
-    size_t left = (size_t)(buf + len - SKV_REC_TRAILER - p), tot = 0;
-    for (uint32_t i = 0; i < r->nstreams; i++) {
-        size_t s = skv_load32_le(r->sizes + 4 * (size_t)i);
-        if (s > left - tot)
-            return skv_error(SKV_ERR_FORMAT, "chunk record stream %u overruns the record", i);
-        tot += s;
-    }
-    if (tot != left)
-        return skv_error(SKV_ERR_FORMAT, "chunk record has %zu bytes after its streams", left - tot);
-    r->streams = p;
-    r->streams_len = tot;
-    return SKV_OK;
+    const size_t meta = need + r->side_len + (size_t)r->nstreams * 4;
+    return rec_body(buf + SKV_REC_HEADER, body - meta, r);
 }
