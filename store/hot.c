@@ -57,24 +57,6 @@ int skv_hot_create(uint64_t budget, skv_hot **out)
     return SKV_OK;
 }
 
-hot_chunk *skv_hot_new(const uint8_t key[32], uint32_t n, uint32_t layers, size_t row)
-{
-    const size_t bytes = (size_t)layers * 2 * n * row;
-    uint8_t *m = skv_malloc(HOT_HEAD + (bytes ? bytes : 1));
-    if (!m)
-        return NULL;
-    hot_chunk *c = (hot_chunk *)m;
-    memset(c, 0, sizeof *c);
-    atomic_init(&c->refs, 1);
-    memcpy(c->key, key, 32);
-    c->n = n;
-    c->layers = layers;
-    c->row = row;
-    c->bytes = bytes;
-    c->kv = m + HOT_HEAD;
-    return c;
-}
-
 hot_chunk *skv_hot_new_bytes(const uint8_t key[32], size_t len)
 {
     uint8_t *m = skv_malloc(HOT_HEAD + (len ? len : 1));
@@ -86,6 +68,17 @@ hot_chunk *skv_hot_new_bytes(const uint8_t key[32], size_t len)
     memcpy(c->key, key, 32);
     c->bytes = len;
     c->kv = m + HOT_HEAD;
+    return c;
+}
+
+hot_chunk *skv_hot_new(const uint8_t key[32], uint32_t n, uint32_t layers, size_t row)
+{
+    hot_chunk *c = skv_hot_new_bytes(key, (size_t)layers * 2 * n * row);
+    if (c) {
+        c->n = n;
+        c->layers = layers;
+        c->row = row;
+    }
     return c;
 }
 

@@ -272,12 +272,19 @@ static uint8_t *image_of(const char *dir, MDB_txn *txn, const uint8_t key[32], c
     return out;
 }
 
+/* A read transaction on dir's store and its table name */
+static MDB_dbi read_table(const char *dir, const char *name, MDB_env **env, MDB_txn **txn)
+{
+    *env = su_env_open(dir, 1);
+    SU_CHECK(mdb_txn_begin(*env, NULL, MDB_RDONLY, txn) == 0, "txn");
+    return open_db(*txn, name);
+}
+
 uint8_t *su_calib_get(const char *dir, const uint8_t id[16], size_t *len)
 {
-    MDB_env *env = su_env_open(dir, 1);
+    MDB_env *env;
     MDB_txn *txn;
-    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
-    MDB_dbi dbi = open_db(txn, "calibrations");
+    MDB_dbi dbi = read_table(dir, "calibrations", &env, &txn);
     MDB_val k = {16, (void *)id}, v;
     uint8_t *out = NULL, dek[32];
     if (mdb_get(txn, dbi, &k, &v) == 0) {
@@ -303,10 +310,9 @@ uint8_t *su_calib_get(const char *dir, const uint8_t id[16], size_t *len)
 
 uint8_t *su_chunk_keys(const char *dir, size_t *n)
 {
-    MDB_env *env = su_env_open(dir, 1);
+    MDB_env *env;
     MDB_txn *txn;
-    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
-    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
     MDB_stat st;
     mdb_stat(txn, dbi, &st);
     uint8_t *keys = malloc(32 * (st.ms_entries + 1));
@@ -327,10 +333,9 @@ uint8_t *su_chunk_keys(const char *dir, size_t *n)
 
 size_t su_chunk_unsealed(const char *dir)
 {
-    MDB_env *env = su_env_open(dir, 1);
+    MDB_env *env;
     MDB_txn *txn;
-    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
-    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
     MDB_cursor *cur;
     SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
     MDB_val k, v;
@@ -345,10 +350,9 @@ size_t su_chunk_unsealed(const char *dir)
 
 uint64_t su_chunk_tokens(const char *dir)
 {
-    MDB_env *env = su_env_open(dir, 1);
+    MDB_env *env;
     MDB_txn *txn;
-    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
-    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
     MDB_cursor *cur;
     SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
     MDB_val k, v;
@@ -368,10 +372,9 @@ uint64_t su_chunk_tokens(const char *dir)
 
 uint8_t *su_chunk_get(const char *dir, const uint8_t key[32], size_t *len)
 {
-    MDB_env *env = su_env_open(dir, 1);
+    MDB_env *env;
     MDB_txn *txn;
-    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
-    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
     MDB_val k = {32, (void *)key}, v;
     uint8_t *out = NULL;
     if (mdb_get(txn, dbi, &k, &v) == 0)
@@ -408,10 +411,9 @@ void su_chunk_put(const char *dir, const uint8_t key[32], const uint8_t *rec, si
 
 int su_chunk_find(const char *dir, uint32_t ci, const int32_t *tok, uint32_t n, uint8_t key[32])
 {
-    MDB_env *env = su_env_open(dir, 1);
+    MDB_env *env;
     MDB_txn *txn;
-    SU_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0, "txn");
-    MDB_dbi dbi = open_db(txn, "chunks");
+    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
     MDB_cursor *cur;
     SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
     MDB_val k, v;
