@@ -26,7 +26,9 @@
 #include "store_priv.h"
 
 #define STORE_MAGIC 0x53564b53u /* "SKVS" */
-#define STORE_VERSION 1
+/* 2: tenants' keys and sealed records (FORMAT 12); a version 1 store is
+ * read, and marked version 2 by its first writable open */
+#define STORE_VERSION 2
 #define PROF_MAGIC 0x50564b53u  /* "SKVP" */
 #define PROF_SIZE (16 + 64 + 4 * 10 + 16 + 32 + SEQKV_PATH_MAX + 1)
 #define TEN_MAGIC 0x54564b53u   /* "SKVT" */
@@ -635,6 +637,16 @@ static int check_format(seqkv *db, MDB_txn *txn, const char *dir)
     if (sodium_memcmp(b + 16, chk, 16) != 0 && skv_rotation_finish(db, b + 16) != SKV_OK)
         return skv_error(SKV_ERR_CORRUPT, "the %s does not belong to the store in %s",
                          db->pass_key ? "passphrase" : "master key", dir);
+    if (skv_load32_le(b + 4) < STORE_VERSION && !db->o.read_only) {
+        /* from now on it holds what older builds cannot read */
+        uint8_t nb[64];
+        const size_t n = fv.mv_size < sizeof nb ? fv.mv_size : sizeof nb;
+        memcpy(nb, b, n);
+        skv_store32_le(nb + 4, STORE_VERSION);
+        MDB_val nv = {n, nb};
+        if ((mrc = mdb_put(txn, db->db_meta, &fk, &nv, 0)))
+            return skv_mdb_error(mrc, "format record");
+    }
     return SKV_OK;
 }
 
