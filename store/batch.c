@@ -84,8 +84,9 @@ static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
         skv_free(slen);
         return src;
     }
+    const size_t n = pb->nrec; /* (the write empties the batch) */
     int crc = batch_write(db, pb, sealed, slen, evicted);
-    for (size_t j = 0; j < pb->nrec; j++)
+    for (size_t j = 0; j < n; j++)
         skv_free(sealed[j]);
     skv_free(sealed);
     skv_free(slen);
