@@ -2,7 +2,7 @@
  * store whose records are sealed (the default) and of one written with
  * sealing off (seqkv_options.no_seal), cold (no hot tier: every GET opens
  * and checks its records) and hot (from the hot tier), at the raw level,
- * in process; and the time of lookups of another tenant's stored prompts
+ * in process, the readers' pool on every CPU as the server has it; and the time of lookups of another tenant's stored prompts
  * against lookups of prompts nobody stored (percentiles of each).
  *
  * usage: bench_seal [--seconds S] [--seqs N] [--tokens T]
@@ -73,6 +73,7 @@ static seqkv *open_db(const char *dir, int no_seal, uint64_t cache)
     o.no_seal = no_seal;
     o.quiet = 1;
     o.cache_bytes = cache;
+    o.read_threads = (int)sysconf(_SC_NPROCESSORS_ONLN); /* as the server sets it */
     seqkv *db;
     CHECK(seqkv_open(dir, &o, &db), dir);
     return db;
@@ -161,8 +162,9 @@ int main(int argc, char **argv)
     fill(sealed, 0, &w);
     fill(open_, 1, &w);
     uint8_t *out = malloc(w.kv_len);
-    printf("%d sequences of %zu tokens (%zu KiB of bf16 KV each), raw level, one thread, %.1f s "
-           "per figure\n\n", w.nseq, w.T, w.kv_len >> 10, seconds);
+    printf("%d sequences of %zu tokens (%zu KiB of bf16 KV each), raw level, one caller, the "
+           "readers' pool on %ld CPUs (as the server), %.1f s per figure\n\n",
+           w.nseq, w.T, w.kv_len >> 10, sysconf(_SC_NPROCESSORS_ONLN), seconds);
     printf("| GET | sealed / s | unsealed / s | sealed / unsealed |\n|---|---|---|---|\n");
     for (int hot = 0; hot < 2; hot++) {
         double r[2];

@@ -21,6 +21,15 @@ static void box_nonce(const uint8_t *n, int box, uint8_t out[SKV_SEAL_NONCE])
     out[SKV_SEAL_NONCE - 1] ^= (uint8_t)box;
 }
 
+/* Part k of box 1's b1 plain bytes: [*at, *at + *n) */
+static void seg_span(size_t b1, int k, size_t *at, size_t *n)
+{
+    const size_t q = (b1 + SKV_SEAL_SEGS - 1) / SKV_SEAL_SEGS;
+    const size_t a = (size_t)k * q < b1 ? (size_t)k * q : b1;
+    *at = a;
+    *n = a + q < b1 ? q : b1 - a;
+}
+
 static void box_ad(const uint8_t key[32], const uint8_t *clear, int box, uint8_t out[BOX_AD])
 {
     memcpy(out, key, 32);
@@ -102,18 +111,26 @@ void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_r
     box_ad(key, out, 0, ad);
     box_nonce(out + 8, 0, nonce);
     crypto_aead_xchacha20poly1305_ietf_encrypt(c0, NULL, c0, b0, ad, sizeof ad, NULL, nonce, dek);
-    uint8_t *c1 = c0 + b0 + SKV_SEAL_TAG;
-    box_ad(key, out, 1, ad);
-    box_nonce(out + 8, 1, nonce);
-    crypto_aead_xchacha20poly1305_ietf_encrypt(c1, NULL, img + SKV_REC_HEADER + (b0 - 8), b1, ad,
-                                               sizeof ad, NULL, nonce, dek);
+    /* boxes 1..SKV_SEAL_SEGS: the streams and the trailer in as many
+     * equal parts (the last one shorter), which open side by side */
+    uint8_t *c = c0 + b0 + SKV_SEAL_TAG;
+    const uint8_t *m = img + SKV_REC_HEADER + (b0 - 8);
+    for (int k = 0; k < SKV_SEAL_SEGS; k++) {
+        size_t at, n;
+        seg_span(b1, k, &at, &n);
+        box_ad(key, out, 1 + k, ad);
+        box_nonce(out + 8, 1 + k, nonce);
+        crypto_aead_xchacha20poly1305_ietf_encrypt(c, NULL, m + at, n, ad, sizeof ad, NULL, nonce,
+                                                   dek);
+        c += n + SKV_SEAL_TAG;
+    }
     sodium_memzero(ad, sizeof ad);
 }
 
 /* The clear part checked; box 0's plain length */
 static int sealed_head(const uint8_t *v, size_t len, size_t *b0)
 {
-    if (len < SKV_SEAL_HEAD + 2 * SKV_SEAL_TAG + 8 + SKV_REC_TRAILER)
+    if (len < SKV_SEAL_HEAD + (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG + 8 + SKV_REC_TRAILER)
         return skv_error(SKV_ERR_FORMAT, "sealed chunk record of %zu bytes is too short", len);
     if (skv_load32_le(v) != SKV_SEAL_MAGIC)
         return skv_error(SKV_ERR_FORMAT, "not a sealed chunk record");
@@ -123,7 +140,7 @@ static int sealed_head(const uint8_t *v, size_t len, size_t *b0)
     if (skv_load16_le(v + 4) == 0 || skv_load16_le(v + 6) != 0)
         return skv_error(SKV_ERR_FORMAT, "sealed chunk record: bad version field");
     *b0 = skv_load32_le(v + SKV_SEAL_HEAD - 4);
-    if (*b0 < 8 || *b0 > len - SKV_SEAL_HEAD - 2 * SKV_SEAL_TAG - SKV_REC_TRAILER)
+    if (*b0 < 8 || *b0 > len - SKV_SEAL_HEAD - (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG - SKV_REC_TRAILER)
         return skv_error(SKV_ERR_CORRUPT, "sealed chunk record: box 0 of %zu bytes", *b0);
     return SKV_OK;
 }
@@ -142,15 +159,40 @@ static int open_box(const uint8_t key[32], const uint8_t dek[32], const uint8_t 
                : SKV_OK;
 }
 
+/* Box 1's parts opened over a pool (each its own tag, its own bytes) */
+typedef struct {
+    const uint8_t *key, *dek, *v, *c; /* c: part 0's ciphertext */
+    uint8_t *out;                     /* where part 0's bytes go */
+    size_t b1;
+    int bad[SKV_SEAL_SEGS];
+} seg_job;
+
+static void seg_task(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    seg_job *j = ctx;
+    for (size_t k = begin; k < end; k++) {
+        size_t at, n;
+        seg_span(j->b1, (int)k, &at, &n);
+        uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
+        box_ad(j->key, j->v, 1 + (int)k, ad);
+        box_nonce(j->v + 8, 1 + (int)k, nonce);
+        j->bad[k] = crypto_aead_xchacha20poly1305_ietf_decrypt(
+                        j->out + at, NULL, NULL, j->c + at + k * SKV_SEAL_TAG, n + SKV_SEAL_TAG, ad,
+                        sizeof ad, nonce, j->dek) != 0;
+        sodium_memzero(ad, sizeof ad);
+    }
+}
+
 int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
-                   uint8_t **img, size_t *img_len)
+                   skv_pool *pool, uint8_t **img, size_t *img_len)
 {
     *img = NULL;
     size_t b0;
     int rc = sealed_head(v, len, &b0);
     if (rc)
         return rc;
-    const size_t b1 = len - SKV_SEAL_HEAD - b0 - 2 * SKV_SEAL_TAG;
+    const size_t b1 = len - SKV_SEAL_HEAD - b0 - (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG;
     const size_t n = SKV_REC_HEADER + (b0 - 8) + b1;
     uint8_t *out = skv_malloc(n);
     if (!out)
@@ -159,9 +201,16 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
      * checksum field */
     memcpy(out, v + 8 + SKV_SEAL_NONCE, SKV_REC_HEADER);
     if (!(rc = open_box(key, dek, v, 0, v + SKV_SEAL_HEAD, b0 + SKV_SEAL_TAG,
-                        out + SKV_REC_HEADER - 8)))
-        rc = open_box(key, dek, v, 1, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1 + SKV_SEAL_TAG,
-                      out + SKV_REC_HEADER + (b0 - 8));
+                        out + SKV_REC_HEADER - 8))) {
+        seg_job j = {key, dek, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG,
+                     out + SKV_REC_HEADER + (b0 - 8), b1, {0}};
+        skv_pool_run(pool, SKV_SEAL_SEGS, seg_task, &j);
+        for (int k = 0; k < SKV_SEAL_SEGS && !rc; k++)
+            if (j.bad[k])
+                rc = skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, "
+                                                "moved to another key or tenant, or another data "
+                                                "key)");
+    }
     if (rc) {
         skv_free(out);
         return rc;
@@ -179,7 +228,7 @@ int skv_rec_unseal_head(const uint8_t key[32], const uint8_t dek[32], const uint
     int rc = sealed_head(v, len, &b0);
     if (rc)
         return rc;
-    const size_t b1 = len - SKV_SEAL_HEAD - b0 - 2 * SKV_SEAL_TAG;
+    const size_t b1 = len - SKV_SEAL_HEAD - b0 - (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG;
     uint8_t *out = skv_malloc(SKV_REC_HEADER + b0);
     if (!out)
         return skv_error(SKV_ERR_NOMEM, "unsealed chunk record head");

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "skv_base.h"
 #include "store_int.h"
 
 #define SKV_SEAL_MAGIC 0x45564b53u /* "SKVE" */
@@ -15,6 +16,9 @@
 #define SKV_SEAL_TAG 16
 /* magic, version, 2 zero, nonce, the record's header, box 0's plain length */
 #define SKV_SEAL_HEAD (8 + SKV_SEAL_NONCE + SKV_REC_HEADER + 4)
+/* box 1 (the streams and the trailer) is sealed in this many parts, which
+ * open side by side over a pool */
+#define SKV_SEAL_SEGS 8
 
 /* A tenant's keys: the data key (seals its records and blobs) and the
  * hash secret (keys its chain hashes and blob names), 64 bytes */
@@ -34,20 +38,22 @@ int skv_rec_is_sealed(const uint8_t *v, size_t len);
 /* The tenant id in a sealed record's header (0 when too short) */
 uint64_t skv_rec_sealed_tenant(const uint8_t *v, size_t len);
 /* What sealing adds to a record image's size */
-#define SKV_SEAL_OVERHEAD (SKV_SEAL_HEAD - SKV_REC_HEADER + 8 + 2 * SKV_SEAL_TAG)
+#define SKV_SEAL_OVERHEAD (SKV_SEAL_HEAD - SKV_REC_HEADER + 8 + (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG)
 /* The size of a chunk record image (version 2, parsed as r) once sealed */
 size_t skv_rec_sealed_size(const skv_rec *r, size_t len);
 /* Seal the record image img (parsed as r) of record key under the data
  * key into out (skv_rec_sealed_size bytes): box 0 holds the decoded KV's
- * checksum, tokens, surprisal, side info and stream sizes, box 1 the
- * streams and the image's trailer; both bound to the key and the header. */
+ * checksum, tokens, surprisal, side info and stream sizes; boxes 1 to
+ * SKV_SEAL_SEGS the streams and the image's trailer in equal parts; each
+ * bound to the key, the header and its number. */
 void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
                        const uint8_t *img, size_t len, uint8_t *out);
 /* The record image (version 2) of sealed value v, skv_malloc'd into *img.
  * SKV_ERR_CORRUPT when it does not open (damaged, moved to another key or
  * tenant, another data key), SKV_ERR_FORMAT / SKV_ERR_VERSION. */
 int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
-                   uint8_t **img, size_t *img_len);
+                   skv_pool *pool, uint8_t **img, size_t *img_len);
+/* (pool: opens box 1's parts over it; NULL: on this thread) */
 /* Box 0 only (what opening a store indexes): the image's first part --
  * header, tokens, surprisal, side info, stream sizes -- skv_malloc'd into
  * *head, parsed into r (streams NULL; streams_len from the sizes). */

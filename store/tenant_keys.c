@@ -143,7 +143,7 @@ int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_
     uint8_t dek[32];
     int rc = skv_store_dek(db, skv_rec_sealed_tenant(v, len), dek);
     if (!rc)
-        rc = skv_rec_unseal(key, dek, v, len, owned, img_len);
+        rc = skv_rec_unseal(key, dek, v, len, skv_store_read_pool(db), owned, img_len);
     sodium_memzero(dek, sizeof dek);
     *img = *owned;
     return rc;

@@ -259,7 +259,7 @@ static uint8_t *image_of(const char *dir, MDB_txn *txn, const uint8_t key[32], c
         uint8_t *img;
         SU_CHECK(tenant_dek(dir, txn, skv_rec_sealed_tenant(v->mv_data, v->mv_size), dek) == 0,
                  "a sealed record's tenant key");
-        if (skv_rec_unseal(key, dek, v->mv_data, v->mv_size, &img, len))
+        if (skv_rec_unseal(key, dek, v->mv_data, v->mv_size, NULL, &img, len))
             return NULL;
         out = malloc(*len);
         memcpy(out, img, *len);

@@ -32,7 +32,7 @@ static void open_as_is(const uint8_t *d, size_t n)
     uint8_t *img = NULL, *head = NULL, *v = NULL, keys[SKV_TKEYS];
     size_t len;
     skv_rec r;
-    CHECK(skv_rec_unseal(KEY, DEK, d, n, &img, &len) != 0 && !img);
+    CHECK(skv_rec_unseal(KEY, DEK, d, n, NULL, &img, &len) != 0 && !img);
     CHECK(skv_rec_unseal_head(KEY, DEK, d, n, &head, &r) != 0 && !head);
     CHECK(skv_sv_open(DEK, KEY, 32, d, n, &v, &len) != 0 && !v);
     CHECK(skv_tkeys_unwrap(MASTER, 7, d, n, keys) != 0);
@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(s);
         skv_rec_seal_into(KEY, DEK, &r, buf, len, s);
         size_t il;
-        CHECK(skv_rec_unseal(KEY, DEK, s, sl, &img, &il) == 0);
+        CHECK(skv_rec_unseal(KEY, DEK, s, sl, NULL, &img, &il) == 0);
         CHECK(il == len && memcmp(img, buf, len) == 0);
         skv_rec h;
         CHECK(skv_rec_unseal_head(KEY, DEK, s, sl, &head, &h) == 0);
@@ -75,13 +75,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const size_t at = (size ? data[0] * 131u + data[size - 1] : 0) % sl;
         s[at] ^= 0x40;
         img = NULL;
-        CHECK(skv_rec_unseal(KEY, DEK, s, sl, &img, &il) != 0 && !img);
+        CHECK(skv_rec_unseal(KEY, DEK, s, sl, NULL, &img, &il) != 0 && !img);
         /* another key */
         s[at] ^= 0x40;
         uint8_t other[32];
         memcpy(other, KEY, 32);
         other[31] ^= 1;
-        CHECK(skv_rec_unseal(other, DEK, s, sl, &img, &il) != 0);
+        CHECK(skv_rec_unseal(other, DEK, s, sl, NULL, &img, &il) != 0);
         free(s);
     }
     free(buf);
