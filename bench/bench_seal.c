@@ -154,13 +154,13 @@ int main(int argc, char **argv)
             memcpy(w.kv[i] + b, &r, w.kv_len - b < 8 ? w.kv_len - b : 8);
         }
     }
-    char tmpl[] = "/tmp/seqkv-bench-seal-XXXXXX", sealed[600], open_[600];
+    char tmpl[] = "/tmp/seqkv-bench-seal-XXXXXX", sealed[600], unsealed[600];
     if (!mkdtemp(tmpl))
         return 1;
     snprintf(sealed, sizeof sealed, "%s/sealed", tmpl);
-    snprintf(open_, sizeof open_, "%s/unsealed", tmpl);
+    snprintf(unsealed, sizeof unsealed, "%s/unsealed", tmpl);
     fill(sealed, 0, &w);
-    fill(open_, 1, &w);
+    fill(unsealed, 1, &w);
     uint8_t *out = malloc(w.kv_len);
     printf("%d sequences of %zu tokens (%zu KiB of bf16 KV each), raw level, one caller, the "
            "readers' pool on %ld CPUs (as the server), %.1f s per figure\n\n",
@@ -169,7 +169,7 @@ int main(int argc, char **argv)
     for (int hot = 0; hot < 2; hot++) {
         double r[2];
         for (int k = 0; k < 2; k++) {
-            seqkv *db = open_db(k ? open_ : sealed, k, hot ? 1ull << 30 : 0);
+            seqkv *db = open_db(k ? unsealed : sealed, k, hot ? 1ull << 30 : 0);
             if (hot)
                 gets(db, &w, 0.2, out); /* into the tier */
             r[k] = gets(db, &w, seconds, out);

@@ -14,17 +14,6 @@
 #include "seqkv_blob.h"
 #include "server_int.h"
 
-static int arg_is(const srv_job *j, size_t i, const char *s)
-{
-    return i < j->cmd.argc && j->cmd.argl[i] == strlen(s) &&
-           strcasecmp((const char *)j->cmd.argv[i], s) == 0;
-}
-
-static const char *tname(const skv_server *s, const srv_job *j)
-{
-    return s->cfg.tenants[j->tenant].name;
-}
-
 /* Expiry times are wall-clock, as Redis's */
 static int64_t srv_now_ms(void)
 {
@@ -117,7 +106,7 @@ static void do_get(skv_server *s, srv_job *j, size_t first, size_t n, int array)
     if (array)
         skv_rbuf_array(&j->reply, n);
     const size_t mark = j->reply.len;
-    int rc = seqkv_blob_get(s->db, tname(s, j), n, (const uint8_t *const *)j->cmd.argv + first,
+    int rc = seqkv_blob_get(s->db, srv_tenant_name(s, j), n, (const uint8_t *const *)j->cmd.argv + first,
                             j->cmd.argl + first, get_one, &c);
     if (rc) {
         j->reply.len = array ? 0 : mark; /* the error replaces what was written */
@@ -148,24 +137,24 @@ static int set_parse(srv_job *j, unsigned *flags, int64_t *at)
     *at = 0;
     for (size_t i = 3; i < j->cmd.argc; i++) {
         const int more = i + 1 < j->cmd.argc;
-        if (arg_is(j, i, "NX") && !(*flags & SEQKV_BLOB_XX)) {
+        if (srv_arg_is(j, i, "NX") && !(*flags & SEQKV_BLOB_XX)) {
             *flags |= SEQKV_BLOB_NX;
-        } else if (arg_is(j, i, "XX") && !(*flags & SEQKV_BLOB_NX)) {
+        } else if (srv_arg_is(j, i, "XX") && !(*flags & SEQKV_BLOB_NX)) {
             *flags |= SEQKV_BLOB_XX;
-        } else if (arg_is(j, i, "KEEPTTL") && !has_time) {
+        } else if (srv_arg_is(j, i, "KEEPTTL") && !has_time) {
             *flags |= SEQKV_BLOB_KEEPTTL;
             has_time = 1;
-        } else if (arg_is(j, i, "GET")) {
+        } else if (srv_arg_is(j, i, "GET")) {
             skv_rbuf_error(&j->reply, "ERR", "SET ... GET is not supported by seqkv");
             return -1;
         } else if (more && !has_time &&
-                   (arg_is(j, i, "EX") || arg_is(j, i, "PX") || arg_is(j, i, "EXAT") ||
-                    arg_is(j, i, "PXAT"))) {
+                   (srv_arg_is(j, i, "EX") || srv_arg_is(j, i, "PX") || srv_arg_is(j, i, "EXAT") ||
+                    srv_arg_is(j, i, "PXAT"))) {
             int64_t v;
             if (int_arg(j, i + 1, &v))
                 return -1;
-            const int ms = arg_is(j, i, "PX") || arg_is(j, i, "PXAT");
-            const int abs = arg_is(j, i, "EXAT") || arg_is(j, i, "PXAT");
+            const int ms = srv_arg_is(j, i, "PX") || srv_arg_is(j, i, "PXAT");
+            const int abs = srv_arg_is(j, i, "EXAT") || srv_arg_is(j, i, "PXAT");
             if (v <= 0 || v > (int64_t)1 << 46) {
                 skv_rbuf_error(&j->reply, "ERR", "invalid expire time in 'set' command");
                 return -1;
@@ -210,7 +199,7 @@ void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n)
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         srv_job *j = jobs[i];
-        const int mset = arg_is(j, 0, "MSET");
+        const int mset = srv_arg_is(j, 0, "MSET");
         unsigned flags = 0;
         int64_t at = 0;
         if (mset && (j->cmd.argc - 1) % 2) {
@@ -227,14 +216,14 @@ void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n)
         for (size_t x = 0; x < k; x++)
             items[m][x] = (seqkv_blob_item){j->cmd.argv[1 + 2 * x], j->cmd.argl[1 + 2 * x],
                                             j->cmd.argv[2 + 2 * x], j->cmd.argl[2 + 2 * x]};
-        q[m] = (seqkv_blob_set_req){.tenant = tname(s, j), .items = items[m], .n = k,
+        q[m] = (seqkv_blob_set_req){.tenant = srv_tenant_name(s, j), .items = items[m], .n = k,
                                     .flags = flags, .expire_at = at};
         ok[m++] = j;
     }
     int rc = m ? seqkv_blob_set_batch(s->db, q, m) : SKV_OK;
     for (size_t i = 0; i < m; i++) {
         srv_job *j = ok[i];
-        const int mset = arg_is(j, 0, "MSET");
+        const int mset = srv_arg_is(j, 0, "MSET");
         if (rc || q[i].rc) {
             const int code = rc ? rc : q[i].rc;
             if (!rc)
@@ -262,7 +251,7 @@ void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n)
 void srv_cmd_exists(skv_server *s, srv_job *j)
 {
     size_t count = 0;
-    int rc = seqkv_blob_exists(s->db, tname(s, j), j->cmd.argc - 1,
+    int rc = seqkv_blob_exists(s->db, srv_tenant_name(s, j), j->cmd.argc - 1,
                                (const uint8_t *const *)j->cmd.argv + 1, j->cmd.argl + 1, &count);
     if (rc) {
         srv_store_err(s, j, rc, "EXISTS");
@@ -275,7 +264,7 @@ void srv_cmd_exists(skv_server *s, srv_job *j)
 void srv_cmd_bdel(skv_server *s, srv_job *j)
 {
     size_t n = 0;
-    int rc = seqkv_blob_del(s->db, tname(s, j), j->cmd.argc - 1,
+    int rc = seqkv_blob_del(s->db, srv_tenant_name(s, j), j->cmd.argc - 1,
                             (const uint8_t *const *)j->cmd.argv + 1, j->cmd.argl + 1, &n);
     if (rc) {
         srv_store_err(s, j, rc, "DEL");
@@ -286,7 +275,7 @@ void srv_cmd_bdel(skv_server *s, srv_job *j)
 
 static int stat_key(skv_server *s, srv_job *j, seqkv_blob_info *in)
 {
-    int rc = seqkv_blob_stat(s->db, tname(s, j), j->cmd.argv[1], j->cmd.argl[1], in);
+    int rc = seqkv_blob_stat(s->db, srv_tenant_name(s, j), j->cmd.argv[1], j->cmd.argl[1], in);
     if (rc)
         srv_store_err(s, j, rc, (const char *)j->cmd.argv[0]);
     return rc;
@@ -314,7 +303,7 @@ void srv_cmd_ttl(skv_server *s, srv_job *j)
     seqkv_blob_info in;
     if (stat_key(s, j, &in))
         return;
-    const int ms = arg_is(j, 0, "PTTL");
+    const int ms = srv_arg_is(j, 0, "PTTL");
     if (!in.found || !in.expire_at) {
         skv_rbuf_int(&j->reply, in.found ? -1 : -2);
         return;
@@ -329,7 +318,7 @@ void srv_cmd_ttl(skv_server *s, srv_job *j)
  * [NX | XX | GT | LT]; PERSIST key */
 void srv_cmd_expire(skv_server *s, srv_job *j)
 {
-    const int persist = arg_is(j, 0, "PERSIST");
+    const int persist = srv_arg_is(j, 0, "PERSIST");
     int64_t at = -1;
     unsigned cond = 0;
     if (!persist) {
@@ -341,8 +330,8 @@ void srv_cmd_expire(skv_server *s, srv_job *j)
         }
         if (int_arg(j, 2, &v))
             return;
-        const int ms = arg_is(j, 0, "PEXPIRE") || arg_is(j, 0, "PEXPIREAT");
-        const int abs = arg_is(j, 0, "EXPIREAT") || arg_is(j, 0, "PEXPIREAT");
+        const int ms = srv_arg_is(j, 0, "PEXPIRE") || srv_arg_is(j, 0, "PEXPIREAT");
+        const int abs = srv_arg_is(j, 0, "EXPIREAT") || srv_arg_is(j, 0, "PEXPIREAT");
         if (v > (int64_t)1 << 46 || v < -((int64_t)1 << 46)) {
             skv_rbuf_error(&j->reply, "ERR", "invalid expire time in '%s' command",
                            (const char *)j->cmd.argv[0]);
@@ -352,13 +341,13 @@ void srv_cmd_expire(skv_server *s, srv_job *j)
         if (at < 1)
             at = 1; /* at or before now: the key goes */
         for (size_t i = 3; i < j->cmd.argc; i++) {
-            if (arg_is(j, i, "NX"))
+            if (srv_arg_is(j, i, "NX"))
                 cond |= SEQKV_EXPIRE_NX;
-            else if (arg_is(j, i, "XX"))
+            else if (srv_arg_is(j, i, "XX"))
                 cond |= SEQKV_EXPIRE_XX;
-            else if (arg_is(j, i, "GT"))
+            else if (srv_arg_is(j, i, "GT"))
                 cond |= SEQKV_EXPIRE_GT;
-            else if (arg_is(j, i, "LT"))
+            else if (srv_arg_is(j, i, "LT"))
                 cond |= SEQKV_EXPIRE_LT;
             else {
                 skv_rbuf_error(&j->reply, "ERR", "Unsupported option %.*s",
@@ -378,7 +367,7 @@ void srv_cmd_expire(skv_server *s, srv_job *j)
         }
     }
     int changed = 0;
-    int rc = seqkv_blob_expire(s->db, tname(s, j), j->cmd.argv[1], j->cmd.argl[1], at, cond,
+    int rc = seqkv_blob_expire(s->db, srv_tenant_name(s, j), j->cmd.argv[1], j->cmd.argl[1], at, cond,
                                &changed);
     if (rc) {
         srv_store_err(s, j, rc, (const char *)j->cmd.argv[0]);
@@ -498,25 +487,25 @@ void srv_cmd_scan(skv_server *s, srv_job *j)
             syntax(j);
             return;
         }
-        if (arg_is(j, i, "MATCH")) {
+        if (srv_arg_is(j, i, "MATCH")) {
             c.pat = j->cmd.argv[i + 1];
             c.pl = j->cmd.argl[i + 1];
-        } else if (arg_is(j, i, "COUNT")) {
+        } else if (srv_arg_is(j, i, "COUNT")) {
             if (int_arg(j, i + 1, &count))
                 return;
             if (count < 1) {
                 syntax(j);
                 return;
             }
-        } else if (arg_is(j, i, "TYPE")) {
-            only_strings = arg_is(j, i + 1, "string");
+        } else if (srv_arg_is(j, i, "TYPE")) {
+            only_strings = srv_arg_is(j, i + 1, "string");
         } else {
             syntax(j);
             return;
         }
     }
     uint64_t next = 0;
-    int rc = only_strings ? seqkv_blob_scan(s->db, tname(s, j), cur,
+    int rc = only_strings ? seqkv_blob_scan(s->db, srv_tenant_name(s, j), cur,
                                             (size_t)(count > 1 << 20 ? 1 << 20 : count), scan_one,
                                             &c, &next)
                           : SKV_OK;
@@ -537,23 +526,23 @@ void srv_cmd_scan(skv_server *s, srv_job *j)
 void srv_cmd_dbsize(skv_server *s, srv_job *j)
 {
     seqkv_blob_stats st;
-    seqkv_blob_stat_all(s->db, tname(s, j), &st);
+    seqkv_blob_stat_all(s->db, srv_tenant_name(s, j), &st);
     skv_rbuf_int(&j->reply, (long long)st.keys);
 }
 
 /* FLUSHDB [ASYNC | SYNC]: admin only, the caller's own tenant only */
 void srv_cmd_flushdb(skv_server *s, srv_job *j)
 {
-    if (j->cmd.argc == 2 && !arg_is(j, 1, "ASYNC") && !arg_is(j, 1, "SYNC")) {
+    if (j->cmd.argc == 2 && !srv_arg_is(j, 1, "ASYNC") && !srv_arg_is(j, 1, "SYNC")) {
         syntax(j);
         return;
     }
     uint64_t n = 0;
-    int rc = seqkv_blob_flush(s->db, tname(s, j), &n);
+    int rc = seqkv_blob_flush(s->db, srv_tenant_name(s, j), &n);
     if (rc) {
         srv_store_err(s, j, rc, "FLUSHDB");
         return;
     }
-    srv_log(s, "FLUSHDB: tenant %s: %llu keys deleted", tname(s, j), (unsigned long long)n);
+    srv_log(s, "FLUSHDB: tenant %s: %llu keys deleted", srv_tenant_name(s, j), (unsigned long long)n);
     skv_rbuf_simple(&j->reply, "OK");
 }

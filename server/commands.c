@@ -21,16 +21,17 @@
 /* ------------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------- */
-static int arg_is(const srv_job *j, size_t i, const char *s)
+int srv_arg_is(const srv_job *j, size_t i, const char *s)
 {
     return i < j->cmd.argc && j->cmd.argl[i] == strlen(s) &&
            strcasecmp((const char *)j->cmd.argv[i], s) == 0;
 }
 
-static const char *tenant_name(const skv_server *s, const srv_job *j)
+const char *srv_tenant_name(const skv_server *s, const srv_job *j)
 {
     return s->cfg.tenants[j->tenant].name;
 }
+
 
 static void err_reply(srv_job *j, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -62,7 +63,7 @@ static void store_err(skv_server *s, srv_job *j, int rc, const char *what)
         err_reply(j, code, "%s: %s", what, skv_strerror(rc));
     /* the log, not the reply, says where in the source it arose */
     srv_log(s, "%s (tenant %s): %s (%s)%s%s%s", what,
-            j->tenant >= 0 ? tenant_name(s, j) : "-", skv_strerror(rc), d ? d : "",
+            j->tenant >= 0 ? srv_tenant_name(s, j) : "-", skv_strerror(rc), d ? d : "",
             where && *where ? " [" : "", where ? where : "", where && *where ? "]" : "");
     if (j->tenant >= 0) {
         pthread_mutex_lock(&s->smu);
@@ -174,7 +175,7 @@ static int tokens_text(srv_job *j, const uint8_t *a, size_t len, int32_t **tok, 
 static int tokens_at(srv_job *j, size_t i, int32_t **tok, size_t *n, size_t *next)
 {
     *tok = NULL;
-    if (arg_is(j, i, "TOKENS")) {
+    if (srv_arg_is(j, i, "TOKENS")) {
         if (i + 1 >= j->cmd.argc) {
             err_reply(j, "ERR", "TOKENS wants one argument, the ids: TOKENS \"1 2 3\"");
             return -1;
@@ -284,7 +285,7 @@ static void cmd_hello(skv_server *s, srv_job *j)
         i = 2;
     }
     for (; i < j->cmd.argc; i++) {
-        if (arg_is(j, i, "AUTH") && i + 2 < j->cmd.argc) {
+        if (srv_arg_is(j, i, "AUTH") && i + 2 < j->cmd.argc) {
             int rc = srv_auth(s, c, j->cmd.argv[i + 1], j->cmd.argl[i + 1], j->cmd.argv[i + 2],
                               j->cmd.argl[i + 2]);
             if (rc) {
@@ -292,7 +293,7 @@ static void cmd_hello(skv_server *s, srv_job *j)
                 return;
             }
             i += 2;
-        } else if (arg_is(j, i, "SETNAME") && i + 1 < j->cmd.argc) {
+        } else if (srv_arg_is(j, i, "SETNAME") && i + 1 < j->cmd.argc) {
             i++;
         } else {
             err_reply(j, "ERR", "syntax error in HELLO");
@@ -345,9 +346,9 @@ static void cmd_command(skv_server *s, srv_job *j)
 static void cmd_client(skv_server *s, srv_job *j)
 {
     (void)s;
-    if (arg_is(j, 1, "ID"))
+    if (srv_arg_is(j, 1, "ID"))
         skv_rbuf_int(&j->reply, (long long)j->c->id);
-    else if (arg_is(j, 1, "SETNAME") || arg_is(j, 1, "SETINFO"))
+    else if (srv_arg_is(j, 1, "SETNAME") || srv_arg_is(j, 1, "SETINFO"))
         skv_rbuf_simple(&j->reply, "OK");
     else
         err_reply(j, "ERR", "CLIENT supports ID, SETNAME and SETINFO");
@@ -356,7 +357,7 @@ static void cmd_client(skv_server *s, srv_job *j)
 static void cmd_shutdown(skv_server *s, srv_job *j)
 {
     srv_log(s, "SHUTDOWN by client %llu (tenant %s, uid %u)", (unsigned long long)j->c->id,
-            tenant_name(s, j), (unsigned)j->c->uid);
+            srv_tenant_name(s, j), (unsigned)j->c->uid);
     skv_rbuf_simple(&j->reply, "OK");
     atomic_store(&s->stop_req, 1);
 }
@@ -424,34 +425,34 @@ static int profile_key(srv_job *j, size_t i, profile_req *q)
         err_reply(j, "ERR", "a profile value holds a NUL byte");
         return -1;
     }
-    if (arg_is(j, i, "layers") || arg_is(j, i, "kv_heads") || arg_is(j, i, "head_dim")) {
+    if (srv_arg_is(j, i, "layers") || srv_arg_is(j, i, "kv_heads") || srv_arg_is(j, i, "head_dim")) {
         if (parse_ll((const uint8_t *)v, vl, 1, 1 << 16, &x)) {
             err_reply(j, "ERR", "%s wants an integer in [1, 65536]", j->cmd.argv[i]);
             return -1;
         }
-        int *f = arg_is(j, i, "layers") ? &want->layers
-               : arg_is(j, i, "kv_heads") ? &want->kv_heads : &want->head_dim;
+        int *f = srv_arg_is(j, i, "layers") ? &want->layers
+               : srv_arg_is(j, i, "kv_heads") ? &want->kv_heads : &want->head_dim;
         *f = (int)x;
-    } else if (arg_is(j, i, "dtype")) {
+    } else if (srv_arg_is(j, i, "dtype")) {
         if (skv_dtype_from_user(v, &want->dtype) || want->dtype == SKV_DT_I32) {
             err_reply(j, "ERR", "dtype wants bf16, fp16, fp8 or fp32");
             return -1;
         }
         q->have_dtype = 1;
-    } else if (arg_is(j, i, "level")) {
+    } else if (srv_arg_is(j, i, "level")) {
         if (seqkv_level_parse(v, &want->level)) {
             err_reply(j, "ERR", "level wants raw, stat, ctx, spec or full");
             return -1;
         }
         q->have_level = 1;
-    } else if (arg_is(j, i, "model")) {
+    } else if (srv_arg_is(j, i, "model")) {
         if (vl == 0 || vl > SEQKV_PATH_MAX) {
             err_reply(j, "ERR", "model wants a path of 1 to %d bytes", SEQKV_PATH_MAX);
             return -1;
         }
         memcpy(want->model, v, vl + 1);
         q->have_model = 1;
-    } else if (arg_is(j, i, "rope_theta")) {
+    } else if (srv_arg_is(j, i, "rope_theta")) {
         char *end;
         float f = strtof(v, &end);
         if (end == v || *end || !(f >= 0.0f && f <= 1e12f)) {
@@ -460,33 +461,33 @@ static int profile_key(srv_job *j, size_t i, profile_req *q)
         }
         want->rope_theta = f;
         q->have_theta = 1;
-    } else if (arg_is(j, i, "rope_dim")) {
+    } else if (srv_arg_is(j, i, "rope_dim")) {
         if (parse_ll((const uint8_t *)v, vl, 0, 1 << 16, &x)) {
             err_reply(j, "ERR", "rope_dim wants an integer in [0, 65536]");
             return -1;
         }
         want->rope_dim = (int)x;
         q->have_rdim = 1;
-    } else if (arg_is(j, i, "rope_half")) {
+    } else if (srv_arg_is(j, i, "rope_half")) {
         if (parse_ll((const uint8_t *)v, vl, 0, 1, &x)) {
             err_reply(j, "ERR", "rope_half wants 0 or 1");
             return -1;
         }
         want->rope_half = (int)x;
         q->have_rhalf = 1;
-    } else if (arg_is(j, i, "chunk")) {
+    } else if (srv_arg_is(j, i, "chunk")) {
         if (parse_ll((const uint8_t *)v, vl, 1, SEQKV_CHUNK_MAX, &x)) {
             err_reply(j, "ERR", "chunk wants an integer in [1, %d]", SEQKV_CHUNK_MAX);
             return -1;
         }
         want->chunk = (int)x;
-    } else if (arg_is(j, i, "vocab")) {
+    } else if (srv_arg_is(j, i, "vocab")) {
         if (parse_ll((const uint8_t *)v, vl, 1, SEQKV_VOCAB_MAX, &x)) {
             err_reply(j, "ERR", "vocab wants an integer in [1, %d]", SEQKV_VOCAB_MAX);
             return -1;
         }
         want->vocab = (int)x;
-    } else if (arg_is(j, i, "auto-calibrate") || arg_is(j, i, "auto_calibrate")) {
+    } else if (srv_arg_is(j, i, "auto-calibrate") || srv_arg_is(j, i, "auto_calibrate")) {
         if (parse_ll((const uint8_t *)v, vl, 0, 1 << 30, &x)) {
             err_reply(j, "ERR", "auto-calibrate wants a token count (0: never)");
             return -1;
@@ -598,9 +599,9 @@ static void profile_set(skv_server *s, srv_job *j)
 
 static void cmd_profile(skv_server *s, srv_job *j)
 {
-    if (arg_is(j, 1, "SET")) {
+    if (srv_arg_is(j, 1, "SET")) {
         profile_set(s, j);
-    } else if (arg_is(j, 1, "GET")) {
+    } else if (srv_arg_is(j, 1, "GET")) {
         char name[SEQKV_NAME_MAX + 1];
         if (j->cmd.argc != 3) {
             err_reply(j, "ERR", "KV.PROFILE GET <name>");
@@ -641,7 +642,7 @@ void srv_put_batch(skv_server *s, srv_job **jobs, size_t n)
         if (name_arg(j, 1, prof[i]) ||
             tokens_then(j, 1, "KV.PUT <profile> <tokens>|TOKENS \"<ids>\" <kv>", &tok[i], &nt))
             continue; /* replied */
-        q[m].tenant = tenant_name(s, j);
+        q[m].tenant = srv_tenant_name(s, j);
         q[m].profile = prof[i];
         q[m].tokens = tok[i];
         q[m].n = nt;
@@ -711,7 +712,7 @@ static void cmd_lookup(skv_server *s, srv_job *j)
     if (name_arg(j, 1, prof) ||
         tokens_then(j, 0, "KV.LOOKUP <profile> <tokens>|TOKENS \"<ids>\"", &tok, &n))
         return;
-    int rc = seqkv_lookup(s->db, tenant_name(s, j), prof, tok, n, &m);
+    int rc = seqkv_lookup(s->db, srv_tenant_name(s, j), prof, tok, n, &m);
     skv_free(tok);
     if (rc) {
         if (!miss_or_err(s, j, prof, rc, "KV.LOOKUP"))
@@ -768,7 +769,7 @@ static void cmd_get(skv_server *s, srv_job *j)
         return;
     for (size_t i = next; i < j->cmd.argc; i++) {
         long long v;
-        if (arg_is(j, i, "LAYERS")) {
+        if (srv_arg_is(j, i, "LAYERS")) {
             layers = 1;
         } else if (!want && parse_ll(j->cmd.argv[i], j->cmd.argl[i], 1, SEQKV_MAX_TOKENS, &v) == 0) {
             want = (size_t)v;
@@ -791,7 +792,7 @@ static void cmd_get(skv_server *s, srv_job *j)
         store_err(s, j, rc, "KV.GET");
         return;
     }
-    const char *tn = tenant_name(s, j);
+    const char *tn = srv_tenant_name(s, j);
     if (!want) {
         size_t m = 0;
         rc = seqkv_lookup(s->db, tn, prof, tok, n, &m);
@@ -866,7 +867,7 @@ static void cmd_del(skv_server *s, srv_job *j)
     if (name_arg(j, 1, prof) ||
         tokens_then(j, 0, "KV.DEL <profile> <tokens>|TOKENS \"<ids>\"", &tok, &n))
         return;
-    int rc = seqkv_del(s->db, tenant_name(s, j), prof, tok, n, &removed);
+    int rc = seqkv_del(s->db, srv_tenant_name(s, j), prof, tok, n, &removed);
     skv_free(tok);
     if (rc) {
         if (!miss_or_err(s, j, prof, rc, "KV.DEL"))
@@ -935,7 +936,7 @@ static void cmd_stats(skv_server *s, srv_job *j)
 {
     seqkv_stats st;
     memset(&st, 0, sizeof st);
-    int rc = seqkv_stat(s->db, tenant_name(s, j), &st);
+    int rc = seqkv_stat(s->db, srv_tenant_name(s, j), &st);
     if (rc && rc != SKV_ERR_NOT_FOUND) {
         store_err(s, j, rc, "KV.STATS");
         return;
@@ -943,7 +944,7 @@ static void cmd_stats(skv_server *s, srv_job *j)
     if (rc)
         memset(&st, 0, sizeof st);
     seqkv_blob_stats bs;
-    seqkv_blob_stat_all(s->db, tenant_name(s, j), &bs);
+    seqkv_blob_stat_all(s->db, srv_tenant_name(s, j), &bs);
     skv_rbuf *r = &j->reply;
     const struct {
         const char *key;
@@ -968,7 +969,7 @@ static void cmd_stats(skv_server *s, srv_job *j)
     const size_t nf = sizeof f / sizeof f[0];
     skv_rbuf_map(r, j->proto, 1 + nf + SEQKV_LEVELS);
     skv_rbuf_bulk_str(r, "tenant");
-    skv_rbuf_bulk_str(r, tenant_name(s, j));
+    skv_rbuf_bulk_str(r, srv_tenant_name(s, j));
     for (size_t i = 0; i < nf; i++) {
         skv_rbuf_bulk_str(r, f[i].key);
         if (f[i].ratio)

@@ -78,33 +78,6 @@ static int tenant_of_peer(const skv_server *s, uint32_t uid, uint32_t gid)
     return -1;
 }
 
-/* The client is tenant t now (-1: none): counts follow (loop thread) */
-static void set_tenant(skv_server *s, srv_client *c, int t)
-{
-    pthread_mutex_lock(&s->smu);
-    if (c->tenant >= 0)
-        s->ts[c->tenant].conns--;
-    else
-        s->nunauth--;
-    if (t >= 0)
-        s->ts[t].conns++;
-    else
-        s->nunauth++;
-    pthread_mutex_unlock(&s->smu);
-    c->tenant = t;
-}
-
-/* 1 when tenant t has all the connections it may (refusals counted) */
-static int tenant_full(skv_server *s, int t)
-{
-    const uint64_t lim = s->cfg.tenants[t].max_clients;
-    pthread_mutex_lock(&s->smu);
-    int full = lim && s->ts[t].conns >= lim;
-    s->ts[t].busy += full;
-    pthread_mutex_unlock(&s->smu);
-    return full;
-}
-
 int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen,
              const uint8_t *tok, size_t tlen)
 {
@@ -129,9 +102,9 @@ int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen,
         pthread_mutex_unlock(&s->smu);
         return -1;
     }
-    if (found != c->tenant && tenant_full(s, found))
+    if (found != c->tenant && srv_tenant_full(s, found))
         return -2;
-    set_tenant(s, c, found);
+    srv_set_tenant(s, c, found);
     c->admin = s->cfg.tenants[found].admin || uid_is_admin(s, c->uid);
     return 0;
 }
@@ -178,7 +151,7 @@ static void client_free(skv_server *s, srv_client *c)
     if (c->next)
         c->next->prev = c->prev;
     s->nclients--;
-    set_tenant(s, c, -1); /* its tenant's count down ... */
+    srv_set_tenant(s, c, -1); /* its tenant's count down ... */
     s->nunauth--;         /* ... and it is gone, not waiting to authenticate */
     skv_resp_reset(&c->rp);
     srv_outq_clear(&c->out);
@@ -501,57 +474,6 @@ static void reply_now(skv_server *s, srv_client *c, const char *code, const char
 }
 
 /* Check and run (or queue) one command. */
-/* The tenant's limits on a request about to run: its bytes in flight (a
- * request larger than the limit is -TOOLARGE, one that would pass it with
- * the others -BUSY) and, for KV.PUT, SET and MSET, its PUT bytes a second
- * (a bucket a second deep); 1 when it was refused (the reply queued) */
-static int over_limits(skv_server *s, srv_client *c, const srv_cmd *def, const skv_resp_cmd *cmd)
-{
-    const skv_server_tenant *tc = &s->cfg.tenants[c->tenant];
-    uint64_t bytes = 0;
-    for (size_t i = 1; i < cmd->argc; i++)
-        bytes += cmd->argl[i];
-    const int put = (def->flags & SRV_F_BATCH) != 0;
-    int refuse = 0;
-    pthread_mutex_lock(&s->smu);
-    srv_tstats *ts = &s->ts[c->tenant];
-    if (tc->max_inflight && bytes > tc->max_inflight)
-        refuse = 1;
-    else if (tc->max_inflight && ts->inflight_bytes + bytes > tc->max_inflight)
-        refuse = 2;
-    if (!refuse && put && tc->put_rate) {
-        const double now = srv_now(), rate = (double)tc->put_rate;
-        double *tok = &s->put_tokens[c->tenant], *at = &s->put_at[c->tenant];
-        *tok = *at == 0 ? rate : *tok + (now - *at) * rate;
-        if (*tok > rate)
-            *tok = rate;
-        *at = now;
-        if (*tok <= 0)
-            refuse = 3;
-        else
-            *tok -= (double)bytes; /* (may go below 0: what follows waits it out) */
-    }
-    if (refuse) {
-        ts->busy++;
-    } else {
-        ts->inflight_bytes += bytes;
-        c->req_bytes = bytes;
-    }
-    const uint64_t inflight = ts->inflight_bytes;
-    pthread_mutex_unlock(&s->smu);
-    if (refuse == 1)
-        reply_now(s, c, "TOOLARGE", "a request of %llu bytes is over tenant %s's max-inflight (%llu)",
-                  (unsigned long long)bytes, tc->name, (unsigned long long)tc->max_inflight);
-    else if (refuse == 2)
-        reply_now(s, c, "BUSY", "tenant %s has %llu bytes of requests in flight (max-inflight %llu): "
-                  "try again", tc->name, (unsigned long long)inflight,
-                  (unsigned long long)tc->max_inflight);
-    else if (refuse == 3)
-        reply_now(s, c, "BUSY", "tenant %s is over its put-rate (%llu bytes a second): try again",
-                  tc->name, (unsigned long long)tc->put_rate);
-    return refuse != 0;
-}
-
 static void dispatch(skv_server *s, srv_client *c, skv_resp_cmd *cmd)
 {
     const srv_cmd *def = srv_cmd_find(cmd->argv[0], cmd->argl[0]);
@@ -582,7 +504,10 @@ static void dispatch(skv_server *s, srv_client *c, skv_resp_cmd *cmd)
         skv_resp_cmd_free(cmd);
         return;
     }
-    if (!(def->flags & SRV_F_LOOP) && c->tenant >= 0 && over_limits(s, c, def, cmd)) {
+    char lcode[16], lmsg[200];
+    if (!(def->flags & SRV_F_LOOP) && c->tenant >= 0 &&
+        srv_over_limits(s, c, def, cmd, lcode, lmsg, sizeof lmsg)) {
+        reply_now(s, c, lcode, "%s", lmsg);
         skv_resp_cmd_free(cmd);
         return;
     }
@@ -751,7 +676,7 @@ static void do_accept(skv_server *s)
             refuse(fd, "-BUSY too many connections waiting to authenticate (max-unauth-clients)\r\n");
             continue;
         }
-        if (t >= 0 && tenant_full(s, t)) {
+        if (t >= 0 && srv_tenant_full(s, t)) {
             s->rejected++;
             char msg[160];
             snprintf(msg, sizeof msg, "-BUSY tenant %s has all the connections its max-clients allows\r\n",
@@ -785,7 +710,7 @@ static void do_accept(skv_server *s)
         c->pid = cr.pid;
         c->tenant = -1;
         s->nunauth++;
-        set_tenant(s, c, t);
+        srv_set_tenant(s, c, t);
         c->since = srv_now();
         c->admin = (t >= 0 && s->cfg.tenants[t].admin) || uid_is_admin(s, cr.uid);
         c->proto = 2;

@@ -163,6 +163,15 @@ void srv_log(skv_server *s, const char *fmt, ...) __attribute__((format(printf, 
 int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen, const uint8_t *tok,
              size_t tlen);
 /* (-2: the token's tenant has all the connections its max-clients allows) */
+
+/* Limits (limits.c, loop thread): the client is tenant t now (-1: none),
+ * the counts follow; tenant t has all the connections it may (a refusal
+ * counted); a request over its tenant's limits (1, with the reply's code
+ * and message; else its bytes counted in flight until it completes) */
+void srv_set_tenant(skv_server *s, srv_client *c, int t);
+int srv_tenant_full(skv_server *s, int t);
+int srv_over_limits(skv_server *s, srv_client *c, const srv_cmd *def, const skv_resp_cmd *cmd,
+                    char code[16], char *msg, size_t cap);
 void srv_stat_latency(skv_server *s, const srv_cmd *def, double seconds);
 /* Run n KV.PUT jobs as one seqkv_put_batch (one commit) and fill their
  * replies. */
@@ -176,6 +185,9 @@ size_t srv_put_kv_len(const srv_job *j);
 /* INFO's report for section secp (NULL: all) into b (info.c); 0, the
  * error of seqkv_stat, or SKV_ERR_NOMEM when b ran out of memory. */
 int srv_info_report(skv_server *s, srv_job *j, const char *secp, skv_rbuf *b);
+/* Argument i is s (any case); the job's tenant's name (commands.c) */
+int srv_arg_is(const srv_job *j, size_t i, const char *s);
+const char *srv_tenant_name(const skv_server *s, const srv_job *j);
 /* A store error as a reply: NOTFOUND, SHAPE, CORRUPT, TOOLARGE, else ERR
  * (commands.c); logged, and counted against the tenant */
 void srv_store_err(skv_server *s, srv_job *j, int rc, const char *what);

@@ -126,6 +126,8 @@ uint64_t skvb_tenant_id(seqkv *db, const char *tenant)
 {
     tenant_ent *te;
     uint64_t id = 0;
+    if (!db->has_blobs)
+        return 0; /* (a read-only store from before blobs: its tables are not there) */
     pthread_rwlock_rdlock(&db->rw);
     if (!skv_store_tenant(db, tenant, 0, &te))
         id = te->id;

@@ -59,7 +59,7 @@ int skvb_ent_unpack(const MDB_val *v, blob_ent *e);
 int skvb_expired(const blob_ent *e, int64_t now);
 /* SKV_ERR_ARG unless 1..SEQKV_BLOB_KEY_MAX bytes */
 int skvb_key_ok(const uint8_t *key, size_t len);
-/* The tenant's id for a read (0: no such tenant) */
+/* The tenant's id for a read (0: no such tenant, or no blob tables) */
 uint64_t skvb_tenant_id(seqkv *db, const char *tenant);
 /* Caller holds rw */
 tenant_ent *skvb_tenant(seqkv *db, uint64_t id);

@@ -225,6 +225,13 @@ int seqkv_blob_sweep(seqkv *db, size_t max, size_t *removed)
         *removed = 0;
     if (db->o.read_only || !max)
         return SKV_OK;
+    uint64_t keys = 0;
+    pthread_rwlock_rdlock(&db->rw);
+    for (size_t i = 0; i < db->nten; i++)
+        keys += db->ten[i].bkeys;
+    pthread_rwlock_unlock(&db->rw);
+    if (!keys)
+        return SKV_OK; /* (no write transaction a second for a store without blobs) */
     pass_ctx *c = skv_calloc(1, sizeof *c);
     if (!c)
         return skv_error(SKV_ERR_NOMEM, "sweep");

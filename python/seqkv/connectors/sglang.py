@@ -387,13 +387,13 @@ class SeqkvHiCacheStorage(_sglang_base()):
         """Store the host pool's pages at host_indices. One bool per key."""
         pool, ps = self._pool_and_page_size(keys, host_indices)
         present = self._exists_flags(keys)
-        todo = [i for i, p in enumerate(present) if not p]
+        absent = [i for i, p in enumerate(present) if not p]
         pages = [page_u8(pool.get_data_page(int(host_indices[i * ps]), flat=True))
-                 for i in todo]
-        stored = self._store([keys[i] for i in todo], pages, checked_absent=True)
-        self.counters["pages_skipped"] += len(keys) - len(todo)
+                 for i in absent]
+        stored = self._store([keys[i] for i in absent], pages, checked_absent=True)
+        self.counters["pages_skipped"] += len(keys) - len(absent)
         out = [True] * len(keys)
-        for i, ok in zip(todo, stored):
+        for i, ok in zip(absent, stored):
             out[i] = ok
         return out
 
@@ -456,12 +456,12 @@ class SeqkvHiCacheStorage(_sglang_base()):
                 self.page.check(p, "page " + k)
         present = [False] * len(keys) if checked_absent else self._exists_flags(keys)
         out = [True] * len(keys)
-        todo = [i for i, p in enumerate(present) if not p]
-        self.counters["pages_skipped"] += len(keys) - len(todo)
-        if not todo:
+        absent = [i for i, p in enumerate(present) if not p]
+        self.counters["pages_skipped"] += len(keys) - len(absent)
+        if not absent:
             return out
-        for rng in self._chunks(len(todo), max(p.size for p in pages)):
-            idx = [todo[j] for j in rng]
+        for rng in self._chunks(len(absent), max(p.size for p in pages)):
+            idx = [absent[j] for j in rng]
             values = {self.kv_key(keys[i]): self._encode(pages[i]) for i in idx}
             metas = {self.meta_key(keys[i]): self._meta(pages[i]) for i in idx}
             try:
