@@ -1,0 +1,1047 @@
+/* remote/: the Redis Cluster client. Slots and the parsers of what the
+ * cluster sends, checked against Redis' documented examples and against
+ * hand-made replies; seed specs refused; then a real cluster of 6
+ * redis-server processes (tests/rcluster.sh, 3 masters with a replica
+ * each, started once for the run by the PRE_ALL hook and stopped by
+ * POST_ALL however the cases end, or by the script's watchdog should the
+ * runner itself be killed): binary values over every master,
+ * -MOVED, -ASK during a slot migration, WAIT, and a master killed with
+ * SIGKILL under load. Without redis-server on the PATH the cluster cases
+ * skip with a message. Run with -j1: the cluster cases share one cluster
+ * and move its slots and masters. */
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rc_int.h"
+#include "skv_rcluster.h"
+
+/* ------------------------------------------------------------------------
+ * Helpers.
+ * ---------------------------------------------------------------------- */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* the reference CRC16-XMODEM, bit by bit, beside rc_slots.c's table */
+static uint16_t crc16_bitwise(const uint8_t *p, size_t len)
+{
+    uint16_t crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (uint16_t)(p[i] << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+    }
+    return crc;
+}
+
+static unsigned slot_of(const char *key)
+{
+    return skv_rc_slot(key, strlen(key));
+}
+
+/* One complete reply from RESP bytes, through hiredis' reader. */
+static redisReply *resp(const char *bytes, size_t len)
+{
+    redisReader *r = redisReaderCreate();
+    cr_assert(r);
+    cr_assert_eq(redisReaderFeed(r, bytes, len), REDIS_OK);
+    void *reply = NULL;
+    cr_assert_eq(redisReaderGetReply(r, &reply), REDIS_OK, "%s", r->errstr);
+    cr_assert(reply, "incomplete RESP in the test");
+    redisReaderFree(r);
+    return reply;
+}
+
+/* The slots reply of a 3-master / 3-replica cluster, as a Redis 7.0 node
+ * sent it (captured from tests/rcluster.sh's cluster). */
+static const char real_slots[] =
+    "*3\r\n"
+    "*4\r\n:0\r\n:5460\r\n"
+    "*4\r\n$9\r\n127.0.0.1\r\n:23308\r\n$40\r\n753ace7328912832882c5e6b839445f5cbedf169\r\n*0\r\n"
+    "*4\r\n$9\r\n127.0.0.1\r\n:23312\r\n$40\r\nb06e2da08739aa339ea05cc041b8daf76c31bc3e\r\n*0\r\n"
+    "*4\r\n:5461\r\n:10922\r\n"
+    "*4\r\n$9\r\n127.0.0.1\r\n:23309\r\n$40\r\n3e8bb41bf7b17db385c0efb6643b997441ced667\r\n*0\r\n"
+    "*4\r\n$9\r\n127.0.0.1\r\n:23313\r\n$40\r\n4d635654afd99e55d8e6c9e34b67e7fcde618bdb\r\n*0\r\n"
+    "*4\r\n:10923\r\n:16383\r\n"
+    "*4\r\n$9\r\n127.0.0.1\r\n:23310\r\n$40\r\n75d1a4e9542b473bd85af479bf8d724178ce0a17\r\n*0\r\n"
+    "*4\r\n$9\r\n127.0.0.1\r\n:23311\r\n$40\r\naa04538c2f50593470fc044895aee05b11f514ac\r\n*0\r\n";
+
+/* skv_rc_parse_slots of RESP bytes: its return code (the map freed) */
+static int parse_resp(const char *bytes)
+{
+    redisReply *r = resp(bytes, strlen(bytes));
+    skv_rc_map *m = malloc(sizeof *m);
+    cr_assert(m);
+    int rc = skv_rc_parse_slots(r, "10.0.0.9", m);
+    if (rc) {
+        cr_expect_eq(m->nnodes, 0, "a refused reply leaves the map empty");
+        cr_expect_eq(m->owner[0], -1);
+    }
+    skv_rc_map_free(m);
+    free(m);
+    freeReplyObject(r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Slots and parsers.
+ * ---------------------------------------------------------------------- */
+Test(rc_slot, crc16_matches_xmodem_and_the_bitwise_reference)
+{
+    cr_assert_eq(skv_rc_crc16("123456789", 9), 0x31C3);
+    cr_assert_eq(skv_rc_crc16("", 0), 0);
+    uint8_t buf[512];
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t len = 0; len <= sizeof buf; len += 7) {
+        for (size_t i = 0; i < len; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            buf[i] = (uint8_t)(x >> 56);
+        }
+        cr_assert_eq(skv_rc_crc16(buf, len), crc16_bitwise(buf, len), "length %zu", len);
+    }
+}
+
+Test(rc_slot, hash_tags_follow_redis_documented_examples)
+{
+    cr_assert_eq(slot_of("foo"), 12182);
+    cr_assert_eq(slot_of("123456789"), 0x31C3 & 16383);
+    cr_assert_eq(slot_of("{user1000}.following"), slot_of("{user1000}.followers"));
+    cr_assert_eq(slot_of("{user1000}.following"), slot_of("user1000"));
+    /* an empty tag: the whole key */
+    cr_assert_eq(slot_of("foo{}{bar}"), skv_rc_crc16("foo{}{bar}", 10) & 16383);
+    cr_assert_neq(slot_of("foo{}{bar}"), slot_of("bar"));
+    /* from the first '{' to the first '}' after it */
+    cr_assert_eq(slot_of("foo{{bar}}zap"), slot_of("{bar"));
+    cr_assert_eq(slot_of("foo{bar}{zap}"), slot_of("bar"));
+    /* no closing brace: the whole key */
+    cr_assert_eq(slot_of("foo{bar"), skv_rc_crc16("foo{bar", 7) & 16383);
+    cr_assert_eq(skv_rc_slot("", 0), 0);
+    /* binary keys: a NUL is a byte like another */
+    cr_assert_eq(skv_rc_slot("a\0{b}", 5), slot_of("b"));
+    cr_assert_eq(skv_rc_slot("a\0b", 3), skv_rc_crc16("a\0b", 3) & 16383);
+}
+
+Test(rc_slot, redirects_parse_and_malformed_ones_are_refused)
+{
+    skv_rc_addr a;
+    int slot = -1;
+    const char *m = "MOVED 3999 127.0.0.1:6381";
+    cr_assert_eq(skv_rc_parse_redirect(m, strlen(m), "10.0.0.1", &slot, &a), SKV_RC_REDIRECT_MOVED);
+    cr_assert_eq(slot, 3999);
+    cr_assert_str_eq(a.host, "127.0.0.1");
+    cr_assert_eq(a.port, 6381);
+    m = "ASK 16383 :7000"; /* Redis 7: an unknown endpoint is the node asked */
+    cr_assert_eq(skv_rc_parse_redirect(m, strlen(m), "10.0.0.1", &slot, &a), SKV_RC_REDIRECT_ASK);
+    cr_assert_eq(slot, 16383);
+    cr_assert_str_eq(a.host, "10.0.0.1");
+    cr_assert_eq(a.port, 7000);
+    m = "MOVED 12 ::1:7001"; /* IPv6: the last ':' splits */
+    cr_assert_eq(skv_rc_parse_redirect(m, strlen(m), "x", &slot, &a), SKV_RC_REDIRECT_MOVED);
+    cr_assert_str_eq(a.host, "::1");
+    cr_assert_eq(a.port, 7001);
+    const char *other[] = {"WRONGTYPE Operation against a key", "ERR unknown", "MOVEDX 1 a:1", ""};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        cr_assert_eq(skv_rc_parse_redirect(other[i], strlen(other[i]), "x", &slot, &a), 0, "%s",
+                     other[i]);
+    const char *bad[] = {"MOVED 16384 a:1", "MOVED -1 a:1",  "MOVED 1 a:0",    "MOVED 1 a:65536",
+                         "ASK 1 a",         "ASK 1",         "MOVED x a:1",    "MOVED 1 a:1x",
+                         "MOVED  1 a:1",    "ASK 1 a:99999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_lt(skv_rc_parse_redirect(bad[i], strlen(bad[i]), "x", &slot, &a), 0, "%s",
+                     bad[i]);
+}
+
+Test(rc_slot, a_real_cluster_slots_reply_parses_to_its_map)
+{
+    redisReply *r = resp(real_slots, sizeof real_slots - 1);
+    skv_rc_map *m = malloc(sizeof *m);
+    cr_assert(m);
+    cr_assert_eq(skv_rc_parse_slots(r, "10.0.0.9", m), 0, "%s", skv_error_detail());
+    freeReplyObject(r);
+    cr_assert_eq(m->nnodes, 6);
+    cr_assert_eq(skv_rc_map_masters(m), 3);
+    const int first[] = {0, 5461, 10923}, last[] = {5460, 10922, 16383},
+              port[] = {23308, 23309, 23310};
+    for (int k = 0; k < 3; k++) {
+        int32_t o = m->owner[first[k]];
+        cr_assert_geq(o, 0);
+        cr_assert_eq(m->owner[last[k]], o);
+        cr_assert_eq(m->node[o].addr.port, port[k]);
+        cr_assert_str_eq(m->node[o].addr.host, "127.0.0.1");
+        cr_assert(m->node[o].master);
+    }
+    int replicas = 0;
+    for (size_t j = 0; j < m->nnodes; j++)
+        replicas += !m->node[j].master;
+    cr_assert_eq(replicas, 3);
+    skv_rc_map_free(m);
+    free(m);
+}
+
+Test(rc_slot, malformed_cluster_slots_replies_are_refused)
+{
+    /* host nil or empty: the node asked; "?" skipped */
+    cr_assert_eq(parse_resp("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$-1\r\n:7000\r\n"), 0);
+    cr_assert_eq(parse_resp("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$0\r\n\r\n:7000\r\n"), 0);
+    cr_assert_eq(parse_resp("*2\r\n*3\r\n:0\r\n:10\r\n*2\r\n$1\r\n?\r\n:7000\r\n"
+                            "*3\r\n:11\r\n:16383\r\n*2\r\n$1\r\nh\r\n:7001\r\n"),
+                 0);
+#define RESP(s) s, sizeof(s) - 1
+    const struct {
+        const char *resp;
+        size_t len;
+        int err;
+    } bad[] = {
+        {RESP("$5\r\nhello\r\n"), SKV_ERR_FORMAT}, /* not an array */
+        {RESP("-ERR This instance has cluster support disabled\r\n"), SKV_ERR_FORMAT},
+        {RESP("*0\r\n"), SKV_ERR_FORMAT},  /* no slot served */
+        {RESP("*-1\r\n"), SKV_ERR_FORMAT}, /* nil */
+        {RESP("*1\r\n:1\r\n"), SKV_ERR_FORMAT}, /* a range not an array */
+        {RESP("*1\r\n*2\r\n:0\r\n:1\r\n"), SKV_ERR_FORMAT}, /* no master */
+        {RESP("*1\r\n*3\r\n$1\r\n0\r\n:1\r\n*2\r\n$1\r\nh\r\n:1\r\n"), SKV_ERR_FORMAT},
+        {RESP("*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$1\r\nh\r\n:1\r\n"), SKV_ERR_RANGE},
+        {RESP("*1\r\n*3\r\n:-1\r\n:5\r\n*2\r\n$1\r\nh\r\n:1\r\n"), SKV_ERR_RANGE},
+        {RESP("*1\r\n*3\r\n:9\r\n:5\r\n*2\r\n$1\r\nh\r\n:1\r\n"), SKV_ERR_RANGE}, /* reversed */
+        {RESP("*1\r\n*3\r\n:0\r\n:5\r\n*2\r\n$1\r\nh\r\n:0\r\n"), SKV_ERR_RANGE}, /* port 0 */
+        {RESP("*1\r\n*3\r\n:0\r\n:5\r\n*2\r\n$1\r\nh\r\n:65536\r\n"), SKV_ERR_RANGE},
+        {RESP("*1\r\n*3\r\n:0\r\n:5\r\n*2\r\n$1\r\nh\r\n$4\r\n7000\r\n"), SKV_ERR_FORMAT},
+        {RESP("*1\r\n*3\r\n:0\r\n:5\r\n*1\r\n$1\r\nh\r\n"), SKV_ERR_FORMAT}, /* no port */
+        {RESP("*1\r\n*3\r\n:0\r\n:5\r\n*2\r\n:1\r\n:1\r\n"), SKV_ERR_FORMAT}, /* int host */
+        {RESP("*1\r\n*3\r\n:0\r\n:5\r\n*2\r\n$3\r\na\0b\r\n:1\r\n"), SKV_ERR_FORMAT},
+        {RESP("*2\r\n*3\r\n:0\r\n:5\r\n*2\r\n$1\r\nh\r\n:1\r\n"
+              "*3\r\n:5\r\n:9\r\n*2\r\n$1\r\nh\r\n:2\r\n"),
+         SKV_ERR_RANGE}, /* slot 5 twice */
+        /* every master unknown: nothing served */
+        {RESP("*1\r\n*3\r\n:0\r\n:5\r\n*2\r\n$1\r\n?\r\n:1\r\n"), SKV_ERR_FORMAT},
+    };
+#undef RESP
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        redisReply *r = resp(bad[i].resp, bad[i].len);
+        skv_rc_map *m = malloc(sizeof *m);
+        cr_assert(m);
+        int rc = skv_rc_parse_slots(r, "x", m);
+        cr_expect_eq(rc, bad[i].err, "case %zu: %d (%s)", i, rc, skv_error_detail());
+        cr_expect_eq(m->nnodes, 0);
+        skv_rc_map_free(m);
+        free(m);
+        freeReplyObject(r);
+    }
+    /* a host over 255 bytes */
+    char big[600];
+    int n = snprintf(big, sizeof big, "*1\r\n*3\r\n:0\r\n:5\r\n*2\r\n$256\r\n");
+    memset(big + n, 'h', 256);
+    n += 256;
+    n += snprintf(big + n, sizeof big - (size_t)n, "\r\n:1\r\n");
+    cr_assert_eq(parse_resp(big), SKV_ERR_FORMAT);
+}
+
+Test(rc_slot, the_reader_refuses_huge_arrays_before_allocating)
+{
+    redisReader *r = redisReaderCreate();
+    cr_assert(r);
+    skv_rc_reader_cap(r);
+    const char *huge = "*2000000000\r\n";
+    cr_assert_eq(redisReaderFeed(r, huge, strlen(huge)), REDIS_OK);
+    void *reply = NULL;
+    cr_assert_eq(redisReaderGetReply(r, &reply), REDIS_ERR);
+    cr_assert_null(reply);
+    redisReaderFree(r);
+    /* a capped reader still reads ordinary replies */
+    r = redisReaderCreate();
+    skv_rc_reader_cap(r);
+    cr_assert_eq(redisReaderFeed(r, real_slots, sizeof real_slots - 1), REDIS_OK);
+    cr_assert_eq(redisReaderGetReply(r, &reply), REDIS_OK);
+    cr_assert(reply);
+    cr_assert_eq(((redisReply *)reply)->elements, 3);
+    freeReplyObject(reply);
+    redisReaderFree(r);
+}
+
+/* ------------------------------------------------------------------------
+ * Opening.
+ * ---------------------------------------------------------------------- */
+Test(rc_open, bad_seed_specs_are_refused_with_a_message)
+{
+    const struct {
+        const char *spec, *says;
+    } bad[] = {
+        {"", "no seed"},
+        {"redis-cluster://", "no seed"},
+        {"127.0.0.1", "no ':port'"},
+        {"127.0.0.1:0", "bad port"},
+        {"127.0.0.1:65536", "bad port"},
+        {"127.0.0.1:99999999999", "bad port"},
+        {"127.0.0.1:7000x", "bad port"},
+        {"127.0.0.1:", "bad port"},
+        {":7000", "no host"},
+        {"127.0.0.1:7000,", "seed 2"},
+        {",127.0.0.1:7000", "seed 1"},
+        {"127.0.0.1:7000,,127.0.0.1:7001", "seed 2"},
+        {"127.0.0.1:7000, ,127.0.0.1:7001", "seed 2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "untouched";
+        skv_rc *rc = skv_rc_open(bad[i].spec, 500, err, sizeof err);
+        cr_expect_null(rc, "'%s' was accepted", bad[i].spec);
+        skv_rc_close(rc);
+        cr_expect(strstr(err, bad[i].says), "'%s': message '%s' lacks '%s'", bad[i].spec, err,
+                  bad[i].says);
+    }
+    char err[256];
+    cr_expect_null(skv_rc_open("127.0.0.1:7000", 0, err, sizeof err));
+    cr_expect(strstr(err, "timeout"), "%s", err);
+    cr_expect_null(skv_rc_open(NULL, 100, err, sizeof err));
+    cr_expect_null(skv_rc_open("", 100, NULL, 0)); /* no room for a message: still NULL */
+    char tiny[4];
+    cr_expect_null(skv_rc_open("nope", 100, tiny, sizeof tiny));
+    cr_expect_eq(strlen(tiny), 3, "the message is cut to the buffer");
+}
+
+/* a loopback port where nothing listens (bound, then closed) */
+static int dead_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+Test(rc_open, no_seed_answering_is_an_error_naming_the_last_failure)
+{
+    char spec[64], err[256];
+    snprintf(spec, sizeof spec, "redis-cluster://127.0.0.1:%d", dead_port());
+    skv_rc *rc = skv_rc_open(spec, 500, err, sizeof err);
+    cr_assert_null(rc);
+    cr_assert(strstr(err, "no seed"), "%s", err);
+    cr_assert(strstr(err, "refused"), "%s", err);
+}
+
+Test(rc_open, a_redis_without_cluster_support_is_refused)
+{
+    if (system("command -v redis-server >/dev/null 2>&1") != 0)
+        cr_skip_test("redis-server not on the PATH (Debian: redis-server)");
+    int port = dead_port();
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--loglevel", "warning", (char *)NULL);
+        _exit(127);
+    }
+    redisContext *c = NULL;
+    for (int i = 0; i < 100; i++) {
+        c = redisConnect("127.0.0.1", port);
+        if (c && !c->err)
+            break;
+        redisFree(c);
+        c = NULL;
+        sleep_ms(50);
+    }
+    char spec[64], err[256] = "";
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", port);
+    skv_rc *rc = c ? skv_rc_open(spec, 1000, err, sizeof err) : NULL;
+    redisFree(c);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    cr_assert(c, "the standalone redis-server did not start");
+    cr_assert_null(rc);
+    cr_assert(strstr(err, "cluster support disabled"), "%s", err);
+}
+
+/* ------------------------------------------------------------------------
+ * The cluster, one for the run.
+ * ---------------------------------------------------------------------- */
+static char cluster_dir[PATH_MAX];
+
+static const char *script_path(void)
+{
+    static char path[PATH_MAX];
+    const char *root = getenv("SEQKV_SOURCE_ROOT");
+    snprintf(path, sizeof path, "%s/tests/rcluster.sh", root ? root : ".");
+    return path;
+}
+
+ReportHook(PRE_ALL)(CR_UNUSED struct criterion_test_set *set)
+{
+    if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+        setenv("SKV_RC_TEST_SKIP", "redis-server not on the PATH (Debian: redis-server)", 1);
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(cluster_dir, sizeof cluster_dir, "%s/skv_rcluster_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(cluster_dir)) {
+        setenv("SKV_RC_TEST_ERROR", "mkdtemp failed", 1);
+        cluster_dir[0] = '\0';
+        return;
+    }
+    char cmd[2 * PATH_MAX + 128];
+    /* SKV_RCLUSTER_OWNER: should this runner be killed (a timeout), the
+     * script's watchdog stops the cluster */
+    snprintf(cmd, sizeof cmd, "SKV_RCLUSTER_OWNER=%ld '%s' start '%s'", (long)getpid(),
+             script_path(), cluster_dir);
+    double t0 = now_s();
+    FILE *f = popen(cmd, "r");
+    char seeds[512] = "";
+    if (f) {
+        if (!fgets(seeds, sizeof seeds, f))
+            seeds[0] = '\0';
+        seeds[strcspn(seeds, "\n")] = '\0';
+    }
+    int st = f ? pclose(f) : -1;
+    if (st != 0 || !seeds[0]) {
+        setenv("SKV_RC_TEST_ERROR", "tests/rcluster.sh start failed (its messages are above)", 1);
+        return;
+    }
+    fprintf(stderr, "test_rcluster: cluster %s in %s, up in %.1f s\n", seeds, cluster_dir,
+            now_s() - t0);
+    setenv("SKV_RC_TEST_SEEDS", seeds, 1);
+    setenv("SKV_RC_TEST_DIR", cluster_dir, 1);
+}
+
+ReportHook(POST_ALL)(CR_UNUSED struct criterion_global_stats *stats)
+{
+    if (!cluster_dir[0])
+        return;
+    char cmd[2 * PATH_MAX + 128];
+    snprintf(cmd, sizeof cmd, "'%s' stop '%s'", script_path(), cluster_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_rcluster: stopping the cluster in %s failed\n", cluster_dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cluster_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_rcluster: %s failed\n", cmd);
+}
+
+/* The seeds, or skip (no redis-server) or fail (the cluster did not start). */
+static const char *cluster_seeds(void)
+{
+    const char *skip = getenv("SKV_RC_TEST_SKIP");
+    if (skip)
+        cr_skip_test("%s", skip);
+    const char *e = getenv("SKV_RC_TEST_ERROR");
+    cr_assert_null(e, "%s", e);
+    const char *s = getenv("SKV_RC_TEST_SEEDS");
+    cr_assert(s, "no cluster: the PRE_ALL hook did not run");
+    return s;
+}
+
+static int cluster_ports(int *ports)
+{
+    const char *s = cluster_seeds();
+    int n = 0;
+    for (const char *p = s; p && *p && n < 6; n++) {
+        const char *c = strchr(p, ':');
+        cr_assert(c);
+        ports[n] = atoi(c + 1);
+        p = strchr(c, ',');
+        p = p ? p + 1 : NULL;
+    }
+    cr_assert_eq(n, 6, "%s", s);
+    return n;
+}
+
+static int run_script(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run_script(const char *fmt, ...)
+{
+    char args[512], cmd[PATH_MAX + 600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s", script_path(), args);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A command on one node over a plain hiredis connection. */
+static redisReply *node_cmd(int port, const char *fmt, ...)
+{
+    redisContext *c = redisConnect("127.0.0.1", port);
+    cr_assert(c && !c->err, "node %d: %s", port, c ? c->errstr : "no memory");
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    cr_assert(r, "node %d: %s", port, c->errstr);
+    redisFree(c);
+    return r;
+}
+
+static void node_ok(int port, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void node_ok(int port, const char *fmt, ...)
+{
+    char cmd[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    redisReply *r = node_cmd(port, cmd);
+    cr_assert(r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0, "node %d: %s: %s",
+              port, cmd, r->str ? r->str : "(not a status)");
+    freeReplyObject(r);
+}
+
+static int node_is_master(int port)
+{
+    redisReply *r = node_cmd(port, "ROLE");
+    cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+              r->element[0]->type == REDIS_REPLY_STRING);
+    int m = strcmp(r->element[0]->str, "master") == 0;
+    freeReplyObject(r);
+    return m;
+}
+
+static void node_id(int port, char id[64])
+{
+    redisReply *r = node_cmd(port, "CLUSTER MYID");
+    cr_assert(r->type == REDIS_REPLY_STRING && r->len < 64);
+    memcpy(id, r->str, r->len + 1);
+    freeReplyObject(r);
+}
+
+/* The map as the node on port sees it (parsed by the client's parser). */
+static skv_rc_map *node_map(int port)
+{
+    redisReply *r = node_cmd(port, "CLUSTER SLOTS");
+    skv_rc_map *m = malloc(sizeof *m);
+    cr_assert(m);
+    cr_assert_eq(skv_rc_parse_slots(r, "127.0.0.1", m), 0, "%s", skv_error_detail());
+    freeReplyObject(r);
+    return m;
+}
+
+/* a node of the cluster that answers (a case may have killed one) */
+static int live_port(const int *ports)
+{
+    for (int i = 0; i < 6; i++) {
+        redisContext *c = redisConnect("127.0.0.1", ports[i]);
+        int up = c && !c->err;
+        redisFree(c);
+        if (up)
+            return ports[i];
+    }
+    cr_assert_fail("no node of the cluster answers");
+    return -1;
+}
+
+static int slot_owner_port(const int *ports, unsigned slot)
+{
+    skv_rc_map *m = node_map(live_port(ports));
+    int32_t o = m->owner[slot];
+    cr_assert_geq(o, 0, "slot %u has no master", slot);
+    int port = m->node[o].addr.port;
+    skv_rc_map_free(m);
+    free(m);
+    return port;
+}
+
+static skv_rc *open_cluster(void)
+{
+    char err[256];
+    skv_rc *rc = skv_rc_open(cluster_seeds(), 2000, err, sizeof err);
+    cr_assert(rc, "skv_rc_open: %s", err);
+    return rc;
+}
+
+/* A batch of GET and SET commands over caller-owned keys and values. */
+typedef struct batch {
+    skv_rc_cmd *cmd;
+    const char **argv; /* 3 per command */
+    size_t *len;       /* 3 per command */
+    redisReply **reply;
+    size_t n, cap;
+} batch;
+
+static void batch_init(batch *b, size_t cap)
+{
+    b->cmd = calloc(cap, sizeof *b->cmd);
+    b->argv = calloc(3 * cap, sizeof *b->argv);
+    b->len = calloc(3 * cap, sizeof *b->len);
+    b->reply = calloc(cap, sizeof *b->reply);
+    cr_assert(b->cmd && b->argv && b->len && b->reply);
+    b->n = 0;
+    b->cap = cap;
+}
+
+static void batch_add(batch *b, const char *name, const char *key, size_t klen, const void *val,
+                      size_t vlen)
+{
+    cr_assert_lt(b->n, b->cap);
+    const char **a = b->argv + 3 * b->n;
+    size_t *l = b->len + 3 * b->n;
+    a[0] = name;
+    l[0] = strlen(name);
+    a[1] = key;
+    l[1] = klen;
+    a[2] = val;
+    l[2] = vlen;
+    b->cmd[b->n] = (skv_rc_cmd){.argc = val ? 3 : 2, .argv = a, .argvlen = l, .key = 1};
+    b->n++;
+}
+
+static int batch_exec(skv_rc *rc, batch *b, int wait_replicas, int deadline_ms)
+{
+    return skv_rc_exec(rc, b->cmd, b->n, b->reply, wait_replicas, deadline_ms);
+}
+
+static void batch_free_replies(batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        freeReplyObject(b->reply[i]);
+        b->reply[i] = NULL;
+    }
+}
+
+static void batch_free(batch *b)
+{
+    batch_free_replies(b);
+    free(b->cmd);
+    free(b->argv);
+    free(b->len);
+    free(b->reply);
+}
+
+static void expect_ok(const redisReply *r, const char *what)
+{
+    cr_assert(r, "%s: no reply", what);
+    cr_assert(r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0, "%s: %s", what,
+              r->str ? r->str : "(not a status)");
+}
+
+static void expect_bytes(const redisReply *r, const void *v, size_t len, const char *what)
+{
+    cr_assert(r, "%s: no reply", what);
+    cr_assert_eq(r->type, REDIS_REPLY_STRING, "%s: reply type %d (%s)", what, r->type,
+                 r->str ? r->str : "");
+    cr_assert_eq(r->len, len, "%s: %zu bytes, wanted %zu", what, r->len, len);
+    cr_assert(memcmp(r->str, v, len) == 0, "%s: bytes differ", what);
+}
+
+/* value i: 1..400 bytes, with NUL bytes inside */
+#define VAL_MAX 400
+static size_t value_of(unsigned i, unsigned salt, uint8_t *v)
+{
+    size_t len = 1 + (i * 37u + salt) % VAL_MAX;
+    for (size_t j = 0; j < len; j++)
+        v[j] = (uint8_t)((i * 131u + j * 17u + salt) & 0xff);
+    v[len / 2] = 0;
+    return len;
+}
+
+/* ------------------------------------------------------------------------
+ * Cases against the cluster.
+ * ---------------------------------------------------------------------- */
+#define NKEYS 2000
+
+Test(rc_cluster, set_then_get_2000_binary_values_over_every_master, .timeout = 120)
+{
+    int ports[6];
+    cluster_ports(ports);
+    skv_rc *rc = open_cluster();
+    static char key[NKEYS][32];
+    static uint8_t val[NKEYS][VAL_MAX];
+    size_t vlen[NKEYS];
+    batch b;
+    batch_init(&b, 2 * NKEYS);
+    for (unsigned i = 0; i < NKEYS; i++) {
+        snprintf(key[i], sizeof key[i], "rc:bin:%u", i);
+        vlen[i] = value_of(i, 1, val[i]);
+        batch_add(&b, "SET", key[i], strlen(key[i]), val[i], vlen[i]);
+    }
+    for (unsigned i = 0; i < NKEYS; i++)
+        batch_add(&b, "GET", key[i], strlen(key[i]), NULL, 0);
+    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", skv_error_detail());
+    for (unsigned i = 0; i < NKEYS; i++) {
+        expect_ok(b.reply[i], key[i]);
+        expect_bytes(b.reply[NKEYS + i], val[i], vlen[i], key[i]);
+    }
+    skv_rc_stats st;
+    skv_rc_get_stats(rc, &st);
+    cr_assert_eq(st.masters, 3);
+    cr_assert_eq(st.commands, 2 * NKEYS);
+    cr_assert_eq(st.failures, 0);
+    cr_assert_eq(st.redirects_moved, 0, "a fresh map meets no MOVED");
+    /* the keys lie on every master, as the cluster's own map says */
+    skv_rc_map *m = node_map(live_port(ports));
+    int on[SKV_RC_MAX_NODES] = {0};
+    for (unsigned i = 0; i < NKEYS; i++)
+        on[m->owner[slot_of(key[i])]]++;
+    int masters_hit = 0;
+    for (size_t j = 0; j < m->nnodes; j++)
+        masters_hit += on[j] > 0;
+    cr_assert_eq(masters_hit, 3);
+    skv_rc_map_free(m);
+    free(m);
+    batch_free(&b);
+    skv_rc_close(rc);
+}
+
+Test(rc_cluster, a_dead_first_seed_and_spaced_seeds_still_open, .timeout = 60)
+{
+    int ports[6];
+    cluster_ports(ports);
+    char spec[256], err[256];
+    snprintf(spec, sizeof spec, "redis-cluster://127.0.0.1:%d, 127.0.0.1:%d ,127.0.0.1:%d",
+             dead_port(), ports[4], ports[5]);
+    skv_rc *rc = skv_rc_open(spec, 2000, err, sizeof err);
+    cr_assert(rc, "%s: %s", spec, err);
+    skv_rc_stats st;
+    skv_rc_get_stats(rc, &st);
+    cr_assert_eq(st.masters, 3);
+    skv_rc_close(rc);
+}
+
+Test(rc_cluster, error_replies_are_returned_not_retried, .timeout = 60)
+{
+    skv_rc *rc = open_cluster();
+    batch b;
+    batch_init(&b, 3);
+    const char *k = "rc:list";
+    static const char *del[] = {"DEL", "rc:list"};
+    static const char *push[] = {"LPUSH", "rc:list", "x"};
+    b.cmd[0] = (skv_rc_cmd){.argc = 2, .argv = del, .key = 1};
+    b.cmd[1] = (skv_rc_cmd){.argc = 3, .argv = push, .key = 1};
+    b.n = 2;
+    batch_add(&b, "GET", k, strlen(k), NULL, 0);
+    cr_assert_eq(batch_exec(rc, &b, 0, 5000), 0, "%s", skv_error_detail());
+    cr_assert_eq(b.reply[1]->type, REDIS_REPLY_INTEGER);
+    cr_assert_eq(b.reply[1]->integer, 1);
+    cr_assert_eq(b.reply[2]->type, REDIS_REPLY_ERROR);
+    cr_assert(strncmp(b.reply[2]->str, "WRONGTYPE", 9) == 0, "%s", b.reply[2]->str);
+    batch_free(&b);
+    /* bad commands are refused before anything is sent */
+    redisReply *r[1] = {(redisReply *)1};
+    skv_rc_cmd bad = {.argc = 2, .argv = del, .key = 2};
+    cr_assert_eq(skv_rc_exec(rc, &bad, 1, r, 0, 1000), -1);
+    cr_assert_null(r[0]);
+    skv_rc_close(rc);
+}
+
+Test(rc_cluster, moved_after_forgetting_the_map_still_answers_everything, .timeout = 60)
+{
+    skv_rc *rc = open_cluster();
+    enum { N = 600 };
+    static char key[N][32];
+    static uint8_t val[N][VAL_MAX];
+    size_t vlen[N];
+    batch b;
+    batch_init(&b, 2 * N);
+    for (unsigned i = 0; i < N; i++) {
+        snprintf(key[i], sizeof key[i], "rc:moved:%u", i);
+        vlen[i] = value_of(i, 2, val[i]);
+        batch_add(&b, "SET", key[i], strlen(key[i]), val[i], vlen[i]);
+    }
+    for (unsigned i = 0; i < N; i++)
+        batch_add(&b, "GET", key[i], strlen(key[i]), NULL, 0);
+    skv_rc_forget_slots(rc);
+    skv_rc_stats st0, st;
+    skv_rc_get_stats(rc, &st0);
+    cr_assert_eq(st0.masters, 1, "after forgetting, one master serves every slot");
+    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", skv_error_detail());
+    for (unsigned i = 0; i < N; i++) {
+        expect_ok(b.reply[i], key[i]);
+        expect_bytes(b.reply[N + i], val[i], vlen[i], key[i]);
+    }
+    skv_rc_get_stats(rc, &st);
+    cr_assert_gt(st.redirects_moved, 0);
+    cr_assert_geq(st.refreshes, 1);
+    cr_assert_eq(st.masters, 3, "the map was read again");
+    /* the map read again routes right: no more MOVED */
+    batch_free_replies(&b);
+    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", skv_error_detail());
+    skv_rc_stats st2;
+    skv_rc_get_stats(rc, &st2);
+    cr_assert_eq(st2.redirects_moved, st.redirects_moved);
+    batch_free(&b);
+    skv_rc_close(rc);
+}
+
+Test(rc_cluster, ask_during_a_slot_migration_reaches_both_keys, .timeout = 60)
+{
+    int ports[6];
+    cluster_ports(ports);
+    const char *ka = "{rc:ask}a", *kb = "{rc:ask}b";
+    const char *va = "value\0a", *vb = "value\0bb";
+    const size_t la = 7, lb = 8;
+    const unsigned slot = slot_of(ka);
+    cr_assert_eq(slot_of(kb), slot);
+    skv_rc *rc = open_cluster();
+    batch b;
+    batch_init(&b, 2);
+    batch_add(&b, "SET", ka, strlen(ka), va, la);
+    batch_add(&b, "SET", kb, strlen(kb), vb, lb);
+    cr_assert_eq(batch_exec(rc, &b, 0, 5000), 0, "%s", skv_error_detail());
+    batch_free_replies(&b);
+
+    int src = slot_owner_port(ports, slot), dst = -1;
+    for (int i = 0; i < 6 && dst < 0; i++)
+        if (ports[i] != src && node_is_master(ports[i]))
+            dst = ports[i];
+    cr_assert_gt(dst, 0, "no second master");
+    char src_id[64], dst_id[64];
+    node_id(src, src_id);
+    node_id(dst, dst_id);
+    /* by hand, as redis-cli --cluster reshard does it: importing at the
+     * destination, migrating at the source, then one of the two keys */
+    node_ok(dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, src_id);
+    node_ok(src, "CLUSTER SETSLOT %u MIGRATING %s", slot, dst_id);
+    node_ok(src, "MIGRATE 127.0.0.1 %d %s 0 5000", dst, ka);
+
+    b.n = 0;
+    batch_add(&b, "GET", ka, strlen(ka), NULL, 0);
+    batch_add(&b, "GET", kb, strlen(kb), NULL, 0);
+    skv_rc_stats st0, st;
+    skv_rc_get_stats(rc, &st0);
+    cr_assert_eq(batch_exec(rc, &b, 0, 5000), 0, "%s", skv_error_detail());
+    expect_bytes(b.reply[0], va, la, "the migrated key (ASK)");
+    expect_bytes(b.reply[1], vb, lb, "the key not yet migrated");
+    skv_rc_get_stats(rc, &st);
+    cr_assert_geq(st.redirects_ask, st0.redirects_ask + 1);
+    cr_assert_eq(st.redirects_moved, st0.redirects_moved, "ASK changes no map");
+    batch_free_replies(&b);
+
+    /* finish: the other key, then the slot to its new master everywhere */
+    node_ok(src, "MIGRATE 127.0.0.1 %d %s 0 5000", dst, kb);
+    node_ok(dst, "CLUSTER SETSLOT %u NODE %s", slot, dst_id);
+    node_ok(src, "CLUSTER SETSLOT %u NODE %s", slot, dst_id);
+    for (int i = 0; i < 6; i++)
+        if (ports[i] != src && ports[i] != dst && node_is_master(ports[i]))
+            node_ok(ports[i], "CLUSTER SETSLOT %u NODE %s", slot, dst_id);
+    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", skv_error_detail());
+    expect_bytes(b.reply[0], va, la, "after the migration");
+    expect_bytes(b.reply[1], vb, lb, "after the migration");
+    skv_rc_get_stats(rc, &st0);
+    cr_assert_geq(st0.redirects_moved, st.redirects_moved + 1, "the stale map met MOVED");
+    batch_free(&b);
+    skv_rc_close(rc);
+    cr_assert_eq(run_script("wait-ok '%s'", getenv("SKV_RC_TEST_DIR")), 0);
+}
+
+Test(rc_cluster, wait_confirms_with_one_replica_and_not_with_two, .timeout = 60)
+{
+    skv_rc *rc = open_cluster();
+    enum { N = 300 };
+    static char key[N][32];
+    static uint8_t val[N][VAL_MAX];
+    batch b;
+    batch_init(&b, N);
+    for (unsigned i = 0; i < N; i++) {
+        snprintf(key[i], sizeof key[i], "rc:wait:%u", i);
+        size_t l = value_of(i, 3, val[i]);
+        batch_add(&b, "SET", key[i], strlen(key[i]), val[i], l);
+    }
+    cr_assert_eq(batch_exec(rc, &b, 1, 10000), 0, "%s", skv_error_detail());
+    for (unsigned i = 0; i < N; i++)
+        expect_ok(b.reply[i], key[i]);
+    batch_free_replies(&b);
+    skv_rc_stats st0, st;
+    skv_rc_get_stats(rc, &st0);
+    /* each master has one replica: WAIT 2 counts too few, nothing is
+     * confirmed, and the commands are not sent again */
+    double t0 = now_s();
+    cr_assert_eq(batch_exec(rc, &b, 2, 300), -1);
+    double took = now_s() - t0;
+    for (unsigned i = 0; i < N; i++)
+        cr_assert_null(b.reply[i], "%s was confirmed by 2 replicas", key[i]);
+    skv_rc_get_stats(rc, &st);
+    cr_assert_eq(st.failures, st0.failures + N);
+    cr_assert_lt(took, 5.0, "the deadline bounds WAIT (took %.2f s)", took);
+    batch_free(&b);
+    skv_rc_close(rc);
+}
+
+typedef struct mt_arg {
+    skv_rc *rc;
+    unsigned id;
+    int failed;
+} mt_arg;
+
+static void *mt_worker(void *p)
+{
+    mt_arg *a = p;
+    enum { N = 200 };
+    char key[N][32];
+    uint8_t val[N][16];
+    const char *argv[2 * N][3];
+    size_t len[2 * N][3];
+    skv_rc_cmd cmd[2 * N];
+    redisReply *rep[2 * N];
+    for (unsigned i = 0; i < N; i++) {
+        snprintf(key[i], sizeof key[i], "rc:mt:%u:%u", a->id, i);
+        memset(val[i], (int)(a->id * 7 + i), sizeof val[i]);
+        argv[i][0] = "SET";
+        argv[i][1] = key[i];
+        argv[i][2] = (const char *)val[i];
+        len[i][0] = 3;
+        len[i][1] = strlen(key[i]);
+        len[i][2] = sizeof val[i];
+        cmd[i] = (skv_rc_cmd){.argc = 3, .argv = argv[i], .argvlen = len[i], .key = 1};
+        argv[N + i][0] = "GET";
+        argv[N + i][1] = key[i];
+        len[N + i][0] = 3;
+        len[N + i][1] = len[i][1];
+        cmd[N + i] = (skv_rc_cmd){.argc = 2, .argv = argv[N + i], .argvlen = len[N + i], .key = 1};
+    }
+    for (int round = 0; round < 5 && !a->failed; round++) {
+        if (skv_rc_exec(a->rc, cmd, 2 * N, rep, 0, 10000) != 0)
+            a->failed = 1;
+        for (unsigned i = 0; i < N && !a->failed; i++)
+            if (rep[N + i]->type != REDIS_REPLY_STRING || rep[N + i]->len != sizeof val[i] ||
+                memcmp(rep[N + i]->str, val[i], sizeof val[i]) != 0)
+                a->failed = 2;
+        for (unsigned i = 0; i < 2 * N; i++)
+            freeReplyObject(rep[i]);
+    }
+    return NULL;
+}
+
+Test(rc_cluster, one_client_serves_several_threads, .timeout = 60)
+{
+    skv_rc *rc = open_cluster();
+    enum { T = 4 };
+    pthread_t th[T];
+    mt_arg arg[T];
+    for (unsigned t = 0; t < T; t++) {
+        arg[t] = (mt_arg){.rc = rc, .id = t};
+        cr_assert_eq(pthread_create(&th[t], NULL, mt_worker, &arg[t]), 0);
+    }
+    for (unsigned t = 0; t < T; t++)
+        pthread_join(th[t], NULL);
+    for (unsigned t = 0; t < T; t++)
+        cr_assert_eq(arg[t].failed, 0, "thread %u: %d", t, arg[t].failed);
+    skv_rc_stats st;
+    skv_rc_get_stats(rc, &st);
+    cr_assert_eq(st.commands, (uint64_t)T * 5 * 400);
+    skv_rc_close(rc);
+}
+
+/* tag[s]: a short string whose slot is s, for keys "{tag}..." on every slot */
+static void tags_for_every_slot(char (*tag)[8])
+{
+    unsigned left = SKV_RC_SLOTS;
+    for (unsigned s = 0; s < SKV_RC_SLOTS; s++)
+        tag[s][0] = '\0';
+    for (unsigned i = 0; left; i++) {
+        char t[8];
+        snprintf(t, sizeof t, "%u", i);
+        unsigned s = slot_of(t);
+        if (!tag[s][0]) {
+            memcpy(tag[s], t, sizeof t);
+            left--;
+        }
+    }
+}
+
+Test(rc_cluster, a_master_killed_fails_over_and_confirmed_values_survive, .timeout = 120)
+{
+    int ports[6];
+    cluster_ports(ports);
+    const char *dir = getenv("SKV_RC_TEST_DIR");
+    cr_assert(dir);
+    static char tag[SKV_RC_SLOTS][8];
+    tags_for_every_slot(tag);
+    static char kold[SKV_RC_SLOTS][24], knew[SKV_RC_SLOTS][24];
+    static uint8_t vold[SKV_RC_SLOTS][VAL_MAX], vnew[SKV_RC_SLOTS][VAL_MAX];
+    static size_t lold[SKV_RC_SLOTS], lnew[SKV_RC_SLOTS];
+    skv_rc *rc = open_cluster();
+    batch b;
+    batch_init(&b, 2 * SKV_RC_SLOTS);
+    for (unsigned s = 0; s < SKV_RC_SLOTS; s++) {
+        snprintf(kold[s], sizeof kold[s], "{%s}rc:fo:old", tag[s]);
+        snprintf(knew[s], sizeof knew[s], "{%s}rc:fo:new", tag[s]);
+        cr_assert_eq(slot_of(kold[s]), s);
+        lold[s] = value_of(s, 4, vold[s]);
+        lnew[s] = value_of(s, 5, vnew[s]);
+        batch_add(&b, "SET", kold[s], strlen(kold[s]), vold[s], lold[s]);
+    }
+    /* confirmed by the replicas before the kill */
+    cr_assert_eq(batch_exec(rc, &b, 1, 20000), 0, "%s", skv_error_detail());
+    batch_free_replies(&b);
+
+    int victim = slot_owner_port(ports, 0);
+    char pidfile[PATH_MAX];
+    snprintf(pidfile, sizeof pidfile, "%s/%d/redis.pid", dir, victim);
+    FILE *f = fopen(pidfile, "r");
+    cr_assert(f, "%s: %s", pidfile, strerror(errno));
+    int pid = 0;
+    cr_assert_eq(fscanf(f, "%d", &pid), 1);
+    fclose(f);
+    cr_assert_eq(kill(pid, SIGKILL), 0, "kill %d: %s", pid, strerror(errno));
+    for (int i = 0; i < 200 && kill(pid, 0) == 0; i++)
+        sleep_ms(10);
+
+    b.n = 0;
+    for (unsigned s = 0; s < SKV_RC_SLOTS; s++)
+        batch_add(&b, "GET", kold[s], strlen(kold[s]), NULL, 0);
+    for (unsigned s = 0; s < SKV_RC_SLOTS; s++)
+        batch_add(&b, "SET", knew[s], strlen(knew[s]), vnew[s], lnew[s]);
+    skv_rc_stats st0, st;
+    skv_rc_get_stats(rc, &st0);
+    double t0 = now_s();
+    int erc = batch_exec(rc, &b, 0, 20000);
+    double took = now_s() - t0;
+    cr_assert_eq(erc, 0, "after %.1f s: %s", took, skv_error_detail());
+    for (unsigned s = 0; s < SKV_RC_SLOTS; s++) {
+        expect_bytes(b.reply[s], vold[s], lold[s], kold[s]);
+        expect_ok(b.reply[SKV_RC_SLOTS + s], knew[s]);
+    }
+    skv_rc_get_stats(rc, &st);
+    fprintf(stderr,
+            "test_rcluster: failover of %d answered in %.1f s (refreshes %llu, moved %llu, "
+            "reconnects %llu)\n",
+            victim, took, (unsigned long long)(st.refreshes - st0.refreshes),
+            (unsigned long long)(st.redirects_moved - st0.redirects_moved),
+            (unsigned long long)(st.reconnects - st0.reconnects));
+    cr_assert_gt(st.refreshes, st0.refreshes);
+    cr_assert_eq(st.masters, 3, "a replica took over the dead master's slots");
+    /* every live node learns of the new master (gossip may lag the client) */
+    int owner = victim;
+    for (int i = 0; i < 100 && owner == victim; i++) {
+        owner = slot_owner_port(ports, 0);
+        if (owner == victim)
+            sleep_ms(50);
+    }
+    cr_assert_neq(owner, victim);
+    batch_free_replies(&b);
+
+    /* the killed node comes back with its config, as a replica */
+    cr_assert_eq(run_script("restart '%s' %d", dir, victim), 0);
+    cr_assert_eq(run_script("wait-ok '%s'", dir), 0);
+    cr_assert_not(node_is_master(victim), "the old master came back as a replica");
+    /* and the client still reads everything */
+    b.n = 0;
+    for (unsigned s = 0; s < SKV_RC_SLOTS; s += 7)
+        batch_add(&b, "GET", knew[s], strlen(knew[s]), NULL, 0);
+    cr_assert_eq(batch_exec(rc, &b, 0, 20000), 0, "%s", skv_error_detail());
+    for (unsigned s = 0, i = 0; s < SKV_RC_SLOTS; s += 7, i++)
+        expect_bytes(b.reply[i], vnew[s], lnew[s], knew[s]);
+    batch_free(&b);
+    skv_rc_close(rc);
+}
