@@ -1,7 +1,7 @@
 /* Writes a llama2.c checkpoint with seeded random weights and a shape of
  * your choice (tests/randmodel.c's writer), so the coder can be measured
  * on rows as wide as a real model's (stories260K's are 32 scalars).
- * usage: bench_randmodel DIM HIDDEN LAYERS HEADS KV_HEADS OUT [SEED] */
+ * usage: bench_randmodel DIM HIDDEN LAYERS HEADS KV_HEADS OUT [SEED [MAX_SEQ]] */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,8 +20,8 @@ static int arg(const char *s, int lo, int hi, const char *what)
 
 int main(int argc, char **argv)
 {
-    if (argc != 7 && argc != 8) {
-        fprintf(stderr, "usage: bench_randmodel DIM HIDDEN LAYERS HEADS KV_HEADS OUT [SEED]\n");
+    if (argc < 7 || argc > 9) {
+        fprintf(stderr, "usage: bench_randmodel DIM HIDDEN LAYERS HEADS KV_HEADS OUT [SEED [MAX_SEQ]]\n");
         return 2;
     }
     rm_shape s = {0};
@@ -36,9 +36,9 @@ int main(int argc, char **argv)
     }
     s.head_dim = s.dim / s.heads;
     s.vocab = 512;
-    s.max_seq = 512;
+    s.max_seq = argc >= 9 ? arg(argv[8], 16, 1 << 20, "MAX_SEQ") : 512;
     s.tied = 1;
-    uint64_t seed = argc == 8 ? strtoull(argv[7], NULL, 10) : 7;
+    uint64_t seed = argc >= 8 ? strtoull(argv[7], NULL, 10) : 7;
     size_t len;
     uint8_t *b = rm_llama2c(&s, seed, &len);
     FILE *f = fopen(argv[6], "wb");

@@ -34,9 +34,20 @@ static const char serve_usage[] =
     "                    (default: the config's cache-bytes, else 1/8 of the\n"
     "                    machine's memory; 0: none)\n"
     "  --no-sync         no fsync: NOT durable, a power loss loses the last puts\n"
+    "  --remote redis-cluster://HOST:PORT[,HOST:PORT...]\n"
+    "                    a shared tier on a Redis Cluster: committed records are\n"
+    "                    written there too (sealed), LOOKUP and GET find what\n"
+    "                    other hosts put (config: remote)\n"
+    "  --remote-key SPEC the fleet key every host shares: a key file (made when\n"
+    "                    absent), fd:N or env:VAR (config: remote-key)\n"
+    "  --remote-durability local|replica\n"
+    "                    replica: a KV.PUT is acknowledged once the cluster has\n"
+    "                    its records on a replica (WAIT); local (default): once\n"
+    "                    committed here, the cluster written in the background\n"
     "  --quiet           no log lines on stderr\n";
 
-enum { O_DB = 4000, O_SOCKET, O_CONFIG, O_THREADS, O_PUTBATCH, O_KEY, O_BUDGET, O_CACHE, O_NOSYNC, O_QUIET, O_HELP };
+enum { O_DB = 4000, O_SOCKET, O_CONFIG, O_THREADS, O_PUTBATCH, O_KEY, O_BUDGET, O_CACHE, O_NOSYNC, O_QUIET, O_HELP,
+       O_REMOTE, O_RKEY, O_RDUR };
 
 static const struct option opts[] = {
     {"db", required_argument, NULL, O_DB},
@@ -49,6 +60,9 @@ static const struct option opts[] = {
     {"cache-bytes", required_argument, NULL, O_CACHE},
     {"no-sync", no_argument, NULL, O_NOSYNC},
     {"quiet", no_argument, NULL, O_QUIET},
+    {"remote", required_argument, NULL, O_REMOTE},
+    {"remote-key", required_argument, NULL, O_RKEY},
+    {"remote-durability", required_argument, NULL, O_RDUR},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -95,6 +109,13 @@ int cmd_serve(int argc, char **argv)
         case O_KEY: o.master_key = optarg; break;
         case O_NOSYNC: o.no_sync = 1; break;
         case O_QUIET: o.quiet = 1; break;
+        case O_REMOTE: o.remote = optarg; break;
+        case O_RKEY: o.remote_key = optarg; break;
+        case O_RDUR:
+            if (strcmp(optarg, "local") && strcmp(optarg, "replica"))
+                return cli_usage_error("serve", "--remote-durability wants local or replica");
+            o.remote_durability = strcmp(optarg, "replica") == 0 ? 2 : 1;
+            break;
         case O_THREADS:
             if (cli_parse_long(optarg, 1, 256, &th))
                 return cli_usage_error("serve", "--threads wants an integer in [1, 256]");

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "seqkv_blob.h"
+#include "remote.h"
 #include "server_int.h"
 
 /* ------------------------------------------------------------------------
@@ -650,13 +651,21 @@ void srv_put_batch(skv_server *s, srv_job **jobs, size_t n)
         q[m].kv_len = j->cmd.argl[j->cmd.argc - 1];
         idx[m++] = i;
     }
+    const uint64_t mark = srv_remote_mark(s);
     if (m)
         seqkv_put_batch(s->db, q, m);
+    const int rrc = m ? srv_remote_wait(s, mark) : SKV_OK;
+    char rmsg[256];
+    snprintf(rmsg, sizeof rmsg, "%s", rrc ? skv_error_detail() : "");
     for (size_t k = 0; k < m; k++) {
         srv_job *j = jobs[idx[k]];
         if (q[k].rc) {
             skv_error_at(q[k].rc, NULL, 0, "%s", q[k].error);
             store_err(s, j, q[k].rc, "KV.PUT");
+            continue;
+        }
+        if (rrc) { /* (remote-durability replica) */
+            err_reply(j, "REMOTE", "KV.PUT: %s", rmsg);
             continue;
         }
         pthread_mutex_lock(&s->smu);
@@ -713,12 +722,15 @@ static void cmd_lookup(skv_server *s, srv_job *j)
         tokens_then(j, 0, "KV.LOOKUP <profile> <tokens>|TOKENS \"<ids>\"", &tok, &n))
         return;
     int rc = seqkv_lookup(s->db, srv_tenant_name(s, j), prof, tok, n, &m);
-    skv_free(tok);
     if (rc) {
-        if (!miss_or_err(s, j, prof, rc, "KV.LOOKUP"))
+        if (!miss_or_err(s, j, prof, rc, "KV.LOOKUP")) {
+            skv_free(tok);
             return;
+        }
         m = 0;
     }
+    m = srv_remote_lookup(s, srv_tenant_name(s, j), prof, tok, n, m);
+    skv_free(tok);
     pthread_mutex_lock(&s->smu);
     TS(s, j)->lookups++;
     if (m)
@@ -793,6 +805,7 @@ static void cmd_get(skv_server *s, srv_job *j)
         return;
     }
     const char *tn = srv_tenant_name(s, j);
+    srv_remote_fill(s, tn, prof, tok, n, want); /* what the shared tier adds, installed here */
     if (!want) {
         size_t m = 0;
         rc = seqkv_lookup(s->db, tn, prof, tok, n, &m);

@@ -13,6 +13,8 @@
  *   max-clients N | max-args N | max-bulk BYTES | max-query BYTES |
  *   max-output BYTES | threads N     limits (BYTES takes K, M, G suffixes)
  *   put-batch N              most KV.PUTs written by one commit (1: no batching)
+ *   remote SEEDS | remote-key SPEC | remote-durability local|replica |
+ *   remote-backlog BYTES | remote-timeout MS    the shared tier (remote.h)
  * Tokens are kept only as their BLAKE2b-256 hash. */
 #include <errno.h>
 #include <stdio.h>
@@ -35,6 +37,9 @@ void skv_server_config_default(skv_server_config *c)
     c->compact_interval = 60;
     c->max_unauth = SKV_SERVER_MAX_UNAUTH;
     c->unauth_timeout = 10;
+    c->remote_durability = 1;
+    c->remote_backlog = SKV_SERVER_REMOTE_BACKLOG;
+    c->remote_timeout_ms = SKV_SERVER_REMOTE_TIMEOUT_MS;
 }
 
 static int valid_name(const char *s)
@@ -209,6 +214,26 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
         if (parse_u64(w[1], 1, 86400, 0, &v))
             return skv_error(SKV_ERR_FORMAT, "config line %d: unauth-timeout wants 1..86400 seconds", ln);
         c->unauth_timeout = v;
+    } else if (strcmp(w[0], "remote") == 0 || strcmp(w[0], "remote-key") == 0) {
+        char *dst = w[0][6] ? c->remote_key : c->remote;
+        if (strlen(w[1]) >= sizeof c->remote)
+            return skv_error(SKV_ERR_FORMAT, "config line %d: %s is too long", ln, w[0]);
+        strcpy(dst, w[1]);
+    } else if (strcmp(w[0], "remote-durability") == 0) {
+        if (strcmp(w[1], "local") && strcmp(w[1], "replica"))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: remote-durability wants local or "
+                             "replica", ln);
+        c->remote_durability = strcmp(w[1], "replica") == 0 ? 2 : 1;
+    } else if (strcmp(w[0], "remote-backlog") == 0) {
+        if (parse_u64(w[1], 1 << 20, 1ull << 40, 1, &v))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: remote-backlog wants a byte count "
+                             "of at least 1M", ln);
+        c->remote_backlog = v;
+    } else if (strcmp(w[0], "remote-timeout") == 0) {
+        if (parse_u64(w[1], 100, 600000, 0, &v))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: remote-timeout wants 100..600000 ms",
+                             ln);
+        c->remote_timeout_ms = (int)v;
     } else if (strcmp(w[0], "put-batch") == 0) {
         if (parse_u64(w[1], 1, 4096, 0, &v))
             return skv_error(SKV_ERR_FORMAT, "config line %d: put-batch wants 1..4096", ln);

@@ -29,6 +29,7 @@
 
 #include <sodium.h>
 
+#include "remote.h"
 #include "server_int.h"
 
 #define RBUF_CAP (SKV_SERVER_MAX_INLINE + 256)
@@ -977,7 +978,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
         }
         s->started++;
     }
-    if ((rc = srv_maintain_start(s)))
+    if ((rc = srv_maintain_start(s)) || (rc = srv_remote_start(s)))
         goto fail;
     srv_log(s, "listening on %s (store %s, %d worker threads, %zu tenants, max %zu clients, "
             "hot tier %llu MiB)", o->socket_path, o->db, s->nthreads, s->cfg.ntenants,
@@ -1138,6 +1139,7 @@ void skv_server_free(skv_server *s)
     pthread_mutex_unlock(&s->qmu);
     for (int i = 0; i < s->started; i++)
         pthread_join(s->thr[i], NULL);
+    srv_remote_stop(s); /* what it queued is written first */
     /* jobs still queued or done (a run that ended early) */
     for (srv_job *j = s->qhead, *n; j; j = n) {
         n = j->next;

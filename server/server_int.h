@@ -154,6 +154,7 @@ struct skv_server {
     uint64_t auth_failures;
     uint64_t calls[SRV_NCMD], usec[SRV_NCMD], hist[SRV_NCMD][SRV_NBUCKETS];
     double t_start;
+    struct srv_remote *remote; /* the shared tier (remote.c), or NULL */
 };
 
 double srv_now(void);

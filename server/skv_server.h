@@ -35,6 +35,8 @@ extern "C" {
 #define SKV_SERVER_MAX_TENANTS 256
 #define SKV_SERVER_PUT_BATCH 64               /* KV.PUTs sharing one commit */
 #define SKV_SERVER_PUT_BATCH_BYTES (256ull << 20) /* their KV bytes, at most */
+#define SKV_SERVER_REMOTE_BACKLOG (256ull << 20) /* records waiting for the cluster, bytes */
+#define SKV_SERVER_REMOTE_TIMEOUT_MS 30000
 #define SKV_SERVER_CACHE_SHARE 8 /* default hot tier: 1/8 of physical memory */
 
 typedef struct skv_server skv_server;
@@ -56,6 +58,11 @@ typedef struct {
                                 before the workers start, so they inherit
                                 the mask) and stop gracefully on them */
     int quiet;               /* no log lines on stderr */
+    const char *remote;      /* the shared tier: "redis-cluster://HOST:PORT[,...]" (NULL:
+                                the config's, else none) */
+    const char *remote_key;  /* the fleet key's source (NULL: the config's) */
+    int remote_durability;   /* 0: the config's; 1 local; 2 replica (a PUT is acknowledged
+                                once the cluster has its records on a replica) */
 } skv_server_options;
 
 /* Read the config, open the store, create the socket (mode 0600; a stale
@@ -112,6 +119,13 @@ typedef struct {
                                   after a self-calibration; default 60) */
     size_t max_unauth;         /* connections not yet tied to a tenant (default 64) */
     uint64_t unauth_timeout;   /* seconds such a one may stay so (default 10) */
+    /* the remote tier (server/remote.h): seeds, the fleet key's source,
+     * durability (1 local, 2 replica), the writer's backlog bound in
+     * bytes, each cluster call's deadline */
+    char remote[1024], remote_key[1024];
+    int remote_durability;
+    uint64_t remote_backlog;
+    int remote_timeout_ms;
 } skv_server_config;
 
 /* Defaults, then the config text's lines applied. SKV_ERR_FORMAT with the

@@ -66,6 +66,7 @@ static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *seal
 static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
 {
     if (pb->nrec == 0) {
+        skv_tier_committed(db, pb, NULL, NULL); /* (the prefixes the puts reused) */
         pb->ntick = 0; /* a put of cached tokens only: recency goes out later */
         return SKV_OK;
     }
@@ -129,6 +130,7 @@ static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *seal
             mdb_txn_abort(txn);
         pthread_rwlock_unlock(&db->rw);
         if (!mrc) {
+            skv_tier_committed(db, pb, sealed, slen);
             pthread_rwlock_wrlock(&db->rw);
             for (size_t j = 0; j < pb->nrec; j++) {
                 skv_trie_rec *t = skv_trie_find(pb->rec[j].e->trie, pb->rec[j].key);

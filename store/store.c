@@ -23,6 +23,7 @@
 #include "skv_trie.h"
 #include "store_int.h"
 #include "blob_int.h"
+#include "seal.h"
 #include "store_priv.h"
 
 #define STORE_MAGIC 0x53564b53u /* "SKVS" */
@@ -1012,7 +1013,10 @@ static int tenant_write(seqkv *db, const tenant_ent *t, int new_id)
     if (!rc) {
         MDB_val k = {strlen(t->name), (void *)t->name}, v = {TEN_SIZE, b};
         int mrc = mdb_put(txn, db->db_ten, &k, &v, 0);
-        if (!mrc && new_id && !(rc = meta_put_u64(txn, db->db_meta, "next_tenant", t->id + 1)))
+        /* (an id taken from a fleet may be below the next one) */
+        if (!mrc && new_id && t->id + 1 > meta_u64(txn, db->db_meta, "next_tenant"))
+            rc = meta_put_u64(txn, db->db_meta, "next_tenant", t->id + 1);
+        if (!mrc && new_id && !rc)
             rc = skv_tkeys_put(db, txn, t);
         if (!mrc && !rc)
             mrc = mdb_txn_commit(txn);
@@ -1041,20 +1045,47 @@ int skv_store_tenant(seqkv *db, const char *name, int create, tenant_ent **out)
         return skv_error(SKV_ERR_NOT_FOUND, "unknown tenant '%s'", name);
     if (db->o.read_only)
         return skv_error(SKV_ERR_ARG, "store opened read-only");
+    return skv_store_tenant_new(db, name, 0, NULL, out);
+}
+
+uint64_t skv_store_next_tenant(seqkv *db)
+{
+    MDB_txn *txn;
+    uint64_t id = 0;
+    if (!txn_begin(db, 1, &txn)) {
+        id = meta_u64(txn, db->db_meta, "next_tenant");
+        mdb_txn_abort(txn);
+    }
+    if (id <= SHARED_ID)
+        id = SHARED_ID + 1;
+    for (size_t i = 0; i < db->nten; i++)
+        if (db->ten[i].id >= id)
+            id = db->ten[i].id + 1;
+    return id;
+}
+
+int skv_store_tenant_new(seqkv *db, const char *name, uint64_t id, const uint8_t *keys,
+                         tenant_ent **out)
+{
+    *out = NULL;
+    int rc = check_name("tenant", name, 0);
+    if (rc)
+        return rc;
+    if (db->o.read_only)
+        return skv_error(SKV_ERR_ARG, "store opened read-only");
     tenant_ent nt;
     memset(&nt, 0, sizeof nt);
     strcpy(nt.name, name);
-    MDB_txn *txn;
-    if ((rc = txn_begin(db, 1, &txn)))
+    nt.id = id ? id : skv_store_next_tenant(db);
+    if (keys) {
+        if ((rc = skv_tkeys_alloc(&nt)))
+            return rc;
+        memcpy(nt.keys, keys, SKV_TKEYS);
+    } else if ((rc = skv_tkeys_make(db, &nt))) {
+        skv_tkeys_free(&nt);
         return rc;
-    nt.id = meta_u64(txn, db->db_meta, "next_tenant");
-    mdb_txn_abort(txn);
-    if (nt.id <= SHARED_ID)
-        nt.id = SHARED_ID + 1;
-    for (size_t i = 0; i < db->nten; i++)
-        if (db->ten[i].id >= nt.id)
-            nt.id = db->ten[i].id + 1;
-    if ((rc = skv_tkeys_make(db, &nt)) || (rc = tenant_write(db, &nt, 1))) {
+    }
+    if ((rc = tenant_write(db, &nt, 1))) {
         skv_tkeys_free(&nt);
         return rc;
     }

@@ -9,6 +9,7 @@
 #include "hot.h"
 #include "skv_trie.h"
 #include "store_int.h"
+#include "seqkv_tier.h"
 
 /* Drift of a profile's coding (store/calibrate.c): bits per scalar of the
  * records of at least half a chunk coded under its current calibration --
@@ -102,6 +103,8 @@ struct seqkv {
     int lock_fd;           /* flock of DIR/seqkv.lock (writers) */
     skv_pool *pool;
     struct skv_put_batch *batch; /* the writer's put batch (batch.c), or NULL */
+    seqkv_tier_fn tier_fn; /* committed records (tier.c) */
+    void *tier_ctx;
     skv_hot *hot;          /* the hot tier (hot.c), or NULL */
     skv_pool *rpool;       /* read_threads > 1: the gets' pool, one get at a time */
     pthread_mutex_t rpool_mu;
@@ -122,6 +125,12 @@ tenant_ent *skv_store_find_tenant(seqkv *db, const char *name);
 /* The namespace, created (in memory) when absent; caller holds rw exclusively. */
 int skv_store_namespace(seqkv *db, uint64_t tenant, const prof_ent *pe, ns_ent **out);
 int skv_store_tenant(seqkv *db, const char *name, int create, tenant_ent **out);
+/* A new tenant: id (0: the next free one) and keys (SKV_TKEYS bytes;
+ * NULL: made) given; caller holds wlock */
+int skv_store_tenant_new(seqkv *db, const char *name, uint64_t id, const uint8_t *keys,
+                         tenant_ent **out);
+/* The id a new tenant would get */
+uint64_t skv_store_next_tenant(seqkv *db);
 int skv_store_add_profile(seqkv *db, const seqkv_profile *p);
 int skv_store_add_tenant(seqkv *db, const tenant_ent *t);
 int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t bytes,
@@ -342,6 +351,10 @@ void skv_batch_drop(seqkv *db, struct skv_put_batch *pb, size_t from);
 /* One request into the batch, as if put alone (put.c) */
 int skv_store_put_one(seqkv *db, seqkv_put_req *q, struct skv_put_batch *pb, int standalone,
                       int *prefix);
+/* Hand a committed batch's records (their stored bytes: sealed[j], or the
+ * image) to the remote tier's hook, when one is set (tier.c) */
+void skv_tier_committed(seqkv *db, const struct skv_put_batch *pb, uint8_t *const *sealed,
+                        const size_t *slen);
 /* Evict LRU records until need bytes fit under limit (evict.c) */
 int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, uint64_t need,
                     int *count);

@@ -17,6 +17,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -152,3 +153,44 @@ class Server:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Cluster:
+    """A real Redis Cluster (tests/rcluster.sh: 3 masters, 3 replicas on
+    loopback) in a temporary directory; close() stops it"""
+
+    def __init__(self, source_root):
+        self.script = os.path.join(source_root, "tests", "rcluster.sh")
+        self.dir = tempfile.mkdtemp(prefix="seqkv-rc-")
+        # (the script's watchdog stops the cluster if this process dies)
+        env = dict(os.environ, SKV_RCLUSTER_OWNER=str(os.getpid()))
+        out = subprocess.run([self.script, "start", self.dir], capture_output=True, text=True,
+                             env=env)
+        if out.returncode != 0:
+            sys.stderr.write(out.stderr)
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise SystemExit("FAIL: the Redis Cluster did not start")
+        self.seeds = out.stdout.strip()
+        self.ports = [int(x.rsplit(":", 1)[1]) for x in self.seeds.split(",")]
+
+    def cli(self, port, *args):
+        return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port)] + list(args),
+                              capture_output=True, text=True, timeout=10).stdout
+
+    def masters(self):
+        """(port, pid) of the masters serving slots"""
+        out = []
+        for line in self.cli(self.ports[0], "CLUSTER", "NODES").splitlines():
+            f = line.split()
+            if "master" in f[2] and "fail" not in f[2] and len(f) > 8:
+                port = int(f[1].split("@")[0].rsplit(":", 1)[1])
+                with open(os.path.join(self.dir, str(port), "redis.pid")) as pf:
+                    out.append((port, int(pf.read().strip())))
+        return out
+
+    def run(self, *args):
+        return subprocess.run([self.script] + list(args), capture_output=True, text=True)
+
+    def close(self):
+        subprocess.run([self.script, "stop", self.dir], capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)

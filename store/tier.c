@@ -1,0 +1,512 @@
+/* The store's side of a shared remote tier (seqkv_tier.h): tenants'
+ * fleet entries, the chain keys of a prompt, committed records handed to
+ * the tier's hook, records and calibrations fetched from it installed. */
+#include <sodium.h>
+#include <string.h>
+
+#include "seqkv_tier.h"
+#include "seal.h"
+#include "store_priv.h"
+
+/* Subkeys of the fleet key (crypto_kdf, context "seqkvflt") */
+enum { FLEET_WRAP = 1, FLEET_CALIB = 2, FLEET_NAMES = 3 };
+
+static void fleet_subkey(const uint8_t fleet_key[32], int id, uint8_t out[32])
+{
+    crypto_kdf_derive_from_key(out, 32, (uint64_t)id, "seqkvflt", fleet_key);
+}
+
+void seqkv_tier_tenant_name(const uint8_t fleet_key[32], const char *tenant, uint8_t out[16])
+{
+    uint8_t k[32];
+    fleet_subkey(fleet_key, FLEET_NAMES, k);
+    crypto_generichash(out, 16, (const uint8_t *)tenant, strlen(tenant), k, sizeof k);
+    sodium_memzero(k, sizeof k);
+}
+
+static void entry_make(const uint8_t fleet_key[32], const tenant_ent *t,
+                       uint8_t out[SEQKV_TIER_TENANT_BYTES])
+{
+    uint8_t k[32];
+    fleet_subkey(fleet_key, FLEET_WRAP, k);
+    skv_store64_le(out, t->id);
+    skv_tkeys_wrap(k, t->id, t->keys, out + 8);
+    sodium_memzero(k, sizeof k);
+}
+
+int seqkv_tier_tenant_export(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
+                             uint8_t out[SEQKV_TIER_TENANT_BYTES])
+{
+    pthread_mutex_lock(&db->wlock);
+    tenant_ent *t;
+    int rc = skv_store_tenant(db, tenant, 0, &t);
+    if (!rc && !t->keys)
+        rc = skv_error(SKV_ERR_CORRUPT, "tenant '%s' has no keys", tenant);
+    if (!rc)
+        entry_make(fleet_key, t, out);
+    pthread_mutex_unlock(&db->wlock);
+    return rc;
+}
+
+int seqkv_tier_tenant_import(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
+                             const uint8_t in[SEQKV_TIER_TENANT_BYTES])
+{
+    const uint64_t id = skv_load64_le(in);
+    uint8_t *keys = sodium_malloc(SKV_TKEYS), k[32];
+    if (!keys)
+        return skv_error(SKV_ERR_NOMEM, "locked memory for tenant keys");
+    fleet_subkey(fleet_key, FLEET_WRAP, k);
+    int rc = id > 1 ? skv_tkeys_unwrap(k, id, in + 8, SKV_TKEYS_WRAPPED, keys)
+                    : skv_error(SKV_ERR_CORRUPT, "fleet entry of tenant '%s': id %llu", tenant,
+                                (unsigned long long)id);
+    sodium_memzero(k, sizeof k);
+    if (rc) {
+        sodium_free(keys);
+        return skv_error(SKV_ERR_CORRUPT,
+                         "fleet entry of tenant '%s' does not open with this fleet key", tenant);
+    }
+    pthread_mutex_lock(&db->wlock);
+    tenant_ent *t = skv_store_find_tenant(db, tenant);
+    if (t) {
+        if (t->id != id || !t->keys || sodium_memcmp(t->keys, keys, SKV_TKEYS) != 0)
+            rc = skv_error(SKV_ERR_ARG,
+                           "tenant '%s' exists here with other keys than the fleet's "
+                           "(made before this host joined): it stays local",
+                           tenant);
+    } else {
+        for (size_t i = 0; i < db->nten && !rc; i++)
+            if (db->ten[i].id == id)
+                rc = skv_error(SKV_ERR_ARG,
+                               "the fleet's id %llu of tenant '%s' is tenant '%s''s here: it "
+                               "stays local",
+                               (unsigned long long)id, tenant, db->ten[i].name);
+        if (!rc)
+            rc = skv_store_tenant_new(db, tenant, id, keys, &t);
+    }
+    pthread_mutex_unlock(&db->wlock);
+    sodium_free(keys);
+    return rc;
+}
+
+int seqkv_tier_tenant_create(seqkv *db, const char *tenant, uint64_t min_id,
+                             const uint8_t fleet_key[32], uint8_t out[SEQKV_TIER_TENANT_BYTES])
+{
+    pthread_mutex_lock(&db->wlock);
+    tenant_ent *t = skv_store_find_tenant(db, tenant);
+    int rc = t ? skv_error(SKV_ERR_ARG, "tenant '%s' exists", tenant) : SKV_OK;
+    uint64_t id = skv_store_next_tenant(db);
+    if (min_id > id) {
+        id = min_id;
+        for (size_t i = 0; i < db->nten; i++)
+            if (db->ten[i].id >= id)
+                id = db->ten[i].id + 1;
+    }
+    if (!rc)
+        rc = skv_store_tenant_new(db, tenant, id, NULL, &t);
+    if (!rc)
+        entry_make(fleet_key, t, out);
+    pthread_mutex_unlock(&db->wlock);
+    return rc;
+}
+
+uint64_t seqkv_tier_next_tenant(seqkv *db)
+{
+    pthread_mutex_lock(&db->wlock);
+    uint64_t id = skv_store_next_tenant(db);
+    pthread_mutex_unlock(&db->wlock);
+    return id;
+}
+
+size_t seqkv_tier_tenants(seqkv *db, char (*names)[SEQKV_NAME_MAX + 1], size_t cap)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&db->wlock);
+    for (size_t i = 0; i < db->nten; i++) {
+        if (strcmp(db->ten[i].name, SEQKV_SHARED_TENANT) == 0)
+            continue;
+        if (n < cap)
+            memcpy(names[n], db->ten[i].name, SEQKV_NAME_MAX + 1);
+        n++;
+    }
+    pthread_mutex_unlock(&db->wlock);
+    return n;
+}
+
+/* ---- chain keys ----------------------------------------------------------------- */
+
+static int tenant_secret(seqkv *db, const char *tenant, uint8_t hsec[32], uint64_t *tid)
+{
+    pthread_mutex_lock(&db->kmu);
+    tenant_ent *t = skv_store_find_tenant(db, tenant);
+    int rc = t && t->keys ? SKV_OK : SKV_ERR_NOT_FOUND;
+    if (!rc) {
+        memcpy(hsec, t->keys + 32, 32);
+        *tid = t->id;
+    }
+    pthread_mutex_unlock(&db->kmu);
+    return rc ? skv_error(rc, "unknown tenant '%s'", tenant) : SKV_OK;
+}
+
+int seqkv_tier_chain(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                     size_t n, uint8_t (*nodes)[32], size_t *chunk)
+{
+    seqkv_profile p;
+    int rc = seqkv_profile_get(db, profile, &p);
+    uint8_t hsec[32];
+    uint64_t tid;
+    if (rc || (rc = tenant_secret(db, tenant, hsec, &tid)))
+        return rc;
+    const size_t CH = (size_t)p.chunk;
+    *chunk = CH;
+    skv_chain_root(hsec, p.id, nodes[0]);
+    for (size_t i = 0; (i + 1) * CH <= n; i++)
+        skv_chain_next(hsec, nodes[i], tokens + i * CH, CH, nodes[i + 1]);
+    sodium_memzero(hsec, sizeof hsec);
+    return SKV_OK;
+}
+
+int seqkv_tier_key(seqkv *db, const char *tenant, const uint8_t parent[32], const int32_t *tokens,
+                   size_t m, uint8_t out[32])
+{
+    uint8_t hsec[32];
+    uint64_t tid;
+    int rc = tenant_secret(db, tenant, hsec, &tid);
+    if (!rc)
+        skv_chain_next(hsec, parent, tokens, m, out);
+    sodium_memzero(hsec, sizeof hsec);
+    return rc;
+}
+
+/* ---- committed records ----------------------------------------------------------- */
+
+void seqkv_tier_on_commit(seqkv *db, seqkv_tier_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&db->wlock);
+    db->tier_fn = fn;
+    db->tier_ctx = ctx;
+    pthread_mutex_unlock(&db->wlock);
+}
+
+/* The tag of the chain through node (below which a record of chunk i
+ * hangs): chunk 0's full record's key, or the root itself */
+static void chain_tag(const ns_ent *e, const uint8_t node[32], uint32_t i, uint8_t tag[32])
+{
+    const uint8_t *at = node;
+    const skv_trie_rec *r;
+    while (i > 1 && (r = skv_trie_find(e->trie, at)) != NULL) {
+        at = r->parent;
+        i--;
+    }
+    memcpy(tag, at, 32);
+}
+
+/* Record t's chain tag */
+static void rec_tag(const ns_ent *e, const skv_trie_rec *t, uint8_t tag[32])
+{
+    if (t->chunk_index == 0)
+        memcpy(tag, t->n == skv_trie_chunk(e->trie) ? t->key : t->parent, 32);
+    else
+        chain_tag(e, t->parent, t->chunk_index, tag);
+}
+
+static const char *tenant_name(const seqkv *db, uint64_t id)
+{
+    for (size_t i = 0; i < db->nten; i++)
+        if (db->ten[i].id == id)
+            return db->ten[i].name;
+    return NULL;
+}
+
+void skv_tier_committed(seqkv *db, const struct skv_put_batch *pb, uint8_t *const *sealed,
+                        const size_t *slen)
+{
+    if (!db->tier_fn || pb->nrec + pb->ntick == 0)
+        return;
+    const size_t cap = pb->nrec + pb->ntick;
+    seqkv_tier_rec *out = skv_calloc(cap, sizeof *out);
+    if (!out)
+        return; /* the tier misses them: a miss there, never an error */
+    size_t n = 0;
+    pthread_rwlock_rdlock(&db->rw);
+    for (size_t j = 0; j < pb->nrec; j++) {
+        const pend_rec *p = &pb->rec[j];
+        const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
+        const char *tn = tenant_name(db, p->e->tenant);
+        if (!t || !tn || !sealed[j])
+            continue; /* (unsealed records never leave the host) */
+        seqkv_tier_rec *o = &out[n++];
+        o->tenant = tn;
+        memcpy(o->key, p->key, 32);
+        memcpy(o->parent, t->parent, 32);
+        o->chunk_index = t->chunk_index;
+        o->n = t->n;
+        o->lo = t->lo;
+        rec_tag(p->e, t, o->tag);
+        o->has_base = t->has_base;
+        memcpy(o->base, t->base, 32);
+        o->has_centroid = t->has_centroid;
+        memcpy(o->centroid, t->centroid, 32);
+        const skv_trie_rec *c = t->has_centroid ? skv_trie_find(p->e->trie, t->centroid) : NULL;
+        if (c)
+            rec_tag(p->e, c, o->cent_tag);
+        seqkv_tier_rec h;
+        if (!seqkv_tier_peek(sealed[j], slen[j], &h))
+            memcpy(o->calib, h.calib, 16);
+        o->bytes = sealed[j];
+        o->len = slen[j];
+    }
+    /* the records the batch's puts reused (their paths): keys and tags only */
+    for (size_t j = 0; j < pb->ntick && n < cap; j++) {
+        const pend_tick *p = &pb->tick[j];
+        const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
+        const char *tn = tenant_name(db, p->e->tenant);
+        if (!t || !tn || t->hidden)
+            continue;
+        seqkv_tier_rec *o = &out[n++];
+        o->tenant = tn;
+        memcpy(o->key, t->key, 32);
+        memcpy(o->parent, t->parent, 32);
+        o->chunk_index = t->chunk_index;
+        o->n = t->n;
+        o->lo = t->lo;
+        rec_tag(p->e, t, o->tag);
+    }
+    pthread_rwlock_unlock(&db->rw);
+    if (n)
+        db->tier_fn(db->tier_ctx, out, n);
+    skv_free(out);
+}
+
+/* A sealed record's clear header (FORMAT.md "Sealed chunk records"): the
+ * record's header at 32 */
+int seqkv_tier_peek(const uint8_t *v, size_t len, seqkv_tier_rec *o)
+{
+    memset(o, 0, sizeof *o);
+    if (!skv_rec_is_sealed(v, len) || len < SKV_SEAL_HEAD)
+        return skv_error(SKV_ERR_FORMAT, "not a sealed chunk record");
+    const uint8_t *h = v + 8 + SKV_SEAL_NONCE;
+    if (skv_load32_le(h) != SKV_REC_MAGIC)
+        return skv_error(SKV_ERR_FORMAT, "not a sealed chunk record");
+    const uint8_t flags = h[7];
+    memcpy(o->parent, h + 48, 32);
+    o->has_base = (flags & SKV_REC_BASE) != 0;
+    memcpy(o->base, h + 80, 32);
+    o->has_centroid = (flags & SKV_REC_CENTROID) != 0;
+    memcpy(o->centroid, h + 112, 32);
+    memcpy(o->calib, h + 144, 16);
+    o->chunk_index = skv_load32_le(h + 160);
+    o->n = skv_load32_le(h + 164);
+    o->lo = skv_load32_le(h + 168);
+    return SKV_OK;
+}
+
+/* ---- installing fetched records ------------------------------------------------- */
+
+int seqkv_tier_read(seqkv *db, const uint8_t key[32], uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    MDB_txn *txn;
+    int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
+    if (mrc)
+        return skv_mdb_error(mrc, "read record");
+    MDB_val k = {32, (void *)key}, v;
+    int rc = mdb_get(txn, db->db_chunk, &k, &v) ? skv_error(SKV_ERR_NOT_FOUND, "no such record")
+                                                : SKV_OK;
+    if (!rc && !(*out = skv_malloc(v.mv_size ? v.mv_size : 1)))
+        rc = skv_error(SKV_ERR_NOMEM, "record");
+    if (!rc) {
+        memcpy(*out, v.mv_data, v.mv_size);
+        *len = v.mv_size;
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int seqkv_tier_has(seqkv *db, const uint8_t key[32])
+{
+    int has = 0;
+    pthread_rwlock_rdlock(&db->rw);
+    for (size_t i = 0; i < db->nns && !has; i++) {
+        const skv_trie_rec *r = skv_trie_find(db->ns[i].trie, key);
+        has = r && !r->hidden;
+    }
+    pthread_rwlock_unlock(&db->rw);
+    return has;
+}
+
+/* Record in opened whole and checked: its header parsed into r (pointing
+ * into *img, to skv_free) */
+static int install_check(seqkv *db, uint64_t tid, const uint8_t pid[32], const seqkv_tier_in *in,
+                         uint8_t **img, skv_rec *r)
+{
+    *img = NULL;
+    if (!skv_rec_is_sealed(in->bytes, in->len) || skv_rec_sealed_tenant(in->bytes, in->len) != tid)
+        return skv_error(SKV_ERR_CORRUPT, "fetched record: not sealed, or another tenant's");
+    const uint8_t *im;
+    size_t il;
+    int rc = skv_store_rec_read(db, in->key, in->bytes, in->len, img, &im, &il);
+    if (!rc)
+        rc = skv_rec_parse_ex(im, il, 1, r);
+    if (!rc && (r->tenant != tid || memcmp(r->profile, pid, 32) != 0))
+        rc = skv_error(SKV_ERR_CORRUPT, "fetched record of another tenant or profile");
+    if (!rc && r->level != SEQKV_RAW && !seqkv_tier_calib_has(db, r->calib))
+        rc = skv_error(SKV_ERR_NOT_FOUND, "fetched record's calibration is not here");
+    return rc;
+}
+
+int seqkv_tier_install(seqkv *db, const char *tenant, const char *profile, const seqkv_tier_in *recs,
+                       size_t n)
+{
+    seqkv_profile p;
+    uint8_t hsec[32];
+    uint64_t tid;
+    int rc = seqkv_profile_get(db, profile, &p);
+    if (rc || (rc = tenant_secret(db, tenant, hsec, &tid)))
+        return rc;
+    sodium_memzero(hsec, sizeof hsec);
+    skv_rec *r = skv_calloc(n ? n : 1, sizeof *r);
+    uint8_t **img = skv_calloc(n ? n : 1, sizeof *img);
+    if (!r || !img)
+        rc = skv_error(SKV_ERR_NOMEM, "fetched records");
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = install_check(db, tid, p.id, &recs[i], &img[i], &r[i]);
+    pthread_mutex_lock(&db->wlock);
+    const uint64_t tick = rc ? 0 : skv_store_tick(db);
+    for (int attempt = 0; !rc; attempt++) {
+        MDB_txn *txn = NULL;
+        pthread_rwlock_rdlock(&db->rw);
+        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
+        uint8_t tb[8];
+        skv_store64_le(tb, tick);
+        for (size_t i = 0; i < n && !mrc; i++) {
+            MDB_val k = {32, (void *)recs[i].key}, v = {recs[i].len, (void *)recs[i].bytes},
+                    tv = {8, tb};
+            mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE);
+            if (mrc == MDB_KEYEXIST) {
+                mrc = 0;
+                r[i].n = 0; /* stored here already */
+                continue;
+            }
+            if (!mrc)
+                mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
+        }
+        if (!mrc)
+            mrc = mdb_txn_commit(txn);
+        else if (txn)
+            mdb_txn_abort(txn);
+        pthread_rwlock_unlock(&db->rw);
+        if (!mrc)
+            break;
+        if (mrc != MDB_MAP_FULL || attempt > 8 || (rc = skv_store_grow(db)))
+            rc = rc ? rc : skv_mdb_error(mrc, "install fetched records");
+    }
+    if (!rc) {
+        /* indexed together, then each one's dependencies counted (they may
+         * be among them, in any order) */
+        pthread_rwlock_wrlock(&db->rw);
+        for (size_t i = 0; i < n && !rc; i++)
+            if (r[i].n)
+                rc = skv_store_index(db, recs[i].key, &r[i], recs[i].len, tick);
+        for (size_t i = 0; i < db->nns; i++)
+            for (size_t j = 0; j < n; j++) {
+                skv_trie_rec *t = r[j].n ? skv_trie_find(db->ns[i].trie, recs[j].key) : NULL;
+                if (t && db->ns[i].tenant == tid)
+                    skv_store_deps(&db->ns[i], t, +1);
+            }
+        pthread_rwlock_unlock(&db->rw);
+    }
+    pthread_mutex_unlock(&db->wlock);
+    for (size_t i = 0; img && i < n; i++)
+        skv_free(img[i]);
+    skv_free(img);
+    skv_free(r);
+    return rc;
+}
+
+/* ---- calibrations ---------------------------------------------------------------- */
+
+int seqkv_tier_calib_has(seqkv *db, const uint8_t id[16])
+{
+    MDB_txn *txn;
+    if (mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn))
+        return 0;
+    MDB_val k = {16, (void *)id}, v;
+    const int has = mdb_get(txn, db->db_calib, &k, &v) == 0;
+    mdb_txn_abort(txn);
+    return has;
+}
+
+int seqkv_tier_calib_export(seqkv *db, const uint8_t id[16], const uint8_t fleet_key[32],
+                            uint8_t **out, size_t *out_len)
+{
+    *out = NULL;
+    MDB_txn *txn;
+    int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
+    if (mrc)
+        return skv_mdb_error(mrc, "read calibration");
+    MDB_val k = {16, (void *)id}, v;
+    int rc = mdb_get(txn, db->db_calib, &k, &v) ? skv_error(SKV_ERR_NOT_FOUND, "no such calibration")
+                                                : SKV_OK;
+    uint8_t *owned = NULL;
+    const uint8_t *img;
+    size_t len;
+    if (!rc)
+        rc = skv_store_calib_read(db, id, v.mv_data, v.mv_size, &owned, &img, &len);
+    if (!rc && !(*out = skv_malloc(skv_sv_size(len))))
+        rc = skv_error(SKV_ERR_NOMEM, "calibration");
+    if (!rc) {
+        uint8_t ck[32];
+        fleet_subkey(fleet_key, FLEET_CALIB, ck);
+        skv_sv_seal(ck, SKV_SV_CALIB, 0, len, id, 16, img, len, *out);
+        sodium_memzero(ck, sizeof ck);
+        *out_len = skv_sv_size(len);
+    }
+    mdb_txn_abort(txn);
+    skv_free(owned);
+    return rc;
+}
+
+int seqkv_tier_calib_import(seqkv *db, const uint8_t id[16], const uint8_t fleet_key[32],
+                            const uint8_t *in, size_t len)
+{
+    uint8_t ck[32], *img = NULL, *sealed = NULL;
+    size_t il, sl;
+    fleet_subkey(fleet_key, FLEET_CALIB, ck);
+    int rc = skv_sv_open(ck, id, 16, in, len, &img, &il);
+    sodium_memzero(ck, sizeof ck);
+    if (rc)
+        return skv_error(SKV_ERR_CORRUPT, "fetched calibration does not open with the fleet key");
+    if ((rc = skv_store_calib_seal(db, id, img, il, &sealed, &sl))) {
+        skv_free(img);
+        return rc;
+    }
+    pthread_mutex_lock(&db->wlock);
+    pthread_rwlock_rdlock(&db->rw);
+    MDB_txn *txn = NULL;
+    int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
+    MDB_val k = {16, (void *)id}, v = {sealed ? sl : il, sealed ? sealed : img};
+    if (!mrc)
+        mrc = mdb_put(txn, db->db_calib, &k, &v, MDB_NOOVERWRITE);
+    if (mrc == MDB_KEYEXIST)
+        mrc = 0;
+    if (!mrc)
+        mrc = mdb_txn_commit(txn);
+    else if (txn)
+        mdb_txn_abort(txn);
+    pthread_rwlock_unlock(&db->rw);
+    pthread_mutex_unlock(&db->wlock);
+    skv_free(img);
+    skv_free(sealed);
+    return mrc ? skv_mdb_error(mrc, "store calibration") : SKV_OK;
+}
+
+int seqkv_tier_key_load(const char *spec, uint8_t key[32])
+{
+    if (!spec || strncmp(spec, "passphrase", 10) == 0)
+        return skv_error(SKV_ERR_ARG, "the fleet key is a key file, fd:N or env:VAR (not a "
+                                      "passphrase: every host needs the same 32 bytes)");
+    char file[4200];
+    int pass;
+    /* a key file is made when absent (the first host), and read by the others */
+    return skv_master_key_from(spec, ".", 1, key, &pass, file, sizeof file);
+}
