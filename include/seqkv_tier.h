@@ -79,7 +79,8 @@ typedef struct seqkv_tier_rec {
  * on the committing thread, under the store's writer lock: it copies what
  * it keeps and returns quickly. NULL turns it off. After the new records
  * (bytes set) come the records the batch's puts reused, their cached
- * prefixes (bytes NULL, len 0; key, parent, tag, chunk index, n, lo). */
+ * prefixes, and the bases and centroid chains of all of them (bytes NULL,
+ * len 0; key, parent, tag, chunk index, n, lo). */
 typedef void (*seqkv_tier_fn)(void *ctx, const seqkv_tier_rec *recs, size_t n);
 void seqkv_tier_on_commit(seqkv *db, seqkv_tier_fn fn, void *ctx);
 

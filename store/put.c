@@ -540,6 +540,18 @@ static hot_chunk *put_hot(put_ctx *pc, const newrec *q)
                                (size_t)q->r.chunk_index * pc->CH);
 }
 
+/* the path's recency, which goes out with the batch's commit (the remote
+ * tier hears of the records reused: tier.c); room reserved */
+static void put_ticks(put_ctx *pc)
+{
+    struct skv_put_batch *pb = pc->pb;
+    for (size_t j = 0; j < pc->steps; j++) {
+        pend_tick *p = &pb->tick[pb->ntick++];
+        p->e = pc->e;
+        memcpy(p->key, pc->path[j].rec->key, 32);
+    }
+}
+
 /* index the new records, hidden from readers until the batch commits
  * (later puts of the batch see them: skv_trie_match_all, skv_batch_find),
  * and the path's recency, which goes out with them */
@@ -581,11 +593,7 @@ static int put_index(put_ctx *pc)
         skv_batch_drop(db, pb, first);
         return rc;
     }
-    for (size_t j = 0; j < pc->steps; j++) {
-        pend_tick *p = &pb->tick[pb->ntick++];
-        p->e = e;
-        memcpy(p->key, pc->path[j].rec->key, 32);
-    }
+    put_ticks(pc);
     return SKV_OK;
 }
 
@@ -608,8 +616,10 @@ static int put_prepare(seqkv *db, seqkv_put_req *req, int standalone, int *again
     if (rc)
         return rc;
     rc = put_match(&pc, standalone, prefix);
+    if (!rc && pc.m == req->n && !(rc = skv_batch_reserve(pb, 0, pc.steps)))
+        put_ticks(&pc); /* everything is cached already: its path is used */
     if (rc || pc.m == req->n)
-        goto done; /* m == n: everything is cached already */
+        goto done;
     rc = put_new_records(&pc);
     if (!rc)
         rc = put_room(&pc);

@@ -217,12 +217,55 @@ static const char *tenant_name(const seqkv *db, uint64_t id)
     return NULL;
 }
 
+static int listed(const seqkv_tier_rec *out, size_t n, const uint8_t key[32])
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(out[i].key, key, 32) == 0)
+            return 1;
+    return 0;
+}
+
+/* A record the commit did not write (reused, or needed) to the list:
+ * bytes NULL */
+static void add_ref(const seqkv *db, const ns_ent *e, const skv_trie_rec *t, seqkv_tier_rec **out,
+                    size_t *n, size_t *cap)
+{
+    const char *tn = tenant_name(db, e->tenant);
+    if (!tn)
+        return;
+    if (*n == *cap) {
+        const size_t nc = *cap * 2 + 16;
+        seqkv_tier_rec *p = skv_realloc(*out, nc * sizeof *p);
+        if (!p)
+            return; /* (then one the cluster lacks stays a miss there) */
+        *out = p;
+        *cap = nc;
+    }
+    seqkv_tier_rec *o = &(*out)[(*n)++];
+    memset(o, 0, sizeof *o);
+    o->tenant = tn;
+    memcpy(o->key, t->key, 32);
+    memcpy(o->parent, t->parent, 32);
+    o->chunk_index = t->chunk_index;
+    o->n = t->n;
+    o->lo = t->lo;
+    rec_tag(e, t, o->tag);
+    o->has_base = t->has_base;
+    memcpy(o->base, t->base, 32);
+    const skv_trie_rec *c = t->has_centroid ? skv_trie_find(e->trie, t->centroid) : NULL;
+    if (c) {
+        o->has_centroid = 1;
+        memcpy(o->centroid, t->centroid, 32);
+        rec_tag(e, c, o->cent_tag);
+    }
+}
+
 void skv_tier_committed(seqkv *db, const struct skv_put_batch *pb, uint8_t *const *sealed,
                         const size_t *slen)
 {
     if (!db->tier_fn || pb->nrec + pb->ntick == 0)
         return;
-    const size_t cap = pb->nrec + pb->ntick;
+    size_t cap = pb->nrec + pb->ntick + 16;
     seqkv_tier_rec *out = skv_calloc(cap, sizeof *out);
     if (!out)
         return; /* the tier misses them: a miss there, never an error */
@@ -255,21 +298,28 @@ void skv_tier_committed(seqkv *db, const struct skv_put_batch *pb, uint8_t *cons
         o->bytes = sealed[j];
         o->len = slen[j];
     }
-    /* the records the batch's puts reused (their paths): keys and tags only */
-    for (size_t j = 0; j < pb->ntick && n < cap; j++) {
-        const pend_tick *p = &pb->tick[j];
-        const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
-        const char *tn = tenant_name(db, p->e->tenant);
-        if (!t || !tn || t->hidden)
-            continue;
-        seqkv_tier_rec *o = &out[n++];
-        o->tenant = tn;
-        memcpy(o->key, t->key, 32);
-        memcpy(o->parent, t->parent, 32);
-        o->chunk_index = t->chunk_index;
-        o->n = t->n;
-        o->lo = t->lo;
-        rec_tag(p->e, t, o->tag);
+    /* the records the batch's puts reused (their paths), and what every
+     * record handed over needs (bases, centroid chains): keys and tags only */
+    for (size_t j = 0; j < pb->ntick; j++) {
+        const skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
+        if (t && !t->hidden)
+            add_ref(db, pb->tick[j].e, t, &out, &n, &cap);
+    }
+    for (size_t j = 0; j < n; j++) {
+        const ns_ent *e = NULL;
+        for (size_t i = 0; i < db->nns && !e; i++)
+            if (skv_trie_find(db->ns[i].trie, out[j].key))
+                e = &db->ns[i];
+        const skv_trie_rec *t = e ? skv_trie_find(e->trie, out[j].key) : NULL;
+        const skv_trie_rec *b = t && t->has_base ? skv_trie_find(e->trie, t->base) : NULL;
+        if (b && !b->hidden && !listed(out, n, b->key))
+            add_ref(db, e, b, &out, &n, &cap);
+        /* a centroid's chain, tip to root (added once: the walk stops at
+         * a record already listed) */
+        for (const skv_trie_rec *c = t && t->has_centroid ? skv_trie_find(e->trie, t->centroid) : NULL;
+             c && !c->hidden && !listed(out, n, c->key);
+             c = c->chunk_index > 0 ? skv_trie_find(e->trie, c->parent) : NULL)
+            add_ref(db, e, c, &out, &n, &cap);
     }
     pthread_rwlock_unlock(&db->rw);
     if (n)
@@ -332,6 +382,36 @@ int seqkv_tier_has(seqkv *db, const uint8_t key[32])
     }
     pthread_rwlock_unlock(&db->rw);
     return has;
+}
+
+/* Whether key is one of the records this install writes */
+static int installing(const seqkv_tier_in *recs, const skv_rec *r, size_t n, const uint8_t key[32])
+{
+    for (size_t i = 0; i < n; i++)
+        if (r[i].n && memcmp(recs[i].key, key, 32) == 0)
+            return 1;
+    return 0;
+}
+
+/* Newly installed t's dependants that were here before it (fetched while
+ * it was not: its children, siblings taking [0, lo) from it) counted, as
+ * their indexing could not (store.c counts them so at open) */
+static void count_earlier(ns_ent *e, skv_trie_rec *t, const seqkv_tier_in *recs, const skv_rec *r,
+                          size_t n)
+{
+    const uint8_t *node[2] = {t->key, t->parent};
+    for (int k = 0; k < 2; k++) {
+        const size_t m = skv_trie_children(e->trie, node[k], NULL, 0);
+        skv_trie_rec **c = m ? skv_malloc(m * sizeof *c) : NULL;
+        if (!c)
+            continue;
+        skv_trie_children(e->trie, node[k], c, m);
+        for (size_t i = 0; i < m; i++)
+            if ((k == 0 || (c[i]->has_base && memcmp(c[i]->base, t->key, 32) == 0)) &&
+                !installing(recs, r, n, c[i]->key))
+                t->deps++;
+        skv_free(c);
+    }
 }
 
 /* Record in opened whole and checked: its header parsed into r (pointing
@@ -410,8 +490,10 @@ int seqkv_tier_install(seqkv *db, const char *tenant, const char *profile, const
         for (size_t i = 0; i < db->nns; i++)
             for (size_t j = 0; j < n; j++) {
                 skv_trie_rec *t = r[j].n ? skv_trie_find(db->ns[i].trie, recs[j].key) : NULL;
-                if (t && db->ns[i].tenant == tid)
+                if (t && db->ns[i].tenant == tid) {
                     skv_store_deps(&db->ns[i], t, +1);
+                    count_earlier(&db->ns[i], t, recs, r, n);
+                }
             }
         pthread_rwlock_unlock(&db->rw);
     }

@@ -267,7 +267,12 @@ def part2(cl, keyfile, data, L):
             with client(names[h], "a") as cw, client(names["B" if h == "A" else "A"], "a") as cr:
                 try:
                     cw.put("m", toks, kv)
-                    healed += cr.get("m", toks, raw=True) == kv
+                    got = cr.get("m", toks, raw=True)
+                    healed += got == kv
+                    if got != kv:
+                        print("put %d again (%d tokens): the other host gets %d bytes of %d, "
+                              "its LOOKUP %d" % (i, len(toks), len(got), len(kv),
+                                                 cr.lookup("m", toks)))
                 except seqkv.Error as e:
                     print("put %d again: %s" % (i, e))
         check(healed == len(again), "after healing, the %d unacknowledged PUTs put again are "
