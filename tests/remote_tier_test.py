@@ -125,6 +125,31 @@ def part1(cl, keyfile, data, L):
         check(int(ia["remote_written"]) > 0 and ia["remote_write_failures"] == "0",
               "A wrote its records (%s)" % ia)
         check(ia["remote_tenants_shared"] == "2", "A shares both tenants")
+        # the cluster evicts as it likes (maxmemory + LRU): half of its
+        # records deleted on every master, their index entries left; a new
+        # host's GETs are exact, a prefix, or a miss -- never an error
+        gone = 0
+        for port, _ in cl.masters():
+            keys = [k for k in cl.cli(port, "--scan", "--pattern", "skv:r:*").split() if k]
+            for k in keys[::2]:
+                gone += int(cl.cli(port, "DEL", k).strip() or 0)
+        check(gone > 0, "records deleted in the cluster (%d)" % gone)
+        C = host(cl, keyfile)
+        try:
+            with client(C, "a") as cc:
+                cc.profile_set("m", layers=L, kv_heads=H, head_dim=D, dtype="bf16", chunk=16)
+                tb = L * 2 * H * D * 2
+                for toks, kv in seqs[:3]:
+                    try:
+                        got = cc.get("m", toks, raw=True)
+                        check(got == prefix_kv(kv, L, len(toks), len(got) // tb),
+                              "after evictions: a GET is exact or a prefix")
+                    except seqkv.Error as e:
+                        check("NOTFOUND" in str(e), "after evictions: a miss, not %s" % e)
+                    n = cc.lookup("m", toks)
+                    check(0 <= n <= len(toks), "after evictions: LOOKUP %d" % n)
+        finally:
+            C.close()
         for c in (ca, cb, cbb, cab):
             c.close()
     finally:
