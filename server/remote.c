@@ -18,36 +18,26 @@
 
 #include "remote_int.h"
 
-void srv_hexs(const uint8_t *b, size_t n, char *out)
-{
-    static const char d[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = d[b[i] >> 4];
-        out[2 * i + 1] = d[b[i] & 15];
-    }
-    out[2 * n] = 0;
-}
-
 void srv_rkey(const uint8_t tag[32], const uint8_t key[32], char out[96])
 {
     char t[17], k[65];
-    srv_hexs(tag, 8, t);
-    srv_hexs(key, 32, k);
+    sodium_bin2hex(t, sizeof t, tag, 8);
+    sodium_bin2hex(k, sizeof k, key, 32);
     snprintf(out, 96, "skv:r:{%s}:%s", t, k);
 }
 
 void srv_ckey(const uint8_t tag[32], const uint8_t node[32], char out[96])
 {
     char t[17], k[65];
-    srv_hexs(tag, 8, t);
-    srv_hexs(node, 32, k);
+    sodium_bin2hex(t, sizeof t, tag, 8);
+    sodium_bin2hex(k, sizeof k, node, 32);
     snprintf(out, 96, "skv:c:{%s}:%s", t, k);
 }
 
 void srv_calkey(const uint8_t id[16], char out[48])
 {
     char h[33];
-    srv_hexs(id, 16, h);
+    sodium_bin2hex(h, sizeof h, id, 16);
     snprintf(out, 48, "skv:cal:%s", h);
 }
 
@@ -114,7 +104,7 @@ static int tenant_join(srv_remote *r, const char *name)
     uint8_t nh[16], mine[SEQKV_TIER_TENANT_BYTES];
     char hx[33], k[48];
     seqkv_tier_tenant_name(r->fkey, name, nh);
-    srv_hexs(nh, 16, hx);
+    sodium_bin2hex(hx, sizeof hx, nh, 16);
     snprintf(k, sizeof k, "skv:t:%s", hx);
     int rc = seqkv_tier_tenant_export(r->s->db, name, r->fkey, mine);
     if (rc == SKV_ERR_NOT_FOUND)

@@ -58,8 +58,6 @@ struct srv_remote {
     srv_remote_stats st;
 };
 
-/* n bytes as lowercase hex into out (2n + 1) */
-void srv_hexs(const uint8_t *b, size_t n, char *out);
 /* The cluster keys of a record, of a node's index, of a calibration */
 void srv_rkey(const uint8_t tag[32], const uint8_t key[32], char out[96]);
 void srv_ckey(const uint8_t tag[32], const uint8_t node[32], char out[96]);

@@ -217,31 +217,71 @@ static const char *tenant_name(const seqkv *db, uint64_t id)
     return NULL;
 }
 
-static int listed(const seqkv_tier_rec *out, size_t n, const uint8_t key[32])
+/* What a commit hands over: the records, each listed once (an open
+ * addressing index of their keys: slot -> position + 1), their namespaces */
+typedef struct {
+    seqkv_tier_rec *out;
+    const ns_ent **ns;
+    size_t n, cap;
+    uint32_t *slot;
+    size_t slots; /* a power of two, at least twice cap */
+} handout;
+
+static size_t ho_find(const handout *h, const uint8_t key[32])
 {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(out[i].key, key, 32) == 0)
-            return 1;
+    size_t i = (size_t)skv_load64_le(key) & (h->slots - 1);
+    while (h->slot[i] && memcmp(h->out[h->slot[i] - 1].key, key, 32) != 0)
+        i = (i + 1) & (h->slots - 1);
+    return i;
+}
+
+/* The listed record of key, or NULL */
+static const seqkv_tier_rec *ho_get(const handout *h, const uint8_t key[32])
+{
+    const size_t i = ho_find(h, key);
+    return h->slot[i] ? &h->out[h->slot[i] - 1] : NULL;
+}
+
+static int ho_grow(handout *h)
+{
+    const size_t nc = h->cap * 2 + 16, ns = 4 * nc;
+    seqkv_tier_rec *o = skv_realloc(h->out, nc * sizeof *o);
+    if (o)
+        h->out = o;
+    const ns_ent **e = o ? skv_realloc(h->ns, nc * sizeof *e) : NULL;
+    if (e)
+        h->ns = e;
+    uint32_t *sl = e ? skv_calloc(ns, sizeof *sl) : NULL;
+    if (!sl)
+        return -1;
+    skv_free(h->slot);
+    h->slot = sl;
+    h->slots = ns;
+    h->cap = nc;
+    for (size_t j = 0; j < h->n; j++)
+        h->slot[ho_find(h, h->out[j].key)] = (uint32_t)j + 1;
     return 0;
 }
 
-/* A record the commit did not write (reused, or needed) to the list:
- * bytes NULL */
-static void add_ref(const seqkv *db, const ns_ent *e, const skv_trie_rec *t, seqkv_tier_rec **out,
-                    size_t *n, size_t *cap)
+/* Record t's chain tag: a listed parent's, else walked */
+static void ho_tag(const handout *h, const ns_ent *e, const skv_trie_rec *t, uint8_t tag[32])
+{
+    const seqkv_tier_rec *p = t->chunk_index > 0 ? ho_get(h, t->parent) : NULL;
+    if (p && p->chunk_index + 1 == t->chunk_index)
+        memcpy(tag, p->tag, 32);
+    else
+        rec_tag(e, t, tag);
+}
+
+/* Record t of namespace e listed (once; bytes NULL until the caller sets
+ * them): NULL when it was listed already or memory ran out (then one the
+ * cluster lacks stays a miss there) */
+static seqkv_tier_rec *ho_add(const seqkv *db, handout *h, const ns_ent *e, const skv_trie_rec *t)
 {
     const char *tn = tenant_name(db, e->tenant);
-    if (!tn)
-        return;
-    if (*n == *cap) {
-        const size_t nc = *cap * 2 + 16;
-        seqkv_tier_rec *p = skv_realloc(*out, nc * sizeof *p);
-        if (!p)
-            return; /* (then one the cluster lacks stays a miss there) */
-        *out = p;
-        *cap = nc;
-    }
-    seqkv_tier_rec *o = &(*out)[(*n)++];
+    if (!tn || ho_get(h, t->key) || (h->n == h->cap && ho_grow(h)))
+        return NULL;
+    seqkv_tier_rec *o = &h->out[h->n];
     memset(o, 0, sizeof *o);
     o->tenant = tn;
     memcpy(o->key, t->key, 32);
@@ -249,7 +289,7 @@ static void add_ref(const seqkv *db, const ns_ent *e, const skv_trie_rec *t, seq
     o->chunk_index = t->chunk_index;
     o->n = t->n;
     o->lo = t->lo;
-    rec_tag(e, t, o->tag);
+    ho_tag(h, e, t, o->tag);
     o->has_base = t->has_base;
     memcpy(o->base, t->base, 32);
     const skv_trie_rec *c = t->has_centroid ? skv_trie_find(e->trie, t->centroid) : NULL;
@@ -258,6 +298,9 @@ static void add_ref(const seqkv *db, const ns_ent *e, const skv_trie_rec *t, seq
         memcpy(o->centroid, t->centroid, 32);
         rec_tag(e, c, o->cent_tag);
     }
+    h->ns[h->n] = e;
+    h->slot[ho_find(h, t->key)] = (uint32_t)++h->n;
+    return o;
 }
 
 void skv_tier_committed(seqkv *db, const struct skv_put_batch *pb, uint8_t *const *sealed,
@@ -265,36 +308,20 @@ void skv_tier_committed(seqkv *db, const struct skv_put_batch *pb, uint8_t *cons
 {
     if (!db->tier_fn || pb->nrec + pb->ntick == 0)
         return;
-    size_t cap = pb->nrec + pb->ntick + 16;
-    seqkv_tier_rec *out = skv_calloc(cap, sizeof *out);
-    if (!out)
-        return; /* the tier misses them: a miss there, never an error */
-    size_t n = 0;
+    handout h = {0};
+    h.cap = (pb->nrec + pb->ntick) / 2; /* (ho_grow doubles it, plus room) */
+    if (ho_grow(&h))
+        goto done; /* the tier misses them: a miss there, never an error */
     pthread_rwlock_rdlock(&db->rw);
     for (size_t j = 0; j < pb->nrec; j++) {
         const pend_rec *p = &pb->rec[j];
         const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
-        const char *tn = tenant_name(db, p->e->tenant);
-        if (!t || !tn || !sealed[j])
+        seqkv_tier_rec *o = t && sealed[j] ? ho_add(db, &h, p->e, t) : NULL;
+        if (!o)
             continue; /* (unsealed records never leave the host) */
-        seqkv_tier_rec *o = &out[n++];
-        o->tenant = tn;
-        memcpy(o->key, p->key, 32);
-        memcpy(o->parent, t->parent, 32);
-        o->chunk_index = t->chunk_index;
-        o->n = t->n;
-        o->lo = t->lo;
-        rec_tag(p->e, t, o->tag);
-        o->has_base = t->has_base;
-        memcpy(o->base, t->base, 32);
-        o->has_centroid = t->has_centroid;
-        memcpy(o->centroid, t->centroid, 32);
-        const skv_trie_rec *c = t->has_centroid ? skv_trie_find(p->e->trie, t->centroid) : NULL;
-        if (c)
-            rec_tag(p->e, c, o->cent_tag);
-        seqkv_tier_rec h;
-        if (!seqkv_tier_peek(sealed[j], slen[j], &h))
-            memcpy(o->calib, h.calib, 16);
+        seqkv_tier_rec x;
+        if (!seqkv_tier_peek(sealed[j], slen[j], &x))
+            memcpy(o->calib, x.calib, 16);
         o->bytes = sealed[j];
         o->len = slen[j];
     }
@@ -303,28 +330,28 @@ void skv_tier_committed(seqkv *db, const struct skv_put_batch *pb, uint8_t *cons
     for (size_t j = 0; j < pb->ntick; j++) {
         const skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
         if (t && !t->hidden)
-            add_ref(db, pb->tick[j].e, t, &out, &n, &cap);
+            ho_add(db, &h, pb->tick[j].e, t);
     }
-    for (size_t j = 0; j < n; j++) {
-        const ns_ent *e = NULL;
-        for (size_t i = 0; i < db->nns && !e; i++)
-            if (skv_trie_find(db->ns[i].trie, out[j].key))
-                e = &db->ns[i];
-        const skv_trie_rec *t = e ? skv_trie_find(e->trie, out[j].key) : NULL;
+    for (size_t j = 0; j < h.n; j++) {
+        const ns_ent *e = h.ns[j];
+        const skv_trie_rec *t = skv_trie_find(e->trie, h.out[j].key);
         const skv_trie_rec *b = t && t->has_base ? skv_trie_find(e->trie, t->base) : NULL;
-        if (b && !b->hidden && !listed(out, n, b->key))
-            add_ref(db, e, b, &out, &n, &cap);
-        /* a centroid's chain, tip to root (added once: the walk stops at
-         * a record already listed) */
+        if (b && !b->hidden)
+            ho_add(db, &h, e, b);
+        /* a centroid's chain, tip to root (the walk stops at a record
+         * listed already) */
         for (const skv_trie_rec *c = t && t->has_centroid ? skv_trie_find(e->trie, t->centroid) : NULL;
-             c && !c->hidden && !listed(out, n, c->key);
+             c && !c->hidden && ho_add(db, &h, e, c);
              c = c->chunk_index > 0 ? skv_trie_find(e->trie, c->parent) : NULL)
-            add_ref(db, e, c, &out, &n, &cap);
+            ;
     }
     pthread_rwlock_unlock(&db->rw);
-    if (n)
-        db->tier_fn(db->tier_ctx, out, n);
-    skv_free(out);
+    if (h.n)
+        db->tier_fn(db->tier_ctx, h.out, h.n);
+done:
+    skv_free(h.out);
+    skv_free(h.ns);
+    skv_free(h.slot);
 }
 
 /* A sealed record's clear header (FORMAT.md "Sealed chunk records"): the
