@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "lossy_bench.h"
 #include "codec_baselines.h"
 #include "skv_delta.h"
 
@@ -37,6 +38,8 @@ static const char bench_usage[] =
     "usage: seqkv codec bench --calib CAL.safetensors --test TEST.safetensors\n"
     "                         [--model PATH] [--level stat|ctx|spec|full|fast|all] [--json]\n"
     "                         [--chunk N] [--cal C.cal] [--reps N]\n"
+    "       seqkv codec bench --calib CAL --test TEST --model PATH --level q4,q3,q2\n"
+    "                         [--sink N] [--recent N] [--json]\n"
     "\n"
     "Calibrate on CAL (or load --cal), then code TEST at each level: actual and\n"
     "ideal bits per scalar (overall, per layer and k/v), encode and decode\n"
@@ -48,11 +51,23 @@ static const char bench_usage[] =
     "decode on all cores on the wall clock); output buffers are allocated and\n"
     "the round trip compared outside the timed part. Timed encodes run as the\n"
     "store's do, without adding up the ideal code length; one more pass, not\n"
-    "timed, measures it.\n";
+    "timed, measures it.\n"
+    "\n"
+    "The lossy levels (q4, q3, q2: coded bits a scalar, comma-separated) are\n"
+    "calibrated on CAL's sequences run through the model, then TEST (made by\n"
+    "the same model: its K/V are checked) is coded at each level and by the\n"
+    "baselines at the same coded bits: scalar quantisation in the same\n"
+    "transformed domain (-sq), product VQ without the transform (-vq),\n"
+    "per-channel round-to-nearest (-rtn) and KIVI (-kivi). Each row: bits per\n"
+    "lossy scalar, relative error of the attention output (after W_O, mean\n"
+    "over layers; per layer in --json), KL divergence (nats) of the next-token\n"
+    "distribution when the model attends over the reconstruction, and greedy\n"
+    "next-token agreement. The first --sink (default 4) and last --recent\n"
+    "(default 0) positions of each sequence stay exact.\n";
 
 enum {
     O_CALIB = 2000, O_MODEL, O_OUT, O_CAL, O_KV, O_IN, O_LEVEL, O_CHUNK, O_TEST, O_JSON, O_REPS,
-    O_HELP
+    O_SINK, O_RECENT, O_HELP
 };
 static const struct option opts[] = {
     {"calib", required_argument, NULL, O_CALIB}, {"model", required_argument, NULL, O_MODEL},
@@ -61,12 +76,13 @@ static const struct option opts[] = {
     {"level", required_argument, NULL, O_LEVEL}, {"chunk", required_argument, NULL, O_CHUNK},
     {"test", required_argument, NULL, O_TEST},   {"json", no_argument, NULL, O_JSON},
     {"reps", required_argument, NULL, O_REPS},   {"help", no_argument, NULL, O_HELP},
+    {"sink", required_argument, NULL, O_SINK},   {"recent", required_argument, NULL, O_RECENT},
     {NULL, 0, NULL, 0},
 };
 
 typedef struct {
     const char *calib, *model, *out, *cal, *kv, *in, *level, *test;
-    long chunk, reps;
+    long chunk, reps, sink, recent;
     int json;
 } cargs;
 
@@ -76,6 +92,7 @@ static int cparse(const char *cmd, int argc, char **argv, cargs *a, const char *
     memset(a, 0, sizeof *a);
     a->chunk = 256;
     a->reps = 3;
+    a->sink = 4;
     optind = 1;
     opterr = 0;
     int c;
@@ -107,6 +124,11 @@ static int cparse(const char *cmd, int argc, char **argv, cargs *a, const char *
         case O_REPS:
             if (cli_parse_long(optarg, 1, 100, &a->reps))
                 return cli_usage_error(cmd, "--reps wants an integer from 1 to 100");
+            break;
+        case O_SINK:
+        case O_RECENT:
+            if (cli_parse_long(optarg, 0, 1 << 20, c == O_SINK ? &a->sink : &a->recent))
+                return cli_usage_error(cmd, "%s wants an integer >= 0", argv[optind - 2]);
             break;
         }
     }
@@ -630,14 +652,20 @@ static int bench_level(const bench_run *b, int lv)
     return rc;
 }
 
+static int bench_lossy(const cargs *a);
+
 static int do_bench(int argc, char **argv)
 {
     cargs a;
     int r = cparse("codec bench", argc, argv, &a, bench_usage,
                    A(O_CALIB) | A(O_TEST) | A(O_MODEL) | A(O_LEVEL) | A(O_JSON) | A(O_CHUNK) | A(O_CAL) |
-                       A(O_REPS));
+                       A(O_REPS) | A(O_SINK) | A(O_RECENT));
     if (r)
         return r;
+    if (a.level && a.level[0] == 'q')
+        return bench_lossy(&a);
+    if (a.sink != 4 || a.recent)
+        return cli_usage_error("codec bench", "--sink and --recent apply to the lossy levels (q4, q3, q2)");
     if ((!a.calib && !a.cal) || !a.test)
         return cli_usage_error("codec bench", "--calib (or --cal) and --test are required");
     int want[SEQKV_LEVELS] = {0, 1, 1, 1, 1, 1}; /* (raw has no predictor) */
@@ -702,6 +730,117 @@ static int do_bench(int argc, char **argv)
     skv_pool_free(b.pool);
     skv_model_free(b.m);
     return rc ? cli_fail(rc, "bench") : 0;
+}
+
+/* The sequences of a KV file: tokens, K and V as stored. */
+typedef struct {
+    skv_st *st;
+    size_t n;
+    skv_dtype dt;
+    int32_t **tok;
+    size_t *len;
+    const uint8_t **k, **v;
+} kv_set;
+
+static int kv_set_open(const char *path, kv_set *s)
+{
+    memset(s, 0, sizeof *s);
+    int rc = skv_st_open(path, &s->st);
+    if (!rc)
+        rc = skv_kvfile_count(s->st, &s->n);
+    if (!rc && s->n == 0)
+        rc = skv_error(SKV_ERR_FORMAT, "no sequences");
+    if (rc)
+        return rc;
+    s->tok = calloc(s->n, sizeof *s->tok);
+    s->len = calloc(s->n, sizeof *s->len);
+    s->k = calloc(s->n, sizeof *s->k);
+    s->v = calloc(s->n, sizeof *s->v);
+    if (!s->tok || !s->len || !s->k || !s->v)
+        return SKV_ERR_NOMEM;
+    for (size_t i = 0; i < s->n && !rc; i++) {
+        skv_kvseq q;
+        rc = skv_kvfile_get(s->st, i, &q);
+        if (rc)
+            break;
+        if (i && q.dtype != s->dt)
+            return skv_error(SKV_ERR_SHAPE, "sequence %zu has another dtype", i);
+        s->dt = q.dtype;
+        s->len[i] = q.T;
+        s->k[i] = q.k;
+        s->v[i] = q.v;
+        s->tok[i] = malloc((q.T + 1) * sizeof(int32_t));
+        if (!s->tok[i])
+            return SKV_ERR_NOMEM;
+        for (size_t t = 0; t < q.T; t++)
+            s->tok[i][t] = (int32_t)skv_load32_le((const uint8_t *)q.tokens + 4 * t);
+    }
+    return rc;
+}
+
+static void kv_set_free(kv_set *s)
+{
+    for (size_t i = 0; s->tok && i < s->n; i++)
+        free(s->tok[i]);
+    free(s->tok), free(s->len), free(s->k), free(s->v);
+    skv_st_free(s->st);
+}
+
+/* codec bench --level q4,q3,q2 (cli/lossy_bench.c) */
+static int bench_lossy(const cargs *a)
+{
+    lossy_bench_in in = {.sink = (int)a->sink, .recent = (int)a->recent, .json = a->json, .quiet = a->json};
+    char buf[64];
+    if (strlen(a->level) >= sizeof buf)
+        return cli_usage_error("codec bench", "--level wants q4, q3, q2 or a comma-separated list of them");
+    strcpy(buf, a->level);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        const int b = skv_lossy_level_parse(t);
+        if (!b)
+            return cli_usage_error("codec bench", "'%s' is not a lossy level (q4, q3, q2)", t);
+        in.want[b] = 1;
+    }
+    if (!a->calib || !a->test || !a->model)
+        return cli_usage_error("codec bench", "the lossy levels need --calib, --test and --model");
+    if (a->cal)
+        return cli_usage_error("codec bench", "--cal applies to the exact levels");
+    skv_model *m = NULL;
+    int r = open_model(a->model, &m);
+    if (r)
+        return r;
+    kv_set cal, test;
+    int rc = kv_set_open(a->calib, &cal);
+    if (rc) {
+        kv_set_free(&cal);
+        skv_model_free(m);
+        return cli_fail(rc, a->calib);
+    }
+    rc = kv_set_open(a->test, &test);
+    if (rc) {
+        kv_set_free(&cal);
+        kv_set_free(&test);
+        skv_model_free(m);
+        return cli_fail(rc, a->test);
+    }
+    skv_pool *pool = NULL;
+    skv_pool_create(&pool, 0);
+    in.m = m;
+    in.pool = pool;
+    in.dt = test.dt;
+    in.n_cal = cal.n;
+    in.cal_tok = (const int32_t *const *)cal.tok;
+    in.cal_len = cal.len;
+    in.n_test = test.n;
+    in.test_tok = (const int32_t *const *)test.tok;
+    in.test_len = test.len;
+    in.test_k = test.k;
+    in.test_v = test.v;
+    rc = lossy_bench_run(&in, stdout);
+    skv_pool_free(pool);
+    kv_set_free(&cal);
+    kv_set_free(&test);
+    skv_model_free(m);
+    return rc ? cli_fail(rc, "lossy bench") : 0;
 }
 
 int cmd_codec(int argc, char **argv)

@@ -251,6 +251,53 @@ int skv_fast_encode(skv_dtype dt, const void *src, size_t rows, size_t channels,
 int skv_fast_decode(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, size_t channels,
                     void *dst, size_t dst_cap);
 
+/* ------------------------------------------------------------------------
+ * Symbol streams (FORMAT.md, "Symbol streams"): categorical symbols, each
+ * coded under a static table of its own choosing, by one rANS state
+ * (32-bit, bytes out). A table gives every symbol of its alphabet a
+ * frequency >= 1 of 2^SKV_SYM_PREC, so any symbol stays codable.
+ * ---------------------------------------------------------------------- */
+#define SKV_SYM_PREC 15
+#define SKV_SYM_MAX (1u << 14) /* the largest alphabet */
+typedef struct skv_symtab skv_symtab;
+
+/* A table for the alphabet [0, n) from counts (NULL: uniform), by
+ * integer arithmetic only: the same counts give the same table anywhere.
+ * Errors: SKV_ERR_ARG (n == 0 or above SKV_SYM_MAX), SKV_ERR_NOMEM. */
+int skv_symtab_build(const uint64_t *counts, uint32_t n, skv_symtab **out);
+/* A table from stored frequencies; SKV_ERR_CORRUPT unless each is >= 1
+ * and they sum to 2^SKV_SYM_PREC. */
+int skv_symtab_from_freqs(const uint16_t *freq, uint32_t n, skv_symtab **out);
+void skv_symtab_free(skv_symtab *t);
+uint32_t skv_symtab_size(const skv_symtab *t);
+const uint16_t *skv_symtab_freqs(const skv_symtab *t);
+/* What symbol s costs under t, in bits. */
+double skv_symtab_bits(const skv_symtab *t, uint32_t s);
+/* Upper bound of skv_sym_encode's output for n symbols. */
+size_t skv_sym_bound(size_t n);
+/* Code syms[i] under tabs[i], i < n, into dst[0..cap); *len its size.
+ * Errors: SKV_ERR_ARG (a symbol outside its table), SKV_ERR_TOO_LARGE. */
+int skv_sym_encode(const uint32_t *syms, const skv_symtab *const *tabs, size_t n, uint8_t *dst,
+                   size_t cap, size_t *len);
+/* Decode exactly n symbols from src[0..len), which they must use whole.
+ * Trusts nothing in src: SKV_ERR_CORRUPT for a stream that ends early,
+ * runs on or leaves its state anywhere but where the encoder began. */
+int skv_sym_decode(const uint8_t *src, size_t len, const skv_symtab *const *tabs, size_t n,
+                   uint32_t *syms);
+
+/* The same one symbol at a time, each table chosen as the symbols before
+ * it say (the state is the caller's; nothing allocated). */
+typedef struct {
+    const uint8_t *src;
+    size_t len, pos;
+    uint32_t x;
+} skv_symdec;
+int skv_symdec_begin(skv_symdec *d, const uint8_t *src, size_t len);
+int skv_symdec_get(skv_symdec *d, const skv_symtab *t, uint32_t *sym);
+/* SKV_ERR_CORRUPT unless the stream was used whole and its state is back
+ * where the encoder began. */
+int skv_symdec_end(const skv_symdec *d);
+
 /* 64-bit checksum used by streams (a fixed multiply-xorshift hash). */
 uint64_t skv_checksum64(const void *data, size_t len, uint64_t seed);
 

@@ -435,6 +435,8 @@ int skv_model_forward(const skv_model *m, skv_kvcache *cache, const int32_t *tok
                 rope(kh, rcs + i * half, rsn + i * half, half, cfg->rope_layout);
             }
         }
+        if (opts->qhook)
+            opts->qhook(opts->qhook_ctx, l, pos0, n, q);
         if (opts->hook)
             opts->hook(opts->hook_ctx, l, pos0, n, k, v);
         memcpy(skv_kvcache_k(cache, l, pos0), k, n * kv_dim * sizeof(float));

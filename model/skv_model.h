@@ -100,6 +100,11 @@ const char *skv_model_fingerprint(const skv_model *m);
  * SKV_WQ_F32). Norms, biases and the embedding lookup stay float32. */
 int skv_model_quantize(const skv_model *m, skv_wquant q, skv_model **out);
 
+/* Layer l's attention output projection W_O as float32 (dequantized for
+ * quantized copies), [dim][n_heads * head_dim] row-major, into out.
+ * Errors: SKV_ERR_ARG (l out of range). */
+int skv_model_wo(const skv_model *m, int layer, float *out);
+
 /* Write m (float32 weights) as a Hugging Face llama checkpoint: dir/
  * config.json and dir/model.safetensors, weights in `dtype` (F32 exact,
  * or BF16/F16 rounded). Models with the pair RoPE layout have their q and
@@ -145,6 +150,11 @@ int skv_kvcache_export(const skv_kvcache *c, size_t p0, size_t n, skv_dtype dtyp
 typedef void (*skv_kv_hook)(void *ctx, int layer, size_t pos0, size_t n, float *k,
                             float *v);
 
+/* Called once per layer with the new positions' queries after RoPE (and
+ * qwen3's q norm), [n][n_heads * head_dim], before attention reads them;
+ * read-only. The lossy tier's calibration learns from them. */
+typedef void (*skv_q_hook)(void *ctx, int layer, size_t pos0, size_t n, const float *q);
+
 typedef struct {
     skv_pool *pool;   /* NULL: one thread */
     float *logits;    /* optional out: [n][vocab] (or [vocab] if last_only) */
@@ -152,6 +162,8 @@ typedef struct {
     int last_only;    /* logits/logprobs for the last position only */
     skv_kv_hook hook; /* optional */
     void *hook_ctx;
+    skv_q_hook qhook; /* optional: sees each layer's queries */
+    void *qhook_ctx;
 } skv_forward_opts;
 
 /* Run tokens[0..n) at positions len..len+n-1 of the cache, appending their

@@ -535,3 +535,27 @@ int skv_model_load(const char *path, skv_model **out)
     skv_free(buf);
     return rc;
 }
+
+int skv_model_wo(const skv_model *m, int layer, float *out)
+{
+    if (layer < 0 || layer >= m->cfg.n_layers)
+        return skv_error(SKV_ERR_ARG, "layer %d outside [0, %d)", layer, m->cfg.n_layers);
+    const skv_mat *w = &m->layers[layer].wo;
+    const size_t cols = (size_t)w->cols;
+    for (int r = 0; r < w->rows; r++) {
+        float *o = out + (size_t)r * cols;
+        if (w->q == SKV_WQ_F32) {
+            memcpy(o, w->f + (size_t)r * cols, cols * sizeof(float));
+        } else if (w->q == SKV_WQ_INT8) {
+            const int8_t *q = (const int8_t *)w->q8 + (size_t)r * cols;
+            for (size_t c = 0; c < cols; c++)
+                o[c] = (float)q[c] * w->scale[r];
+        } else {
+            const float *lut = skv__fp8_lut();
+            const uint8_t *q = w->q8 + (size_t)r * cols;
+            for (size_t c = 0; c < cols; c++)
+                o[c] = lut[q[c]] * w->scale[r];
+        }
+    }
+    return SKV_OK;
+}
