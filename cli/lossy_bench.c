@@ -215,40 +215,30 @@ static int level_code(const lb_set *set, const skv_lossy_cal *cal, int bits, skv
     int rc = SKV_OK;
     for (size_t i = 0; !rc && i < set->n_seq; i++) {
         const lb_seq *s = &set->seq[i];
-        const size_t n = s->n, lo = lb_lo(set, n), hi = lb_hi(set, n), m = hi - lo;
-        memcpy(rk[i], s->k, (size_t)L * n * kvd * sizeof(float));
-        memcpy(rv[i], s->v, (size_t)L * n * kvd * sizeof(float));
-        if (m == 0)
-            continue;
-        const size_t half = (size_t)L * m * kvd * es, cap = skv_lossy_bound(cal, m);
+        const size_t n = s->n, lo = lb_lo(set, n), hi = lb_hi(set, n), all = (size_t)L * n * kvd;
+        const size_t half = all * es, cap = skv_lossy_bound(cal, n);
         uint8_t *k = malloc(half), *v = malloc(half), *ek = malloc(half), *ev = malloc(half);
         uint8_t *dk = malloc(half), *dv = malloc(half), *st = malloc(cap);
-        float *f = malloc((size_t)kvd * sizeof(float));
-        rc = k && v && ek && ev && dk && dv && st && f ? SKV_OK : SKV_ERR_NOMEM;
-        for (int l = 0; !rc && l < L; l++)
-            for (size_t t = 0; !rc && t < m; t++) {
-                const size_t src = ((size_t)l * n + lo + t) * kvd, dst = ((size_t)l * m + t) * kvd * es;
-                rc = skv_cast_from_f32(set->dt, k + dst, s->k + src, (size_t)kvd);
-                if (!rc)
-                    rc = skv_cast_from_f32(set->dt, v + dst, s->v + src, (size_t)kvd);
-            }
+        rc = k && v && ek && ev && dk && dv && st ? SKV_OK : SKV_ERR_NOMEM;
+        if (!rc)
+            rc = skv_cast_from_f32(set->dt, k, s->k, all);
+        if (!rc)
+            rc = skv_cast_from_f32(set->dt, v, s->v, all);
         size_t len = 0;
         if (!rc)
-            rc = skv_lossy_encode(cal, bits, kind, k, v, m, st, cap, &len, ek, ev);
+            rc = skv_lossy_encode(cal, bits, kind, k, v, n, lo, hi, st, cap, &len, ek, ev);
         if (!rc)
-            rc = skv_lossy_decode(cal, st, len, m, dk, dv);
+            rc = skv_lossy_decode(cal, st, len, n, dk, dv);
         if (!rc && (memcmp(dk, ek, half) || memcmp(dv, ev, half)))
             rc = skv_error(SKV_ERR_CORRUPT, "the decoder did not rebuild the encoder's reconstruction");
-        for (int l = 0; !rc && l < L; l++)
-            for (size_t t = 0; !rc && t < m; t++) {
-                const size_t dst = ((size_t)l * n + lo + t) * kvd, src = ((size_t)l * m + t) * kvd * es;
-                rc = skv_cast_to_f32(set->dt, rk[i] + dst, dk + src, (size_t)kvd);
-                if (!rc)
-                    rc = skv_cast_to_f32(set->dt, rv[i] + dst, dv + src, (size_t)kvd);
-            }
-        bytes += (double)len;
-        scalars += (double)m * L * 2 * kvd;
-        free(k), free(v), free(ek), free(ev), free(dk), free(dv), free(st), free(f);
+        if (!rc)
+            rc = skv_cast_to_f32(set->dt, rk[i], dk, all);
+        if (!rc)
+            rc = skv_cast_to_f32(set->dt, rv[i], dv, all);
+        /* the stream's bytes less the window it carries as it is */
+        bytes += (double)len - (double)(n - (hi - lo)) * L * 2 * kvd * es;
+        scalars += (double)(hi - lo) * L * 2 * kvd;
+        free(k), free(v), free(ek), free(ev), free(dk), free(dv), free(st);
     }
     *bps = scalars > 0 ? 8.0 * bytes / scalars : 0.0;
     return rc;

@@ -15,10 +15,16 @@ int skv_lossy_level_parse(const char *s)
     return 0;
 }
 
+/* Bytes of one of K or V's exact window: positions [0, lo) and [hi, n). */
+static size_t window_bytes(const skv_lossy_cal *c, size_t n, size_t lo, size_t hi)
+{
+    return (size_t)c->L * (n - (hi - lo)) * c->H * c->D * skv_dtype_size(c->dt);
+}
+
 size_t skv_lossy_bound(const skv_lossy_cal *c, size_t n)
 {
     const size_t syms = (size_t)c->L * 2 * n * c->H * (size_t)(c->M * (1 + SKV_LOSSY_SUB) + 1);
-    return SKV_LOSSY_HEADER + skv_sym_bound(syms);
+    return SKV_LOSSY_HEADER + 2 * window_bytes(c, n, 0, 0) + skv_sym_bound(syms);
 }
 
 /* Books of the level, or NULL with the error set. */
@@ -40,7 +46,7 @@ static const lq_level *level_of(const skv_lossy_cal *c, int bits, skv_lossy_kind
 typedef struct {
     const skv_lossy_cal *c;
     const lq_level *lv;
-    size_t n;
+    size_t n, lo, hi; /* positions; [lo, hi) lossy */
     const skv_symtab **tabs; /* encoding: [cap] */
     uint32_t *syms;
     size_t ns, cap;
@@ -65,7 +71,7 @@ static int walk_all(walk *w, const void *const in[2], void *const out[2])
     int rc = SKV_OK;
     for (int l = 0; l < c->L; l++)
         for (int kv = 0; kv < 2; kv++)
-            for (size_t p = 0; p < w->n; p++)
+            for (size_t p = w->lo; p < w->hi; p++)
                 for (int h = 0; h < H; h++) {
                     const size_t hd = lq_head(c, l, kv, h);
                     const size_t off = (((size_t)l * w->n + p) * H + (size_t)h) * D * es;
@@ -133,9 +139,41 @@ static size_t max_syms(const skv_lossy_cal *c, const lq_level *lv, size_t n)
     return (size_t)c->L * 2 * n * c->H * (size_t)(c->M * (1 + SKV_LOSSY_SUB) + (lv->coarse ? 1 : 0));
 }
 
+/* Pack the window of x (all n positions) into win, and copy it to full. */
+static void window_pack(const skv_lossy_cal *c, size_t n, size_t lo, size_t hi, const uint8_t *x,
+                        uint8_t *win, uint8_t *full)
+{
+    const size_t row = (size_t)c->H * c->D * skv_dtype_size(c->dt);
+    size_t w = 0;
+    for (int l = 0; l < c->L; l++)
+        for (size_t p = 0; p < n; p++) {
+            if (p >= lo && p < hi)
+                continue;
+            const size_t off = ((size_t)l * n + p) * row;
+            memcpy(win + w, x + off, row);
+            memcpy(full + off, x + off, row);
+            w += row;
+        }
+}
+
+/* Unpack a packed window into its places in full. */
+static void window_unpack(const skv_lossy_cal *c, size_t n, size_t lo, size_t hi, const uint8_t *win,
+                          uint8_t *full)
+{
+    const size_t row = (size_t)c->H * c->D * skv_dtype_size(c->dt);
+    size_t w = 0;
+    for (int l = 0; l < c->L; l++)
+        for (size_t p = 0; p < n; p++) {
+            if (p >= lo && p < hi)
+                continue;
+            memcpy(full + ((size_t)l * n + p) * row, win + w, row);
+            w += row;
+        }
+}
+
 int skv_lossy_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, const void *k,
-                     const void *v, size_t n, uint8_t *dst, size_t cap, size_t *len,
-                     void *recon_k, void *recon_v)
+                     const void *v, size_t n, size_t lo, size_t hi, uint8_t *dst, size_t cap,
+                     size_t *len, void *recon_k, void *recon_v)
 {
     const lq_level *lv = level_of(c, bits, kind);
     if (!lv)
@@ -144,18 +182,27 @@ int skv_lossy_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, cons
         return skv_error(SKV_ERR_ARG, "lossy stream of %zu positions", n);
     if (cap < SKV_LOSSY_HEADER)
         return skv_error(SKV_ERR_TOO_LARGE, "lossy stream buffer of %zu bytes", cap);
-    const size_t ms = max_syms(c, lv, n);
+    if (lo > hi || hi > n)
+        return skv_error(SKV_ERR_ARG, "lossy range [%zu, %zu) of %zu positions", lo, hi, n);
+    const size_t ms = max_syms(c, lv, hi - lo);
     const size_t half = (size_t)c->L * n * c->H * c->D * skv_dtype_size(c->dt);
-    walk w = {c, lv, n, skv_malloc(ms * sizeof(void *)), skv_malloc(ms * sizeof(uint32_t)), 0, ms, NULL};
+    const size_t wb = window_bytes(c, n, lo, hi);
+    if (cap < SKV_LOSSY_HEADER + 2 * wb)
+        return skv_error(SKV_ERR_TOO_LARGE, "lossy stream buffer of %zu bytes", cap);
+    walk w = {c, lv, n, lo, hi, skv_malloc(ms * sizeof(void *) + 1), skv_malloc(ms * sizeof(uint32_t) + 1), 0, ms, NULL};
     uint8_t *rec = skv_malloc(2 * half);
     int rc = w.tabs && w.syms && rec ? SKV_OK : skv_error(SKV_ERR_NOMEM, "lossy stream of %zu positions", n);
     const void *in[2] = {k, v};
     void *out[2] = {rec, rec + half};
-    if (!rc)
+    if (!rc) {
+        window_pack(c, n, lo, hi, k, dst + SKV_LOSSY_HEADER, rec);
+        window_pack(c, n, lo, hi, v, dst + SKV_LOSSY_HEADER + wb, rec + half);
         rc = walk_all(&w, in, out);
+    }
     size_t body = 0;
+    const size_t head = SKV_LOSSY_HEADER + 2 * wb;
     if (!rc)
-        rc = skv_sym_encode(w.syms, w.tabs, w.ns, dst + SKV_LOSSY_HEADER, cap - SKV_LOSSY_HEADER, &body);
+        rc = skv_sym_encode(w.syms, w.tabs, w.ns, dst + head, cap - head, &body);
     if (!rc) {
         memset(dst, 0, SKV_LOSSY_HEADER);
         skv_store32_le(dst, SKV_LOSSY_MAGIC);
@@ -170,7 +217,9 @@ int skv_lossy_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, cons
         skv_store16_le(dst + 40, (uint16_t)c->L);
         skv_store16_le(dst + 42, (uint16_t)c->H);
         skv_store16_le(dst + 44, (uint16_t)c->D);
-        *len = SKV_LOSSY_HEADER + body;
+        skv_store32_le(dst + 48, (uint32_t)lo);
+        skv_store32_le(dst + 52, (uint32_t)hi);
+        *len = head + body;
         if (recon_k)
             memcpy(recon_k, rec, half);
         if (recon_v)
@@ -182,7 +231,8 @@ int skv_lossy_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, cons
     return rc;
 }
 
-int skv_lossy_info(const uint8_t *src, size_t len, int *bits, skv_lossy_kind *kind, size_t *n)
+int skv_lossy_info(const uint8_t *src, size_t len, int *bits, skv_lossy_kind *kind, size_t *n,
+                   size_t *lo, size_t *hi)
 {
     if (len < SKV_LOSSY_HEADER || skv_load32_le(src) != SKV_LOSSY_MAGIC)
         return skv_error(SKV_ERR_FORMAT, "not a lossy stream");
@@ -191,12 +241,16 @@ int skv_lossy_info(const uint8_t *src, size_t len, int *bits, skv_lossy_kind *ki
                          "lossy stream version %u (this build reads %u)", src[4], SKV_LOSSY_VERSION);
     if (lq_level_index(src[5]) < 0 || src[6] > SKV_LQ_RVQ)
         return skv_error(SKV_ERR_FORMAT, "lossy stream of level %u, kind %u", src[5], src[6]);
-    if (skv_load32_le(src + 12) != len - SKV_LOSSY_HEADER)
-        return skv_error(SKV_ERR_CORRUPT, "lossy stream of %zu bytes says %u", len,
-                         skv_load32_le(src + 12) + SKV_LOSSY_HEADER);
+    const size_t sn = skv_load32_le(src + 8), slo = skv_load32_le(src + 48), shi = skv_load32_le(src + 52);
+    if (slo > shi || shi > sn)
+        return skv_error(SKV_ERR_CORRUPT, "lossy range [%zu, %zu) of %zu positions", slo, shi, sn);
+    if (skv_load32_le(src + 12) > len - SKV_LOSSY_HEADER)
+        return skv_error(SKV_ERR_CORRUPT, "lossy stream of %zu bytes says more", len);
     *bits = src[5];
     *kind = (skv_lossy_kind)src[6];
-    *n = skv_load32_le(src + 8);
+    *n = sn;
+    *lo = slo;
+    *hi = shi;
     return SKV_OK;
 }
 
@@ -205,8 +259,8 @@ int skv_lossy_decode(const skv_lossy_cal *c, const uint8_t *src, size_t len, siz
 {
     int bits;
     skv_lossy_kind kind;
-    size_t sn;
-    int rc = skv_lossy_info(src, len, &bits, &kind, &sn);
+    size_t sn, lo, hi;
+    int rc = skv_lossy_info(src, len, &bits, &kind, &sn, &lo, &hi);
     if (rc)
         return rc;
     if (sn != n || src[7] != (uint8_t)c->dt || skv_load16_le(src + 40) != c->L ||
@@ -220,9 +274,14 @@ int skv_lossy_decode(const skv_lossy_cal *c, const uint8_t *src, size_t len, siz
     if (!lv)
         return SKV_ERR_ARG;
     const size_t half = (size_t)c->L * n * c->H * c->D * skv_dtype_size(c->dt);
+    const size_t wb = window_bytes(c, n, lo, hi), head = SKV_LOSSY_HEADER + 2 * wb;
+    if (len < head || skv_load32_le(src + 12) != len - head)
+        return skv_error(SKV_ERR_CORRUPT, "lossy stream of %zu bytes: its parts do not add up", len);
+    window_unpack(c, n, lo, hi, src + SKV_LOSSY_HEADER, k);
+    window_unpack(c, n, lo, hi, src + SKV_LOSSY_HEADER + wb, v);
     skv_symdec dec;
-    walk w = {c, lv, n, NULL, NULL, 0, 0, &dec};
-    rc = skv_symdec_begin(&dec, src + SKV_LOSSY_HEADER, len - SKV_LOSSY_HEADER);
+    walk w = {c, lv, n, lo, hi, NULL, NULL, 0, 0, &dec};
+    rc = skv_symdec_begin(&dec, src + head, len - head);
     void *out[2] = {k, v};
     const void *in[2] = {NULL, NULL};
     if (!rc)

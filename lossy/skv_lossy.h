@@ -50,7 +50,7 @@ extern "C" {
 #define SKV_LOSSY_RVQ_K1 32     /* residual VQ's coarse codebook */
 #define SKV_LOSSY_MAGIC 0x4c564b53u /* "SKVL" */
 #define SKV_LOSSY_VERSION 1
-#define SKV_LOSSY_HEADER 48
+#define SKV_LOSSY_HEADER 56
 
 typedef enum {
     SKV_LQ_PVQ = 0, /* product VQ on sub-vectors of the transformed head vector */
@@ -96,17 +96,19 @@ int skv_lossy_cal_save(const skv_lossy_cal *c, uint8_t **out, size_t *len);
 int skv_lossy_cal_load(const uint8_t *buf, size_t len, skv_lossy_cal **out);
 
 /* ---- coding: n positions of K and V in the KV layout
- * [layer][n][kv_head][head_dim] of the calibration's dtype ------------- */
+ * [layer][n][kv_head][head_dim] of the calibration's dtype, positions
+ * [lo, hi) lossy and the rest (the exact window) stored as they are --- */
 size_t skv_lossy_bound(const skv_lossy_cal *c, size_t n);
 /* Code k, v into dst[0..cap); *len the stream's size. With recon (may be
  * NULL), the reconstruction the decoder will produce: k then v, each in
- * the same layout and dtype. Errors: SKV_ERR_ARG (level not calibrated),
- * SKV_ERR_TOO_LARGE, SKV_ERR_NOMEM. */
+ * the same layout and dtype, the window bit-exact. Errors: SKV_ERR_ARG
+ * (level not calibrated, lo > hi or hi > n), SKV_ERR_TOO_LARGE, SKV_ERR_NOMEM. */
 int skv_lossy_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, const void *k,
-                     const void *v, size_t n, uint8_t *dst, size_t cap, size_t *len,
-                     void *recon_k, void *recon_v);
-/* Read a stream's head: its level, kind and positions. */
-int skv_lossy_info(const uint8_t *src, size_t len, int *bits, skv_lossy_kind *kind, size_t *n);
+                     const void *v, size_t n, size_t lo, size_t hi, uint8_t *dst, size_t cap,
+                     size_t *len, void *recon_k, void *recon_v);
+/* Read a stream's head: its level, kind, positions and lossy range. */
+int skv_lossy_info(const uint8_t *src, size_t len, int *bits, skv_lossy_kind *kind, size_t *n,
+                   size_t *lo, size_t *hi);
 /* Decode a stream of n positions into k, v (the calibration's dtype).
  * Trusts nothing in src: SKV_ERR_FORMAT (not a lossy stream), SKV_ERR_VERSION,
  * SKV_ERR_SHAPE (other positions, dtype or calibration), SKV_ERR_CORRUPT
