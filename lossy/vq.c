@@ -377,7 +377,11 @@ int lq_train_level(skv_lossy_cal *c, int bits, skv_lossy_kind kind, const float 
         else
             hi = mid;
     }
-    double step = ex2(0.5 * (lo + hi)), prev_step = 0.0, prev_rate = 0.0, rate = 0.0;
+    /* The books' step stays within a factor 2 of scalar quantisation's:
+     * with few training vectors a book can learn each of them, its rate
+     * saturates, and an unbounded search would run the step to nothing. */
+    const double sq_step = ex2(0.5 * (lo + hi));
+    double step = sq_step, prev_step = 0.0, prev_rate = 0.0, rate = 0.0;
     for (int round = 0; !rc && round < 5; round++) {
         train_ctx t = {c, lv, src, n, step, rcs};
         lv->step = step;
@@ -402,6 +406,9 @@ int lq_train_level(skv_lossy_cal *c, int bits, skv_lossy_kind kind, const float 
         prev_step = step;
         prev_rate = rate;
         step = ex2(next);
+        step = step < 0.5 * sq_step ? 0.5 * sq_step : step > 2.0 * sq_step ? 2.0 * sq_step : step;
+        if (step == prev_step)
+            break;
     }
     if (!rc)
         lv->present = 1;
