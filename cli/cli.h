@@ -70,6 +70,9 @@ typedef struct {
  * none), a level_<name> line's tokens, raw and stored bytes, and whether
  * the server's profile has calibrated itself yet */
 uint64_t demo_info_u64(const char *text, const char *key);
+/* `demo --level q4|q3|q2` (demo_lossy.c): the lossy tier's table; 0 or the
+ * exit status. */
+int demo_lossy(const skv_model *m, skv_pool *pool, int bits, long seed, const char *out_dir);
 void demo_info_level(const char *text, const char *name, uint64_t out[3]);
 struct seqkv_client;
 int demo_self_calibrated(struct seqkv_client *admin);

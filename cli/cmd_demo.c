@@ -25,6 +25,7 @@
 #include "seqkv.h"
 #include "seqkv_client.h"
 #include "skv_delta.h"
+#include "skv_lossy.h"
 
 #define DEMO_AUTOCAL "1024" /* the profile calibrates itself at (a workload: some 5k) */
 
@@ -34,7 +35,7 @@
 
 static const char demo_usage[] =
     "usage: seqkv demo [--model PATH] [--tenants N] [--sessions N] [--turns N]\n"
-    "                  [--level stat|ctx|spec|full] [--chunk N] [--seed S] [--threads N]\n"
+    "                  [--level stat|ctx|spec|full|q4|q3|q2] [--chunk N] [--seed S] [--threads N]\n"
     "                  [--out DIR] [--no-replay] [--synthetic] [--keep]\n"
     "\n"
     "Starts `seqkv serve` on a temporary Unix socket and LMDB directory and\n"
@@ -54,6 +55,8 @@ static const char demo_usage[] =
     "--no-replay skips it), hit rate, GET latency against recomputing the same\n"
     "prefixes with the model; and DIR/demo_bits.png (gnuplot): bits per scalar\n"
     "by layer and level, coded with skv_delta on the workload's sessions.\n"
+    "--level q4, q3 or q2 instead prints the opt-in lossy tier's table: the level\n"
+    "against baselines at the same coded bits, measured on the model.\n"
     "\n"
     "  --model PATH   default: $SEQKV_MODEL, else ../shared/models/stories260K.bin\n"
     "                 (source tree, then cwd), else a seeded synthetic model\n"
@@ -76,7 +79,7 @@ typedef struct {
     const char *model_arg, *out;
     long tenants, sessions, turns, chunk, seed, threads;
     seqkv_level level;
-    int keep, no_replay, synthetic;
+    int keep, no_replay, synthetic, lossy;
 } dargs;
 
 typedef struct {
@@ -723,8 +726,10 @@ static int dparse(int argc, char **argv, dargs *a)
         case D_NOREPLAY: a->no_replay = 1; break;
         case D_SYNTH: a->synthetic = 1; break;
         case D_LEVEL:
+            if (optarg[0] == 'q' && (a->lossy = skv_lossy_level_parse(optarg)))
+                break;
             if (seqkv_level_parse(optarg, &a->level) || a->level == SEQKV_RAW)
-                return cli_usage_error("demo", "--level wants stat, ctx, spec or full");
+                return cli_usage_error("demo", "--level wants stat, ctx, spec, full, or q4, q3, q2 (lossy)");
             break;
         case D_TEN: num = &a->tenants, hi = 64; break;
         case D_SES: num = &a->sessions, hi = 4096; break;
@@ -1107,8 +1112,8 @@ static int demo_run(demo *d)
 {
     double t_start = cli_now();
     int r = demo_setup(d);
-    if (r)
-        return r;
+    if (r || d->a.lossy) /* --level q4|q3|q2: the lossy tier's table alone */
+        return r ? r : demo_lossy(d->m, d->pool, d->a.lossy, d->a.seed, d->a.out);
     char *info1 = NULL;
     if ((r = demo_serve(d, &info1)))
         return r;
