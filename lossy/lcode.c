@@ -2,7 +2,9 @@
  * lcode.c - lossy streams (FORMAT.md, "Lossy streams"): each head vector
  * of K and V is transformed, quantised by its level's books and its
  * indices coded in one symbol stream; the decoder rebuilds the same
- * floats in the same order and checks their checksum.
+ * floats in the same order and checks their checksum. A stream holds
+ * every layer's K and V, or one (layer, K|V) slab: the store's records
+ * keep one stream a slab, as its other levels do.
  */
 #include <string.h>
 
@@ -15,16 +17,39 @@ int skv_lossy_level_parse(const char *s)
     return 0;
 }
 
-/* Bytes of one of K or V's exact window: positions [0, lo) and [hi, n). */
-static size_t window_bytes(const skv_lossy_cal *c, size_t n, size_t lo, size_t hi)
+/* What a stream covers: layers [l0, l0 + nl), K|V [kv0, kv0 + nkv), n
+ * positions of which [lo, hi) are lossy. Its arrays, one per K|V, are
+ * [nl][n][H][D] in the dtype. */
+typedef struct {
+    int l0, nl, kv0, nkv;
+    size_t n, lo, hi;
+    uint16_t slab; /* header's 46: 0 whole, 1 + layer * 2 + kv */
+} part;
+
+static size_t row_bytes(const skv_lossy_cal *c) { return (size_t)c->H * c->D * skv_dtype_size(c->dt); }
+
+/* Bytes of one array's exact window: positions [0, lo) and [hi, n). */
+static size_t window_bytes(const skv_lossy_cal *c, const part *p)
 {
-    return (size_t)c->L * (n - (hi - lo)) * c->H * c->D * skv_dtype_size(c->dt);
+    return (size_t)p->nl * (p->n - (p->hi - p->lo)) * row_bytes(c);
+}
+
+static size_t part_bound(const skv_lossy_cal *c, const part *p)
+{
+    const size_t syms = (size_t)p->nl * p->nkv * p->n * c->H * (size_t)(c->M * (1 + SKV_LOSSY_SUB) + 1);
+    return SKV_LOSSY_HEADER + (size_t)p->nkv * window_bytes(c, p) + skv_sym_bound(syms);
 }
 
 size_t skv_lossy_bound(const skv_lossy_cal *c, size_t n)
 {
-    const size_t syms = (size_t)c->L * 2 * n * c->H * (size_t)(c->M * (1 + SKV_LOSSY_SUB) + 1);
-    return SKV_LOSSY_HEADER + 2 * window_bytes(c, n, 0, 0) + skv_sym_bound(syms);
+    const part p = {0, c->L, 0, 2, n, 0, 0, 0};
+    return part_bound(c, &p);
+}
+
+size_t skv_lossy_slab_bound(const skv_lossy_cal *c, size_t n)
+{
+    const part p = {0, 1, 0, 1, n, 0, 0, 1};
+    return part_bound(c, &p);
 }
 
 /* Books of the level, or NULL with the error set. */
@@ -39,14 +64,14 @@ static const lq_level *level_of(const skv_lossy_cal *c, int bits, skv_lossy_kind
     return &c->lv[li][kind];
 }
 
-/* Walk every head vector of (k, v) in stream order: for each layer, K
- * then V, position, head. Encoding appends symbols and their tables;
- * decoding reads them from the stream, each table as the symbols before
- * it say. Either way out receives the reconstruction in dtype. */
+/* Walk every head vector of the part in stream order: for each layer,
+ * K then V, position of [lo, hi), head. Encoding appends symbols and
+ * their tables; decoding reads them from the stream, each table as the
+ * symbols before it say. Either way out receives the reconstruction. */
 typedef struct {
     const skv_lossy_cal *c;
     const lq_level *lv;
-    size_t n, lo, hi; /* positions; [lo, hi) lossy */
+    const part *p;
     const skv_symtab **tabs; /* encoding: [cap] */
     uint32_t *syms;
     size_t ns, cap;
@@ -62,23 +87,49 @@ static int sym_put(walk *w, uint32_t s, const skv_symtab *t)
     return SKV_OK;
 }
 
+/* One sub-vector: its symbols out or in, its reconstruction into rec. */
+static int walk_sub(walk *w, const lq_book *b, const float *t, float *rec)
+{
+    const skv_lossy_cal *c = w->c;
+    uint32_t sym[1 + SKV_LOSSY_SUB];
+    int rc = SKV_OK;
+    if (!w->dec) {
+        const int ns = lq_code_sub(c, b, t, w->lv->step, sym, rec);
+        for (int i = 0; !rc && i < ns; i++)
+            rc = sym_put(w, sym[i], i ? c->esc_tab : b->tab);
+        return rc;
+    }
+    rc = skv_symdec_get(w->dec, b->tab, &sym[0]);
+    if (!rc && sym[0] == b->k) {
+        for (int d = 0; !rc && d < SKV_LOSSY_SUB; d++) {
+            rc = skv_symdec_get(w->dec, c->esc_tab, &sym[1 + d]);
+            rec[d] = lq_esc_value(sym[1 + d], w->lv->step);
+        }
+    } else if (!rc) {
+        for (int d = 0; d < SKV_LOSSY_SUB; d++)
+            rec[d] = b->c[(size_t)sym[0] * SKV_LOSSY_SUB + d];
+    }
+    return rc;
+}
+
 static int walk_all(walk *w, const void *const in[2], void *const out[2])
 {
     const skv_lossy_cal *c = w->c;
+    const part *pt = w->p;
     const int D = c->D, M = c->M, H = c->H;
     const size_t es = skv_dtype_size(c->dt);
     float x[64], y[64], r[64];
     int rc = SKV_OK;
-    for (int l = 0; l < c->L; l++)
-        for (int kv = 0; kv < 2; kv++)
-            for (size_t p = w->lo; p < w->hi; p++)
+    for (int l = pt->l0; l < pt->l0 + pt->nl; l++)
+        for (int kv = pt->kv0; kv < pt->kv0 + pt->nkv; kv++)
+            for (size_t p = pt->lo; p < pt->hi; p++)
                 for (int h = 0; h < H; h++) {
                     const size_t hd = lq_head(c, l, kv, h);
-                    const size_t off = (((size_t)l * w->n + p) * H + (size_t)h) * D * es;
+                    const size_t off = (((size_t)(l - pt->l0) * pt->n + p) * H + (size_t)h) * D * es;
+                    const int a = kv - pt->kv0;
                     const lq_book *cb = w->lv->coarse ? &w->lv->coarse[hd] : NULL;
                     if (!w->dec) {
-                        rc = skv_cast_to_f32(c->dt, x, (const uint8_t *)in[kv] + off, (size_t)D);
-                        if (rc)
+                        if ((rc = skv_cast_to_f32(c->dt, x, (const uint8_t *)in[a] + off, (size_t)D)))
                             return rc;
                         lq_apply(c->t + hd * D * D, x, y, D);
                     }
@@ -98,58 +149,32 @@ static int walk_all(walk *w, const void *const in[2], void *const out[2])
                             r[d] = cb->c[(size_t)k * D + d];
                     }
                     for (int m = 0; m < M; m++) {
-                        const lq_book *b = &w->lv->pq[hd * M + (size_t)m];
-                        float *rm = r + m * SKV_LOSSY_SUB, rec[SKV_LOSSY_SUB];
-                        uint32_t sym[1 + SKV_LOSSY_SUB];
-                        if (!w->dec) {
-                            float t[SKV_LOSSY_SUB];
-                            for (int d = 0; d < SKV_LOSSY_SUB; d++)
-                                t[d] = y[m * SKV_LOSSY_SUB + d] - rm[d];
-                            const int ns = lq_code_sub(c, b, t, w->lv->step, sym, rec);
-                            for (int i = 0; !rc && i < ns; i++)
-                                rc = sym_put(w, sym[i], i ? c->esc_tab : b->tab);
-                        } else {
-                            rc = skv_symdec_get(w->dec, b->tab, &sym[0]);
-                            if (!rc && sym[0] == b->k) {
-                                for (int d = 0; !rc && d < SKV_LOSSY_SUB; d++) {
-                                    rc = skv_symdec_get(w->dec, c->esc_tab, &sym[1 + d]);
-                                    rec[d] = lq_esc_value(sym[1 + d], w->lv->step);
-                                }
-                            } else if (!rc) {
-                                for (int d = 0; d < SKV_LOSSY_SUB; d++)
-                                    rec[d] = b->c[(size_t)sym[0] * SKV_LOSSY_SUB + d];
-                            }
-                        }
-                        if (rc)
+                        float *rm = r + m * SKV_LOSSY_SUB, rec[SKV_LOSSY_SUB], t[SKV_LOSSY_SUB];
+                        for (int d = 0; d < SKV_LOSSY_SUB && !w->dec; d++)
+                            t[d] = y[m * SKV_LOSSY_SUB + d] - rm[d];
+                        if ((rc = walk_sub(w, &w->lv->pq[hd * M + (size_t)m], t, rec)))
                             return rc;
                         for (int d = 0; d < SKV_LOSSY_SUB; d++)
                             rm[d] = rm[d] + rec[d];
                     }
                     lq_apply(c->ti + hd * D * D, r, x, D);
-                    rc = skv_cast_from_f32(c->dt, (uint8_t *)out[kv] + off, x, (size_t)D);
-                    if (rc)
+                    if ((rc = skv_cast_from_f32(c->dt, (uint8_t *)out[a] + off, x, (size_t)D)))
                         return rc;
                 }
     return SKV_OK;
 }
 
-/* The most symbols n positions take: every sub-vector escaped. */
-static size_t max_syms(const skv_lossy_cal *c, const lq_level *lv, size_t n)
+/* Pack the window of x (one array of the part) into win, and copy it to full. */
+static void window_pack(const skv_lossy_cal *c, const part *pt, const uint8_t *x, uint8_t *win,
+                        uint8_t *full)
 {
-    return (size_t)c->L * 2 * n * c->H * (size_t)(c->M * (1 + SKV_LOSSY_SUB) + (lv->coarse ? 1 : 0));
-}
-
-/* Pack the window of x (all n positions) into win, and copy it to full. */
-static void window_pack(const skv_lossy_cal *c, size_t n, size_t lo, size_t hi, const uint8_t *x,
-                        uint8_t *win, uint8_t *full)
-{
-    const size_t row = (size_t)c->H * c->D * skv_dtype_size(c->dt);
+    const size_t row = row_bytes(c);
     size_t w = 0;
-    for (int l = 0; l < c->L; l++)
-        for (size_t p = 0; p < n; p++) {
-            if (p >= lo && p < hi)
+    for (int l = 0; l < pt->nl; l++)
+        for (size_t p = 0; p < pt->n; p++) {
+            if (p >= pt->lo && p < pt->hi)
                 continue;
-            const size_t off = ((size_t)l * n + p) * row;
+            const size_t off = ((size_t)l * pt->n + p) * row;
             memcpy(win + w, x + off, row);
             memcpy(full + off, x + off, row);
             w += row;
@@ -157,50 +182,53 @@ static void window_pack(const skv_lossy_cal *c, size_t n, size_t lo, size_t hi, 
 }
 
 /* Unpack a packed window into its places in full. */
-static void window_unpack(const skv_lossy_cal *c, size_t n, size_t lo, size_t hi, const uint8_t *win,
-                          uint8_t *full)
+static void window_unpack(const skv_lossy_cal *c, const part *pt, const uint8_t *win, uint8_t *full)
 {
-    const size_t row = (size_t)c->H * c->D * skv_dtype_size(c->dt);
+    const size_t row = row_bytes(c);
     size_t w = 0;
-    for (int l = 0; l < c->L; l++)
-        for (size_t p = 0; p < n; p++) {
-            if (p >= lo && p < hi)
+    for (int l = 0; l < pt->nl; l++)
+        for (size_t p = 0; p < pt->n; p++) {
+            if (p >= pt->lo && p < pt->hi)
                 continue;
-            memcpy(full + ((size_t)l * n + p) * row, win + w, row);
+            memcpy(full + ((size_t)l * pt->n + p) * row, win + w, row);
             w += row;
         }
 }
 
-int skv_lossy_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, const void *k,
-                     const void *v, size_t n, size_t lo, size_t hi, uint8_t *dst, size_t cap,
-                     size_t *len, void *recon_k, void *recon_v)
+static uint64_t part_sum(const part *pt, const void *const a[2], size_t bytes)
+{
+    uint64_t h = SKV_LOSSY_MAGIC;
+    for (int i = 0; i < pt->nkv; i++)
+        h = skv_checksum64(a[i], bytes, h);
+    return h;
+}
+
+static int part_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, const part *pt,
+                       const void *const in[2], uint8_t *dst, size_t cap, size_t *len,
+                       void *const recon[2])
 {
     const lq_level *lv = level_of(c, bits, kind);
     if (!lv)
         return SKV_ERR_ARG;
-    if (n == 0 || n > UINT32_MAX)
-        return skv_error(SKV_ERR_ARG, "lossy stream of %zu positions", n);
-    if (cap < SKV_LOSSY_HEADER)
+    if (pt->n == 0 || pt->n > UINT32_MAX)
+        return skv_error(SKV_ERR_ARG, "lossy stream of %zu positions", pt->n);
+    if (pt->lo > pt->hi || pt->hi > pt->n)
+        return skv_error(SKV_ERR_ARG, "lossy range [%zu, %zu) of %zu positions", pt->lo, pt->hi, pt->n);
+    const size_t ms = (size_t)pt->nl * pt->nkv * (pt->hi - pt->lo) * c->H *
+                      (size_t)(c->M * (1 + SKV_LOSSY_SUB) + (lv->coarse ? 1 : 0));
+    const size_t bytes = (size_t)pt->nl * pt->n * row_bytes(c), wb = window_bytes(c, pt);
+    const size_t head = SKV_LOSSY_HEADER + (size_t)pt->nkv * wb;
+    if (cap < head)
         return skv_error(SKV_ERR_TOO_LARGE, "lossy stream buffer of %zu bytes", cap);
-    if (lo > hi || hi > n)
-        return skv_error(SKV_ERR_ARG, "lossy range [%zu, %zu) of %zu positions", lo, hi, n);
-    const size_t ms = max_syms(c, lv, hi - lo);
-    const size_t half = (size_t)c->L * n * c->H * c->D * skv_dtype_size(c->dt);
-    const size_t wb = window_bytes(c, n, lo, hi);
-    if (cap < SKV_LOSSY_HEADER + 2 * wb)
-        return skv_error(SKV_ERR_TOO_LARGE, "lossy stream buffer of %zu bytes", cap);
-    walk w = {c, lv, n, lo, hi, skv_malloc(ms * sizeof(void *) + 1), skv_malloc(ms * sizeof(uint32_t) + 1), 0, ms, NULL};
-    uint8_t *rec = skv_malloc(2 * half);
-    int rc = w.tabs && w.syms && rec ? SKV_OK : skv_error(SKV_ERR_NOMEM, "lossy stream of %zu positions", n);
-    const void *in[2] = {k, v};
-    void *out[2] = {rec, rec + half};
-    if (!rc) {
-        window_pack(c, n, lo, hi, k, dst + SKV_LOSSY_HEADER, rec);
-        window_pack(c, n, lo, hi, v, dst + SKV_LOSSY_HEADER + wb, rec + half);
+    walk w = {c, lv, pt, skv_malloc(ms * sizeof(void *) + 1), skv_malloc(ms * sizeof(uint32_t) + 1), 0, ms, NULL};
+    uint8_t *rec = skv_malloc((size_t)pt->nkv * bytes + 1);
+    int rc = w.tabs && w.syms && rec ? SKV_OK : skv_error(SKV_ERR_NOMEM, "lossy stream of %zu positions", pt->n);
+    void *out[2] = {rec, rec + bytes};
+    for (int i = 0; !rc && i < pt->nkv; i++)
+        window_pack(c, pt, in[i], dst + SKV_LOSSY_HEADER + (size_t)i * wb, out[i]);
+    if (!rc)
         rc = walk_all(&w, in, out);
-    }
     size_t body = 0;
-    const size_t head = SKV_LOSSY_HEADER + 2 * wb;
     if (!rc)
         rc = skv_sym_encode(w.syms, w.tabs, w.ns, dst + head, cap - head, &body);
     if (!rc) {
@@ -210,25 +238,47 @@ int skv_lossy_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, cons
         dst[5] = (uint8_t)bits;
         dst[6] = (uint8_t)kind;
         dst[7] = (uint8_t)c->dt;
-        skv_store32_le(dst + 8, (uint32_t)n);
+        skv_store32_le(dst + 8, (uint32_t)pt->n);
         skv_store32_le(dst + 12, (uint32_t)body);
         memcpy(dst + 16, c->id, 16);
-        skv_store64_le(dst + 32, skv_checksum64(rec + half, half, skv_checksum64(rec, half, SKV_LOSSY_MAGIC)));
+        skv_store64_le(dst + 32, part_sum(pt, (const void *const *)out, bytes));
         skv_store16_le(dst + 40, (uint16_t)c->L);
         skv_store16_le(dst + 42, (uint16_t)c->H);
         skv_store16_le(dst + 44, (uint16_t)c->D);
-        skv_store32_le(dst + 48, (uint32_t)lo);
-        skv_store32_le(dst + 52, (uint32_t)hi);
+        skv_store16_le(dst + 46, pt->slab);
+        skv_store32_le(dst + 48, (uint32_t)pt->lo);
+        skv_store32_le(dst + 52, (uint32_t)pt->hi);
         *len = head + body;
-        if (recon_k)
-            memcpy(recon_k, rec, half);
-        if (recon_v)
-            memcpy(recon_v, rec + half, half);
+        for (int i = 0; i < pt->nkv; i++)
+            if (recon[i])
+                memcpy(recon[i], out[i], bytes);
     }
     skv_free(w.tabs);
     skv_free(w.syms);
     skv_free(rec);
     return rc;
+}
+
+int skv_lossy_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, const void *k,
+                     const void *v, size_t n, size_t lo, size_t hi, uint8_t *dst, size_t cap,
+                     size_t *len, void *recon_k, void *recon_v)
+{
+    const part pt = {0, c->L, 0, 2, n, lo, hi, 0};
+    const void *in[2] = {k, v};
+    void *rec[2] = {recon_k, recon_v};
+    return part_encode(c, bits, kind, &pt, in, dst, cap, len, rec);
+}
+
+int skv_lossy_slab_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, int layer, int kv,
+                          const void *x, size_t n, size_t lo, size_t hi, uint8_t *dst, size_t cap,
+                          size_t *len, void *recon)
+{
+    if (layer < 0 || layer >= c->L || kv < 0 || kv > 1)
+        return skv_error(SKV_ERR_ARG, "lossy slab (%d, %d) of %d layers", layer, kv, c->L);
+    const part pt = {layer, 1, kv, 1, n, lo, hi, (uint16_t)(1 + layer * 2 + kv)};
+    const void *in[2] = {x, NULL};
+    void *rec[2] = {recon, NULL};
+    return part_encode(c, bits, kind, &pt, in, dst, cap, len, rec);
 }
 
 int skv_lossy_info(const uint8_t *src, size_t len, int *bits, skv_lossy_kind *kind, size_t *n,
@@ -254,44 +304,59 @@ int skv_lossy_info(const uint8_t *src, size_t len, int *bits, skv_lossy_kind *ki
     return SKV_OK;
 }
 
-int skv_lossy_decode(const skv_lossy_cal *c, const uint8_t *src, size_t len, size_t n, void *k,
-                     void *v)
+static int part_decode(const skv_lossy_cal *c, part *pt, const uint8_t *src, size_t len, void *const out[2])
 {
     int bits;
     skv_lossy_kind kind;
-    size_t sn, lo, hi;
-    int rc = skv_lossy_info(src, len, &bits, &kind, &sn, &lo, &hi);
+    size_t sn;
+    int rc = skv_lossy_info(src, len, &bits, &kind, &sn, &pt->lo, &pt->hi);
     if (rc)
         return rc;
-    if (sn != n || src[7] != (uint8_t)c->dt || skv_load16_le(src + 40) != c->L ||
-        skv_load16_le(src + 42) != c->H || skv_load16_le(src + 44) != c->D)
-        return skv_error(SKV_ERR_SHAPE, "lossy stream of %zu positions, dtype %u, shape [%u, %u, %u]; asked %zu, %u, [%d, %d, %d]",
+    if (sn != pt->n || src[7] != (uint8_t)c->dt || skv_load16_le(src + 40) != c->L ||
+        skv_load16_le(src + 42) != c->H || skv_load16_le(src + 44) != c->D ||
+        skv_load16_le(src + 46) != pt->slab)
+        return skv_error(SKV_ERR_SHAPE, "lossy stream of %zu positions, dtype %u, shape [%u, %u, %u], part %u; asked %zu, %u, [%d, %d, %d], part %u",
                          sn, src[7], skv_load16_le(src + 40), skv_load16_le(src + 42),
-                         skv_load16_le(src + 44), n, (unsigned)c->dt, c->L, c->H, c->D);
+                         skv_load16_le(src + 44), skv_load16_le(src + 46), pt->n, (unsigned)c->dt,
+                         c->L, c->H, c->D, pt->slab);
     if (memcmp(src + 16, c->id, 16) != 0)
         return skv_error(SKV_ERR_SHAPE, "lossy stream was coded with another calibration");
     const lq_level *lv = level_of(c, bits, kind);
     if (!lv)
         return SKV_ERR_ARG;
-    const size_t half = (size_t)c->L * n * c->H * c->D * skv_dtype_size(c->dt);
-    const size_t wb = window_bytes(c, n, lo, hi), head = SKV_LOSSY_HEADER + 2 * wb;
+    const size_t bytes = (size_t)pt->nl * pt->n * row_bytes(c), wb = window_bytes(c, pt);
+    const size_t head = SKV_LOSSY_HEADER + (size_t)pt->nkv * wb;
     if (len < head || skv_load32_le(src + 12) != len - head)
         return skv_error(SKV_ERR_CORRUPT, "lossy stream of %zu bytes: its parts do not add up", len);
-    window_unpack(c, n, lo, hi, src + SKV_LOSSY_HEADER, k);
-    window_unpack(c, n, lo, hi, src + SKV_LOSSY_HEADER + wb, v);
+    for (int i = 0; i < pt->nkv; i++)
+        window_unpack(c, pt, src + SKV_LOSSY_HEADER + (size_t)i * wb, out[i]);
     skv_symdec dec;
-    walk w = {c, lv, n, lo, hi, NULL, NULL, 0, 0, &dec};
-    rc = skv_symdec_begin(&dec, src + head, len - head);
-    void *out[2] = {k, v};
+    walk w = {c, lv, pt, NULL, NULL, 0, 0, &dec};
     const void *in[2] = {NULL, NULL};
+    rc = skv_symdec_begin(&dec, src + head, len - head);
     if (!rc)
         rc = walk_all(&w, in, out);
     if (!rc)
         rc = skv_symdec_end(&dec);
-    if (!rc) {
-        /* k's checksum seeds v's, as the encoder hashed them */
-        if (skv_checksum64(v, half, skv_checksum64(k, half, SKV_LOSSY_MAGIC)) != skv_load64_le(src + 32))
-            rc = skv_error(SKV_ERR_CORRUPT, "lossy stream's reconstruction fails its checksum");
-    }
+    if (!rc && part_sum(pt, (const void *const *)out, bytes) != skv_load64_le(src + 32))
+        rc = skv_error(SKV_ERR_CORRUPT, "lossy stream's reconstruction fails its checksum");
     return rc;
+}
+
+int skv_lossy_decode(const skv_lossy_cal *c, const uint8_t *src, size_t len, size_t n, void *k,
+                     void *v)
+{
+    part pt = {0, c->L, 0, 2, n, 0, 0, 0};
+    void *out[2] = {k, v};
+    return part_decode(c, &pt, src, len, out);
+}
+
+int skv_lossy_slab_decode(const skv_lossy_cal *c, const uint8_t *src, size_t len, int layer, int kv,
+                          size_t n, void *x)
+{
+    if (layer < 0 || layer >= c->L || kv < 0 || kv > 1)
+        return skv_error(SKV_ERR_ARG, "lossy slab (%d, %d) of %d layers", layer, kv, c->L);
+    part pt = {layer, 1, kv, 1, n, 0, 0, (uint16_t)(1 + layer * 2 + kv)};
+    void *out[2] = {x, NULL};
+    return part_decode(c, &pt, src, len, out);
 }

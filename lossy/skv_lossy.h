@@ -116,6 +116,16 @@ int skv_lossy_info(const uint8_t *src, size_t len, int *bits, skv_lossy_kind *ki
 int skv_lossy_decode(const skv_lossy_cal *c, const uint8_t *src, size_t len, size_t n, void *k,
                      void *v);
 
+/* One (layer, K|V) slab: x is [n][kv_head][head_dim], positions [lo, hi)
+ * lossy; otherwise as skv_lossy_encode / skv_lossy_decode (a slab's
+ * stream names its layer and K|V: decoded as another is SKV_ERR_SHAPE). */
+size_t skv_lossy_slab_bound(const skv_lossy_cal *c, size_t n);
+int skv_lossy_slab_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, int layer, int kv,
+                          const void *x, size_t n, size_t lo, size_t hi, uint8_t *dst, size_t cap,
+                          size_t *len, void *recon);
+int skv_lossy_slab_decode(const skv_lossy_cal *c, const uint8_t *src, size_t len, int layer, int kv,
+                          size_t n, void *x);
+
 /* Symmetric eigen-decomposition of a (n x n, row-major, double) by cyclic
  * Jacobi: values ascending into w, vectors as the columns of v. */
 int skv_eig_sym(const double *a, int n, double *w, double *v);
