@@ -4,11 +4,11 @@
 
 #include "delta_int.h"
 
-static const char *const level_names[SEQKV_LEVELS] = {"raw", "stat", "ctx", "spec", "full", "fast"};
+static const char *const level_names[SEQKV_LEVELS + 1] = {"raw", "stat", "ctx", "spec", "full", "fast", "lossy"};
 
 const char *seqkv_level_name(seqkv_level l)
 {
-    return (unsigned)l < SEQKV_LEVELS ? level_names[l] : "?";
+    return (unsigned)l <= SEQKV_LOSSY ? level_names[l] : "?";
 }
 
 int seqkv_level_parse(const char *s, seqkv_level *out)

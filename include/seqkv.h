@@ -122,11 +122,24 @@ typedef struct {
                               one (seqkv_maintain) once it holds this many
                               token positions (0: SEQKV_AUTO_CALIBRATE_DEFAULT;
                               -1: never); may change like level */
+    int lossy;             /* the opt-in lossy tier: 0 off, or 4, 3, 2 (q4, q3,
+                              q2: coded bits a scalar). Needs a model; new
+                              chunks are coded lossy once the profile has a
+                              lossy calibration (seqkv_lossy_calibrate, or
+                              self-calibration); may change like level */
+    int lossy_sink;        /* positions [0, sink) of every sequence stay exact
+                              (0: SEQKV_LOSSY_SINK_DEFAULT; -1: none) */
+    int lossy_recent;      /* the last `recent` positions of each put stay
+                              exact (0: SEQKV_LOSSY_RECENT_DEFAULT; -1: none) */
     /* set by the store */
     uint8_t id[32];        /* identity hash */
     uint8_t calib_id[16];  /* current calibration (has_calib) */
     int has_calib;
+    uint8_t lossy_id[16];  /* its lossy calibration (has_lossy) */
+    int has_lossy;
 } seqkv_profile;
+#define SEQKV_LOSSY_SINK_DEFAULT 4
+#define SEQKV_LOSSY_RECENT_DEFAULT 64
 
 /* Create a profile, or update level/model of an existing one; *p is then
  * the stored profile. A profile whose model is given and whose shape
@@ -284,6 +297,17 @@ size_t seqkv_view_hot_chunks(const seqkv_view *v, size_t *chunks);
 /* NULL is a no-op. */
 void seqkv_view_free(seqkv_view *v);
 
+/* seqkv_get_view (fn NULL) or seqkv_get_view_stream with flags: a prefix
+ * whose records (or their bases) are lossy is SKV_ERR_NOT_FOUND, its
+ * detail saying so, unless flags has SEQKV_GET_LOSSY; then it is the
+ * lossy tier's reconstruction (the exact window bit-exact). The calls
+ * without flags never return a lossy prefix. */
+#define SEQKV_GET_LOSSY 1u
+int seqkv_get_view_ex(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                      size_t n, size_t want, unsigned flags,
+                      void (*fn)(void *ctx, const seqkv_view *v, size_t ready), void *ctx,
+                      seqkv_view **out, size_t *got);
+
 /* seqkv_get_view that tells fn, from the calling thread, each time more
  * of the view's layers are decoded: the pieces of layers [0, ready) hold
  * their final bytes from then on (a layer is seqkv_view_pieces / layers
@@ -300,6 +324,13 @@ typedef void (*seqkv_view_fn)(void *ctx, const seqkv_view *v, size_t ready);
 int seqkv_get_view_stream(seqkv *db, const char *tenant, const char *profile,
                           const int32_t *tokens, size_t n, size_t want, seqkv_view_fn fn,
                           void *ctx, seqkv_view **out, size_t *got);
+
+/* The lossy tier's calibration for a profile with `lossy` set and a
+ * model: up to max_seq (0: 64) of its stored sequences run through the
+ * model (skv_lossy.h: transforms, codebooks of q4, q3, q2), kept sealed in
+ * the store. Learned once: SKV_ERR_ARG when the profile has one already,
+ * has no model or no `lossy` setting, or holds no sequences. */
+int seqkv_lossy_calibrate(seqkv *db, const char *profile, size_t max_seq);
 
 /* Self-calibration: each profile (profile NULL: every one) above raw
  * with no calibration that holds at least auto_calibrate token positions
@@ -381,6 +412,8 @@ typedef struct {
     uint64_t centroid_chunks; /* records coded against a centroid */
     uint64_t level_tokens[SEQKV_LEVELS]; /* coded positions per level */
     uint64_t level_raw[SEQKV_LEVELS], level_stored[SEQKV_LEVELS];
+    uint64_t lossy_tokens, lossy_raw, lossy_stored; /* the lossy tier's records
+                                                       (counted apart from the levels) */
     uint64_t evictions;     /* records evicted since the store was made */
     uint64_t map_used, map_size; /* LMDB pages in use and the map, bytes */
     uint32_t tenants, profiles; /* tenants: not counting @shared */

@@ -17,6 +17,9 @@ typedef enum {
     SEQKV_SPEC = 3, /* int8 copy of the model over the exact KV */
     SEQKV_FULL = 4, /* the model itself: the recompute end */
     SEQKV_FAST = 5, /* no predictor: static per-channel tables (skv_fast_*) */
+    SEQKV_LOSSY = 6, /* a chunk record's only: the opt-in lossy tier (a
+                        profile's `lossy` setting, never a level to code
+                        at or to parse; not counted in SEQKV_LEVELS) */
 } seqkv_level;
 #define SEQKV_LEVELS 6
 /* Whether level l codes against a predictor (stat..full), and so needs a
@@ -25,7 +28,7 @@ static inline int seqkv_level_predictive(seqkv_level l)
 {
     return l >= SEQKV_STAT && l <= SEQKV_FULL;
 }
-/* "raw", "stat", "ctx", "spec", "full", "fast"; "?" for any other value. */
+/* "raw", "stat", "ctx", "spec", "full", "fast", "lossy"; "?" for any other value. */
 const char *seqkv_level_name(seqkv_level l);
 /* The level of such a name; SKV_ERR_ARG for an unknown one. */
 int seqkv_level_parse(const char *s, seqkv_level *out);

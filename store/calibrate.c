@@ -278,7 +278,9 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
             (*learned)++;
         }
     }
-    return err;
+    /* the opt-in lossy tier's calibration, learned the same way */
+    const int lrc = skv_store_lossy_auto(db, profile, learned);
+    return err ? err : lrc;
 }
 
 int seqkv_calibrate_import(seqkv *db, const char *profile, const char *path)

@@ -166,7 +166,12 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     int bad = !rc && skv_store_rec_head(db, key, v.mv_data, v.mv_size, &head, &r) != SKV_OK;
     const int stale = !rc && !bad && seqkv_level_predictive((seqkv_level)r.level) &&
                       memcmp(r.calib, pe->p.calib_id, 16) != 0;
-    const int redo = !rc && !bad && !(r.flags & SKV_REC_CENTROID) &&
+    /* the lossy tier's records stay as they are, and no record takes in a
+     * lossy one's positions (coded again, they would pass for exact) */
+    int lossy = t->level == SEQKV_LOSSY;
+    for (size_t i = 0; i < nd; i++)
+        lossy |= dead[i]->level == SEQKV_LOSSY;
+    const int redo = !rc && !bad && !lossy && !(r.flags & SKV_REC_CENTROID) &&
                      (nd || stale || (int)r.level != level);
     /* a record from before sealing is sealed as it is when not coded again */
     const int reseal = !rc && !bad && !redo && !db->o.no_seal &&

@@ -101,7 +101,7 @@ static int decode_streams(dec_ctx *c, rec_dec *x)
     seqbuf *s = c->s;
     const size_t L = (size_t)pe->p.layers, a = x->P + r->lo, b = x->P + r->n;
     int rc = SKV_OK;
-    if (r->level == SEQKV_RAW) {
+    if (r->level == SEQKV_RAW || r->level == SEQKV_LOSSY) {
         for (size_t j = 0; j < 2 * L && !rc; j++)
             rc = rec_stream(c, x, j, 0);
         return rc;
@@ -246,7 +246,7 @@ int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *sh
         x->offs[j + 1] = x->offs[j] + sz;
     }
     x->in = (skv_streams){(uint8_t *)r->streams, r->streams_len, 0, x->offs, 2 * L, 0};
-    if (r->level == SEQKV_RAW || r->level == SEQKV_FAST)
+    if (r->level == SEQKV_RAW || r->level == SEQKV_FAST || r->level == SEQKV_LOSSY)
         return SKV_OK;
     if (!(r->flags & SKV_REC_CENTROID) && r->side_len)
         return skv_error(SKV_ERR_CORRUPT, "side info in a record without a centroid");
@@ -322,6 +322,9 @@ static int rec_stream(dec_ctx *c, rec_dec *x, size_t j, int worker)
         memcpy(dst, r->streams + x->offs[j], sz);
         return SKV_OK;
     }
+    if (r->level == SEQKV_LOSSY)
+        return skv_store_lossy_stream(c->db, c->txn, (prof_ent *)pe, r, j, r->streams + x->offs[j], sz,
+                                      rows, dst);
     if (r->level == SEQKV_FAST) {
         int rc = skv_fast_decode(r->streams + x->offs[j], sz, pe->p.dtype, rows, pe->C, dst,
                                  rows * row);
@@ -372,7 +375,8 @@ int skv_store_recs_layers(dec_ctx *c, rec_dec *x, size_t n, size_t l0, size_t l1
             ;
         int rc = SKV_OK;
         for (size_t i = i0; i <= i1 && !rc; i++) {
-            if (x[i].dr || x[i].r.level == SEQKV_RAW || x[i].r.level == SEQKV_FAST)
+            if (x[i].dr || x[i].r.level == SEQKV_RAW || x[i].r.level == SEQKV_FAST ||
+                x[i].r.level == SEQKV_LOSSY)
                 continue;
             rec_tokens(c, &x[i]); /* (read by the range's open only) */
             rc = skv_delta_range_open(x[i].ce->d, c->s->tok, x[i].P + x[i].r.lo, x[i].P + x[i].r.n,

@@ -104,6 +104,8 @@ static int get_common(seqkv *db, const char *tenant, const char *profile, const 
     pthread_rwlock_rdlock(&db->rw);
     int rc = skv_store_match_want(db, tenant, profile, tokens, n, &want, &m);
     if (!rc)
+        rc = skv_store_lossy_check(&m, want, 0);
+    if (!rc)
         rc = skv_seqbuf_init(s, m.pe, m.steps * (size_t)m.pe->p.chunk);
     MDB_txn *txn = NULL;
     if (!rc) {

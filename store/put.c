@@ -205,6 +205,7 @@ typedef struct {
     ns_ent *e;
     size_t L, row, CH, nchunks;
     int level;            /* of the new records (put_level) */
+    int lossy;            /* they are coded lossy where outside the exact window */
     int ctx_stored;       /* s's positions [0, m) hold the stored KV (put_context) */
     skv_trie_step *path;  /* the cached prefix: steps records, m tokens */
     size_t steps, m;
@@ -451,8 +452,15 @@ static int put_chunk(put_ctx *pc, MDB_txn *rtxn, const skv_centroid *cent, size_
     const size_t P = i * pc->CH, hi = (pc->req->n - P < pc->CH ? pc->req->n - P : pc->CH);
     const size_t lo = record_header(pc, i, hi, q);
     skv_streams st = {0};
-    int rc = skv_store_code_record(pc->db, rtxn, pc->pe, pc->level, &pc->s, P + lo, P + hi, &q->r,
-                                   &st);
+    int rc = SKV_OK, lossy = 0;
+    if (pc->lossy) {
+        rc = skv_store_lossy_code(pc->db, rtxn, pc->pe, &pc->s, P + lo, P + hi, pc->req->n, &q->r, &st,
+                                  &lossy);
+        if (lossy) /* its checksum is of what a get decodes: the reconstruction */
+            q->r.checksum = skv_seqbuf_checksum(pc->pe, &pc->s, P + lo, P + hi, SKV_REC_VERSION);
+    }
+    if (!rc && !lossy)
+        rc = skv_store_code_record(pc->db, rtxn, pc->pe, pc->level, &pc->s, P + lo, P + hi, &q->r, &st);
     uint8_t *side = NULL;
     size_t side_len = 0;
     int used = 0;
@@ -484,12 +492,15 @@ static int put_code(put_ctx *pc)
     seqkv *db = pc->db;
     MDB_txn *rtxn = NULL;
     int rc = SKV_OK;
-    if (seqkv_level_predictive(pc->level)) {
+    if (seqkv_level_predictive(pc->level) || pc->pe->p.lossy) {
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &rtxn);
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
+    /* the opt-in lossy tier, once the profile has its calibration (a
+     * put that names its level codes exactly at it) */
+    pc->lossy = !rc && pc->pe->p.lossy && !pc->opts.has_level && skv_store_lossy_ready(db, rtxn, pc->pe);
     skv_centroid *cent = NULL;
-    if (!rc && seqkv_level_predictive(pc->level) && pc->m > 0 && !db->o.no_centroids)
+    if (!rc && seqkv_level_predictive(pc->level) && pc->m > 0 && !db->o.no_centroids && !pc->lossy)
         rc = skv_cluster_find(db, rtxn, pc->e, pc->pe, pc->req->tokens, pc->req->n, pc->m, pc->path,
                               pc->steps, &cent);
     for (size_t i = pc->m / pc->CH; !rc && i < pc->nchunks; i++, pc->nnew++)

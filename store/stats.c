@@ -66,6 +66,10 @@ static void stat_one(void *vctx, skv_trie_rec *r)
         c->s->level_tokens[r->level] += tok;
         c->s->level_raw[r->level] += tok * c->per_token;
         c->s->level_stored[r->level] += r->bytes;
+    } else if (r->level == SEQKV_LOSSY) {
+        c->s->lossy_tokens += tok;
+        c->s->lossy_raw += tok * c->per_token;
+        c->s->lossy_stored += r->bytes;
     }
 }
 

@@ -31,7 +31,8 @@
  * read, and marked version 2 by its first writable open */
 #define STORE_VERSION 2
 #define PROF_MAGIC 0x50564b53u  /* "SKVP" */
-#define PROF_SIZE (16 + 64 + 4 * 10 + 16 + 32 + SEQKV_PATH_MAX + 1)
+#define PROF_SIZE_V1 (16 + 64 + 4 * 10 + 16 + 32 + SEQKV_PATH_MAX + 1)
+#define PROF_SIZE (PROF_SIZE_V1 + 32) /* + the lossy tier (FORMAT 15) */
 #define TEN_MAGIC 0x54564b53u   /* "SKVT" */
 #define TEN_SIZE 32
 #define SHARED_ID 1
@@ -104,11 +105,12 @@ static void prof_pack(const seqkv_profile *p, uint8_t *b)
     memcpy(b + 120, p->calib_id, 16);
     memcpy(b + 136, p->id, 32);
     memcpy(b + 168, p->model, strnlen(p->model, SEQKV_PATH_MAX));
+    skv_lossy_prof_pack(p, b + PROF_SIZE_V1);
 }
 
 static int prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
 {
-    if (len != PROF_SIZE || skv_load32_le(b) != PROF_MAGIC)
+    if ((len != PROF_SIZE && len != PROF_SIZE_V1) || skv_load32_le(b) != PROF_MAGIC)
         return skv_error(SKV_ERR_CORRUPT, "damaged profile record");
     if (skv_load32_le(b + 4) > 1)
         return skv_error(SKV_ERR_VERSION, "profile record of a newer version");
@@ -142,7 +144,8 @@ static int prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
     if (p->layers <= 0 || p->kv_heads <= 0 || p->head_dim <= 0 || p->chunk <= 0 ||
         p->chunk > SEQKV_CHUNK_MAX || (unsigned)p->level >= SEQKV_LEVELS)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
-    return SKV_OK;
+    /* (a record from before the lossy tier: off) */
+    return len == PROF_SIZE ? skv_lossy_prof_unpack(b + PROF_SIZE_V1, p) : SKV_OK;
 }
 
 static void ten_pack(const tenant_ent *t, uint8_t *b)
@@ -703,7 +706,7 @@ void seqkv_close(seqkv *db)
         skv_trie_free(db->ns[i].trie);
     skv_free(db->ns);
     for (size_t i = 0; i < db->nprof; i++)
-        skv_model_free(db->prof[i].model);
+        skv_model_free(db->prof[i].model), skv_lossy_cal_free(db->prof[i].lossy);
     skv_free(db->prof);
     for (size_t i = 0; i < db->nten; i++)
         skv_tkeys_free(&db->ten[i]);
@@ -771,7 +774,7 @@ uint64_t skv_store_tick(seqkv *db)
 
 /* ---- profiles ------------------------------------------------------------------ */
 
-static int write_profile(seqkv *db, const seqkv_profile *p)
+int skv_store_profile_write(seqkv *db, const seqkv_profile *p, MDB_val *ck, MDB_val *cv)
 {
     MDB_txn *txn;
     uint8_t b[PROF_SIZE];
@@ -780,7 +783,9 @@ static int write_profile(seqkv *db, const seqkv_profile *p)
     int rc = txn_begin(db, 0, &txn);
     if (!rc) {
         MDB_val k = {strlen(p->name), (void *)p->name}, v = {PROF_SIZE, b};
-        int mrc = mdb_put(txn, db->db_prof, &k, &v, 0);
+        int mrc = ck ? mdb_put(txn, db->db_calib, ck, cv, 0) : 0;
+        if (!mrc)
+            mrc = mdb_put(txn, db->db_prof, &k, &v, 0);
         if (!mrc)
             mrc = mdb_txn_commit(txn);
         else
@@ -789,6 +794,11 @@ static int write_profile(seqkv *db, const seqkv_profile *p)
     }
     pthread_rwlock_unlock(&db->rw);
     return rc;
+}
+
+static int write_profile(seqkv *db, const seqkv_profile *p)
+{
+    return skv_store_profile_write(db, p, NULL, NULL);
 }
 
 int skv_store_profile_model(seqkv *db, prof_ent *pe, skv_model **out)
@@ -850,6 +860,8 @@ int seqkv_profile_set(seqkv *db, seqkv_profile *p)
     if (q.auto_calibrate < -1)
         return skv_error(SKV_ERR_ARG, "auto_calibrate must be a token count, 0 (the default, %d) "
                                       "or -1 (never)", SEQKV_AUTO_CALIBRATE_DEFAULT);
+    if ((rc = skv_lossy_prof_check(&q)))
+        return rc;
     if (q.vocab < 0)
         return skv_error(SKV_ERR_ARG, "vocab must be 1..%d token ids (0: %d)", SEQKV_VOCAB_MAX,
                          SEQKV_VOCAB_DEFAULT);
@@ -871,8 +883,9 @@ int seqkv_profile_set(seqkv *db, seqkv_profile *p)
         q.rope_dim = q.head_dim;
     if (q.rope_dim < 0 || q.rope_dim > q.head_dim || (q.rope_dim & 1))
         return skv_error(SKV_ERR_ARG, "rope_dim must be even and <= head_dim");
-    q.has_calib = 0;
+    q.has_calib = q.has_lossy = 0;
     memset(q.calib_id, 0, 16);
+    memset(q.lossy_id, 0, 16);
     skv_profile_id(&q, q.id);
     pthread_mutex_lock(&db->wlock);
     prof_ent *pe = skv_store_profile(db, q.name);
@@ -884,6 +897,8 @@ int seqkv_profile_set(seqkv *db, seqkv_profile *p)
         }
         q.has_calib = pe->p.has_calib;
         memcpy(q.calib_id, pe->p.calib_id, 16);
+        q.has_lossy = pe->p.has_lossy;
+        memcpy(q.lossy_id, pe->p.lossy_id, 16);
     }
     rc = write_profile(db, &q);
     if (!rc) {

@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "skv_delta.h"
+#include "skv_lossy.h"
 #include "skv_model.h"
 #include "hot.h"
 #include "skv_trie.h"
@@ -35,6 +36,7 @@ typedef struct {
     int model_failed;
     uint64_t autocal_failed; /* positions held when self-calibration last failed */
     skv_drift drift;         /* coded size of its records since its calibration (writer's) */
+    skv_lossy_cal *lossy;    /* its lossy calibration, loaded on first need (lossy.c) */
 } prof_ent;
 
 typedef struct {
@@ -160,6 +162,10 @@ int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uin
 int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                            size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
 
+/* The profile record written (and, with ck, a calibration entry) in one
+ * transaction. Caller holds wlock. */
+int skv_store_profile_write(seqkv *db, const seqkv_profile *p, MDB_val *ck, MDB_val *cv);
+
 /* coders (store/coders.c) */
 int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_id[16], int level,
                     coder_ent **out);
@@ -234,6 +240,28 @@ uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size
  * outside the calibration's vocabulary); r->level, r->calib set. */
 int skv_store_code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const seqbuf *s,
                           size_t a, size_t b, skv_rec *r, skv_streams *st);
+
+/* ---- the lossy tier (lossy.c) ---------------------------------------------- */
+/* The profile record's lossy fields (32 bytes at PROF_SIZE_V1) */
+void skv_lossy_prof_pack(const seqkv_profile *p, uint8_t *b);
+int skv_lossy_prof_unpack(const uint8_t *b, seqkv_profile *p);
+/* seqkv_profile_set's checks of the lossy settings */
+int skv_lossy_prof_check(const seqkv_profile *q);
+/* Whether a put's new chunks are coded lossy: the profile has the
+ * setting and its calibration (loaded here when needed). */
+int skv_store_lossy_ready(seqkv *db, MDB_txn *txn, prof_ent *pe);
+/* Record r over positions [a, b) of s (a put of n positions) coded lossy
+ * into st, s's lossy positions overwritten by their reconstruction;
+ * *coded 0 when [a, b) lies in the exact window (nothing coded: the
+ * caller codes it at the profile's level). */
+int skv_store_lossy_code(seqkv *db, MDB_txn *txn, prof_ent *pe, seqbuf *s, size_t a, size_t b,
+                         size_t n, skv_rec *r, skv_streams *st, int *coded);
+/* Stream j (layer j / 2, K|V) of lossy record r, rows positions, into dst */
+int skv_store_lossy_stream(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_rec *r, size_t j,
+                           const uint8_t *src, size_t len, size_t rows, uint8_t *dst);
+/* The self-calibration's part: a profile with `lossy` and a model but no
+ * lossy calibration learns one (in the background: no lock held). */
+int skv_store_lossy_auto(seqkv *db, const char *profile, int *learned);
 
 struct skv_centroid;
 
@@ -317,6 +345,9 @@ int skv_store_match(seqkv *db, const char *tenant, const char *profile, const in
  * shared. */
 int skv_store_match_want(seqkv *db, const char *tenant, const char *profile, const int32_t *tok,
                          size_t n, size_t *want, match_res *m);
+/* SKV_ERR_NOT_FOUND, saying why, when a record of the first want tokens'
+ * path (or a base of one) is lossy and flags lack SEQKV_GET_LOSSY (lossy.c) */
+int skv_store_lossy_check(const match_res *m, size_t want, unsigned flags);
 
 /* The writer's batch (db->batch, under wlock): records coded and indexed
  * hidden, their images waiting for the one commit that writes them all;

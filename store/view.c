@@ -218,8 +218,8 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
 
 /* seqkv_get_view, streamed to fn when fn is not NULL */
 static int get_view(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-                    size_t n, size_t want, seqkv_view_fn fn, void *fctx, seqkv_view **out,
-                    size_t *got)
+                    size_t n, size_t want, unsigned flags, seqkv_view_fn fn, void *fctx,
+                    seqkv_view **out, size_t *got)
 {
     *out = NULL;
     *got = 0;
@@ -229,6 +229,8 @@ static int get_view(seqkv *db, const char *tenant, const char *profile, const in
     match_res m;
     pthread_rwlock_rdlock(&db->rw);
     int rc = skv_store_match_want(db, tenant, profile, tokens, n, &want, &m);
+    if (!rc)
+        rc = skv_store_lossy_check(&m, want, flags);
     if (!rc) {
         const size_t CH = (size_t)m.pe->p.chunk;
         v->tokens = want;
@@ -287,7 +289,16 @@ static int get_view(seqkv *db, const char *tenant, const char *profile, const in
 int seqkv_get_view(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
                    size_t n, size_t want, seqkv_view **out, size_t *got)
 {
-    return get_view(db, tenant, profile, tokens, n, want, NULL, NULL, out, got);
+    return get_view(db, tenant, profile, tokens, n, want, 0, NULL, NULL, out, got);
+}
+
+int seqkv_get_view_ex(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                      size_t n, size_t want, unsigned flags, seqkv_view_fn fn, void *ctx,
+                      seqkv_view **out, size_t *got)
+{
+    if (flags & ~SEQKV_GET_LOSSY)
+        return skv_error(SKV_ERR_ARG, "seqkv_get_view_ex: unknown flags %#x", flags);
+    return get_view(db, tenant, profile, tokens, n, want, flags, fn, ctx, out, got);
 }
 
 int seqkv_get_view_stream(seqkv *db, const char *tenant, const char *profile,
@@ -296,7 +307,7 @@ int seqkv_get_view_stream(seqkv *db, const char *tenant, const char *profile,
 {
     if (!fn)
         return skv_error(SKV_ERR_ARG, "seqkv_get_view_stream without a function");
-    return get_view(db, tenant, profile, tokens, n, want, fn, ctx, out, got);
+    return get_view(db, tenant, profile, tokens, n, want, 0, fn, ctx, out, got);
 }
 
 int seqkv_get(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens, size_t n,
