@@ -12,7 +12,9 @@ static const char calibrate_usage[] =
     "Learn a calibration for the profile from up to N (default 64) of its\n"
     "stored sequences of every tenant, or import one from a calibration file\n"
     "('seqkv codec calibrate'); it becomes the profile's current one. New\n"
-    "chunks are coded with it; stored ones keep theirs.\n"
+    "chunks are coded with it; stored ones keep theirs. A profile with the\n"
+    "lossy tier set (profile set --lossy) and no lossy calibration yet learns\n"
+    "that too, from the same sequences run through its model.\n"
     "\n"
     "  --db DIR, --key PATH, --no-sync as for put\n";
 
@@ -42,7 +44,8 @@ static const char profile_get_usage[] =
 static const char profile_set_usage[] =
     "usage: seqkv profile set --db DIR NAME [--model PATH | --kv FILE] [--level L]\n"
     "                         [--dtype D] [--chunk N] [--vocab N] [--calib FILE.cal]\n"
-    "                         [--auto-calibrate N] [--key PATH]\n"
+    "                         [--auto-calibrate N] [--lossy q4|q3|q2|off]\n"
+    "                         [--lossy-sink N] [--lossy-recent N] [--key PATH]\n"
     "\n"
     "Create a profile, its shape taken from --model (dtype --dtype, default\n"
     "bf16) or from the first sequence of a KV file; or update an existing\n"
@@ -52,7 +55,14 @@ static const char profile_set_usage[] =
     "[0, N) (at most 2147483647; default 1048576) on a profile without a\n"
     "model; with a model its vocabulary bounds them. It may change later.\n"
     "--auto-calibrate N: a profile above raw with no calibration learns one\n"
-    "once it holds N tokens (default 8192; 0: never).\n";
+    "once it holds N tokens (default 8192; 0: never).\n"
+    "--lossy q4|q3|q2: the opt-in lossy tier (needs a model): once the profile\n"
+    "has its lossy calibration (seqkv calibrate, or self-calibration at the\n"
+    "same N tokens), new chunks are stored lossy at about 4, 3 or 2 bits a\n"
+    "scalar, but for the first --lossy-sink (default 4) positions of every\n"
+    "sequence and the last --lossy-recent (default 64) of every put (-1:\n"
+    "none); a get returns them only when it asks for LOSSY. off: new chunks\n"
+    "exact again (lossy ones stay lossy).\n";
 
 static void hex(const uint8_t *b, size_t n, char *out)
 {
@@ -86,6 +96,13 @@ int cmd_calibrate(int argc, char **argv)
     seqkv_profile p;
     if (!rc)
         rc = seqkv_profile_get(db, a.profile, &p);
+    if (!rc && !a.calib && p.lossy && !p.has_lossy) {
+        if (!(rc = seqkv_lossy_calibrate(db, a.profile, (size_t)a.max_seq)))
+            rc = seqkv_profile_get(db, a.profile, &p);
+        if (!rc && !a.quiet)
+            fprintf(stderr, "calibrate: profile %s's lossy tier (q%d) is calibrated: new chunks "
+                            "are stored lossy\n", p.name, p.lossy);
+    }
     seqkv_close(db);
     if (rc)
         return cli_fail(rc, a.calib ? a.calib : "calibrate");
@@ -116,6 +133,20 @@ static void print_profile(const seqkv_profile *p, int json)
             printf("\"%s\"", cid);
         else
             printf("null");
+        char lid[33];
+        hex(p->lossy_id, 16, lid);
+        printf(",\"lossy\":");
+        if (p->lossy)
+            printf("\"q%d\"", p->lossy);
+        else
+            printf("null");
+        printf(",\"lossy_sink\":%d,\"lossy_recent\":%d,\"lossy_calibration\":",
+               p->lossy_sink < 0 ? 0 : p->lossy_sink ? p->lossy_sink : SEQKV_LOSSY_SINK_DEFAULT,
+               p->lossy_recent < 0 ? 0 : p->lossy_recent ? p->lossy_recent : SEQKV_LOSSY_RECENT_DEFAULT);
+        if (p->has_lossy)
+            printf("\"%s\"", lid);
+        else
+            printf("null");
         printf(",\"vocab\":%d,\"auto_calibrate\":%d,\"id\":\"%s\"}\n", p->vocab,
                p->auto_calibrate < 0 ? 0
                : p->auto_calibrate ? p->auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT, id);
@@ -136,6 +167,14 @@ static void print_profile(const seqkv_profile *p, int json)
     else
         printf("auto-calib.  at %d tokens\n",
                p->auto_calibrate ? p->auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT);
+    if (p->lossy) {
+        char lid[33];
+        hex(p->lossy_id, 16, lid);
+        printf("lossy        q%d, exact: the first %d and last %d positions; calibration %s\n",
+               p->lossy, p->lossy_sink < 0 ? 0 : p->lossy_sink ? p->lossy_sink : SEQKV_LOSSY_SINK_DEFAULT,
+               p->lossy_recent < 0 ? 0 : p->lossy_recent ? p->lossy_recent : SEQKV_LOSSY_RECENT_DEFAULT,
+               p->has_lossy ? lid : "(none yet: stored exact)");
+    }
     printf("id           %s\n", id);
 }
 
@@ -212,7 +251,7 @@ static int do_profile_set(int argc, char **argv)
     int r = cli_store_args("profile set", argc, argv, &a, profile_set_usage,
                    SA(S_DB) | SA(S_KEY) | SA(S_PROFILE) | SA(S_MODEL) | SA(S_KV) | SA(S_LEVEL) |
                        SA(S_DTYPE) | SA(S_CHUNK) | SA(S_VOCAB) | SA(S_CALIB) | SA(S_QUIET) |
-                       SA(S_AUTOCAL),
+                       SA(S_AUTOCAL) | SA(S_LOSSY) | SA(S_LSINK) | SA(S_LRECENT),
                    1);
     if (r)
         return r;
@@ -223,6 +262,8 @@ static int do_profile_set(int argc, char **argv)
         return cli_usage_error("profile set", "a profile name has 1 to %d bytes", SEQKV_NAME_MAX);
     if (a.model && a.kv)
         return cli_usage_error("profile set", "give --model or --kv, not both");
+    if (a.have_lossy && a.lossy < 0)
+        return cli_usage_error("profile set", "--lossy wants q4, q3, q2 or off");
     seqkv_profile want;
     memset(&want, 0, sizeof want);
     skv_model *m = NULL;
@@ -285,6 +326,7 @@ static int do_profile_set(int argc, char **argv)
             p.vocab = 0; /* the new model's */
         if (a.have_autocal)
             p.auto_calibrate = cli_auto_calibrate(&a);
+        cli_lossy_settings(&a, &p);
         if (!r) {
             rc = seqkv_profile_set(db, &p);
             if (rc)

@@ -30,6 +30,8 @@ static const char get_usage[] =
     "\n" COMMON_OPTS
     "  --n N             the first N tokens of each line (default: the longest\n"
     "                    cached prefix)\n"
+    "  --lossy on        accept a prefix the profile's lossy tier stored: its\n"
+    "                    reconstruction (else such a line is an error)\n"
     "  --quiet           no summary\n";
 
 static const char del_usage[] =
@@ -85,8 +87,28 @@ static int get_one(const get_ctx *g, size_t i, size_t *got)
                 toks->len[i], want);
         return 1;
     }
-    int rc = seqkv_get(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], want, g->buf,
+    int rc;
+    if (a->have_lossy && a->lossy < 0) { /* --lossy on */
+        seqkv_view *v = NULL;
+        rc = seqkv_get_view_ex(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], want,
+                               SEQKV_GET_LOSSY, NULL, NULL, &v, got);
+        uint8_t *o = g->buf;
+        for (size_t k = 0; !rc && k < seqkv_view_pieces(v); k++) {
+            size_t len;
+            const void *pc = seqkv_view_piece(v, k, &len);
+            memcpy(o, pc, len);
+            o += len;
+        }
+        seqkv_view_free(v);
+    } else {
+        rc = seqkv_get(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], want, g->buf,
                        toks->len[i] * cli_token_bytes(p), got);
+    }
+    if (rc == SKV_ERR_NOT_FOUND && strncmp(skv_error_detail(), "LOSSY:", 6) == 0) {
+        fprintf(stderr, "seqkv get: line %zu: %s (here: --lossy on)\n", toks->line[i],
+                skv_error_detail() + 7);
+        return 1;
+    }
     if (rc == SKV_ERR_NOT_FOUND && want) {
         size_t have = 0;
         seqkv_lookup(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], &have);
@@ -156,12 +178,14 @@ int cmd_get(int argc, char **argv)
     sargs a;
     int r = cli_store_args("get", argc, argv, &a, get_usage,
                            COMMON | SA(S_PROFILE) | SA(S_MODEL) | SA(S_TOKENS) | SA(S_OUT) | SA(S_N) |
-                               SA(S_QUIET),
+                               SA(S_QUIET) | SA(S_LOSSY),
                            0);
     if (r)
         return r;
     if (!a.out)
         return cli_usage_error("get", "--out OUT.safetensors is required");
+    if (a.have_lossy && a.lossy >= 0)
+        return cli_usage_error("get", "--lossy on is what get takes");
     /* The file is written to OUT.tmp and renamed over OUT: never over a
      * device or anything else that is not a plain file. */
     struct stat sb;

@@ -97,6 +97,10 @@ int cmd_stats(int argc, char **argv)
             print_ratio((double)s.level_raw[l], (double)s.level_stored[l], 1);
             putchar('}');
         }
+        printf("},\"lossy\":{\"tokens\":%llu,\"raw_bytes\":%llu,\"stored_bytes\":%llu,\"ratio\":",
+               (unsigned long long)s.lossy_tokens, (unsigned long long)s.lossy_raw,
+               (unsigned long long)s.lossy_stored);
+        print_ratio((double)s.lossy_raw, (double)s.lossy_stored, 1);
         printf("}}\n");
         return 0;
     }
@@ -127,5 +131,10 @@ int cmd_stats(int argc, char **argv)
                (unsigned long long)s.level_tokens[l], (unsigned long long)s.level_raw[l],
                (unsigned long long)s.level_stored[l], ratio);
     }
+    if (s.lossy_tokens) /* the opt-in lossy tier: not in the ratio of any level */
+        printf("%-6s %12llu %16llu %16llu %8.3fx  (lossy: a get asks for it)\n", "lossy",
+               (unsigned long long)s.lossy_tokens, (unsigned long long)s.lossy_raw,
+               (unsigned long long)s.lossy_stored,
+               s.lossy_stored ? (double)s.lossy_raw / (double)s.lossy_stored : 0.0);
     return 0;
 }

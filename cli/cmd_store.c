@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cmd_store.h"
+#include "skv_lossy.h"
 
 static const struct option sopts[] = {
     {"db", required_argument, NULL, S_DB},
@@ -43,6 +44,9 @@ static const struct option sopts[] = {
     {"no-centroids", no_argument, NULL, S_NOCENT},
     {"vocab", required_argument, NULL, S_VOCAB},
     {"auto-calibrate", required_argument, NULL, S_AUTOCAL},
+    {"lossy", required_argument, NULL, S_LOSSY},
+    {"lossy-sink", required_argument, NULL, S_LSINK},
+    {"lossy-recent", required_argument, NULL, S_LRECENT},
     {"help", no_argument, NULL, S_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -137,6 +141,23 @@ int cli_store_args(const char *cmd, int argc, char **argv, sargs *a, const char 
             if (cli_parse_long(optarg, 0, 1L << 30, &a->auto_calibrate))
                 return cli_usage_error(cmd, "--auto-calibrate wants a token count (0: never)");
             a->have_autocal = 1;
+            break;
+        case S_LOSSY:
+            /* (get: "on" accepts a lossy prefix's reconstruction) */
+            a->lossy = strcmp(optarg, "off") == 0 ? 0 : strcmp(optarg, "on") == 0 ? -1
+                                                      : skv_lossy_level_parse(optarg);
+            if (!a->lossy && strcmp(optarg, "off") != 0)
+                return cli_usage_error(cmd, "--lossy wants q4, q3, q2 or off (get: on)");
+            a->have_lossy = 1;
+            break;
+        case S_LSINK:
+        case S_LRECENT:
+            if (cli_parse_long(optarg, -1, 1L << 20, c == S_LSINK ? &a->lossy_sink : &a->lossy_recent))
+                return cli_usage_error(cmd, "%s wants a token count (-1: none)", argv[optind - 2]);
+            if (c == S_LSINK)
+                a->have_lsink = 1;
+            else
+                a->have_lrecent = 1;
             break;
         case S_N:
             if (cli_parse_long(optarg, 1, SEQKV_MAX_TOKENS, &a->n))
@@ -370,6 +391,16 @@ int cli_auto_calibrate(const sargs *a)
     return !a->have_autocal ? 0 : a->auto_calibrate ? (int)a->auto_calibrate : -1;
 }
 
+void cli_lossy_settings(const sargs *a, seqkv_profile *p)
+{
+    if (a->have_lossy)
+        p->lossy = a->lossy < 0 ? 5 : a->lossy; /* ("on": refused by the store) */
+    if (a->have_lsink)
+        p->lossy_sink = a->lossy_sink ? (int)a->lossy_sink : -1;
+    if (a->have_lrecent)
+        p->lossy_recent = a->lossy_recent ? (int)a->lossy_recent : -1;
+}
+
 int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *name,
                        const seqkv_profile *want, seqkv_profile *p, int *created)
 {
@@ -385,6 +416,7 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
          * itself (or --calib gives it a calibration) */
         p->level = a->have_level ? a->level : SEQKV_CTX;
         p->auto_calibrate = cli_auto_calibrate(a);
+        cli_lossy_settings(a, p);
         rc = seqkv_profile_set(db, p);
         if (rc)
             return cli_fail(rc, "profile");

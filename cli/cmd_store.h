@@ -18,7 +18,8 @@
 
 enum { S_DB = 3000, S_TENANT, S_PROFILE, S_KV, S_MODEL, S_TOKENS, S_LEVEL, S_CALIB, S_CHUNK,
        S_SHARED, S_NOSYNC, S_BUDGET, S_QUIET, S_DTYPE, S_OUT, S_N, S_JSON, S_MAXSEQ, S_KEY,
-       S_THREADS, S_VERBOSE, S_READSHARED, S_NOCENT, S_VOCAB, S_AUTOCAL, S_HELP };
+       S_THREADS, S_VERBOSE, S_READSHARED, S_NOCENT, S_VOCAB, S_AUTOCAL, S_LOSSY, S_LSINK, S_LRECENT,
+       S_HELP };
 
 /* The allowed-options masks are one bit per option. */
 _Static_assert(S_HELP - S_DB < 32, "too many store options for an unsigned mask");
@@ -32,7 +33,9 @@ typedef struct {
     uint64_t budget;
     int shared, no_sync, quiet, json, verbose, read_shared, no_centroids;
     int have_level, have_dtype, have_chunk, have_n, have_budget, have_tenant, have_vocab,
-        have_autocal;
+        have_autocal, have_lossy, have_lsink, have_lrecent;
+    int lossy;                  /* --lossy: 0 off, 2..4 */
+    long lossy_sink, lossy_recent;
     seqkv_level level;
     skv_dtype dtype;
 } sargs;
@@ -65,6 +68,8 @@ void cli_shape_from_model(const skv_model *m, skv_dtype dt, seqkv_profile *p);
 int cli_same_shape(const seqkv_profile *a, const seqkv_profile *b);
 /* The profile setting --auto-calibrate N gives (0: off) */
 int cli_auto_calibrate(const sargs *a);
+/* --lossy, --lossy-sink, --lossy-recent into p (0 given: none, -1) */
+void cli_lossy_settings(const sargs *a, seqkv_profile *p);
 /* Find the profile `name` or create it from `want` (cmd_store.c). */
 int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *name,
                        const seqkv_profile *want, seqkv_profile *p, int *created);

@@ -372,7 +372,7 @@ static void profile_reply(srv_job *j, const seqkv_profile *p)
     char hex[65];
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", p->id[i]);
-    skv_rbuf_map(r, j->proto, 16);
+    skv_rbuf_map(r, j->proto, 18);
     skv_rbuf_bulk_str(r, "name");
     skv_rbuf_bulk_str(r, p->name);
     skv_rbuf_bulk_str(r, "layers");
@@ -402,6 +402,10 @@ static void profile_reply(srv_job *j, const seqkv_profile *p)
     skv_rbuf_bulk_str(r, "auto_calibrate"); /* tokens; 0: never */
     skv_rbuf_int(r, p->auto_calibrate < 0 ? 0
                     : p->auto_calibrate ? p->auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT);
+    skv_rbuf_bulk_str(r, "lossy"); /* the opt-in lossy tier: 0 off, 4, 3, 2 */
+    skv_rbuf_int(r, p->lossy);
+    skv_rbuf_bulk_str(r, "lossy_calibrated");
+    skv_rbuf_int(r, p->has_lossy);
     skv_rbuf_bulk_str(r, "token_bytes");
     skv_rbuf_int(r, (long long)token_bytes(p));
     skv_rbuf_bulk_str(r, "id");
@@ -413,6 +417,7 @@ static void profile_reply(srv_job *j, const seqkv_profile *p)
 typedef struct {
     seqkv_profile want;
     int have_dtype, have_level, have_model, have_theta, have_rdim, have_rhalf, have_autocal;
+    int have_lossy, have_lsink, have_lrecent;
 } profile_req;
 
 /* Key i and value i + 1 of j into q; 0, or -1 after an error reply */
@@ -495,10 +500,26 @@ static int profile_key(srv_job *j, size_t i, profile_req *q)
         }
         want->auto_calibrate = x ? (int)x : -1;
         q->have_autocal = 1;
+    } else if (srv_arg_is(j, i, "lossy")) { /* the opt-in lossy tier */
+        want->lossy = v[0] == 'q' && v[1] >= '2' && v[1] <= '4' && !v[2] ? v[1] - '0' : 0;
+        if (!want->lossy && strcmp(v, "off") != 0) {
+            err_reply(j, "ERR", "lossy wants q4, q3, q2 or off");
+            return -1;
+        }
+        q->have_lossy = 1;
+    } else if (srv_arg_is(j, i, "lossy-sink") || srv_arg_is(j, i, "lossy-recent")) {
+        const int sink = srv_arg_is(j, i, "lossy-sink");
+        if (parse_ll((const uint8_t *)v, vl, -1, 1 << 20, &x)) {
+            err_reply(j, "ERR", "%s wants a token count (-1: none)", sink ? "lossy-sink" : "lossy-recent");
+            return -1;
+        }
+        *(sink ? &want->lossy_sink : &want->lossy_recent) = x ? (int)x : -1;
+        *(sink ? &q->have_lsink : &q->have_lrecent) = 1;
     } else {
         err_reply(j, "ERR",
                   "unknown profile key '%.40s' (model, layers, kv_heads, head_dim, dtype, "
-                  "level, rope_theta, rope_dim, rope_half, chunk, vocab, auto-calibrate)",
+                  "level, rope_theta, rope_dim, rope_half, chunk, vocab, auto-calibrate, lossy, "
+                  "lossy-sink, lossy-recent)",
                   j->cmd.argv[i]);
         return -1;
     }
@@ -537,8 +558,11 @@ static void profile_change(skv_server *s, srv_job *j, const char *name, const pr
     }
     const int new_vocab = want->vocab && want->vocab != cur->vocab;
     const int new_auto = q->have_autocal && want->auto_calibrate != cur->auto_calibrate;
+    const int new_lossy = (q->have_lossy && want->lossy != cur->lossy) ||
+                          (q->have_lsink && want->lossy_sink != cur->lossy_sink) ||
+                          (q->have_lrecent && want->lossy_recent != cur->lossy_recent);
     if ((!q->have_level || want->level == cur->level) && !q->have_model && !new_vocab &&
-        !new_auto) {
+        !new_auto && !new_lossy) {
         skv_rbuf_simple(&j->reply, "OK");
         return;
     }
@@ -557,6 +581,12 @@ static void profile_change(skv_server *s, srv_job *j, const char *name, const pr
         cur->vocab = want->vocab;
     if (q->have_autocal)
         cur->auto_calibrate = want->auto_calibrate;
+    if (q->have_lossy)
+        cur->lossy = want->lossy;
+    if (q->have_lsink)
+        cur->lossy_sink = want->lossy_sink;
+    if (q->have_lrecent)
+        cur->lossy_recent = want->lossy_recent;
     profile_saved(s, j, seqkv_profile_set(s->db, cur));
 }
 
@@ -770,24 +800,27 @@ static void layers_told(void *ctx, const seqkv_view *v, size_t ready)
         srv_stream_told(g->s, g->j, v, ready);
 }
 
-/* KV.GET <profile> <tokens>|TOKENS "<ids>" [<n>] [LAYERS] */
+/* KV.GET <profile> <tokens>|TOKENS "<ids>" [<n>] [LAYERS] [LOSSY] */
 static void cmd_get(skv_server *s, srv_job *j)
 {
     char prof[SEQKV_NAME_MAX + 1];
     int32_t *tok = NULL;
     size_t n, want = 0, next;
     int layers = 0;
+    unsigned flags = 0;
     if (name_arg(j, 1, prof) || tokens_at(j, 2, &tok, &n, &next))
         return;
     for (size_t i = next; i < j->cmd.argc; i++) {
         long long v;
         if (srv_arg_is(j, i, "LAYERS")) {
             layers = 1;
+        } else if (srv_arg_is(j, i, "LOSSY")) { /* the lossy tier's reconstruction is accepted */
+            flags |= SEQKV_GET_LOSSY;
         } else if (!want && parse_ll(j->cmd.argv[i], j->cmd.argl[i], 1, SEQKV_MAX_TOKENS, &v) == 0) {
             want = (size_t)v;
         } else {
             skv_free(tok);
-            err_reply(j, "ERR", "KV.GET <profile> <tokens>|TOKENS \"<ids>\" [<n>] [LAYERS]: n is "
+            err_reply(j, "ERR", "KV.GET <profile> <tokens>|TOKENS \"<ids>\" [<n>] [LAYERS] [LOSSY]: n is "
                                 "a token count in [1, %u]", SEQKV_MAX_TOKENS);
             return;
         }
@@ -837,9 +870,9 @@ static void cmd_get(skv_server *s, srv_job *j)
     if (layers && !j->inline_) { /* the loop sends each layer as it decodes */
         j->stream_layers = p.layers;
         get_stream gs = {s, j, (size_t)p.layers};
-        rc = seqkv_get_view_stream(s->db, tn, prof, tok, n, want, layers_told, &gs, &v, &got);
+        rc = seqkv_get_view_ex(s->db, tn, prof, tok, n, want, flags, layers_told, &gs, &v, &got);
     } else {
-        rc = seqkv_get_view(s->db, tn, prof, tok, n, want, &v, &got);
+        rc = seqkv_get_view_ex(s->db, tn, prof, tok, n, want, flags, NULL, NULL, &v, &got);
     }
     skv_free(tok);
     if (rc && v) { /* after layers went out: the loop cuts the reply (server.c stream_end) */
@@ -852,7 +885,10 @@ static void cmd_get(skv_server *s, srv_job *j)
     if (rc || got != want) {
         seqkv_view_free(v);
         get_counted(s, j, 0, 0);
-        if (rc == 0 || rc == SKV_ERR_NOT_FOUND)
+        if (rc == SKV_ERR_NOT_FOUND && !(flags & SEQKV_GET_LOSSY) &&
+            strncmp(skv_error_detail(), "LOSSY:", 6) == 0) /* stored lossy: say so */
+            err_reply(j, "NOTFOUND", "KV.GET: %s", skv_error_detail() + 7);
+        else if (rc == 0 || rc == SKV_ERR_NOT_FOUND)
             err_reply(j, "NOTFOUND", "KV.GET: fewer than %zu tokens of this prefix are cached",
                       want);
         else
@@ -907,6 +943,9 @@ static void cmd_calibrate(skv_server *s, srv_job *j)
         return;
     }
     int rc = seqkv_calibrate(s->db, prof, (size_t)max_seq);
+    seqkv_profile p;
+    if (!rc && !(rc = seqkv_profile_get(s->db, prof, &p)) && p.lossy && !p.has_lossy)
+        rc = seqkv_lossy_calibrate(s->db, prof, (size_t)max_seq); /* and its lossy tier's */
     if (rc) {
         store_err(s, j, rc, "KV.CALIBRATE");
         return;
@@ -973,6 +1012,10 @@ static void cmd_stats(skv_server *s, srv_job *j)
         {"coded_tokens", st.coded_tokens, 0, 0},
         {"centroid_chunks", st.centroid_chunks, 0, 0},
         {"evictions", st.evictions, 0, 0},
+        /* the opt-in lossy tier (not in the figures of the levels) */
+        {"lossy_tokens", st.lossy_tokens, 0, 0},
+        {"lossy_raw_bytes", st.lossy_raw, 0, 0},
+        {"lossy_stored_bytes", st.lossy_stored, 0, 0},
         /* the blob namespace (Redis string commands) */
         {"blob_keys", bs.keys, 0, 0},
         {"blob_raw_bytes", bs.raw_bytes, 0, 0},

@@ -86,6 +86,11 @@ static void info_store(skv_server *s, skv_rbuf *b, const seqkv_stats *st)
                 ",ratio=%.3f\r\n",
              seqkv_level_name((seqkv_level)l), st->level_tokens[l], st->level_raw[l],
              st->level_stored[l], srv_ratio(st->level_raw[l], st->level_stored[l]));
+    /* the opt-in lossy tier, apart from the exact levels */
+    skv_rbuf_fmt(b, "lossy:tokens=%" PRIu64 ",raw_bytes=%" PRIu64 ",stored_bytes=%" PRIu64
+                    ",ratio=%.3f\r\n",
+                 st->lossy_tokens, st->lossy_raw, st->lossy_stored,
+                 srv_ratio(st->lossy_raw, st->lossy_stored));
     (void)s;
 }
 
@@ -273,6 +278,11 @@ static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
                      s->cfg.tenants[t].name, seqkv_level_name((seqkv_level)l),
                      st.level_tokens[l], st.level_raw[l], st.level_stored[l],
                      srv_ratio(st.level_raw[l], st.level_stored[l]));
+        if (st.lossy_tokens)
+            skv_rbuf_fmt(b, "tenant_%s_lossy:tokens=%" PRIu64 ",raw_bytes=%" PRIu64
+                            ",stored_bytes=%" PRIu64 ",ratio=%.3f\r\n",
+                         s->cfg.tenants[t].name, st.lossy_tokens, st.lossy_raw, st.lossy_stored,
+                         srv_ratio(st.lossy_raw, st.lossy_stored));
     }
     skv_rbuf_fmt(b, "\r\n");
 }

@@ -226,13 +226,17 @@ class Client:
         dt = _np.dtype(_NP_DTYPES[str(p["dtype"]).lower()])
         return dt, int(p["layers"]), int(p["kv_heads"]), int(p["head_dim"])
 
-    def get(self, profile, tokens, n=None, raw=False):
+    def get(self, profile, tokens, n=None, raw=False, lossy=False):
         """KV of the first n tokens (default: the longest cached prefix):
         a numpy array [layers, 2, n, kv_heads, head_dim] when numpy exists
-        (bf16 as uint16 bit patterns, fp8 as uint8), else bytes."""
+        (bf16 as uint16 bit patterns, fp8 as uint8), else bytes. A prefix
+        the profile's opt-in lossy tier stored is Error (NOTFOUND, saying
+        so) unless lossy=True: then it is the lossy reconstruction."""
         args = ["KV.GET", profile, _tokens_bytes(tokens)]
         if n is not None:
             args.append(int(n))
+        if lossy:
+            args.append("LOSSY")
         data = self.call(*args)
         if raw or _np is None:
             return data
@@ -240,7 +244,7 @@ class Client:
         per = L * 2 * H * D * dt.itemsize
         return _np.frombuffer(data, dtype=dt).reshape(L, 2, len(data) // per, H, D)
 
-    def get_layers(self, profile, tokens, n=None, raw=False):
+    def get_layers(self, profile, tokens, n=None, raw=False, lossy=False):
         """KV.GET ... LAYERS: the KV of the first n tokens (default: the
         longest cached prefix) as a LayerStream, an iterator that yields
         each layer as it comes off the socket -- a numpy array [2, n,
@@ -263,6 +267,8 @@ class Client:
         if n is not None:
             args.append(int(n))
         args.append("LAYERS")
+        if lossy:
+            args.append("LOSSY")
         self._send(args)
         line = self._line()
         if line[:1] == b"-":
