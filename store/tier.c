@@ -456,6 +456,8 @@ static int install_check(seqkv *db, uint64_t tid, const uint8_t pid[32], const s
         rc = skv_rec_parse_ex(im, il, 1, r);
     if (!rc && (r->tenant != tid || memcmp(r->profile, pid, 32) != 0))
         rc = skv_error(SKV_ERR_CORRUPT, "fetched record of another tenant or profile");
+    if (!rc && r->level == SEQKV_LOSSY) /* (its calibration is the profile's on its host) */
+        rc = skv_error(SKV_ERR_NOT_FOUND, "fetched record is lossy: the lossy tier stays on its host");
     if (!rc && r->level != SEQKV_RAW && !seqkv_tier_calib_has(db, r->calib))
         rc = skv_error(SKV_ERR_NOT_FOUND, "fetched record's calibration is not here");
     return rc;

@@ -286,6 +286,21 @@ Test(lossy, random_model_transforms_invert_window_exact_and_deterministic)
         fwrite(img, 1, ilen, f);
         fwrite(s1, 1, n1, f);
         fclose(f);
+        /* and a slab of layer 1's V, as the store's records hold them */
+        uint8_t *k, *v;
+        kv_of(m, test.tok[0], 40, SKV_DT_BF16, &k, &v);
+        const size_t sb = skv_lossy_slab_bound(c1, 40);
+        uint8_t *slab = malloc(sb);
+        size_t slen;
+        const size_t rowsz = half / 2; /* layer 1 of 2: its V, 40 positions */
+        cr_assert_eq(skv_lossy_slab_encode(c1, 3, SKV_LQ_PVQ, 1, 1, v + rowsz, 40, 4, 32, slab, sb, &slen, NULL), 0);
+        f = fopen(tu_path(corpus, "random_model_slab_q3.bin"), "wb");
+        cr_assert(f);
+        fwrite(l4, 1, 4, f);
+        fwrite(img, 1, ilen, f);
+        fwrite(slab, 1, slen, f);
+        fclose(f);
+        free(k), free(v), free(slab);
     }
     /* damaged calibrations: refused, never loaded wrong */
     for (size_t cut = 0; cut < ilen; cut += ilen / 97 + 1) {

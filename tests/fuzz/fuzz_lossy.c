@@ -38,8 +38,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (size_t)L * n * H * D <= (1u << 20)) {
         const size_t half = (size_t)L * n * H * D * skv_dtype_size(skv_lossy_cal_dtype(c));
         uint8_t *k = malloc(half + 1), *v = malloc(half + 1), *k2 = malloc(half + 1), *v2 = malloc(half + 1);
-        if (k && v && k2 && v2 && skv_lossy_decode(c, st, sl, n, k, v) == 0) {
+        /* a whole stream, or one (layer, K|V) slab as the store keeps them */
+        const unsigned slab = skv_load16_le(st + 46);
+        if (k && v && k2 && v2 && slab == 0 && skv_lossy_decode(c, st, sl, n, k, v) == 0) {
             if (skv_lossy_decode(c, st, sl, n, k2, v2) != 0 || memcmp(k, k2, half) || memcmp(v, v2, half))
+                abort();
+        }
+        if (k && k2 && slab > 0) {
+            const int layer = (int)(slab - 1) / 2, kv = (int)(slab - 1) % 2;
+            if (skv_lossy_slab_decode(c, st, sl, layer, kv, n, k) == 0 &&
+                (skv_lossy_slab_decode(c, st, sl, layer, kv, n, k2) != 0 || memcmp(k, k2, half / (size_t)L)))
                 abort();
         }
         free(k), free(v), free(k2), free(v2);
