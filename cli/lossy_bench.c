@@ -272,12 +272,14 @@ int lossy_bench_run(const lossy_bench_in *in, FILE *out)
         return skv_error(SKV_ERR_UNSUPPORTED, "the lossy bench reports up to 64 layers");
     skv_lossy_cal *cal = NULL, *cal_id = NULL;
     double t0 = cli_now();
-    skv_lossy_opts o = {in->dt, in->sink, 1, 0, in->pool, in->quiet};
+    /* one level asked: its books alone */
+    const int only = in->want[2] + in->want[3] + in->want[4] == 1 ? (in->want[2] ? 2 : in->want[3] ? 3 : 4) : 0;
+    skv_lossy_opts o = {in->dt, in->sink, 1, 0, only, in->pool, in->quiet};
     int rc = skv_lossy_calibrate(in->m, in->cal_tok, in->cal_len, in->n_cal, &o, &cal);
     const double tcal = cli_now() - t0;
     if (!in->quiet)
         fprintf(stderr, "lossy calibration: %.1f s\n", tcal);
-    skv_lossy_opts oi = {in->dt, in->sink, 0, 1, in->pool, 1};
+    skv_lossy_opts oi = {in->dt, in->sink, 0, 1, only, in->pool, 1};
     if (!rc)
         rc = skv_lossy_calibrate(in->m, in->cal_tok, in->cal_len, in->n_cal, &oi, &cal_id);
     lb_set set = {calloc(in->n_test, sizeof(lb_seq)), in->n_test, L, H, D, in->sink, in->recent, in->dt};

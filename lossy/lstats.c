@@ -402,6 +402,8 @@ int skv_lossy_calibrate(const skv_model *m, const int32_t *const *tok, const siz
                              Y + p * D, D);
             }
     for (int b = 4; !rc && b >= 2; b--) {
+        if (o->only && b != o->only)
+            continue;
         rc = lq_train_level(c, b, SKV_LQ_PVQ, y, kept, o->pool, o->quiet);
         if (!rc && o->rvq)
             rc = lq_train_level(c, b, SKV_LQ_RVQ, y, kept, o->pool, o->quiet);

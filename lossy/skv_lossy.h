@@ -67,6 +67,7 @@ typedef struct {
     int sink;         /* the first positions of each sequence, left out of the statistics */
     int rvq;          /* also learn residual VQ codebooks (the bench's rows) */
     int identity;     /* T = I: plain VQ, for comparison (the bench's rows) */
+    int only;         /* 0: learn q4, q3 and q2; 2..4: that level alone */
     skv_pool *pool;   /* NULL: one thread */
     int quiet;        /* no progress on stderr */
 } skv_lossy_opts;
