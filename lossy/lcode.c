@@ -164,9 +164,11 @@ static int walk_all(walk *w, const void *const in[2], void *const out[2])
     return SKV_OK;
 }
 
-/* Pack the window of x (one array of the part) into win, and copy it to full. */
-static void window_pack(const skv_lossy_cal *c, const part *pt, const uint8_t *x, uint8_t *win,
-                        uint8_t *full)
+/* The window of one array of the part, packed in win: with x, packed
+ * from x (and copied to its places in full); without, unpacked from win
+ * into its places in full. */
+static void window_move(const skv_lossy_cal *c, const part *pt, const uint8_t *x, uint8_t *win,
+                        const uint8_t *packed, uint8_t *full)
 {
     const size_t row = row_bytes(c);
     size_t w = 0;
@@ -175,22 +177,9 @@ static void window_pack(const skv_lossy_cal *c, const part *pt, const uint8_t *x
             if (p >= pt->lo && p < pt->hi)
                 continue;
             const size_t off = ((size_t)l * pt->n + p) * row;
-            memcpy(win + w, x + off, row);
-            memcpy(full + off, x + off, row);
-            w += row;
-        }
-}
-
-/* Unpack a packed window into its places in full. */
-static void window_unpack(const skv_lossy_cal *c, const part *pt, const uint8_t *win, uint8_t *full)
-{
-    const size_t row = row_bytes(c);
-    size_t w = 0;
-    for (int l = 0; l < pt->nl; l++)
-        for (size_t p = 0; p < pt->n; p++) {
-            if (p >= pt->lo && p < pt->hi)
-                continue;
-            memcpy(full + ((size_t)l * pt->n + p) * row, win + w, row);
+            if (x)
+                memcpy(win + w, x + off, row);
+            memcpy(full + off, x ? x + off : packed + w, row);
             w += row;
         }
 }
@@ -225,7 +214,7 @@ static int part_encode(const skv_lossy_cal *c, int bits, skv_lossy_kind kind, co
     int rc = w.tabs && w.syms && rec ? SKV_OK : skv_error(SKV_ERR_NOMEM, "lossy stream of %zu positions", pt->n);
     void *out[2] = {rec, rec + bytes};
     for (int i = 0; !rc && i < pt->nkv; i++)
-        window_pack(c, pt, in[i], dst + SKV_LOSSY_HEADER + (size_t)i * wb, out[i]);
+        window_move(c, pt, in[i], dst + SKV_LOSSY_HEADER + (size_t)i * wb, NULL, out[i]);
     if (!rc)
         rc = walk_all(&w, in, out);
     size_t body = 0;
@@ -329,7 +318,7 @@ static int part_decode(const skv_lossy_cal *c, part *pt, const uint8_t *src, siz
     if (len < head || skv_load32_le(src + 12) != len - head)
         return skv_error(SKV_ERR_CORRUPT, "lossy stream of %zu bytes: its parts do not add up", len);
     for (int i = 0; i < pt->nkv; i++)
-        window_unpack(c, pt, src + SKV_LOSSY_HEADER + (size_t)i * wb, out[i]);
+        window_move(c, pt, NULL, NULL, src + SKV_LOSSY_HEADER + (size_t)i * wb, out[i]);
     skv_symdec dec;
     walk w = {c, lv, pt, NULL, NULL, 0, 0, &dec};
     const void *in[2] = {NULL, NULL};

@@ -211,7 +211,7 @@ static void count_rec(void *vctx, skv_trie_rec *r)
     ((count_ctx *)vctx)->n += r->n - r->lo;
 }
 
-static uint64_t profile_positions(seqkv *db, const prof_ent *pe)
+uint64_t skv_store_profile_positions(seqkv *db, const prof_ent *pe)
 {
     count_ctx c = {0};
     for (size_t i = 0; i < db->nns; i++)
@@ -242,7 +242,7 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
         const int skip = (profile && strcmp(profile, pe->p.name) != 0) ||
                          (pe->p.has_calib && !drifted) || want < 0 ||
                          !seqkv_level_predictive(pe->p.level);
-        const uint64_t held = skip ? 0 : profile_positions(db, pe);
+        const uint64_t held = skip ? 0 : skv_store_profile_positions(db, pe);
         const uint64_t failed = pe->autocal_failed;
         char name[SEQKV_NAME_MAX + 1];
         snprintf(name, sizeof name, "%s", pe->p.name);

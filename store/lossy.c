@@ -254,43 +254,43 @@ int seqkv_lossy_calibrate(seqkv *db, const char *profile, size_t max_seq)
     return rc;
 }
 
-/* Token positions the profile's records hold (all tenants); caller holds rw */
-static void count_rec(void *vctx, skv_trie_rec *r) { *(uint64_t *)vctx += r->n - r->lo; }
-
 int skv_store_lossy_auto(seqkv *db, const char *profile, int *learned)
 {
-    int err = SKV_OK;
-    for (size_t i = 0;; i++) {
-        pthread_rwlock_rdlock(&db->rw);
-        if (i >= db->nprof) {
-            pthread_rwlock_unlock(&db->rw);
-            break;
-        }
-        prof_ent *pe = &db->prof[i];
+    /* the profiles due, decided as a reader; each learned with no lock */
+    pthread_rwlock_rdlock(&db->rw);
+    const size_t np = db->nprof;
+    char (*due)[SEQKV_NAME_MAX + 1] = skv_calloc(np ? np : 1, sizeof *due);
+    uint64_t *held = skv_calloc(np ? np : 1, sizeof *held);
+    size_t nd = 0;
+    for (size_t i = 0; due && held && i < np; i++) {
+        const prof_ent *pe = &db->prof[i];
         const int want = pe->p.auto_calibrate ? pe->p.auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT;
-        const int skip = (profile && strcmp(profile, pe->p.name) != 0) || !pe->p.lossy ||
-                         pe->p.has_lossy || !pe->p.model[0] || want < 0;
-        uint64_t held = 0;
-        for (size_t k = 0; !skip && k < db->nns; k++)
-            if (!memcmp(db->ns[k].prof_id, pe->p.id, 32))
-                skv_trie_foreach(db->ns[k].trie, count_rec, &held);
-        const uint64_t failed = pe->autocal_failed;
-        char name[SEQKV_NAME_MAX + 1];
-        snprintf(name, sizeof name, "%s", pe->p.name);
-        pthread_rwlock_unlock(&db->rw);
-        if (skip || held < (uint64_t)want || (failed && held < 2 * failed))
+        if ((profile && strcmp(profile, pe->p.name) != 0) || !pe->p.lossy || pe->p.has_lossy ||
+            !pe->p.model[0] || want < 0)
             continue;
-        int rc = learn(db, name, 64, 1);
+        const uint64_t h = skv_store_profile_positions(db, pe);
+        if (h < (uint64_t)want || (pe->autocal_failed && h < 2 * pe->autocal_failed))
+            continue;
+        snprintf(due[nd], sizeof due[nd], "%s", pe->p.name);
+        held[nd++] = h;
+    }
+    pthread_rwlock_unlock(&db->rw);
+    int err = due && held ? SKV_OK : skv_error(SKV_ERR_NOMEM, "lossy self-calibration");
+    for (size_t k = 0; k < nd; k++) {
+        int rc = learn(db, due[k], 64, 1);
         if (rc) {
             err = rc;
             pthread_mutex_lock(&db->wlock);
-            if ((pe = skv_store_profile(db, name)))
-                pe->autocal_failed = held;
+            prof_ent *pe = skv_store_profile(db, due[k]);
+            if (pe)
+                pe->autocal_failed = held[k];
             pthread_mutex_unlock(&db->wlock);
         } else if (learned) {
             (*learned)++;
         }
     }
+    skv_free(due);
+    skv_free(held);
     return err;
 }
 

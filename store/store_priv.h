@@ -259,6 +259,9 @@ int skv_store_lossy_code(seqkv *db, MDB_txn *txn, prof_ent *pe, seqbuf *s, size_
 /* Stream j (layer j / 2, K|V) of lossy record r, rows positions, into dst */
 int skv_store_lossy_stream(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_rec *r, size_t j,
                            const uint8_t *src, size_t len, size_t rows, uint8_t *dst);
+/* Token positions the profile's records hold, every tenant's (calibrate.c);
+ * caller holds rw */
+uint64_t skv_store_profile_positions(seqkv *db, const prof_ent *pe);
 /* The self-calibration's part: a profile with `lossy` and a model but no
  * lossy calibration learns one (in the background: no lock held). */
 int skv_store_lossy_auto(seqkv *db, const char *profile, int *learned);

@@ -231,3 +231,39 @@ Test(store_lossy, settings_refused_without_a_model_or_out_of_range)
     seqkv_close(db);
     su_model_free(&tm);
 }
+
+Test(store_lossy, self_calibration_learns_the_lossy_tier, .timeout = 120)
+{
+    const char *tmp = tu_tmpdir();
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/db", tmp);
+    seqkv *db = lossy_store(dir, &tm, 1, 4);
+    seqkv_profile p;
+    cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
+    p.auto_calibrate = 200;
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    su_seq s[4];
+    int learned = 0;
+    su_seq_make(&tm, NULL, 0, 90, 700, &s[0]);
+    put(db, "t", "p", &s[0], -1);
+    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", skv_error_detail());
+    cr_assert_eq(learned, 0, "90 positions: not yet");
+    for (int i = 1; i < 3; i++) {
+        su_seq_make(&tm, NULL, 0, 90, 700 + (uint64_t)i, &s[i]);
+        put(db, "t", "p", &s[i], -1);
+    }
+    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", skv_error_detail());
+    cr_assert_eq(learned, 2, "270 positions: the exact calibration and the lossy tier's");
+    cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
+    cr_assert(p.has_calib && p.has_lossy);
+    su_seq_make(&tm, NULL, 0, 90, 710, &s[3]);
+    put(db, "t", "p", &s[3], -1);
+    cr_assert_gt(stats(db, "t").lossy_tokens, 0, "then new chunks are lossy");
+    assert_whole(db, "t", "p", &tm, &s[0], "what came before stays exact");
+    for (int i = 0; i < 4; i++)
+        su_seq_free(&s[i]);
+    seqkv_close(db);
+    su_model_free(&tm);
+}
