@@ -110,7 +110,7 @@ double lb_quantise(const lb_set *s, lb_kind kind, double p, const skv_lossy_cal 
                         const float *T = skv_lossy_transform(cal, l, kv, h, 0);
                         const float *Ti = skv_lossy_transform(cal, l, kv, h, 1);
                         for (size_t t = lo; t < hi; t++) {
-                            float y[64], x[64];
+                            float y[SKV_LOSSY_DMAX], x[SKV_LOSSY_DMAX];
                             const float *xi = X + t * kvd + (size_t)h * D;
                             for (int a = 0; a < D; a++) {
                                 float acc = 0.0f;

@@ -14,7 +14,7 @@
 
 int lq_cal_alloc(skv_lossy_cal **out, int L, int H, int D, skv_dtype dt)
 {
-    if (L <= 0 || H <= 0 || D <= 0 || D > 64 || D % SKV_LOSSY_SUB || L > 4096 || H > 4096)
+    if (L <= 0 || H <= 0 || D <= 0 || D > SKV_LOSSY_DMAX || D % SKV_LOSSY_SUB || L > 4096 || H > 4096)
         return skv_error(SKV_ERR_SHAPE, "lossy calibration of shape [%d, %d, %d]", L, H, D);
     skv_lossy_cal *c = skv_calloc(1, sizeof(*c));
     if (!c)
@@ -277,7 +277,7 @@ int skv_lossy_cal_load(const uint8_t *buf, size_t len, skv_lossy_cal **out)
         return skv_error(hd[1] > LCAL_VERSION ? SKV_ERR_VERSION : SKV_ERR_FORMAT,
                          "lossy calibration version %u (this build reads %u)", hd[1], LCAL_VERSION);
     if (hd[5] > 255 || skv_dtype_size((skv_dtype)hd[5]) == 0 || hd[2] > 4096 || hd[3] > 4096 ||
-        hd[4] > 64 || hd[6] > (1u << 20))
+        hd[4] > SKV_LOSSY_DMAX || hd[6] > (1u << 20))
         return skv_error(SKV_ERR_CORRUPT, "lossy calibration header out of range");
     skv_lossy_cal *c;
     int rc = lq_cal_alloc(&c, (int)hd[2], (int)hd[3], (int)hd[4], (skv_dtype)hd[5]);

@@ -118,7 +118,7 @@ static int walk_all(walk *w, const void *const in[2], void *const out[2])
     const part *pt = w->p;
     const int D = c->D, M = c->M, H = c->H;
     const size_t es = skv_dtype_size(c->dt);
-    float x[64], y[64], r[64];
+    float x[SKV_LOSSY_DMAX], y[SKV_LOSSY_DMAX], r[SKV_LOSSY_DMAX];
     int rc = SKV_OK;
     for (int l = pt->l0; l < pt->l0 + pt->nl; l++)
         for (int kv = pt->kv0; kv < pt->kv0 + pt->nkv; kv++)

@@ -124,16 +124,19 @@ static int make_transform(const double *G, int D, int identity, float *t, float 
             t[a] = ti[a] = a % (D + 1) == 0 ? 1.0f : 0.0f;
         return SKV_OK;
     }
-    double A[64 * 64], w[64], U[64 * 64];
-    if (D > 64)
-        return skv_error(SKV_ERR_UNSUPPORTED, "the lossy tier codes heads of up to 64 channels, not %d", D);
+    double *A = skv_malloc(2 * (size_t)D * D * sizeof(double)), *U = A + (size_t)D * D;
+    double w[SKV_LOSSY_DMAX];
+    if (!A)
+        return skv_error(SKV_ERR_NOMEM, "lossy transform");
     const double reg = LQ_EPS_REL * tr / D;
     for (int a = 0; a < D; a++)
         for (int b = 0; b < D; b++)
             A[a * D + b] = 0.5 * (G[a * D + b] + G[b * D + a]) + (a == b ? reg : 0.0);
     int rc = skv_eig_sym(A, D, w, U);
-    if (rc)
+    if (rc) {
+        skv_free(A);
         return rc;
+    }
     for (int i = 0; i < D; i++)
         if (w[i] < reg)
             w[i] = reg;
@@ -147,6 +150,7 @@ static int make_transform(const double *G, int D, int identity, float *t, float 
             t[a * D + b] = (float)p;
             ti[a * D + b] = (float)m;
         }
+    skv_free(A);
     return SKV_OK;
 }
 
@@ -174,7 +178,7 @@ static void add_noise(void *ctx, int layer, size_t pos0, size_t n, float *k, flo
         if (pos0 + i < (size_t)nc->sink)
             continue;
         for (int h = 0; h < c->H; h++) {
-            float z[64], e[64];
+            float z[SKV_LOSSY_DMAX], e[SKV_LOSSY_DMAX];
             for (int d = 0; d < D; d++)
                 z[d] = nc->eps * skv_rng_normal(&nc->rng);
             lq_apply(c->ti + lq_head(c, layer, nc->kv, h) * (size_t)D * D, z, e, D);
@@ -266,8 +270,9 @@ int skv_lossy_calibrate(const skv_model *m, const int32_t *const *tok, const siz
     const int kvd = H * D, nq = nh * D;
     if (n_seq == 0)
         return skv_error(SKV_ERR_ARG, "lossy calibration needs at least one sequence");
-    if (D % SKV_LOSSY_SUB != 0 || D > 64)
-        return skv_error(SKV_ERR_UNSUPPORTED, "the lossy tier codes even head sizes up to 64, not %d", D);
+    if (D % SKV_LOSSY_SUB != 0 || D > SKV_LOSSY_DMAX)
+        return skv_error(SKV_ERR_UNSUPPORTED, "the lossy tier codes even head sizes up to %d, not %d",
+                         SKV_LOSSY_DMAX, D);
     size_t maxn = 0, keys = 0;
     for (size_t i = 0; i < n_seq; i++) {
         if (len[i] > maxn)
@@ -354,7 +359,11 @@ int skv_lossy_calibrate(const skv_model *m, const int32_t *const *tok, const siz
     /* transforms */
     for (int l = 0; !rc && l < L; l++)
         for (int g = 0; !rc && g < H; g++) {
-            double GK[64 * 64], GV[64 * 64];
+            double *GK = skv_malloc(2 * (size_t)D * D * sizeof(double)), *GV = GK ? GK + (size_t)D * D : NULL;
+            if (!GK) {
+                rc = skv_error(SKV_ERR_NOMEM, "lossy transforms");
+                break;
+            }
             const double *AK = s.ak + ((size_t)l * H + (size_t)g) * (size_t)(D * D);
             for (int a = 0; a < D * D; a++) {
                 GK[a] = AK[a] / s.nkeys;
@@ -372,6 +381,7 @@ int skv_lossy_calibrate(const skv_model *m, const int32_t *const *tok, const siz
             if (!rc)
                 rc = make_transform(GV, D, o->identity, c->t + lq_head(c, l, 1, g) * dd,
                                     c->ti + lq_head(c, l, 1, g) * dd);
+            skv_free(GK);
         }
     /* the transforms' scale per (layer, K|V), from the model's own KL;
      * the noise is a fraction of the transformed vectors' size */
@@ -382,7 +392,7 @@ int skv_lossy_calibrate(const skv_model *m, const int32_t *const *tok, const siz
                 for (int g = 0; g < H; g++) {
                     const float *T = c->t + lq_head(c, l, kv, g) * (size_t)D * D;
                     for (size_t p = 0; p < kept; p++) {
-                        float yy[64];
+                        float yy[SKV_LOSSY_DMAX];
                         lq_apply(T, x + (((size_t)l * 2 + (size_t)kv) * keep + p) * kvd + (size_t)g * D, yy, D);
                         for (int d = 0; d < D; d++)
                             ss += (double)yy[d] * yy[d];

@@ -48,6 +48,7 @@ extern "C" {
 #define SKV_LOSSY_LEVELS 3      /* q4, q3, q2 */
 #define SKV_LOSSY_SUB 2         /* dimensions of a product-VQ sub-vector */
 #define SKV_LOSSY_RVQ_K1 32     /* residual VQ's coarse codebook */
+#define SKV_LOSSY_DMAX 256       /* the largest head the tier codes */
 #define SKV_LOSSY_MAGIC 0x4c564b53u /* "SKVL" */
 #define SKV_LOSSY_VERSION 1
 #define SKV_LOSSY_HEADER 56
