@@ -270,18 +270,21 @@ int lossy_bench_run(const lossy_bench_in *in, FILE *out)
     const int nq = cfg->n_heads * D, V = cfg->vocab_size;
     if (L > 64)
         return skv_error(SKV_ERR_UNSUPPORTED, "the lossy bench reports up to 64 layers");
-    skv_lossy_cal *cal = NULL, *cal_id = NULL;
+    skv_lossy_cal *cal = NULL, *cal_id = NULL, *cal_q = NULL;
     double t0 = cli_now();
     /* one level asked: its books alone */
     const int only = in->want[2] + in->want[3] + in->want[4] == 1 ? (in->want[2] ? 2 : in->want[3] ? 3 : 4) : 0;
-    skv_lossy_opts o = {in->dt, in->sink, 1, 0, only, in->pool, in->quiet};
+    skv_lossy_opts o = {in->dt, in->sink, 1, 0, only, in->pool, in->quiet, 0};
     int rc = skv_lossy_calibrate(in->m, in->cal_tok, in->cal_len, in->n_cal, &o, &cal);
     const double tcal = cli_now() - t0;
     if (!in->quiet)
         fprintf(stderr, "lossy calibration: %.1f s\n", tcal);
-    skv_lossy_opts oi = {in->dt, in->sink, 0, 1, only, in->pool, 1};
+    skv_lossy_opts oi = {in->dt, in->sink, 0, 1, only, in->pool, 1, 0};
     if (!rc)
         rc = skv_lossy_calibrate(in->m, in->cal_tok, in->cal_len, in->n_cal, &oi, &cal_id);
+    skv_lossy_opts oq = {in->dt, in->sink, 0, 0, only, in->pool, 1, 1};
+    if (!rc)
+        rc = skv_lossy_calibrate(in->m, in->cal_tok, in->cal_len, in->n_cal, &oq, &cal_q);
     lb_set set = {calloc(in->n_test, sizeof(lb_seq)), in->n_test, L, H, D, in->sink, in->recent, in->dt};
     float **rk = calloc(in->n_test, sizeof(float *)), **rv = calloc(in->n_test, sizeof(float *));
     float *wo = malloc((size_t)L * cfg->dim * nq * sizeof(float));
@@ -350,6 +353,7 @@ int lossy_bench_run(const lossy_bench_in *in, FILE *out)
         {"-rvq", "transform + residual VQ"},
         {"-sq", "transform + scalar"},
         {"-vq", "product VQ, no transform"},
+        {"-sigq", "T_K from plain E[qq^T], product VQ"},
         {"-rtn", "per-channel round-to-nearest"},
         {"-kivi", "KIVI (K per channel, V per token)"},
     };
@@ -357,7 +361,7 @@ int lossy_bench_run(const lossy_bench_in *in, FILE *out)
         if (!in->want[b])
             continue;
         double target = 0.0;
-        for (int k = 0; !rc && k < 6; k++) {
+        for (int k = 0; !rc && k < 7; k++) {
             row r;
             memset(&r, 0, sizeof r);
             snprintf(r.name, sizeof r.name, "q%d%s", b, kinds[k].suffix);
@@ -366,8 +370,9 @@ int lossy_bench_run(const lossy_bench_in *in, FILE *out)
             case 1: rc = level_code(&set, cal, b, SKV_LQ_RVQ, rk, rv, &r.bits); break;
             case 2: r.bits = lb_match(&set, LB_SQ, target, cal, rk, rv, &r.param); break;
             case 3: rc = level_code(&set, cal_id, b, SKV_LQ_PVQ, rk, rv, &r.bits); break;
-            case 4: r.bits = lb_match(&set, LB_RTN, target, cal, rk, rv, &r.param); break;
-            case 5: r.bits = lb_match(&set, LB_KIVI, target, cal, rk, rv, &r.param); break;
+            case 4: rc = level_code(&set, cal_q, b, SKV_LQ_PVQ, rk, rv, &r.bits); break;
+            case 5: r.bits = lb_match(&set, LB_RTN, target, cal, rk, rv, &r.param); break;
+            case 6: r.bits = lb_match(&set, LB_KIVI, target, cal, rk, rv, &r.param); break;
             }
             if (!rc && r.bits < 0)
                 rc = skv_error(SKV_ERR_NOMEM, "lossy bench baseline");
@@ -384,5 +389,6 @@ int lossy_bench_run(const lossy_bench_in *in, FILE *out)
     free(set.seq), free(rk), free(rv), free(wo);
     skv_lossy_cal_free(cal);
     skv_lossy_cal_free(cal_id);
+    skv_lossy_cal_free(cal_q);
     return rc;
 }

@@ -33,6 +33,7 @@ static void cap_kv(void *ctx, int layer, size_t pos0, size_t n, float *k, float 
 /* What calibration accumulates. */
 typedef struct {
     int L, H, D, nh, grp, sink;
+    int plain_q;  /* G_K from the plain query second moment (skv_lossy_opts) */
     double *gh;   /* [L][nh][D*D]: W_h^T W_h */
     double *ak;   /* [L][H][D*D] */
     double *sv;   /* [L][nh]: sum of a^2 over (query, key) */
@@ -105,7 +106,7 @@ static void layer_stats(stats *s, int l, const capture *c, double *sc, double *o
                 a2 += aj2;
             }
             s->sv[(size_t)l * s->nh + (size_t)h] += a2;
-            const double wq = w / (double)D;
+            const double wq = (s->plain_q ? 1.0 : w) / (double)D;
             for (int a = 0; a < D; a++)
                 for (int b = 0; b < D; b++)
                     AK[a * D + b] += wq * (double)q[a] * (double)q[b];
@@ -288,7 +289,7 @@ int skv_lossy_calibrate(const skv_model *m, const int32_t *const *tok, const siz
     if (rc)
         return rc;
     c->sink = o->sink;
-    stats s = {L, H, D, nh, nh / H, o->sink, NULL, NULL, NULL, 0.0};
+    stats s = {L, H, D, nh, nh / H, o->sink, o->plain_q, NULL, NULL, NULL, 0.0};
     capture cp = {L, nq, kvd, maxn, NULL, NULL, NULL};
     s.gh = skv_calloc((size_t)L * nh * D * D, sizeof(double));
     s.ak = skv_calloc((size_t)L * H * D * D, sizeof(double));

@@ -71,6 +71,9 @@ typedef struct {
     int only;         /* 0: learn q4, q3 and q2; 2..4: that level alone */
     skv_pool *pool;   /* NULL: one thread */
     int quiet;        /* no progress on stderr */
+    int plain_q;      /* G_K from the plain query second moment E[q q^T] / d
+                         rather than the attention-weighted one (the bench's
+                         rows: what the weighting buys) */
 } skv_lossy_opts;
 
 /* Learn transforms and the codebooks of q4, q3 and q2 from the sequences

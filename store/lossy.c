@@ -197,7 +197,7 @@ static int learn(seqkv *db, const char *profile, size_t max_seq, int background)
             fprintf(stderr, "seqkv: profile %s: learning its lossy tier (q%d) from %zu stored "
                             "sequences (%zu tokens) and its model\n", pp.name, pp.lossy, nseq, ntok);
         const int sink = (int)sink_of(&pp);
-        skv_lossy_opts o = {pp.dtype, sink, 0, 0, 0, pool, db->o.quiet};
+        skv_lossy_opts o = {pp.dtype, sink, 0, 0, 0, pool, db->o.quiet, 0};
         rc = skv_lossy_calibrate(model, (const int32_t *const *)tok, len, nseq, &o, &cal);
     }
     skv_pool_free(pool);

@@ -144,7 +144,7 @@ static void kv_of(const skv_model *m, const int32_t *tok, size_t n, skv_dtype dt
 
 static skv_lossy_cal *calibrate(const skv_model *m, const seqs *s, skv_pool *pool, int rvq)
 {
-    skv_lossy_opts o = {SKV_DT_BF16, 2, rvq, 0, 0, pool, 1};
+    skv_lossy_opts o = {SKV_DT_BF16, 2, rvq, 0, 0, pool, 1, 0};
     skv_lossy_cal *c;
     cr_assert_eq(skv_lossy_calibrate(m, (const int32_t *const *)s->tok, s->len, s->n, &o, &c), 0);
     return c;

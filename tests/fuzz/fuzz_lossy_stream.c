@@ -77,7 +77,7 @@ static void init(void)
         tp[i] = tok[i];
         tl[i] = 32;
     }
-    skv_lossy_opts o = {SKV_DT_BF16, 1, 1, 0, 0, NULL, 1};
+    skv_lossy_opts o = {SKV_DT_BF16, 1, 1, 0, 0, NULL, 1, 0};
     if (skv_lossy_calibrate(m, tp, tl, 4, &o, &cal))
         cal = NULL;
     skv_model_free(m);
