@@ -91,15 +91,20 @@ Test(eig, decomposes_symmetric_matrices)
 
 /* ---- calibration and streams ---------------------------------------------- */
 
-static skv_model *random_model(void)
+static skv_model *model_of(const rm_shape *s, uint64_t seed)
 {
-    rm_shape s = {0, 32, 64, 2, 4, 2, 8, 40, 64, 1, 10000.0f, 1e-5f};
     size_t len;
-    uint8_t *img = rm_llama2c(&s, 42, &len);
+    uint8_t *img = rm_llama2c(s, seed, &len);
     skv_model *m;
     cr_assert_eq(skv_model_load_llama2c_mem(img, len, &m), 0);
     free(img);
     return m;
+}
+
+static skv_model *random_model(void)
+{
+    rm_shape s = {0, 32, 64, 2, 4, 2, 8, 40, 64, 1, 10000.0f, 1e-5f};
+    return model_of(&s, 42);
 }
 
 typedef struct {
@@ -386,11 +391,7 @@ Test(lossy, stories260k_kv_round_trips)
 Test(lossy, wide_heads_round_trip)
 {
     rm_shape sh = {0, 256, 64, 1, 2, 1, 128, 40, 64, 1, 10000.0f, 1e-5f};
-    size_t len;
-    uint8_t *img = rm_llama2c(&sh, 77, &len);
-    skv_model *m;
-    cr_assert_eq(skv_model_load_llama2c_mem(img, len, &m), 0);
-    free(img);
+    skv_model *m = model_of(&sh, 77);
     cr_assert_eq(skv_model_cfg(m)->head_dim, 128);
     seqs cal = {0}, test = {0};
     make_seqs(m, &cal, 4, 40, 5);
