@@ -114,6 +114,9 @@ int cmd_calibrate(int argc, char **argv)
     return 0;
 }
 
+/* A lossy window setting as positions: -1 none, 0 the default */
+static int window(int v, int dflt) { return v < 0 ? 0 : v ? v : dflt; }
+
 static void print_profile(const seqkv_profile *p, int json)
 {
     char id[65], cid[33];
@@ -141,8 +144,8 @@ static void print_profile(const seqkv_profile *p, int json)
         else
             printf("null");
         printf(",\"lossy_sink\":%d,\"lossy_recent\":%d,\"lossy_calibration\":",
-               p->lossy_sink < 0 ? 0 : p->lossy_sink ? p->lossy_sink : SEQKV_LOSSY_SINK_DEFAULT,
-               p->lossy_recent < 0 ? 0 : p->lossy_recent ? p->lossy_recent : SEQKV_LOSSY_RECENT_DEFAULT);
+               window(p->lossy_sink, SEQKV_LOSSY_SINK_DEFAULT),
+               window(p->lossy_recent, SEQKV_LOSSY_RECENT_DEFAULT));
         if (p->has_lossy)
             printf("\"%s\"", lid);
         else
@@ -171,8 +174,8 @@ static void print_profile(const seqkv_profile *p, int json)
         char lid[33];
         hex(p->lossy_id, 16, lid);
         printf("lossy        q%d, exact: the first %d and last %d positions; calibration %s\n",
-               p->lossy, p->lossy_sink < 0 ? 0 : p->lossy_sink ? p->lossy_sink : SEQKV_LOSSY_SINK_DEFAULT,
-               p->lossy_recent < 0 ? 0 : p->lossy_recent ? p->lossy_recent : SEQKV_LOSSY_RECENT_DEFAULT,
+               p->lossy, window(p->lossy_sink, SEQKV_LOSSY_SINK_DEFAULT),
+               window(p->lossy_recent, SEQKV_LOSSY_RECENT_DEFAULT),
                p->has_lossy ? lid : "(none yet: stored exact)");
     }
     printf("id           %s\n", id);

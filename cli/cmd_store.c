@@ -394,7 +394,7 @@ int cli_auto_calibrate(const sargs *a)
 void cli_lossy_settings(const sargs *a, seqkv_profile *p)
 {
     if (a->have_lossy)
-        p->lossy = a->lossy < 0 ? 5 : a->lossy; /* ("on": refused by the store) */
+        p->lossy = a->lossy; /* (profile set refuses get's "on" before) */
     if (a->have_lsink)
         p->lossy_sink = a->lossy_sink ? (int)a->lossy_sink : -1;
     if (a->have_lrecent)

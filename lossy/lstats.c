@@ -301,10 +301,9 @@ int skv_lossy_calibrate(const skv_model *m, const int32_t *const *tok, const siz
     double *scr = skv_malloc((maxn * (size_t)(D + 1) + 2 * (size_t)D) * sizeof(double));
     float *x = skv_malloc((size_t)L * 2 * kvd * keep * sizeof(float)); /* [L][2][keep][H*D] */
     float *y = skv_malloc((size_t)L * 2 * kvd * keep * sizeof(float)); /* [L*2*H][keep][D] */
-    float *tmp = skv_malloc((size_t)kvd * sizeof(float));
     void *dtbuf = skv_malloc((size_t)kvd * 4);
     skv_kvcache *cache = NULL;
-    if (!s.gh || !s.ak || !s.sv || !cp.q || !cp.k || !cp.v || !wo || !scr || !x || !y || !tmp || !dtbuf)
+    if (!s.gh || !s.ak || !s.sv || !cp.q || !cp.k || !cp.v || !wo || !scr || !x || !y || !dtbuf)
         rc = skv_error(SKV_ERR_NOMEM, "lossy calibration buffers");
     if (!rc)
         rc = skv_kvcache_create(cfg, maxn, &cache);
@@ -432,7 +431,6 @@ int skv_lossy_calibrate(const skv_model *m, const int32_t *const *tok, const siz
     skv_free(scr);
     skv_free(x);
     skv_free(y);
-    skv_free(tmp);
     skv_free(dtbuf);
     if (rc) {
         skv_lossy_cal_free(c);

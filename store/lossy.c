@@ -351,7 +351,9 @@ int skv_store_lossy_stream(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_rec 
 
 int skv_store_lossy_check(const match_res *m, size_t want, unsigned flags)
 {
-    if (flags & SEQKV_GET_LOSSY)
+    /* (a profile holds lossy records only once it has had its lossy
+     * calibration, which it keeps: every other get skips the walk) */
+    if ((flags & SEQKV_GET_LOSSY) || !m->pe->p.has_lossy)
         return SKV_OK;
     const size_t CH = (size_t)m->pe->p.chunk;
     for (size_t j = 0; j < m->steps && j * CH < want; j++) {

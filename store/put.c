@@ -368,7 +368,7 @@ static int put_surprisal(put_ctx *pc)
 }
 
 /* The header of new record q, chunk i of hi tokens: its parent, its base
- * (if any), key and checksum; returns lo, its first position of its own */
+ * (if any) and key; returns lo, its first position of its own */
 static size_t record_header(put_ctx *pc, size_t i, size_t hi, newrec *q)
 {
     const size_t CH = pc->CH, P = i * CH, m = pc->m;
@@ -401,7 +401,6 @@ static size_t record_header(put_ctx *pc, size_t i, size_t hi, newrec *q)
     q->r.lo = (uint32_t)lo;
     if (hi == CH)
         q->r.flags |= SKV_REC_FULL;
-    q->r.checksum = skv_seqbuf_checksum(pc->pe, &pc->s, P + lo, P + hi, SKV_REC_VERSION);
     return lo;
 }
 
@@ -453,14 +452,14 @@ static int put_chunk(put_ctx *pc, MDB_txn *rtxn, const skv_centroid *cent, size_
     const size_t lo = record_header(pc, i, hi, q);
     skv_streams st = {0};
     int rc = SKV_OK, lossy = 0;
-    if (pc->lossy) {
+    if (pc->lossy)
         rc = skv_store_lossy_code(pc->db, rtxn, pc->pe, &pc->s, P + lo, P + hi, pc->req->n, &q->r, &st,
                                   &lossy);
-        if (lossy) /* its checksum is of what a get decodes: the reconstruction */
-            q->r.checksum = skv_seqbuf_checksum(pc->pe, &pc->s, P + lo, P + hi, SKV_REC_VERSION);
-    }
     if (!rc && !lossy)
         rc = skv_store_code_record(pc->db, rtxn, pc->pe, pc->level, &pc->s, P + lo, P + hi, &q->r, &st);
+    /* the checksum of what a get decodes: after coding, as a lossy record
+     * leaves its reconstruction in s */
+    q->r.checksum = skv_seqbuf_checksum(pc->pe, &pc->s, P + lo, P + hi, SKV_REC_VERSION);
     uint8_t *side = NULL;
     size_t side_len = 0;
     int used = 0;

@@ -30,6 +30,17 @@ def check(cond, what):
         print("FAIL: " + what)
 
 
+def text(x):
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def as_dict(reply):
+    """a RESP map (RESP2: a flat array) with str keys"""
+    if isinstance(reply, list):
+        reply = dict(zip(reply[::2], reply[1::2]))
+    return {text(k): v for k, v in reply.items()}
+
+
 def store_layout(k, v):
     """[layers, T, H, D] K and V -> the store layout [layers, 2, T, H, D]"""
     return np.stack([k, v], axis=1)
@@ -54,10 +65,8 @@ def main():
         got = c.get("p", t0)
         check(np.array_equal(got, store_layout(k0, v0)), "exact before the lossy calibration")
         check(c.call("KV.CALIBRATE", "p") == "OK", "KV.CALIBRATE learns the lossy tier too")
-        prof = c.call("KV.PROFILE", "GET", "p")
-        prof = dict(zip(prof[::2], prof[1::2])) if isinstance(prof, list) else prof
-        check(int(prof[b"lossy_calibrated"] if b"lossy_calibrated" in prof else prof["lossy_calibrated"]) == 1,
-              "KV.PROFILE GET: lossy_calibrated 1 (%r)" % prof)
+        prof = as_dict(c.call("KV.PROFILE", "GET", "p"))
+        check(int(prof["lossy_calibrated"]) == 1, "KV.PROFILE GET: lossy_calibrated 1 (%r)" % prof)
         toks, k, v = kvs[10]
         c.put("p", toks, store_layout(k, v).tobytes())
         n = len(toks)
@@ -83,13 +92,11 @@ def main():
         layers = list(c.get_layers("p", toks, lossy=True))
         check(all(np.array_equal(layers[i], got[i]) for i in range(len(layers))),
               "KV.GET ... LAYERS LOSSY: the same bytes")
-        info = c.call("INFO").decode() if isinstance(c.call("INFO"), bytes) else c.call("INFO")
+        info = text(c.call("INFO"))
         line = [x for x in info.split("\r\n") if x.startswith("lossy:")]
         check(line and "tokens=%d" % n in line[0], "INFO lossy: %r" % line)
-        st = c.call("KV.STATS")
-        st = dict(zip(st[::2], st[1::2])) if isinstance(st, list) else st
-        key = b"lossy_tokens" if b"lossy_tokens" in st else "lossy_tokens"
-        check(int(st[key]) == n, "KV.STATS lossy_tokens %r" % st.get(key))
+        st = as_dict(c.call("KV.STATS"))
+        check(int(st["lossy_tokens"]) == n, "KV.STATS lossy_tokens %r" % st.get("lossy_tokens"))
         # an exact prefix stored before needs no flag
         check(np.array_equal(c.get("p", kvs[1][0]), store_layout(kvs[1][1], kvs[1][2])),
               "earlier prefixes stay exact")

@@ -38,14 +38,13 @@ static seqkv *lossy_store(const char *dir, const su_model *tm, int threads, int 
 }
 
 /* A get accepting lossy: the view's bytes (store layout) */
-static uint8_t *get_lossy(seqkv *db, const char *tenant, const su_seq *s, size_t want, int stream)
+static uint8_t *get_lossy(seqkv *db, const char *tenant, const su_seq *s, size_t want)
 {
     seqkv_view *v = NULL;
     size_t got = 0;
     cr_assert_eq(seqkv_get_view_ex(db, tenant, "p", s->tok, s->n, want, SEQKV_GET_LOSSY, NULL, NULL, &v, &got),
                  0, "%s", skv_error_detail());
     cr_assert_eq(got, want);
-    (void)stream;
     uint8_t *out = malloc(seqkv_view_bytes(v)), *o = out;
     for (size_t i = 0; i < seqkv_view_pieces(v); i++) {
         size_t len;
@@ -143,7 +142,7 @@ static void lossy_case(const su_model *tm, const char *tmp, const char *what, si
 
     /* with it: the window bit-exact, the rest close; the same bytes from
      * the other store, after a reopen, and after compaction */
-    uint8_t *g1 = get_lossy(a, "t", &s, s.n, 0), *g2 = get_lossy(b, "t", &s, s.n, 0);
+    uint8_t *g1 = get_lossy(a, "t", &s, s.n), *g2 = get_lossy(b, "t", &s, s.n);
     cr_assert_arr_eq(g1, g2, s.kv_len, "the same reconstruction on 1 and 2 threads");
     const double rel = check_window(tm, &s, g1);
     cr_log_info("%s: q3 relative error %.4f, %.2f bits a lossy scalar", what, rel,
@@ -151,7 +150,7 @@ static void lossy_case(const su_model *tm, const char *tmp, const char *what, si
     cr_assert_lt(rel, 0.6, "%s: q3 relative error %.3f", what, rel);
     /* a shorter prefix is the same bytes */
     const size_t half = s.n / 2;
-    uint8_t *gh = get_lossy(a, "t", &s, half, 0);
+    uint8_t *gh = get_lossy(a, "t", &s, half);
     for (int l = 0; l < tm->L; l++)
         for (int kv = 0; kv < 2; kv++)
             cr_assert_arr_eq(gh + ((size_t)l * 2 + (size_t)kv) * half * tm->row,
@@ -162,7 +161,7 @@ static void lossy_case(const su_model *tm, const char *tmp, const char *what, si
     su_seq_make(tm, s.tok, s.n, s.n + 40, 501, &u);
     r = put(a, "t", "p", &u, -1);
     cr_assert_eq(r.cached_tokens, s.n);
-    uint8_t *gu = get_lossy(a, "t", &u, u.n, 0);
+    uint8_t *gu = get_lossy(a, "t", &u, u.n);
     for (int l = 0; l < tm->L; l++)
         for (int kv = 0; kv < 2; kv++)
             for (size_t p = 0; p < s.n; p++)
@@ -174,7 +173,7 @@ static void lossy_case(const su_model *tm, const char *tmp, const char *what, si
     cr_assert_eq(seqkv_compact(a, NULL, NULL, NULL, &cs), 0, "%s", skv_error_detail());
     seqkv_close(a);
     a = open_store(d1, NULL);
-    uint8_t *g3 = get_lossy(a, "t", &s, s.n, 0);
+    uint8_t *g3 = get_lossy(a, "t", &s, s.n);
     cr_assert_arr_eq(g1, g3, s.kv_len, "the same after compaction and a reopen");
     cr_assert_eq(seqkv_get(a, "t", "p", s.tok, s.n, s.n, buf, s.kv_len, &got), SKV_ERR_NOT_FOUND,
                  "still refused without the flag");

@@ -100,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const size_t half = 2 * n * 8 * 2 + 1;
     uint8_t *k = malloc(half), *v = malloc(half), *k2 = malloc(half), *v2 = malloc(half);
     const unsigned slab = skv_load16_le(data + 46);
-    if (getenv("SKV_FUZZ_VERBOSE")) /* (whether a seed decodes) */
+    if (k && v && getenv("SKV_FUZZ_VERBOSE")) /* (whether a seed decodes) */
         fprintf(stderr, "fuzz_lossy_stream: %zu bytes, part %u: %s\n", size, slab,
                 (slab ? skv_lossy_slab_decode(cal, data, size, (int)(slab - 1) / 2, (int)(slab - 1) % 2, n, k)
                       : skv_lossy_decode(cal, data, size, n, k, v)) ? skv_error_detail() : "decodes");
