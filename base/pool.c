@@ -1,8 +1,11 @@
 /* A fixed-partition thread pool. Items [0, n) are split into one
  * contiguous range per thread by index alone (thread i gets
  * [n*i/T, n*(i+1)/T)), so no result depends on scheduling; callers give
- * it independent items (rows of a matrix product, heads of attention). */
+ * it independent items (rows of a matrix product, heads of attention).
+ * skv_pool_run_any hands out items one at a time instead, for items whose
+ * results do not depend on the thread that runs them. */
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "skv_base.h"
@@ -12,12 +15,14 @@ struct skv_pool {
     pthread_t *th;
     pthread_mutex_t mu;
     pthread_cond_t cv_start, cv_done;
-    uint64_t gen;
-    int pending;
+    uint64_t gen; /* (written under mu; read spinning, atomically) */
+    uint64_t pending;
     int stop;
     skv_task_fn fn;
     void *ctx;
     size_t count;
+    int any;     /* skv_pool_run_any: items claimed one at a time */
+    size_t next; /* its next unclaimed item (atomic) */
 };
 
 typedef struct {
@@ -27,10 +32,51 @@ typedef struct {
 
 static void run_range(skv_pool *p, int i, skv_task_fn fn, void *ctx, size_t count)
 {
+    if (p->any) {
+        for (size_t k; (k = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED)) < count;)
+            fn(ctx, k, k + 1, i);
+        return;
+    }
     size_t b = count * (size_t)i / (size_t)p->n;
     size_t e = count * (size_t)(i + 1) / (size_t)p->n;
     if (b < e)
         fn(ctx, b, e, i);
+}
+
+/* How long a thread spins for the next region, or for the workers to
+ * finish one, before it sleeps on a condition variable: waking a sleeping
+ * thread costs tens of microseconds on a virtual machine, about what a
+ * record's region takes, and regions come back to back (a GET's records,
+ * a batch's). */
+#define SPIN_NS 50000
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spin while *v == old (zero: while *v != 0), or until stop when given;
+ * SPIN_NS at most */
+static void spin_while(const uint64_t *v, uint64_t old, int zero, const int *stop)
+{
+    const uint64_t t0 = mono_ns();
+    for (unsigned i = 1;; i++) {
+        const uint64_t x = __atomic_load_n(v, __ATOMIC_ACQUIRE);
+        if ((zero ? x == 0 : x != old) || (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)))
+            return;
+        cpu_relax();
+        if (!(i & 63) && mono_ns() - t0 > SPIN_NS)
+            return;
+    }
 }
 
 static void *worker_main(void *argp)
@@ -41,6 +87,7 @@ static void *worker_main(void *argp)
     skv_free(a);
     uint64_t seen = 0;
     for (;;) {
+        spin_while(&p->gen, seen, 0, &p->stop);
         pthread_mutex_lock(&p->mu);
         while (p->gen == seen && !p->stop)
             pthread_cond_wait(&p->cv_start, &p->mu);
@@ -55,7 +102,7 @@ static void *worker_main(void *argp)
         pthread_mutex_unlock(&p->mu);
         run_range(p, idx, fn, ctx, count);
         pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
+        if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_RELEASE) == 0)
             pthread_cond_signal(&p->cv_done);
         pthread_mutex_unlock(&p->mu);
     }
@@ -110,7 +157,7 @@ void skv_pool_free(skv_pool *p)
         return;
     if (p->th) {
         pthread_mutex_lock(&p->mu);
-        p->stop = 1;
+        __atomic_store_n(&p->stop, 1, __ATOMIC_RELAXED);
         pthread_cond_broadcast(&p->cv_start);
         pthread_mutex_unlock(&p->mu);
         for (int i = 1; i < p->n; i++)
@@ -128,7 +175,7 @@ int skv_pool_threads(const skv_pool *p)
     return p ? p->n : 1;
 }
 
-void skv_pool_run(skv_pool *p, size_t n, skv_task_fn fn, void *ctx)
+static void pool_run(skv_pool *p, size_t n, skv_task_fn fn, void *ctx, int any)
 {
     if (n == 0)
         return;
@@ -140,13 +187,26 @@ void skv_pool_run(skv_pool *p, size_t n, skv_task_fn fn, void *ctx)
     p->fn = fn;
     p->ctx = ctx;
     p->count = n;
-    p->pending = p->n - 1;
-    p->gen++;
+    p->any = any;
+    p->next = 0;
+    __atomic_store_n(&p->pending, (uint64_t)(p->n - 1), __ATOMIC_RELAXED);
+    __atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->cv_start);
     pthread_mutex_unlock(&p->mu);
     run_range(p, 0, fn, ctx, n);
+    spin_while(&p->pending, 0, 1, NULL); /* the workers finishing */
     pthread_mutex_lock(&p->mu);
     while (p->pending)
         pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+}
+
+void skv_pool_run(skv_pool *p, size_t n, skv_task_fn fn, void *ctx)
+{
+    pool_run(p, n, fn, ctx, 0);
+}
+
+void skv_pool_run_any(skv_pool *p, size_t n, skv_task_fn fn, void *ctx)
+{
+    pool_run(p, n, fn, ctx, 1);
 }

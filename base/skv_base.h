@@ -157,6 +157,10 @@ int skv_pool_threads(const skv_pool *pool);
  * one region at a time: do not call skv_pool_run on the same pool from two
  * threads at once, or from inside fn. */
 void skv_pool_run(skv_pool *pool, size_t n, skv_task_fn fn, void *ctx);
+/* The same for items that are independent of one another and of which
+ * thread runs them: each thread, the caller first, claims the next item
+ * (fn(ctx, k, k + 1, worker)), so a worker that wakes late takes fewer. */
+void skv_pool_run_any(skv_pool *pool, size_t n, skv_task_fn fn, void *ctx);
 
 /* ------------------------------------------------------------------------
  * Seeded RNG: xoshiro256** seeded by splitmix64. Same seed, same stream,

@@ -144,15 +144,26 @@ static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec 
         if (mrc)
             return skv_mdb_error(mrc, "read chunk");
     }
-    /* a sealed record opens into a buffer of its own (its boxes' tags are
-     * checked as it does), else its image is LMDB's */
-    int rc = skv_store_rec_read(c->db, t->key, v.mv_data, v.mv_size, owned, img, len);
-    if (rc)
-        return rc;
-    rc = skv_rec_parse_ex(*img, *len, 0, r);
-    /* (a parse error is damage or a newer writer: the trailer tells) */
-    if (rc || !fused || !raw_fused(r))
-        rc = skv_rec_parse(*img, *len, r);
+    int rc;
+    if (fused && skv_store_rec_sealed_raw(v.mv_data, v.mv_size)) {
+        /* a sealed raw record: box 0 (header, tokens, sizes) now, its
+         * streams straight into the output by raw_copy; *img stays the
+         * sealed value */
+        *img = v.mv_data;
+        *len = v.mv_size;
+        rc = skv_store_rec_head(c->db, t->key, v.mv_data, v.mv_size, owned, r);
+        if (!rc && !raw_fused(r))
+            rc = skv_error(SKV_ERR_CORRUPT, "sealed record's header and box 0 disagree");
+    } else {
+        /* a sealed record opens into a buffer of its own (its boxes' tags
+         * are checked as it does), else its image is LMDB's */
+        if ((rc = skv_store_rec_read(c->db, t->key, v.mv_data, v.mv_size, owned, img, len)))
+            return rc;
+        rc = skv_rec_parse_ex(*img, *len, 0, r);
+        /* (a parse error is damage or a newer writer: the trailer tells) */
+        if (rc || !fused || !raw_fused(r))
+            rc = skv_rec_parse(*img, *len, r);
+    }
     if (rc)
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s",
                                                 skv_error_detail())
@@ -183,8 +194,22 @@ static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t
             return skv_error(SKV_ERR_CORRUPT, "raw stream of %zu bytes, expected %zu", sz, (b - a) * row);
         dst[j] = c->s->kv[j & 1] + ((j / 2) * c->s->stride + a) * row;
     }
-    if ((rc = skv_rec_raw_copy(img, len, r, dst)))
-        return rc;
+    if (!skv_store_rec_sealed_raw(img, len)) {
+        if ((rc = skv_rec_raw_copy(img, len, r, dst)))
+            return rc;
+    } else {
+        /* opened straight into place (the tags stand for the image's
+         * trailer); the KV's own checksum still checked, end to end */
+        if ((rc = skv_store_rec_raw_open(c->db, t->key, img, len, r, dst)))
+            return rc;
+        skv_rec_sum sum;
+        skv_rec_sum_begin(&sum, r->version);
+        for (size_t j = 0; j < 2 * L; j++)
+            skv_rec_sum_add(&sum, dst[j], (b - a) * row);
+        if (skv_rec_sum_end(&sum) != r->checksum)
+            return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)",
+                             r->chunk_index);
+    }
     memcpy(c->s->tok + P, t->tokens, r->n * sizeof(int32_t));
     __atomic_store_n(&t->tick, c->tick, __ATOMIC_RELAXED);
     return SKV_OK;

@@ -204,7 +204,7 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
                         out + SKV_REC_HEADER - 8))) {
         seg_job j = {key, dek, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG,
                      out + SKV_REC_HEADER + (b0 - 8), b1, {0}};
-        skv_pool_run(pool, SKV_SEAL_SEGS, seg_task, &j);
+        skv_pool_run_any(pool, SKV_SEAL_SEGS, seg_task, &j);
         for (int k = 0; k < SKV_SEAL_SEGS && !rc; k++)
             if (j.bad[k])
                 rc = skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, "
@@ -217,6 +217,134 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
     }
     *img = out;
     *img_len = n;
+    return SKV_OK;
+}
+
+/* XChaCha20-Poly1305 (IETF) opened in its two steps, as libsodium's
+ * crypto_aead_xchacha20poly1305_ietf_decrypt composes them from its own
+ * primitives: HChaCha20 turns the key and the nonce's first 16 bytes into
+ * a subkey; ChaCha20 (IETF) under it and the nonce's last 8 bytes gives
+ * the Poly1305 key from block 0 and the keystream from block 1. Split, the
+ * tag is checked over the ciphertext first and the keystream then lands
+ * straight in each stream's destination. */
+typedef struct {
+    uint8_t subkey[32];
+} xc_key;
+
+static void xc_nonce(const uint8_t nonce[SKV_SEAL_NONCE], uint8_t out[12])
+{
+    memset(out, 0, 4);
+    memcpy(out + 4, nonce + 16, 8);
+}
+
+/* 0 when c's tag (c[clen..clen+16)) is right under nonce and ad */
+static int xc_verify(const xc_key *k, const uint8_t nonce[SKV_SEAL_NONCE], const uint8_t *ad,
+                     size_t ad_len, const uint8_t *c, size_t clen)
+{
+    static const uint8_t pad[16];
+    uint8_t n12[12], block0[64], len8[8], mac[16];
+    crypto_onetimeauth_poly1305_state st;
+    xc_nonce(nonce, n12);
+    crypto_stream_chacha20_ietf(block0, sizeof block0, n12, k->subkey);
+    crypto_onetimeauth_poly1305_init(&st, block0);
+    crypto_onetimeauth_poly1305_update(&st, ad, ad_len);
+    crypto_onetimeauth_poly1305_update(&st, pad, (16 - ad_len) & 15);
+    crypto_onetimeauth_poly1305_update(&st, c, clen);
+    crypto_onetimeauth_poly1305_update(&st, pad, (16 - clen) & 15);
+    skv_store64_le(len8, ad_len);
+    crypto_onetimeauth_poly1305_update(&st, len8, 8);
+    skv_store64_le(len8, clen);
+    crypto_onetimeauth_poly1305_update(&st, len8, 8);
+    crypto_onetimeauth_poly1305_final(&st, mac);
+    sodium_memzero(block0, sizeof block0);
+    sodium_memzero(&st, sizeof st);
+    return crypto_verify_16(mac, c + clen);
+}
+
+/* The n plain bytes at offset off of a box's ciphertext c into out */
+static void xc_xor_at(const xc_key *k, const uint8_t nonce[SKV_SEAL_NONCE], const uint8_t *c,
+                      size_t off, size_t n, uint8_t *out)
+{
+    uint8_t n12[12];
+    xc_nonce(nonce, n12);
+    uint64_t block = 1 + off / 64; /* block 0 is Poly1305's key */
+    const size_t in = off % 64;
+    if (in && n) {
+        uint8_t b[64] = {0};
+        const size_t m = 64 - in < n ? 64 - in : n;
+        memcpy(b + in, c, m);
+        crypto_stream_chacha20_ietf_xor_ic(b, b, sizeof b, n12, (uint32_t)block, k->subkey);
+        memcpy(out, b + in, m);
+        sodium_memzero(b, sizeof b);
+        c += m;
+        out += m;
+        n -= m;
+        block++;
+    }
+    if (n)
+        crypto_stream_chacha20_ietf_xor_ic(out, c, n, n12, (uint32_t)block, k->subkey);
+}
+
+/* A raw record's box 1 parts: each checked, then scattered to its streams */
+typedef struct {
+    const xc_key *k;
+    const uint8_t *key, *v, *c; /* c: part 0's ciphertext */
+    size_t b1, sz;
+    uint8_t *const *dst;
+    uint32_t nstreams;
+    int bad[SKV_SEAL_SEGS];
+} raw_job;
+
+static void raw_task(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    raw_job *j = ctx;
+    for (size_t k = begin; k < end; k++) {
+        size_t at, n;
+        seg_span(j->b1, (int)k, &at, &n);
+        const uint8_t *c = j->c + at + k * SKV_SEAL_TAG;
+        uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
+        box_ad(j->key, j->v, 1 + (int)k, ad);
+        box_nonce(j->v + 8, 1 + (int)k, nonce);
+        j->bad[k] = xc_verify(j->k, nonce, ad, sizeof ad, c, n) != 0;
+        sodium_memzero(ad, sizeof ad);
+        if (j->bad[k] || !j->sz)
+            continue;
+        /* the part's bytes [at, at + n) of streams laid end to end (the
+         * trailer after them is not needed: the tags vouch for the bytes) */
+        const size_t all = (size_t)j->nstreams * j->sz;
+        for (size_t p = at; p < at + n && p < all;) {
+            const size_t s = p / j->sz, in = p % j->sz;
+            size_t m = j->sz - in;
+            if (m > at + n - p)
+                m = at + n - p;
+            xc_xor_at(j->k, nonce, c + (p - at), p - at, m, j->dst[s] + in);
+            p += m;
+        }
+    }
+}
+
+int skv_rec_unseal_raw(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
+                       const skv_rec *r, skv_pool *pool, uint8_t *const *dst)
+{
+    size_t b0;
+    int rc = sealed_head(v, len, &b0);
+    if (rc)
+        return rc;
+    const size_t b1 = len - SKV_SEAL_HEAD - b0 - (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG;
+    const size_t sz = r->nstreams ? r->streams_len / r->nstreams : 0;
+    if (b1 != (size_t)r->nstreams * sz + SKV_REC_TRAILER || r->streams_len != (size_t)r->nstreams * sz)
+        return skv_error(SKV_ERR_CORRUPT, "sealed raw record: streams of %zu bytes in %zu",
+                         r->streams_len, b1);
+    xc_key k;
+    crypto_core_hchacha20(k.subkey, v + 8, dek, NULL); /* (every box shares the nonce's first 16) */
+    raw_job j = {&k, key, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1, sz, dst, r->nstreams, {0}};
+    skv_pool_run_any(pool, SKV_SEAL_SEGS, raw_task, &j);
+    sodium_memzero(&k, sizeof k);
+    for (int i = 0; i < SKV_SEAL_SEGS; i++)
+        if (j.bad[i])
+            return skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, moved to "
+                                              "another key or tenant, or another data key)");
     return SKV_OK;
 }
 

@@ -54,6 +54,13 @@ void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_r
 int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
                    skv_pool *pool, uint8_t **img, size_t *img_len);
 /* (pool: opens box 1's parts over it; NULL: on this thread) */
+/* A raw record's streams (r: from skv_rec_unseal_head; every stream the
+ * same size) opened straight into dst[j], each part's tag checked before
+ * its bytes are written; the image's trailer is not needed (the tags vouch
+ * for every byte; the caller checks the KV's checksum). SKV_ERR_CORRUPT as
+ * skv_rec_unseal; dst's bytes are then unspecified. */
+int skv_rec_unseal_raw(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
+                       const skv_rec *r, skv_pool *pool, uint8_t *const *dst);
 /* Box 0 only (what opening a store indexes): the image's first part --
  * header, tokens, surprisal, side info, stream sizes -- skv_malloc'd into
  * *head, parsed into r (streams NULL; streams_len from the sizes). */

@@ -220,6 +220,12 @@ int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_
  * sealed): *owned to skv_free */
 int skv_store_rec_head(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
                        uint8_t **owned, skv_rec *r);
+/* 1 when stored value v is a sealed raw record of version 2 on (its
+ * clear header says so): skv_store_rec_head, then skv_store_rec_raw_open
+ * its streams straight into their destinations */
+int skv_store_rec_sealed_raw(const uint8_t *v, size_t len);
+int skv_store_rec_raw_open(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
+                           const skv_rec *r, uint8_t *const *dst);
 
 /* ---- access: get.c, put.c, batch.c, evict.c, del.c, decode.c ---------------- */
 

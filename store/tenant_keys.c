@@ -163,6 +163,24 @@ int skv_store_rec_head(seqkv *db, const uint8_t key[32], const uint8_t *v, size_
     return rc;
 }
 
+int skv_store_rec_sealed_raw(const uint8_t *v, size_t len)
+{
+    const uint8_t *hdr = v + 8 + SKV_SEAL_NONCE; /* the image's header, in the clear */
+    return len >= SKV_SEAL_HEAD && skv_rec_is_sealed(v, len) && hdr[6] == SEQKV_RAW &&
+           skv_load16_le(hdr + 4) >= 2;
+}
+
+int skv_store_rec_raw_open(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
+                           const skv_rec *r, uint8_t *const *dst)
+{
+    uint8_t dek[32];
+    int rc = skv_store_dek(db, skv_rec_sealed_tenant(v, len), dek);
+    if (!rc)
+        rc = skv_rec_unseal_raw(key, dek, v, len, r, skv_store_read_pool(db), dst);
+    sodium_memzero(dek, sizeof dek);
+    return rc;
+}
+
 size_t skv_store_rec_bytes(const seqkv *db, size_t len)
 {
     return db->o.no_seal ? len : len + SKV_SEAL_OVERHEAD;

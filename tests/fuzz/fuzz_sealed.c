@@ -70,12 +70,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
               h.streams_len == r.streams_len && h.checksum == r.checksum &&
               memcmp(h.tokens, r.tokens, (size_t)r.n * 4) == 0);
         skv_free(img);
+        /* streams of one size open straight into their destinations, as
+         * a raw record's GET does */
+        const size_t sz = r.nstreams ? r.streams_len / r.nstreams : 0;
+        uint8_t *flat = NULL, *dst[64];
+        const int raw = r.nstreams <= 64 && r.streams_len == (size_t)r.nstreams * sz;
+        if (raw) {
+            CHECK((flat = malloc(r.streams_len + 1)));
+            for (uint32_t j = 0; j < r.nstreams; j++)
+                dst[j] = flat + (size_t)(r.nstreams - 1 - j) * sz; /* scattered: reversed */
+            CHECK(skv_rec_unseal_raw(KEY, DEK, s, sl, &h, NULL, dst) == 0);
+            for (uint32_t j = 0; j < r.nstreams; j++)
+                CHECK(memcmp(dst[j], r.streams + (size_t)j * sz, sz) == 0);
+        }
         skv_free(head);
         /* one byte flipped (the header's reserved bytes and all) */
         const size_t at = (size ? data[0] * 131u + data[size - 1] : 0) % sl;
         s[at] ^= 0x40;
         img = NULL;
         CHECK(skv_rec_unseal(KEY, DEK, s, sl, NULL, &img, &il) != 0 && !img);
+        if (raw) { /* box 0 by the head's opener, the rest by the raw one */
+            head = NULL;
+            const int bad_head = skv_rec_unseal_head(KEY, DEK, s, sl, &head, &h) != 0;
+            skv_free(head);
+            CHECK(bad_head || skv_rec_unseal_raw(KEY, DEK, s, sl, &r, NULL, dst) != 0);
+            free(flat);
+        }
         /* another key */
         s[at] ^= 0x40;
         uint8_t other[32];
