@@ -2,13 +2,17 @@
  * store whose records are sealed (the default) and of one written with
  * sealing off (seqkv_options.no_seal), cold (no hot tier: every GET opens
  * and checks its records) and hot (from the hot tier), at the raw level,
- * in process, the readers' pool on every CPU as the server has it; and the time of lookups of another tenant's stored prompts
- * against lookups of prompts nobody stored (percentiles of each).
+ * in process, the readers' pool on every CPU as the server has it; the
+ * cipher's own speed on one thread (what bounds a cold sealed GET); and
+ * the time of lookups of another tenant's stored prompts against lookups
+ * of prompts nobody stored (percentiles of each).
  *
  * usage: bench_seal [--seconds S] [--seqs N] [--tokens T]
  * KV: a stories260K-shaped profile (5 layers, 4 KV heads of 8, bf16,
  * chunks of 256) with seeded pseudo-random bytes (raw records do not
  * depend on what the bytes are). */
+#include <openssl/evp.h>
+#include <sodium.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +114,45 @@ static double gets(seqkv *db, const workload *w, double seconds, uint8_t *out)
     return (double)n / spent;
 }
 
+/* The cipher alone on one thread: bytes opened a second by libsodium's
+ * XChaCha20-Poly1305 and by OpenSSL's ChaCha20-Poly1305 (what a sealed
+ * raw GET uses), parts of `part` bytes */
+static void cipher_rates(size_t part, double seconds, double *sodium, double *openssl)
+{
+    uint8_t *m = malloc(part), *c = malloc(part + 16), key[32] = {1}, n24[24] = {2}, n12[12] = {3};
+    memset(m, 7, part);
+    crypto_aead_xchacha20poly1305_ietf_encrypt(c, NULL, m, part, NULL, 0, NULL, n24, key);
+    long k = 0;
+    double t0 = now_s();
+    for (; now_s() - t0 < seconds; k++)
+        CHECK(crypto_aead_xchacha20poly1305_ietf_decrypt(m, NULL, NULL, c, part + 16, NULL, 0,
+                                                         n24, key),
+              "libsodium open");
+    *sodium = (double)k * (double)part / (now_s() - t0);
+    EVP_CIPHER *cc = EVP_CIPHER_fetch(NULL, "ChaCha20-Poly1305", NULL);
+    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+    int out;
+    uint8_t tag[16];
+    CHECK(!cc || !x || EVP_EncryptInit_ex2(x, cc, key, n12, NULL) != 1 ||
+              EVP_EncryptUpdate(x, c, &out, m, (int)part) != 1 ||
+              EVP_EncryptFinal_ex(x, tag, &out) != 1 ||
+              EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, 16, tag) != 1,
+          "OpenSSL seal");
+    k = 0;
+    t0 = now_s();
+    for (; now_s() - t0 < seconds; k++)
+        CHECK(EVP_DecryptInit_ex2(x, cc, key, n12, NULL) != 1 ||
+                  EVP_DecryptUpdate(x, m, &out, c, (int)part) != 1 ||
+                  EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, 16, tag) != 1 ||
+                  EVP_DecryptFinal_ex(x, m, &out) != 1,
+              "OpenSSL open");
+    *openssl = (double)k * (double)part / (now_s() - t0);
+    EVP_CIPHER_CTX_free(x);
+    EVP_CIPHER_free(cc);
+    free(m);
+    free(c);
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -193,6 +236,22 @@ int main(int argc, char **argv)
         printf("| %s | %.0f | %.0f | %.2f (rounds %.2f-%.2f) |\n",
                hot ? "hot (hot tier)" : "cold (no hot tier)", r[0][ROUNDS / 2], r[1][ROUNDS / 2],
                q[ROUNDS / 2], q[0], q[ROUNDS - 1]);
+    }
+    /* what bounds a cold sealed GET: the cipher's own speed */
+    {
+        const size_t part = w.kv_len / ((w.T + 255) / 256) / 8; /* a record's part */
+        double so, os;
+        cipher_rates(part, 0.5, &so, &os);
+        seqkv *db = open_db(unsealed, 1, 0);
+        const double plain = gets(db, &w, 0.5, out) * (double)w.kv_len;
+        seqkv_close(db);
+        printf("\nThe cipher alone, one thread, parts of %zu bytes: libsodium XChaCha20-Poly1305 "
+               "%.2f GB/s, OpenSSL ChaCha20-Poly1305 (a sealed raw GET's) %.2f GB/s. An unsealed "
+               "cold GET moves %.2f GB/s: the cipher alone on all %ld CPUs would take %.2f of "
+               "its time (a sealed/unsealed bound of %.2f).\n",
+               part, so / 1e9, os / 1e9, plain / 1e9, sysconf(_SC_NPROCESSORS_ONLN),
+               plain / (os * (double)sysconf(_SC_NPROCESSORS_ONLN)),
+               os * (double)sysconf(_SC_NPROCESSORS_ONLN) / plain);
     }
     /* lookups by tenant b of a's prompts against prompts nobody stored */
     seqkv *db = open_db(sealed, 0, 0);

@@ -19,7 +19,8 @@ seqkv_need_packages() {
 # python3-redis and python3-numpy: the Python tests (redis-py as LMCache and
 # SGLang backends use it; numpy pages and paged caches). libhiredis-dev: the
 # remote tier's Redis Cluster client (remote/) speaks RESP through hiredis.
-SEQKV_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config liblmdb-dev libsodium-dev libcriterion-dev libzstd-dev libxxhash-dev redis-tools redis-server
+# libssl-dev: OpenSSL's ChaCha20-Poly1305 opens sealed raw records on GET.
+SEQKV_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config liblmdb-dev libsodium-dev libssl-dev libcriterion-dev libzstd-dev libxxhash-dev redis-tools redis-server
     libhiredis-dev python3-redis python3-numpy)
 # What the demo needs beyond the build: gnuplot draws its chart (PNG).
 SEQKV_DEMO_PACKAGES=(gnuplot-nox)

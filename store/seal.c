@@ -7,6 +7,9 @@
  * trailer). Each box binds the record's key, the clear bytes before it and
  * its own number, so a record copied under another key or tenant, or a box
  * swapped between records, does not open. */
+#include <limits.h>
+#include <openssl/evp.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <string.h>
 
@@ -220,74 +223,55 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
     return SKV_OK;
 }
 
-/* XChaCha20-Poly1305 (IETF) opened in its two steps, as libsodium's
- * crypto_aead_xchacha20poly1305_ietf_decrypt composes them from its own
- * primitives: HChaCha20 turns the key and the nonce's first 16 bytes into
- * a subkey; ChaCha20 (IETF) under it and the nonce's last 8 bytes gives
- * the Poly1305 key from block 0 and the keystream from block 1. Split, the
- * tag is checked over the ciphertext first and the keystream then lands
- * straight in each stream's destination. */
+/* Box 1's parts of a raw record opened by OpenSSL's ChaCha20-Poly1305
+ * (RFC 8439), the same cipher as libsodium's XChaCha20-Poly1305 once the
+ * key is libsodium's HChaCha20 subkey of the nonce's first 16 bytes and
+ * the nonce is 4 zero bytes and its last 8 (the IETF construction): the
+ * same bytes, opened at about 3x libsodium 1.0.18's speed where OpenSSL
+ * has AVX-512 code, and straight into each stream's place (an AEAD stream
+ * decrypts in pieces of any size; its tag is checked at the end). */
+static EVP_CIPHER *evp_cc20;
+static pthread_once_t evp_once = PTHREAD_ONCE_INIT;
+
+static void evp_fetch(void)
+{
+    evp_cc20 = EVP_CIPHER_fetch(NULL, "ChaCha20-Poly1305", NULL);
+}
+
 typedef struct {
-    uint8_t subkey[32];
-} xc_key;
+    uint8_t *p;
+    size_t n;
+} span;
 
-static void xc_nonce(const uint8_t nonce[SKV_SEAL_NONCE], uint8_t out[12])
+/* Ciphertext c (clen bytes, then its tag) under subkey and the IETF
+ * nonce of box nonce, bound to ad, into the spans in order (their sizes
+ * add up to clen): 0, or -1 with the spans zeroed */
+static int cc20_open_spans(const uint8_t subkey[32], const uint8_t nonce[SKV_SEAL_NONCE],
+                           const uint8_t *ad, size_t ad_len, const uint8_t *c, size_t clen,
+                           const span *sp, size_t nsp)
 {
-    memset(out, 0, 4);
-    memcpy(out + 4, nonce + 16, 8);
-}
-
-/* 0 when c's tag (c[clen..clen+16)) is right under nonce and ad */
-static int xc_verify(const xc_key *k, const uint8_t nonce[SKV_SEAL_NONCE], const uint8_t *ad,
-                     size_t ad_len, const uint8_t *c, size_t clen)
-{
-    static const uint8_t pad[16];
-    uint8_t n12[12], block0[64], len8[8], mac[16];
-    crypto_onetimeauth_poly1305_state st;
-    xc_nonce(nonce, n12);
-    crypto_stream_chacha20_ietf(block0, sizeof block0, n12, k->subkey);
-    crypto_onetimeauth_poly1305_init(&st, block0);
-    crypto_onetimeauth_poly1305_update(&st, ad, ad_len);
-    crypto_onetimeauth_poly1305_update(&st, pad, (16 - ad_len) & 15);
-    crypto_onetimeauth_poly1305_update(&st, c, clen);
-    crypto_onetimeauth_poly1305_update(&st, pad, (16 - clen) & 15);
-    skv_store64_le(len8, ad_len);
-    crypto_onetimeauth_poly1305_update(&st, len8, 8);
-    skv_store64_le(len8, clen);
-    crypto_onetimeauth_poly1305_update(&st, len8, 8);
-    crypto_onetimeauth_poly1305_final(&st, mac);
-    sodium_memzero(block0, sizeof block0);
-    sodium_memzero(&st, sizeof st);
-    return crypto_verify_16(mac, c + clen);
-}
-
-/* The n plain bytes at offset off of a box's ciphertext c into out */
-static void xc_xor_at(const xc_key *k, const uint8_t nonce[SKV_SEAL_NONCE], const uint8_t *c,
-                      size_t off, size_t n, uint8_t *out)
-{
-    uint8_t n12[12];
-    xc_nonce(nonce, n12);
-    uint64_t block = 1 + off / 64; /* block 0 is Poly1305's key */
-    const size_t in = off % 64;
-    if (in && n) {
-        uint8_t b[64] = {0};
-        const size_t m = 64 - in < n ? 64 - in : n;
-        memcpy(b + in, c, m);
-        crypto_stream_chacha20_ietf_xor_ic(b, b, sizeof b, n12, (uint32_t)block, k->subkey);
-        memcpy(out, b + in, m);
-        sodium_memzero(b, sizeof b);
-        c += m;
-        out += m;
-        n -= m;
-        block++;
-    }
-    if (n)
-        crypto_stream_chacha20_ietf_xor_ic(out, c, n, n12, (uint32_t)block, k->subkey);
+    uint8_t n12[12], fin[16];
+    memset(n12, 0, 4);
+    memcpy(n12 + 4, nonce + 16, 8);
+    pthread_once(&evp_once, evp_fetch);
+    EVP_CIPHER_CTX *x = evp_cc20 ? EVP_CIPHER_CTX_new() : NULL;
+    int out, ok = x && EVP_DecryptInit_ex2(x, evp_cc20, subkey, n12, NULL) == 1 &&
+                  EVP_DecryptUpdate(x, NULL, &out, ad, (int)ad_len) == 1;
+    for (size_t i = 0, at = 0; ok && i < nsp; at += sp[i].n, i++)
+        ok = sp[i].n <= INT_MAX && EVP_DecryptUpdate(x, sp[i].p, &out, c + at, (int)sp[i].n) == 1 &&
+             (size_t)out == sp[i].n;
+    ok = ok && EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, SKV_SEAL_TAG, (void *)(c + clen)) == 1 &&
+         EVP_DecryptFinal_ex(x, fin, &out) == 1;
+    EVP_CIPHER_CTX_free(x);
+    if (!ok)
+        for (size_t i = 0; i < nsp; i++)
+            memset(sp[i].p, 0, sp[i].n);
+    return ok ? 0 : -1;
 }
 
 /* A raw record's box 1 parts: each checked, then scattered to its streams */
 typedef struct {
-    const xc_key *k;
+    const uint8_t *subkey;
     const uint8_t *key, *v, *c; /* c: part 0's ciphertext */
     size_t b1, sz;
     uint8_t *const *dst;
@@ -302,25 +286,30 @@ static void raw_task(void *ctx, size_t begin, size_t end, int worker)
     for (size_t k = begin; k < end; k++) {
         size_t at, n;
         seg_span(j->b1, (int)k, &at, &n);
-        const uint8_t *c = j->c + at + k * SKV_SEAL_TAG;
+        /* the part's bytes [at, at + n) of the streams laid end to end,
+         * then of the image's trailer (opened for the tag, then dropped) */
+        uint8_t trailer[SKV_REC_TRAILER];
+        span sp[2 * 4096 + 1];
+        size_t nsp = 0;
+        const size_t all = (size_t)j->nstreams * j->sz;
+        for (size_t p = at; p < at + n;) {
+            size_t m;
+            if (p < all) {
+                const size_t in = p % j->sz;
+                m = j->sz - in < at + n - p ? j->sz - in : at + n - p;
+                sp[nsp++] = (span){j->dst[p / j->sz] + in, m};
+            } else {
+                m = at + n - p;
+                sp[nsp++] = (span){trailer + (p - all), m};
+            }
+            p += m;
+        }
         uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
         box_ad(j->key, j->v, 1 + (int)k, ad);
         box_nonce(j->v + 8, 1 + (int)k, nonce);
-        j->bad[k] = xc_verify(j->k, nonce, ad, sizeof ad, c, n) != 0;
+        j->bad[k] = cc20_open_spans(j->subkey, nonce, ad, sizeof ad, j->c + at + k * SKV_SEAL_TAG,
+                                    n, sp, nsp) != 0;
         sodium_memzero(ad, sizeof ad);
-        if (j->bad[k] || !j->sz)
-            continue;
-        /* the part's bytes [at, at + n) of streams laid end to end (the
-         * trailer after them is not needed: the tags vouch for the bytes) */
-        const size_t all = (size_t)j->nstreams * j->sz;
-        for (size_t p = at; p < at + n && p < all;) {
-            const size_t s = p / j->sz, in = p % j->sz;
-            size_t m = j->sz - in;
-            if (m > at + n - p)
-                m = at + n - p;
-            xc_xor_at(j->k, nonce, c + (p - at), p - at, m, j->dst[s] + in);
-            p += m;
-        }
     }
 }
 
@@ -336,11 +325,13 @@ int skv_rec_unseal_raw(const uint8_t key[32], const uint8_t dek[32], const uint8
     if (b1 != (size_t)r->nstreams * sz + SKV_REC_TRAILER || r->streams_len != (size_t)r->nstreams * sz)
         return skv_error(SKV_ERR_CORRUPT, "sealed raw record: streams of %zu bytes in %zu",
                          r->streams_len, b1);
-    xc_key k;
-    crypto_core_hchacha20(k.subkey, v + 8, dek, NULL); /* (every box shares the nonce's first 16) */
-    raw_job j = {&k, key, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1, sz, dst, r->nstreams, {0}};
+    if (r->nstreams > 2 * 4096)
+        return skv_error(SKV_ERR_CORRUPT, "sealed raw record of %u streams", r->nstreams);
+    uint8_t subkey[32];
+    crypto_core_hchacha20(subkey, v + 8, dek, NULL); /* (every box shares the nonce's first 16) */
+    raw_job j = {subkey, key, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1, sz, dst, r->nstreams, {0}};
     skv_pool_run_any(pool, SKV_SEAL_SEGS, raw_task, &j);
-    sodium_memzero(&k, sizeof k);
+    sodium_memzero(subkey, sizeof subkey);
     for (int i = 0; i < SKV_SEAL_SEGS; i++)
         if (j.bad[i])
             return skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, moved to "

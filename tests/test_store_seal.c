@@ -394,3 +394,94 @@ Test(seal, a_forgotten_tenant_opens_nowhere_not_even_from_a_copy_taken_before, .
     su_seq_free(&b);
     su_model_free(&tm);
 }
+
+/* A raw record's streams opened straight into place (skv_rec_unseal_raw:
+ * OpenSSL's ChaCha20-Poly1305 under libsodium's HChaCha20 subkey) give
+ * the bytes libsodium's XChaCha20-Poly1305 opens, for stream sizes that
+ * split the parts anywhere; any flipped byte of the streams' boxes is
+ * refused, and a refused part leaves zeros, never unchecked bytes. */
+Test(seal, raw_streams_open_in_place_as_libsodium_opens_them, .timeout = 60)
+{
+    static const uint8_t key[32] = {4, 5, 6}, dek[32] = {7, 1, 9};
+    const uint32_t shapes[][2] = {{2, 1}, {10, 64}, {10, 1000}, {6, 4096}, {16, 333}, {40, 16384}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const uint32_t ns = shapes[s][0], sz = shapes[s][1], n = 3;
+        uint8_t *streams = malloc((size_t)ns * sz), sizes[4 * 40];
+        int32_t tokens[3] = {5, 6, 7};
+        uint8_t tok_le[12];
+        for (uint32_t i = 0; i < n; i++)
+            memcpy(tok_le + 4 * i, &tokens[i], 4);
+        for (size_t i = 0; i < (size_t)ns * sz; i++)
+            streams[i] = (uint8_t)(i * 2654435761u >> 13);
+        for (uint32_t j = 0; j < ns; j++)
+            memcpy(sizes + 4 * j, &sz, 4);
+        skv_rec r = {0};
+        r.level = SEQKV_RAW;
+        r.tenant = 3;
+        r.n = n;
+        r.nstreams = ns;
+        r.tokens = tok_le;
+        r.sizes = sizes;
+        r.streams = streams;
+        r.streams_len = (size_t)ns * sz;
+        r.checksum = 77;
+        const size_t len = skv_rec_size(&r);
+        uint8_t *img = malloc(len);
+        skv_rec_write(&r, img);
+        skv_rec pr;
+        cr_assert_eq(skv_rec_parse(img, len, &pr), 0, "%s", skv_error_detail());
+        const size_t sl = skv_rec_sealed_size(&pr, len);
+        uint8_t *v = malloc(sl), *head, *out = malloc((size_t)ns * sz), *dst[40];
+        skv_rec_seal_into(key, dek, &pr, img, len, v);
+        skv_rec h;
+        cr_assert_eq(skv_rec_unseal_head(key, dek, v, sl, &head, &h), 0);
+        for (uint32_t j = 0; j < ns; j++) /* scattered: the streams in reverse */
+            dst[j] = out + (size_t)(ns - 1 - j) * sz;
+        cr_assert_eq(skv_rec_unseal_raw(key, dek, v, sl, &h, NULL, dst), 0, "%s",
+                     skv_error_detail());
+        uint8_t *back;
+        size_t bl;
+        cr_assert_eq(skv_rec_unseal(key, dek, v, sl, NULL, &back, &bl), 0);
+        cr_assert_eq(bl, len);
+        cr_assert_eq(memcmp(back, img, len), 0, "libsodium opens the image whole");
+        for (uint32_t j = 0; j < ns; j++)
+            cr_assert_eq(memcmp(dst[j], streams + (size_t)j * sz, sz), 0, "shape %zu stream %u",
+                         s, j);
+        skv_free(back);
+        /* bytes of box 1 (streams, trailer, tags) flipped one at a time */
+        const size_t box1 = sl - ((size_t)ns * sz + SKV_REC_TRAILER + SKV_SEAL_SEGS * SKV_SEAL_TAG);
+        for (size_t at = box1; at < sl; at += 1 + (sl - box1) / 37) {
+            v[at] ^= 0x20;
+            memset(out, 0xa5, (size_t)ns * sz);
+            cr_assert_eq(skv_rec_unseal_raw(key, dek, v, sl, &h, NULL, dst), SKV_ERR_CORRUPT,
+                         "shape %zu, byte %zu flipped", s, at);
+            size_t zeroed = 0; /* every byte its own or zero, never unchecked */
+            for (uint32_t j = 0; j < ns; j++)
+                for (size_t i = 0; i < sz; i++) {
+                    const uint8_t want = streams[(size_t)j * sz + i];
+                    cr_assert(dst[j][i] == want || dst[j][i] == 0, "shape %zu, byte %zu", s, at);
+                    zeroed += dst[j][i] != want;
+                }
+            /* the part the byte is in (its ciphertext, then its tag) */
+            const size_t b1 = (size_t)ns * sz + SKV_REC_TRAILER, q = (b1 + SKV_SEAL_SEGS - 1) /
+                                                                     SKV_SEAL_SEGS;
+            size_t first = 0;
+            for (size_t k = 0, p = box1; k < SKV_SEAL_SEGS; k++) {
+                const size_t a = k * q < b1 ? k * q : b1, m = a + q < b1 ? q : b1 - a;
+                if (at < p + m + SKV_SEAL_TAG) {
+                    first = a;
+                    break;
+                }
+                p += m + SKV_SEAL_TAG;
+            }
+            cr_assert(zeroed > 0 || first >= (size_t)ns * sz,
+                      "shape %zu: a refused part of streams zeroed (byte %zu)", s, at);
+            v[at] ^= 0x20;
+        }
+        skv_free(head);
+        free(streams);
+        free(img);
+        free(v);
+        free(out);
+    }
+}
