@@ -93,6 +93,114 @@ size_t skv_rec_sealed_size(const skv_rec *r, size_t len)
     return len + SKV_SEAL_OVERHEAD;
 }
 
+/* Box 1's parts (the bulk of a record) by OpenSSL's ChaCha20-Poly1305
+ * (RFC 8439): the same cipher as libsodium's XChaCha20-Poly1305 once the
+ * key is libsodium's HChaCha20 subkey of the nonce's first 16 bytes and
+ * the nonce is 4 zero bytes and its last 8 (the IETF construction). The
+ * same bytes, at about 3x libsodium 1.0.18's speed where OpenSSL has
+ * AVX-512 code; and an AEAD stream decrypts in pieces of any size (its
+ * tag checked at the end), so a raw record's parts land straight in each
+ * stream's place. Where OpenSSL lacks the cipher (a FIPS-only
+ * configuration), libsodium does the same work. */
+static EVP_CIPHER *evp_cc20;
+static pthread_once_t evp_once = PTHREAD_ONCE_INIT;
+
+static void evp_fetch(void)
+{
+    evp_cc20 = EVP_CIPHER_fetch(NULL, "ChaCha20-Poly1305", NULL);
+}
+
+typedef struct {
+    uint8_t *p;
+    size_t n;
+} span;
+
+/* The part's keys: HChaCha20's subkey (OpenSSL), the data key (libsodium) */
+typedef struct {
+    uint8_t subkey[32];
+    const uint8_t *dek;
+} part_key;
+
+static void part_key_init(part_key *k, const uint8_t dek[32], const uint8_t nonce[SKV_SEAL_NONCE])
+{
+    crypto_core_hchacha20(k->subkey, nonce, dek, NULL); /* (every box shares the first 16) */
+    k->dek = dek;
+    pthread_once(&evp_once, evp_fetch);
+}
+
+static void ietf_nonce(const uint8_t nonce[SKV_SEAL_NONCE], uint8_t n12[12])
+{
+    memset(n12, 0, 4);
+    memcpy(n12 + 4, nonce + 16, 8);
+}
+
+/* m (n bytes) sealed into out: the ciphertext, then the tag */
+static void part_seal(const part_key *k, const uint8_t nonce[SKV_SEAL_NONCE], const uint8_t *ad,
+                      size_t ad_len, const uint8_t *m, size_t n, uint8_t *out)
+{
+    uint8_t n12[12];
+    ietf_nonce(nonce, n12);
+    EVP_CIPHER_CTX *x = evp_cc20 && n <= INT_MAX ? EVP_CIPHER_CTX_new() : NULL;
+    int o1, o2;
+    const int ok = x && EVP_EncryptInit_ex2(x, evp_cc20, k->subkey, n12, NULL) == 1 &&
+                   EVP_EncryptUpdate(x, NULL, &o1, ad, (int)ad_len) == 1 &&
+                   EVP_EncryptUpdate(x, out, &o1, m, (int)n) == 1 &&
+                   EVP_EncryptFinal_ex(x, out + o1, &o2) == 1 && (size_t)(o1 + o2) == n &&
+                   EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, SKV_SEAL_TAG, out + n) == 1;
+    EVP_CIPHER_CTX_free(x);
+    if (!ok)
+        crypto_aead_xchacha20poly1305_ietf_encrypt(out, NULL, m, n, ad, ad_len, NULL, nonce, k->dek);
+}
+
+/* libsodium's open of a part into the spans (through a buffer when they
+ * are more than one) */
+static int part_open_sodium(const part_key *k, const uint8_t nonce[SKV_SEAL_NONCE],
+                            const uint8_t *ad, size_t ad_len, const uint8_t *c, size_t clen,
+                            const span *sp, size_t nsp)
+{
+    uint8_t *m = nsp == 1 ? sp[0].p : skv_malloc(clen ? clen : 1);
+    if (!m)
+        return -1;
+    int bad = crypto_aead_xchacha20poly1305_ietf_decrypt(m, NULL, NULL, c, clen + SKV_SEAL_TAG, ad,
+                                                         ad_len, nonce, k->dek) != 0;
+    for (size_t i = 0, at = 0; !bad && nsp > 1 && i < nsp; at += sp[i].n, i++)
+        memcpy(sp[i].p, m + at, sp[i].n);
+    if (m != sp[0].p) {
+        sodium_memzero(m, clen);
+        skv_free(m);
+    }
+    return bad ? -1 : 0;
+}
+
+/* Ciphertext c (clen bytes, then its tag) under box nonce, bound to ad,
+ * into the spans in order (their sizes add up to clen): 0, or -1 with the
+ * spans zeroed */
+static int part_open(const part_key *k, const uint8_t nonce[SKV_SEAL_NONCE], const uint8_t *ad,
+                     size_t ad_len, const uint8_t *c, size_t clen, const span *sp, size_t nsp)
+{
+    if (!evp_cc20) {
+        const int bad = part_open_sodium(k, nonce, ad, ad_len, c, clen, sp, nsp);
+        for (size_t i = 0; bad && i < nsp; i++)
+            memset(sp[i].p, 0, sp[i].n);
+        return bad;
+    }
+    uint8_t n12[12], fin[16];
+    ietf_nonce(nonce, n12);
+    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+    int out, ok = x && EVP_DecryptInit_ex2(x, evp_cc20, k->subkey, n12, NULL) == 1 &&
+                  EVP_DecryptUpdate(x, NULL, &out, ad, (int)ad_len) == 1;
+    for (size_t i = 0, at = 0; ok && i < nsp; at += sp[i].n, i++)
+        ok = sp[i].n <= INT_MAX && EVP_DecryptUpdate(x, sp[i].p, &out, c + at, (int)sp[i].n) == 1 &&
+             (size_t)out == sp[i].n;
+    ok = ok && EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, SKV_SEAL_TAG, (void *)(c + clen)) == 1 &&
+         EVP_DecryptFinal_ex(x, fin, &out) == 1;
+    EVP_CIPHER_CTX_free(x);
+    if (!ok)
+        for (size_t i = 0; i < nsp; i++)
+            memset(sp[i].p, 0, sp[i].n);
+    return ok ? 0 : -1;
+}
+
 void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
                        const uint8_t *img, size_t len, uint8_t *out)
 {
@@ -118,15 +226,17 @@ void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_r
      * equal parts (the last one shorter), which open side by side */
     uint8_t *c = c0 + b0 + SKV_SEAL_TAG;
     const uint8_t *m = img + SKV_REC_HEADER + (b0 - 8);
+    part_key pk;
+    part_key_init(&pk, dek, out + 8);
     for (int k = 0; k < SKV_SEAL_SEGS; k++) {
         size_t at, n;
         seg_span(b1, k, &at, &n);
         box_ad(key, out, 1 + k, ad);
         box_nonce(out + 8, 1 + k, nonce);
-        crypto_aead_xchacha20poly1305_ietf_encrypt(c, NULL, m + at, n, ad, sizeof ad, NULL, nonce,
-                                                   dek);
+        part_seal(&pk, nonce, ad, sizeof ad, m + at, n, c);
         c += n + SKV_SEAL_TAG;
     }
+    sodium_memzero(&pk, sizeof pk);
     sodium_memzero(ad, sizeof ad);
 }
 
@@ -164,8 +274,9 @@ static int open_box(const uint8_t key[32], const uint8_t dek[32], const uint8_t 
 
 /* Box 1's parts opened over a pool (each its own tag, its own bytes) */
 typedef struct {
-    const uint8_t *key, *dek, *v, *c; /* c: part 0's ciphertext */
-    uint8_t *out;                     /* where part 0's bytes go */
+    const part_key *pk;
+    const uint8_t *key, *v, *c; /* c: part 0's ciphertext */
+    uint8_t *out;               /* where part 0's bytes go */
     size_t b1;
     int bad[SKV_SEAL_SEGS];
 } seg_job;
@@ -180,9 +291,9 @@ static void seg_task(void *ctx, size_t begin, size_t end, int worker)
         uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
         box_ad(j->key, j->v, 1 + (int)k, ad);
         box_nonce(j->v + 8, 1 + (int)k, nonce);
-        j->bad[k] = crypto_aead_xchacha20poly1305_ietf_decrypt(
-                        j->out + at, NULL, NULL, j->c + at + k * SKV_SEAL_TAG, n + SKV_SEAL_TAG, ad,
-                        sizeof ad, nonce, j->dek) != 0;
+        const span sp = {j->out + at, n};
+        j->bad[k] = part_open(j->pk, nonce, ad, sizeof ad, j->c + at + k * SKV_SEAL_TAG, n, &sp,
+                              1) != 0;
         sodium_memzero(ad, sizeof ad);
     }
 }
@@ -205,9 +316,12 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
     memcpy(out, v + 8 + SKV_SEAL_NONCE, SKV_REC_HEADER);
     if (!(rc = open_box(key, dek, v, 0, v + SKV_SEAL_HEAD, b0 + SKV_SEAL_TAG,
                         out + SKV_REC_HEADER - 8))) {
-        seg_job j = {key, dek, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG,
+        part_key pk;
+        part_key_init(&pk, dek, v + 8);
+        seg_job j = {&pk, key, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG,
                      out + SKV_REC_HEADER + (b0 - 8), b1, {0}};
         skv_pool_run_any(pool, SKV_SEAL_SEGS, seg_task, &j);
+        sodium_memzero(&pk, sizeof pk);
         for (int k = 0; k < SKV_SEAL_SEGS && !rc; k++)
             if (j.bad[k])
                 rc = skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, "
@@ -223,55 +337,9 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
     return SKV_OK;
 }
 
-/* Box 1's parts of a raw record opened by OpenSSL's ChaCha20-Poly1305
- * (RFC 8439), the same cipher as libsodium's XChaCha20-Poly1305 once the
- * key is libsodium's HChaCha20 subkey of the nonce's first 16 bytes and
- * the nonce is 4 zero bytes and its last 8 (the IETF construction): the
- * same bytes, opened at about 3x libsodium 1.0.18's speed where OpenSSL
- * has AVX-512 code, and straight into each stream's place (an AEAD stream
- * decrypts in pieces of any size; its tag is checked at the end). */
-static EVP_CIPHER *evp_cc20;
-static pthread_once_t evp_once = PTHREAD_ONCE_INIT;
-
-static void evp_fetch(void)
-{
-    evp_cc20 = EVP_CIPHER_fetch(NULL, "ChaCha20-Poly1305", NULL);
-}
-
-typedef struct {
-    uint8_t *p;
-    size_t n;
-} span;
-
-/* Ciphertext c (clen bytes, then its tag) under subkey and the IETF
- * nonce of box nonce, bound to ad, into the spans in order (their sizes
- * add up to clen): 0, or -1 with the spans zeroed */
-static int cc20_open_spans(const uint8_t subkey[32], const uint8_t nonce[SKV_SEAL_NONCE],
-                           const uint8_t *ad, size_t ad_len, const uint8_t *c, size_t clen,
-                           const span *sp, size_t nsp)
-{
-    uint8_t n12[12], fin[16];
-    memset(n12, 0, 4);
-    memcpy(n12 + 4, nonce + 16, 8);
-    pthread_once(&evp_once, evp_fetch);
-    EVP_CIPHER_CTX *x = evp_cc20 ? EVP_CIPHER_CTX_new() : NULL;
-    int out, ok = x && EVP_DecryptInit_ex2(x, evp_cc20, subkey, n12, NULL) == 1 &&
-                  EVP_DecryptUpdate(x, NULL, &out, ad, (int)ad_len) == 1;
-    for (size_t i = 0, at = 0; ok && i < nsp; at += sp[i].n, i++)
-        ok = sp[i].n <= INT_MAX && EVP_DecryptUpdate(x, sp[i].p, &out, c + at, (int)sp[i].n) == 1 &&
-             (size_t)out == sp[i].n;
-    ok = ok && EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, SKV_SEAL_TAG, (void *)(c + clen)) == 1 &&
-         EVP_DecryptFinal_ex(x, fin, &out) == 1;
-    EVP_CIPHER_CTX_free(x);
-    if (!ok)
-        for (size_t i = 0; i < nsp; i++)
-            memset(sp[i].p, 0, sp[i].n);
-    return ok ? 0 : -1;
-}
-
 /* A raw record's box 1 parts: each checked, then scattered to its streams */
 typedef struct {
-    const uint8_t *subkey;
+    const part_key *pk;
     const uint8_t *key, *v, *c; /* c: part 0's ciphertext */
     size_t b1, sz;
     uint8_t *const *dst;
@@ -307,8 +375,8 @@ static void raw_task(void *ctx, size_t begin, size_t end, int worker)
         uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
         box_ad(j->key, j->v, 1 + (int)k, ad);
         box_nonce(j->v + 8, 1 + (int)k, nonce);
-        j->bad[k] = cc20_open_spans(j->subkey, nonce, ad, sizeof ad, j->c + at + k * SKV_SEAL_TAG,
-                                    n, sp, nsp) != 0;
+        j->bad[k] = part_open(j->pk, nonce, ad, sizeof ad, j->c + at + k * SKV_SEAL_TAG, n, sp,
+                              nsp) != 0;
         sodium_memzero(ad, sizeof ad);
     }
 }
@@ -327,11 +395,11 @@ int skv_rec_unseal_raw(const uint8_t key[32], const uint8_t dek[32], const uint8
                          r->streams_len, b1);
     if (r->nstreams > 2 * 4096)
         return skv_error(SKV_ERR_CORRUPT, "sealed raw record of %u streams", r->nstreams);
-    uint8_t subkey[32];
-    crypto_core_hchacha20(subkey, v + 8, dek, NULL); /* (every box shares the nonce's first 16) */
-    raw_job j = {subkey, key, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1, sz, dst, r->nstreams, {0}};
+    part_key pk;
+    part_key_init(&pk, dek, v + 8);
+    raw_job j = {&pk, key, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1, sz, dst, r->nstreams, {0}};
     skv_pool_run_any(pool, SKV_SEAL_SEGS, raw_task, &j);
-    sodium_memzero(subkey, sizeof subkey);
+    sodium_memzero(&pk, sizeof pk);
     for (int i = 0; i < SKV_SEAL_SEGS; i++)
         if (j.bad[i])
             return skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, moved to "

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <lmdb.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -395,11 +396,13 @@ Test(seal, a_forgotten_tenant_opens_nowhere_not_even_from_a_copy_taken_before, .
     su_model_free(&tm);
 }
 
-/* A raw record's streams opened straight into place (skv_rec_unseal_raw:
- * OpenSSL's ChaCha20-Poly1305 under libsodium's HChaCha20 subkey) give
- * the bytes libsodium's XChaCha20-Poly1305 opens, for stream sizes that
- * split the parts anywhere; any flipped byte of the streams' boxes is
- * refused, and a refused part leaves zeros, never unchecked bytes. */
+/* Box 1's parts, sealed and opened by OpenSSL's ChaCha20-Poly1305 under
+ * libsodium's HChaCha20 subkey, are XChaCha20-Poly1305 boxes as FORMAT.md
+ * gives them: libsodium opens each; a raw record's streams opened
+ * straight into place (skv_rec_unseal_raw) and the whole image
+ * (skv_rec_unseal) are the bytes sealed, for stream sizes that split the
+ * parts anywhere; any flipped byte of the streams' boxes is refused, and a
+ * refused part leaves zeros, never unchecked bytes. */
 Test(seal, raw_streams_open_in_place_as_libsodium_opens_them, .timeout = 60)
 {
     static const uint8_t key[32] = {4, 5, 6}, dek[32] = {7, 1, 9};
@@ -433,6 +436,30 @@ Test(seal, raw_streams_open_in_place_as_libsodium_opens_them, .timeout = 60)
         const size_t sl = skv_rec_sealed_size(&pr, len);
         uint8_t *v = malloc(sl), *head, *out = malloc((size_t)ns * sz), *dst[40];
         skv_rec_seal_into(key, dek, &pr, img, len, v);
+        /* FORMAT.md's boxes, opened by libsodium itself: box i is
+         * XChaCha20-Poly1305 under nonce N with its last byte XORed with i,
+         * bound to key || the clear bytes || i */
+        {
+            const size_t b1 = (size_t)ns * sz + SKV_REC_TRAILER, q = (b1 + SKV_SEAL_SEGS - 1) /
+                                                                     SKV_SEAL_SEGS;
+            size_t p = sl - b1 - SKV_SEAL_SEGS * SKV_SEAL_TAG;
+            uint8_t ad[32 + SKV_SEAL_HEAD + 1], nonce[SKV_SEAL_NONCE], *m = malloc(q + 1);
+            memcpy(ad, key, 32);
+            memcpy(ad + 32, v, SKV_SEAL_HEAD);
+            for (int k = 0; k < SKV_SEAL_SEGS; k++) {
+                const size_t a = (size_t)k * q < b1 ? (size_t)k * q : b1,
+                             pn = a + q < b1 ? q : b1 - a;
+                ad[sizeof ad - 1] = (uint8_t)(1 + k);
+                memcpy(nonce, v + 8, SKV_SEAL_NONCE);
+                nonce[SKV_SEAL_NONCE - 1] ^= (uint8_t)(1 + k);
+                cr_assert_eq(crypto_aead_xchacha20poly1305_ietf_decrypt(
+                                 m, NULL, NULL, v + p, pn + SKV_SEAL_TAG, ad, sizeof ad, nonce, dek),
+                             0, "shape %zu: box %d opens with libsodium", s, 1 + k);
+                cr_assert_eq(memcmp(m, img + len - b1 + a, pn), 0, "shape %zu box %d", s, 1 + k);
+                p += pn + SKV_SEAL_TAG;
+            }
+            free(m);
+        }
         skv_rec h;
         cr_assert_eq(skv_rec_unseal_head(key, dek, v, sl, &head, &h), 0);
         for (uint32_t j = 0; j < ns; j++) /* scattered: the streams in reverse */
