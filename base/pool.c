@@ -21,8 +21,9 @@ struct skv_pool {
     skv_task_fn fn;
     void *ctx;
     size_t count;
-    int any;     /* skv_pool_run_any: items claimed one at a time */
-    size_t next; /* its next unclaimed item (atomic) */
+    int any;       /* skv_pool_run_any: items claimed one at a time */
+    uint64_t claim; /* then: the region's generation (high 32 bits) and its next item */
+    uint64_t done;  /* its items finished */
 };
 
 typedef struct {
@@ -32,11 +33,6 @@ typedef struct {
 
 static void run_range(skv_pool *p, int i, skv_task_fn fn, void *ctx, size_t count)
 {
-    if (p->any) {
-        for (size_t k; (k = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED)) < count;)
-            fn(ctx, k, k + 1, i);
-        return;
-    }
     size_t b = count * (size_t)i / (size_t)p->n;
     size_t e = count * (size_t)(i + 1) / (size_t)p->n;
     if (b < e)
@@ -64,18 +60,39 @@ static void cpu_relax(void)
 #endif
 }
 
-/* Spin while *v == old (zero: while *v != 0), or until stop when given;
- * SPIN_NS at most */
-static void spin_while(const uint64_t *v, uint64_t old, int zero, const int *stop)
+/* Spin until *v == x (eq), or until *v != x (!eq), or until stop when
+ * given; SPIN_NS at most */
+static void spin_until(const uint64_t *v, uint64_t x, int eq, const int *stop)
 {
     const uint64_t t0 = mono_ns();
     for (unsigned i = 1;; i++) {
-        const uint64_t x = __atomic_load_n(v, __ATOMIC_ACQUIRE);
-        if ((zero ? x == 0 : x != old) || (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)))
+        if ((__atomic_load_n(v, __ATOMIC_ACQUIRE) == x) == eq ||
+            (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)))
             return;
         cpu_relax();
         if (!(i & 63) && mono_ns() - t0 > SPIN_NS)
             return;
+    }
+}
+
+/* Items of the claimed region of generation gen, while it is current: a
+ * thread that comes late finds it over (or another one) and touches
+ * nothing of it */
+static void run_any(skv_pool *p, uint32_t gen, int i, skv_task_fn fn, void *ctx, size_t count)
+{
+    uint64_t c = __atomic_load_n(&p->claim, __ATOMIC_ACQUIRE);
+    while ((uint32_t)(c >> 32) == gen && (c & 0xffffffffu) < count) {
+        if (!__atomic_compare_exchange_n(&p->claim, &c, c + 1, 1, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            continue; /* (c reloaded) */
+        const size_t k = (size_t)(c & 0xffffffffu);
+        fn(ctx, k, k + 1, i);
+        if (__atomic_add_fetch(&p->done, 1, __ATOMIC_ACQ_REL) == count) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
+        c = __atomic_load_n(&p->claim, __ATOMIC_ACQUIRE);
     }
 }
 
@@ -87,7 +104,7 @@ static void *worker_main(void *argp)
     skv_free(a);
     uint64_t seen = 0;
     for (;;) {
-        spin_while(&p->gen, seen, 0, &p->stop);
+        spin_until(&p->gen, seen, 0, &p->stop);
         pthread_mutex_lock(&p->mu);
         while (p->gen == seen && !p->stop)
             pthread_cond_wait(&p->cv_start, &p->mu);
@@ -99,7 +116,12 @@ static void *worker_main(void *argp)
         skv_task_fn fn = p->fn;
         void *ctx = p->ctx;
         size_t count = p->count;
+        const int any = p->any;
         pthread_mutex_unlock(&p->mu);
+        if (any) { /* (the caller waits for the items, not for this thread) */
+            run_any(p, (uint32_t)seen, idx, fn, ctx, count);
+            continue;
+        }
         run_range(p, idx, fn, ctx, count);
         pthread_mutex_lock(&p->mu);
         if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_RELEASE) == 0)
@@ -183,18 +205,31 @@ static void pool_run(skv_pool *p, size_t n, skv_task_fn fn, void *ctx, int any)
         fn(ctx, 0, n, 0);
         return;
     }
+    any = any && n < 0xffffffffu;
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->count = n;
     p->any = any;
-    p->next = 0;
-    __atomic_store_n(&p->pending, (uint64_t)(p->n - 1), __ATOMIC_RELAXED);
-    __atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_RELEASE);
+    const uint64_t gen = p->gen + 1;
+    __atomic_store_n(&p->done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->claim, (uint64_t)(uint32_t)gen << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->pending, any ? 0 : (uint64_t)(p->n - 1), __ATOMIC_RELAXED);
+    __atomic_store_n(&p->gen, gen, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->cv_start);
     pthread_mutex_unlock(&p->mu);
+    if (any) {
+        /* done when every item is, whichever threads ran them */
+        run_any(p, (uint32_t)gen, 0, fn, ctx, n);
+        spin_until(&p->done, n, 1, NULL);
+        pthread_mutex_lock(&p->mu);
+        while (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) != n)
+            pthread_cond_wait(&p->cv_done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
     run_range(p, 0, fn, ctx, n);
-    spin_while(&p->pending, 0, 1, NULL); /* the workers finishing */
+    spin_until(&p->pending, 0, 1, NULL); /* the workers finishing */
     pthread_mutex_lock(&p->mu);
     while (p->pending)
         pthread_cond_wait(&p->cv_done, &p->mu);

@@ -159,7 +159,9 @@ int skv_pool_threads(const skv_pool *pool);
 void skv_pool_run(skv_pool *pool, size_t n, skv_task_fn fn, void *ctx);
 /* The same for items that are independent of one another and of which
  * thread runs them: each thread, the caller first, claims the next item
- * (fn(ctx, k, k + 1, worker)), so a worker that wakes late takes fewer. */
+ * (fn(ctx, k, k + 1, worker)), so a worker that wakes late takes fewer;
+ * it returns once every item is done, without waiting for a worker that
+ * has not woken. */
 void skv_pool_run_any(skv_pool *pool, size_t n, skv_task_fn fn, void *ctx);
 
 /* ------------------------------------------------------------------------

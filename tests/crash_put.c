@@ -370,8 +370,10 @@ static void crash_case(int batched, int rounds)
     for (int i = 0; i < NSEQ; i++)
         n_acked += acked[i];
     cr_log_info("kill -9 (%s): %d rounds, %d killed (%d after acknowledgements, %d inside a put, %d of "
-                "those after its commit), %d finished, %d of %d sequences acknowledged, %.1f s",
-                batched ? "batches" : "single puts", rounds, kills, mid, inflight_kills, unacked_commits, finished, n_acked, NSEQ, secs);
+                "those after its commit), %d finished, %d acknowledgements, %d of %d sequences "
+                "acknowledged, %.1f s",
+                batched ? "batches" : "single puts", rounds, kills, mid, inflight_kills,
+                unacked_commits, finished, total_acks, n_acked, NSEQ, secs);
     cr_assert_geq(inflight_kills, rounds / 4, "kills land inside puts (%d)", inflight_kills);
     cr_assert_geq(kills, rounds / 2, "most rounds end in SIGKILL (%d)", kills);
     cr_assert_gt(n_acked, NSEQ / 4, "the children made progress (%d)", n_acked);
