@@ -110,11 +110,6 @@ static void evp_fetch(void)
     evp_cc20 = EVP_CIPHER_fetch(NULL, "ChaCha20-Poly1305", NULL);
 }
 
-typedef struct {
-    uint8_t *p;
-    size_t n;
-} span;
-
 /* The part's keys: HChaCha20's subkey (OpenSSL), the data key (libsodium) */
 typedef struct {
     uint8_t subkey[32];
@@ -150,55 +145,6 @@ static void part_seal(const part_key *k, const uint8_t nonce[SKV_SEAL_NONCE], co
     EVP_CIPHER_CTX_free(x);
     if (!ok)
         crypto_aead_xchacha20poly1305_ietf_encrypt(out, NULL, m, n, ad, ad_len, NULL, nonce, k->dek);
-}
-
-/* libsodium's open of a part into the spans (through a buffer when they
- * are more than one) */
-static int part_open_sodium(const part_key *k, const uint8_t nonce[SKV_SEAL_NONCE],
-                            const uint8_t *ad, size_t ad_len, const uint8_t *c, size_t clen,
-                            const span *sp, size_t nsp)
-{
-    uint8_t *m = nsp == 1 ? sp[0].p : skv_malloc(clen ? clen : 1);
-    if (!m)
-        return -1;
-    int bad = crypto_aead_xchacha20poly1305_ietf_decrypt(m, NULL, NULL, c, clen + SKV_SEAL_TAG, ad,
-                                                         ad_len, nonce, k->dek) != 0;
-    for (size_t i = 0, at = 0; !bad && nsp > 1 && i < nsp; at += sp[i].n, i++)
-        memcpy(sp[i].p, m + at, sp[i].n);
-    if (m != sp[0].p) {
-        sodium_memzero(m, clen);
-        skv_free(m);
-    }
-    return bad ? -1 : 0;
-}
-
-/* Ciphertext c (clen bytes, then its tag) under box nonce, bound to ad,
- * into the spans in order (their sizes add up to clen): 0, or -1 with the
- * spans zeroed */
-static int part_open(const part_key *k, const uint8_t nonce[SKV_SEAL_NONCE], const uint8_t *ad,
-                     size_t ad_len, const uint8_t *c, size_t clen, const span *sp, size_t nsp)
-{
-    if (!evp_cc20) {
-        const int bad = part_open_sodium(k, nonce, ad, ad_len, c, clen, sp, nsp);
-        for (size_t i = 0; bad && i < nsp; i++)
-            memset(sp[i].p, 0, sp[i].n);
-        return bad;
-    }
-    uint8_t n12[12], fin[16];
-    ietf_nonce(nonce, n12);
-    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
-    int out, ok = x && EVP_DecryptInit_ex2(x, evp_cc20, k->subkey, n12, NULL) == 1 &&
-                  EVP_DecryptUpdate(x, NULL, &out, ad, (int)ad_len) == 1;
-    for (size_t i = 0, at = 0; ok && i < nsp; at += sp[i].n, i++)
-        ok = sp[i].n <= INT_MAX && EVP_DecryptUpdate(x, sp[i].p, &out, c + at, (int)sp[i].n) == 1 &&
-             (size_t)out == sp[i].n;
-    ok = ok && EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, SKV_SEAL_TAG, (void *)(c + clen)) == 1 &&
-         EVP_DecryptFinal_ex(x, fin, &out) == 1;
-    EVP_CIPHER_CTX_free(x);
-    if (!ok)
-        for (size_t i = 0; i < nsp; i++)
-            memset(sp[i].p, 0, sp[i].n);
-    return ok ? 0 : -1;
 }
 
 void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
@@ -272,28 +218,85 @@ static int open_box(const uint8_t key[32], const uint8_t dek[32], const uint8_t 
                : SKV_OK;
 }
 
-/* Box 1's parts opened over a pool (each its own tag, its own bytes) */
+/* Box 1's parts opened over a pool, each checked by its own tag and its
+ * bytes scattered to streams of sz bytes laid end to end (the whole image
+ * is one stream of box 1's size; a raw record's, its KV streams and then
+ * the image's trailer, opened for the tag and dropped) */
 typedef struct {
     const part_key *pk;
     const uint8_t *key, *v, *c; /* c: part 0's ciphertext */
-    uint8_t *out;               /* where part 0's bytes go */
-    size_t b1;
+    size_t b1, sz;
+    uint8_t *const *dst;
+    uint32_t nstreams;
     int bad[SKV_SEAL_SEGS];
-} seg_job;
+} parts_job;
 
-static void seg_task(void *ctx, size_t begin, size_t end, int worker)
+/* Where box 1's plain byte p goes, and how many from it go there (end:
+ * the part's end) */
+static size_t piece(const parts_job *j, size_t p, size_t end, uint8_t *trailer, uint8_t **to)
+{
+    const size_t all = (size_t)j->nstreams * j->sz;
+    if (p >= all) {
+        *to = trailer + (p - all);
+        return end - p;
+    }
+    const size_t in = p % j->sz;
+    *to = j->dst[p / j->sz] + in;
+    return j->sz - in < end - p ? j->sz - in : end - p;
+}
+
+/* Part [at, at + n) of box 1 (its ciphertext c, then its tag) into its
+ * pieces: 0, or -1 with them zeroed */
+static int part_open(const parts_job *j, const uint8_t nonce[SKV_SEAL_NONCE], const uint8_t *ad,
+                     size_t ad_len, const uint8_t *c, size_t at, size_t n)
+{
+    uint8_t trailer[SKV_REC_TRAILER], *to, *m = NULL, n12[12], fin[16];
+    int ok, out;
+    if (evp_cc20) { /* OpenSSL, piece by piece; the tag checked at the end */
+        ietf_nonce(nonce, n12);
+        EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+        ok = x && EVP_DecryptInit_ex2(x, evp_cc20, j->pk->subkey, n12, NULL) == 1 &&
+             EVP_DecryptUpdate(x, NULL, &out, ad, (int)ad_len) == 1;
+        for (size_t p = at, len; ok && p < at + n; p += len) {
+            len = piece(j, p, at + n, trailer, &to);
+            ok = len <= INT_MAX && EVP_DecryptUpdate(x, to, &out, c + (p - at), (int)len) == 1 &&
+                 (size_t)out == len;
+        }
+        ok = ok && EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, SKV_SEAL_TAG, (void *)(c + n)) == 1 &&
+             EVP_DecryptFinal_ex(x, fin, &out) == 1;
+        EVP_CIPHER_CTX_free(x);
+    } else { /* libsodium: in place when the part is one piece, else through a buffer */
+        const int one = n == 0 || piece(j, at, at + n, trailer, &to) == n;
+        m = one ? (n ? to : trailer) : skv_malloc(n);
+        ok = m && crypto_aead_xchacha20poly1305_ietf_decrypt(m, NULL, NULL, c, n + SKV_SEAL_TAG, ad,
+                                                             ad_len, nonce, j->pk->dek) == 0;
+        for (size_t p = at, len; ok && !one && p < at + n; p += len) {
+            len = piece(j, p, at + n, trailer, &to);
+            memcpy(to, m + (p - at), len);
+        }
+        if (!one && m) {
+            sodium_memzero(m, n);
+            skv_free(m);
+        }
+    }
+    for (size_t p = at, len; !ok && p < at + n; p += len) {
+        len = piece(j, p, at + n, trailer, &to);
+        memset(to, 0, len);
+    }
+    return ok ? 0 : -1;
+}
+
+static void parts_task(void *ctx, size_t begin, size_t end, int worker)
 {
     (void)worker;
-    seg_job *j = ctx;
+    parts_job *j = ctx;
     for (size_t k = begin; k < end; k++) {
         size_t at, n;
         seg_span(j->b1, (int)k, &at, &n);
         uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
         box_ad(j->key, j->v, 1 + (int)k, ad);
         box_nonce(j->v + 8, 1 + (int)k, nonce);
-        const span sp = {j->out + at, n};
-        j->bad[k] = part_open(j->pk, nonce, ad, sizeof ad, j->c + at + k * SKV_SEAL_TAG, n, &sp,
-                              1) != 0;
+        j->bad[k] = part_open(j, nonce, ad, sizeof ad, j->c + at + k * SKV_SEAL_TAG, at, n) != 0;
         sodium_memzero(ad, sizeof ad);
     }
 }
@@ -318,9 +321,9 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
                         out + SKV_REC_HEADER - 8))) {
         part_key pk;
         part_key_init(&pk, dek, v + 8);
-        seg_job j = {&pk, key, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG,
-                     out + SKV_REC_HEADER + (b0 - 8), b1, {0}};
-        skv_pool_run_any(pool, SKV_SEAL_SEGS, seg_task, &j);
+        uint8_t *const box1 = out + SKV_REC_HEADER + (b0 - 8);
+        parts_job j = {&pk, key, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1, b1, &box1, 1, {0}};
+        skv_pool_run_any(pool, SKV_SEAL_SEGS, parts_task, &j);
         sodium_memzero(&pk, sizeof pk);
         for (int k = 0; k < SKV_SEAL_SEGS && !rc; k++)
             if (j.bad[k])
@@ -335,50 +338,6 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
     *img = out;
     *img_len = n;
     return SKV_OK;
-}
-
-/* A raw record's box 1 parts: each checked, then scattered to its streams */
-typedef struct {
-    const part_key *pk;
-    const uint8_t *key, *v, *c; /* c: part 0's ciphertext */
-    size_t b1, sz;
-    uint8_t *const *dst;
-    uint32_t nstreams;
-    int bad[SKV_SEAL_SEGS];
-} raw_job;
-
-static void raw_task(void *ctx, size_t begin, size_t end, int worker)
-{
-    (void)worker;
-    raw_job *j = ctx;
-    for (size_t k = begin; k < end; k++) {
-        size_t at, n;
-        seg_span(j->b1, (int)k, &at, &n);
-        /* the part's bytes [at, at + n) of the streams laid end to end,
-         * then of the image's trailer (opened for the tag, then dropped) */
-        uint8_t trailer[SKV_REC_TRAILER];
-        span sp[2 * 4096 + 1];
-        size_t nsp = 0;
-        const size_t all = (size_t)j->nstreams * j->sz;
-        for (size_t p = at; p < at + n;) {
-            size_t m;
-            if (p < all) {
-                const size_t in = p % j->sz;
-                m = j->sz - in < at + n - p ? j->sz - in : at + n - p;
-                sp[nsp++] = (span){j->dst[p / j->sz] + in, m};
-            } else {
-                m = at + n - p;
-                sp[nsp++] = (span){trailer + (p - all), m};
-            }
-            p += m;
-        }
-        uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
-        box_ad(j->key, j->v, 1 + (int)k, ad);
-        box_nonce(j->v + 8, 1 + (int)k, nonce);
-        j->bad[k] = part_open(j->pk, nonce, ad, sizeof ad, j->c + at + k * SKV_SEAL_TAG, n, sp,
-                              nsp) != 0;
-        sodium_memzero(ad, sizeof ad);
-    }
 }
 
 int skv_rec_unseal_raw(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
@@ -397,8 +356,8 @@ int skv_rec_unseal_raw(const uint8_t key[32], const uint8_t dek[32], const uint8
         return skv_error(SKV_ERR_CORRUPT, "sealed raw record of %u streams", r->nstreams);
     part_key pk;
     part_key_init(&pk, dek, v + 8);
-    raw_job j = {&pk, key, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1, sz, dst, r->nstreams, {0}};
-    skv_pool_run_any(pool, SKV_SEAL_SEGS, raw_task, &j);
+    parts_job j = {&pk, key, v, v + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1, sz, dst, r->nstreams, {0}};
+    skv_pool_run_any(pool, SKV_SEAL_SEGS, parts_task, &j);
     sodium_memzero(&pk, sizeof pk);
     for (int i = 0; i < SKV_SEAL_SEGS; i++)
         if (j.bad[i])
