@@ -865,8 +865,19 @@ Test(rc_cluster, ask_during_a_slot_migration_reaches_both_keys, .timeout = 60)
     cr_assert_eq(st.redirects_moved, st0.redirects_moved, "ASK changes no map");
     batch_free_replies(&b);
 
-    /* finish: the other key, then the slot to its new master everywhere */
-    node_ok(src, "MIGRATE 127.0.0.1 %d %s 0 5000", dst, kb);
+    /* finish as `redis-cli --cluster reshard` does: every key left in the
+     * slot (the other one, and the failover case's, which stores a key in
+     * every slot), then the slot to its new master everywhere. A source
+     * still holding keys refuses SETSLOT NODE unless gossip from the
+     * destination got there first. */
+    for (size_t nk = 1; nk;) {
+        redisReply *r = node_cmd(src, "CLUSTER GETKEYSINSLOT %u 100", slot);
+        cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
+        nk = r->elements;
+        for (size_t i = 0; i < nk; i++)
+            node_ok(src, "MIGRATE 127.0.0.1 %d %s 0 5000", dst, r->element[i]->str);
+        freeReplyObject(r);
+    }
     node_ok(dst, "CLUSTER SETSLOT %u NODE %s", slot, dst_id);
     node_ok(src, "CLUSTER SETSLOT %u NODE %s", slot, dst_id);
     for (int i = 0; i < 6; i++)
