@@ -256,8 +256,13 @@ int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *sh
     if (r->nstreams != 2 * (size_t)c->pe->p.layers)
         return skv_error(SKV_ERR_CORRUPT, "chunk record has %u streams for %d layers", r->nstreams,
                          c->pe->p.layers);
-    if (fused && raw_fused(r))
-        return SKV_OK; /* (raw_copy checks its streams and their checksum itself) */
+    if (fused && raw_fused(r)) {
+        /* (raw_copy checks its streams and their checksum itself) */
+        if (fused != SKV_OPEN_PLACE)
+            return SKV_OK;
+        x->placed = 1;
+        return raw_copy(c, t, r, x->img, x->len, x->P);
+    }
     skv_rec_sum_begin(sum, r->version);
     /* its streams' offsets, checked */
     const size_t L = (size_t)c->pe->p.layers;
@@ -301,6 +306,8 @@ static void rec_tokens(dec_ctx *c, const rec_dec *x)
 
 int skv_store_rec_decode(dec_ctx *c, rec_dec *x)
 {
+    if (x->placed)
+        return SKV_OK;
     rec_tokens(c, x);
     int rc = decode_streams(c, x);
     if (rc)
@@ -318,6 +325,8 @@ int skv_store_rec_decode(dec_ctx *c, rec_dec *x)
  * both streams of layer j0 / 2 + k */
 static int rec_link(dec_ctx *c, rec_dec *x, size_t j0, size_t k, int layers, int worker)
 {
+    if (x->placed)
+        return SKV_OK;
     if (!layers)
         return rec_stream(c, x, j0 + k, worker);
     const size_t l = j0 / 2 + k;
@@ -411,6 +420,11 @@ int skv_store_recs_layers(dec_ctx *c, rec_dec *x, size_t n, size_t l0, size_t l1
         }
         if (rc)
             return rc;
+        size_t todo = 0; /* (records placed as they opened have no chains) */
+        for (size_t i = i0; i <= i1; i++)
+            todo += !x[i].placed;
+        if (!todo)
+            continue;
         chains_job g = {c, x, i0, i1, 2 * l0, layers, rcs, at};
         skv_pool_run(pool, m, chains_task, &g);
         for (size_t k = 0; k < m; k++) {
@@ -421,6 +435,8 @@ int skv_store_recs_layers(dec_ctx *c, rec_dec *x, size_t n, size_t l0, size_t l1
             return rc ? rc : skv_error(SKV_ERR_CORRUPT, "a stream failed on a pool thread only");
         }
         for (size_t i = i0; i <= i1; i++) {
+            if (x[i].placed)
+                continue;
             const size_t a = x[i].P + x[i].r.lo, b = x[i].P + x[i].r.n;
             for (size_t l = l0; l < l1; l++)
                 for (int kv = 0; kv < 2; kv++)
@@ -433,6 +449,8 @@ int skv_store_recs_layers(dec_ctx *c, rec_dec *x, size_t n, size_t l0, size_t l1
 
 int skv_store_rec_check(dec_ctx *c, rec_dec *x)
 {
+    if (x->placed)
+        return SKV_OK; /* (raw_copy checked it, and recorded its use) */
     const skv_rec *r = &x->r;
     if (skv_rec_sum_end(x->sum) != r->checksum)
         return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)", r->chunk_index);

@@ -303,7 +303,9 @@ int skv_store_decode_rec(dec_ctx *c, skv_trie_rec *t);
 int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, size_t *n);
 
 /* One record being decoded, in steps: open loads it (its trailer verified
- * unless fused, when a raw record of version 2 on is left for raw_copy),
+ * unless fused, when a raw record of version 2 on is left for raw_copy;
+ * SKV_OPEN_PLACE: such a record is then copied, or opened when sealed,
+ * straight into c->s and verified, and the steps after are no-ops),
  * checks its streams' offsets, takes its coder (share's, when share is not
  * NULL and still open and its calibration and level are the same; closed
  * after x) and makes its centroid predictions; decode writes its tokens
@@ -326,7 +328,9 @@ typedef struct {
     size_t *offs;           /* coded levels: its streams (in) */
     skv_streams in;
     skv_delta_range *dr;    /* decoding in layer groups */
+    int placed;             /* SKV_OPEN_PLACE: a raw record already in c->s, verified */
 } rec_dec;
+#define SKV_OPEN_PLACE 2 /* skv_store_rec_open's fused: raw records placed at once */
 int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *share,
                        skv_rec_sum *sum, rec_dec *x);
 int skv_store_rec_layered(const rec_dec *x);

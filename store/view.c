@@ -168,9 +168,11 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
         size_t k = 0;
         if (v->ch[j] || (rc = skv_store_rec_chain(&c, m->path[j].rec, chain, &k)))
             continue;
+        /* a chunk of one raw record is placed as it opens (a sealed one
+         * straight from its boxes); one with bases waits for their layers */
         for (size_t i = 0; !rc && i < k; i++, nrec++) {
-            rc = skv_store_rec_open(&c, chain[i], 0, nrec ? &x[nrec - 1] : NULL, &sums[nrec],
-                                    &x[nrec]);
+            rc = skv_store_rec_open(&c, chain[i], k == 1 ? SKV_OPEN_PLACE : 0,
+                                    nrec ? &x[nrec - 1] : NULL, &sums[nrec], &x[nrec]);
             layered &= skv_store_rec_layered(&x[nrec]);
         }
     }
