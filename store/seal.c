@@ -4,9 +4,11 @@
  * decoded KV, and seals the rest in two boxes under one random nonce:
  * box 0 (the checksum, tokens, surprisal, side info, stream sizes: what
  * opening a store indexes) and box 1 (the streams and the image's
- * trailer). Each box binds the record's key, the clear bytes before it and
- * its own number, so a record copied under another key or tenant, or a box
- * swapped between records, does not open. */
+ * trailer, in SKV_SEAL_SEGS parts that are boxes of their own). Each box
+ * binds the record's key, the clear bytes before it and its own number, so
+ * a record copied under another key or tenant, or a box swapped between
+ * records, does not open. Box 1's parts go through OpenSSL (below); the
+ * rest through libsodium. */
 #include <limits.h>
 #include <openssl/evp.h>
 #include <pthread.h>
