@@ -1,7 +1,8 @@
 /* Encryption at rest against none, in the same run: GET throughput of a
  * store whose records are sealed (the default) and of one written with
  * sealing off (seqkv_options.no_seal), cold (no hot tier: every GET opens
- * and checks its records) and hot (from the hot tier), at the raw level,
+ * and checks its records), hot (from the hot tier) and cold streamed by
+ * layer (seqkv_get_view_stream, what KV.GET ... LAYERS serves), at the raw level,
  * in process, the readers' pool on every CPU as the server has it; the
  * cipher's own speed on one thread (what bounds a cold sealed GET); and
  * the time of lookups of another tenant's stored prompts against lookups
@@ -249,18 +250,19 @@ int main(int argc, char **argv)
     /* the two stores in alternating rounds of a tenth of the time, each
      * figure the median of its rounds (shared machines drift within a run) */
     enum { ROUNDS = 15 };
-    for (int hot = 0; hot < 3; hot++) { /* cold, hot, cold streamed */
+    enum { COLD, HOT, STREAMED };
+    for (int row = COLD; row <= STREAMED; row++) {
         seqkv *db[2];
         double r[2][ROUNDS], q[ROUNDS];
         for (int k = 0; k < 2; k++) {
-            db[k] = open_db(k ? unsealed : sealed, k, hot == 1 ? 1ull << 30 : 0);
-            if (hot == 1)
+            db[k] = open_db(k ? unsealed : sealed, k, row == HOT ? 1ull << 30 : 0);
+            if (row == HOT)
                 gets(db[k], &w, 0.2, out); /* into the tier */
         }
         for (int i = 0; i < ROUNDS; i++) {
             for (int k = 0; k < 2; k++)
-                r[k][i] = hot == 2 ? streamed(db[k], &w, seconds / ROUNDS)
-                                   : gets(db[k], &w, seconds / ROUNDS, out);
+                r[k][i] = row == STREAMED ? streamed(db[k], &w, seconds / ROUNDS)
+                                          : gets(db[k], &w, seconds / ROUNDS, out);
             q[i] = r[0][i] / r[1][i];
         }
         for (int k = 0; k < 2; k++)
@@ -269,7 +271,9 @@ int main(int argc, char **argv)
         qsort(r[1], ROUNDS, sizeof(double), cmp_d);
         qsort(q, ROUNDS, sizeof(double), cmp_d);
         printf("| %s | %.0f | %.0f | %.2f (rounds %.2f-%.2f) |\n",
-               hot == 2 ? "cold, streamed by layer" : hot ? "hot (hot tier)" : "cold (no hot tier)",
+               row == STREAMED ? "cold, streamed by layer"
+               : row == HOT    ? "hot (hot tier)"
+                               : "cold (no hot tier)",
                r[0][ROUNDS / 2], r[1][ROUNDS / 2],
                q[ROUNDS / 2], q[0], q[ROUNDS - 1]);
     }

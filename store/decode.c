@@ -148,12 +148,10 @@ static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec 
     if (fused && skv_store_rec_sealed_raw(v.mv_data, v.mv_size)) {
         /* a sealed raw record: box 0 (header, tokens, sizes) now, its
          * streams straight into the output by raw_copy; *img stays the
-         * sealed value */
+         * sealed value (r's header is the clear one the test read) */
         *img = v.mv_data;
         *len = v.mv_size;
         rc = skv_store_rec_head(c->db, t->key, v.mv_data, v.mv_size, owned, r);
-        if (!rc && !raw_fused(r))
-            rc = skv_error(SKV_ERR_CORRUPT, "sealed record's header and box 0 disagree");
     } else {
         /* a sealed record opens into a buffer of its own (its boxes' tags
          * are checked as it does), else its image is LMDB's */
@@ -420,10 +418,12 @@ int skv_store_recs_layers(dec_ctx *c, rec_dec *x, size_t n, size_t l0, size_t l1
         }
         if (rc)
             return rc;
-        size_t todo = 0; /* (records placed as they opened have no chains) */
+        /* records placed as they opened have no chains: a segment of only
+         * those needs no pool region */
+        size_t unplaced = 0;
         for (size_t i = i0; i <= i1; i++)
-            todo += !x[i].placed;
-        if (!todo)
+            unplaced += !x[i].placed;
+        if (!unplaced)
             continue;
         chains_job g = {c, x, i0, i1, 2 * l0, layers, rcs, at};
         skv_pool_run(pool, m, chains_task, &g);
