@@ -4,8 +4,10 @@
 # second pass, inserted) at a position in 8..64. The members' bytes in a
 # store at ctx -- the bases put first, then the members, with the
 # probabilistic trie (coded against the centroid) and without it (coded
-# alone) -- and their ratio.
-# usage: bench/neardup.sh [BUILD_DIR]
+# alone) -- and their ratio; a third pass puts both members of each base
+# in one store (the issue's clusters: one token substituted or inserted).
+# usage: bench/neardup.sh [BUILD_DIR]   (NEARDUP_SEED: the bases' sample
+# seed, 901 by default; the edits' seed follows it)
 set -euo pipefail
 build=${1:-build}
 seqkv=$build/cli/seqkv
@@ -14,11 +16,13 @@ py=/usr/bin/python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$seqkv" model sample --model "$model" --n-seq 32 --len 256 --seed 100 > "$tmp/cal.txt"
-"$seqkv" model sample --model "$model" --n-seq 16 --len 256 --seed 901 > "$tmp/base.txt"
-for kind in sub ins; do
-    "$py" - "$tmp/base.txt" "$tmp/$kind.txt" "$kind" <<'PY'
+seed=${NEARDUP_SEED:-901}
+"$seqkv" model sample --model "$model" --n-seq 16 --len 256 --seed "$seed" > "$tmp/base.txt"
+for kind in sub ins mix; do
+    [ "$kind" = mix ] && cat "$tmp/sub.txt" "$tmp/ins.txt" > "$tmp/mix.txt"
+    [ "$kind" = mix ] || "$py" - "$tmp/base.txt" "$tmp/$kind.txt" "$kind" "$seed" <<'PY'
 import random, sys
-random.seed(7)
+random.seed(7 if sys.argv[4] == '901' else int(sys.argv[4]))
 out = []
 for line in open(sys.argv[1]):
     t = line.split()
@@ -53,7 +57,8 @@ r = {}
 for line in open(sys.argv[1]):
     k, m, b = line.split()
     r[(k, m)] = int(b)
-for k, name in (('sub', 'one token substituted'), ('ins', 'one token inserted')):
+for k, name in (('sub', 'one token substituted'), ('ins', 'one token inserted'),
+                ('mix', 'both, in one store')):
     c, a = r[(k, 'centroid')], r[(k, 'alone')]
     print(f"{name:24s} members: {c} bytes against the centroid, {a} coded alone: {100.0 * (c - a) / a:+.1f}%")
 PY
