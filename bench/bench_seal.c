@@ -117,12 +117,41 @@ static double gets(seqkv *db, const workload *w, double seconds, uint8_t *out)
     return (double)n / spent;
 }
 
+/* OpenSSL's ChaCha20-Poly1305 on one part of `part` bytes, under a fixed
+ * key and nonce (a bench, not a seal): sealed into c and tag, or opened
+ * from them into m (its tag checked; x reused) */
+static const uint8_t bench_key[32] = {1}, bench_n12[12] = {3};
+
+static void ossl_seal(EVP_CIPHER *cc, const uint8_t *m, size_t part, uint8_t *c, uint8_t tag[16])
+{
+    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+    uint8_t fin[16];
+    int out;
+    CHECK(!cc || !x || EVP_EncryptInit_ex2(x, cc, bench_key, bench_n12, NULL) != 1 ||
+              EVP_EncryptUpdate(x, c, &out, m, (int)part) != 1 ||
+              EVP_EncryptFinal_ex(x, fin, &out) != 1 ||
+              EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, 16, tag) != 1,
+          "OpenSSL seal");
+    EVP_CIPHER_CTX_free(x);
+}
+
+static void ossl_open(EVP_CIPHER_CTX *x, EVP_CIPHER *cc, const uint8_t *c, size_t part,
+                      const uint8_t tag[16], uint8_t *m)
+{
+    int out;
+    CHECK(!x || EVP_DecryptInit_ex2(x, cc, bench_key, bench_n12, NULL) != 1 ||
+              EVP_DecryptUpdate(x, m, &out, c, (int)part) != 1 ||
+              EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, 16, (void *)tag) != 1 ||
+              EVP_DecryptFinal_ex(x, m, &out) != 1,
+          "OpenSSL open");
+}
+
 /* The cipher alone on one thread: bytes opened a second by libsodium's
  * XChaCha20-Poly1305 and by OpenSSL's ChaCha20-Poly1305 (what a sealed
  * raw GET uses), parts of `part` bytes */
 static void cipher_rates(size_t part, double seconds, double *sodium, double *openssl)
 {
-    uint8_t *m = malloc(part), *c = malloc(part + 16), key[32] = {1}, n24[24] = {2}, n12[12] = {3};
+    uint8_t *m = malloc(part), *c = malloc(part + 16), key[32] = {1}, n24[24] = {2};
     memset(m, 7, part);
     crypto_aead_xchacha20poly1305_ietf_encrypt(c, NULL, m, part, NULL, 0, NULL, n24, key);
     long k = 0;
@@ -134,21 +163,12 @@ static void cipher_rates(size_t part, double seconds, double *sodium, double *op
     *sodium = (double)k * (double)part / (now_s() - t0);
     EVP_CIPHER *cc = EVP_CIPHER_fetch(NULL, "ChaCha20-Poly1305", NULL);
     EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
-    int out;
     uint8_t tag[16];
-    CHECK(!cc || !x || EVP_EncryptInit_ex2(x, cc, key, n12, NULL) != 1 ||
-              EVP_EncryptUpdate(x, c, &out, m, (int)part) != 1 ||
-              EVP_EncryptFinal_ex(x, tag, &out) != 1 ||
-              EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, 16, tag) != 1,
-          "OpenSSL seal");
+    ossl_seal(cc, m, part, c, tag);
     k = 0;
     t0 = now_s();
     for (; now_s() - t0 < seconds; k++)
-        CHECK(EVP_DecryptInit_ex2(x, cc, key, n12, NULL) != 1 ||
-                  EVP_DecryptUpdate(x, m, &out, c, (int)part) != 1 ||
-                  EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, 16, tag) != 1 ||
-                  EVP_DecryptFinal_ex(x, m, &out) != 1,
-              "OpenSSL open");
+        ossl_open(x, cc, c, part, tag, m);
     *openssl = (double)k * (double)part / (now_s() - t0);
     EVP_CIPHER_CTX_free(x);
     EVP_CIPHER_free(cc);
@@ -172,21 +192,14 @@ static void *cold_thread(void *arg)
 {
     cold_job *j = arg;
     EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
-    const uint8_t key[32] = {1}, n12[12] = {3};
-    int out;
     pthread_barrier_wait(j->go);
     size_t k = 0, o = 0;
     const double t0 = now_s();
     while (now_s() - t0 < j->seconds) {
         for (size_t i = 0; i < j->nparts; i++, k++) {
-            const uint8_t *c = j->c + i * j->part;
             uint8_t *m = j->out + o;
             o = o + 2 * j->part <= j->out_len ? o + j->part : 0;
-            CHECK(!x || EVP_DecryptInit_ex2(x, j->cc, key, n12, NULL) != 1 ||
-                      EVP_DecryptUpdate(x, m, &out, c, (int)j->part) != 1 ||
-                      EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, 16, j->tag) != 1 ||
-                      EVP_DecryptFinal_ex(x, m, &out) != 1,
-                  "OpenSSL open (cold)");
+            ossl_open(x, j->cc, j->c + i * j->part, j->part, j->tag, m);
         }
     }
     j->bytes = (double)k * (double)j->part / (now_s() - t0);
@@ -199,15 +212,9 @@ static void *cold_thread(void *arg)
 static double cold_cipher_rate(size_t part, size_t total, size_t out_len, int nt, double seconds)
 {
     EVP_CIPHER *cc = EVP_CIPHER_fetch(NULL, "ChaCha20-Poly1305", NULL);
-    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
-    uint8_t *m = calloc(1, part), one_c[1], key[32] = {1}, n12[12] = {3}, tag[16];
-    uint8_t *c0 = malloc(part);
-    int out;
-    CHECK(!cc || !x || !m || !c0 || EVP_EncryptInit_ex2(x, cc, key, n12, NULL) != 1 ||
-              EVP_EncryptUpdate(x, c0, &out, m, (int)part) != 1 ||
-              EVP_EncryptFinal_ex(x, one_c, &out) != 1 ||
-              EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, 16, tag) != 1,
-          "OpenSSL seal");
+    uint8_t *m = calloc(1, part), *c0 = malloc(part), tag[16];
+    CHECK(!m || !c0, "cold parts");
+    ossl_seal(cc, m, part, c0, tag);
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, (unsigned)nt);
     cold_job *jobs = calloc((size_t)nt, sizeof *jobs);
@@ -244,7 +251,6 @@ static double cold_cipher_rate(size_t part, size_t total, size_t out_len, int nt
     free(th);
     free(m);
     free(c0);
-    EVP_CIPHER_CTX_free(x);
     EVP_CIPHER_free(cc);
     return bytes;
 }

@@ -200,11 +200,7 @@ static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t
          * trailer); the KV's own checksum still checked, end to end */
         if ((rc = skv_store_rec_raw_open(c->db, t->key, img, len, r, dst)))
             return rc;
-        skv_rec_sum sum;
-        skv_rec_sum_begin(&sum, r->version);
-        for (size_t j = 0; j < 2 * L; j++)
-            skv_rec_sum_add(&sum, dst[j], (b - a) * row);
-        if (skv_rec_sum_end(&sum) != r->checksum)
+        if (skv_seqbuf_checksum(pe, c->s, a, b, r->version) != r->checksum)
             return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)",
                              r->chunk_index);
     }

@@ -189,7 +189,8 @@ void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_r
 }
 
 /* The clear part checked; box 0's plain length */
-static int sealed_head(const uint8_t *v, size_t len, size_t *b0)
+/* A sealed record's head checked: the sizes of box 0 and box 1 */
+static int sealed_head(const uint8_t *v, size_t len, size_t *b0, size_t *b1)
 {
     if (len < SKV_SEAL_HEAD + (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG + 8 + SKV_REC_TRAILER)
         return skv_error(SKV_ERR_FORMAT, "sealed chunk record of %zu bytes is too short", len);
@@ -203,7 +204,14 @@ static int sealed_head(const uint8_t *v, size_t len, size_t *b0)
     *b0 = skv_load32_le(v + SKV_SEAL_HEAD - 4);
     if (*b0 < 8 || *b0 > len - SKV_SEAL_HEAD - (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG - SKV_REC_TRAILER)
         return skv_error(SKV_ERR_CORRUPT, "sealed chunk record: box 0 of %zu bytes", *b0);
+    *b1 = len - SKV_SEAL_HEAD - *b0 - (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG;
     return SKV_OK;
+}
+
+static int not_open(void)
+{
+    return skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, moved to another "
+                                      "key or tenant, or another data key)");
 }
 
 static int open_box(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, int box,
@@ -215,9 +223,7 @@ static int open_box(const uint8_t key[32], const uint8_t dek[32], const uint8_t 
     int bad = crypto_aead_xchacha20poly1305_ietf_decrypt(out, NULL, NULL, c, clen, ad, sizeof ad,
                                                          nonce, dek);
     sodium_memzero(ad, sizeof ad);
-    return bad ? skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, moved to "
-                                            "another key or tenant, or another data key)")
-               : SKV_OK;
+    return bad ? not_open() : SKV_OK;
 }
 
 /* Box 1's parts opened over a pool, each checked by its own tag and its
@@ -307,11 +313,10 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
                    skv_pool *pool, uint8_t **img, size_t *img_len)
 {
     *img = NULL;
-    size_t b0;
-    int rc = sealed_head(v, len, &b0);
+    size_t b0, b1;
+    int rc = sealed_head(v, len, &b0, &b1);
     if (rc)
         return rc;
-    const size_t b1 = len - SKV_SEAL_HEAD - b0 - (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG;
     const size_t n = SKV_REC_HEADER + (b0 - 8) + b1;
     uint8_t *out = skv_malloc(n);
     if (!out)
@@ -329,9 +334,7 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
         sodium_memzero(&pk, sizeof pk);
         for (int k = 0; k < SKV_SEAL_SEGS && !rc; k++)
             if (j.bad[k])
-                rc = skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, "
-                                                "moved to another key or tenant, or another data "
-                                                "key)");
+                rc = not_open();
     }
     if (rc) {
         skv_free(out);
@@ -345,11 +348,10 @@ int skv_rec_unseal(const uint8_t key[32], const uint8_t dek[32], const uint8_t *
 int skv_rec_unseal_raw(const uint8_t key[32], const uint8_t dek[32], const uint8_t *v, size_t len,
                        const skv_rec *r, skv_pool *pool, uint8_t *const *dst)
 {
-    size_t b0;
-    int rc = sealed_head(v, len, &b0);
+    size_t b0, b1;
+    int rc = sealed_head(v, len, &b0, &b1);
     if (rc)
         return rc;
-    const size_t b1 = len - SKV_SEAL_HEAD - b0 - (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG;
     const size_t sz = r->nstreams ? r->streams_len / r->nstreams : 0;
     if (b1 != (size_t)r->nstreams * sz + SKV_REC_TRAILER || r->streams_len != (size_t)r->nstreams * sz)
         return skv_error(SKV_ERR_CORRUPT, "sealed raw record: streams of %zu bytes in %zu",
@@ -363,8 +365,7 @@ int skv_rec_unseal_raw(const uint8_t key[32], const uint8_t dek[32], const uint8
     sodium_memzero(&pk, sizeof pk);
     for (int i = 0; i < SKV_SEAL_SEGS; i++)
         if (j.bad[i])
-            return skv_error(SKV_ERR_CORRUPT, "sealed chunk record does not open (damaged, moved to "
-                                              "another key or tenant, or another data key)");
+            return not_open();
     return SKV_OK;
 }
 
@@ -372,11 +373,10 @@ int skv_rec_unseal_head(const uint8_t key[32], const uint8_t dek[32], const uint
                         uint8_t **head, skv_rec *r)
 {
     *head = NULL;
-    size_t b0;
-    int rc = sealed_head(v, len, &b0);
+    size_t b0, b1;
+    int rc = sealed_head(v, len, &b0, &b1);
     if (rc)
         return rc;
-    const size_t b1 = len - SKV_SEAL_HEAD - b0 - (1 + SKV_SEAL_SEGS) * SKV_SEAL_TAG;
     uint8_t *out = skv_malloc(SKV_REC_HEADER + b0);
     if (!out)
         return skv_error(SKV_ERR_NOMEM, "unsealed chunk record head");
