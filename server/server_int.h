@@ -157,8 +157,20 @@ struct skv_server {
     struct srv_remote *remote; /* the shared tier (remote.c), or NULL */
 };
 
+/* A client's input buffer: a line or a bulk header fits it whole */
+#define RBUF_CAP (SKV_SERVER_MAX_INLINE + 256)
+
 double srv_now(void);
 void srv_log(skv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Close and free a client (its memory later when a job of it is in flight;
+ * loop thread) */
+void srv_client_free(skv_server *s, srv_client *c);
+/* Who may connect (accept.c, loop thread): bind the socket at path (0600;
+ * a stale one removed, a live one refused), accept what is pending, close
+ * connections that have not authenticated within unauth-timeout */
+int srv_listen(skv_server *s, const char *path);
+void srv_accept(skv_server *s);
+void srv_sweep_unauth(skv_server *s);
 /* AUTH: user NULL matches any tenant with that token. 0 and the client's
  * tenant/admin set, or -1. */
 int srv_auth(skv_server *s, srv_client *c, const uint8_t *user, size_t ulen, const uint8_t *tok,
