@@ -21,13 +21,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "seqkv.h"
+#include "demo.h"
 #include "seqkv_client.h"
 #include "skv_delta.h"
 #include "skv_lossy.h"
 
-#define DEMO_AUTOCAL "1024" /* the profile calibrates itself at (a workload: some 5k) */
 
 #ifndef SEQKV_SOURCE_DIR
 #define SEQKV_SOURCE_DIR "."
@@ -69,42 +67,6 @@ static const char demo_usage[] =
     "  --no-replay    skip the replay that measures the centroid savings\n"
     "  --keep         keep the temporary store, socket directory and server log\n";
 
-typedef struct {
-    double s;
-    uint32_t n;
-    uint32_t sess;
-} dget;
-
-typedef struct {
-    const char *model_arg, *out;
-    long tenants, sessions, turns, chunk, seed, threads;
-    seqkv_level level;
-    int keep, no_replay, synthetic, lossy;
-} dargs;
-
-typedef struct {
-    dargs a;
-    char model[PATH_MAX];
-    int synthetic;
-    skv_model *m;
-    skv_pool *pool;
-    const skv_model_config *mc;
-    size_t L, row, per_tok; /* layers, bytes of one (layer, token) row, bytes per token */
-    cli_session *S;
-    size_t ns;
-    char dir[1024], sock[1024 + 16];
-    char tokens[64][65];
-    atomic_size_t done;
-    atomic_int finished;
-    size_t phase_req[2];
-    char cal_note[256]; /* when the profile calibrated itself, what KV.COMPACT did */
-    /* results */
-    dget *gets;
-    size_t ngets, gcap;
-    uint64_t req_tokens, hit_tokens, lookups, lookup_hits, verified, put_bytes;
-    uint64_t tier_hits, tier_misses; /* the server's hot tier (INFO cache) */
-    pthread_mutex_t mu;
-} demo;
 
 typedef struct {
     demo *d;
@@ -190,7 +152,7 @@ static int find_model(demo *d)
 /* ------------------------------------------------------------------------
  * The workload (the generator of `seqkv bench store`)
  * ---------------------------------------------------------------------- */
-static void store_layout(const demo *d, const cli_session *s, size_t n, uint8_t *out)
+void demo_layout(const demo *d, const cli_session *s, size_t n, uint8_t *out)
 {
     cli_session_layout(s, d->L, d->row, n, out);
 }
@@ -331,10 +293,10 @@ static int checked_get(demo *d, dworker *w, seqkv_client *c, size_t si, const ui
     return record_get(d, t, n, si);
 }
 
-/* Phase 1 (raw, before KV.CALIBRATE): the first turns of the original
+/* Phase 1 (while the profile has no calibration): the first turns of the original
  * sessions; phase 2: the rest, so near-duplicates arrive once the profile
  * codes and can be coded against their centroid. */
-static int phase_of(const cli_session *s, long turn)
+int demo_phase_of(const cli_session *s, long turn)
 {
     return turn == 0 && !s->dup ? 0 : 1;
 }
@@ -359,11 +321,11 @@ static void *worker_main(void *arg)
         for (long j = 0; j < d->a.sessions && !rc; j++) {
             const size_t si = (size_t)(w->tenant * d->a.sessions + j);
             const cli_session *s = &d->S[si];
-            if (phase_of(s, k) != w->phase)
+            if (demo_phase_of(s, k) != w->phase)
                 continue;
             const size_t n = s->turn_end[k];
             size_t m = 0, stored = 0;
-            store_layout(d, s, n, kv);
+            demo_layout(d, s, n, kv);
             if ((rc = seqkv_client_lookup(c, "demo", s->tok, n, &m))) {
                 snprintf(w->err, sizeof w->err, "KV.LOOKUP: %s (%s)", seqkv_client_strerror(rc),
                          seqkv_client_error(c));
@@ -371,9 +333,9 @@ static void *worker_main(void *arg)
             }
             if (m > 0) {
                 /* what a frontend does on a hit: fetch the cached prefix */
-                store_layout(d, s, m, kv);
+                demo_layout(d, s, m, kv);
                 rc = checked_get(d, w, c, si, kv, m, got);
-                store_layout(d, s, n, kv);
+                demo_layout(d, s, n, kv);
                 if (rc)
                     break;
             }
@@ -405,7 +367,7 @@ static int run_phase(demo *d, const char *what, int phase)
     size_t total = 0;
     for (size_t i = 0; i < d->ns; i++)
         for (long k = 0; k < d->a.turns; k++)
-            total += phase_of(&d->S[i], k) == phase;
+            total += demo_phase_of(&d->S[i], k) == phase;
     d->phase_req[phase] = total;
     dworker *W = calloc((size_t)d->a.tenants, sizeof *W);
     pthread_t *T = calloc((size_t)d->a.tenants, sizeof *T);
@@ -448,239 +410,6 @@ static int run_phase(demo *d, const char *what, int phase)
     return rc;
 }
 
-/* ------------------------------------------------------------------------
- * Measurements beside the server
- * ---------------------------------------------------------------------- */
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double pct(const double *sorted, size_t n, double p)
-{
-    if (!n)
-        return 0;
-    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
-    return sorted[i < n ? i : n - 1];
-}
-
-/* A prefill of the same prefix: the time a frontend spends without the
- * cache (forward pass only; the cache is allocated beforehand). */
-static int time_prefill(demo *d, const cli_session *s, size_t n, double *sec)
-{
-    skv_kvcache *kc = NULL;
-    int rc = skv_kvcache_create(d->mc, n, &kc);
-    skv_forward_opts o = {.pool = d->pool};
-    double t0 = cli_now();
-    if (!rc)
-        rc = skv_model_forward(d->m, kc, s->tok, n, &o);
-    *sec = cli_now() - t0;
-    skv_kvcache_free(kc);
-    return rc;
-}
-
-
-/* The same workload through the embedded store, centroids off: what the
- * probabilistic trie saved. Same master key, tenant names, order of puts
- * per tenant and calibration procedure as the server's run. */
-static int replay_alone(demo *d, seqkv_stats *st)
-{
-    char dir[PATH_MAX + 16], key[PATH_MAX + 16];
-    snprintf(dir, sizeof dir, "%s/replay", d->dir);
-    snprintf(key, sizeof key, "%s/db/master.key", d->dir);
-    seqkv_options o = {0};
-    o.quiet = 1;
-    o.no_centroids = 1;
-    o.no_sync = 1; /* a scratch store: durability is not what is measured */
-    o.master_key = key;
-    o.threads = (int)d->a.threads;
-    seqkv *db;
-    int rc = seqkv_open(dir, &o, &db);
-    if (rc)
-        return rc;
-    seqkv_profile p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.name, sizeof p.name, "demo");
-    p.dtype = SKV_DT_BF16;
-    p.chunk = (int)d->a.chunk;
-    p.level = d->a.level;
-    p.auto_calibrate = atoi(DEMO_AUTOCAL);
-    if (strlen(d->model) >= sizeof p.model)
-        rc = skv_error(SKV_ERR_TOO_LARGE, "model path longer than %zu bytes", sizeof p.model - 1);
-    else {
-        memcpy(p.model, d->model, strlen(d->model) + 1);
-        rc = seqkv_profile_set(db, &p);
-    }
-    size_t maxn = 0;
-    for (size_t i = 0; i < d->ns; i++)
-        maxn = d->S[i].n > maxn ? d->S[i].n : maxn;
-    uint8_t *kv = malloc(maxn * d->per_tok);
-    if (!rc && !kv)
-        rc = skv_error(SKV_ERR_NOMEM, "replay");
-    const size_t total = d->ns * (size_t)d->a.turns;
-    size_t done = 0;
-    for (int phase = 0; phase < 2 && !rc; phase++) {
-        for (long t = 0; t < d->a.tenants && !rc; t++) {
-            char tn[32];
-            snprintf(tn, sizeof tn, "tenant%ld", t);
-            for (long k = 0; k < d->a.turns && !rc; k++)
-                for (long j = 0; j < d->a.sessions && !rc; j++) {
-                    const cli_session *s = &d->S[t * d->a.sessions + j];
-                    if (phase_of(s, k) != phase)
-                        continue;
-                    size_t n = s->turn_end[k];
-                    store_layout(d, s, n, kv);
-                    rc = seqkv_put(db, tn, "demo", s->tok, n, kv, n * d->per_tok, NULL, NULL);
-                    if (!rc) /* as the server does in the background */
-                        rc = seqkv_auto_calibrate(db, "demo", NULL);
-                    cli_progress("demo: replay without the probabilistic trie", ++done, total);
-                }
-        }
-    }
-    if (!rc)
-        rc = seqkv_compact(db, "demo", NULL, NULL, NULL);
-    if (!rc)
-        rc = seqkv_stat(db, NULL, st);
-    free(kv);
-    seqkv_close(db);
-    char cmd[PATH_MAX + 32];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "demo: could not remove %s\n", dir);
-    return rc;
-}
-
-/* Bits per scalar by layer (K and V together) at every skv_delta level:
- * a calibration learned from the first turns (what KV.CALIBRATE saw),
- * every session's whole prompt coded at each level. bits[lv][layer];
- * bits[lv][L] is the whole. */
-static int layer_bits(demo *d, double (*bits)[65], int *have)
-{
-    skv_st_writer *w;
-    int rc = skv_stw_create(&w);
-    if (rc)
-        return rc;
-    size_t ncal = d->ns < 64 ? d->ns : 64;
-    for (size_t i = 0; i < ncal && !rc; i++) {
-        const cli_session *s = &d->S[i * d->ns / ncal];
-        size_t n = s->turn_end[0], nb = d->L * n * d->row;
-        uint8_t *k = malloc(nb), *v = malloc(nb);
-        if (!k || !v) {
-            rc = skv_error(SKV_ERR_NOMEM, "calibration set");
-        } else {
-            for (size_t l = 0; l < d->L; l++) {
-                memcpy(k + l * n * d->row, s->k + l * s->n * d->row, n * d->row);
-                memcpy(v + l * n * d->row, s->v + l * s->n * d->row, n * d->row);
-            }
-            skv_kvseq q = {n, s->tok, SKV_DT_BF16, (int)d->L, d->mc->n_kv_heads, d->mc->head_dim,
-                           k, v};
-            rc = skv_kvfile_add(w, i, &q);
-        }
-        free(k);
-        free(v);
-    }
-    skv_calib *cal = NULL;
-    if (!rc)
-        rc = cli_calib_learn_writer(w, d->m, d->pool, &cal);
-    for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS && !rc; lv++) {
-        have[lv] = skv_calib_has_level(cal, (seqkv_level)lv);
-        if (!have[lv])
-            continue;
-        skv_delta *dl;
-        if ((rc = skv_delta_create(cal, (seqkv_level)lv, d->m, d->pool, &dl)))
-            break;
-        size_t coded = 0;
-        for (size_t i = 0; i < d->ns && coded < 16 && !rc; i++) {
-            if (d->S[i].dup)
-                continue;
-            coded++;
-            skv_streams ss;
-            memset(&ss, 0, sizeof ss);
-            rc = skv_delta_encode(dl, d->S[i].tok, d->S[i].n, d->S[i].k, d->S[i].v,
-                                  (size_t)d->a.chunk, &ss);
-            skv_streams_free(&ss);
-            char what[64];
-            snprintf(what, sizeof what, "demo: coding the sessions at %s", seqkv_level_name((seqkv_level)lv));
-            cli_progress(what, coded, 16);
-        }
-        if (!rc) {
-            const double *ideal, *bytes;
-            const uint64_t *nsc;
-            skv_delta_costs(dl, &ideal, &bytes, &nsc);
-            double tb = 0, tn = 0;
-            for (size_t l = 0; l < d->L; l++) {
-                double b = bytes[2 * l] + bytes[2 * l + 1];
-                double n = (double)nsc[2 * l] + (double)nsc[2 * l + 1];
-                bits[lv][l] = n > 0 ? 8.0 * b / n : 0;
-                tb += b;
-                tn += n;
-            }
-            bits[lv][d->L] = tn > 0 ? 8.0 * tb / tn : 0;
-        }
-        skv_delta_free(dl);
-    }
-    skv_calib_free(cal);
-    skv_stw_free(w);
-    return rc;
-}
-
-static void write_chart(const demo *d, double (*bits)[65], const int *have, char *png, size_t cap)
-{
-    char dat[PATH_MAX + 32], gp[PATH_MAX + 32];
-    snprintf(dat, sizeof dat, "%s/demo_bits.dat", d->a.out);
-    snprintf(gp, sizeof gp, "%s/demo_bits.gp", d->a.out);
-    snprintf(png, cap, "%s/demo_bits.png", d->a.out);
-    FILE *f = fopen(dat, "w");
-    if (!f) {
-        snprintf(png, cap, "(not written: %s: %s)", dat, strerror(errno));
-        return;
-    }
-    fprintf(f, "# layer raw");
-    for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
-        fprintf(f, " %s", seqkv_level_name((seqkv_level)lv));
-    fprintf(f, "\n");
-    for (size_t l = 0; l < d->L; l++) {
-        fprintf(f, "%zu 16", l);
-        for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
-            fprintf(f, " %.4f", have[lv] ? bits[lv][l] : 0.0 / 0.0);
-        fprintf(f, "\n");
-    }
-    fclose(f);
-    f = fopen(gp, "w");
-    if (!f) {
-        snprintf(png, cap, "(not written: %s: %s)", gp, strerror(errno));
-        return;
-    }
-    const char *base = strrchr(d->model, '/');
-    fprintf(f,
-            "set terminal pngcairo size 900,540 noenhanced font ',11'\n"
-            "set output '%s'\n"
-            "set title 'seqkv: bits per scalar by layer and level (bf16 KV of %s%s; raw = 16)'\n"
-            "set xlabel 'layer'\nset ylabel 'bits per scalar (K and V)'\n"
-            "set xtics 1\nset yrange [0:*]\nset key outside right\nset grid ytics\n"
-            "set datafile missing 'nan'\n"
-            "plot '%s' using 1:2 with linespoints lw 2 title 'raw bf16'",
-            png, base ? base + 1 : d->model, d->synthetic ? ", SYNTHETIC model" : "", dat);
-    for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
-        if (have[lv])
-            fprintf(f, ", '' using 1:%d with linespoints lw 2 title '%s'", lv + 3,
-                    seqkv_level_name((seqkv_level)lv));
-    fprintf(f, "\n");
-    fclose(f);
-    char cmd[3 * PATH_MAX];
-    snprintf(cmd, sizeof cmd, "command -v gnuplot >/dev/null 2>&1 && gnuplot '%s' 2>/dev/null", gp);
-    if (system(cmd) != 0) {
-        /* pngcairo is in gnuplot-nox; the plain png terminal is older */
-        snprintf(cmd, sizeof cmd,
-                 "command -v gnuplot >/dev/null 2>&1 && sed 's/pngcairo/png/' '%s' | gnuplot "
-                 "2>/dev/null",
-                 gp);
-        if (system(cmd) != 0)
-            snprintf(png, cap, "(not drawn: gnuplot is missing -- apt-get install gnuplot-nox; "
-                               "data in %s, script %s)", dat, gp);
-    }
-}
 
 /* ------------------------------------------------------------------------
  * The command
@@ -954,7 +683,7 @@ static int demo_measure(demo *d, demo_figures *f)
         get_tok += d->gets[i].n;
         if (i % step)
             continue;
-        rc = time_prefill(d, &d->S[d->gets[i].sess], d->gets[i].n, &pl[np]);
+        rc = demo_time_prefill(d, &d->S[d->gets[i].sess], d->gets[i].n, &pl[np]);
         ratio[np] = pl[np] / (d->gets[i].s > 0 ? d->gets[i].s : 1e-9);
         sess[np] = d->gets[i].sess;
         len[np] = d->gets[i].n;
@@ -976,12 +705,12 @@ static int demo_measure(demo *d, demo_figures *f)
     free(sess);
     free(len);
     if (!rc) {
-        qsort(f->hot_ratio, np, sizeof(double), cmp_double);
-        qsort(f->cold_ratio, np, sizeof(double), cmp_double);
+        qsort(f->hot_ratio, np, sizeof(double), demo_cmp_double);
+        qsort(f->cold_ratio, np, sizeof(double), demo_cmp_double);
     }
-    qsort(gl, d->ngets, sizeof *gl, cmp_double);
-    qsort(pl, np, sizeof *pl, cmp_double);
-    qsort(ratio, np, sizeof *ratio, cmp_double);
+    qsort(gl, d->ngets, sizeof *gl, demo_cmp_double);
+    qsort(pl, np, sizeof *pl, demo_cmp_double);
+    qsort(ratio, np, sizeof *ratio, demo_cmp_double);
     f->gl = gl;
     f->pl = pl;
     f->ratio = ratio;
@@ -992,7 +721,7 @@ static int demo_measure(demo *d, demo_figures *f)
     f->replayed = 0;
     if (!rc && !d->a.no_replay) {
         t0 = cli_now();
-        rc = replay_alone(d, &f->alone);
+        rc = demo_replay_alone(d, &f->alone);
         f->replayed = rc == 0;
         fprintf(stderr, "demo: replay without the probabilistic trie in %.1f s\n", cli_now() - t0);
     }
@@ -1000,7 +729,7 @@ static int demo_measure(demo *d, demo_figures *f)
     memset(f->bits, 0, sizeof f->bits);
     if (!rc) {
         t0 = cli_now();
-        rc = layer_bits(d, f->bits, f->have);
+        rc = demo_layer_bits(d, f->bits, f->have);
         fprintf(stderr, "demo: per-layer coding of the sessions in %.1f s\n", cli_now() - t0);
     }
     return rc;
@@ -1076,21 +805,21 @@ static void report_speed(const demo *d, FILE *tf, const demo_figures *f)
          d->lookups ? 100.0 * (double)d->lookup_hits / (double)d->lookups : 0.0,
          d->req_tokens ? 100.0 * (double)d->hit_tokens / (double)d->req_tokens : 0.0);
     out2(tf, "%-34s p50 %.3f ms, p99 %.3f ms (%zu GETs, %.0f tokens each on average, %ld "
-             "clients at once)\n", "KV.GET over the socket", 1e3 * pct(gl, d->ngets, 0.5),
-         1e3 * pct(gl, d->ngets, 0.99), d->ngets, d->ngets ? (double)f->get_tok / (double)d->ngets : 0.0,
+             "clients at once)\n", "KV.GET over the socket", 1e3 * demo_pct(gl, d->ngets, 0.5),
+         1e3 * demo_pct(gl, d->ngets, 0.99), d->ngets, d->ngets ? (double)f->get_tok / (double)d->ngets : 0.0,
          d->a.tenants);
     out2(tf, "%-34s p50 %.3f ms, p99 %.3f ms (%zu prefills of the same prefixes, %ld threads)\n",
-         "recompute with the model", 1e3 * pct(pl, np, 0.5), 1e3 * pct(pl, np, 0.99), np,
+         "recompute with the model", 1e3 * demo_pct(pl, np, 0.5), 1e3 * demo_pct(pl, np, 0.99), np,
          d->a.threads);
     out2(tf, "%-34s %.2fx faster at the median (p1 %.2fx, p99 %.2fx)\n", "KV.GET vs recompute",
-         pct(ratio, np, 0.5), pct(ratio, np, 0.01), pct(ratio, np, 0.99));
+         demo_pct(ratio, np, 0.5), demo_pct(ratio, np, 0.01), demo_pct(ratio, np, 0.99));
     out2(tf, "%-34s %llu of %llu chunk lookups served from memory (%.1f%%)\n", "hot tier",
          (unsigned long long)d->tier_hits, (unsigned long long)(d->tier_hits + d->tier_misses),
          d->tier_hits + d->tier_misses
              ? 100.0 * (double)d->tier_hits / (double)(d->tier_hits + d->tier_misses) : 0.0);
     out2(tf, "%-34s hot %.1fx, cold %.1fx faster at the median (in process, same prefixes)\n",
-         "GET vs recompute, hot and cold", f->hot_ratio ? pct(f->hot_ratio, np, 0.5) : 0.0,
-         f->cold_ratio ? pct(f->cold_ratio, np, 0.5) : 0.0);
+         "GET vs recompute, hot and cold", f->hot_ratio ? demo_pct(f->hot_ratio, np, 0.5) : 0.0,
+         f->cold_ratio ? demo_pct(f->cold_ratio, np, 0.5) : 0.0);
     out2(tf, "\nbits per scalar by layer and level (skv_delta on up to %zu original sessions' whole prompts, "
              "calibrated on their first turns; raw bf16 = 16)\n%-8s", d->ns < 16 ? d->ns : (size_t)16, "layer");
     for (int lv = SEQKV_STAT; lv < SEQKV_LEVELS; lv++)
@@ -1127,7 +856,7 @@ static int demo_run(demo *d)
 
     mkdir(d->a.out, 0755);
     char png[3 * PATH_MAX], tpath[PATH_MAX + 32];
-    write_chart(d, f.bits, f.have, png, sizeof png);
+    demo_write_chart(d, f.bits, f.have, png, sizeof png);
     snprintf(tpath, sizeof tpath, "%s/demo_table.txt", d->a.out);
     FILE *tf = fopen(tpath, "w");
     report_store(d, tf, info1, &f);
