@@ -113,6 +113,22 @@ struct seqkv {
 };
 
 int skv_mdb_error(int rc, const char *what);
+/* Profile and tenant records (FORMAT.md; profiles.c packs them) */
+#define SKV_PROF_MAGIC 0x50564b53u  /* "SKVP" */
+#define SKV_PROF_SIZE_V1 (16 + 64 + 4 * 10 + 16 + 32 + SEQKV_PATH_MAX + 1)
+#define SKV_PROF_SIZE (SKV_PROF_SIZE_V1 + 32) /* + the lossy tier (FORMAT 15) */
+#define SKV_TEN_MAGIC 0x54564b53u   /* "SKVT" */
+#define SKV_TEN_SIZE 32
+#define SKV_SHARED_ID 1 /* SEQKV_SHARED_TENANT's id */
+int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p);
+void skv_store_ten_pack(const tenant_ent *t, uint8_t *b);
+/* A profile, tenant or other name: 1..SEQKV_NAME_MAX bytes, no blanks or
+ * control characters, '@' first only when allow_at */
+int skv_store_check_name(const char *what, const char *s, int allow_at);
+int skv_store_txn_begin(seqkv *db, int rdonly, MDB_txn **txn);
+/* A u64 of the meta table (0 when absent); writing one */
+uint64_t skv_store_meta_u64(MDB_txn *txn, MDB_dbi dbi, const char *key);
+int skv_store_meta_put_u64(MDB_txn *txn, MDB_dbi dbi, const char *key, uint64_t x);
 /* A caller's option struct (its size in its first field; 0: full) copied
  * into dst (full bytes), the fields it lacks zeroed; SKV_ERR_ARG when its
  * size cannot be read (what: the struct's name) */

@@ -1,0 +1,451 @@
+/* Profiles and tenants (seqkv.h): their records (FORMAT.md, "Profile
+ * records", "Tenant records"), setting and listing profiles, a profile's
+ * calibrations, creating tenants and their settings. */
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "skv_delta.h"
+#include "store_int.h"
+#include "seal.h"
+#include "store_priv.h"
+
+
+/* ---- profile and tenant records --------------------------------------------- */
+
+static void prof_pack(const seqkv_profile *p, uint8_t *b)
+{
+    memset(b, 0, SKV_PROF_SIZE);
+    skv_store32_le(b, SKV_PROF_MAGIC);
+    skv_store32_le(b + 4, 1);
+    skv_store32_le(b + 8, (uint32_t)p->vocab);
+    skv_store32_le(b + 12, (uint32_t)p->auto_calibrate);
+    memcpy(b + 16, p->name, strnlen(p->name, SEQKV_NAME_MAX));
+    uint8_t *q = b + 80;
+    int32_t f[10] = {p->layers, p->kv_heads, p->head_dim, (int32_t)p->dtype,
+                     (int32_t)skv_f32_bits(p->rope_theta), p->rope_dim, p->rope_half,
+                     p->chunk, (int32_t)p->level, p->has_calib};
+    for (int i = 0; i < 10; i++)
+        skv_store32_le(q + 4 * i, (uint32_t)f[i]);
+    memcpy(b + 120, p->calib_id, 16);
+    memcpy(b + 136, p->id, 32);
+    memcpy(b + 168, p->model, strnlen(p->model, SEQKV_PATH_MAX));
+    skv_lossy_prof_pack(p, b + SKV_PROF_SIZE_V1);
+}
+
+int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
+{
+    if ((len != SKV_PROF_SIZE && len != SKV_PROF_SIZE_V1) || skv_load32_le(b) != SKV_PROF_MAGIC)
+        return skv_error(SKV_ERR_CORRUPT, "damaged profile record");
+    if (skv_load32_le(b + 4) > 1)
+        return skv_error(SKV_ERR_VERSION, "profile record of a newer version");
+    memset(p, 0, sizeof *p);
+    memcpy(p->name, b + 16, SEQKV_NAME_MAX);
+    const uint8_t *q = b + 80;
+    p->layers = (int)skv_load32_le(q);
+    p->kv_heads = (int)skv_load32_le(q + 4);
+    p->head_dim = (int)skv_load32_le(q + 8);
+    p->dtype = (skv_dtype)skv_load32_le(q + 12);
+    p->rope_theta = skv_bits_f32(skv_load32_le(q + 16));
+    p->rope_dim = (int)skv_load32_le(q + 20);
+    p->rope_half = (int)skv_load32_le(q + 24);
+    p->chunk = (int)skv_load32_le(q + 28);
+    p->level = (seqkv_level)skv_load32_le(q + 32);
+    p->has_calib = (int)skv_load32_le(q + 36);
+    memcpy(p->calib_id, b + 120, 16);
+    memcpy(p->id, b + 136, 32);
+    memcpy(p->model, b + 168, SEQKV_PATH_MAX);
+    /* (a record from before the setting holds 0: the default bound, or
+     * the model's) */
+    p->vocab = (int)skv_load32_le(b + 8);
+    if (p->vocab == 0 && !p->model[0])
+        p->vocab = SEQKV_VOCAB_DEFAULT;
+    if (p->vocab < 0)
+        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
+    /* (0 in a record from before the setting: the default) */
+    p->auto_calibrate = (int)skv_load32_le(b + 12);
+    if (p->auto_calibrate < -1)
+        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
+    if (p->layers <= 0 || p->kv_heads <= 0 || p->head_dim <= 0 || p->chunk <= 0 ||
+        p->chunk > SEQKV_CHUNK_MAX || (unsigned)p->level >= SEQKV_LEVELS)
+        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
+    /* (a record from before the lossy tier: off) */
+    return len == SKV_PROF_SIZE ? skv_lossy_prof_unpack(b + SKV_PROF_SIZE_V1, p) : SKV_OK;
+}
+
+void skv_store_ten_pack(const tenant_ent *t, uint8_t *b)
+{
+    memset(b, 0, SKV_TEN_SIZE);
+    skv_store32_le(b, SKV_TEN_MAGIC);
+    skv_store32_le(b + 4, 1);
+    skv_store64_le(b + 8, t->id);
+    skv_store32_le(b + 16, (uint32_t)t->read_shared);
+    skv_store64_le(b + 24, t->budget);
+}
+
+
+/* ---- profiles ------------------------------------------------------------------ */
+
+int skv_store_profile_write(seqkv *db, const seqkv_profile *p, MDB_val *ck, MDB_val *cv)
+{
+    MDB_txn *txn;
+    uint8_t b[SKV_PROF_SIZE];
+    prof_pack(p, b);
+    pthread_rwlock_rdlock(&db->rw);
+    int rc = skv_store_txn_begin(db, 0, &txn);
+    if (!rc) {
+        MDB_val k = {strlen(p->name), (void *)p->name}, v = {SKV_PROF_SIZE, b};
+        int mrc = ck ? mdb_put(txn, db->db_calib, ck, cv, 0) : 0;
+        if (!mrc)
+            mrc = mdb_put(txn, db->db_prof, &k, &v, 0);
+        if (!mrc)
+            mrc = mdb_txn_commit(txn);
+        else
+            mdb_txn_abort(txn);
+        rc = mrc ? skv_mdb_error(mrc, "write profile") : SKV_OK;
+    }
+    pthread_rwlock_unlock(&db->rw);
+    return rc;
+}
+
+static int write_profile(seqkv *db, const seqkv_profile *p)
+{
+    return skv_store_profile_write(db, p, NULL, NULL);
+}
+
+int skv_store_profile_model(seqkv *db, prof_ent *pe, skv_model **out)
+{
+    *out = NULL;
+    if (!pe->p.model[0])
+        return skv_error(SKV_ERR_ARG, "profile %s names no model", pe->p.name);
+    pthread_mutex_lock(&db->clock);
+    int rc = SKV_OK;
+    if (!pe->model && !pe->model_failed) {
+        rc = skv_model_load(pe->p.model, &pe->model);
+        pe->model_failed = rc != 0;
+    } else if (pe->model_failed) {
+        rc = skv_error(SKV_ERR_IO, "model %s of profile %s failed to load", pe->p.model, pe->p.name);
+    }
+    pthread_mutex_unlock(&db->clock);
+    *out = pe->model;
+    return rc;
+}
+
+int seqkv_profile_set(seqkv *db, seqkv_profile *p)
+{
+    int rc = skv_store_check_name("profile", p->name, 0);
+    if (rc)
+        return rc;
+    if (db->o.read_only)
+        return skv_error(SKV_ERR_ARG, "store opened read-only");
+    if ((unsigned)p->level >= SEQKV_LEVELS)
+        return skv_error(SKV_ERR_ARG, "bad level %d", (int)p->level);
+    if (strnlen(p->model, SEQKV_PATH_MAX + 1) > SEQKV_PATH_MAX)
+        return skv_error(SKV_ERR_ARG, "model path too long");
+    seqkv_profile q = *p;
+    if (q.model[0]) {
+        skv_model *m;
+        if ((rc = skv_model_load(q.model, &m)))
+            return rc;
+        const skv_model_config *c = skv_model_cfg(m);
+        int shape_given = q.layers || q.kv_heads || q.head_dim;
+        if (!shape_given) {
+            q.layers = c->n_layers;
+            q.kv_heads = c->n_kv_heads;
+            q.head_dim = c->head_dim;
+        }
+        if (q.rope_theta == 0 && !shape_given) {
+            q.rope_theta = c->rope_theta;
+            q.rope_dim = c->rope_dim;
+            q.rope_half = c->rope_layout == SKV_ROPE_HALF;
+        }
+        int bad = q.layers != c->n_layers || q.kv_heads != c->n_kv_heads || q.head_dim != c->head_dim;
+        const int mv = c->vocab_size;
+        skv_model_free(m);
+        if (bad)
+            return skv_error(SKV_ERR_SHAPE, "model %s does not have the profile's shape", q.model);
+        if (q.vocab && q.vocab != mv)
+            return skv_error(SKV_ERR_ARG, "vocab %d: the model %s has a vocabulary of %d", q.vocab,
+                             q.model, mv);
+        q.vocab = mv;
+    }
+    if (q.auto_calibrate < -1)
+        return skv_error(SKV_ERR_ARG, "auto_calibrate must be a token count, 0 (the default, %d) "
+                                      "or -1 (never)", SEQKV_AUTO_CALIBRATE_DEFAULT);
+    if ((rc = skv_lossy_prof_check(&q)))
+        return rc;
+    if (q.vocab < 0)
+        return skv_error(SKV_ERR_ARG, "vocab must be 1..%d token ids (0: %d)", SEQKV_VOCAB_MAX,
+                         SEQKV_VOCAB_DEFAULT);
+    if (!q.vocab)
+        q.vocab = SEQKV_VOCAB_DEFAULT;
+    if (q.layers <= 0 || q.kv_heads <= 0 || q.head_dim <= 0 || q.layers > 4096 ||
+        q.kv_heads > 4096 || q.head_dim > 4096)
+        return skv_error(SKV_ERR_ARG, "profile %s needs layers, kv_heads and head_dim (or a model)",
+                         q.name);
+    if (skv_dtype_size(q.dtype) == 0 || q.dtype == SKV_DT_I32)
+        return skv_error(SKV_ERR_ARG, "profile dtype must be bf16, fp16, fp8 or fp32");
+    if (!q.chunk)
+        q.chunk = SEQKV_CHUNK_DEFAULT;
+    if (q.chunk < 1 || q.chunk > SEQKV_CHUNK_MAX)
+        return skv_error(SKV_ERR_ARG, "chunk must be 1..%d tokens", SEQKV_CHUNK_MAX);
+    if (q.rope_theta == 0)
+        q.rope_theta = 10000.0f;
+    if (!q.rope_dim)
+        q.rope_dim = q.head_dim;
+    if (q.rope_dim < 0 || q.rope_dim > q.head_dim || (q.rope_dim & 1))
+        return skv_error(SKV_ERR_ARG, "rope_dim must be even and <= head_dim");
+    q.has_calib = q.has_lossy = 0;
+    memset(q.calib_id, 0, 16);
+    memset(q.lossy_id, 0, 16);
+    skv_profile_id(&q, q.id);
+    pthread_mutex_lock(&db->wlock);
+    prof_ent *pe = skv_store_profile(db, q.name);
+    if (pe) {
+        if (memcmp(pe->p.id, q.id, 32) != 0) {
+            pthread_mutex_unlock(&db->wlock);
+            return skv_error(SKV_ERR_SHAPE,
+                             "profile %s exists with another shape, dtype, RoPE or chunk", q.name);
+        }
+        q.has_calib = pe->p.has_calib;
+        memcpy(q.calib_id, pe->p.calib_id, 16);
+        q.has_lossy = pe->p.has_lossy;
+        memcpy(q.lossy_id, pe->p.lossy_id, 16);
+    }
+    rc = write_profile(db, &q);
+    if (!rc) {
+        pthread_rwlock_wrlock(&db->rw);
+        if (pe) {
+            if (strcmp(pe->p.model, q.model) != 0) {
+                skv_model_free(pe->model);
+                pe->model = NULL;
+                pe->model_failed = 0;
+            }
+            pe->p = q;
+        } else {
+            rc = skv_store_add_profile(db, &q);
+        }
+        pthread_rwlock_unlock(&db->rw);
+    }
+    pthread_mutex_unlock(&db->wlock);
+    if (!rc)
+        *p = q;
+    return rc;
+}
+
+int skv_store_no_profile(seqkv *db, const char *name)
+{
+    char list[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < db->nprof && used + 8 < sizeof list; i++) {
+        int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", db->prof[i].p.name);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (used >= sizeof list)
+        snprintf(list + sizeof list - 5, 5, "...");
+    if (!db->nprof)
+        return skv_error(SKV_ERR_NOT_FOUND, "no profile '%s': the store has none yet (put makes one)",
+                         name ? name : "");
+    return skv_error(SKV_ERR_NOT_FOUND, "no profile '%s' (the store has %s)", name ? name : "", list);
+}
+
+int seqkv_profile_get(seqkv *db, const char *name, seqkv_profile *out)
+{
+    pthread_rwlock_rdlock(&db->rw);
+    prof_ent *pe = name ? skv_store_profile(db, name) : NULL;
+    int rc = SKV_OK;
+    if (pe)
+        *out = pe->p;
+    else
+        rc = skv_store_no_profile(db, name);
+    pthread_rwlock_unlock(&db->rw);
+    return rc;
+}
+
+static int prof_by_name(const void *a, const void *b)
+{
+    return strcmp(((const seqkv_profile *)a)->name, ((const seqkv_profile *)b)->name);
+}
+
+int seqkv_profile_list(seqkv *db, seqkv_profile *out, size_t cap, size_t *n)
+{
+    pthread_rwlock_rdlock(&db->rw);
+    *n = db->nprof;
+    size_t k = 0;
+    for (size_t i = 0; i < db->nprof && k < cap; i++)
+        out[k++] = db->prof[i].p;
+    pthread_rwlock_unlock(&db->rw);
+    if (k > 1)
+        qsort(out, k, sizeof *out, prof_by_name);
+    return SKV_OK;
+}
+
+static int put_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img, size_t len);
+
+int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img,
+                        size_t len)
+{
+    uint8_t *sealed;
+    int rc = skv_store_calib_seal(db, id, img, len, &sealed, &len);
+    if (rc)
+        return rc;
+    rc = put_calib(db, pe, id, sealed ? sealed : img, len);
+    skv_free(sealed);
+    return rc;
+}
+
+static int put_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img, size_t len)
+{
+    MDB_txn *txn;
+    pthread_rwlock_rdlock(&db->rw);
+    int rc = skv_store_txn_begin(db, 0, &txn);
+    if (!rc) {
+        seqkv_profile q = pe->p;
+        q.has_calib = 1;
+        memcpy(q.calib_id, id, 16);
+        if (q.level == SEQKV_RAW) /* calibrating means compressing: raw becomes ctx */
+            q.level = SEQKV_CTX;
+        uint8_t b[SKV_PROF_SIZE];
+        prof_pack(&q, b);
+        MDB_val ck = {16, (void *)id}, cv = {len, (void *)img};
+        MDB_val pk = {strlen(q.name), q.name}, pv = {SKV_PROF_SIZE, b};
+        int mrc = mdb_put(txn, db->db_calib, &ck, &cv, 0);
+        if (!mrc)
+            mrc = mdb_put(txn, db->db_prof, &pk, &pv, 0);
+        if (!mrc)
+            mrc = mdb_txn_commit(txn);
+        else
+            mdb_txn_abort(txn);
+        rc = mrc ? skv_mdb_error(mrc, mrc == MDB_MAP_FULL ? "store calibration (map full)"
+                                                          : "store calibration")
+                 : SKV_OK;
+        if (!rc) {
+            pe->p = q;
+            memset(&pe->drift, 0, sizeof pe->drift); /* measured again under the new one */
+        }
+    }
+    pthread_rwlock_unlock(&db->rw);
+    return rc;
+}
+
+/* ---- tenants ------------------------------------------------------------------- */
+
+static int tenant_write(seqkv *db, const tenant_ent *t, int new_id)
+{
+    MDB_txn *txn;
+    uint8_t b[SKV_TEN_SIZE];
+    skv_store_ten_pack(t, b);
+    pthread_rwlock_rdlock(&db->rw);
+    int rc = skv_store_txn_begin(db, 0, &txn);
+    if (!rc) {
+        MDB_val k = {strlen(t->name), (void *)t->name}, v = {SKV_TEN_SIZE, b};
+        int mrc = mdb_put(txn, db->db_ten, &k, &v, 0);
+        /* (an id taken from a fleet may be below the next one) */
+        if (!mrc && new_id && t->id + 1 > skv_store_meta_u64(txn, db->db_meta, "next_tenant"))
+            rc = skv_store_meta_put_u64(txn, db->db_meta, "next_tenant", t->id + 1);
+        if (!mrc && new_id && !rc)
+            rc = skv_tkeys_put(db, txn, t);
+        if (!mrc && !rc)
+            mrc = mdb_txn_commit(txn);
+        else
+            mdb_txn_abort(txn);
+        if (mrc)
+            rc = skv_mdb_error(mrc, "write tenant");
+    }
+    pthread_rwlock_unlock(&db->rw);
+    return rc;
+}
+
+/* The tenant, created when absent and create is set (caller holds wlock). */
+int skv_store_tenant(seqkv *db, const char *name, int create, tenant_ent **out)
+{
+    *out = NULL;
+    int rc = skv_store_check_name("tenant", name, strcmp(name, SEQKV_SHARED_TENANT) == 0);
+    if (rc)
+        return rc;
+    tenant_ent *t = skv_store_find_tenant(db, name);
+    if (t) {
+        *out = t;
+        return SKV_OK;
+    }
+    if (!create)
+        return skv_error(SKV_ERR_NOT_FOUND, "unknown tenant '%s'", name);
+    if (db->o.read_only)
+        return skv_error(SKV_ERR_ARG, "store opened read-only");
+    return skv_store_tenant_new(db, name, 0, NULL, out);
+}
+
+uint64_t skv_store_next_tenant(seqkv *db)
+{
+    MDB_txn *txn;
+    uint64_t id = 0;
+    if (!skv_store_txn_begin(db, 1, &txn)) {
+        id = skv_store_meta_u64(txn, db->db_meta, "next_tenant");
+        mdb_txn_abort(txn);
+    }
+    if (id <= SKV_SHARED_ID)
+        id = SKV_SHARED_ID + 1;
+    for (size_t i = 0; i < db->nten; i++)
+        if (db->ten[i].id >= id)
+            id = db->ten[i].id + 1;
+    return id;
+}
+
+int skv_store_tenant_new(seqkv *db, const char *name, uint64_t id, const uint8_t *keys,
+                         tenant_ent **out)
+{
+    *out = NULL;
+    int rc = skv_store_check_name("tenant", name, 0);
+    if (rc)
+        return rc;
+    if (db->o.read_only)
+        return skv_error(SKV_ERR_ARG, "store opened read-only");
+    tenant_ent nt;
+    memset(&nt, 0, sizeof nt);
+    strcpy(nt.name, name);
+    nt.id = id ? id : skv_store_next_tenant(db);
+    if (keys) {
+        if ((rc = skv_tkeys_alloc(&nt)))
+            return rc;
+        memcpy(nt.keys, keys, SKV_TKEYS);
+    } else if ((rc = skv_tkeys_make(db, &nt))) {
+        skv_tkeys_free(&nt);
+        return rc;
+    }
+    if ((rc = tenant_write(db, &nt, 1))) {
+        skv_tkeys_free(&nt);
+        return rc;
+    }
+    pthread_rwlock_wrlock(&db->rw);
+    rc = skv_store_add_tenant(db, &nt);
+    pthread_rwlock_unlock(&db->rw);
+    if (rc)
+        skv_tkeys_free(&nt);
+    else
+        *out = &db->ten[db->nten - 1];
+    return rc;
+}
+
+int seqkv_tenant_set(seqkv *db, const char *tenant, const seqkv_tenant_conf *conf)
+{
+    seqkv_tenant_conf cc;
+    const seqkv_tenant_conf *c = &cc;
+    int rc0 = conf ? skv_store_opts(&cc, sizeof cc, conf, "seqkv_tenant_conf")
+                   : skv_error(SKV_ERR_ARG, "seqkv_tenant_set without a configuration");
+    if (rc0)
+        return rc0;
+    pthread_mutex_lock(&db->wlock);
+    tenant_ent *t;
+    int rc = skv_store_tenant(db, tenant, 1, &t);
+    if (!rc) {
+        tenant_ent nt = *t;
+        nt.read_shared = c->read_shared != 0;
+        nt.budget = c->budget;
+        if (!(rc = tenant_write(db, &nt, 0)))
+            *t = nt;
+    }
+    pthread_mutex_unlock(&db->wlock);
+    return rc;
+}
