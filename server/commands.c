@@ -34,9 +34,7 @@ const char *srv_tenant_name(const skv_server *s, const srv_job *j)
 }
 
 
-static void err_reply(srv_job *j, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void err_reply(srv_job *j, const char *code, const char *fmt, ...)
+void srv_err_reply(srv_job *j, const char *code, const char *fmt, ...)
 {
     char msg[400];
     va_list ap;
@@ -46,8 +44,7 @@ static void err_reply(srv_job *j, const char *code, const char *fmt, ...)
     skv_rbuf_error(&j->reply, code, "%s", msg);
 }
 
-/* A store error as a reply: NOTFOUND, SHAPE, CORRUPT, TOOLARGE, else ERR. */
-static void store_err(skv_server *s, srv_job *j, int rc, const char *what)
+void srv_store_err(skv_server *s, srv_job *j, int rc, const char *what)
 {
     const char *code = "ERR";
     switch (rc) {
@@ -59,9 +56,9 @@ static void store_err(skv_server *s, srv_job *j, int rc, const char *what)
     }
     const char *d = skv_error_detail(), *where = skv_error_where();
     if (d && *d)
-        err_reply(j, code, "%s: %s (%s)", what, skv_strerror(rc), d);
+        srv_err_reply(j, code, "%s: %s (%s)", what, skv_strerror(rc), d);
     else
-        err_reply(j, code, "%s: %s", what, skv_strerror(rc));
+        srv_err_reply(j, code, "%s: %s", what, skv_strerror(rc));
     /* the log, not the reply, says where in the source it arose */
     srv_log(s, "%s (tenant %s): %s (%s)%s%s%s", what,
             j->tenant >= 0 ? srv_tenant_name(s, j) : "-", skv_strerror(rc), d ? d : "",
@@ -73,12 +70,7 @@ static void store_err(skv_server *s, srv_job *j, int rc, const char *what)
     }
 }
 
-void srv_store_err(skv_server *s, srv_job *j, int rc, const char *what)
-{
-    store_err(s, j, rc, what);
-}
-
-static int parse_ll(const uint8_t *a, size_t len, long long lo, long long hi, long long *out)
+int srv_parse_ll(const uint8_t *a, size_t len, long long lo, long long hi, long long *out)
 {
     if (len == 0 || len > 18)
         return -1;
@@ -95,11 +87,11 @@ static int parse_ll(const uint8_t *a, size_t len, long long lo, long long hi, lo
 }
 
 /* A profile name argument; replies and returns -1 when it is not one. */
-static int name_arg(srv_job *j, size_t i, char out[SEQKV_NAME_MAX + 1])
+int srv_name_arg(srv_job *j, size_t i, char out[SEQKV_NAME_MAX + 1])
 {
     size_t n = j->cmd.argl[i];
     if (n == 0 || n > SEQKV_NAME_MAX || memchr(j->cmd.argv[i], 0, n)) {
-        err_reply(j, "ERR", "a profile name is 1 to %d bytes", SEQKV_NAME_MAX);
+        srv_err_reply(j, "ERR", "a profile name is 1 to %d bytes", SEQKV_NAME_MAX);
         return -1;
     }
     memcpy(out, j->cmd.argv[i], n + 1);
@@ -112,24 +104,24 @@ static int tokens_arg(srv_job *j, size_t i, int32_t **tok, size_t *n)
     size_t len = j->cmd.argl[i];
     *tok = NULL;
     if (len == 0 || len % 4) {
-        err_reply(j, "ERR", "tokens are a non-empty bulk of little-endian u32 (%zu bytes given)",
+        srv_err_reply(j, "ERR", "tokens are a non-empty bulk of little-endian u32 (%zu bytes given)",
                   len);
         return -1;
     }
     if (len / 4 > SEQKV_MAX_TOKENS) {
-        err_reply(j, "TOOLARGE", "%zu tokens: at most %u per request", len / 4, SEQKV_MAX_TOKENS);
+        srv_err_reply(j, "TOOLARGE", "%zu tokens: at most %u per request", len / 4, SEQKV_MAX_TOKENS);
         return -1;
     }
     int32_t *t = skv_malloc(len);
     if (!t) {
-        err_reply(j, "ERR", "out of memory");
+        srv_err_reply(j, "ERR", "out of memory");
         return -1;
     }
     for (size_t k = 0; k < len / 4; k++) {
         uint32_t v = skv_load32_le(j->cmd.argv[i] + 4 * k);
         if (v > INT32_MAX) {
             skv_free(t);
-            err_reply(j, "ERR", "token %zu is %" PRIu32 ": token ids are below 2^31", k, v);
+            srv_err_reply(j, "ERR", "token %zu is %" PRIu32 ": token ids are below 2^31", k, v);
             return -1;
         }
         t[k] = (int32_t)v;
@@ -148,18 +140,18 @@ static int tokens_text(srv_job *j, const uint8_t *a, size_t len, int32_t **tok, 
         cap = SEQKV_MAX_TOKENS;
     int32_t *t = skv_malloc(cap * sizeof *t);
     if (!t) {
-        err_reply(j, "ERR", "out of memory");
+        srv_err_reply(j, "ERR", "out of memory");
         return -1;
     }
     int rc = skv_resp_token_text(a, len, SEQKV_MAX_TOKENS, t, &k, &bad, &blen);
     if (rc == SKV_ERR_FORMAT)
-        err_reply(j, "ERR", "TOKENS: id %zu, \"%.*s\", is not a token id (a decimal number "
+        srv_err_reply(j, "ERR", "TOKENS: id %zu, \"%.*s\", is not a token id (a decimal number "
                             "from 0 to 2147483647)", k, (int)(blen < 24 ? blen : 24), a + bad);
     else if (rc)
-        err_reply(j, "TOOLARGE", "TOKENS: more than %u ids: at most %u per request", SEQKV_MAX_TOKENS,
+        srv_err_reply(j, "TOOLARGE", "TOKENS: more than %u ids: at most %u per request", SEQKV_MAX_TOKENS,
                   SEQKV_MAX_TOKENS);
     else if (k == 0)
-        err_reply(j, "ERR", "TOKENS: no token ids (want \"<id> <id> ...\")");
+        srv_err_reply(j, "ERR", "TOKENS: no token ids (want \"<id> <id> ...\")");
     if (rc || k == 0) {
         skv_free(t);
         return -1;
@@ -178,7 +170,7 @@ static int tokens_at(srv_job *j, size_t i, int32_t **tok, size_t *n, size_t *nex
     *tok = NULL;
     if (srv_arg_is(j, i, "TOKENS")) {
         if (i + 1 >= j->cmd.argc) {
-            err_reply(j, "ERR", "TOKENS wants one argument, the ids: TOKENS \"1 2 3\"");
+            srv_err_reply(j, "ERR", "TOKENS wants one argument, the ids: TOKENS \"1 2 3\"");
             return -1;
         }
         *next = i + 2;
@@ -198,7 +190,7 @@ static int tokens_then(srv_job *j, size_t after, const char *usage, int32_t **to
     if (next + after != j->cmd.argc) {
         skv_free(*tok);
         *tok = NULL;
-        err_reply(j, "ERR", "wrong number of arguments: %s", usage);
+        srv_err_reply(j, "ERR", "wrong number of arguments: %s", usage);
         return -1;
     }
     return 0;
@@ -212,13 +204,13 @@ size_t srv_put_kv_len(const srv_job *j)
     return n;
 }
 
-static size_t token_bytes(const seqkv_profile *p)
+size_t srv_token_bytes(const seqkv_profile *p)
 {
     return (size_t)p->layers * 2 * (size_t)p->kv_heads * (size_t)p->head_dim *
            skv_dtype_size(p->dtype);
 }
 
-static const char *dtype_user(skv_dtype d)
+const char *srv_dtype_name(skv_dtype d)
 {
     switch (d) {
     case SKV_DT_F32: return "fp32";
@@ -246,10 +238,10 @@ static void cmd_ping(skv_server *s, srv_job *j)
 static void auth_failed(skv_server *s, srv_job *j, int rc)
 {
     if (rc == -2) {
-        err_reply(j, "BUSY", "that tenant has all the connections its max-clients allows");
+        srv_err_reply(j, "BUSY", "that tenant has all the connections its max-clients allows");
         return;
     }
-    err_reply(j, "WRONGPASS", "invalid token or tenant name");
+    srv_err_reply(j, "WRONGPASS", "invalid token or tenant name");
     if (j->c->auth_fails >= 3) {
         j->close_after = 1;
         srv_log(s, "client %llu (uid %u): %d failed AUTH attempts, closing",
@@ -278,8 +270,8 @@ static void cmd_hello(skv_server *s, srv_job *j)
     size_t i = 1;
     if (j->cmd.argc > 1) {
         long long v;
-        if (parse_ll(j->cmd.argv[1], j->cmd.argl[1], 0, 1000, &v) || (v != 2 && v != 3)) {
-            err_reply(j, "NOPROTO", "unsupported protocol version (2 or 3)");
+        if (srv_parse_ll(j->cmd.argv[1], j->cmd.argl[1], 0, 1000, &v) || (v != 2 && v != 3)) {
+            srv_err_reply(j, "NOPROTO", "unsupported protocol version (2 or 3)");
             return;
         }
         proto = (int)v;
@@ -297,12 +289,12 @@ static void cmd_hello(skv_server *s, srv_job *j)
         } else if (srv_arg_is(j, i, "SETNAME") && i + 1 < j->cmd.argc) {
             i++;
         } else {
-            err_reply(j, "ERR", "syntax error in HELLO");
+            srv_err_reply(j, "ERR", "syntax error in HELLO");
             return;
         }
     }
     if (c->tenant < 0) {
-        err_reply(j, "NOAUTH", "HELLO must be called with AUTH (this peer has no tenant)");
+        srv_err_reply(j, "NOAUTH", "HELLO must be called with AUTH (this peer has no tenant)");
         return;
     }
     c->proto = proto;
@@ -352,7 +344,7 @@ static void cmd_client(skv_server *s, srv_job *j)
     else if (srv_arg_is(j, 1, "SETNAME") || srv_arg_is(j, 1, "SETINFO"))
         skv_rbuf_simple(&j->reply, "OK");
     else
-        err_reply(j, "ERR", "CLIENT supports ID, SETNAME and SETINFO");
+        srv_err_reply(j, "ERR", "CLIENT supports ID, SETNAME and SETINFO");
 }
 
 static void cmd_shutdown(skv_server *s, srv_job *j)
@@ -361,295 +353,6 @@ static void cmd_shutdown(skv_server *s, srv_job *j)
             srv_tenant_name(s, j), (unsigned)j->c->uid);
     skv_rbuf_simple(&j->reply, "OK");
     atomic_store(&s->stop_req, 1);
-}
-
-/* ------------------------------------------------------------------------
- * KV.PROFILE SET|GET
- * ---------------------------------------------------------------------- */
-static void profile_reply(srv_job *j, const seqkv_profile *p)
-{
-    skv_rbuf *r = &j->reply;
-    char hex[65];
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", p->id[i]);
-    skv_rbuf_map(r, j->proto, 18);
-    skv_rbuf_bulk_str(r, "name");
-    skv_rbuf_bulk_str(r, p->name);
-    skv_rbuf_bulk_str(r, "layers");
-    skv_rbuf_int(r, p->layers);
-    skv_rbuf_bulk_str(r, "kv_heads");
-    skv_rbuf_int(r, p->kv_heads);
-    skv_rbuf_bulk_str(r, "head_dim");
-    skv_rbuf_int(r, p->head_dim);
-    skv_rbuf_bulk_str(r, "dtype");
-    skv_rbuf_bulk_str(r, dtype_user(p->dtype));
-    skv_rbuf_bulk_str(r, "level");
-    skv_rbuf_bulk_str(r, seqkv_level_name(p->level));
-    skv_rbuf_bulk_str(r, "rope_theta");
-    skv_rbuf_double(r, j->proto, p->rope_theta);
-    skv_rbuf_bulk_str(r, "rope_dim");
-    skv_rbuf_int(r, p->rope_dim);
-    skv_rbuf_bulk_str(r, "rope_half");
-    skv_rbuf_int(r, p->rope_half);
-    skv_rbuf_bulk_str(r, "chunk");
-    skv_rbuf_int(r, p->chunk);
-    skv_rbuf_bulk_str(r, "vocab");
-    skv_rbuf_int(r, p->vocab);
-    skv_rbuf_bulk_str(r, "model");
-    skv_rbuf_bulk_str(r, p->model);
-    skv_rbuf_bulk_str(r, "calibrated");
-    skv_rbuf_int(r, p->has_calib);
-    skv_rbuf_bulk_str(r, "auto_calibrate"); /* tokens; 0: never */
-    skv_rbuf_int(r, p->auto_calibrate < 0 ? 0
-                    : p->auto_calibrate ? p->auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT);
-    skv_rbuf_bulk_str(r, "lossy"); /* the opt-in lossy tier: 0 off, 4, 3, 2 */
-    skv_rbuf_int(r, p->lossy);
-    skv_rbuf_bulk_str(r, "lossy_calibrated");
-    skv_rbuf_int(r, p->has_lossy);
-    skv_rbuf_bulk_str(r, "token_bytes");
-    skv_rbuf_int(r, (long long)token_bytes(p));
-    skv_rbuf_bulk_str(r, "id");
-    skv_rbuf_bulk_str(r, hex);
-}
-
-/* A KV.PROFILE SET request: the profile it asks for and which of the keys
- * that have no "unset" value it names */
-typedef struct {
-    seqkv_profile want;
-    int have_dtype, have_level, have_model, have_theta, have_rdim, have_rhalf, have_autocal;
-    int have_lossy, have_lsink, have_lrecent;
-} profile_req;
-
-/* Key i and value i + 1 of j into q; 0, or -1 after an error reply */
-static int profile_key(srv_job *j, size_t i, profile_req *q)
-{
-    seqkv_profile *want = &q->want;
-    const char *v = (const char *)j->cmd.argv[i + 1];
-    size_t vl = j->cmd.argl[i + 1];
-    long long x;
-    if (memchr(v, 0, vl)) {
-        err_reply(j, "ERR", "a profile value holds a NUL byte");
-        return -1;
-    }
-    if (srv_arg_is(j, i, "layers") || srv_arg_is(j, i, "kv_heads") || srv_arg_is(j, i, "head_dim")) {
-        if (parse_ll((const uint8_t *)v, vl, 1, 1 << 16, &x)) {
-            err_reply(j, "ERR", "%s wants an integer in [1, 65536]", j->cmd.argv[i]);
-            return -1;
-        }
-        int *f = srv_arg_is(j, i, "layers") ? &want->layers
-               : srv_arg_is(j, i, "kv_heads") ? &want->kv_heads : &want->head_dim;
-        *f = (int)x;
-    } else if (srv_arg_is(j, i, "dtype")) {
-        if (skv_dtype_from_user(v, &want->dtype) || want->dtype == SKV_DT_I32) {
-            err_reply(j, "ERR", "dtype wants bf16, fp16, fp8 or fp32");
-            return -1;
-        }
-        q->have_dtype = 1;
-    } else if (srv_arg_is(j, i, "level")) {
-        if (seqkv_level_parse(v, &want->level)) {
-            err_reply(j, "ERR", "level wants raw, stat, ctx, spec or full");
-            return -1;
-        }
-        q->have_level = 1;
-    } else if (srv_arg_is(j, i, "model")) {
-        if (vl == 0 || vl > SEQKV_PATH_MAX) {
-            err_reply(j, "ERR", "model wants a path of 1 to %d bytes", SEQKV_PATH_MAX);
-            return -1;
-        }
-        memcpy(want->model, v, vl + 1);
-        q->have_model = 1;
-    } else if (srv_arg_is(j, i, "rope_theta")) {
-        char *end;
-        float f = strtof(v, &end);
-        if (end == v || *end || !(f >= 0.0f && f <= 1e12f)) {
-            err_reply(j, "ERR", "rope_theta wants a number in [0, 1e12]");
-            return -1;
-        }
-        want->rope_theta = f;
-        q->have_theta = 1;
-    } else if (srv_arg_is(j, i, "rope_dim")) {
-        if (parse_ll((const uint8_t *)v, vl, 0, 1 << 16, &x)) {
-            err_reply(j, "ERR", "rope_dim wants an integer in [0, 65536]");
-            return -1;
-        }
-        want->rope_dim = (int)x;
-        q->have_rdim = 1;
-    } else if (srv_arg_is(j, i, "rope_half")) {
-        if (parse_ll((const uint8_t *)v, vl, 0, 1, &x)) {
-            err_reply(j, "ERR", "rope_half wants 0 or 1");
-            return -1;
-        }
-        want->rope_half = (int)x;
-        q->have_rhalf = 1;
-    } else if (srv_arg_is(j, i, "chunk")) {
-        if (parse_ll((const uint8_t *)v, vl, 1, SEQKV_CHUNK_MAX, &x)) {
-            err_reply(j, "ERR", "chunk wants an integer in [1, %d]", SEQKV_CHUNK_MAX);
-            return -1;
-        }
-        want->chunk = (int)x;
-    } else if (srv_arg_is(j, i, "vocab")) {
-        if (parse_ll((const uint8_t *)v, vl, 1, SEQKV_VOCAB_MAX, &x)) {
-            err_reply(j, "ERR", "vocab wants an integer in [1, %d]", SEQKV_VOCAB_MAX);
-            return -1;
-        }
-        want->vocab = (int)x;
-    } else if (srv_arg_is(j, i, "auto-calibrate") || srv_arg_is(j, i, "auto_calibrate")) {
-        if (parse_ll((const uint8_t *)v, vl, 0, 1 << 30, &x)) {
-            err_reply(j, "ERR", "auto-calibrate wants a token count (0: never)");
-            return -1;
-        }
-        want->auto_calibrate = x ? (int)x : -1;
-        q->have_autocal = 1;
-    } else if (srv_arg_is(j, i, "lossy")) { /* the opt-in lossy tier */
-        want->lossy = v[0] == 'q' && v[1] >= '2' && v[1] <= '4' && !v[2] ? v[1] - '0' : 0;
-        if (!want->lossy && strcmp(v, "off") != 0) {
-            err_reply(j, "ERR", "lossy wants q4, q3, q2 or off");
-            return -1;
-        }
-        q->have_lossy = 1;
-    } else if (srv_arg_is(j, i, "lossy-sink") || srv_arg_is(j, i, "lossy-recent")) {
-        const int sink = srv_arg_is(j, i, "lossy-sink");
-        if (parse_ll((const uint8_t *)v, vl, -1, 1 << 20, &x)) {
-            err_reply(j, "ERR", "%s wants a token count (-1: none)", sink ? "lossy-sink" : "lossy-recent");
-            return -1;
-        }
-        *(sink ? &want->lossy_sink : &want->lossy_recent) = x ? (int)x : -1;
-        *(sink ? &q->have_lsink : &q->have_lrecent) = 1;
-    } else {
-        err_reply(j, "ERR",
-                  "unknown profile key '%.40s' (model, layers, kv_heads, head_dim, dtype, "
-                  "level, rope_theta, rope_dim, rope_half, chunk, vocab, auto-calibrate, lossy, "
-                  "lossy-sink, lossy-recent)",
-                  j->cmd.argv[i]);
-        return -1;
-    }
-    return 0;
-}
-
-/* The reply to a profile set with seqkv_profile_set's rc */
-static void profile_saved(skv_server *s, srv_job *j, int rc)
-{
-    if (rc) {
-        store_err(s, j, rc, "KV.PROFILE SET");
-        return;
-    }
-    skv_rbuf_simple(&j->reply, "OK");
-}
-
-/* The existing profile cur asked for again: the same shape, dtype, RoPE
- * and chunk or a SHAPE error; a new level, vocab or model from admins
- * only. */
-static void profile_change(skv_server *s, srv_job *j, const char *name, const profile_req *q,
-                           seqkv_profile *cur)
-{
-    const seqkv_profile *want = &q->want;
-    if ((want->layers && want->layers != cur->layers) ||
-        (want->kv_heads && want->kv_heads != cur->kv_heads) ||
-        (want->head_dim && want->head_dim != cur->head_dim) ||
-        (q->have_dtype && want->dtype != cur->dtype) || (want->chunk && want->chunk != cur->chunk) ||
-        (q->have_theta && want->rope_theta != cur->rope_theta) ||
-        (q->have_rdim && want->rope_dim != cur->rope_dim) ||
-        (q->have_rhalf && want->rope_half != cur->rope_half)) {
-        err_reply(j, "SHAPE",
-                  "profile %s exists with another shape, dtype, RoPE or chunk (a new shape "
-                  "is a new profile)",
-                  name);
-        return;
-    }
-    const int new_vocab = want->vocab && want->vocab != cur->vocab;
-    const int new_auto = q->have_autocal && want->auto_calibrate != cur->auto_calibrate;
-    const int new_lossy = (q->have_lossy && want->lossy != cur->lossy) ||
-                          (q->have_lsink && want->lossy_sink != cur->lossy_sink) ||
-                          (q->have_lrecent && want->lossy_recent != cur->lossy_recent);
-    if ((!q->have_level || want->level == cur->level) && !q->have_model && !new_vocab &&
-        !new_auto && !new_lossy) {
-        skv_rbuf_simple(&j->reply, "OK");
-        return;
-    }
-    /* changing a shared profile's level or model affects every tenant */
-    if (!j->admin) {
-        err_reply(j, "NOPERM", "only an admin tenant may change an existing profile");
-        return;
-    }
-    if (q->have_level)
-        cur->level = want->level;
-    if (q->have_model) {
-        memcpy(cur->model, want->model, sizeof cur->model);
-        cur->vocab = 0; /* the new model's, unless given */
-    }
-    if (want->vocab)
-        cur->vocab = want->vocab;
-    if (q->have_autocal)
-        cur->auto_calibrate = want->auto_calibrate;
-    if (q->have_lossy)
-        cur->lossy = want->lossy;
-    if (q->have_lsink)
-        cur->lossy_sink = want->lossy_sink;
-    if (q->have_lrecent)
-        cur->lossy_recent = want->lossy_recent;
-    profile_saved(s, j, seqkv_profile_set(s->db, cur));
-}
-
-static void profile_set(skv_server *s, srv_job *j)
-{
-    char name[SEQKV_NAME_MAX + 1];
-    if (name_arg(j, 2, name))
-        return;
-    if ((j->cmd.argc - 3) % 2) {
-        err_reply(j, "ERR", "KV.PROFILE SET <name> <key> <value> [<key> <value> ...]");
-        return;
-    }
-    profile_req q;
-    memset(&q, 0, sizeof q);
-    q.want.dtype = SKV_DT_BF16;
-    q.want.level = SEQKV_CTX; /* a new profile's: raw until it calibrates itself */
-    for (size_t i = 3; i < j->cmd.argc; i += 2)
-        if (profile_key(j, i, &q))
-            return;
-    /* A model path makes the server read a file as itself: admins only. */
-    if (q.have_model && !j->admin) {
-        err_reply(j, "NOPERM", "only an admin tenant may name a model file");
-        return;
-    }
-    seqkv_profile cur;
-    int rc = seqkv_profile_get(s->db, name, &cur);
-    if (rc == 0) {
-        profile_change(s, j, name, &q, &cur);
-        return;
-    }
-    if (rc == SKV_ERR_NOT_FOUND) {
-        if (!q.have_model && (!q.want.layers || !q.want.kv_heads || !q.want.head_dim)) {
-            err_reply(j, "ERR", "a new profile needs layers, kv_heads and head_dim (or a model)");
-            return;
-        }
-        memcpy(q.want.name, name, sizeof q.want.name);
-        rc = seqkv_profile_set(s->db, &q.want);
-    }
-    profile_saved(s, j, rc);
-}
-
-static void cmd_profile(skv_server *s, srv_job *j)
-{
-    if (srv_arg_is(j, 1, "SET")) {
-        profile_set(s, j);
-    } else if (srv_arg_is(j, 1, "GET")) {
-        char name[SEQKV_NAME_MAX + 1];
-        if (j->cmd.argc != 3) {
-            err_reply(j, "ERR", "KV.PROFILE GET <name>");
-            return;
-        }
-        if (name_arg(j, 2, name))
-            return;
-        seqkv_profile p;
-        int rc = seqkv_profile_get(s->db, name, &p);
-        if (rc) {
-            store_err(s, j, rc, "KV.PROFILE GET");
-            return;
-        }
-        profile_reply(j, &p);
-    } else {
-        err_reply(j, "ERR", "KV.PROFILE SET|GET");
-    }
 }
 
 /* ------------------------------------------------------------------------
@@ -663,14 +366,14 @@ void srv_put_batch(skv_server *s, srv_job **jobs, size_t n)
     size_t *idx = skv_calloc(n, sizeof *idx);
     if (!q || !tok || !prof || !idx) {
         for (size_t i = 0; i < n; i++)
-            err_reply(jobs[i], "ERR", "KV.PUT: out of memory");
+            srv_err_reply(jobs[i], "ERR", "KV.PUT: out of memory");
         n = 0;
     }
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         srv_job *j = jobs[i];
         size_t nt;
-        if (name_arg(j, 1, prof[i]) ||
+        if (srv_name_arg(j, 1, prof[i]) ||
             tokens_then(j, 1, "KV.PUT <profile> <tokens>|TOKENS \"<ids>\" <kv>", &tok[i], &nt))
             continue; /* replied */
         q[m].tenant = srv_tenant_name(s, j);
@@ -691,11 +394,11 @@ void srv_put_batch(skv_server *s, srv_job **jobs, size_t n)
         srv_job *j = jobs[idx[k]];
         if (q[k].rc) {
             skv_error_at(q[k].rc, NULL, 0, "%s", q[k].error);
-            store_err(s, j, q[k].rc, "KV.PUT");
+            srv_store_err(s, j, q[k].rc, "KV.PUT");
             continue;
         }
         if (rrc) { /* (remote-durability replica) */
-            err_reply(j, "REMOTE", "KV.PUT: %s", rmsg);
+            srv_err_reply(j, "REMOTE", "KV.PUT: %s", rmsg);
             continue;
         }
         pthread_mutex_lock(&s->smu);
@@ -736,10 +439,10 @@ static int miss_or_err(skv_server *s, srv_job *j, const char *prof, int rc, cons
         int rp = seqkv_profile_get(s->db, prof, &p);
         if (rp == 0)
             return 1;
-        store_err(s, j, rp, what);
+        srv_store_err(s, j, rp, what);
         return 0;
     }
-    store_err(s, j, rc, what);
+    srv_store_err(s, j, rc, what);
     return 0;
 }
 
@@ -748,7 +451,7 @@ static void cmd_lookup(skv_server *s, srv_job *j)
     char prof[SEQKV_NAME_MAX + 1];
     int32_t *tok;
     size_t n, m = 0;
-    if (name_arg(j, 1, prof) ||
+    if (srv_name_arg(j, 1, prof) ||
         tokens_then(j, 0, "KV.LOOKUP <profile> <tokens>|TOKENS \"<ids>\"", &tok, &n))
         return;
     int rc = seqkv_lookup(s->db, srv_tenant_name(s, j), prof, tok, n, &m);
@@ -808,7 +511,7 @@ static void cmd_get(skv_server *s, srv_job *j)
     size_t n, want = 0, next;
     int layers = 0;
     unsigned flags = 0;
-    if (name_arg(j, 1, prof) || tokens_at(j, 2, &tok, &n, &next))
+    if (srv_name_arg(j, 1, prof) || tokens_at(j, 2, &tok, &n, &next))
         return;
     for (size_t i = next; i < j->cmd.argc; i++) {
         long long v;
@@ -816,25 +519,25 @@ static void cmd_get(skv_server *s, srv_job *j)
             layers = 1;
         } else if (srv_arg_is(j, i, "LOSSY")) { /* the lossy tier's reconstruction is accepted */
             flags |= SEQKV_GET_LOSSY;
-        } else if (!want && parse_ll(j->cmd.argv[i], j->cmd.argl[i], 1, SEQKV_MAX_TOKENS, &v) == 0) {
+        } else if (!want && srv_parse_ll(j->cmd.argv[i], j->cmd.argl[i], 1, SEQKV_MAX_TOKENS, &v) == 0) {
             want = (size_t)v;
         } else {
             skv_free(tok);
-            err_reply(j, "ERR", "KV.GET <profile> <tokens>|TOKENS \"<ids>\" [<n>] [LAYERS] [LOSSY]: n is "
+            srv_err_reply(j, "ERR", "KV.GET <profile> <tokens>|TOKENS \"<ids>\" [<n>] [LAYERS] [LOSSY]: n is "
                                 "a token count in [1, %u]", SEQKV_MAX_TOKENS);
             return;
         }
     }
     if (want > n) {
         skv_free(tok);
-        err_reply(j, "ERR", "n (%zu) is more than the %zu tokens given", want, n);
+        srv_err_reply(j, "ERR", "n (%zu) is more than the %zu tokens given", want, n);
         return;
     }
     seqkv_profile p;
     int rc = seqkv_profile_get(s->db, prof, &p);
     if (rc) {
         skv_free(tok);
-        store_err(s, j, rc, "KV.GET");
+        srv_store_err(s, j, rc, "KV.GET");
         return;
     }
     const char *tn = srv_tenant_name(s, j);
@@ -844,22 +547,22 @@ static void cmd_get(skv_server *s, srv_job *j)
         rc = seqkv_lookup(s->db, tn, prof, tok, n, &m);
         if (rc && rc != SKV_ERR_NOT_FOUND) {
             skv_free(tok);
-            store_err(s, j, rc, "KV.GET");
+            srv_store_err(s, j, rc, "KV.GET");
             return;
         }
         if (m == 0) {
             skv_free(tok);
             get_counted(s, j, 0, 0);
-            err_reply(j, "NOTFOUND", "KV.GET: no prefix of these tokens is cached");
+            srv_err_reply(j, "NOTFOUND", "KV.GET: no prefix of these tokens is cached");
             return;
         }
         want = m;
     }
-    const size_t tb = token_bytes(&p);
+    const size_t tb = srv_token_bytes(&p);
     const size_t bytes = want * tb;
     if (bytes > s->cfg.max_bulk || bytes + 64 > s->cfg.max_output) {
         skv_free(tok);
-        err_reply(j, "TOOLARGE", "KV.GET: %zu tokens are %zu bytes, more than the server's reply "
+        srv_err_reply(j, "TOOLARGE", "KV.GET: %zu tokens are %zu bytes, more than the server's reply "
                                  "limit (max-bulk %" PRIu64 ")", want, bytes, s->cfg.max_bulk);
         return;
     }
@@ -879,7 +582,7 @@ static void cmd_get(skv_server *s, srv_job *j)
         j->view = v;
         j->stream_failed = 1;
         get_counted(s, j, 0, 0);
-        store_err(s, j, rc, "KV.GET");
+        srv_store_err(s, j, rc, "KV.GET");
         return;
     }
     if (rc || got != want) {
@@ -887,12 +590,12 @@ static void cmd_get(skv_server *s, srv_job *j)
         get_counted(s, j, 0, 0);
         if (rc == SKV_ERR_NOT_FOUND && !(flags & SEQKV_GET_LOSSY) &&
             strncmp(skv_error_detail(), "LOSSY:", 6) == 0) /* stored lossy: say so */
-            err_reply(j, "NOTFOUND", "KV.GET: %s", skv_error_detail() + 7);
+            srv_err_reply(j, "NOTFOUND", "KV.GET: %s", skv_error_detail() + 7);
         else if (rc == 0 || rc == SKV_ERR_NOT_FOUND)
-            err_reply(j, "NOTFOUND", "KV.GET: fewer than %zu tokens of this prefix are cached",
+            srv_err_reply(j, "NOTFOUND", "KV.GET: fewer than %zu tokens of this prefix are cached",
                       want);
         else
-            store_err(s, j, rc, "KV.GET");
+            srv_store_err(s, j, rc, "KV.GET");
         return;
     }
     if (!layers) {
@@ -913,7 +616,7 @@ static void cmd_del(skv_server *s, srv_job *j)
     char prof[SEQKV_NAME_MAX + 1];
     int32_t *tok;
     size_t n, removed = 0;
-    if (name_arg(j, 1, prof) ||
+    if (srv_name_arg(j, 1, prof) ||
         tokens_then(j, 0, "KV.DEL <profile> <tokens>|TOKENS \"<ids>\"", &tok, &n))
         return;
     int rc = seqkv_del(s->db, srv_tenant_name(s, j), prof, tok, n, &removed);
@@ -936,10 +639,10 @@ static void cmd_calibrate(skv_server *s, srv_job *j)
 {
     char prof[SEQKV_NAME_MAX + 1];
     long long max_seq = 0;
-    if (name_arg(j, 1, prof))
+    if (srv_name_arg(j, 1, prof))
         return;
-    if (j->cmd.argc == 3 && parse_ll(j->cmd.argv[2], j->cmd.argl[2], 1, 1 << 20, &max_seq)) {
-        err_reply(j, "ERR", "KV.CALIBRATE <profile> [<max_seq>]: max_seq in [1, 1048576]");
+    if (j->cmd.argc == 3 && srv_parse_ll(j->cmd.argv[2], j->cmd.argl[2], 1, 1 << 20, &max_seq)) {
+        srv_err_reply(j, "ERR", "KV.CALIBRATE <profile> [<max_seq>]: max_seq in [1, 1048576]");
         return;
     }
     int rc = seqkv_calibrate(s->db, prof, (size_t)max_seq);
@@ -947,7 +650,7 @@ static void cmd_calibrate(skv_server *s, srv_job *j)
     if (!rc && !(rc = seqkv_profile_get(s->db, prof, &p)) && p.lossy && !p.has_lossy)
         rc = seqkv_lossy_calibrate(s->db, prof, (size_t)max_seq); /* and its lossy tier's */
     if (rc) {
-        store_err(s, j, rc, "KV.CALIBRATE");
+        srv_store_err(s, j, rc, "KV.CALIBRATE");
         return;
     }
     skv_rbuf_simple(&j->reply, "OK");
@@ -960,7 +663,7 @@ static void cmd_calibrate(skv_server *s, srv_job *j)
 static void cmd_compact(skv_server *s, srv_job *j)
 {
     char prof[SEQKV_NAME_MAX + 1];
-    if (j->cmd.argc == 2 && name_arg(j, 1, prof))
+    if (j->cmd.argc == 2 && srv_name_arg(j, 1, prof))
         return;
     const char *p = j->cmd.argc == 2 ? prof : NULL;
     int learned = 0;
@@ -969,7 +672,7 @@ static void cmd_compact(skv_server *s, srv_job *j)
     seqkv_compact_stats st;
     int rc = seqkv_compact(s->db, p, NULL, NULL, &st);
     if (rc) {
-        store_err(s, j, rc, "KV.COMPACT");
+        srv_store_err(s, j, rc, "KV.COMPACT");
         return;
     }
     skv_rbuf *r = &j->reply;
@@ -990,7 +693,7 @@ static void cmd_stats(skv_server *s, srv_job *j)
     memset(&st, 0, sizeof st);
     int rc = seqkv_stat(s->db, srv_tenant_name(s, j), &st);
     if (rc && rc != SKV_ERR_NOT_FOUND) {
-        store_err(s, j, rc, "KV.STATS");
+        srv_store_err(s, j, rc, "KV.STATS");
         return;
     }
     if (rc)
@@ -1058,9 +761,9 @@ static void cmd_info(skv_server *s, srv_job *j)
     if (rc) {
         skv_rbuf_free(&b);
         if (rc == SKV_ERR_NOMEM)
-            err_reply(j, "ERR", "out of memory");
+            srv_err_reply(j, "ERR", "out of memory");
         else
-            store_err(s, j, rc, "INFO");
+            srv_store_err(s, j, rc, "INFO");
         return;
     }
     skv_rbuf_bulk(&j->reply, b.p ? b.p : (const uint8_t *)"", b.len);
@@ -1079,7 +782,7 @@ static const srv_cmd cmds[] = {
     {"CLIENT", 2, -1, SRV_F_LOOP, cmd_client, 0},
     {"SHUTDOWN", 1, 2, SRV_F_LOOP | SRV_F_ADMIN, cmd_shutdown, 0},
     {"INFO", 1, 2, 0, cmd_info, 0},
-    {"KV.PROFILE", 2, -1, 0, cmd_profile, 0},
+    {"KV.PROFILE", 2, -1, 0, srv_cmd_profile, 0},
     {"KV.PUT", 4, 5, SRV_F_BATCH, cmd_put, 0},
     {"KV.LOOKUP", 3, 4, 0, cmd_lookup, 0},
     {"KV.GET", 3, 6, 0, cmd_get, 0},

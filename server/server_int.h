@@ -204,6 +204,18 @@ const char *srv_tenant_name(const skv_server *s, const srv_job *j);
 /* A store error as a reply: NOTFOUND, SHAPE, CORRUPT, TOOLARGE, else ERR
  * (commands.c); logged, and counted against the tenant */
 void srv_store_err(skv_server *s, srv_job *j, int rc, const char *what);
+/* An error reply with code (commands.c) */
+void srv_err_reply(srv_job *j, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A decimal argument in [lo, hi]: 0, or -1 (no reply) */
+int srv_parse_ll(const uint8_t *a, size_t len, long long lo, long long hi, long long *out);
+/* A profile name argument; replies and returns -1 when it is not one */
+int srv_name_arg(srv_job *j, size_t i, char out[SEQKV_NAME_MAX + 1]);
+/* Bytes of one token's KV under profile p; p's dtype as users write it */
+size_t srv_token_bytes(const seqkv_profile *p);
+const char *srv_dtype_name(skv_dtype d);
+/* KV.PROFILE SET|GET (cmd_profile.c) */
+void srv_cmd_profile(skv_server *s, srv_job *j);
 /* The Redis string commands over the blob namespace (cmd_blob.c) */
 void srv_cmd_bget(skv_server *s, srv_job *j);
 void srv_cmd_mget(skv_server *s, srv_job *j);
