@@ -1,6 +1,8 @@
 /* The server's config file (skv_server.h; server/README.md "Config file").
  *
- * One directive a line, words separated by blanks, '#' starts a comment:
+ * One directive a line, words separated by blanks, a word starting with '#'
+ * starts a comment (a '#' inside a word, as in a token, is the word's); a
+ * NUL byte is refused:
  *   tenant NAME uid N        peers with uid N are tenant NAME
  *   tenant NAME gid N        peers whose primary gid is N (uid rules first)
  *   tenant NAME token SECRET AUTH SECRET (or AUTH NAME SECRET) selects NAME
@@ -258,12 +260,16 @@ int skv_server_config_parse(const char *text, size_t len, skv_server_config *out
         char line[1024];
         if (end - pos >= sizeof line)
             return skv_error(SKV_ERR_FORMAT, "config line %d: longer than %zu bytes", ln, sizeof line - 1);
+        if (memchr(text + pos, 0, end - pos))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: has a NUL byte", ln);
         memcpy(line, text + pos, end - pos);
         line[end - pos] = 0;
         pos = end + 1;
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = 0;
+        for (char *h = strchr(line, '#'); h; h = strchr(h + 1, '#'))
+            if (h == line || h[-1] == ' ' || h[-1] == '\t' || h[-1] == '\r') {
+                *h = 0;
+                break;
+            }
         char *w[8];
         int nw = 0;
         char *save = NULL;

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "seqkv_client.h"
 #include "skv_server.h"
 #include "storeutil.h"
@@ -1026,6 +1028,20 @@ Test(server, config_parser)
     cr_assert_eq(cfg.nadmin_uids, 1);
     cr_assert_eq(cfg.has_cache_bytes, 1);
     cr_assert_eq(cfg.cache_bytes, 1ull << 30);
+    /* '#' starts a comment only at a word's start; a NUL byte is refused,
+     * not read as the line's end */
+    const char hash[] = "tenant c token abc#defgh1 # bob's\n#x\ntenant d uid 7#\n";
+    cr_assert_eq(skv_server_config_parse(hash, sizeof hash - 1, &cfg), SKV_ERR_FORMAT,
+                 "'7#' is not a uid");
+    const char hash2[] = "tenant c token abc#defgh1 # bob's\n#x\ntenant d uid 7\t#\n";
+    cr_assert_eq(skv_server_config_parse(hash2, sizeof hash2 - 1, &cfg), 0, "%s", skv_error_detail());
+    uint8_t want[32];
+    crypto_generichash(want, sizeof want, (const uint8_t *)"abc#defgh1", 10, NULL, 0);
+    cr_assert(cfg.ntenants == 2 && cfg.tenants[0].has_token && cfg.nrules == 1);
+    cr_assert_eq(memcmp(cfg.tenants[0].token_hash, want, 32), 0, "the token keeps its '#'");
+    const char nul[] = "tenant a\0 uid 1\n";
+    cr_assert_eq(skv_server_config_parse(nul, sizeof nul - 1, &cfg), SKV_ERR_FORMAT);
+    cr_assert(strstr(skv_error_detail(), "NUL"), "%s", skv_error_detail());
     const char off[] = "cache-bytes 0\n";
     cr_assert_eq(skv_server_config_parse(off, sizeof off - 1, &cfg), 0);
     cr_assert(cfg.has_cache_bytes && cfg.cache_bytes == 0, "cache-bytes 0: no hot tier");

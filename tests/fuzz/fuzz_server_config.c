@@ -1,0 +1,115 @@
+/* libFuzzer target for the server's config file parser (server/config.c).
+ *
+ * A refused text must say why, naming a config line or the config. An
+ * accepted one must hold only what the parser promises: tenant names of
+ * 1..SEQKV_NAME_MAX bytes of [A-Za-z0-9._-] not starting with '@', each
+ * once; uid and gid rules naming an existing tenant, no id given to two
+ * tenants; every limit in its documented range (the defaults where not
+ * set), max-bulk no larger than max-query; the remote settings NUL-ended;
+ * no NUL byte in the text.
+ * Parsing the same text again must give the same configuration. Any
+ * violation aborts. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "skv_base.h"
+#include "skv_server.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CHECK(c)                                                                                \
+    do {                                                                                        \
+        if (!(c)) {                                                                             \
+            fprintf(stderr, "fuzz_server_config: check failed: %s (line %d)\n", #c, __LINE__); \
+            abort();                                                                            \
+        }                                                                                       \
+    } while (0)
+
+static int name_ok(const char *s)
+{
+    size_t n = strnlen(s, SEQKV_NAME_MAX + 1);
+    if (n == 0 || n > SEQKV_NAME_MAX || s[0] == '@')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", s[i]))
+            return 0;
+    return 1;
+}
+
+static void check_accepted(const skv_server_config *c)
+{
+    CHECK(c->ntenants <= SKV_SERVER_MAX_TENANTS);
+    for (size_t i = 0; i < c->ntenants; i++) {
+        const skv_server_tenant *t = &c->tenants[i];
+        CHECK(name_ok(t->name));
+        for (size_t j = 0; j < i; j++)
+            CHECK(strcmp(c->tenants[j].name, t->name) != 0);
+        CHECK(t->max_clients <= 65536);
+        CHECK(t->max_inflight <= 1ull << 50 && t->put_rate <= 1ull << 50);
+        CHECK(t->admin == 0 || t->admin == 1);
+        CHECK(t->has_token == 0 || t->has_token == 1);
+    }
+    CHECK(c->nrules <= sizeof c->rules / sizeof c->rules[0]);
+    for (size_t i = 0; i < c->nrules; i++) {
+        const skv_server_rule *r = &c->rules[i];
+        CHECK(r->kind == SKV_RULE_UID || r->kind == SKV_RULE_GID);
+        CHECK(r->tenant >= 0 && (size_t)r->tenant < c->ntenants);
+        CHECK(r->id != UINT32_MAX);
+        for (size_t j = 0; j < i; j++)
+            CHECK(c->rules[j].kind != r->kind || c->rules[j].id != r->id ||
+                  c->rules[j].tenant == r->tenant);
+    }
+    CHECK(c->nadmin_uids <= sizeof c->admin_uids / sizeof c->admin_uids[0]);
+    for (size_t i = 0; i < c->nadmin_uids; i++)
+        CHECK(c->admin_uids[i] != UINT32_MAX);
+    CHECK(c->max_clients >= 1 && c->max_clients <= 65536);
+    CHECK(c->max_args >= 4 && c->max_args <= 1u << 20);
+    CHECK(c->max_bulk >= 1024 && c->max_bulk <= 4ull << 30);
+    CHECK(c->max_query >= 1024 && c->max_query <= 8ull << 30);
+    CHECK(c->max_output >= 1024 && c->max_output <= 8ull << 30);
+    CHECK(c->max_bulk <= c->max_query);
+    CHECK(c->threads >= 0 && c->threads <= 256);
+    CHECK(c->put_batch >= 0 && c->put_batch <= 4096);
+    CHECK(c->has_cache_bytes || c->cache_bytes == 0);
+    CHECK(c->cache_bytes <= 1ull << 50);
+    CHECK(c->compact_interval <= 1ull << 31);
+    CHECK(c->max_unauth >= 1 && c->max_unauth <= 65536);
+    CHECK(c->unauth_timeout >= 1 && c->unauth_timeout <= 86400);
+    CHECK(memchr(c->remote, 0, sizeof c->remote) && memchr(c->remote_key, 0, sizeof c->remote_key));
+    CHECK(c->remote_durability == 1 || c->remote_durability == 2);
+    CHECK(c->remote_backlog >= 1u << 20 && c->remote_backlog <= 1ull << 40);
+    CHECK(c->remote_timeout_ms >= 100 && c->remote_timeout_ms <= 600000);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static skv_server_config a, b;
+    int rc = skv_server_config_parse((const char *)data, size, &a);
+    if (rc) {
+        CHECK(rc == SKV_ERR_FORMAT);
+        const char *d = skv_error_detail();
+        CHECK(d && (strncmp(d, "config line ", 12) == 0 || strncmp(d, "config: ", 8) == 0));
+        return 0;
+    }
+    CHECK(!memchr(data, 0, size)); /* a NUL byte is refused, not read as a line's end */
+    check_accepted(&a);
+    CHECK(skv_server_config_parse((const char *)data, size, &b) == 0);
+    /* the same text, the same configuration: compared field by field where
+     * a struct's padding could differ */
+    CHECK(a.ntenants == b.ntenants && a.nrules == b.nrules && a.nadmin_uids == b.nadmin_uids);
+    CHECK(memcmp(a.tenants, b.tenants, a.ntenants * sizeof a.tenants[0]) == 0);
+    for (size_t i = 0; i < a.nrules; i++)
+        CHECK(a.rules[i].kind == b.rules[i].kind && a.rules[i].id == b.rules[i].id &&
+              a.rules[i].tenant == b.rules[i].tenant);
+    CHECK(memcmp(a.admin_uids, b.admin_uids, a.nadmin_uids * sizeof a.admin_uids[0]) == 0);
+    CHECK(a.max_clients == b.max_clients && a.max_args == b.max_args && a.max_bulk == b.max_bulk &&
+          a.max_query == b.max_query && a.max_output == b.max_output && a.threads == b.threads &&
+          a.put_batch == b.put_batch && a.cache_bytes == b.cache_bytes &&
+          a.compact_interval == b.compact_interval && a.max_unauth == b.max_unauth &&
+          a.unauth_timeout == b.unauth_timeout && strcmp(a.remote, b.remote) == 0 &&
+          strcmp(a.remote_key, b.remote_key) == 0 && a.remote_durability == b.remote_durability &&
+          a.remote_backlog == b.remote_backlog && a.remote_timeout_ms == b.remote_timeout_ms);
+    return 0;
+}
