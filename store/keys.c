@@ -242,10 +242,15 @@ int skv_master_key_from(const char *spec, const char *dir, int create, uint8_t k
         int fd = open(spec + 16, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             return skv_error(SKV_ERR_IO, "%s: %s", spec + 16, strerror(errno));
-        ssize_t n = read(fd, buf, sizeof buf - 1);
+        ssize_t n = read(fd, buf, sizeof buf);
         close(fd);
         if (n < 0)
             return skv_error(SKV_ERR_IO, "%s: %s", spec + 16, strerror(errno));
+        if (n == (ssize_t)sizeof buf) { /* not cut short: the next open could read more */
+            sodium_memzero(buf, sizeof buf);
+            return skv_error(SKV_ERR_ARG, "%s: a passphrase has at most %zu bytes", spec + 16,
+                             sizeof buf - 1);
+        }
         while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
             n--;
         *pass = 1;

@@ -267,6 +267,13 @@ Test(seal, master_keys_from_env_fd_and_passphrase_and_wrong_ones_refused, .timeo
     setenv("SEQKV_TEST_PASS", "correct horse battery stapler", 1);
     cr_assert_eq(open_with(dir, "passphrase-env:SEQKV_TEST_PASS", &db), SKV_ERR_CORRUPT);
     cr_assert(strstr(skv_error_detail(), "passphrase does not belong"), "%s", skv_error_detail());
+    /* a passphrase file longer than the 1024 bytes read is refused, not cut */
+    f = fopen(pw, "w");
+    for (int i = 0; i < 1025; i++)
+        fputc('a' + i % 26, f);
+    fclose(f);
+    cr_assert_eq(open_with(dir, spec, &db), SKV_ERR_ARG);
+    cr_assert(strstr(skv_error_detail(), "at most 1024 bytes"), "%s", skv_error_detail());
     unsetenv("SEQKV_TEST_KEY");
     unsetenv("SEQKV_TEST_PASS");
 }
