@@ -2,6 +2,7 @@
 #ifndef SKV_CLI_H
 #define SKV_CLI_H
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "skv_model.h"
@@ -39,6 +40,10 @@ typedef struct {
     size_t *line; /* 1-based line of the file each sequence is on */
 } cli_tokens;
 int cli_tokens_read(const char *path, int vocab, cli_tokens *out);
+/* The same from an open stream; path names it in errors. A line with a
+ * NUL byte, or an id that is not a decimal number in [0, vocab), is an
+ * error naming the line. */
+int cli_tokens_parse(FILE *f, const char *path, int vocab, cli_tokens *out);
 void cli_tokens_free(cli_tokens *t);
 /* SKV_ERR_TOO_LARGE, naming the line, when a sequence is longer than the
  * max_pos positions a model takes (its max_seq); else 0. */

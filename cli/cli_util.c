@@ -110,12 +110,25 @@ int cli_tokens_read(const char *path, int vocab, cli_tokens *out)
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
     if (!f)
         return skv_error(SKV_ERR_IO, "%s: %s", path, strerror(errno));
+    int rc = cli_tokens_parse(f, path, vocab, out);
+    if (f != stdin)
+        fclose(f);
+    return rc;
+}
+
+int cli_tokens_parse(FILE *f, const char *path, int vocab, cli_tokens *out)
+{
+    memset(out, 0, sizeof *out);
     char *line = NULL;
     size_t cap = 0, lineno = 0, seq_cap = 0;
     ssize_t got;
     int rc = SKV_OK;
     while (rc == SKV_OK && (got = getline(&line, &cap, f)) >= 0) {
         lineno++;
+        if (memchr(line, 0, (size_t)got)) { /* not read as the line's end */
+            rc = skv_error(SKV_ERR_FORMAT, "%s:%zu: a NUL byte in the line", path, lineno);
+            break;
+        }
         char *p = line;
         while (*p == ' ' || *p == '\t')
             p++;
@@ -182,8 +195,8 @@ int cli_tokens_read(const char *path, int vocab, cli_tokens *out)
         out->n++;
     }
     free(line);
-    if (f != stdin)
-        fclose(f);
+    if (rc == SKV_OK && ferror(f))
+        rc = skv_error(SKV_ERR_IO, "%s: %s", path, strerror(errno));
     if (rc == SKV_OK && out->n == 0)
         rc = skv_error(SKV_ERR_FORMAT, "%s: no token sequences", path);
     if (rc)
