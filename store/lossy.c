@@ -39,7 +39,7 @@ int skv_lossy_prof_unpack(const uint8_t *b, seqkv_profile *p)
     p->has_lossy = (int)skv_load32_le(b + 12);
     memcpy(p->lossy_id, b + 16, 16);
     if ((p->lossy && (p->lossy < 2 || p->lossy > 4)) || p->lossy_sink < -1 || p->lossy_recent < -1 ||
-        (unsigned)p->has_lossy > 1)
+        p->lossy_sink > (1 << 20) || p->lossy_recent > (1 << 20) || (unsigned)p->has_lossy > 1)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible lossy fields");
     return SKV_OK;
 }

@@ -2,6 +2,7 @@
  * records", "Tenant records"), setting and listing profiles, a profile's
  * calibrations, creating tenants and their settings. */
 #include <lmdb.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@
 
 /* ---- profile and tenant records --------------------------------------------- */
 
-static void prof_pack(const seqkv_profile *p, uint8_t *b)
+void skv_store_prof_pack(const seqkv_profile *p, uint8_t *b)
 {
     memset(b, 0, SKV_PROF_SIZE);
     skv_store32_le(b, SKV_PROF_MAGIC);
@@ -68,8 +69,15 @@ int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
     p->auto_calibrate = (int)skv_load32_le(b + 12);
     if (p->auto_calibrate < -1)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
-    if (p->layers <= 0 || p->kv_heads <= 0 || p->head_dim <= 0 || p->chunk <= 0 ||
-        p->chunk > SEQKV_CHUNK_MAX || (unsigned)p->level >= SEQKV_LEVELS)
+    /* what seqkv_profile_set lets through, no more: the coders index by
+     * these (a RoPE wider than a head would reach past it) */
+    if (p->layers <= 0 || p->kv_heads <= 0 || p->head_dim <= 0 || p->layers > 4096 ||
+        p->kv_heads > 4096 || p->head_dim > 4096 || p->chunk <= 0 ||
+        p->chunk > SEQKV_CHUNK_MAX || (unsigned)p->level >= SEQKV_LEVELS ||
+        skv_dtype_size(p->dtype) == 0 || p->dtype == SKV_DT_I32 || p->rope_dim < 0 ||
+        p->rope_dim > p->head_dim || (p->rope_dim & 1) || !(p->rope_theta > 0) ||
+        !isfinite(p->rope_theta) || (unsigned)p->rope_half > 1 || (unsigned)p->has_calib > 1 ||
+        !p->name[0])
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
     /* (a record from before the lossy tier: off) */
     return len == SKV_PROF_SIZE ? skv_lossy_prof_unpack(b + SKV_PROF_SIZE_V1, p) : SKV_OK;
@@ -92,7 +100,7 @@ int skv_store_profile_write(seqkv *db, const seqkv_profile *p, MDB_val *ck, MDB_
 {
     MDB_txn *txn;
     uint8_t b[SKV_PROF_SIZE];
-    prof_pack(p, b);
+    skv_store_prof_pack(p, b);
     pthread_rwlock_rdlock(&db->rw);
     int rc = skv_store_txn_begin(db, 0, &txn);
     if (!rc) {
@@ -308,7 +316,7 @@ static int put_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_
         if (q.level == SEQKV_RAW) /* calibrating means compressing: raw becomes ctx */
             q.level = SEQKV_CTX;
         uint8_t b[SKV_PROF_SIZE];
-        prof_pack(&q, b);
+        skv_store_prof_pack(&q, b);
         MDB_val ck = {16, (void *)id}, cv = {len, (void *)img};
         MDB_val pk = {strlen(q.name), q.name}, pv = {SKV_PROF_SIZE, b};
         int mrc = mdb_put(txn, db->db_calib, &ck, &cv, 0);

@@ -120,6 +120,9 @@ int skv_mdb_error(int rc, const char *what);
 #define SKV_TEN_MAGIC 0x54564b53u   /* "SKVT" */
 #define SKV_TEN_SIZE 32
 #define SKV_SHARED_ID 1 /* SEQKV_SHARED_TENANT's id */
+/* A profile as its record (SKV_PROF_SIZE bytes); a record as a profile:
+ * SKV_ERR_CORRUPT (or VERSION) unless every field is one a set could make */
+void skv_store_prof_pack(const seqkv_profile *p, uint8_t *b);
 int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p);
 void skv_store_ten_pack(const tenant_ent *t, uint8_t *b);
 /* A profile, tenant or other name: 1..SEQKV_NAME_MAX bytes, no blanks or
