@@ -9,13 +9,8 @@
 #include "store_priv.h"
 
 typedef struct {
-    skv_trie_rec *r;
-    ns_ent *e;
-} tip;
-
-typedef struct {
-    tip *tips;
-    size_t n, cap, limit; /* limit: stop there (0: every tip) */
+    skv_tip *tips;
+    size_t n, cap;
     ns_ent *e;
     int oom;
 } tips_ctx;
@@ -23,11 +18,11 @@ typedef struct {
 static void collect_tip(void *vctx, skv_trie_rec *r)
 {
     tips_ctx *c = vctx;
-    if (r->deps || r->hidden || (c->limit && c->n == c->limit))
+    if (r->deps || r->hidden)
         return; /* (hidden: a put's record not committed yet, or one being deleted) */
     if (c->n == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 64;
-        tip *t = skv_realloc(c->tips, cap * sizeof *t);
+        skv_tip *t = skv_realloc(c->tips, cap * sizeof *t);
         if (!t) {
             c->oom = 1;
             return;
@@ -35,13 +30,57 @@ static void collect_tip(void *vctx, skv_trie_rec *r)
         c->tips = t;
         c->cap = cap;
     }
-    c->tips[c->n++] = (tip){r, c->e};
+    c->tips[c->n++] = (skv_tip){r, c->e, 0};
 }
 
-static int by_recent_use(const void *a, const void *b)
+/* By the hash of what a tip holds (an unkeyed one: a sample and an order
+ * that do not follow the store's keys), then by tenant */
+static int by_content(const void *pa, const void *pb)
 {
-    const uint64_t x = ((const tip *)a)->r->tick, y = ((const tip *)b)->r->tick;
-    return (x < y) - (x > y);
+    const skv_tip *x = pa, *y = pb;
+    if (x->h != y->h)
+        return x->h < y->h ? -1 : 1;
+    if (x->e->tenant != y->e->tenant)
+        return x->e->tenant < y->e->tenant ? -1 : 1;
+    return memcmp(x->r->key, y->r->key, 32); /* (the same record below another prefix) */
+}
+
+static int by_recent_use(const void *pa, const void *pb)
+{
+    const skv_tip *x = pa, *y = pb;
+    if (x->r->tick != y->r->tick)
+        return x->r->tick > y->r->tick ? -1 : 1;
+    return by_content(pa, pb);
+}
+
+int skv_store_tips(seqkv *db, const uint8_t prof_id[32], int recent, size_t max, skv_tip **out,
+                   size_t *n)
+{
+    tips_ctx tc = {NULL, 0, 0, NULL, 0};
+    for (size_t i = 0; i < db->nns; i++) {
+        tc.e = &db->ns[i];
+        if (memcmp(tc.e->prof_id, prof_id, 32) == 0)
+            skv_trie_foreach(tc.e->trie, collect_tip, &tc);
+    }
+    if (tc.oom) {
+        skv_free(tc.tips);
+        return skv_error(SKV_ERR_NOMEM, "the stored sequences");
+    }
+    for (size_t i = 0; i < tc.n; i++) { /* (the tokens little-endian, as on every CPU) */
+        const skv_trie_rec *r = tc.tips[i].r;
+        uint8_t le[4 * SEQKV_CHUNK_MAX];
+        const size_t k = r->n < SEQKV_CHUNK_MAX ? r->n : SEQKV_CHUNK_MAX;
+        for (size_t j = 0; j < k; j++)
+            skv_store32_le(le + 4 * j, (uint32_t)r->tokens[j]);
+        tc.tips[i].h = skv_checksum64(le, 4 * k, r->chunk_index);
+    }
+    const size_t m = max && tc.n > max ? max : tc.n;
+    if (recent) /* the m most recently used, then in the same order as the rest */
+        qsort(tc.tips, tc.n, sizeof *tc.tips, by_recent_use);
+    qsort(tc.tips, recent ? m : tc.n, sizeof *tc.tips, by_content);
+    *out = tc.tips;
+    *n = m;
+    return SKV_OK;
 }
 
 void skv_store_drift(prof_ent *pe, uint64_t bytes, uint64_t scalars)
@@ -95,9 +134,10 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     memset(&pp, 0, sizeof pp);
     if (pe)
         pp = pe->p;
-    /* the stored sequences: the first max_seq found, or (recent) the
-     * max_seq most recently used */
-    tips_ctx tc = {NULL, 0, 0, recent ? 0 : max_seq, NULL, 0};
+    /* the stored sequences: a sample of max_seq, or (recent) the max_seq
+     * most recently used */
+    skv_tip *tips = NULL;
+    size_t ntips = 0;
     skv_st_writer *w = NULL;
     skv_st *st = NULL;
     uint8_t *img = NULL;
@@ -109,22 +149,13 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
-    for (size_t i = 0; !rc && i < db->nns && (!tc.limit || tc.n < tc.limit); i++) {
-        tc.e = &db->ns[i];
-        if (memcmp(tc.e->prof_id, pp.id, 32) == 0)
-            skv_trie_foreach(tc.e->trie, collect_tip, &tc);
-    }
-    if (!rc && tc.oom)
-        rc = skv_error(SKV_ERR_NOMEM, "calibration");
-    if (!rc && recent)
-        qsort(tc.tips, tc.n, sizeof *tc.tips, by_recent_use);
-    if (tc.n > max_seq)
-        tc.n = max_seq;
-    for (size_t j = 0; !rc && j < tc.n; j++) {
+    if (!rc)
+        rc = skv_store_tips(db, pp.id, recent, max_seq, &tips, &ntips);
+    for (size_t j = 0; !rc && j < ntips; j++) {
         size_t T;
         int32_t *tok;
         uint8_t *k, *v;
-        rc = skv_store_decode_chain(db, txn, tc.tips[j].e, pe, tc.tips[j].r, &T, &tok, &k, &v);
+        rc = skv_store_decode_chain(db, txn, tips[j].e, pe, tips[j].r, &T, &tok, &k, &v);
         if (!rc) {
             skv_kvseq q = {T, tok, pp.dtype, pp.layers, pp.kv_heads, pp.head_dim, k, v};
             rc = skv_kvfile_add(w, nseq++, &q);
@@ -187,7 +218,7 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     skv_st_free(st);
     skv_free(img);
     skv_stw_free(w);
-    skv_free(tc.tips);
+    skv_free(tips);
     return rc;
 }
 

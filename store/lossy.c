@@ -123,24 +123,6 @@ int skv_store_lossy_ready(seqkv *db, MDB_txn *txn, prof_ent *pe)
            skv_lossy_cal_has(c, pe->p.lossy, SKV_LQ_PVQ);
 }
 
-/* Tokens of a stored sequence from the root to tip */
-typedef struct {
-    skv_trie_rec **tips;
-    ns_ent **ns;
-    size_t n, cap;
-    ns_ent *e;
-    int oom;
-} tips;
-
-static void collect(void *vctx, skv_trie_rec *r)
-{
-    tips *t = vctx;
-    if (r->deps || r->hidden || t->n == t->cap)
-        return;
-    t->tips[t->n] = r;
-    t->ns[t->n++] = t->e;
-}
-
 /* Learn and keep the profile's lossy calibration. Caller holds wlock
  * when !background; in the background no lock is held while learning. */
 static int learn(seqkv *db, const char *profile, size_t max_seq, int background)
@@ -156,25 +138,23 @@ static int learn(seqkv *db, const char *profile, size_t max_seq, int background)
     memset(&pp, 0, sizeof pp);
     if (!rc)
         pp = pe->p;
-    tips t = {skv_malloc(max_seq * sizeof(void *)), skv_malloc(max_seq * sizeof(void *)), 0, max_seq, NULL, 0};
+    skv_tip *tips = NULL;
+    size_t ntips = 0;
     int32_t **tok = skv_calloc(max_seq, sizeof *tok);
     size_t *len = skv_calloc(max_seq, sizeof *len);
-    if (!rc && (!t.tips || !t.ns || !tok || !len))
+    if (!rc && (!tok || !len))
         rc = skv_error(SKV_ERR_NOMEM, "lossy calibration");
-    for (size_t i = 0; !rc && i < db->nns && t.n < max_seq; i++)
-        if (memcmp(db->ns[i].prof_id, pp.id, 32) == 0) {
-            t.e = &db->ns[i];
-            skv_trie_foreach(t.e->trie, collect, &t);
-        }
+    if (!rc) /* (the first stored) */
+        rc = skv_store_tips(db, pp.id, 0, max_seq, &tips, &ntips);
     MDB_txn *txn = NULL;
     if (!rc) {
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
     size_t nseq = 0, ntok = 0;
-    for (size_t j = 0; !rc && j < t.n; j++) {
+    for (size_t j = 0; !rc && j < ntips; j++) {
         uint8_t *k = NULL, *v = NULL;
-        rc = skv_store_decode_chain(db, txn, t.ns[j], pe, t.tips[j], &len[nseq], &tok[nseq], &k, &v);
+        rc = skv_store_decode_chain(db, txn, tips[j].e, pe, tips[j].r, &len[nseq], &tok[nseq], &k, &v);
         skv_free(k);
         skv_free(v);
         if (!rc)
@@ -237,8 +217,7 @@ static int learn(seqkv *db, const char *profile, size_t max_seq, int background)
         skv_free(tok[j]);
     skv_free(tok);
     skv_free(len);
-    skv_free(t.tips);
-    skv_free(t.ns);
+    skv_free(tips);
     return rc;
 }
 

@@ -181,6 +181,22 @@ int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uin
 int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                            size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
 
+/* A stored sequence: its last record (one no other record needs), its
+ * namespace, and (skv_store_tips) the unkeyed hash of the record's tokens */
+typedef struct {
+    skv_trie_rec *r;
+    ns_ent *e;
+    uint64_t h;
+} skv_tip;
+/* The stored sequences of profile prof_id, every tenant's, as a sample
+ * and in an order that follow neither the store's keys nor the tries'
+ * layout, so that what is learned from them does not depend on the master
+ * key: by the hash of their last record's tokens, then tenant; *n: the
+ * first max of them (0: all), or (recent) the max most recently used, in
+ * that same order. Caller holds rw; skv_free(*out). */
+int skv_store_tips(seqkv *db, const uint8_t prof_id[32], int recent, size_t max, skv_tip **out,
+                   size_t *n);
+
 /* The profile record written (and, with ck, a calibration entry) in one
  * transaction. Caller holds wlock. */
 int skv_store_profile_write(seqkv *db, const seqkv_profile *p, MDB_val *ck, MDB_val *cv);

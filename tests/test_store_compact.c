@@ -98,6 +98,48 @@ Test(compact, a_profile_calibrates_itself_at_its_threshold_and_raw_records_are_r
     su_model_free(&tm);
 }
 
+/* What a profile learns from its stored sequences, and so what its records
+ * code to, follows what was stored, not the master key (whose keyed hashes
+ * name the records and order the tries): two stores under two keys, the
+ * same puts from two tenants, the same calibration and the same bytes. */
+Test(compact, what_a_profile_learns_does_not_depend_on_the_master_key, .timeout = 120)
+{
+    const char *tmp = tu_tmpdir();
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    enum { N = 10 };
+    su_seq s[N];
+    for (int i = 0; i < N; i++)
+        su_seq_make(&tm, NULL, 0, 48, 300 + (uint64_t)i, &s[i]);
+    seqkv_profile got[2];
+    seqkv_stats st[2];
+    for (int k = 0; k < 2; k++) {
+        const char *dir = tu_path(tmp, k ? "db1" : "db0");
+        su_master_key(dir, 11 + (uint64_t)k);
+        seqkv *db = open_store(dir, NULL);
+        add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+        set_auto(db, 300);
+        for (int i = 0; i < N; i++) {
+            put(db, i % 2 ? "u" : "t", "p", &s[i], 0);
+            cr_assert_eq(seqkv_auto_calibrate(db, NULL, NULL), 0, "%s", skv_error_detail());
+        }
+        compact(db, "p");
+        cr_assert_eq(seqkv_profile_get(db, "p", &got[k]), 0);
+        cr_assert(got[k].has_calib, "the profile calibrated itself");
+        st[k] = stats(db, NULL);
+        seqkv_close(db);
+    }
+    cr_assert_eq(memcmp(got[0].calib_id, got[1].calib_id, 16), 0,
+                 "the same calibration under either key");
+    cr_assert_eq(st[0].level_tokens[SEQKV_RAW], 0);
+    cr_assert_eq(st[0].coded_tokens, st[1].coded_tokens);
+    cr_assert_eq(st[0].stored_bytes, st[1].stored_bytes, "%llu bytes under one key, %llu under the other",
+                 (unsigned long long)st[0].stored_bytes, (unsigned long long)st[1].stored_bytes);
+    for (int i = 0; i < N; i++)
+        su_seq_free(&s[i]);
+    su_model_free(&tm);
+}
+
 Test(compact, never_when_off_and_not_below_the_threshold, .timeout = 60)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
