@@ -13,17 +13,9 @@
 #include <string.h>
 
 #include "blob.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                         \
-    do {                                                                                 \
-        if (!(c)) {                                                                      \
-            fprintf(stderr, "fuzz_blob: check failed: %s (line %d): %s\n", #c, __LINE__, \
-                    skv_error_detail());                                                 \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
 
 static void decode_image(const uint8_t *img, size_t len)
 {

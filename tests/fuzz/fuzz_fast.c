@@ -16,17 +16,9 @@
 
 #include "fast_int.h"
 #include "skv_codec.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                        \
-    do {                                                                                \
-        if (!(c)) {                                                                     \
-            fprintf(stderr, "fuzz_fast: check failed: %s (line %d): %s\n", #c, __LINE__, \
-                    skv_error_detail());                                                \
-            abort();                                                                    \
-        }                                                                               \
-    } while (0)
 
 static const skv_dtype dts[4] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_BF16};
 

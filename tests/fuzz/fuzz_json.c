@@ -12,16 +12,9 @@
 #include <string.h>
 
 #include "skv_tensor.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                       \
-    do {                                                                               \
-        if (!(c)) {                                                                    \
-            fprintf(stderr, "fuzz_json: check failed: %s (line %d)\n", #c, __LINE__); \
-            abort();                                                                   \
-        }                                                                              \
-    } while (0)
 
 typedef struct {
     char *p;

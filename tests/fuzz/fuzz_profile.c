@@ -16,16 +16,9 @@
 #include <string.h>
 
 #include "store_priv.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                          \
-    do {                                                                                  \
-        if (!(c)) {                                                                       \
-            fprintf(stderr, "fuzz_profile: check failed: %s (line %d)\n", #c, __LINE__); \
-            abort();                                                                      \
-        }                                                                                 \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

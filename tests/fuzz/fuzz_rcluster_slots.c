@@ -14,17 +14,9 @@
 #include <string.h>
 
 #include "rc_int.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                           \
-    do {                                                                                   \
-        if (!(c)) {                                                                        \
-            fprintf(stderr, "fuzz_rcluster_slots: check failed: %s (line %d): %s\n", #c, \
-                    __LINE__, skv_error_detail());                                         \
-            abort();                                                                       \
-        }                                                                                  \
-    } while (0)
 
 /* replies of one input given to the parser, at most */
 #define MAX_REPLIES 16

@@ -19,16 +19,9 @@
 
 #include "resp.h"
 #include "skv_base.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                       \
-    do {                                                                               \
-        if (!(c)) {                                                                    \
-            fprintf(stderr, "fuzz_resp: check failed: %s (line %d)\n", #c, __LINE__); \
-            abort();                                                                   \
-        }                                                                              \
-    } while (0)
 
 static const skv_resp_limits LIM = {4096, 16, 8192, 256};
 #define BUFCAP (256 + 64)

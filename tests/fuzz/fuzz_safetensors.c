@@ -12,17 +12,9 @@
 #include <string.h>
 
 #include "skv_tensor.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                          \
-    do {                                                                                  \
-        if (!(c)) {                                                                       \
-            fprintf(stderr, "fuzz_safetensors: check failed: %s (line %d): %s\n", #c,     \
-                    __LINE__, skv_error_detail());                                        \
-            abort();                                                                      \
-        }                                                                                 \
-    } while (0)
 
 static volatile uint8_t g_sink;
 

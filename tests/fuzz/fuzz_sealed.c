@@ -13,17 +13,9 @@
 #include <string.h>
 
 #include "seal.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                           \
-    do {                                                                                   \
-        if (!(c)) {                                                                        \
-            fprintf(stderr, "fuzz_sealed: check failed: %s (line %d): %s\n", #c, __LINE__, \
-                    skv_error_detail());                                                   \
-            abort();                                                                       \
-        }                                                                                  \
-    } while (0)
 
 static const uint8_t KEY[32] = {1, 2, 3}, DEK[32] = {9, 8, 7}, MASTER[32] = {5};
 

@@ -16,16 +16,9 @@
 
 #include "skv_base.h"
 #include "skv_server.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                                \
-    do {                                                                                        \
-        if (!(c)) {                                                                             \
-            fprintf(stderr, "fuzz_server_config: check failed: %s (line %d)\n", #c, __LINE__); \
-            abort();                                                                            \
-        }                                                                                       \
-    } while (0)
 
 static int name_ok(const char *s)
 {

@@ -40,17 +40,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(c)                                                                          \
-    do {                                                                                  \
-        if (!(c)) {                                                                       \
-            fprintf(stderr, "fuzz_stream: check failed: %s (line %d): %s\n", #c, __LINE__, \
-                    skv_error_detail());                                                  \
-            abort();                                                                      \
-        }                                                                                 \
-    } while (0)
-
 /* ---- the golden input formula (a copy of tests/golden/codec/make_golden.c) */
 #include "../golden/codec/golden_inputs.h"
+#include "fuzz_check.h"
 
 /* ---- end of the golden input formula -------------------------------------- */
 

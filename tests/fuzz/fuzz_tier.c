@@ -15,17 +15,9 @@
 
 #include "seal.h"
 #include "seqkv_tier.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                         \
-    do {                                                                                 \
-        if (!(c)) {                                                                      \
-            fprintf(stderr, "fuzz_tier: check failed: %s (line %d): %s\n", #c, __LINE__, \
-                    skv_error_detail());                                                 \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
 
 #define WRAP_HEAD 40 /* server/remote.c RHEAD */
 

@@ -13,16 +13,9 @@
 #include <string.h>
 
 #include "cli.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                         \
-    do {                                                                                 \
-        if (!(c)) {                                                                      \
-            fprintf(stderr, "fuzz_tokens: check failed: %s (line %d)\n", #c, __LINE__); \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
 
 static int parse(const void *buf, size_t len, int vocab, cli_tokens *t)
 {
