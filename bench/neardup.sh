@@ -7,7 +7,8 @@
 # alone) -- and their ratio; a third pass puts both members of each base
 # in one store (the issue's clusters: one token substituted or inserted).
 # usage: bench/neardup.sh [BUILD_DIR]   (NEARDUP_SEED: the bases' sample
-# seed, 901 by default; the edits' seed follows it)
+# seed, 901 by default; the edits' seed follows it; NEARDUP_LEVEL: the
+# profile's level, ctx by default -- spec and full run the model at GET)
 set -euo pipefail
 build=${1:-build}
 seqkv=$build/cli/seqkv
@@ -17,6 +18,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$seqkv" model sample --model "$model" --n-seq 32 --len 256 --seed 100 > "$tmp/cal.txt"
 seed=${NEARDUP_SEED:-901}
+level=${NEARDUP_LEVEL:-ctx}
 "$seqkv" model sample --model "$model" --n-seq 16 --len 256 --seed "$seed" > "$tmp/base.txt"
 for kind in sub ins mix; do
     [ "$kind" = mix ] && cat "$tmp/sub.txt" "$tmp/ins.txt" > "$tmp/mix.txt"
@@ -43,7 +45,7 @@ PY
         flag=()
         [ "$mode" = alone ] && flag=(--no-centroids)
         # 32 x 256 tokens: the profile calibrates itself (ctx) at the last one
-        "$seqkv" put --db "$db" --model "$model" --tokens "$tmp/cal.txt" --tenant cal --quiet
+        "$seqkv" put --db "$db" --model "$model" --tokens "$tmp/cal.txt" --tenant cal --quiet --level "$level"
         "$seqkv" put --db "$db" --model "$model" --tokens "$tmp/base.txt" --tenant t --quiet
         b0=$("$seqkv" stats --db "$db" --tenant t --json | "$py" -c 'import json,sys; print(json.load(sys.stdin)["stored_bytes"])')
         "$seqkv" put --db "$db" --model "$model" --tokens "$tmp/$kind.txt" --tenant t --quiet "${flag[@]}"
