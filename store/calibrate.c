@@ -75,9 +75,10 @@ int skv_store_tips(seqkv *db, const uint8_t prof_id[32], int recent, size_t max,
         tc.tips[i].h = skv_checksum64(le, 4 * k, r->chunk_index);
     }
     const size_t m = max && tc.n > max ? max : tc.n;
-    if (recent) /* the m most recently used, then in the same order as the rest */
+    if (recent && tc.n) /* the m most recently used, then in the same order as the rest */
         qsort(tc.tips, tc.n, sizeof *tc.tips, by_recent_use);
-    qsort(tc.tips, recent ? m : tc.n, sizeof *tc.tips, by_content);
+    if (tc.n)
+        qsort(tc.tips, recent ? m : tc.n, sizeof *tc.tips, by_content);
     *out = tc.tips;
     *n = m;
     return SKV_OK;
