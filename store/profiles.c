@@ -36,6 +36,30 @@ void skv_store_prof_pack(const seqkv_profile *p, uint8_t *b)
     skv_lossy_prof_pack(p, b + SKV_PROF_SIZE_V1);
 }
 
+/* Why no profile may be p (what seqkv_profile_set refuses and a reader
+ * refuses as damaged), or NULL */
+static const char *prof_invalid(const seqkv_profile *p)
+{
+    if (!p->name[0])
+        return "no name";
+    if (p->layers <= 0 || p->kv_heads <= 0 || p->head_dim <= 0 || p->layers > 4096 ||
+        p->kv_heads > 4096 || p->head_dim > 4096)
+        return "layers, kv_heads and head_dim must be 1..4096";
+    if (skv_dtype_size(p->dtype) == 0 || p->dtype == SKV_DT_I32)
+        return "dtype must be bf16, fp16, fp8 or fp32";
+    if (p->chunk < 1 || p->chunk > SEQKV_CHUNK_MAX)
+        return "chunk must be 1..4096 tokens";
+    if ((unsigned)p->level >= SEQKV_LEVELS)
+        return "no such level";
+    if (p->rope_dim < 0 || p->rope_dim > p->head_dim || (p->rope_dim & 1))
+        return "rope_dim must be even and <= head_dim";
+    if (!(p->rope_theta > 0) || !isfinite(p->rope_theta))
+        return "rope_theta must be positive and finite";
+    if ((unsigned)p->rope_half > 1 || (unsigned)p->has_calib > 1)
+        return "rope_half and has_calib are 0 or 1";
+    return NULL;
+}
+
 int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
 {
     if ((len != SKV_PROF_SIZE && len != SKV_PROF_SIZE_V1) || skv_load32_le(b) != SKV_PROF_MAGIC)
@@ -71,14 +95,9 @@ int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
     /* what seqkv_profile_set lets through, no more: the coders index by
      * these (a RoPE wider than a head would reach past it) */
-    if (p->layers <= 0 || p->kv_heads <= 0 || p->head_dim <= 0 || p->layers > 4096 ||
-        p->kv_heads > 4096 || p->head_dim > 4096 || p->chunk <= 0 ||
-        p->chunk > SEQKV_CHUNK_MAX || (unsigned)p->level >= SEQKV_LEVELS ||
-        skv_dtype_size(p->dtype) == 0 || p->dtype == SKV_DT_I32 || p->rope_dim < 0 ||
-        p->rope_dim > p->head_dim || (p->rope_dim & 1) || !(p->rope_theta > 0) ||
-        !isfinite(p->rope_theta) || (unsigned)p->rope_half > 1 || (unsigned)p->has_calib > 1 ||
-        !p->name[0])
-        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
+    const char *bad = prof_invalid(p);
+    if (bad)
+        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields (%s)", bad);
     /* (a record from before the lossy tier: off) */
     return len == SKV_PROF_SIZE ? skv_lossy_prof_unpack(b + SKV_PROF_SIZE_V1, p) : SKV_OK;
 }
@@ -193,19 +212,16 @@ int seqkv_profile_set(seqkv *db, seqkv_profile *p)
         q.kv_heads > 4096 || q.head_dim > 4096)
         return skv_error(SKV_ERR_ARG, "profile %s needs layers, kv_heads and head_dim (or a model)",
                          q.name);
-    if (skv_dtype_size(q.dtype) == 0 || q.dtype == SKV_DT_I32)
-        return skv_error(SKV_ERR_ARG, "profile dtype must be bf16, fp16, fp8 or fp32");
     if (!q.chunk)
         q.chunk = SEQKV_CHUNK_DEFAULT;
-    if (q.chunk < 1 || q.chunk > SEQKV_CHUNK_MAX)
-        return skv_error(SKV_ERR_ARG, "chunk must be 1..%d tokens", SEQKV_CHUNK_MAX);
     if (q.rope_theta == 0)
         q.rope_theta = 10000.0f;
     if (!q.rope_dim)
         q.rope_dim = q.head_dim;
-    if (q.rope_dim < 0 || q.rope_dim > q.head_dim || (q.rope_dim & 1))
-        return skv_error(SKV_ERR_ARG, "rope_dim must be even and <= head_dim");
     q.has_calib = q.has_lossy = 0;
+    const char *bad = prof_invalid(&q); /* (the record could not be read back) */
+    if (bad)
+        return skv_error(SKV_ERR_ARG, "profile %s: %s", q.name, bad);
     memset(q.calib_id, 0, 16);
     memset(q.lossy_id, 0, 16);
     skv_profile_id(&q, q.id);

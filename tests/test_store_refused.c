@@ -2,6 +2,7 @@
  * arguments, tokens outside the model's vocabulary, and a newer format
  * version (or another master key) at open. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +91,21 @@ Test(store, shape_mismatch_unknown_profile_and_bad_arguments_are_refused, .timeo
     su_profile(&tm, "a b", CHUNK, SEQKV_RAW, 0, &q);
     cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_ARG);
     cr_assert_eq(seqkv_put(db, "bad name", "p", a.tok, a.n, a.kv, a.kv_len, NULL, &r), SKV_ERR_ARG);
+    /* fields a reader would refuse as damaged are refused here, so no store
+     * holds a profile it cannot open again */
+    const float thetas[] = {-1.0f, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof thetas / sizeof *thetas; i++) {
+        su_profile(&tm, "pt", CHUNK, SEQKV_RAW, 0, &q);
+        q.rope_theta = thetas[i];
+        cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_ARG, "rope_theta %g", (double)thetas[i]);
+        cr_assert(strstr(skv_error_detail(), "rope_theta"), "%s", skv_error_detail());
+    }
+    su_profile(&tm, "pt", CHUNK, SEQKV_RAW, 0, &q);
+    q.rope_half = 2;
+    cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_ARG);
+    q.rope_half = 0;
+    q.dtype = SKV_DT_I32;
+    cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_ARG);
     /* nothing to calibrate from */
     su_profile(&tm, "pm", CHUNK, SEQKV_RAW, 1, &q);
     cr_assert_eq(seqkv_profile_set(db, &q), 0, "%s", skv_error_detail());
