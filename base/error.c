@@ -26,6 +26,7 @@ const char *skv_strerror(int err)
     case SKV_ERR_DENIED: return "denied by the server (authentication or permission)";
     case SKV_ERR_SERVER: return "error reply from the server";
     case SKV_ERR_BUSY: return "the store is held by another writer";
+    case SKV_ERR_CANCELLED: return "stopped on request";
     default: return "unknown error";
     }
 }
@@ -36,7 +37,7 @@ const char *skv_error_name(int err)
         "SKV_OK", "SKV_ERR_NOMEM", "SKV_ERR_IO", "SKV_ERR_ARG", "SKV_ERR_FORMAT",
         "SKV_ERR_VERSION", "SKV_ERR_RANGE", "SKV_ERR_SHAPE", "SKV_ERR_UNSUPPORTED",
         "SKV_ERR_NOT_FOUND", "SKV_ERR_CORRUPT", "SKV_ERR_TOO_LARGE", "SKV_ERR_NO_DEVICE",
-        "SKV_ERR_DENIED", "SKV_ERR_SERVER", "SKV_ERR_BUSY",
+        "SKV_ERR_DENIED", "SKV_ERR_SERVER", "SKV_ERR_BUSY", "SKV_ERR_CANCELLED",
     };
     _Static_assert(sizeof names / sizeof *names == 1 - SKV_ERR_MIN_, "a name for every code");
     return err <= 0 && err >= SKV_ERR_MIN_ ? names[-err] : NULL;

@@ -15,12 +15,18 @@ static const char codec_usage[] =
 
 static const char calibrate_usage[] =
     "usage: seqkv codec calibrate --calib CAL.safetensors [--model PATH] --out C.cal\n"
+    "                             [--sample N|all] [--fit-samples N]\n"
     "\n"
     "Learn the predictors' calibration from the sequences of a KV file:\n"
     "per-channel means and spreads (s chosen by measured code length), the\n"
     "per-(layer, token) codebook, least-squares blend weights and the dtype's\n"
     "empirical marginal. With --model the spec (int8 copy) and full levels are\n"
-    "calibrated too. Progress on stderr.\n";
+    "calibrated too. Progress on stderr.\n"
+    "\n"
+    "  --sample N|all    positions learned from, a window of each sequence (default:\n"
+    "                    at most 16384 and 256 MiB of KV, as a store's self-calibration)\n"
+    "  --fit-samples N   samples a channel for fitting its spread (default: 4096 for\n"
+    "                    a narrow shape, down to 256 for a wide one)\n";
 
 static const char encode_usage[] =
     "usage: seqkv codec encode --cal C.cal --kv KV.safetensors --out OUT.skv\n"
@@ -67,7 +73,7 @@ static const char bench_usage[] =
 
 enum {
     O_CALIB = 2000, O_MODEL, O_OUT, O_CAL, O_KV, O_IN, O_LEVEL, O_CHUNK, O_TEST, O_JSON, O_REPS,
-    O_SINK, O_RECENT, O_HELP
+    O_SINK, O_RECENT, O_SAMPLE, O_FITS, O_HELP
 };
 static const struct option opts[] = {
     {"calib", required_argument, NULL, O_CALIB}, {"model", required_argument, NULL, O_MODEL},
@@ -77,12 +83,14 @@ static const struct option opts[] = {
     {"test", required_argument, NULL, O_TEST},   {"json", no_argument, NULL, O_JSON},
     {"reps", required_argument, NULL, O_REPS},   {"help", no_argument, NULL, O_HELP},
     {"sink", required_argument, NULL, O_SINK},   {"recent", required_argument, NULL, O_RECENT},
+    {"sample", required_argument, NULL, O_SAMPLE}, {"fit-samples", required_argument, NULL, O_FITS},
     {NULL, 0, NULL, 0},
 };
 
 typedef struct {
     const char *calib, *model, *out, *cal, *kv, *in, *level, *test;
-    long chunk, reps, sink, recent;
+    long chunk, reps, sink, recent, fit_samples;
+    size_t sample;
     int json;
 } cargs;
 
@@ -125,6 +133,20 @@ static int cparse(const char *cmd, int argc, char **argv, cargs *a, const char *
             if (cli_parse_long(optarg, 1, 100, &a->reps))
                 return cli_usage_error(cmd, "--reps wants an integer from 1 to 100");
             break;
+        case O_SAMPLE:
+            if (strcmp(optarg, "all") == 0) {
+                a->sample = SIZE_MAX;
+            } else {
+                long n;
+                if (cli_parse_long(optarg, 1, 1L << 40, &n))
+                    return cli_usage_error(cmd, "--sample wants a positive integer or 'all'");
+                a->sample = (size_t)n;
+            }
+            break;
+        case O_FITS:
+            if (cli_parse_long(optarg, 16, 1 << 20, &a->fit_samples))
+                return cli_usage_error(cmd, "--fit-samples wants an integer from 16 to 1048576");
+            break;
         case O_SINK:
         case O_RECENT:
             if (cli_parse_long(optarg, 0, 1 << 20, c == O_SINK ? &a->sink : &a->recent))
@@ -161,13 +183,15 @@ static int open_cal_model(const char *cal, const char *model, skv_calib **c, skv
     return r;
 }
 
-static int learn(const char *calib_path, skv_model *m, skv_pool *pool, int quiet, skv_calib **out)
+static int learn(const char *calib_path, skv_model *m, skv_pool *pool, int quiet, const cargs *a,
+                 skv_calib **out)
 {
     skv_st *st;
     int rc = skv_st_open(calib_path, &st);
     if (rc)
         return cli_fail(rc, calib_path);
-    skv_calib_opts o = {.model = m, .pool = pool, .quiet = quiet};
+    skv_calib_opts o = {.model = m, .pool = pool, .quiet = quiet, .sample_positions = a->sample,
+                        .max_fit_samples = (int)a->fit_samples};
     rc = skv_calib_learn(st, &o, out);
     skv_st_free(st);
     return rc ? cli_fail(rc, "calibrate") : 0;
@@ -176,7 +200,8 @@ static int learn(const char *calib_path, skv_model *m, skv_pool *pool, int quiet
 static int do_calibrate(int argc, char **argv)
 {
     cargs a;
-    int r = cparse("codec calibrate", argc, argv, &a, calibrate_usage, A(O_CALIB) | A(O_MODEL) | A(O_OUT));
+    int r = cparse("codec calibrate", argc, argv, &a, calibrate_usage, A(O_CALIB) | A(O_MODEL) | A(O_OUT) |
+                                                                      A(O_SAMPLE) | A(O_FITS));
     if (r)
         return r;
     if (!a.calib || !a.out)
@@ -188,7 +213,7 @@ static int do_calibrate(int argc, char **argv)
     skv_pool_create(&pool, 0);
     skv_calib *c = NULL;
     double t0 = cli_now();
-    r = learn(a.calib, m, pool, 0, &c);
+    r = learn(a.calib, m, pool, 0, &a, &c);
     if (!r) {
         int rc = skv_calib_save(c, a.out);
         if (rc)
@@ -684,7 +709,7 @@ static int do_bench(int argc, char **argv)
         /* fast alone needs only the shape: no model passes (spec, full) */
         const int fast_only = want[SEQKV_FAST] && !want[SEQKV_STAT] && !want[SEQKV_CTX] &&
                               !want[SEQKV_SPEC] && !want[SEQKV_FULL];
-        r = learn(a.calib, fast_only ? NULL : b.m, b.pool, a.json, &b.c);
+        r = learn(a.calib, fast_only ? NULL : b.m, b.pool, a.json, &a, &b.c);
     }
     if (r) {
         skv_pool_free(b.pool);

@@ -109,22 +109,62 @@ int level_states(seqkv_level level);
 
 /* ---- learning (learn.c, fit.c, atoms.c) ------------------------------------------ */
 
-/* The calibration samples: every sequence of the KV file, as floats and
- * as dtype bits. */
-typedef struct {
+/* The calibration sample (sample.c): a window of each sequence learned
+ * from, its rows [pos0, pos0 + T) in the dtype's bytes (2 bytes a scalar
+ * for bf16, not floats: the sample is the learning's memory). Row 0 of a
+ * window that does not start a sequence is context only (first = 1: the
+ * previous position, which the first sample predicts from); samples are
+ * rows first..T-1. */
+struct skv_calib_sample {
+    skv_kvshape sh;
     size_t n_seq;
-    size_t *T;
-    int32_t **tok;
-    int32_t **row;   /* per sequence [T]: the token's codebook row (calib_row) */
-    float **kv[2];   /* per sequence [L][T][C] */
-    uint32_t **bits[2];
-} calib_data;
+    size_t *want, *start;   /* per sequence: its window's samples and first one */
+    size_t *T, *pos0;
+    uint8_t *first;
+    int32_t **tok;          /* [T] (a prefix window: the sequence's tokens) */
+    int32_t **row;          /* [T]: the token's codebook row (calib_row) */
+    uint8_t **kv[2];        /* [L][T][C] dtype bytes, little-endian */
+    size_t es;              /* bytes a scalar */
+    size_t added;           /* sequences handed over */
+};
+typedef struct skv_calib_sample calib_data;
+
+/* Scalar i of window sq's K (kv 0) or V as dtype bits and as a float */
+static inline uint32_t cd_bits(const calib_data *d, int kv, size_t sq, size_t i)
+{
+    const uint8_t *p = d->kv[kv][sq] + i * d->es;
+    return d->es == 2 ? skv_load16_le(p) : d->es == 1 ? p[0] : skv_load32_le(p);
+}
+
+static inline float cd_val(const calib_data *d, int kv, size_t sq, size_t i)
+{
+    const uint32_t x = cd_bits(d, kv, sq, i);
+    switch (d->sh.dtype) {
+    case SKV_DT_BF16: return skv__bf16_to_f32((uint16_t)x);
+    case SKV_DT_F16: return skv__f16_to_f32((uint16_t)x);
+    case SKV_DT_F8E4M3: return skv__f8e4m3_to_f32((uint8_t)x);
+    default: return skv_bits_f32(x);
+    }
+}
+
+/* Row (layer l, row t) of window sq's K or V as C floats into out */
+static inline void cd_row(const calib_data *d, int kv, size_t sq, size_t l, size_t t, size_t C,
+                          float *out)
+{
+    skv_cast_to_f32(d->sh.dtype, out, d->kv[kv][sq] + (l * d->T[sq] + t) * C * d->es, C);
+}
+
+/* Whether the learning was asked to stop (opts->stop) */
+static inline int calib_stopped(const int *stop)
+{
+    return stop && __atomic_load_n(stop, __ATOMIC_RELAXED);
+}
 
 /* Fit level lvl's blend weights and spreads, its (layer, kv, head) groups
  * split over pool (NULL: this thread) */
 int fit_level(skv_calib *c, const calib_data *d, seqkv_level lvl, float *const *model_pred[2],
-              int max_samples, skv_pool *pool, int quiet);
-int fit_atoms(skv_calib *c, const calib_data *d);
+              int max_samples, skv_pool *pool, const skv_calib_opts *o);
+int fit_atoms(skv_calib *c, const calib_data *d, skv_pool *pool, const int *stop);
 
 /* ---- coding (coder.c, chunk.c, sequence.c) --------------------------------------- */
 

@@ -54,9 +54,42 @@ typedef struct skv_calib skv_calib;
 typedef struct {
     const skv_model *model;   /* float32 model: needed for spec and full */
     skv_pool *pool;           /* threads for the model's forward passes */
-    int max_fit_samples;      /* per channel, for fitting s (0: 4096) */
+    int max_fit_samples;      /* per channel, for fitting s (0: by the shape, 512 to 4096) */
     int quiet;                /* no progress on stderr */
+    /* positions learned from, at most (0: SKV_CALIB_SAMPLE_POSITIONS, and
+     * no more than SKV_CALIB_SAMPLE_BYTES of KV; SIZE_MAX: every one) */
+    size_t sample_positions;
+    const int *stop;          /* when *stop turns non-zero: SKV_ERR_CANCELLED soon */
 } skv_calib_opts;
+
+/* The default sample: at most this many positions, and at most this
+ * many bytes of KV (for Llama-3-8B's 128 KiB a token: 2,048 positions) */
+#define SKV_CALIB_SAMPLE_POSITIONS 16384
+#define SKV_CALIB_SAMPLE_BYTES ((size_t)256 << 20)
+
+/* A calibration sample: what a calibration learns from, a window of each
+ * of n sequences whose lengths are known before their KV is (stored
+ * sequences decoded one at a time, so memory is bounded by the sample,
+ * not by what is stored). The windows split the positions as evenly as
+ * the lengths allow; where a window is shorter than its sequence it
+ * starts at a position chosen by the sequence's hash (h: an unkeyed hash
+ * of its tokens, so the sample depends on what is stored, not on a key or
+ * a CPU), or at 0 when prefix (a calibration with a model: its forward
+ * pass needs the whole prefix). sh: the KV's shape, RoPE and vocabulary. */
+typedef struct skv_calib_sample skv_calib_sample;
+int skv_calib_sample_create(const skv_kvshape *sh, size_t n, const size_t *T, const uint64_t *h,
+                            size_t max_positions, int prefix, skv_calib_sample **out);
+/* The positions sequence i's window needs: [0, *end) of its tokens and KV */
+size_t skv_calib_sample_end(const skv_calib_sample *s, size_t i);
+/* Sequence i (its shape, and at least skv_calib_sample_end positions)
+ * into the sample: its window is copied. */
+int skv_calib_sample_add(skv_calib_sample *s, size_t i, const skv_kvseq *q);
+/* Learn from a sample every sequence of which was added; the shape's
+ * vocabulary grows to hold its tokens */
+int skv_calib_learn_sample(skv_calib_sample *s, const skv_calib_opts *opts, skv_calib **out);
+void skv_calib_sample_free(skv_calib_sample *s);
+/* The positions a default sample takes of KV of this shape */
+size_t skv_calib_sample_default(const skv_kvshape *sh);
 
 /* Learn a calibration from the sequences of a KV file (skv_kvfile_*).
  * Levels spec and full are calibrated only when opts->model is given and

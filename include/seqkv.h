@@ -380,6 +380,14 @@ typedef int (*seqkv_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ctx,
                   seqkv_compact_stats *out);
 
+/* Asks the store's long work, in whatever thread, to stop soon, for a
+ * shutdown: a calibration (seqkv_calibrate, seqkv_auto_calibrate) returns
+ * SKV_ERR_CANCELLED within about a second, storing nothing; a compaction
+ * stops after the record it is coding (SKV_OK: what it did stays done).
+ * Calibrations and compactions started after it stop the same way.
+ * Thread-safe; gets and puts are not affected. */
+void seqkv_stop_background(seqkv *db);
+
 /* Layer by layer: decodes chunk by chunk and calls fn once per (range of
  * positions, layer) as soon as it is decoded and verified (fn runs inside
  * the read: it must not call seqkv functions); k and v hold

@@ -35,8 +35,9 @@ enum {
     SKV_ERR_DENIED = -13,     /* refused by a server: authentication or permission */
     SKV_ERR_SERVER = -14,     /* any other error reply from a server */
     SKV_ERR_BUSY = -15,       /* another process holds the store for writing */
+    SKV_ERR_CANCELLED = -16,  /* stopped on request (the store is being closed) */
 };
-#define SKV_ERR_MIN_ (-15)
+#define SKV_ERR_MIN_ (-16)
 
 /* Static string naming an error code; never NULL. */
 const char *skv_strerror(int err);

@@ -5,6 +5,7 @@
  * lock, and a compaction step takes the writer lock for one record (puts
  * wait at most that long) and the readers' lock only to swap it in.
  * Every second it also removes a bounded batch of expired blobs. */
+#include <malloc.h>
 #include <time.h>
 
 #include "maintain.h"
@@ -27,7 +28,9 @@ static void run_once(skv_server *s, int compact)
 {
     int learned = 0;
     int rc = seqkv_auto_calibrate(s->db, NULL, &learned);
-    if (rc)
+    if (rc == SKV_ERR_CANCELLED)
+        srv_log(s, "self-calibration stopped (the server is stopping)");
+    else if (rc)
         srv_log(s, "self-calibration: %s", skv_error_detail());
     pthread_mutex_lock(&s->mmu);
     s->mstat.calibrations += (uint64_t)learned;
@@ -38,11 +41,15 @@ static void run_once(skv_server *s, int compact)
     if (learned)
         srv_log(s, "%d profile%s calibrated %s", learned, learned > 1 ? "s" : "",
                 learned > 1 ? "themselves" : "itself");
+    /* the learning's memory (its sample, hundreds of MiB at a real
+     * model's shape) back to the system, not kept in the allocator's arenas */
+    malloc_trim(0);
     if (stop || !(learned || compact))
         return;
     seqkv_compact_stats st;
     double t0 = srv_now();
     rc = seqkv_compact(s->db, NULL, on_progress, s, &st);
+    malloc_trim(0);
     pthread_mutex_lock(&s->mmu);
     s->mstat.running = 0;
     s->mstat.compactions++;
@@ -139,6 +146,7 @@ void srv_maintain_stop(skv_server *s)
 {
     if (!s->mstarted)
         return;
+    seqkv_stop_background(s->db); /* (a calibration under way stops within a second) */
     pthread_mutex_lock(&s->mmu);
     s->mstop = 1;
     pthread_cond_signal(&s->mcv);

@@ -783,6 +783,9 @@ static void begin_stop(skv_server *s)
     s->stopping = 1;
     s->stop_at = srv_now();
     srv_log(s, "stopping: %zu requests in flight", s->inflight);
+    /* a calibration or compaction, in the background or a request's, stops
+     * now rather than after the drain */
+    seqkv_stop_background(s->db);
     if (s->lfd >= 0) {
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
         close(s->lfd);

@@ -120,11 +120,69 @@ static int import_calib(seqkv *db, prof_ent *pe, const skv_calib *cal)
     return rc;
 }
 
-/* Learn profile's calibration from up to max_seq stored sequences; with
- * the profile's model (spec, full) unless model_free, on pool. Caller
- * holds wlock -- or, when background, nothing: the sequences are read as
- * a reader, learned with no lock held, and the calibration goes in under
- * the writer lock unless the profile has one by then. */
+/* The sample a calibration of profile pp learns from: a window of each
+ * of the stored sequences tips (skv_calib_sample), each decoded as far as
+ * its window and let go before the next, so memory is bounded by the
+ * sample, not by what is stored. Caller holds rw shared. */
+static int read_sample(seqkv *db, const seqkv_profile *pp, prof_ent *pe, const skv_tip *tips,
+                       size_t ntips, int prefix, skv_calib_sample **out, size_t *ntok)
+{
+    *out = NULL;
+    *ntok = 0;
+    const size_t CH = (size_t)pp->chunk;
+    size_t *T = skv_malloc((ntips ? ntips : 1) * sizeof *T);
+    uint64_t *h = skv_malloc((ntips ? ntips : 1) * sizeof *h);
+    int rc = T && h ? SKV_OK : skv_error(SKV_ERR_NOMEM, "calibration sample");
+    for (size_t j = 0; !rc && j < ntips; j++) {
+        T[j] = (size_t)tips[j].r->chunk_index * CH + tips[j].r->n;
+        h[j] = tips[j].h;
+    }
+    skv_kvshape sh = {pp->layers, pp->kv_heads, pp->head_dim, pp->vocab, pp->dtype,
+                      pp->rope_theta, pp->rope_dim, pp->rope_half ? SKV_ROPE_HALF : SKV_ROPE_PAIR};
+    skv_calib_sample *s = NULL;
+    if (!rc)
+        rc = skv_calib_sample_create(&sh, ntips, T, h, 0, prefix, &s);
+    MDB_txn *txn = NULL;
+    if (!rc) {
+        int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
+        rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
+    }
+    for (size_t j = 0; !rc && j < ntips; j++) {
+        if (__atomic_load_n(&db->stop_bg, __ATOMIC_RELAXED)) {
+            rc = skv_error(SKV_ERR_CANCELLED, "calibration stopped: the store is being closed");
+            break;
+        }
+        size_t n;
+        int32_t *tok;
+        uint8_t *k, *v;
+        const size_t end = skv_calib_sample_end(s, j);
+        rc = skv_store_decode_prefix(db, txn, tips[j].e, pe, tips[j].r, end, &n, &tok, &k, &v);
+        if (!rc) {
+            skv_kvseq q = {n, tok, pp->dtype, pp->layers, pp->kv_heads, pp->head_dim, k, v};
+            rc = skv_calib_sample_add(s, j, &q);
+            *ntok += end;
+        }
+        skv_free(tok);
+        skv_free(k);
+        skv_free(v);
+    }
+    if (txn)
+        mdb_txn_abort(txn);
+    skv_free(T);
+    skv_free(h);
+    if (rc) {
+        skv_calib_sample_free(s);
+        return rc;
+    }
+    *out = s;
+    return SKV_OK;
+}
+
+/* Learn profile's calibration from a sample of up to max_seq stored
+ * sequences; with the profile's model (spec, full) unless model_free, on
+ * pool. Caller holds wlock -- or, when background, nothing: the sample is
+ * read as a reader, learned with no lock held, and the calibration goes
+ * in under the writer lock unless the profile has one by then. */
 static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_free,
                      skv_pool *pool, int background, int recent)
 {
@@ -138,70 +196,28 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     /* the stored sequences: a sample of max_seq, or (recent) the max_seq
      * most recently used */
     skv_tip *tips = NULL;
-    size_t ntips = 0;
-    skv_st_writer *w = NULL;
-    skv_st *st = NULL;
-    uint8_t *img = NULL;
-    size_t len = 0, nseq = 0, ntok = 0;
-    if (!rc)
-        rc = skv_stw_create(&w);
-    MDB_txn *txn = NULL;
-    if (!rc) {
-        int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
-        rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
-    }
+    size_t ntips = 0, ntok = 0;
     if (!rc)
         rc = skv_store_tips(db, pp.id, recent, max_seq, &tips, &ntips);
-    for (size_t j = 0; !rc && j < ntips; j++) {
-        size_t T;
-        int32_t *tok;
-        uint8_t *k, *v;
-        rc = skv_store_decode_chain(db, txn, tips[j].e, pe, tips[j].r, &T, &tok, &k, &v);
-        if (!rc) {
-            skv_kvseq q = {T, tok, pp.dtype, pp.layers, pp.kv_heads, pp.head_dim, k, v};
-            rc = skv_kvfile_add(w, nseq++, &q);
-            ntok += T;
-        }
-        skv_free(tok);
-        skv_free(k);
-        skv_free(v);
-    }
-    if (txn)
-        mdb_txn_abort(txn);
     skv_model *model = NULL;
     if (!rc && pp.model[0] && !model_free)
         rc = skv_store_profile_model(db, pe, &model);
+    skv_calib_sample *sample = NULL;
+    if (!rc && ntips == 0)
+        rc = skv_error(SKV_ERR_ARG, "profile %s has no stored sequences to calibrate from", profile);
+    if (!rc)
+        rc = read_sample(db, &pp, pe, tips, ntips, model != NULL, &sample, &ntok);
     pthread_rwlock_unlock(&db->rw);
     pe = NULL; /* (from here on, pp: the profiles may move) */
-    if (!rc && nseq == 0)
-        rc = skv_error(SKV_ERR_ARG, "profile %s has no stored sequences to calibrate from", profile);
-    if (!rc) {
-        char b[64];
-        snprintf(b, sizeof b, "%.9g", (double)pp.rope_theta);
-        rc = skv_stw_meta(w, "seqkv.rope_theta", b);
-        snprintf(b, sizeof b, "%d", pp.rope_dim);
-        if (!rc)
-            rc = skv_stw_meta(w, "seqkv.rope_dim", b);
-        if (!rc)
-            rc = skv_stw_meta(w, "seqkv.rope_layout", pp.rope_half ? "half" : "pair");
-        /* the profile's token bound: a token the stored sequences lack is
-         * still coded (as unseen), not stored raw */
-        snprintf(b, sizeof b, "%d", pp.vocab);
-        if (!rc && pp.vocab > 0)
-            rc = skv_stw_meta(w, "seqkv.vocab", b);
-    }
-    if (!rc)
-        rc = skv_stw_serialize(w, &img, &len);
-    if (!rc)
-        rc = skv_st_parse(img, len, &st);
     skv_calib *cal = NULL;
     if (!rc) {
         if (!db->o.quiet)
-            fprintf(stderr, "seqkv: calibrating profile %s from %zu stored sequences (%zu tokens)\n",
-                    pp.name, nseq, ntok);
-        skv_calib_opts o = {.model = model, .pool = pool, .quiet = db->o.quiet};
-        rc = skv_calib_learn(st, &o, &cal);
+            fprintf(stderr, "seqkv: calibrating profile %s from a sample of %zu stored sequences "
+                            "(%zu positions)\n", pp.name, ntips, ntok);
+        skv_calib_opts o = {.model = model, .pool = pool, .quiet = db->o.quiet, .stop = &db->stop_bg};
+        rc = skv_calib_learn_sample(sample, &o, &cal);
     }
+    skv_calib_sample_free(sample);
     const int locked = !rc && background;
     if (locked)
         pthread_mutex_lock(&db->wlock);
@@ -216,11 +232,13 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     if (locked)
         pthread_mutex_unlock(&db->wlock);
     skv_calib_free(cal);
-    skv_st_free(st);
-    skv_free(img);
-    skv_stw_free(w);
     skv_free(tips);
     return rc;
+}
+
+void seqkv_stop_background(seqkv *db)
+{
+    __atomic_store_n(&db->stop_bg, 1, __ATOMIC_RELAXED);
 }
 
 int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
@@ -296,6 +314,8 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
         if (!rc) /* (drifted: from the sequences used last, what the profile holds now) */
             rc = calibrate(db, name, 64, level < SEQKV_SPEC, pool, 1, drifted);
         skv_pool_free(pool);
+        if (rc == SKV_ERR_CANCELLED) /* (a shutdown: not a failure to remember) */
+            return rc;
         if (rc) {
             err = rc;
             char why[256];

@@ -415,7 +415,7 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
             rc = recode_one(db, e, p, cc.c[i].key, &st);
         skv_store_writer(0);
         pthread_mutex_unlock(&db->wlock);
-        if (fn && fn(ctx, i + 1, cc.n))
+        if ((fn && fn(ctx, i + 1, cc.n)) || __atomic_load_n(&db->stop_bg, __ATOMIC_RELAXED))
             break;
     }
     st.records = cc.n;

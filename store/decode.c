@@ -519,8 +519,8 @@ int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, c
 
 /* ---- whole stored sequences (calibration, centroids) ------------------------- */
 
-int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
-                           size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
+int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+                            size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
 {
     *T = 0;
     *tok = NULL;
@@ -541,12 +541,15 @@ int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv
         if (j > 0)
             r = skv_trie_find(e->trie, r->parent);
     }
+    /* the chunks that hold the first upto positions */
+    const size_t nd = upto / CH < nst ? (upto + CH - 1) / CH : nst;
+    const size_t n = nd ? (nd - 1) * CH + path[nd - 1].used : 0;
     seqbuf s = {0};
     if (!rc)
-        rc = skv_seqbuf_init(&s, pe, nst * CH);
-    if (!rc) {
+        rc = skv_seqbuf_init(&s, pe, (nd ? nd : 1) * CH);
+    if (!rc && nd) {
         dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL};
-        rc = skv_store_decode_path(&c, path, nst, NULL, NULL, (nst - 1) * CH + tip->n);
+        rc = skv_store_decode_path(&c, path, nd, NULL, NULL, n);
         skv_centroid_free(c.cent);
     }
     skv_free(path);
@@ -554,7 +557,7 @@ int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv
         skv_seqbuf_free(&s);
         return rc;
     }
-    const size_t n = (nst - 1) * CH + tip->n, row = pe->C * pe->es, L = (size_t)pe->p.layers;
+    const size_t row = pe->C * pe->es, L = (size_t)pe->p.layers;
     /* compact to stride n: [layers][n][C] */
     for (int x = 0; x < 2; x++)
         for (size_t l = 1; l < L; l++)
@@ -564,4 +567,10 @@ int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv
     *k = s.kv[0];
     *v = s.kv[1];
     return SKV_OK;
+}
+
+int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+                           size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
+{
+    return skv_store_decode_prefix(db, txn, e, pe, tip, SIZE_MAX, T, tok, k, v);
 }

@@ -110,6 +110,7 @@ struct seqkv {
     skv_hot *hot;          /* the hot tier (hot.c), or NULL */
     skv_pool *rpool;       /* read_threads > 1: the gets' pool, one get at a time */
     pthread_mutex_t rpool_mu;
+    int stop_bg;           /* seqkv_stop_background: calibrations and compactions stop */
 };
 
 int skv_mdb_error(int rc, const char *what);
@@ -180,6 +181,10 @@ int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uin
  * holds rw shared and a read transaction. */
 int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                            size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
+/* The same for its first positions: the chunks that hold the first upto
+ * (*T: all their positions, at least upto where the sequence has them) */
+int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+                            size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
 
 /* A stored sequence: its last record (one no other record needs), its
  * namespace, and (skv_store_tips) the unkeyed hash of the record's tokens */
