@@ -84,6 +84,9 @@ typedef struct {
     int no_seal;            /* write chunk records unsealed (for
                                comparisons; NOT encrypted at rest). Sealed
                                and unsealed records are read either way. */
+    size_t calib_sample;    /* token positions a calibration learns from, at
+                               most (0: 16384, and no more than 256 MiB of
+                               KV: 2,048 positions of Llama-3-8B's 128 KiB) */
 } seqkv_options;
 #define SEQKV_OPTIONS_INIT {.size = sizeof(seqkv_options)}
 

@@ -121,13 +121,36 @@ static void section_clients(skv_server *s, srv_job *j, skv_rbuf *b)
          s->cfg.max_output, s->cfg.max_args);
 }
 
+/* A "Key:   N kB" line of /proc/self/status, in bytes (0: none) */
+static uint64_t status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t v = 0;
+    const size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            v = strtoull(line + n + 1, NULL, 10) * 1024;
+            break;
+        }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* The process's memory: resident, its anonymous part (what the server
+ * allocated; LMDB's file pages are the rest, the kernel's to drop) and the
+ * peak; the hot tier's budget is in the cache section, what bounds the
+ * rest in ARCHITECTURE.md "Memory" */
 static void section_memory(skv_rbuf *b)
 {
     char h[32];
     uint64_t rss = rss_bytes();
     human(rss, h, sizeof h);
-    skv_rbuf_fmt(b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n\r\n",
-         rss, h);
+    skv_rbuf_fmt(b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n"
+                 "used_memory_rss_anon:%" PRIu64 "\r\nused_memory_rss_file:%" PRIu64 "\r\n"
+                 "used_memory_peak_rss:%" PRIu64 "\r\n\r\n",
+                 rss, h, status_kb("RssAnon"), status_kb("RssFile"), status_kb("VmHWM"));
 }
 
 /* The hot tier (store-wide: its chunks are every tenant's) */

@@ -141,7 +141,7 @@ static int read_sample(seqkv *db, const seqkv_profile *pp, prof_ent *pe, const s
                       pp->rope_theta, pp->rope_dim, pp->rope_half ? SKV_ROPE_HALF : SKV_ROPE_PAIR};
     skv_calib_sample *s = NULL;
     if (!rc)
-        rc = skv_calib_sample_create(&sh, ntips, T, h, 0, prefix, &s);
+        rc = skv_calib_sample_create(&sh, ntips, T, h, db->o.calib_sample, prefix, &s);
     MDB_txn *txn = NULL;
     if (!rc) {
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);

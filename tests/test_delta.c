@@ -775,3 +775,65 @@ Test(delta, stat_and_ctx_stream_versions)
     versions_case(m, 8, 128);
     skv_model_free(m);
 }
+
+/* The calibration sample: positions shared out as evenly as the lengths
+ * allow, windows inside their sequences placed by the hash, a prefix
+ * window at 0; every position learned from is the learning on everything;
+ * a window short of its sequence learns another calibration, which codes
+ * losslessly; a sequence shorter than its window is refused. */
+Test(delta, a_sample_takes_windows_of_its_sequences)
+{
+    const skv_kvshape sh = {2, 2, 4, 0, SKV_DT_BF16, 0, 0, SKV_ROPE_PAIR};
+    const size_t T[3] = {10, 100, 1000};
+    const uint64_t h[3] = {5, 77, 123456789};
+    skv_calib_sample *s;
+    cr_assert_eq(skv_calib_sample_create(&sh, 3, T, h, 300, 0, &s), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_sample_end(s, 0), 10, "a short sequence is taken whole, from 0");
+    /* the other two share the 290 left: 145 each, starting at 1 + h % (T - 145) */
+    cr_assert_eq(skv_calib_sample_end(s, 1), 100, "whole, from 0: 100 < 145");
+    skv_calib_sample_free(s);
+    cr_assert_eq(skv_calib_sample_create(&sh, 3, T, h, 200, 0, &s), 0);
+    cr_assert_eq(skv_calib_sample_end(s, 0), 10);
+    cr_assert_eq(skv_calib_sample_end(s, 1), 1 + 77 % (100 - 95) + 95);
+    cr_assert_eq(skv_calib_sample_end(s, 2), 1 + 123456789 % (1000 - 95) + 95);
+    skv_calib_sample_free(s);
+    cr_assert_eq(skv_calib_sample_create(&sh, 3, T, h, 200, 1, &s), 0);
+    cr_assert_eq(skv_calib_sample_end(s, 2), 95, "a prefix window");
+    skv_calib_sample_free(s);
+
+    skv_model *m = random_model();
+    kvset cal = {0};
+    make_kv(m, 4, 32, 7, SKV_DT_BF16, &cal);
+    uint8_t *buf;
+    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_calib *all, *dflt, *part;
+    skv_calib_opts o = {.max_fit_samples = 128, .quiet = 1, .sample_positions = SIZE_MAX};
+    cr_assert_eq(skv_calib_learn(st, &o, &all), 0, "%s", skv_error_detail());
+    o.sample_positions = 0; /* 128 positions: under the default's */
+    cr_assert_eq(skv_calib_learn(st, &o, &dflt), 0);
+    cr_assert_eq(memcmp(skv_calib_id(all), skv_calib_id(dflt), 16), 0, "all of it either way");
+    o.sample_positions = 48;
+    cr_assert_eq(skv_calib_learn(st, &o, &part), 0, "%s", skv_error_detail());
+    cr_assert_neq(memcmp(skv_calib_id(all), skv_calib_id(part), 16), 0);
+    kvset t = {0};
+    make_kv(m, 1, 32, 99, SKV_DT_BF16, &t);
+    cr_assert_lt(round_trip(part, SEQKV_CTX, m, &t, SKV_DT_BF16, 16), 16.0);
+
+    /* a sequence handed over shorter than its window */
+    size_t T1[1] = {32};
+    uint64_t h1[1] = {9};
+    cr_assert_eq(skv_calib_sample_create(&sh, 1, T1, h1, 8, 0, &s), 0);
+    int32_t tok[8] = {0};
+    uint8_t kv[2 * 8 * 8 * 2] = {0};
+    skv_kvseq q = {8, tok, SKV_DT_BF16, 2, 2, 4, kv, kv};
+    cr_assert_eq(skv_calib_sample_add(s, 0, &q), SKV_ERR_SHAPE);
+    skv_calib_sample_free(s);
+    skv_calib_free(all);
+    skv_calib_free(dflt);
+    skv_calib_free(part);
+    skv_st_free(st);
+    free(buf);
+    free_kv(&cal);
+    free_kv(&t);
+    skv_model_free(m);
+}

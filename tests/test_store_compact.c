@@ -101,8 +101,9 @@ Test(compact, a_profile_calibrates_itself_at_its_threshold_and_raw_records_are_r
 /* What a profile learns from its stored sequences, and so what its records
  * code to, follows what was stored, not the master key (whose keyed hashes
  * name the records and order the tries): two stores under two keys, the
- * same puts from two tenants, the same calibration and the same bytes. */
-Test(compact, what_a_profile_learns_does_not_depend_on_the_master_key, .timeout = 120)
+ * same puts from two tenants, the same calibration and the same bytes --
+ * from all their positions, or (sample) from windows of them. */
+static void learn_under_two_keys(size_t sample, uint8_t calib_id[16])
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -116,7 +117,9 @@ Test(compact, what_a_profile_learns_does_not_depend_on_the_master_key, .timeout 
     for (int k = 0; k < 2; k++) {
         const char *dir = tu_path(tmp, k ? "db1" : "db0");
         su_master_key(dir, 11 + (uint64_t)k);
-        seqkv *db = open_store(dir, NULL);
+        seqkv_options o = SEQKV_OPTIONS_INIT;
+        o.calib_sample = sample;
+        seqkv *db = open_store(dir, &o);
         add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
         set_auto(db, 300);
         for (int i = 0; i < N; i++) {
@@ -127,6 +130,8 @@ Test(compact, what_a_profile_learns_does_not_depend_on_the_master_key, .timeout 
         cr_assert_eq(seqkv_profile_get(db, "p", &got[k]), 0);
         cr_assert(got[k].has_calib, "the profile calibrated itself");
         st[k] = stats(db, NULL);
+        for (int i = 0; i < N; i++)
+            assert_whole(db, i % 2 ? "u" : "t", "p", &tm, &s[i], "coded under the calibration");
         seqkv_close(db);
     }
     cr_assert_eq(memcmp(got[0].calib_id, got[1].calib_id, 16), 0,
@@ -135,9 +140,20 @@ Test(compact, what_a_profile_learns_does_not_depend_on_the_master_key, .timeout 
     cr_assert_eq(st[0].coded_tokens, st[1].coded_tokens);
     cr_assert_eq(st[0].stored_bytes, st[1].stored_bytes, "%llu bytes under one key, %llu under the other",
                  (unsigned long long)st[0].stored_bytes, (unsigned long long)st[1].stored_bytes);
+    memcpy(calib_id, got[0].calib_id, 16);
     for (int i = 0; i < N; i++)
         su_seq_free(&s[i]);
     su_model_free(&tm);
+}
+
+Test(compact, what_a_profile_learns_does_not_depend_on_the_master_key, .timeout = 120)
+{
+    uint8_t all[16], sampled[16];
+    learn_under_two_keys(0, all);
+    /* 120 of the 300-odd positions the calibration sees: windows of each
+     * sequence, placed by their tokens' hash */
+    learn_under_two_keys(120, sampled);
+    cr_assert_neq(memcmp(all, sampled, 16), 0, "a sample of 120 positions learns another calibration");
 }
 
 Test(compact, never_when_off_and_not_below_the_threshold, .timeout = 60)
