@@ -195,12 +195,12 @@ static void section_maintenance(skv_server *s, skv_rbuf *b)
     srv_mstat m;
     srv_maintain_stat(s, &m);
     skv_rbuf_fmt(b, "# Maintenance\r\ncompact_interval_seconds:%" PRIu64 "\r\n"
-                 "self_calibrations:%" PRIu64 "\r\ncompactions:%" PRIu64 "\r\n"
-                 "compaction_running:%d\r\ncompaction_progress:%" PRIu64 "/%" PRIu64 "\r\n"
+                 "self_calibrations:%" PRIu64 "\r\nself_calibration_running:%d\r\n"
+                 "compactions:%" PRIu64 "\r\ncompaction_running:%d\r\ncompaction_progress:%" PRIu64 "/%" PRIu64 "\r\n"
                  "records_recoded:%" PRIu64 "\r\nrecords_merged:%" PRIu64 "\r\n"
                  "compaction_bytes_saved:%" PRIu64 "\r\ncalibrations_deleted:%" PRIu64 "\r\n"
                  "damaged_records:%" PRIu64 "\r\nlast_compaction_seconds_ago:%.0f\r\n\r\n",
-                 s->cfg.compact_interval, m.calibrations, m.compactions, m.running,
+                 s->cfg.compact_interval, m.calibrations, m.calibrating, m.compactions, m.running,
                  m.progress_done, m.progress_total, m.recoded, m.merged, m.bytes_saved,
                  m.calibrations_deleted, m.damaged, m.last_compact > 0 ? srv_now() - m.last_compact : -1.0);
 }

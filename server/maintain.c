@@ -27,12 +27,16 @@ static int on_progress(void *ctx, uint64_t done, uint64_t total)
 static void run_once(skv_server *s, int compact)
 {
     int learned = 0;
+    pthread_mutex_lock(&s->mmu);
+    s->mstat.calibrating = 1;
+    pthread_mutex_unlock(&s->mmu);
     int rc = seqkv_auto_calibrate(s->db, NULL, &learned);
     if (rc == SKV_ERR_CANCELLED)
         srv_log(s, "self-calibration stopped (the server is stopping)");
     else if (rc)
         srv_log(s, "self-calibration: %s", skv_error_detail());
     pthread_mutex_lock(&s->mmu);
+    s->mstat.calibrating = 0;
     s->mstat.calibrations += (uint64_t)learned;
     const int stop = s->mstop;
     if (learned || compact)

@@ -15,7 +15,8 @@ typedef struct {
     uint64_t calibrations_deleted;
     uint64_t damaged;              /* records the last pass left (they fail their checks) */
     uint64_t progress_done, progress_total; /* of the pass running or last run */
-    int running;
+    int running;                   /* a compaction */
+    int calibrating;               /* a pass of seqkv_auto_calibrate (learning, when one is due) */
     double last_compact;           /* srv_now() of the last pass's end, 0: none */
 } srv_mstat;
 
