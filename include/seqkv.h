@@ -352,7 +352,8 @@ int seqkv_lossy_calibrate(seqkv *db, const char *profile, size_t max_seq);
  * much; the error of such a failure is returned (the other profiles are
  * still tried). *learned (may be NULL) counts the calibrations learned. It reads
  * the sequences as a get does and learns with no lock held, on a pool of
- * its own (as many threads as the store's): gets and puts go on, puts
+ * its own (as many threads as the store's coders or gets, whichever is
+ * more): gets and puts go on, puts
  * storing raw until the calibration is in. */
 int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned);
 

@@ -708,8 +708,11 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     so.master_key = o->master_key;
     so.no_sync = o->no_sync;
     so.budget = o->budget;
-    so.threads = 1;
-    so.read_threads = s->nthreads; /* a get alone decodes on every core */
+    /* the writer (one at a time: a group commit's puts, a compaction step)
+     * codes a record's streams on every core, and a get alone decodes on
+     * every core */
+    so.threads = s->nthreads;
+    so.read_threads = s->nthreads;
     so.quiet = 1;
     rc = seqkv_open(o->db, &so, &s->db);
     if (rc)

@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <sodium.h>
+
+#include "seal.h"
 #include "store_priv.h"
 
 /* A put batch commits early once its records reach this many bytes. */
@@ -71,11 +74,13 @@ static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
         return SKV_OK;
     }
     /* sealed before the transaction (the stored bytes; the batch keeps the
-     * plain images for its own reads until the commit) */
+     * plain images for its own reads until the commit) when the remote tier
+     * takes the sealed bytes after it; else sealed straight into the
+     * transaction's pages (batch_write: one copy of the KV fewer) */
     uint8_t **sealed = skv_calloc(pb->nrec, sizeof *sealed);
     size_t *slen = skv_calloc(pb->nrec, sizeof *slen);
     int src = sealed && slen ? SKV_OK : skv_error(SKV_ERR_NOMEM, "sealed records");
-    for (size_t j = 0; !src && !db->o.no_seal && j < pb->nrec; j++)
+    for (size_t j = 0; !src && !db->o.no_seal && db->tier_fn && j < pb->nrec; j++)
         src = skv_store_rec_seal(db, pb->rec[j].key, pb->rec[j].img, pb->rec[j].len, &sealed[j],
                                  &slen[j]);
     if (src) {
@@ -94,9 +99,30 @@ static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
     return crc;
 }
 
+/* Record img (len bytes) under key, sealed into the space mdb_put
+ * reserves for it (MDB_KEYEXIST: already stored) */
+static int put_sealed(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t *img,
+                      size_t len, int *mrc)
+{
+    skv_rec r;
+    uint8_t dek[32];
+    int rc = skv_rec_parse_ex(img, len, 0, &r);
+    if (!rc)
+        rc = skv_store_dek(db, r.tenant, dek);
+    if (rc)
+        return rc;
+    MDB_val k = {32, (void *)key}, v = {skv_rec_sealed_size(&r, len), NULL};
+    *mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE | MDB_RESERVE);
+    if (!*mrc)
+        skv_rec_seal_into_pool(key, dek, &r, img, len, v.mv_data, db->pool);
+    sodium_memzero(dek, sizeof dek);
+    return SKV_OK;
+}
+
 static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *sealed,
                        const size_t *slen, int *evicted)
 {
+    const int in_place = !db->o.no_seal && !db->tier_fn;
     for (int attempt = 0;; attempt++) {
         MDB_txn *txn;
         pthread_rwlock_rdlock(&db->rw);
@@ -106,7 +132,16 @@ static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *seal
             const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
             MDB_val k = {32, (void *)p->key},
                     v = sealed[j] ? (MDB_val){slen[j], sealed[j]} : (MDB_val){p->len, p->img};
-            mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE);
+            if (in_place) {
+                int rc = put_sealed(db, txn, p->key, p->img, p->len, &mrc);
+                if (rc) {
+                    mdb_txn_abort(txn);
+                    pthread_rwlock_unlock(&db->rw);
+                    return rc;
+                }
+            } else {
+                mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE);
+            }
             if (mrc == MDB_KEYEXIST)
                 mrc = 0; /* the same tokens under the same key: already stored */
             uint8_t b[8];

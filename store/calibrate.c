@@ -309,8 +309,11 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
                     seqkv_level_name(level));
         if (drifted) /* (measured again under the new one) */
             __atomic_store_n(&pe->drift.drifted, 0, __ATOMIC_RELAXED);
+        /* as many threads as the store's coders or its gets use, whichever
+         * is more (a server's writer may have one; its gets have every CPU) */
         skv_pool *pool = NULL;
-        int rc = skv_pool_create(&pool, skv_pool_threads(db->pool));
+        const int wt = skv_pool_threads(db->pool), rt = skv_pool_threads(db->rpool);
+        int rc = skv_pool_create(&pool, wt > rt ? wt : rt);
         if (!rc) /* (drifted: from the sequences used last, what the profile holds now) */
             rc = calibrate(db, name, 64, level < SEQKV_SPEC, pool, 1, drifted);
         skv_pool_free(pool);

@@ -149,8 +149,32 @@ static void part_seal(const part_key *k, const uint8_t nonce[SKV_SEAL_NONCE], co
         crypto_aead_xchacha20poly1305_ietf_encrypt(out, NULL, m, n, ad, ad_len, NULL, nonce, k->dek);
 }
 
-void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
-                       const uint8_t *img, size_t len, uint8_t *out)
+/* Boxes 1..SKV_SEAL_SEGS of a record being sealed, one a task */
+typedef struct {
+    const part_key *pk;
+    const uint8_t *key, *out, *m; /* out: the sealed head so far; m: the plain parts */
+    uint8_t *c;                   /* part 0's ciphertext */
+    size_t b1;
+} seal_job;
+
+static void seal_parts(void *ctx, size_t b, size_t e, int worker)
+{
+    (void)worker;
+    const seal_job *j = ctx;
+    for (size_t k = b; k < e; k++) {
+        size_t at, n;
+        seg_span(j->b1, (int)k, &at, &n);
+        uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
+        box_ad(j->key, j->out, 1 + (int)k, ad);
+        box_nonce(j->out + 8, 1 + (int)k, nonce);
+        /* part k's ciphertext follows parts 0..k-1 and their tags */
+        part_seal(j->pk, nonce, ad, sizeof ad, j->m + at, n, j->c + at + k * SKV_SEAL_TAG);
+        sodium_memzero(ad, sizeof ad);
+    }
+}
+
+void skv_rec_seal_into_pool(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
+                            const uint8_t *img, size_t len, uint8_t *out, skv_pool *pool)
 {
     const size_t b0 = box0_len(r, img), b1 = len - SKV_REC_HEADER - (b0 - 8);
     skv_store32_le(out, SKV_SEAL_MAGIC);
@@ -171,21 +195,22 @@ void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_r
     box_nonce(out + 8, 0, nonce);
     crypto_aead_xchacha20poly1305_ietf_encrypt(c0, NULL, c0, b0, ad, sizeof ad, NULL, nonce, dek);
     /* boxes 1..SKV_SEAL_SEGS: the streams and the trailer in as many
-     * equal parts (the last one shorter), which open side by side */
-    uint8_t *c = c0 + b0 + SKV_SEAL_TAG;
-    const uint8_t *m = img + SKV_REC_HEADER + (b0 - 8);
+     * equal parts (the last one shorter), which seal and open side by side */
     part_key pk;
     part_key_init(&pk, dek, out + 8);
-    for (int k = 0; k < SKV_SEAL_SEGS; k++) {
-        size_t at, n;
-        seg_span(b1, k, &at, &n);
-        box_ad(key, out, 1 + k, ad);
-        box_nonce(out + 8, 1 + k, nonce);
-        part_seal(&pk, nonce, ad, sizeof ad, m + at, n, c);
-        c += n + SKV_SEAL_TAG;
-    }
+    seal_job j = {&pk, key, out, img + SKV_REC_HEADER + (b0 - 8), c0 + b0 + SKV_SEAL_TAG, b1};
+    if (pool && b1 >= ((size_t)1 << 20))
+        skv_pool_run_any(pool, SKV_SEAL_SEGS, seal_parts, &j);
+    else
+        seal_parts(&j, 0, SKV_SEAL_SEGS, 0);
     sodium_memzero(&pk, sizeof pk);
     sodium_memzero(ad, sizeof ad);
+}
+
+void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
+                       const uint8_t *img, size_t len, uint8_t *out)
+{
+    skv_rec_seal_into_pool(key, dek, r, img, len, out, NULL);
 }
 
 /* The clear part checked; box 0's plain length */

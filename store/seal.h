@@ -48,6 +48,10 @@ size_t skv_rec_sealed_size(const skv_rec *r, size_t len);
  * bound to the key, the header and its number. */
 void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
                        const uint8_t *img, size_t len, uint8_t *out);
+/* The same with the parts sealed over pool (NULL: on this thread); the
+ * same bytes either way, but for the random nonce */
+void skv_rec_seal_into_pool(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
+                            const uint8_t *img, size_t len, uint8_t *out, skv_pool *pool);
 /* The record image (version 2) of sealed value v, skv_malloc'd into *img.
  * SKV_ERR_CORRUPT when it does not open (damaged, moved to another key or
  * tenant, another data key), SKV_ERR_FORMAT / SKV_ERR_VERSION. */

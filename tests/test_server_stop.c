@@ -18,7 +18,7 @@
 #include "srvtest.h"
 #include "testutil.h"
 
-enum { LAYERS = 8, HEADS = 8, DIM = 128, T = 256, NSEQ = 6 };
+enum { LAYERS = 8, HEADS = 8, DIM = 128, T = 512, NSEQ = 8 };
 #define TOKEN_BYTES ((size_t)LAYERS * 2 * HEADS * DIM * 2)
 
 /* Sequence i: its tokens and KV (bf16 of moderate magnitude, seeded) */
@@ -44,10 +44,10 @@ static uint64_t maint(seqkv_client *c, const char *key)
     return v;
 }
 
-/* Puts NSEQ sequences to a profile that calibrates itself after the last
- * (compact: the calibration is in already, and the compaction of the raw
- * records runs), waits until the background thread is at it, stops the
- * server; then a new server on the same store serves them all exactly. */
+/* Puts NSEQ sequences (128 MiB) to a profile that calibrates itself after
+ * the last, then compacts what it stored raw; waits until the background
+ * thread is at the calibration (or the compaction), stops the server; then
+ * a new server on the same store serves them all exactly. */
 static void stop_during(int compaction)
 {
     srv s;
@@ -57,7 +57,7 @@ static void stop_during(int compaction)
     srv_start(&s, cfg);
     seqkv_client *c = conn(&s);
     char autocal[32];
-    snprintf(autocal, sizeof autocal, "%d", compaction ? T : NSEQ * T);
+    snprintf(autocal, sizeof autocal, "%d", NSEQ * T);
     seqkv_reply *r = CMD(c, "KV.PROFILE", "SET", "w", "layers", "8", "kv_heads", "8", "head_dim",
                          "128", "dtype", "bf16", "level", "ctx", "auto-calibrate", autocal);
     cr_assert_eq(r->type, SEQKV_REPLY_STATUS, "%s", r->str);
@@ -71,11 +71,10 @@ static void stop_during(int compaction)
         size_t stored;
         cr_assert_eq(seqkv_client_put(c, "w", tok + i * T, T, kv + (size_t)i * T * TOKEN_BYTES,
                                       T * TOKEN_BYTES, &stored), 0, "%s", skv_error_detail());
-        if (compaction && i == 0) /* the calibration learned from the first */
-            for (int k = 0; k < 4000 && maint(c, "self_calibrations") < 1; k++)
-                sleep_ms(5);
     }
     const char *key = compaction ? "compaction_running" : "self_calibration_running";
+    for (int k = 0; compaction && k < 60000 && maint(c, "self_calibrations") < 1; k++)
+        sleep_ms(1);
     for (int k = 0; k < 4000 && !busy; k++) {
         busy = maint(c, key) == 1;
         if (!busy)
@@ -83,7 +82,7 @@ static void stop_during(int compaction)
     }
     seqkv_client_close(c);
     if (!busy)
-        cr_log_warn("%s was never seen at 1: the stop did not meet the work", key);
+        cr_log_info("%s was never seen at 1: the stop did not meet the work", key);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     cr_assert_eq(srv_stop(&s), 0, "exit 0");
