@@ -54,12 +54,11 @@ static int by_len(const void *pa, const void *pb)
     return (a->i > b->i) - (a->i < b->i);
 }
 
-/* Each sequence's share of max positions: the shortest take all they have
- * while that is below an even share of what is left, the rest an even
- * share (what an integer division leaves over stays unused) */
-static int share(skv_calib_sample *s, const size_t *T, size_t maxp)
+/* Each of the first n sequences' share of max positions: the shortest take
+ * all they have while that is below an even share of what is left, the
+ * rest an even share (what an integer division leaves over stays unused) */
+static int share(skv_calib_sample *s, const size_t *T, size_t n, size_t maxp)
 {
-    const size_t n = s->n_seq;
     len_ix *o = skv_malloc((n ? n : 1) * sizeof *o);
     if (!o)
         return skv_error(SKV_ERR_NOMEM, "calibration sample");
@@ -104,8 +103,13 @@ int skv_calib_sample_create(const skv_kvshape *sh, size_t n, const size_t *T, co
                      s->kv[1]
                  ? SKV_OK
                  : skv_error(SKV_ERR_NOMEM, "calibration sample");
+    /* windows of SKV_CALIB_WINDOW_MIN positions at least: the sample reads
+     * a bounded number of sequences, the first in the caller's order, each
+     * decoded from its start, however many are stored */
+    const size_t maxp = max_positions ? max_positions : skv_calib_sample_default(sh),
+                 most = maxp / SKV_CALIB_WINDOW_MIN ? maxp / SKV_CALIB_WINDOW_MIN : 1;
     if (!rc)
-        rc = share(s, T, max_positions ? max_positions : skv_calib_sample_default(sh));
+        rc = share(s, T, n < most ? n : most, maxp);
     for (size_t i = 0; i < n && !rc; i++) {
         /* a window inside its sequence starts after position 0, so the
          * position before it is there to predict its first sample from */

@@ -66,6 +66,9 @@ typedef struct {
  * many bytes of KV (for Llama-3-8B's 128 KiB a token: 2,048 positions) */
 #define SKV_CALIB_SAMPLE_POSITIONS 16384
 #define SKV_CALIB_SAMPLE_BYTES ((size_t)256 << 20)
+/* A sample of P positions takes windows from the first P / this many
+ * sequences at most (Llama-3-8B's 2,048 positions: 16 sequences) */
+#define SKV_CALIB_WINDOW_MIN 128
 
 /* A calibration sample: what a calibration learns from, a window of each
  * of n sequences whose lengths are known before their KV is (stored

@@ -121,12 +121,14 @@ static int import_calib(seqkv *db, prof_ent *pe, const skv_calib *cal)
 }
 
 /* The sample a calibration of profile pp learns from: a window of each
- * of the stored sequences tips (skv_calib_sample), each decoded as far as
- * its window and let go before the next, so memory is bounded by the
- * sample, not by what is stored. Caller holds rw shared. */
+ * of the first stored sequences tips (skv_calib_sample), each decoded as
+ * far as its window and let go before the next, so memory is bounded by
+ * the sample, not by what is stored; *nused: the sequences it read. Caller
+ * holds rw shared. */
 static int read_sample(seqkv *db, const seqkv_profile *pp, prof_ent *pe, const skv_tip *tips,
-                       size_t ntips, int prefix, skv_calib_sample **out, size_t *ntok)
+                       size_t ntips, int prefix, skv_calib_sample **out, size_t *nused)
 {
+    size_t *ntok = nused;
     *out = NULL;
     *ntok = 0;
     const size_t CH = (size_t)pp->chunk;
@@ -156,11 +158,16 @@ static int read_sample(seqkv *db, const seqkv_profile *pp, prof_ent *pe, const s
         int32_t *tok;
         uint8_t *k, *v;
         const size_t end = skv_calib_sample_end(s, j);
+        if (end == 0) { /* (not in the sample: nothing to decode) */
+            skv_kvseq none = {0, NULL, pp->dtype, pp->layers, pp->kv_heads, pp->head_dim, NULL, NULL};
+            rc = skv_calib_sample_add(s, j, &none);
+            continue;
+        }
         rc = skv_store_decode_prefix(db, txn, tips[j].e, pe, tips[j].r, end, &n, &tok, &k, &v);
         if (!rc) {
             skv_kvseq q = {n, tok, pp->dtype, pp->layers, pp->kv_heads, pp->head_dim, k, v};
             rc = skv_calib_sample_add(s, j, &q);
-            *ntok += end;
+            (*ntok)++;
         }
         skv_free(tok);
         skv_free(k);
@@ -212,8 +219,8 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     skv_calib *cal = NULL;
     if (!rc) {
         if (!db->o.quiet)
-            fprintf(stderr, "seqkv: calibrating profile %s from a sample of %zu stored sequences "
-                            "(%zu positions)\n", pp.name, ntips, ntok);
+            fprintf(stderr, "seqkv: calibrating profile %s from windows of %zu of %zu stored "
+                            "sequences\n", pp.name, ntok, ntips);
         skv_calib_opts o = {.model = model, .pool = pool, .quiet = db->o.quiet, .stop = &db->stop_bg};
         rc = skv_calib_learn_sample(sample, &o, &cal);
     }

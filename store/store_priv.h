@@ -249,7 +249,8 @@ int skv_store_calib_read(seqkv *db, const uint8_t id[16], const uint8_t *v, size
                          uint8_t **owned, const uint8_t **img, size_t *img_len);
 /* The bytes a record image of len bytes takes stored (sealed or not) */
 size_t skv_store_rec_bytes(const seqkv *db, size_t len);
-/* Record image img (version 2) of key sealed under its tenant's data key */
+/* Record image img (version 2) of key sealed under its tenant's data key,
+ * its parts over the writer's pool: the writer calls it (wlock held) */
 int skv_store_rec_seal(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
                        uint8_t **out, size_t *out_len);
 /* A stored record value as an image (version 2): v itself, or unsealed

@@ -127,7 +127,7 @@ int skv_store_rec_seal(seqkv *db, const uint8_t key[32], const uint8_t *img, siz
         sodium_memzero(dek, sizeof dek);
         return skv_error(SKV_ERR_NOMEM, "sealed record");
     }
-    skv_rec_seal_into(key, dek, &r, img, len, *out);
+    skv_rec_seal_into_pool(key, dek, &r, img, len, *out, db->pool); /* (the writer's: both callers write) */
     sodium_memzero(dek, sizeof dek);
     return SKV_OK;
 }

@@ -147,3 +147,13 @@ void expect_get(seqkv_client *c, const char *prof, const su_model *tm, const su_
     free(got);
 }
 
+
+uint64_t srv_info_num(seqkv_client *c, const char *section, const char *key)
+{
+    char *info = NULL;
+    cr_assert_eq(seqkv_client_info(c, section, &info), 0);
+    const char *p = strstr(info, key);
+    uint64_t v = p ? strtoull(p + strlen(key) + 1, NULL, 10) : 0;
+    seqkv_client_free(info);
+    return v;
+}

@@ -4,6 +4,7 @@
 #ifndef SKV_SRVTEST_H
 #define SKV_SRVTEST_H
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "seqkv_client.h"
@@ -35,6 +36,8 @@ seqkv_reply *cmdv(seqkv_client *c, size_t argc, const char *const *argv);
 void expect_error(seqkv_reply *r, const char *prefix);
 /* The random model's profile made through KV.PROFILE SET (by shape) */
 void make_profile(seqkv_client *c, const su_model *tm, const char *name, int chunk);
+/* The number after "key:" in INFO section (0 when absent) */
+uint64_t srv_info_num(seqkv_client *c, const char *section, const char *key);
 /* KV.GET of s's first want tokens (0: all) is bit-exact */
 void expect_get(seqkv_client *c, const char *prof, const su_model *tm, const su_seq *s,
                 size_t want);

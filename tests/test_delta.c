@@ -777,28 +777,35 @@ Test(delta, stat_and_ctx_stream_versions)
 }
 
 /* The calibration sample: positions shared out as evenly as the lengths
- * allow, windows inside their sequences placed by the hash, a prefix
- * window at 0; every position learned from is the learning on everything;
- * a window short of its sequence learns another calibration, which codes
- * losslessly; a sequence shorter than its window is refused. */
+ * allow over the first P / SKV_CALIB_WINDOW_MIN sequences, windows inside
+ * their sequences placed by the hash, a prefix window at 0; every position
+ * learned from is the learning on everything; a window short of its
+ * sequence learns another calibration, which codes losslessly; a sequence
+ * shorter than its window is refused. */
 Test(delta, a_sample_takes_windows_of_its_sequences)
 {
     const skv_kvshape sh = {2, 2, 4, 0, SKV_DT_BF16, 0, 0, SKV_ROPE_PAIR};
     const size_t T[3] = {10, 100, 1000};
     const uint64_t h[3] = {5, 77, 123456789};
     skv_calib_sample *s;
-    cr_assert_eq(skv_calib_sample_create(&sh, 3, T, h, 300, 0, &s), 0, "%s", skv_error_detail());
-    cr_assert_eq(skv_calib_sample_end(s, 0), 10, "a short sequence is taken whole, from 0");
-    /* the other two share the 290 left: 145 each, starting at 1 + h % (T - 145) */
-    cr_assert_eq(skv_calib_sample_end(s, 1), 100, "whole, from 0: 100 < 145");
-    skv_calib_sample_free(s);
-    cr_assert_eq(skv_calib_sample_create(&sh, 3, T, h, 200, 0, &s), 0);
+    cr_assert_eq(SKV_CALIB_WINDOW_MIN, 128);
+    /* 512 positions, from up to 4 sequences: 10 and 100 whole (from 0), the
+     * 402 left a window of the third */
+    cr_assert_eq(skv_calib_sample_create(&sh, 3, T, h, 512, 0, &s), 0, "%s", skv_error_detail());
     cr_assert_eq(skv_calib_sample_end(s, 0), 10);
-    cr_assert_eq(skv_calib_sample_end(s, 1), 1 + 77 % (100 - 95) + 95);
-    cr_assert_eq(skv_calib_sample_end(s, 2), 1 + 123456789 % (1000 - 95) + 95);
+    cr_assert_eq(skv_calib_sample_end(s, 1), 100);
+    cr_assert_eq(skv_calib_sample_end(s, 2), 1 + 123456789 % (1000 - 402) + 402);
     skv_calib_sample_free(s);
-    cr_assert_eq(skv_calib_sample_create(&sh, 3, T, h, 200, 1, &s), 0);
-    cr_assert_eq(skv_calib_sample_end(s, 2), 95, "a prefix window");
+    cr_assert_eq(skv_calib_sample_create(&sh, 3, T, h, 512, 1, &s), 0);
+    cr_assert_eq(skv_calib_sample_end(s, 2), 402, "a prefix window");
+    skv_calib_sample_free(s);
+    /* 300 positions: windows of 128 at least, so the first 2 sequences
+     * only: the 100 whole, a window of 200 of the 1000 */
+    const size_t T2[3] = {1000, 100, 10};
+    cr_assert_eq(skv_calib_sample_create(&sh, 3, T2, h, 300, 0, &s), 0);
+    cr_assert_eq(skv_calib_sample_end(s, 0), 1 + 5 % (1000 - 200) + 200);
+    cr_assert_eq(skv_calib_sample_end(s, 1), 100);
+    cr_assert_eq(skv_calib_sample_end(s, 2), 0, "not in the sample");
     skv_calib_sample_free(s);
 
     skv_model *m = random_model();
@@ -812,7 +819,7 @@ Test(delta, a_sample_takes_windows_of_its_sequences)
     o.sample_positions = 0; /* 128 positions: under the default's */
     cr_assert_eq(skv_calib_learn(st, &o, &dflt), 0);
     cr_assert_eq(memcmp(skv_calib_id(all), skv_calib_id(dflt), 16), 0, "all of it either way");
-    o.sample_positions = 48;
+    o.sample_positions = 20; /* a window of the first sequence */
     cr_assert_eq(skv_calib_learn(st, &o, &part), 0, "%s", skv_error_detail());
     cr_assert_neq(memcmp(skv_calib_id(all), skv_calib_id(part), 16), 0);
     kvset t = {0};

@@ -800,12 +800,7 @@ Test(server, sigterm_finishes_requests_in_flight, .timeout = 120)
  * codes what was stored raw; GETs are exact before, during and after. */
 static uint64_t info_num(seqkv_client *c, const char *key)
 {
-    char *info = NULL;
-    cr_assert_eq(seqkv_client_info(c, "maintenance", &info), 0);
-    const char *p = strstr(info, key);
-    uint64_t v = p ? strtoull(p + strlen(key) + 1, NULL, 10) : 0;
-    seqkv_client_free(info);
-    return v;
+    return srv_info_num(c, "maintenance", key);
 }
 
 Test(server, profiles_calibrate_themselves_and_compact_in_the_background, .timeout = 120)

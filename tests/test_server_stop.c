@@ -36,12 +36,7 @@ static void make_seq(int i, int32_t *tok, uint8_t *kv)
 
 static uint64_t maint(seqkv_client *c, const char *key)
 {
-    char *info = NULL;
-    cr_assert_eq(seqkv_client_info(c, "maintenance", &info), 0);
-    const char *p = strstr(info, key);
-    uint64_t v = p ? strtoull(p + strlen(key) + 1, NULL, 10) : 0;
-    seqkv_client_free(info);
-    return v;
+    return srv_info_num(c, "maintenance", key);
 }
 
 /* Puts NSEQ sequences (128 MiB) to a profile that calibrates itself after
