@@ -143,6 +143,15 @@ int skv_calib_sample_add(skv_calib_sample *s, size_t i, const skv_kvseq *q)
                          i, q->T, end);
     const size_t L = (size_t)s->sh.layers, C = chan_count(&s->sh), es = s->es;
     const size_t r0 = s->start[i] ? s->start[i] - 1 : 0, T = end - r0;
+    if (end == 0) { /* not in the sample (its KV may be NULL) */
+        s->tok[i] = skv_malloc(sizeof(int32_t));
+        s->kv[0][i] = skv_malloc(1);
+        s->kv[1][i] = skv_malloc(1);
+        if (!s->tok[i] || !s->kv[0][i] || !s->kv[1][i])
+            return skv_error(SKV_ERR_NOMEM, "calibration sample");
+        s->added++;
+        return SKV_OK;
+    }
     s->pos0[i] = r0;
     s->first[i] = s->start[i] ? 1 : 0;
     s->T[i] = T;
