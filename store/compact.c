@@ -47,12 +47,17 @@ static void add_cand(void *vctx, skv_trie_rec *r)
     x->n++;
 }
 
+/* By namespace, then the deepest chunks first: a record is coded again
+ * from its decoded chain, and the chunks before it are then still as they
+ * were stored (after a self-calibration: raw, decoded by a copy), not
+ * freshly coded ones that would each be decoded at the new level (the
+ * bytes are the same either way: every coding is lossless) */
 static int by_chunk(const void *a, const void *b)
 {
     const cand *x = a, *y = b;
     if (x->ns != y->ns)
         return x->ns < y->ns ? -1 : 1;
-    return (x->chunk_index > y->chunk_index) - (x->chunk_index < y->chunk_index);
+    return (x->chunk_index < y->chunk_index) - (x->chunk_index > y->chunk_index);
 }
 
 /* Whether t is the last of an append chain in its chunk: based on a record
