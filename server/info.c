@@ -140,17 +140,19 @@ static uint64_t status_kb(const char *key)
 
 /* The process's memory: resident, its anonymous part (what the server
  * allocated; LMDB's file pages are the rest, the kernel's to drop) and the
- * peak; the hot tier's budget is in the cache section, what bounds the
- * rest in ARCHITECTURE.md "Memory" */
-static void section_memory(skv_rbuf *b)
+ * peak, beside the hot tier's budget (what bounds the rest:
+ * ARCHITECTURE.md "Memory") */
+static void section_memory(skv_server *s, skv_rbuf *b)
 {
     char h[32];
     uint64_t rss = rss_bytes();
     human(rss, h, sizeof h);
+    seqkv_cache_stats c;
+    seqkv_cache_stat(s->db, &c);
     skv_rbuf_fmt(b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n"
                  "used_memory_rss_anon:%" PRIu64 "\r\nused_memory_rss_file:%" PRIu64 "\r\n"
-                 "used_memory_peak_rss:%" PRIu64 "\r\n\r\n",
-                 rss, h, status_kb("RssAnon"), status_kb("RssFile"), status_kb("VmHWM"));
+                 "used_memory_peak_rss:%" PRIu64 "\r\nhot_tier_budget_bytes:%" PRIu64 "\r\n\r\n",
+                 rss, h, status_kb("RssAnon"), status_kb("RssFile"), status_kb("VmHWM"), c.budget);
 }
 
 /* The hot tier (store-wide: its chunks are every tenant's) */
@@ -355,7 +357,7 @@ int srv_info_report(skv_server *s, srv_job *j, const char *secp, skv_rbuf *b)
     if (want_section(secp, "clients"))
         section_clients(s, j, b);
     if (want_section(secp, "memory"))
-        section_memory(b);
+        section_memory(s, b);
     if (want_section(secp, "cache"))
         section_cache(s, b);
     if (want_section(secp, "maintenance"))

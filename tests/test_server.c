@@ -130,6 +130,15 @@ Test(server, put_lookup_get_del_bit_exact, .timeout = 120)
     cr_assert(strstr(info, "used_memory_rss:") != NULL);
     cr_assert(strstr(info, "level_raw:tokens=") != NULL);
     seqkv_client_free(info);
+    /* the process's memory: its anonymous part within the resident, a peak
+     * at least as high, and the hot tier's budget beside them */
+    const uint64_t rss = srv_info_num(c, "memory", "used_memory_rss"),
+                   anon = srv_info_num(c, "memory", "used_memory_rss_anon"),
+                   peak = srv_info_num(c, "memory", "used_memory_peak_rss");
+    cr_assert(anon > 0 && anon <= rss && peak + (1u << 20) >= rss, "rss %llu anon %llu peak %llu",
+              (unsigned long long)rss, (unsigned long long)anon, (unsigned long long)peak);
+    cr_assert_eq(srv_info_num(c, "memory", "hot_tier_budget_bytes"),
+                 srv_info_num(c, "cache", "cache_budget_bytes"));
     cr_assert_eq(seqkv_client_info(c, "clients", &info), 0);
     cr_assert(strstr(info, "# Clients") && !strstr(info, "# Server"), "%s", info);
     seqkv_client_free(info);
