@@ -3,9 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <sodium.h>
-
-#include "seal.h"
 #include "store_priv.h"
 
 /* A put batch commits early once its records reach this many bytes. */
@@ -99,26 +96,6 @@ static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
     return crc;
 }
 
-/* Record img (len bytes) under key, sealed into the space mdb_put
- * reserves for it (MDB_KEYEXIST: already stored) */
-static int put_sealed(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t *img,
-                      size_t len, int *mrc)
-{
-    skv_rec r;
-    uint8_t dek[32];
-    int rc = skv_rec_parse_ex(img, len, 0, &r);
-    if (!rc)
-        rc = skv_store_dek(db, r.tenant, dek);
-    if (rc)
-        return rc;
-    MDB_val k = {32, (void *)key}, v = {skv_rec_sealed_size(&r, len), NULL};
-    *mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE | MDB_RESERVE);
-    if (!*mrc)
-        skv_rec_seal_into_pool(key, dek, &r, img, len, v.mv_data, db->pool);
-    sodium_memzero(dek, sizeof dek);
-    return SKV_OK;
-}
-
 static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *sealed,
                        const size_t *slen, int *evicted)
 {
@@ -133,7 +110,7 @@ static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *seal
             MDB_val k = {32, (void *)p->key},
                     v = sealed[j] ? (MDB_val){slen[j], sealed[j]} : (MDB_val){p->len, p->img};
             if (in_place) {
-                int rc = put_sealed(db, txn, p->key, p->img, p->len, &mrc);
+                int rc = skv_store_put_sealed(db, txn, p->key, p->img, p->len, MDB_NOOVERWRITE, &mrc);
                 if (rc) {
                     mdb_txn_abort(txn);
                     pthread_rwlock_unlock(&db->rw);

@@ -94,25 +94,9 @@ static size_t dead_bases(ns_ent *e, const skv_trie_rec *t, skv_trie_rec **out, s
     return k;
 }
 
-static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
-                     skv_trie_rec *const *dead, size_t nd);
-
-/* Write img (sealed unless sealing is off) as record key, deleting the dead bases, in one transaction
- * (grown and retried when the map is full). Caller holds wlock. */
-static int write_step(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
-                      skv_trie_rec *const *dead, size_t nd)
-{
-    uint8_t *sealed = NULL;
-    int rc = db->o.no_seal ? SKV_OK : skv_store_rec_seal(db, key, img, len, &sealed, &len);
-    if (rc)
-        return rc;
-    if (sealed)
-        img = sealed;
-    rc = write_txn(db, key, img, len, dead, nd);
-    skv_free(sealed);
-    return rc;
-}
-
+/* Write img (sealed unless sealing is off: straight into the transaction's
+ * pages) as record key, deleting the dead bases, in one transaction (grown
+ * and retried when the map is full). Caller holds wlock. */
 static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
                      skv_trie_rec *const *dead, size_t nd)
 {
@@ -120,8 +104,15 @@ static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_
         MDB_txn *txn;
         int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
         MDB_val k = {32, (void *)key}, v = {len, (void *)img};
-        if (!mrc)
+        if (!mrc && !db->o.no_seal) { /* sealed straight into the transaction's pages */
+            int rc = skv_store_put_sealed(db, txn, key, img, len, 0, &mrc);
+            if (rc) {
+                mdb_txn_abort(txn);
+                return rc;
+            }
+        } else if (!mrc) {
             mrc = mdb_put(txn, db->db_chunk, &k, &v, 0);
+        }
         for (size_t i = 0; !mrc && i < nd; i++)
             mrc = skv_store_del_rec(db, txn, dead[i]->key);
         if (!mrc)
@@ -277,7 +268,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
      * matched t would find fields other than its index entry's) */
     if (nd)
         pthread_rwlock_wrlock(&db->rw);
-    rc = write_step(db, key, img, len, dead, nd);
+    rc = write_txn(db, key, img, len, dead, nd);
     if (!nd)
         pthread_rwlock_wrlock(&db->rw);
     if (!rc) {

@@ -132,6 +132,24 @@ int skv_store_rec_seal(seqkv *db, const uint8_t key[32], const uint8_t *img, siz
     return SKV_OK;
 }
 
+int skv_store_put_sealed(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t *img,
+                         size_t len, unsigned flags, int *mrc)
+{
+    skv_rec r;
+    uint8_t dek[32];
+    int rc = skv_rec_parse_ex(img, len, 0, &r);
+    if (!rc)
+        rc = skv_store_dek(db, r.tenant, dek);
+    if (rc)
+        return rc;
+    MDB_val k = {32, (void *)key}, v = {skv_rec_sealed_size(&r, len), NULL};
+    *mrc = mdb_put(txn, db->db_chunk, &k, &v, flags | MDB_RESERVE);
+    if (!*mrc)
+        skv_rec_seal_into_pool(key, dek, &r, img, len, v.mv_data, db->pool);
+    sodium_memzero(dek, sizeof dek);
+    return SKV_OK;
+}
+
 int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
                        uint8_t **owned, const uint8_t **img, size_t *img_len)
 {
