@@ -187,6 +187,54 @@ Test(compact, never_when_off_and_not_below_the_threshold, .timeout = 60)
     su_model_free(&tm);
 }
 
+/* seqkv_stop_background (a shutdown): a calibration after it stores
+ * nothing and says SKV_ERR_CANCELLED, at once or from self-calibration; a
+ * compaction stops after its first record; gets and puts go on, exact */
+Test(compact, a_stop_cancels_calibrations_and_compactions, .timeout = 60)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    su_model tm;
+    su_random_model(&tm, tmp, SKV_DT_BF16);
+    seqkv *db = open_store(dir, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    enum { N = 4 };
+    su_seq s[N];
+    for (int i = 0; i < N; i++) {
+        su_seq_make(&tm, NULL, 0, 200, 40 + (uint64_t)i, &s[i]);
+        put(db, "t", "p", &s[i], 0);
+    }
+    seqkv_stop_background(db);
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), SKV_ERR_CANCELLED, "%s", skv_error_detail());
+    cr_assert_not(has_calib(db), "nothing stored");
+    set_auto(db, 100);
+    int learned = 1;
+    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), SKV_ERR_CANCELLED);
+    cr_assert_eq(learned, 0);
+    cr_assert_not(has_calib(db));
+    seqkv_compact_stats st;
+    cr_assert_eq(seqkv_compact(db, "p", NULL, NULL, &st), SKV_OK, "what it did stays done");
+    cr_assert_eq(st.recoded, 0, "raw records: nothing to code again without a calibration");
+    for (int i = 0; i < N; i++)
+        assert_whole(db, "t", "p", &tm, &s[i], "after the stop");
+    su_seq more;
+    su_seq_make(&tm, NULL, 0, 120, 99, &more);
+    put(db, "t", "p", &more, 0);
+    assert_whole(db, "t", "p", &tm, &more, "a put after the stop");
+    seqkv_close(db);
+    /* a new handle is not stopped: it learns */
+    db = open_store(dir, NULL);
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), SKV_OK, "%s", skv_error_detail());
+    cr_assert(has_calib(db));
+    compact(db, "p");
+    for (int i = 0; i < N; i++)
+        assert_whole(db, "t", "p", &tm, &s[i], "coded after a new open");
+    seqkv_close(db);
+    for (int i = 0; i < N; i++)
+        su_seq_free(&s[i]);
+    su_seq_free(&more);
+    su_model_free(&tm);
+}
+
 /* A second calibration: compaction re-codes the records of the first and
  * deletes it */
 Test(compact, records_of_an_older_calibration_are_recoded_and_it_is_deleted, .timeout = 120)
