@@ -3,6 +3,8 @@
 #include "skv_base.h"
 
 #include <dirent.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,30 @@ const char *tu_shared_model(const char *name)
     return access(buf, R_OK) == 0 ? buf : NULL;
 }
 
+/* The directories tu_tmpdir made, removed with all they hold when the
+ * process that made them exits (a test's worker; a child forked from it
+ * that exits leaves them alone) */
+enum { TU_DIRS_MAX = 64 };
+static char tu_dirs[TU_DIRS_MAX][4096];
+static int tu_ndirs;
+static pid_t tu_dirs_pid;
+
+static int tu_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void tu_rm_dirs(void)
+{
+    if (getpid() != tu_dirs_pid)
+        return;
+    for (int i = 0; i < tu_ndirs; i++)
+        nftw(tu_dirs[i], tu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_ndirs = 0;
+}
+
 const char *tu_tmpdir(void)
 {
     static char buf[4096];
@@ -34,6 +60,13 @@ const char *tu_tmpdir(void)
         perror("mkdtemp");
         abort();
     }
+    if (tu_dirs_pid != getpid()) { /* (a forked child starts its own list) */
+        tu_dirs_pid = getpid();
+        tu_ndirs = 0;
+        atexit(tu_rm_dirs);
+    }
+    if (tu_ndirs < TU_DIRS_MAX)
+        snprintf(tu_dirs[tu_ndirs++], sizeof tu_dirs[0], "%s", buf);
     return buf;
 }
 
