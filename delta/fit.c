@@ -69,11 +69,14 @@ static float grid_s(double base, int u)
 
 /* Choose s for one channel: the candidate with the smallest total coded
  * size over the samples (x bits, mu) on a grid of steps of 2^(1/8) from
- * 2^-20 to 2^4 times the residual RMS: steps of 4 on about 256 of the
- * samples, then on all of them a descent by steps of 2, 2^(1/2), 2^(1/4)
- * and 2^(1/8) from the best (9 evaluations of the samples in all, where a
- * sweep of the grid took 55: the code length is smooth in s and has one
- * minimum at this scale) */
+ * 2^-20 to 2^4 times the residual RMS (three steps past either end, as the
+ * sweep before it reached): a sweep by steps of 4 on at most 256 of the
+ * samples (13 points: where the optimum is, which for a near-exact
+ * predictor is far below the RMS), then on all of them the best point and
+ * a descent by steps of 2, 2^(1/2), 2^(1/4) and 2^(1/8) (9 evaluations;
+ * the code length is smooth in s near its minimum). A sweep of every
+ * 2^(1/2) and a refinement took 55 evaluations of all the samples. The
+ * sweep on fewer samples (64) misplaced near-exact predictors' optimum. */
 static float fit_s(skv_cmodel *cm, const uint32_t *x, const float *mu, size_t n, double rms,
                    double typical)
 {
