@@ -195,7 +195,11 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     skv_rec q;
     if (redo) {
         st->examined++;
-        rc = skv_store_decode_chain(db, txn, e, pe, t, &T, &tok, &kk, &vv);
+        /* (a model-free level codes from the row before the record alone: the
+         * chain from its last raw record on, not from position 0, so a long
+         * sequence's compaction stays linear in its chunks) */
+        const int model_free = level == SEQKV_RAW || level == SEQKV_STAT || level == SEQKV_CTX;
+        rc = skv_store_decode_tail(db, txn, e, pe, t, model_free, &T, &tok, &kk, &vv);
     }
     if (redo && !rc) {
         const size_t P = (size_t)t->chunk_index * (size_t)pe->p.chunk, lo = deep ? deep->lo : r.lo;

@@ -569,6 +569,69 @@ int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, sk
     return SKV_OK;
 }
 
+/* Whether a record decodes from the previous position alone (stat, ctx)
+ * or from nothing before it (raw): no model reads the whole prefix, and no
+ * base or centroid is decoded first */
+static int prev_row_only(const skv_trie_rec *r)
+{
+    return !r->has_centroid && !r->has_base &&
+           (r->level == SEQKV_RAW || r->level == SEQKV_STAT || r->level == SEQKV_CTX);
+}
+
+int skv_store_decode_tail(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+                          int model_free, size_t *stride, int32_t **tok, uint8_t **k, uint8_t **v)
+{
+    *stride = 0;
+    *tok = NULL;
+    *k = *v = NULL;
+    const size_t CH = (size_t)pe->p.chunk, nst = (size_t)tip->chunk_index + 1;
+    skv_trie_step *path = skv_malloc(nst * sizeof *path);
+    if (!path)
+        return skv_error(SKV_ERR_NOMEM, "chain");
+    skv_trie_rec *r = tip;
+    int rc = SKV_OK;
+    for (size_t j = nst; j-- > 0;) {
+        if (!r || r->chunk_index != j) {
+            rc = skv_error(SKV_ERR_CORRUPT, "broken chain of chunk records");
+            break;
+        }
+        path[j].rec = r;
+        path[j].used = r->n;
+        if (j > 0)
+            r = skv_trie_find(e->trie, r->parent);
+    }
+    /* the first step to decode: the deepest raw record, with no base, before
+     * the tip's chunk when every record after it decodes from the position
+     * before it alone (and the coder that reads them does: model_free) */
+    size_t f = 0;
+    for (size_t j = nst - 1; !rc && model_free && j-- > 0;) {
+        if (!prev_row_only(path[j + 1].rec))
+            break;
+        if (path[j].rec->level == SEQKV_RAW && prev_row_only(path[j].rec)) {
+            f = j;
+            break;
+        }
+    }
+    seqbuf s = {0};
+    if (!rc)
+        rc = skv_seqbuf_init(&s, pe, nst * CH); /* (the rows before step f stay untouched) */
+    if (!rc) {
+        dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL};
+        rc = skv_store_decode_path(&c, path + f, nst - f, NULL, NULL, SIZE_MAX);
+        skv_centroid_free(c.cent);
+    }
+    skv_free(path);
+    if (rc) {
+        skv_seqbuf_free(&s);
+        return rc;
+    }
+    *stride = s.stride;
+    *tok = s.tok;
+    *k = s.kv[0];
+    *v = s.kv[1];
+    return SKV_OK;
+}
+
 int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                            size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
 {

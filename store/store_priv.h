@@ -181,6 +181,14 @@ int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uin
  * holds rw shared and a read transaction. */
 int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                            size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
+/* The positions of `tip`'s chain that coding its record again at a level
+ * without a model needs (model_free: the previous position's row alone):
+ * decoded from the deepest raw record before its chunk on, the rows before
+ * it left unwritten; with a model, or with no such record, the whole
+ * chain. Layout [layers][*stride][C] (stride: the chain's chunks x chunk
+ * positions); the tokens before it are 0. */
+int skv_store_decode_tail(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+                          int model_free, size_t *stride, int32_t **tok, uint8_t **k, uint8_t **v);
 /* The same for its first positions: the chunks that hold the first upto
  * (*T: all their positions, at least upto where the sequence has them) */
 int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
