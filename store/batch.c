@@ -107,8 +107,7 @@ static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *seal
         for (size_t j = 0; !mrc && j < pb->nrec; j++) {
             const pend_rec *p = &pb->rec[j];
             const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
-            MDB_val k = {32, (void *)p->key},
-                    v = sealed[j] ? (MDB_val){slen[j], sealed[j]} : (MDB_val){p->len, p->img};
+            MDB_val k = {32, (void *)p->key};
             if (in_place) {
                 int rc = skv_store_put_sealed(db, txn, p->key, p->img, p->len, MDB_NOOVERWRITE, &mrc);
                 if (rc) {
@@ -117,6 +116,7 @@ static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *seal
                     return rc;
                 }
             } else {
+                MDB_val v = sealed[j] ? (MDB_val){slen[j], sealed[j]} : (MDB_val){p->len, p->img};
                 mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE);
             }
             if (mrc == MDB_KEYEXIST)

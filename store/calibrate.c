@@ -128,9 +128,8 @@ static int import_calib(seqkv *db, prof_ent *pe, const skv_calib *cal)
 static int read_sample(seqkv *db, const seqkv_profile *pp, prof_ent *pe, const skv_tip *tips,
                        size_t ntips, int prefix, skv_calib_sample **out, size_t *nused)
 {
-    size_t *ntok = nused;
     *out = NULL;
-    *ntok = 0;
+    *nused = 0;
     const size_t CH = (size_t)pp->chunk;
     size_t *T = skv_malloc((ntips ? ntips : 1) * sizeof *T);
     uint64_t *h = skv_malloc((ntips ? ntips : 1) * sizeof *h);
@@ -167,7 +166,7 @@ static int read_sample(seqkv *db, const seqkv_profile *pp, prof_ent *pe, const s
         if (!rc) {
             skv_kvseq q = {n, tok, pp->dtype, pp->layers, pp->kv_heads, pp->head_dim, k, v};
             rc = skv_calib_sample_add(s, j, &q);
-            (*ntok)++;
+            (*nused)++;
         }
         skv_free(tok);
         skv_free(k);
@@ -203,7 +202,7 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     /* the stored sequences: a sample of max_seq, or (recent) the max_seq
      * most recently used */
     skv_tip *tips = NULL;
-    size_t ntips = 0, ntok = 0;
+    size_t ntips = 0, nused = 0;
     if (!rc)
         rc = skv_store_tips(db, pp.id, recent, max_seq, &tips, &ntips);
     skv_model *model = NULL;
@@ -213,14 +212,14 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     if (!rc && ntips == 0)
         rc = skv_error(SKV_ERR_ARG, "profile %s has no stored sequences to calibrate from", profile);
     if (!rc)
-        rc = read_sample(db, &pp, pe, tips, ntips, model != NULL, &sample, &ntok);
+        rc = read_sample(db, &pp, pe, tips, ntips, model != NULL, &sample, &nused);
     pthread_rwlock_unlock(&db->rw);
     pe = NULL; /* (from here on, pp: the profiles may move) */
     skv_calib *cal = NULL;
     if (!rc) {
         if (!db->o.quiet)
             fprintf(stderr, "seqkv: calibrating profile %s from windows of %zu of %zu stored "
-                            "sequences\n", pp.name, ntok, ntips);
+                            "sequences\n", pp.name, nused, ntips);
         skv_calib_opts o = {.model = model, .pool = pool, .quiet = db->o.quiet, .stop = &db->stop_bg};
         rc = skv_calib_learn_sample(sample, &o, &cal);
     }
@@ -316,11 +315,8 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
                     seqkv_level_name(level));
         if (drifted) /* (measured again under the new one) */
             __atomic_store_n(&pe->drift.drifted, 0, __ATOMIC_RELAXED);
-        /* as many threads as the store's coders or its gets use, whichever
-         * is more (a server's writer may have one; its gets have every CPU) */
         skv_pool *pool = NULL;
-        const int wt = skv_pool_threads(db->pool), rt = skv_pool_threads(db->rpool);
-        int rc = skv_pool_create(&pool, wt > rt ? wt : rt);
+        int rc = skv_store_bg_pool(db, &pool);
         if (!rc) /* (drifted: from the sequences used last, what the profile holds now) */
             rc = calibrate(db, name, 64, level < SEQKV_SPEC, pool, 1, drifted);
         skv_pool_free(pool);

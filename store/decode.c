@@ -519,6 +519,29 @@ int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, c
 
 /* ---- whole stored sequences (calibration, centroids) ------------------------- */
 
+/* The records from the root to tip, one a chunk, into *path (skv_free
+ * it): tip->chunk_index + 1 of them */
+static int chain_path(ns_ent *e, skv_trie_rec *tip, skv_trie_step **path)
+{
+    const size_t nst = (size_t)tip->chunk_index + 1;
+    skv_trie_step *p = skv_malloc(nst * sizeof *p);
+    if (!p)
+        return skv_error(SKV_ERR_NOMEM, "chain");
+    skv_trie_rec *r = tip;
+    for (size_t j = nst; j-- > 0;) {
+        if (!r || r->chunk_index != j) {
+            skv_free(p);
+            return skv_error(SKV_ERR_CORRUPT, "broken chain of chunk records");
+        }
+        p[j].rec = r;
+        p[j].used = r->n;
+        if (j > 0)
+            r = skv_trie_find(e->trie, r->parent);
+    }
+    *path = p;
+    return SKV_OK;
+}
+
 int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                             size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
 {
@@ -526,27 +549,15 @@ int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, sk
     *tok = NULL;
     *k = *v = NULL;
     const size_t CH = (size_t)pe->p.chunk, nst = (size_t)tip->chunk_index + 1;
-    skv_trie_step *path = skv_malloc(nst * sizeof *path);
-    if (!path)
-        return skv_error(SKV_ERR_NOMEM, "chain");
-    skv_trie_rec *r = tip;
-    int rc = SKV_OK;
-    for (size_t j = nst; j-- > 0;) {
-        if (!r || r->chunk_index != j) {
-            rc = skv_error(SKV_ERR_CORRUPT, "broken chain of chunk records");
-            break;
-        }
-        path[j].rec = r;
-        path[j].used = r->n;
-        if (j > 0)
-            r = skv_trie_find(e->trie, r->parent);
-    }
+    skv_trie_step *path = NULL;
+    int rc = chain_path(e, tip, &path);
+    if (rc)
+        return rc;
     /* the chunks that hold the first upto positions */
     const size_t nd = upto / CH < nst ? (upto + CH - 1) / CH : nst;
     const size_t n = nd ? (nd - 1) * CH + path[nd - 1].used : 0;
     seqbuf s = {0};
-    if (!rc)
-        rc = skv_seqbuf_init(&s, pe, (nd ? nd : 1) * CH);
+    rc = skv_seqbuf_init(&s, pe, (nd ? nd : 1) * CH);
     if (!rc && nd) {
         dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL};
         rc = skv_store_decode_path(&c, path, nd, NULL, NULL, n);
@@ -585,26 +596,15 @@ int skv_store_decode_tail(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_
     *tok = NULL;
     *k = *v = NULL;
     const size_t CH = (size_t)pe->p.chunk, nst = (size_t)tip->chunk_index + 1;
-    skv_trie_step *path = skv_malloc(nst * sizeof *path);
-    if (!path)
-        return skv_error(SKV_ERR_NOMEM, "chain");
-    skv_trie_rec *r = tip;
-    int rc = SKV_OK;
-    for (size_t j = nst; j-- > 0;) {
-        if (!r || r->chunk_index != j) {
-            rc = skv_error(SKV_ERR_CORRUPT, "broken chain of chunk records");
-            break;
-        }
-        path[j].rec = r;
-        path[j].used = r->n;
-        if (j > 0)
-            r = skv_trie_find(e->trie, r->parent);
-    }
+    skv_trie_step *path = NULL;
+    int rc = chain_path(e, tip, &path);
+    if (rc)
+        return rc;
     /* the first step to decode: the deepest raw record, with no base, before
      * the tip's chunk when every record after it decodes from the position
      * before it alone (and the coder that reads them does: model_free) */
     size_t f = 0;
-    for (size_t j = nst - 1; !rc && model_free && j-- > 0;) {
+    for (size_t j = nst - 1; model_free && j-- > 0;) {
         if (!prev_row_only(path[j + 1].rec))
             break;
         if (path[j].rec->level == SEQKV_RAW && prev_row_only(path[j].rec)) {
@@ -613,8 +613,7 @@ int skv_store_decode_tail(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_
         }
     }
     seqbuf s = {0};
-    if (!rc)
-        rc = skv_seqbuf_init(&s, pe, nst * CH); /* (the rows before step f stay untouched) */
+    rc = skv_seqbuf_init(&s, pe, nst * CH); /* (the rows before step f stay untouched) */
     if (!rc) {
         dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL};
         rc = skv_store_decode_path(&c, path + f, nst - f, NULL, NULL, SIZE_MAX);

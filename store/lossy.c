@@ -169,9 +169,8 @@ static int learn(seqkv *db, const char *profile, size_t max_seq, int background)
     if (!rc && nseq == 0)
         rc = skv_error(SKV_ERR_ARG, "profile %s has no stored sequences to learn its lossy tier from", profile);
     skv_pool *pool = NULL;
-    const int wt = skv_pool_threads(db->pool), rt = skv_pool_threads(db->rpool);
     if (!rc)
-        rc = skv_pool_create(&pool, wt > rt ? wt : rt);
+        rc = skv_store_bg_pool(db, &pool);
     skv_lossy_cal *cal = NULL;
     if (!rc) {
         if (!db->o.quiet)

@@ -701,6 +701,12 @@ uint64_t skv_store_tick(seqkv *db)
 
 /* Double the map (up to map_max); SKV_ERR_TOO_LARGE at the limit. Caller
  * holds wlock and no transaction. */
+int skv_store_bg_pool(const seqkv *db, skv_pool **out)
+{
+    const int wt = skv_pool_threads(db->pool), rt = skv_pool_threads(db->rpool);
+    return skv_pool_create(out, wt > rt ? wt : rt);
+}
+
 int skv_store_grow(seqkv *db)
 {
     if (db->map_size >= db->o.map_max)

@@ -172,6 +172,10 @@ int skv_store_put_level(const prof_ent *pe, int asked);
 
 uint64_t skv_store_tick(seqkv *db);
 int skv_store_grow(seqkv *db);
+/* A pool for a background learning (a calibration, the lossy tier's): as
+ * many threads as the store's coders or its gets use, whichever is more (a
+ * server's gets have every CPU) */
+int skv_store_bg_pool(const seqkv *db, skv_pool **out);
 int skv_store_profile_model(seqkv *db, prof_ent *pe, skv_model **out);
 int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img,
                         size_t len);

@@ -111,25 +111,29 @@ static int tenant_key(seqkv *db, uint64_t tid, size_t at, uint8_t out[32])
     return rc;
 }
 
+/* A record image parsed, and its tenant's data key (wipe it), to seal it */
+static int seal_prep(seqkv *db, const uint8_t *img, size_t len, skv_rec *r, uint8_t dek[32])
+{
+    int rc = skv_rec_parse_ex(img, len, 0, r);
+    return rc ? rc : skv_store_dek(db, r->tenant, dek);
+}
+
 int skv_store_rec_seal(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
                        uint8_t **out, size_t *out_len)
 {
     *out = NULL;
     skv_rec r;
-    int rc = skv_rec_parse_ex(img, len, 0, &r);
     uint8_t dek[32];
-    if (!rc)
-        rc = skv_store_dek(db, r.tenant, dek);
+    int rc = seal_prep(db, img, len, &r, dek);
     if (rc)
         return rc;
     *out_len = skv_rec_sealed_size(&r, len);
-    if (!(*out = skv_malloc(*out_len))) {
-        sodium_memzero(dek, sizeof dek);
-        return skv_error(SKV_ERR_NOMEM, "sealed record");
-    }
-    skv_rec_seal_into_pool(key, dek, &r, img, len, *out, db->pool); /* (the writer's: both callers write) */
+    if (!(*out = skv_malloc(*out_len)))
+        rc = skv_error(SKV_ERR_NOMEM, "sealed record");
+    else /* (on the writer's pool: both callers write) */
+        skv_rec_seal_into_pool(key, dek, &r, img, len, *out, db->pool);
     sodium_memzero(dek, sizeof dek);
-    return SKV_OK;
+    return rc;
 }
 
 int skv_store_put_sealed(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t *img,
@@ -137,9 +141,7 @@ int skv_store_put_sealed(seqkv *db, MDB_txn *txn, const uint8_t key[32], const u
 {
     skv_rec r;
     uint8_t dek[32];
-    int rc = skv_rec_parse_ex(img, len, 0, &r);
-    if (!rc)
-        rc = skv_store_dek(db, r.tenant, dek);
+    int rc = seal_prep(db, img, len, &r, dek);
     if (rc)
         return rc;
     MDB_val k = {32, (void *)key}, v = {skv_rec_sealed_size(&r, len), NULL};
