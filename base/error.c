@@ -27,6 +27,8 @@ const char *skv_strerror(int err)
     case SKV_ERR_SERVER: return "error reply from the server";
     case SKV_ERR_BUSY: return "the store is held by another writer";
     case SKV_ERR_CANCELLED: return "stopped on request";
+    case SKV_ERR_MAP_FULL: return "the store's map is full";
+    case SKV_ERR_LOSSY: return "stored lossy (ask for a lossy read)";
     default: return "unknown error";
     }
 }
@@ -38,6 +40,7 @@ const char *skv_error_name(int err)
         "SKV_ERR_VERSION", "SKV_ERR_RANGE", "SKV_ERR_SHAPE", "SKV_ERR_UNSUPPORTED",
         "SKV_ERR_NOT_FOUND", "SKV_ERR_CORRUPT", "SKV_ERR_TOO_LARGE", "SKV_ERR_NO_DEVICE",
         "SKV_ERR_DENIED", "SKV_ERR_SERVER", "SKV_ERR_BUSY", "SKV_ERR_CANCELLED",
+        "SKV_ERR_MAP_FULL", "SKV_ERR_LOSSY",
     };
     _Static_assert(sizeof names / sizeof *names == 1 - SKV_ERR_MIN_, "a name for every code");
     return err <= 0 && err >= SKV_ERR_MIN_ ? names[-err] : NULL;

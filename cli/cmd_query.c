@@ -104,9 +104,9 @@ static int get_one(const get_ctx *g, size_t i, size_t *got)
         rc = seqkv_get(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], want, g->buf,
                        toks->len[i] * cli_token_bytes(p), got);
     }
-    if (rc == SKV_ERR_NOT_FOUND && strncmp(skv_error_detail(), "LOSSY:", 6) == 0) {
+    if (rc == SKV_ERR_LOSSY) {
         fprintf(stderr, "seqkv get: line %zu: %s (here: --lossy on)\n", toks->line[i],
-                skv_error_detail() + 7);
+                skv_error_detail());
         return 1;
     }
     if (rc == SKV_ERR_NOT_FOUND && want) {

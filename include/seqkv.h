@@ -301,8 +301,8 @@ size_t seqkv_view_hot_chunks(const seqkv_view *v, size_t *chunks);
 void seqkv_view_free(seqkv_view *v);
 
 /* seqkv_get_view (fn NULL) or seqkv_get_view_stream with flags: a prefix
- * whose records (or their bases) are lossy is SKV_ERR_NOT_FOUND, its
- * detail starting "LOSSY:" and saying so, unless flags has SEQKV_GET_LOSSY; then it is the
+ * whose records (or their bases) are lossy is SKV_ERR_LOSSY (the detail
+ * names the profile), unless flags has SEQKV_GET_LOSSY; then it is the
  * lossy tier's reconstruction (the exact window bit-exact). The calls
  * without flags never return a lossy prefix. */
 #define SEQKV_GET_LOSSY 1u

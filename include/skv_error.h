@@ -36,8 +36,10 @@ enum {
     SKV_ERR_SERVER = -14,     /* any other error reply from a server */
     SKV_ERR_BUSY = -15,       /* another process holds the store for writing */
     SKV_ERR_CANCELLED = -16,  /* stopped on request (the store is being closed) */
+    SKV_ERR_MAP_FULL = -17,   /* the store's LMDB map is full and cannot grow further */
+    SKV_ERR_LOSSY = -18,      /* the prefix is stored lossy; the caller did not accept it */
 };
-#define SKV_ERR_MIN_ (-16)
+#define SKV_ERR_MIN_ (-18)
 
 /* Static string naming an error code; never NULL. */
 const char *skv_strerror(int err);

@@ -588,9 +588,8 @@ static void cmd_get(skv_server *s, srv_job *j)
     if (rc || got != want) {
         seqkv_view_free(v);
         get_counted(s, j, 0, 0);
-        if (rc == SKV_ERR_NOT_FOUND && !(flags & SEQKV_GET_LOSSY) &&
-            strncmp(skv_error_detail(), "LOSSY:", 6) == 0) /* stored lossy: say so */
-            srv_err_reply(j, "NOTFOUND", "KV.GET: %s", skv_error_detail() + 7);
+        if (rc == SKV_ERR_LOSSY) /* stored lossy: a miss for this request, and why */
+            srv_err_reply(j, "NOTFOUND", "KV.GET: %s", skv_error_detail());
         else if (rc == 0 || rc == SKV_ERR_NOT_FOUND)
             srv_err_reply(j, "NOTFOUND", "KV.GET: fewer than %zu tokens of this prefix are cached",
                       want);

@@ -56,10 +56,10 @@ void skv_batch_drop(seqkv *db, struct skv_put_batch *pb, size_t from)
     pthread_rwlock_unlock(&db->rw);
 }
 
-/* Write the batch's records (and its paths' recency) in one transaction,
- * then show them to readers. MDB_MAP_FULL grows the map, or at its limit
- * evicts a quarter of what is evictable, and retries; anything else fails
- * the batch (the caller drops it). */
+/* Write the batch's records (and its paths' recency) in one transaction
+ * (skv_store_write: at the map's limit a quarter of what is evictable
+ * goes), then show them to readers; a failure fails the batch (the caller
+ * drops it). */
 static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *sealed,
                        const size_t *slen, int *evicted);
 
@@ -96,84 +96,90 @@ static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
     return crc;
 }
 
+typedef struct {
+    struct skv_put_batch *pb;
+    uint8_t *const *sealed;
+    const size_t *slen;
+    int *evicted;
+} batch_txn;
+
+/* The batch's records and its paths' recency, in txn */
+static int batch_body(seqkv *db, MDB_txn *txn, void *v)
+{
+    const batch_txn *bt = v;
+    const struct skv_put_batch *pb = bt->pb;
+    const int in_place = !db->o.no_seal && !db->tier_fn;
+    int mrc = 0;
+    for (size_t j = 0; !mrc && j < pb->nrec; j++) {
+        const pend_rec *p = &pb->rec[j];
+        const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
+        MDB_val k = {32, (void *)p->key};
+        if (in_place) {
+            int rc = skv_store_put_sealed(db, txn, p->key, p->img, p->len, MDB_NOOVERWRITE, &mrc);
+            if (rc)
+                return rc;
+        } else {
+            MDB_val val = bt->sealed[j] ? (MDB_val){bt->slen[j], bt->sealed[j]}
+                                        : (MDB_val){p->len, p->img};
+            mrc = mdb_put(txn, db->db_chunk, &k, &val, MDB_NOOVERWRITE);
+        }
+        if (mrc == MDB_KEYEXIST)
+            mrc = 0; /* the same tokens under the same key: already stored */
+        uint8_t b[8];
+        skv_store64_le(b, t ? t->tick : skv_store_tick(db));
+        MDB_val tv = {8, b};
+        if (!mrc)
+            mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
+    }
+    for (size_t j = 0; !mrc && j < pb->ntick; j++) {
+        const skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
+        if (!t || t->hidden)
+            continue; /* evicted since, or one of the batch's own */
+        uint8_t b[8];
+        skv_store64_le(b, t->tick);
+        MDB_val k = {32, (void *)t->key}, tv = {8, b};
+        mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
+    }
+    return mrc ? skv_mdb_error(mrc, "write chunks") : SKV_OK;
+}
+
+/* The map is full at its limit: a quarter of what is evictable goes */
+static int batch_full(seqkv *db, void *v)
+{
+    const batch_txn *bt = v;
+    return skv_store_evict(db, 0, db->stored, db->stored * 3 / 4, 0, bt->evicted);
+}
+
 static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *sealed,
                        const size_t *slen, int *evicted)
 {
-    const int in_place = !db->o.no_seal && !db->tier_fn;
-    for (int attempt = 0;; attempt++) {
-        MDB_txn *txn;
-        pthread_rwlock_rdlock(&db->rw);
-        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        for (size_t j = 0; !mrc && j < pb->nrec; j++) {
-            const pend_rec *p = &pb->rec[j];
-            const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
-            MDB_val k = {32, (void *)p->key};
-            if (in_place) {
-                int rc = skv_store_put_sealed(db, txn, p->key, p->img, p->len, MDB_NOOVERWRITE, &mrc);
-                if (rc) {
-                    mdb_txn_abort(txn);
-                    pthread_rwlock_unlock(&db->rw);
-                    return rc;
-                }
-            } else {
-                MDB_val v = sealed[j] ? (MDB_val){slen[j], sealed[j]} : (MDB_val){p->len, p->img};
-                mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE);
-            }
-            if (mrc == MDB_KEYEXIST)
-                mrc = 0; /* the same tokens under the same key: already stored */
-            uint8_t b[8];
-            skv_store64_le(b, t ? t->tick : skv_store_tick(db));
-            MDB_val tv = {8, b};
-            if (!mrc)
-                mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
+    batch_txn bt = {pb, sealed, slen, evicted};
+    int rc = skv_store_write(db, "write chunks", batch_body, batch_full, &bt, 0);
+    if (rc)
+        return rc;
+    skv_tier_committed(db, pb, sealed, slen);
+    pthread_rwlock_wrlock(&db->rw);
+    for (size_t j = 0; j < pb->nrec; j++) {
+        skv_trie_rec *t = skv_trie_find(pb->rec[j].e->trie, pb->rec[j].key);
+        if (t) {
+            t->hidden = 0;
+            t->tick_saved = t->tick;
+            if (db->hot && pb->rec[j].hot)
+                skv_hot_put(db->hot, pb->rec[j].hot); /* recently put: hot */
         }
-        for (size_t j = 0; !mrc && j < pb->ntick; j++) {
-            const skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
-            if (!t || t->hidden)
-                continue; /* evicted since, or one of the batch's own */
-            uint8_t b[8];
-            skv_store64_le(b, t->tick);
-            MDB_val k = {32, (void *)t->key}, tv = {8, b};
-            mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
-        }
-        if (!mrc)
-            mrc = mdb_txn_commit(txn);
-        else
-            mdb_txn_abort(txn);
-        pthread_rwlock_unlock(&db->rw);
-        if (!mrc) {
-            skv_tier_committed(db, pb, sealed, slen);
-            pthread_rwlock_wrlock(&db->rw);
-            for (size_t j = 0; j < pb->nrec; j++) {
-                skv_trie_rec *t = skv_trie_find(pb->rec[j].e->trie, pb->rec[j].key);
-                if (t) {
-                    t->hidden = 0;
-                    t->tick_saved = t->tick;
-                    if (db->hot && pb->rec[j].hot)
-                        skv_hot_put(db->hot, pb->rec[j].hot); /* recently put: hot */
-                }
-                skv_free(pb->rec[j].img);
-                skv_hot_unref(pb->rec[j].hot);
-                pb->rec[j].hot = NULL;
-            }
-            for (size_t j = 0; j < pb->ntick; j++) {
-                skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
-                if (t)
-                    t->tick_saved = t->tick;
-            }
-            pthread_rwlock_unlock(&db->rw);
-            pb->nrec = pb->ntick = 0;
-            pb->bytes = 0;
-            return SKV_OK;
-        }
-        if (mrc != MDB_MAP_FULL || attempt > 40)
-            return skv_mdb_error(mrc, "write chunks");
-        int rc = skv_store_grow(db);
-        if (rc == SKV_ERR_TOO_LARGE)
-            rc = skv_store_evict(db, 0, db->stored, db->stored * 3 / 4, 0, evicted);
-        if (rc)
-            return rc;
+        skv_free(pb->rec[j].img);
+        skv_hot_unref(pb->rec[j].hot);
+        pb->rec[j].hot = NULL;
     }
+    for (size_t j = 0; j < pb->ntick; j++) {
+        skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
+        if (t)
+            t->tick_saved = t->tick;
+    }
+    pthread_rwlock_unlock(&db->rw);
+    pb->nrec = pb->ntick = 0;
+    pb->bytes = 0;
+    return SKV_OK;
 }
 
 static void req_error(seqkv_put_req *q, int rc)

@@ -195,7 +195,7 @@ int skvb_val_put(seqkv *db, MDB_txn *txn, const uint8_t vk[VKEY], const uint8_t 
     int mrc;
     if (db->o.no_seal) {
         mrc = mdb_put(txn, db->db_bval, &k, &v, 0);
-        return mrc ? skvb_put_err(mrc, "blob value") : SKV_OK;
+        return mrc ? skv_mdb_error(mrc, "blob value") : SKV_OK;
     }
     uint8_t dek[32];
     int rc = skv_store_dek(db, skvb_ld_be64(vk), dek);
@@ -207,7 +207,7 @@ int skvb_val_put(seqkv *db, MDB_txn *txn, const uint8_t vk[VKEY], const uint8_t 
         skv_sv_seal(dek, SKV_SV_BLOB, img[5], skv_load64_le(img + 8), vk, VKEY, img, len,
                     v.mv_data);
     sodium_memzero(dek, sizeof dek);
-    return mrc ? skvb_put_err(mrc, "blob value") : SKV_OK;
+    return mrc ? skv_mdb_error(mrc, "blob value") : SKV_OK;
 }
 
 int skvb_val_read(seqkv *db, const uint8_t vk[VKEY], const MDB_val *v, uint8_t **owned,
@@ -289,43 +289,26 @@ int skvb_ent_del(seqkv *db, MDB_txn *txn, uint64_t tid, MDB_val *k, const blob_e
     return skvb_unref(db, txn, tid, e->cid, d);
 }
 
-int skvb_txn(seqkv *db, uint64_t tid, txn_fn fn, void *ctx)
+typedef struct {
+    txn_fn fn;
+    void *ctx;
+    bdelta d;
+} blob_txn;
+
+static int blob_body(seqkv *db, MDB_txn *txn, void *v)
 {
-    for (;;) {
-        MDB_txn *txn;
-        bdelta d;
-        memset(&d, 0, sizeof d);
-        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        if (mrc)
-            return skv_mdb_error(mrc, "begin transaction");
-        int rc = fn(db, txn, ctx, &d);
-        if (rc) {
-            mdb_txn_abort(txn);
-            if (rc != SKV_ERR_MAP_FULL)
-                return rc;
-        } else if ((mrc = mdb_txn_commit(txn))) {
-            if (mrc != MDB_MAP_FULL)
-                return skv_mdb_error(mrc, "commit");
-            rc = SKV_ERR_MAP_FULL;
-        }
-        if (rc == SKV_ERR_MAP_FULL) {
-            if ((rc = skv_store_grow(db)))
-                return rc;
-            continue;
-        }
-        skvb_delta_apply(db, d.tid ? d.tid : tid, &d);
-        return SKV_OK;
-    }
+    blob_txn *bt = v;
+    memset(&bt->d, 0, sizeof bt->d);
+    return bt->fn(db, txn, bt->ctx, &bt->d);
 }
 
-/* An LMDB put's error: MDB_MAP_FULL asks blob_txn to grow the map */
-int skvb_put_err(int mrc, const char *what)
+int skvb_txn(seqkv *db, uint64_t tid, txn_fn fn, void *ctx)
 {
-    if (mrc == MDB_MAP_FULL) {
-        skv_error_clear();
-        return SKV_ERR_MAP_FULL;
-    }
-    return skv_mdb_error(mrc, what);
+    blob_txn bt = {fn, ctx, {0}};
+    int rc = skv_store_write(db, "blobs", blob_body, NULL, &bt, 0);
+    if (!rc)
+        skvb_delta_apply(db, bt.d.tid ? bt.d.tid : tid, &bt.d);
+    return rc;
 }
 
 /* ---- set --------------------------------------------------------------- */
@@ -522,12 +505,12 @@ static int set_one(seqkv *db, MDB_txn *txn, set_ctx *c, size_t i, bdelta *d)
     skv_store64_le(rb, refs + 1);
     MDB_val nr = {8, rb};
     if ((mrc = mdb_put(txn, db->db_bref, &vkey, &nr, 0)))
-        return skvb_put_err(mrc, "blob references");
+        return skv_mdb_error(mrc, "blob references");
     uint8_t eb[ENT_SIZE];
     skvb_ent_pack(&e, eb);
     MDB_val ev = {ENT_SIZE, eb};
     if ((mrc = mdb_put(txn, db->db_blob, &k, &ev, 0)))
-        return skvb_put_err(mrc, "blob entry");
+        return skv_mdb_error(mrc, "blob entry");
     d->keys++;
     d->raw += (int64_t)it->val_len;
     if (!had)
@@ -693,33 +676,31 @@ static void req_fail(seqkv_blob_set_req *q, int rc)
 
 /* The ready requests' transactions as one (each its own counts), the map
  * grown and all run again when it fills. Caller holds wlock. */
+typedef struct {
+    seqkv_blob_set_req *q;
+    set_ctx *c;
+    bdelta *d;
+    size_t n;
+} set_batch;
+
+static int set_body(seqkv *db, MDB_txn *txn, void *v)
+{
+    const set_batch *sb = v;
+    memset(sb->d, 0, sb->n * sizeof *sb->d);
+    int rc = SKV_OK;
+    for (size_t i = 0; i < sb->n && !rc; i++)
+        if (!sb->q[i].rc)
+            rc = set_txn(db, txn, &sb->c[i], &sb->d[i]);
+    return rc;
+}
+
 static int set_commit(seqkv *db, seqkv_blob_set_req *q, set_ctx *c, size_t n)
 {
     bdelta *d = skv_calloc(n, sizeof *d);
     if (!d)
         return skv_error(SKV_ERR_NOMEM, "blob batch");
-    int rc;
-    for (;;) {
-        MDB_txn *txn;
-        memset(d, 0, n * sizeof *d);
-        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        if (mrc) {
-            rc = skv_mdb_error(mrc, "begin transaction");
-            break;
-        }
-        rc = SKV_OK;
-        for (size_t i = 0; i < n && !rc; i++)
-            if (!q[i].rc)
-                rc = set_txn(db, txn, &c[i], &d[i]);
-        if (rc) {
-            mdb_txn_abort(txn);
-        } else if ((mrc = mdb_txn_commit(txn))) {
-            rc = mrc == MDB_MAP_FULL ? SKV_ERR_MAP_FULL : skv_mdb_error(mrc, "commit");
-        }
-        if (rc == SKV_ERR_MAP_FULL && !(rc = skv_store_grow(db)))
-            continue;
-        break;
-    }
+    set_batch sb = {q, c, d, n};
+    int rc = skv_store_write(db, "blobs", set_body, NULL, &sb, 0);
     if (!rc)
         for (size_t i = 0; i < n; i++)
             if (!q[i].rc) {

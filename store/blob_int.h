@@ -17,9 +17,6 @@
 #define KPFX 16               /* blobs' key: tenant and name hash, then the name */
 #define VKEY 24               /* blobvals' and blobrefs' key: tenant and content id */
 
-/* skvb_txn's request to grow the map and run the transaction again */
-#define SKV_ERR_MAP_FULL 1
-
 /* A key's entry */
 typedef struct {
     int64_t expire_at, set_at; /* ms since the epoch; expire_at 0: none */
@@ -81,13 +78,11 @@ int skvb_val_decode(seqkv *db, const uint8_t vk[VKEY], const MDB_val *v, uint8_t
 int skvb_unref(seqkv *db, MDB_txn *txn, uint64_t tid, const uint8_t cid[16], bdelta *d);
 /* Delete the entry at key k (its value e) */
 int skvb_ent_del(seqkv *db, MDB_txn *txn, uint64_t tid, MDB_val *k, const blob_ent *e, bdelta *d);
-/* Run fn in a write transaction (caller holds wlock), the map grown and fn
- * run again when it fills; the counts applied (to d->tid, else tid) after
- * the commit. */
+/* Run fn through skv_store_write (caller holds wlock; fn may run again
+ * after a full map, its counts afresh); the counts applied (to d->tid,
+ * else tid) after the commit. */
 typedef int (*txn_fn)(seqkv *db, MDB_txn *txn, void *ctx, bdelta *d);
 int skvb_txn(seqkv *db, uint64_t tid, txn_fn fn, void *ctx);
-/* An LMDB write's error: MDB_MAP_FULL becomes SKV_ERR_MAP_FULL */
-int skvb_put_err(int mrc, const char *what);
 /* The n keys' sizes checked, then the tenant's blob keys (bk->tid 0: no
  * such tenant) and, unless write, a read transaction (*txn NULL when the
  * tenant does not exist); write refuses a read-only store */

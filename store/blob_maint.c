@@ -94,7 +94,7 @@ static int expire_txn(seqkv *db, MDB_txn *txn, void *vc, bdelta *d)
     skvb_ent_pack(&e, eb);
     MDB_val ev = {ENT_SIZE, eb};
     mrc = mdb_put(txn, db->db_blob, &k, &ev, 0);
-    return mrc ? skvb_put_err(mrc, "blob entry") : SKV_OK;
+    return mrc ? skv_mdb_error(mrc, "blob entry") : SKV_OK;
 }
 
 int seqkv_blob_expire(seqkv *db, const char *tenant, const uint8_t *key, size_t key_len,
@@ -190,7 +190,7 @@ static int pass_txn(seqkv *db, MDB_txn *txn, void *vc, bdelta *d)
     }
     if (rc)
         return rc;
-    return mrc ? skvb_put_err(mrc, "blob pass") : SKV_OK;
+    return mrc ? skv_mdb_error(mrc, "blob pass") : SKV_OK;
 }
 
 int seqkv_blob_flush(seqkv *db, const char *tenant, uint64_t *deleted)

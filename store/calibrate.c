@@ -109,13 +109,8 @@ static int import_calib(seqkv *db, prof_ent *pe, const skv_calib *cal)
     uint8_t *img;
     size_t len;
     int rc = skv_calib_serialize(cal, &img, &len);
-    for (int attempt = 0; !rc; attempt++) {
+    if (!rc)
         rc = skv_store_set_calib(db, pe, skv_calib_id(cal), img, len);
-        if (rc != SKV_ERR_IO || attempt > 8 || !strstr(skv_error_detail(), "map full"))
-            break;
-        if ((rc = skv_store_grow(db)))
-            break;
-    }
     skv_free(img);
     return rc;
 }

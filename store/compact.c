@@ -95,38 +95,37 @@ static size_t dead_bases(ns_ent *e, const skv_trie_rec *t, skv_trie_rec **out, s
 }
 
 /* Write img (sealed unless sealing is off: straight into the transaction's
- * pages) as record key, deleting the dead bases, in one transaction (grown
- * and retried when the map is full). Caller holds wlock. */
-static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
-                     skv_trie_rec *const *dead, size_t nd)
+ * pages) as record key, deleting the dead bases, in one transaction
+ * (skv_store_write). Caller holds wlock, and rw exclusively when held. */
+typedef struct {
+    const uint8_t *key, *img;
+    size_t len;
+    skv_trie_rec *const *dead;
+    size_t nd;
+} recode_txn;
+
+static int write_body(seqkv *db, MDB_txn *txn, void *v)
 {
-    for (int attempt = 0;; attempt++) {
-        MDB_txn *txn;
-        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        MDB_val k = {32, (void *)key}, v = {len, (void *)img};
-        if (!mrc && !db->o.no_seal) { /* sealed straight into the transaction's pages */
-            int rc = skv_store_put_sealed(db, txn, key, img, len, 0, &mrc);
-            if (rc) {
-                mdb_txn_abort(txn);
-                return rc;
-            }
-        } else if (!mrc) {
-            mrc = mdb_put(txn, db->db_chunk, &k, &v, 0);
-        }
-        for (size_t i = 0; !mrc && i < nd; i++)
-            mrc = skv_store_del_rec(db, txn, dead[i]->key);
-        if (!mrc)
-            mrc = mdb_txn_commit(txn);
-        else if (txn)
-            mdb_txn_abort(txn);
-        if (mrc == MDB_MAP_FULL && attempt < 8) {
-            int rc = skv_store_grow(db);
-            if (rc)
-                return rc;
-            continue;
-        }
-        return mrc ? skv_mdb_error(mrc, "compaction") : SKV_OK;
+    const recode_txn *w = v;
+    int mrc = 0;
+    if (!db->o.no_seal) { /* sealed straight into the transaction's pages */
+        int rc = skv_store_put_sealed(db, txn, w->key, w->img, w->len, 0, &mrc);
+        if (rc)
+            return rc;
+    } else {
+        MDB_val k = {32, (void *)w->key}, val = {w->len, (void *)w->img};
+        mrc = mdb_put(txn, db->db_chunk, &k, &val, 0);
     }
+    for (size_t i = 0; !mrc && i < w->nd; i++)
+        mrc = skv_store_del_rec(db, txn, w->dead[i]->key);
+    return mrc ? skv_mdb_error(mrc, "compaction") : SKV_OK;
+}
+
+static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
+                     skv_trie_rec *const *dead, size_t nd, int held)
+{
+    recode_txn w = {key, img, len, dead, nd};
+    return skv_store_write(db, "compaction", write_body, NULL, &w, held ? SKV_WRITE_RW_HELD : 0);
 }
 
 /* Code record t of namespace e again when that helps -- merged with the
@@ -272,7 +271,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
      * matched t would find fields other than its index entry's) */
     if (nd)
         pthread_rwlock_wrlock(&db->rw);
-    rc = write_txn(db, key, img, len, dead, nd);
+    rc = write_txn(db, key, img, len, dead, nd, nd > 0);
     if (!nd)
         pthread_rwlock_wrlock(&db->rw);
     if (!rc) {
@@ -324,26 +323,27 @@ static int id_add(id_set *s, const uint8_t id[16])
     return SKV_OK;
 }
 
-/* Caller holds wlock: no record or profile changes meanwhile. */
-static int gc_calibrations(seqkv *db, seqkv_compact_stats *st)
+typedef struct {
+    id_set used;
+    size_t n_prof;   /* used's ids from the profiles (the rest from records) */
+    uint64_t deleted;
+} gc_txn;
+
+/* The calibrations no profile and no record names, deleted in txn */
+static int gc_body(seqkv *db, MDB_txn *txn, void *v)
 {
-    id_set used = {0};
-    int rc = SKV_OK;
-    for (size_t i = 0; !rc && i < db->nprof; i++)
-        if (db->prof[i].p.has_calib)
-            rc = id_add(&used, db->prof[i].p.calib_id);
-    MDB_txn *txn = NULL;
-    int mrc = rc ? 0 : mdb_txn_begin(db->env, NULL, 0, &txn);
-    if (mrc)
-        rc = skv_mdb_error(mrc, "begin transaction");
+    gc_txn *g = v;
+    g->used.n = g->n_prof;
+    g->deleted = 0;
     MDB_cursor *cur = NULL;
-    MDB_val k, v;
-    if (!rc && (mrc = mdb_cursor_open(txn, db->db_chunk, &cur)))
+    MDB_val k, val;
+    int rc = SKV_OK, mrc = mdb_cursor_open(txn, db->db_chunk, &cur);
+    if (mrc)
         rc = skv_mdb_error(mrc, "chunks");
-    while (!rc && !(mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+    while (!rc && !(mrc = mdb_cursor_get(cur, &k, &val, MDB_NEXT))) {
         skv_rec r;
         uint8_t *head = NULL;
-        const int prc = k.mv_size == 32 ? skv_store_rec_head(db, k.mv_data, v.mv_data, v.mv_size,
+        const int prc = k.mv_size == 32 ? skv_store_rec_head(db, k.mv_data, val.mv_data, val.mv_size,
                                                              &head, &r)
                                         : SKV_ERR_CORRUPT;
         skv_free(head); /* (r's header fields are copies) */
@@ -351,20 +351,21 @@ static int gc_calibrations(seqkv *db, seqkv_compact_stats *st)
             rc = skv_error(SKV_ERR_CORRUPT, "compaction: a chunk record does not parse: no "
                                             "calibration is deleted");
         else if (seqkv_level_predictive((seqkv_level)r.level))
-            rc = id_add(&used, r.calib);
+            rc = id_add(&g->used, r.calib);
     }
     if (cur)
         mdb_cursor_close(cur);
     if (!rc && mrc != MDB_NOTFOUND)
         rc = skv_mdb_error(mrc, "chunks");
+    cur = NULL;
     if (!rc && (mrc = mdb_cursor_open(txn, db->db_calib, &cur)))
         rc = skv_mdb_error(mrc, "calibrations");
-    while (!rc && !(mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+    while (!rc && !(mrc = mdb_cursor_get(cur, &k, &val, MDB_NEXT))) {
         int keep = k.mv_size != 16;
-        for (size_t i = 0; !keep && i < used.n; i++)
-            keep = !memcmp(used.id[i], k.mv_data, 16);
+        for (size_t i = 0; !keep && i < g->used.n; i++)
+            keep = !memcmp(g->used.id[i], k.mv_data, 16);
         if (!keep && (mrc = mdb_cursor_del(cur, 0)) == 0)
-            st->calibrations_deleted++;
+            g->deleted++;
         else if (!keep)
             rc = skv_mdb_error(mrc, "delete calibration");
     }
@@ -372,11 +373,23 @@ static int gc_calibrations(seqkv *db, seqkv_compact_stats *st)
         mdb_cursor_close(cur);
     if (!rc && mrc && mrc != MDB_NOTFOUND)
         rc = skv_mdb_error(mrc, "calibrations");
-    if (!rc && (mrc = mdb_txn_commit(txn)))
-        rc = skv_mdb_error(mrc, "compaction");
-    else if (rc && txn)
-        mdb_txn_abort(txn);
-    skv_free(used.id);
+    return rc;
+}
+
+/* Caller holds wlock: no record or profile changes meanwhile. */
+static int gc_calibrations(seqkv *db, seqkv_compact_stats *st)
+{
+    gc_txn g = {{0}, 0, 0};
+    int rc = SKV_OK;
+    for (size_t i = 0; !rc && i < db->nprof; i++)
+        if (db->prof[i].p.has_calib)
+            rc = id_add(&g.used, db->prof[i].p.calib_id);
+    g.n_prof = g.used.n;
+    if (!rc)
+        rc = skv_store_write(db, "compaction", gc_body, NULL, &g, 0);
+    if (!rc)
+        st->calibrations_deleted += g.deleted;
+    skv_free(g.used.id);
     return rc;
 }
 

@@ -31,19 +31,10 @@ int seqkv_del(seqkv *db, const char *tenant, const char *profile, const int32_t 
         pthread_rwlock_wrlock(&db->rw);
         r->hidden = 1;
         pthread_rwlock_unlock(&db->rw);
-        MDB_txn *txn;
-        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        if (!mrc)
-            mrc = skv_store_del_rec(db, txn, r->key);
-        if (!mrc)
-            mrc = mdb_txn_commit(txn);
-        else if (txn)
-            mdb_txn_abort(txn);
-        if (mrc) {
+        if ((rc = skv_store_write_del(db, (const uint8_t(*)[32])r->key, 1, "delete"))) {
             pthread_rwlock_wrlock(&db->rw);
             r->hidden = 0;
             pthread_rwlock_unlock(&db->rw);
-            rc = skv_mdb_error(mrc, "delete");
             break;
         }
         *removed += r->n - r->lo;

@@ -36,6 +36,37 @@ static void show_victims(seqkv *db, victim *v, size_t n, int hide)
     pthread_rwlock_unlock(&db->rw);
 }
 
+typedef struct {
+    const victim *v;
+    size_t done, batch, n; /* deleted, a transaction's count, victims */
+} evict_txn;
+
+/* The next batch of victims' records deleted, and the count of evictions */
+static int evict_body(seqkv *db, MDB_txn *txn, void *ctx)
+{
+    const evict_txn *et = ctx;
+    const size_t end = et->done + et->batch < et->n ? et->done + et->batch : et->n;
+    int mrc = 0;
+    for (size_t i = et->done; !mrc && i < end; i++)
+        mrc = skv_store_del_rec(db, txn, et->v[i].r->key);
+    uint8_t b8[8];
+    MDB_val mk = {9, "evictions"}, mv = {8, b8};
+    skv_store64_le(b8, db->evictions + end);
+    if (!mrc)
+        mrc = mdb_put(txn, db->db_meta, &mk, &mv, 0);
+    return mrc ? skv_mdb_error(mrc, "evict") : SKV_OK;
+}
+
+static int evict_full(seqkv *db, void *ctx)
+{
+    (void)db;
+    evict_txn *et = ctx;
+    if (et->batch == 1)
+        return skv_error(SKV_ERR_MAP_FULL, "LMDB map full at its limit; nothing can be freed");
+    et->batch = 1;
+    return SKV_OK;
+}
+
 /* Evict least-recently-used records that nothing depends on until `need`
  * bytes are free under the limit (tenant 0: the store's budget, else the
  * tenant's). Records marked `evicting` beforehand are protected. */
@@ -78,38 +109,15 @@ int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, u
     /* hidden from readers before the deletes commit: one that matched a
      * victim afterwards would find its record missing */
     show_victims(db, v, rc ? 0 : nv, 1);
-    /* deleting needs a few fresh pages too (copy-on-write): on
-     * MDB_MAP_FULL grow the map, or delete one record per transaction */
-    size_t done = 0, batch = nv;
-    for (int attempt = 0; !rc && done < nv && attempt < 64;) {
-        size_t end = done + batch < nv ? done + batch : nv;
-        MDB_txn *txn = NULL;
-        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        for (size_t i = done; !mrc && i < end; i++)
-            mrc = skv_store_del_rec(db, txn, v[i].r->key);
-        if (!mrc) {
-            uint8_t b8[8];
-            MDB_val mk = {9, "evictions"}, mv = {8, b8};
-            skv_store64_le(b8, db->evictions + end);
-            mrc = mdb_put(txn, db->db_meta, &mk, &mv, 0);
-        }
-        if (!mrc)
-            mrc = mdb_txn_commit(txn);
-        else if (txn)
-            mdb_txn_abort(txn);
-        if (!mrc) {
-            done = end;
-            continue;
-        }
-        attempt++;
-        if (mrc != MDB_MAP_FULL)
-            rc = skv_mdb_error(mrc, "evict");
-        else if (skv_store_grow(db) != SKV_OK) {
-            if (batch == 1)
-                rc = skv_error(SKV_ERR_TOO_LARGE, "LMDB map full at its limit; nothing can be freed");
-            batch = 1;
-        }
+    /* deleting needs a few fresh pages too (copy-on-write): at the map's
+     * limit, one record per transaction */
+    evict_txn et = {v, 0, nv, nv};
+    while (!rc && et.done < nv) {
+        rc = skv_store_write(db, "evict", evict_body, evict_full, &et, 0);
+        if (!rc)
+            et.done = et.done + et.batch < nv ? et.done + et.batch : nv;
     }
+    const size_t done = et.done;
     if (rc && done) {
         /* what was deleted is gone: keep the index true to it, and give
          * the rest back */

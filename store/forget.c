@@ -70,46 +70,50 @@ int skv_rotation_finish(seqkv *db, const uint8_t want[16])
 
 /* Step 2: the tenant's keys and record out, everyone else's keys wrapped
  * anew, the new check value */
-static int rotate_txn(seqkv *db, const tenant_ent *gone, const uint8_t nm[32])
+typedef struct {
+    const tenant_ent *gone;
+    const uint8_t *nm;
+} rotate_ctx;
+
+static int rotate_body(seqkv *db, MDB_txn *txn, void *v)
 {
-    MDB_txn *txn;
-    int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-    if (mrc)
-        return skv_mdb_error(mrc, "begin transaction");
+    const rotate_ctx *c = v;
     uint8_t k8[8];
-    skvb_be64(k8, gone->id);
-    MDB_val k = {8, k8}, nk = {strlen(gone->name), (void *)gone->name}, fk = {6, "format"}, fv;
-    if ((mrc = mdb_del(txn, db->db_tkeys, &k, NULL)) && mrc != MDB_NOTFOUND)
-        goto fail;
-    if ((mrc = mdb_del(txn, db->db_ten, &nk, NULL)) && mrc != MDB_NOTFOUND)
-        goto fail;
-    for (size_t i = 0; i < db->nten; i++) {
+    skvb_be64(k8, c->gone->id);
+    MDB_val k = {8, k8}, nk = {strlen(c->gone->name), (void *)c->gone->name}, fk = {6, "format"}, fv;
+    int mrc = mdb_del(txn, db->db_tkeys, &k, NULL);
+    if (mrc == MDB_NOTFOUND)
+        mrc = 0;
+    if (!mrc && (mrc = mdb_del(txn, db->db_ten, &nk, NULL)) == MDB_NOTFOUND)
+        mrc = 0;
+    for (size_t i = 0; !mrc && i < db->nten; i++) {
         const tenant_ent *t = &db->ten[i];
-        if (t->id == gone->id)
+        if (t->id == c->gone->id)
             continue;
         uint8_t w[SKV_TKEYS_WRAPPED];
         skvb_be64(k8, t->id);
-        skv_tkeys_wrap(nm, t->id, t->keys, w);
+        skv_tkeys_wrap(c->nm, t->id, t->keys, w);
         MDB_val wv = {sizeof w, w};
-        if ((mrc = mdb_put(txn, db->db_tkeys, &k, &wv, 0)))
-            goto fail;
+        mrc = mdb_put(txn, db->db_tkeys, &k, &wv, 0);
     }
-    if ((mrc = mdb_get(txn, db->db_meta, &fk, &fv)))
-        goto fail;
-    uint8_t f[64];
-    if (fv.mv_size > sizeof f || fv.mv_size < 32) {
-        mdb_txn_abort(txn);
-        return skv_error(SKV_ERR_CORRUPT, "format record of %zu bytes", fv.mv_size);
-    }
-    memcpy(f, fv.mv_data, fv.mv_size);
-    skv_master_check(nm, f + 16);
-    MDB_val nv = {fv.mv_size, f};
-    if ((mrc = mdb_put(txn, db->db_meta, &fk, &nv, 0)) || (mrc = mdb_txn_commit(txn)))
+    if (!mrc)
+        mrc = mdb_get(txn, db->db_meta, &fk, &fv);
+    if (mrc)
         return skv_mdb_error(mrc, "rotate the master key");
-    return SKV_OK;
-fail:
-    mdb_txn_abort(txn);
-    return skv_mdb_error(mrc, "rotate the master key");
+    uint8_t f[64];
+    if (fv.mv_size > sizeof f || fv.mv_size < 32)
+        return skv_error(SKV_ERR_CORRUPT, "format record of %zu bytes", fv.mv_size);
+    memcpy(f, fv.mv_data, fv.mv_size);
+    skv_master_check(c->nm, f + 16);
+    MDB_val nv = {fv.mv_size, f};
+    mrc = mdb_put(txn, db->db_meta, &fk, &nv, 0);
+    return mrc ? skv_mdb_error(mrc, "rotate the master key") : SKV_OK;
+}
+
+static int rotate_txn(seqkv *db, const tenant_ent *gone, const uint8_t nm[32])
+{
+    rotate_ctx c = {gone, nm};
+    return skv_store_write(db, "rotate the master key", rotate_body, NULL, &c, 0);
 }
 
 typedef struct {
@@ -157,19 +161,8 @@ static int drop_records(seqkv *db, uint64_t tid, uint64_t *records)
     pthread_rwlock_unlock(&db->rw);
     int rc = SKV_OK;
     for (size_t i = 0; i < l.n && !rc; i += BATCH) {
-        MDB_txn *txn;
-        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        for (size_t j = i; !mrc && j < l.n && j < i + BATCH; j++) {
-            mrc = skv_store_del_rec(db, txn, l.keys[j]);
-            if (mrc == MDB_NOTFOUND)
-                mrc = 0;
-        }
-        if (!mrc)
-            mrc = mdb_txn_commit(txn);
-        else if (txn)
-            mdb_txn_abort(txn);
-        if (mrc)
-            rc = skv_mdb_error(mrc, "delete a forgotten tenant's records");
+        rc = skv_store_write_del(db, (const uint8_t(*)[32])l.keys + i, l.n - i < BATCH ? l.n - i : BATCH,
+                                 "delete a forgotten tenant's records");
     }
     *records = l.n;
     skv_free(l.keys);

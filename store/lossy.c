@@ -339,8 +339,8 @@ int skv_store_lossy_check(const match_res *m, size_t want, unsigned flags)
         const skv_trie_rec *x = m->path[j].rec;
         for (size_t hops = 0; x && hops <= CH; hops++) {
             if (x->level == SEQKV_LOSSY)
-                return skv_error(SKV_ERR_NOT_FOUND,
-                                 "LOSSY: the cached prefix is stored lossy (profile %s's opt-in lossy "
+                return skv_error(SKV_ERR_LOSSY,
+                                 "the cached prefix is stored lossy (profile %s's opt-in lossy "
                                  "tier); ask with LOSSY to accept its reconstruction",
                                  m->pe->p.name);
             x = x->has_base && m->e ? skv_trie_find(m->e->trie, x->base) : NULL;

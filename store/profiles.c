@@ -115,26 +115,29 @@ void skv_store_ten_pack(const tenant_ent *t, uint8_t *b)
 
 /* ---- profiles ------------------------------------------------------------------ */
 
+typedef struct {
+    const char *name;
+    const uint8_t *prof;
+    const MDB_val *ck, *cv; /* a calibration beside it, or NULL */
+} prof_txn;
+
+static int prof_body(seqkv *db, MDB_txn *txn, void *v)
+{
+    const prof_txn *w = v;
+    MDB_val k = {strlen(w->name), (void *)w->name}, pv = {SKV_PROF_SIZE, (void *)w->prof};
+    MDB_val cv = w->cv ? *w->cv : (MDB_val){0, NULL};
+    int mrc = w->ck ? mdb_put(txn, db->db_calib, (MDB_val *)w->ck, &cv, 0) : 0;
+    if (!mrc)
+        mrc = mdb_put(txn, db->db_prof, &k, &pv, 0);
+    return mrc ? skv_mdb_error(mrc, "write profile") : SKV_OK;
+}
+
 int skv_store_profile_write(seqkv *db, const seqkv_profile *p, MDB_val *ck, MDB_val *cv)
 {
-    MDB_txn *txn;
     uint8_t b[SKV_PROF_SIZE];
     skv_store_prof_pack(p, b);
-    pthread_rwlock_rdlock(&db->rw);
-    int rc = skv_store_txn_begin(db, 0, &txn);
-    if (!rc) {
-        MDB_val k = {strlen(p->name), (void *)p->name}, v = {SKV_PROF_SIZE, b};
-        int mrc = ck ? mdb_put(txn, db->db_calib, ck, cv, 0) : 0;
-        if (!mrc)
-            mrc = mdb_put(txn, db->db_prof, &k, &v, 0);
-        if (!mrc)
-            mrc = mdb_txn_commit(txn);
-        else
-            mdb_txn_abort(txn);
-        rc = mrc ? skv_mdb_error(mrc, "write profile") : SKV_OK;
-    }
-    pthread_rwlock_unlock(&db->rw);
-    return rc;
+    prof_txn w = {p->name, b, ck, cv};
+    return skv_store_write(db, "write profile", prof_body, NULL, &w, 0);
 }
 
 static int write_profile(seqkv *db, const seqkv_profile *p)
@@ -322,64 +325,49 @@ int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uin
 
 static int put_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img, size_t len)
 {
-    MDB_txn *txn;
-    pthread_rwlock_rdlock(&db->rw);
-    int rc = skv_store_txn_begin(db, 0, &txn);
+    seqkv_profile q = pe->p;
+    q.has_calib = 1;
+    memcpy(q.calib_id, id, 16);
+    if (q.level == SEQKV_RAW) /* calibrating means compressing: raw becomes ctx */
+        q.level = SEQKV_CTX;
+    MDB_val ck = {16, (void *)id}, cv = {len, (void *)img};
+    int rc = skv_store_profile_write(db, &q, &ck, &cv);
     if (!rc) {
-        seqkv_profile q = pe->p;
-        q.has_calib = 1;
-        memcpy(q.calib_id, id, 16);
-        if (q.level == SEQKV_RAW) /* calibrating means compressing: raw becomes ctx */
-            q.level = SEQKV_CTX;
-        uint8_t b[SKV_PROF_SIZE];
-        skv_store_prof_pack(&q, b);
-        MDB_val ck = {16, (void *)id}, cv = {len, (void *)img};
-        MDB_val pk = {strlen(q.name), q.name}, pv = {SKV_PROF_SIZE, b};
-        int mrc = mdb_put(txn, db->db_calib, &ck, &cv, 0);
-        if (!mrc)
-            mrc = mdb_put(txn, db->db_prof, &pk, &pv, 0);
-        if (!mrc)
-            mrc = mdb_txn_commit(txn);
-        else
-            mdb_txn_abort(txn);
-        rc = mrc ? skv_mdb_error(mrc, mrc == MDB_MAP_FULL ? "store calibration (map full)"
-                                                          : "store calibration")
-                 : SKV_OK;
-        if (!rc) {
-            pe->p = q;
-            memset(&pe->drift, 0, sizeof pe->drift); /* measured again under the new one */
-        }
+        pe->p = q;
+        memset(&pe->drift, 0, sizeof pe->drift); /* measured again under the new one */
     }
-    pthread_rwlock_unlock(&db->rw);
     return rc;
 }
 
 /* ---- tenants ------------------------------------------------------------------- */
 
+typedef struct {
+    const tenant_ent *t;
+    int new_id;
+} ten_txn;
+
+static int tenant_body(seqkv *db, MDB_txn *txn, void *v)
+{
+    const ten_txn *w = v;
+    uint8_t b[SKV_TEN_SIZE];
+    skv_store_ten_pack(w->t, b);
+    MDB_val k = {strlen(w->t->name), (void *)w->t->name}, tv = {SKV_TEN_SIZE, b};
+    int mrc = mdb_put(txn, db->db_ten, &k, &tv, 0);
+    if (mrc)
+        return skv_mdb_error(mrc, "write tenant");
+    int rc = SKV_OK;
+    /* (an id taken from a fleet may be below the next one) */
+    if (w->new_id && w->t->id + 1 > skv_store_meta_u64(txn, db->db_meta, "next_tenant"))
+        rc = skv_store_meta_put_u64(txn, db->db_meta, "next_tenant", w->t->id + 1);
+    if (w->new_id && !rc)
+        rc = skv_tkeys_put(db, txn, w->t);
+    return rc;
+}
+
 static int tenant_write(seqkv *db, const tenant_ent *t, int new_id)
 {
-    MDB_txn *txn;
-    uint8_t b[SKV_TEN_SIZE];
-    skv_store_ten_pack(t, b);
-    pthread_rwlock_rdlock(&db->rw);
-    int rc = skv_store_txn_begin(db, 0, &txn);
-    if (!rc) {
-        MDB_val k = {strlen(t->name), (void *)t->name}, v = {SKV_TEN_SIZE, b};
-        int mrc = mdb_put(txn, db->db_ten, &k, &v, 0);
-        /* (an id taken from a fleet may be below the next one) */
-        if (!mrc && new_id && t->id + 1 > skv_store_meta_u64(txn, db->db_meta, "next_tenant"))
-            rc = skv_store_meta_put_u64(txn, db->db_meta, "next_tenant", t->id + 1);
-        if (!mrc && new_id && !rc)
-            rc = skv_tkeys_put(db, txn, t);
-        if (!mrc && !rc)
-            mrc = mdb_txn_commit(txn);
-        else
-            mdb_txn_abort(txn);
-        if (mrc)
-            rc = skv_mdb_error(mrc, "write tenant");
-    }
-    pthread_rwlock_unlock(&db->rw);
-    return rc;
+    ten_txn w = {t, new_id};
+    return skv_store_write(db, "write tenant", tenant_body, NULL, &w, 0);
 }
 
 /* The tenant, created when absent and create is set (caller holds wlock). */

@@ -72,6 +72,8 @@ int skv_mdb_error(int rc, const char *what)
 {
     if (rc == ENOMEM)
         return skv_error(SKV_ERR_NOMEM, "%s: %s", what, mdb_strerror(rc));
+    if (rc == MDB_MAP_FULL)
+        return skv_error(SKV_ERR_MAP_FULL, "%s: %s", what, mdb_strerror(rc));
     if (rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND)
         return skv_error(SKV_ERR_CORRUPT, "%s: %s", what, mdb_strerror(rc));
     if (rc == MDB_VERSION_MISMATCH || rc == MDB_INVALID)
@@ -655,40 +657,45 @@ void seqkv_close(seqkv *db)
 /* ---- LRU ticks: kept in memory, persisted with each put and at close ---- */
 
 typedef struct {
-    seqkv *db;
     MDB_txn *txn;
-    int rc;
+    MDB_dbi dbi;
+    int mrc, saved; /* saved: the commit is done, the ticks are on disk */
 } tick_ctx;
 
 static void tick_one(void *vctx, skv_trie_rec *r)
 {
     tick_ctx *c = vctx;
-    if (c->rc || r->tick == r->tick_saved)
+    if (c->mrc || r->tick == r->tick_saved)
         return;
+    if (c->saved) {
+        r->tick_saved = r->tick;
+        return;
+    }
     uint8_t b[8];
     skv_store64_le(b, r->tick);
     MDB_val k = {32, r->key}, v = {8, b};
-    int rc = mdb_put(c->txn, c->db->db_evict, &k, &v, 0);
-    if (rc)
-        c->rc = skv_mdb_error(rc, "eviction index");
-    else
-        r->tick_saved = r->tick;
+    c->mrc = mdb_put(c->txn, c->dbi, &k, &v, 0);
+}
+
+static int ticks_body(seqkv *db, MDB_txn *txn, void *v)
+{
+    tick_ctx *c = v;
+    *c = (tick_ctx){txn, db->db_evict, 0, 0};
+    for (size_t i = 0; i < db->nns && !c->mrc; i++)
+        skv_trie_foreach(db->ns[i].trie, tick_one, c);
+    return c->mrc ? skv_mdb_error(c->mrc, "eviction index") : SKV_OK;
 }
 
 static void flush_ticks(seqkv *db)
 {
-    MDB_txn *txn;
     /* no namespace loaded: nothing to flush, and after a failed open the
      * environment may not be open at all (mdb_txn_begin would crash) */
-    if (!db->nns || skv_store_txn_begin(db, 0, &txn))
+    tick_ctx c;
+    if (!db->nns || skv_store_write(db, "eviction index", ticks_body, NULL, &c, 0))
         return;
-    tick_ctx c = {db, txn, 0};
-    for (size_t i = 0; i < db->nns && !c.rc; i++)
+    c.saved = 1;
+    for (size_t i = 0; i < db->nns; i++)
         skv_trie_foreach(db->ns[i].trie, tick_one, &c);
-    if (c.rc)
-        mdb_txn_abort(txn);
-    else
-        mdb_txn_commit(txn);
 }
 
 uint64_t skv_store_tick(seqkv *db)
@@ -697,32 +704,11 @@ uint64_t skv_store_tick(seqkv *db)
 }
 
 
-/* ---- map growth ------------------------------------------------------------------- */
+/* ---- background work ---------------------------------------------------------------- */
 
-/* Double the map (up to map_max); SKV_ERR_TOO_LARGE at the limit. Caller
- * holds wlock and no transaction. */
 int skv_store_bg_pool(const seqkv *db, skv_pool **out)
 {
     const int wt = skv_pool_threads(db->pool), rt = skv_pool_threads(db->rpool);
     return skv_pool_create(out, wt > rt ? wt : rt);
 }
 
-int skv_store_grow(seqkv *db)
-{
-    if (db->map_size >= db->o.map_max)
-        return skv_error(SKV_ERR_TOO_LARGE, "LMDB map at its limit (%llu bytes)",
-                         (unsigned long long)db->map_size);
-    uint64_t ns = db->map_size * 2;
-    if (ns > db->o.map_max)
-        ns = db->o.map_max;
-    pthread_rwlock_wrlock(&db->rw);
-    int mrc = mdb_env_set_mapsize(db->env, (size_t)ns);
-    if (!mrc)
-        db->map_size = ns;
-    pthread_rwlock_unlock(&db->rw);
-    if (mrc)
-        return skv_mdb_error(mrc, "grow map");
-    if (!db->o.quiet)
-        fprintf(stderr, "seqkv: LMDB map grown to %llu MiB\n", (unsigned long long)(ns >> 20));
-    return SKV_OK;
-}

@@ -171,6 +171,37 @@ void skv_store_drift(prof_ent *pe, uint64_t bytes, uint64_t scalars);
 int skv_store_put_level(const prof_ent *pe, int asked);
 
 uint64_t skv_store_tick(seqkv *db);
+
+/* ---- the one write path (write.c) ---- */
+/* A write transaction's body: its puts and deletes in txn, SKV_OK or a
+ * negative SKV_ERR_* (LMDB's through skv_mdb_error, so a full map reads
+ * SKV_ERR_MAP_FULL). It may run again after a full map: it starts from
+ * ctx afresh each time. */
+typedef int (*skv_write_fn)(seqkv *db, MDB_txn *txn, void *ctx);
+/* The map is full at its limit: make room (SKV_OK: the body runs again)
+ * or return why not */
+typedef int (*skv_full_fn)(seqkv *db, void *ctx);
+/* How often one write runs its body before a full map is the answer */
+#define SKV_WRITE_TRIES 40
+/* The caller holds rw exclusively (readers are out while the write and
+ * the index change together); full must not take rw then */
+#define SKV_WRITE_RW_HELD 1u
+/* Run body in a write transaction and commit it. On SKV_ERR_MAP_FULL the
+ * map doubles and the body runs again; at the map's limit full (NULL:
+ * none) makes room first. rw is held shared through each transaction (the
+ * map grows under it exclusively) unless flags has SKV_WRITE_RW_HELD.
+ * Caller is the writer (wlock, or the store is not yet shared) and holds
+ * no transaction. */
+int skv_store_write(seqkv *db, const char *what, skv_write_fn body, skv_full_fn full, void *ctx,
+                    unsigned flags);
+/* One value put through skv_store_write (MDB_NOOVERWRITE in mdb_flags:
+ * a value already there is kept, and that is success) */
+int skv_store_write_one(seqkv *db, MDB_dbi dbi, const void *key, size_t klen, const void *val,
+                        size_t vlen, unsigned mdb_flags, const char *what);
+/* Records keys[0..n) and their LRU entries deleted in one transaction
+ * through skv_store_write (one already gone is no error) */
+int skv_store_write_del(seqkv *db, const uint8_t (*keys)[32], size_t n, const char *what);
+/* Double the map up to map_max (SKV_ERR_MAP_FULL at its limit) */
 int skv_store_grow(seqkv *db);
 /* A pool for a background learning (a calibration, the lossy tier's): as
  * many threads as the store's coders or its gets use, whichever is more (a

@@ -463,6 +463,36 @@ static int install_check(seqkv *db, uint64_t tid, const uint8_t pid[32], const s
     return rc;
 }
 
+typedef struct {
+    const seqkv_tier_in *recs;
+    skv_rec *r;
+    size_t n;
+    uint64_t tick;
+} install_txn;
+
+/* The fetched records and their recency, in txn (one already stored here
+ * is kept, and not indexed again: its r.n is 0) */
+static int install_body(seqkv *db, MDB_txn *txn, void *v)
+{
+    const install_txn *it = v;
+    uint8_t tb[8];
+    skv_store64_le(tb, it->tick);
+    int mrc = 0;
+    for (size_t i = 0; i < it->n && !mrc; i++) {
+        MDB_val k = {32, (void *)it->recs[i].key}, val = {it->recs[i].len, (void *)it->recs[i].bytes},
+                tv = {8, tb};
+        mrc = mdb_put(txn, db->db_chunk, &k, &val, MDB_NOOVERWRITE);
+        if (mrc == MDB_KEYEXIST) {
+            mrc = 0;
+            it->r[i].n = 0; /* stored here already */
+            continue;
+        }
+        if (!mrc)
+            mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
+    }
+    return mrc ? skv_mdb_error(mrc, "install fetched records") : SKV_OK;
+}
+
 int seqkv_tier_install(seqkv *db, const char *tenant, const char *profile, const seqkv_tier_in *recs,
                        size_t n)
 {
@@ -481,34 +511,9 @@ int seqkv_tier_install(seqkv *db, const char *tenant, const char *profile, const
         rc = install_check(db, tid, p.id, &recs[i], &img[i], &r[i]);
     pthread_mutex_lock(&db->wlock);
     const uint64_t tick = rc ? 0 : skv_store_tick(db);
-    for (int attempt = 0; !rc; attempt++) {
-        MDB_txn *txn = NULL;
-        pthread_rwlock_rdlock(&db->rw);
-        int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-        uint8_t tb[8];
-        skv_store64_le(tb, tick);
-        for (size_t i = 0; i < n && !mrc; i++) {
-            MDB_val k = {32, (void *)recs[i].key}, v = {recs[i].len, (void *)recs[i].bytes},
-                    tv = {8, tb};
-            mrc = mdb_put(txn, db->db_chunk, &k, &v, MDB_NOOVERWRITE);
-            if (mrc == MDB_KEYEXIST) {
-                mrc = 0;
-                r[i].n = 0; /* stored here already */
-                continue;
-            }
-            if (!mrc)
-                mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
-        }
-        if (!mrc)
-            mrc = mdb_txn_commit(txn);
-        else if (txn)
-            mdb_txn_abort(txn);
-        pthread_rwlock_unlock(&db->rw);
-        if (!mrc)
-            break;
-        if (mrc != MDB_MAP_FULL || attempt > 8 || (rc = skv_store_grow(db)))
-            rc = rc ? rc : skv_mdb_error(mrc, "install fetched records");
-    }
+    install_txn it = {recs, r, n, tick};
+    if (!rc)
+        rc = skv_store_write(db, "install fetched records", install_body, NULL, &it, 0);
     if (!rc) {
         /* indexed together, then each one's dependencies counted (they may
          * be among them, in any order) */
@@ -592,23 +597,12 @@ int seqkv_tier_calib_import(seqkv *db, const uint8_t id[16], const uint8_t fleet
         return rc;
     }
     pthread_mutex_lock(&db->wlock);
-    pthread_rwlock_rdlock(&db->rw);
-    MDB_txn *txn = NULL;
-    int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
-    MDB_val k = {16, (void *)id}, v = {sealed ? sl : il, sealed ? sealed : img};
-    if (!mrc)
-        mrc = mdb_put(txn, db->db_calib, &k, &v, MDB_NOOVERWRITE);
-    if (mrc == MDB_KEYEXIST)
-        mrc = 0;
-    if (!mrc)
-        mrc = mdb_txn_commit(txn);
-    else if (txn)
-        mdb_txn_abort(txn);
-    pthread_rwlock_unlock(&db->rw);
+    rc = skv_store_write_one(db, db->db_calib, id, 16, sealed ? sealed : img, sealed ? sl : il,
+                             MDB_NOOVERWRITE, "store calibration");
     pthread_mutex_unlock(&db->wlock);
     skv_free(img);
     skv_free(sealed);
-    return mrc ? skv_mdb_error(mrc, "store calibration") : SKV_OK;
+    return rc;
 }
 
 int seqkv_tier_key_load(const char *spec, uint8_t key[32])

@@ -40,9 +40,9 @@ Test(errors, a_full_disk_says_no_space_left_on_device)
     cr_assert_str_eq(skv_error_detail(),
                      "commit: no space left on device (disk quota; free some, or move the store "
                      "to a larger disk)");
-    /* the other mappings are unchanged */
+    /* the other mappings */
     cr_assert_eq(skv_mdb_error(MDB_CORRUPTED, "read"), SKV_ERR_CORRUPT);
     cr_assert_eq(skv_mdb_error(MDB_INVALID, "open"), SKV_ERR_FORMAT);
     cr_assert_eq(skv_mdb_error(ENOMEM, "map"), SKV_ERR_NOMEM);
-    cr_assert_eq(skv_mdb_error(MDB_MAP_FULL, "put"), SKV_ERR_IO);
+    cr_assert_eq(skv_mdb_error(MDB_MAP_FULL, "put"), SKV_ERR_MAP_FULL, "a full map has its own code");
 }

@@ -2,7 +2,7 @@
  * test_store_lossy.c - the opt-in lossy tier in the store: a profile with
  * `lossy` stores exactly until it has its lossy calibration (learned from
  * its stored sequences and its model), then codes new chunks lossy; a get
- * that does not ask for it is refused (SKV_ERR_NOT_FOUND, saying why),
+ * that does not ask for it is refused (SKV_ERR_LOSSY, saying why),
  * one that does gets the reconstruction with the exact window bit-exact;
  * the same bytes from a store on 1 and on 2 threads and after reopening;
  * compaction leaves the lossy records lossy; the exact trie and tenants
@@ -129,13 +129,13 @@ static void lossy_case(const su_model *tm, const char *tmp, const char *what, si
     /* without the flag: refused, saying why */
     uint8_t *buf = malloc(s.kv_len);
     size_t got = 7;
-    cr_assert_eq(seqkv_get(a, "t", "p", s.tok, s.n, s.n, buf, s.kv_len, &got), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_get(a, "t", "p", s.tok, s.n, s.n, buf, s.kv_len, &got), SKV_ERR_LOSSY);
     cr_assert(strstr(skv_error_detail(), "lossy"), "the refusal says why: %s", skv_error_detail());
     seqkv_view *v = NULL;
-    cr_assert_eq(seqkv_get_view(a, "t", "p", s.tok, s.n, 0, &v, &got), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_get_view(a, "t", "p", s.tok, s.n, 0, &v, &got), SKV_ERR_LOSSY);
     cr_assert_null(v);
     layer_acc acc = {tm, s.n, malloc(s.kv_len), calloc((size_t)tm->L * s.n, 1), 0, 0};
-    cr_assert_eq(seqkv_get_layers(a, "t", "p", s.tok, s.n, s.n, on_layer, &acc, &got), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_get_layers(a, "t", "p", s.tok, s.n, s.n, on_layer, &acc, &got), SKV_ERR_LOSSY);
     free(acc.out), free(acc.seen);
     /* an exact prefix (before the calibration) needs no flag */
     assert_whole(a, "cal", "p", tm, &cal[1], "exact records stay exact");
@@ -175,7 +175,7 @@ static void lossy_case(const su_model *tm, const char *tmp, const char *what, si
     a = open_store(d1, NULL);
     uint8_t *g3 = get_lossy(a, "t", &s, s.n);
     cr_assert_arr_eq(g1, g3, s.kv_len, "the same after compaction and a reopen");
-    cr_assert_eq(seqkv_get(a, "t", "p", s.tok, s.n, s.n, buf, s.kv_len, &got), SKV_ERR_NOT_FOUND,
+    cr_assert_eq(seqkv_get(a, "t", "p", s.tok, s.n, s.n, buf, s.kv_len, &got), SKV_ERR_LOSSY,
                  "still refused without the flag");
     const seqkv_stats after = stats(a, "t");
     cr_assert_eq(after.lossy_tokens, before.lossy_tokens, "compaction leaves lossy records lossy");
