@@ -275,7 +275,6 @@ size_t seqkv_put_batch(seqkv *db, seqkv_put_req *req, size_t n)
         return n;
     }
     pthread_mutex_lock(&db->wlock);
-    skv_store_writer(1);
     struct skv_put_batch pb = {0};
     db->batch = &pb;
     size_t first = 0;
@@ -297,7 +296,6 @@ size_t seqkv_put_batch(seqkv *db, seqkv_put_req *req, size_t n)
     db->batch = NULL;
     skv_free(pb.rec);
     skv_free(pb.tick);
-    skv_store_writer(0);
     pthread_mutex_unlock(&db->wlock);
     skv_free(prefix);
     for (size_t i = 0; i < n; i++)

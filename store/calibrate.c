@@ -120,8 +120,9 @@ static int import_calib(seqkv *db, prof_ent *pe, const skv_calib *cal)
  * far as its window and let go before the next, so memory is bounded by
  * the sample, not by what is stored; *nused: the sequences it read. Caller
  * holds rw shared. */
-static int read_sample(seqkv *db, const seqkv_profile *pp, prof_ent *pe, const skv_tip *tips,
-                       size_t ntips, int prefix, skv_calib_sample **out, size_t *nused)
+static int read_sample(seqkv *db, skv_role role, const seqkv_profile *pp, prof_ent *pe,
+                       const skv_tip *tips, size_t ntips, int prefix, skv_calib_sample **out,
+                       size_t *nused)
 {
     *out = NULL;
     *nused = 0;
@@ -157,7 +158,7 @@ static int read_sample(seqkv *db, const seqkv_profile *pp, prof_ent *pe, const s
             rc = skv_calib_sample_add(s, j, &none);
             continue;
         }
-        rc = skv_store_decode_prefix(db, txn, tips[j].e, pe, tips[j].r, end, &n, &tok, &k, &v);
+        rc = skv_store_decode_prefix(db, txn, &role, tips[j].e, pe, tips[j].r, end, &n, &tok, &k, &v);
         if (!rc) {
             skv_kvseq q = {n, tok, pp->dtype, pp->layers, pp->kv_heads, pp->head_dim, k, v};
             rc = skv_calib_sample_add(s, j, &q);
@@ -207,7 +208,8 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     if (!rc && ntips == 0)
         rc = skv_error(SKV_ERR_ARG, "profile %s has no stored sequences to calibrate from", profile);
     if (!rc)
-        rc = read_sample(db, &pp, pe, tips, ntips, model != NULL, &sample, &nused);
+        rc = read_sample(db, background ? SKV_READER : SKV_WRITER, &pp, pe, tips, ntips, model != NULL,
+                         &sample, &nused);
     pthread_rwlock_unlock(&db->rw);
     pe = NULL; /* (from here on, pp: the profiles may move) */
     skv_calib *cal = NULL;
@@ -245,9 +247,7 @@ void seqkv_stop_background(seqkv *db)
 int seqkv_calibrate(seqkv *db, const char *profile, size_t max_seq)
 {
     pthread_mutex_lock(&db->wlock);
-    skv_store_writer(1);
     int rc = calibrate(db, profile, max_seq ? max_seq : 64, 0, db->pool, 0, 0);
-    skv_store_writer(0);
     pthread_mutex_unlock(&db->wlock);
     return rc;
 }

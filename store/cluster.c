@@ -223,7 +223,8 @@ int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int
     skv_centroid *c = skv_calloc(1, sizeof *c);
     if (!c)
         return skv_error(SKV_ERR_NOMEM, "centroid");
-    int rc = skv_store_decode_chain(db, txn, e, pe, best, &c->nc, &c->tok, &c->k, &c->v);
+    const skv_role writer = SKV_WRITER; /* (a put's: the writer) */
+    int rc = skv_store_decode_chain(db, txn, &writer, e, pe, best, &c->nc, &c->tok, &c->k, &c->v);
     if (!rc && !(c->align = skv_malloc(n * sizeof *c->align)))
         rc = skv_error(SKV_ERR_NOMEM, "centroid");
     size_t d0 = 0;

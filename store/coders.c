@@ -31,38 +31,25 @@ static int load_calib(seqkv *db, MDB_txn *txn, const uint8_t id[16], skv_calib *
     return rc;
 }
 
-/* The thread pool runs one region at a time, so only the writer (one
- * thread at a time, under wlock) gets coders that use it; readers get
+/* A pool runs one region at a time, so only the writer (one thread at a
+ * time, under wlock) gets coders that use the store's pool, and only the
+ * get that took the read pool coders that use it; the other readers get
  * single-threaded ones and run side by side. */
-static __thread int tls_writer;
-
-void skv_store_writer(int on) { tls_writer = on; }
-int skv_store_is_writer(void) { return tls_writer; }
-
-static __thread int tls_rpool;
-
-int skv_store_read_pool_take(seqkv *db)
+skv_pool *skv_store_read_pool_take(seqkv *db)
 {
-    tls_rpool = db->rpool && pthread_mutex_trylock(&db->rpool_mu) == 0;
-    return tls_rpool;
+    return db->rpool && pthread_mutex_trylock(&db->rpool_mu) == 0 ? db->rpool : NULL;
 }
 
-skv_pool *skv_store_read_pool(const seqkv *db)
+void skv_store_read_pool_give(seqkv *db, skv_pool *taken)
 {
-    return tls_rpool ? db->rpool : NULL;
-}
-
-void skv_store_read_pool_give(seqkv *db)
-{
-    if (tls_rpool)
+    if (taken)
         pthread_mutex_unlock(&db->rpool_mu);
-    tls_rpool = 0;
 }
 
 int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_id[16], int level,
-                    coder_ent **out)
+                    const skv_role *role, coder_ent **out)
 {
-    const int pooled = tls_writer && db->pool ? 1 : !tls_writer && tls_rpool ? 2 : 0;
+    const int pooled = role->writer ? (db->pool ? 1 : 0) : role->rpool ? 2 : 0;
     *out = NULL;
     if (!seqkv_level_predictive((seqkv_level)level))
         return skv_error(SKV_ERR_CORRUPT, "no coder for level %d", level);

@@ -174,7 +174,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     if (redo || reseal) {
         skv_free(head);
         head = NULL;
-        bad = skv_store_rec_read(db, key, v.mv_data, v.mv_size, &plain, &pimg, &plen) != SKV_OK ||
+        bad = skv_store_rec_read(db, key, v.mv_data, v.mv_size, NULL, &plain, &pimg, &plen) != SKV_OK ||
               skv_rec_parse(pimg, plen, &r) != SKV_OK;
     }
     if (!rc && bad) {
@@ -198,7 +198,8 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
          * chain from its last raw record on, not from position 0, so a long
          * sequence's compaction stays linear in its chunks) */
         const int model_free = level == SEQKV_RAW || level == SEQKV_STAT || level == SEQKV_CTX;
-        rc = skv_store_decode_tail(db, txn, e, pe, t, model_free, &T, &tok, &kk, &vv);
+        const skv_role writer = SKV_WRITER;
+        rc = skv_store_decode_tail(db, txn, &writer, e, pe, t, model_free, &T, &tok, &kk, &vv);
     }
     if (redo && !rc) {
         const size_t P = (size_t)t->chunk_index * (size_t)pe->p.chunk, lo = deep ? deep->lo : r.lo;
@@ -418,7 +419,6 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
     /* one record a step, each under the writer lock (puts go between) */
     for (size_t i = 0; !rc && i < cc.n; i++) {
         pthread_mutex_lock(&db->wlock);
-        skv_store_writer(1);
         ns_ent *e = &db->ns[cc.c[i].ns];
         prof_ent *p = NULL;
         for (size_t j = 0; j < db->nprof; j++)
@@ -426,7 +426,6 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
                 p = &db->prof[j];
         if (p)
             rc = recode_one(db, e, p, cc.c[i].key, &st);
-        skv_store_writer(0);
         pthread_mutex_unlock(&db->wlock);
         if ((fn && fn(ctx, i + 1, cc.n)) || __atomic_load_n(&db->stop_bg, __ATOMIC_RELAXED))
             break;

@@ -39,8 +39,6 @@ uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size
     return skv_rec_sum_end(&h);
 }
 
-static __thread int centroid_depth;
-
 /* Build the centroid predictions of a member record's positions [a, b). */
 static int member_aux(dec_ctx *c, const skv_rec *r, skv_delta *d, size_t a, size_t b,
                       skv_delta_aux *aux, float **bufs)
@@ -56,12 +54,12 @@ static int member_aux(dec_ctx *c, const skv_rec *r, skv_delta *d, size_t a, size
         c->cent = skv_calloc(1, sizeof *c->cent);
         if (!c->cent)
             return skv_error(SKV_ERR_NOMEM, "centroid");
-        if (++centroid_depth > 16)
+        skv_role inner = c->role;
+        if (++inner.depth > 16)
             rc = skv_error(SKV_ERR_CORRUPT, "centroid references nest too deep");
         else
-            rc = skv_store_decode_chain(c->db, c->txn, c->e, c->pe, tip, &c->cent->nc,
+            rc = skv_store_decode_chain(c->db, c->txn, &inner, c->e, c->pe, tip, &c->cent->nc,
                                         &c->cent->tok, &c->cent->k, &c->cent->v);
-        centroid_depth--;
         if (rc) {
             skv_centroid_free(c->cent);
             c->cent = NULL;
@@ -108,7 +106,7 @@ static int decode_streams(dec_ctx *c, rec_dec *x)
     }
     if (r->level == SEQKV_FAST)
         return skv_store_fast_decode(pe, r->streams, r->streams_len, r->sizes, s->kv[0], s->kv[1],
-                                     s->stride, a, b, skv_store_read_pool(c->db));
+                                     s->stride, a, b, c->role.rpool);
     const skv_delta_aux *aux = (r->flags & SKV_REC_CENTROID) ? &x->aux : NULL;
     return skv_delta_decode_range(x->ce->d, s->tok, a, b, s->stride, &x->in, 0, aux, s->kv[0],
                                   s->kv[1]);
@@ -132,7 +130,7 @@ static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec 
     if (t->hidden) {
         /* the writer's own uncommitted record, from an earlier put of its
          * batch; readers never reach one (skv_trie_match skips them) */
-        const pend_rec *p = skv_store_is_writer() ? skv_batch_find(c->db->batch, t->key) : NULL;
+        const pend_rec *p = c->role.writer ? skv_batch_find(c->db->batch, t->key) : NULL;
         if (!p)
             return skv_error(SKV_ERR_CORRUPT, "a reader reached an uncommitted record");
         v.mv_data = p->img;
@@ -155,7 +153,7 @@ static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec 
     } else {
         /* a sealed record opens into a buffer of its own (its boxes' tags
          * are checked as it does), else its image is LMDB's */
-        if ((rc = skv_store_rec_read(c->db, t->key, v.mv_data, v.mv_size, owned, img, len)))
+        if ((rc = skv_store_rec_read(c->db, t->key, v.mv_data, v.mv_size, c->role.rpool, owned, img, len)))
             return rc;
         rc = skv_rec_parse_ex(*img, *len, 0, r);
         /* (a parse error is damage or a newer writer: the trailer tells) */
@@ -198,7 +196,7 @@ static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t
     } else {
         /* opened straight into place (the tags stand for the image's
          * trailer); the KV's own checksum still checked, end to end */
-        if ((rc = skv_store_rec_raw_open(c->db, t->key, img, len, r, dst)))
+        if ((rc = skv_store_rec_raw_open(c->db, t->key, img, len, r, c->role.rpool, dst)))
             return rc;
         if (skv_seqbuf_checksum(pe, c->s, a, b, r->version) != r->checksum)
             return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)",
@@ -279,7 +277,7 @@ int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *sh
         x->ce = share->ce; /* (a coder is one decode's at a time: the records share it) */
         x->shared = 1;
     } else {
-        rc = skv_store_coder(c->db, c->txn, c->pe, r->calib, r->level, &x->ce);
+        rc = skv_store_coder(c->db, c->txn, c->pe, r->calib, r->level, &c->role, &x->ce);
     }
     if (!rc && (r->flags & SKV_REC_CENTROID))
         rc = member_aux(c, r, x->ce->d, x->P + r->lo, x->P + r->n, &x->aux, x->bufs);
@@ -542,7 +540,7 @@ static int chain_path(ns_ent *e, skv_trie_rec *tip, skv_trie_step **path)
     return SKV_OK;
 }
 
-int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                             size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
 {
     *T = 0;
@@ -559,7 +557,7 @@ int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, sk
     seqbuf s = {0};
     rc = skv_seqbuf_init(&s, pe, (nd ? nd : 1) * CH);
     if (!rc && nd) {
-        dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL};
+        dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL, *role};
         rc = skv_store_decode_path(&c, path, nd, NULL, NULL, n);
         skv_centroid_free(c.cent);
     }
@@ -589,7 +587,7 @@ static int prev_row_only(const skv_trie_rec *r)
            (r->level == SEQKV_RAW || r->level == SEQKV_STAT || r->level == SEQKV_CTX);
 }
 
-int skv_store_decode_tail(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                           int model_free, size_t *stride, int32_t **tok, uint8_t **k, uint8_t **v)
 {
     *stride = 0;
@@ -615,7 +613,7 @@ int skv_store_decode_tail(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_
     seqbuf s = {0};
     rc = skv_seqbuf_init(&s, pe, nst * CH); /* (the rows before step f stay untouched) */
     if (!rc) {
-        dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL};
+        dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL, *role};
         rc = skv_store_decode_path(&c, path + f, nst - f, NULL, NULL, SIZE_MAX);
         skv_centroid_free(c.cent);
     }
@@ -631,8 +629,8 @@ int skv_store_decode_tail(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_
     return SKV_OK;
 }
 
-int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_chain(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                            size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
 {
-    return skv_store_decode_prefix(db, txn, e, pe, tip, SIZE_MAX, T, tok, k, v);
+    return skv_store_decode_prefix(db, txn, role, e, pe, tip, SIZE_MAX, T, tok, k, v);
 }

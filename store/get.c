@@ -113,7 +113,7 @@ static int get_common(seqkv *db, const char *tenant, const char *profile, const 
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
     if (!rc) {
-        dec_ctx c = {db, txn, m.e, m.pe, s, skv_store_tick(db), NULL};
+        dec_ctx c = {db, txn, m.e, m.pe, s, skv_store_tick(db), NULL, SKV_READER};
         rc = skv_store_decode_path(&c, m.path, m.steps, fn, fctx, want);
         skv_centroid_free(c.cent);
     }

@@ -127,6 +127,7 @@ int skv_store_lossy_ready(seqkv *db, MDB_txn *txn, prof_ent *pe)
  * when !background; in the background no lock is held while learning. */
 static int learn(seqkv *db, const char *profile, size_t max_seq, int background)
 {
+    const skv_role role = background ? SKV_READER : SKV_WRITER;
     pthread_rwlock_rdlock(&db->rw);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
     int rc = pe ? SKV_OK : skv_store_no_profile(db, profile);
@@ -154,7 +155,7 @@ static int learn(seqkv *db, const char *profile, size_t max_seq, int background)
     size_t nseq = 0, ntok = 0;
     for (size_t j = 0; !rc && j < ntips; j++) {
         uint8_t *k = NULL, *v = NULL;
-        rc = skv_store_decode_chain(db, txn, tips[j].e, pe, tips[j].r, &len[nseq], &tok[nseq], &k, &v);
+        rc = skv_store_decode_chain(db, txn, &role, tips[j].e, pe, tips[j].r, &len[nseq], &tok[nseq], &k, &v);
         skv_free(k);
         skv_free(v);
         if (!rc)
@@ -226,9 +227,7 @@ int seqkv_lossy_calibrate(seqkv *db, const char *profile, size_t max_seq)
     if (db->o.read_only)
         return skv_error(SKV_ERR_ARG, "store opened read-only");
     pthread_mutex_lock(&db->wlock);
-    skv_store_writer(1);
     int rc = learn(db, profile, max_seq ? max_seq : 64, 0);
-    skv_store_writer(0);
     pthread_mutex_unlock(&db->wlock);
     return rc;
 }

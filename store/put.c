@@ -95,8 +95,9 @@ int skv_store_code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, cons
     const size_t L = (size_t)pe->p.layers, row = pe->C * pe->es;
     int rc = SKV_OK;
     coder_ent *ce = NULL;
+    const skv_role writer = SKV_WRITER; /* (coding is the writer's: it holds wlock) */
     if (seqkv_level_predictive(level)) {
-        if ((rc = skv_store_coder(db, txn, pe, pe->p.calib_id, level, &ce)))
+        if ((rc = skv_store_coder(db, txn, pe, pe->p.calib_id, level, &writer, &ce)))
             return rc;
         /* a token the calibration has never seen (its vocabulary came from
          * the data, no model) cannot be predicted: this record stays raw */
@@ -154,7 +155,8 @@ static int try_centroid(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_centroi
           *ss = w + 2 * nw;
     coder_ent *ce;
     skv_streams st2 = {0};
-    int rc = skv_store_coder(db, txn, pe, q->r.calib, q->r.level, &ce);
+    const skv_role writer = SKV_WRITER;
+    int rc = skv_store_coder(db, txn, pe, q->r.calib, q->r.level, &writer, &ce);
     if (rc) {
         skv_free(buf);
         return rc;
@@ -333,7 +335,7 @@ static int put_context(put_ctx *pc)
     int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
     rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     if (!rc) {
-        dec_ctx c = {db, txn, pc->e, pc->pe, &ctx, skv_store_tick(db), NULL};
+        dec_ctx c = {db, txn, pc->e, pc->pe, &ctx, skv_store_tick(db), NULL, SKV_WRITER};
         rc = skv_store_decode_path(&c, pc->path, pc->steps, NULL, NULL, pc->m);
         skv_centroid_free(c.cent);
     }

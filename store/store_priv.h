@@ -211,10 +211,23 @@ int skv_store_profile_model(seqkv *db, prof_ent *pe, skv_model **out);
 int skv_store_set_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_t *img,
                         size_t len);
 
+/* Who is coding or decoding, passed down rather than kept per thread: the
+ * writer (it holds wlock; its batch's pending records are visible to it,
+ * its coders run on the store's pool), or a reader (rpool: the read pool
+ * when this get took it, else NULL). depth counts centroid decodes nested
+ * in one another (a member's centroid may itself be a member). */
+typedef struct {
+    int writer;
+    skv_pool *rpool;
+    int depth;
+} skv_role;
+#define SKV_WRITER ((skv_role){1, NULL, 0})
+#define SKV_READER ((skv_role){0, NULL, 0})
+
 /* A stored sequence from the root to `tip`, decoded and verified: tokens
  * and K, V in the KV file layout [layers][T][C] (skv_free them). Caller
  * holds rw shared and a read transaction. */
-int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_chain(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                            size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
 /* The positions of `tip`'s chain that coding its record again at a level
  * without a model needs (model_free: the previous position's row alone):
@@ -222,11 +235,11 @@ int skv_store_decode_chain(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv
  * it left unwritten; with a model, or with no such record, the whole
  * chain. Layout [layers][*stride][C] (stride: the chain's chunks x chunk
  * positions); the tokens before it are 0. */
-int skv_store_decode_tail(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                           int model_free, size_t *stride, int32_t **tok, uint8_t **k, uint8_t **v);
 /* The same for its first positions: the chunks that hold the first upto
  * (*T: all their positions, at least upto where the sequence has them) */
-int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
                             size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
 
 /* A stored sequence: its last record (one no other record needs), its
@@ -249,19 +262,15 @@ int skv_store_tips(seqkv *db, const uint8_t prof_id[32], int recent, size_t max,
  * transaction. Caller holds wlock. */
 int skv_store_profile_write(seqkv *db, const seqkv_profile *p, MDB_val *ck, MDB_val *cv);
 
-/* coders (store/coders.c) */
+/* coders (store/coders.c): the writer's use the store's pool, a reader's
+ * the read pool when its role holds it, the others none */
 int skv_store_coder(seqkv *db, MDB_txn *txn, prof_ent *pe, const uint8_t calib_id[16], int level,
-                    coder_ent **out);
+                    const skv_role *role, coder_ent **out);
 void skv_store_coder_release(seqkv *db, coder_ent *c);
-/* Mark the calling thread as the writer (holding wlock) or not. */
-void skv_store_writer(int on);
-int skv_store_is_writer(void);
-/* The calling get takes the readers' pool when it is free (its coders then
- * split chunks over it) and gives it back; 1 when it was taken. */
-int skv_store_read_pool_take(seqkv *db);
-void skv_store_read_pool_give(seqkv *db);
-/* The readers' pool when the calling get took it, else NULL */
-skv_pool *skv_store_read_pool(const seqkv *db);
+/* A get takes the readers' pool when it is free (its coders and unsealing
+ * then split chunks over it) and gives it back: the pool, or NULL */
+skv_pool *skv_store_read_pool_take(seqkv *db);
+void skv_store_read_pool_give(seqkv *db, skv_pool *taken);
 void skv_store_coders_free(seqkv *db);
 
 /* ---- tenants' keys and sealing (tenant_keys.c, forget.c) --------------------- */
@@ -303,7 +312,7 @@ int skv_store_rec_seal(seqkv *db, const uint8_t key[32], const uint8_t *img, siz
                        uint8_t **out, size_t *out_len);
 /* A stored record value as an image (version 2): v itself, or unsealed
  * into *owned (skv_free it) */
-int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
+int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len, skv_pool *pool,
                        uint8_t **owned, const uint8_t **img, size_t *img_len);
 /* Its header and tokens (what the index needs; r->streams NULL when
  * sealed): *owned to skv_free */
@@ -314,7 +323,7 @@ int skv_store_rec_head(seqkv *db, const uint8_t key[32], const uint8_t *v, size_
  * its streams straight into their destinations */
 int skv_store_rec_sealed_raw(const uint8_t *v, size_t len);
 int skv_store_rec_raw_open(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
-                           const skv_rec *r, uint8_t *const *dst);
+                           const skv_rec *r, skv_pool *pool, uint8_t *const *dst);
 
 /* ---- access: get.c, put.c, batch.c, evict.c, del.c, decode.c ---------------- */
 
@@ -377,6 +386,7 @@ typedef struct {
     seqbuf *s;
     uint64_t tick;
     struct skv_centroid *cent; /* the last centroid decoded (members share it) */
+    skv_role role;
 } dec_ctx;
 
 /* Decode the records of a matched path into s (stride >= the path's

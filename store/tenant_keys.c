@@ -152,7 +152,7 @@ int skv_store_put_sealed(seqkv *db, MDB_txn *txn, const uint8_t key[32], const u
     return SKV_OK;
 }
 
-int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
+int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len, skv_pool *pool,
                        uint8_t **owned, const uint8_t **img, size_t *img_len)
 {
     *owned = NULL;
@@ -163,7 +163,7 @@ int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_
     uint8_t dek[32];
     int rc = skv_store_dek(db, skv_rec_sealed_tenant(v, len), dek);
     if (!rc)
-        rc = skv_rec_unseal(key, dek, v, len, skv_store_read_pool(db), owned, img_len);
+        rc = skv_rec_unseal(key, dek, v, len, pool, owned, img_len);
     sodium_memzero(dek, sizeof dek);
     *img = *owned;
     return rc;
@@ -191,12 +191,12 @@ int skv_store_rec_sealed_raw(const uint8_t *v, size_t len)
 }
 
 int skv_store_rec_raw_open(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
-                           const skv_rec *r, uint8_t *const *dst)
+                           const skv_rec *r, skv_pool *pool, uint8_t *const *dst)
 {
     uint8_t dek[32];
     int rc = skv_store_dek(db, skv_rec_sealed_tenant(v, len), dek);
     if (!rc)
-        rc = skv_rec_unseal_raw(key, dek, v, len, r, skv_store_read_pool(db), dst);
+        rc = skv_rec_unseal_raw(key, dek, v, len, r, pool, dst);
     sodium_memzero(dek, sizeof dek);
     return rc;
 }

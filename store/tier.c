@@ -451,7 +451,7 @@ static int install_check(seqkv *db, uint64_t tid, const uint8_t pid[32], const s
         return skv_error(SKV_ERR_CORRUPT, "fetched record: not sealed, or another tenant's");
     const uint8_t *im;
     size_t il;
-    int rc = skv_store_rec_read(db, in->key, in->bytes, in->len, img, &im, &il);
+    int rc = skv_store_rec_read(db, in->key, in->bytes, in->len, NULL, img, &im, &il);
     if (!rc)
         rc = skv_rec_parse_ex(im, il, 1, r);
     if (!rc && (r->tenant != tid || memcmp(r->profile, pid, 32) != 0))

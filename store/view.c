@@ -89,8 +89,9 @@ static int view_decode(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
-    dec_ctx c = {db, txn, m->e, m->pe, &v->s, skv_store_tick(db), NULL};
-    skv_store_read_pool_take(db); /* when free: this get's chunks split over it */
+    /* the read pool, when free: this get's chunks split over it */
+    dec_ctx c = {db, txn, m->e, m->pe, &v->s, skv_store_tick(db), NULL,
+                 {0, skv_store_read_pool_take(db), 0}};
     for (size_t j = first; !rc && j < v->nchunks; j++) {
         skv_trie_rec *t = m->path[j].rec;
         if (v->ch[j]) { /* hot again after a miss: context for the next */
@@ -102,7 +103,7 @@ static int view_decode(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
         if (db->hot && (v->ch[j] = skv_store_hot_entry(pe, t->key, t->n, &v->s, j * CH)))
             skv_hot_put(db->hot, v->ch[j]);
     }
-    skv_store_read_pool_give(db);
+    skv_store_read_pool_give(db, c.role.rpool);
     skv_centroid_free(c.cent);
     if (txn)
         mdb_txn_abort(txn);
@@ -161,8 +162,8 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
         int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
         rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
     }
-    dec_ctx c = {db, txn, m->e, m->pe, &v->s, skv_store_tick(db), NULL};
-    skv_store_read_pool_take(db);
+    dec_ctx c = {db, txn, m->e, m->pe, &v->s, skv_store_tick(db), NULL,
+                 {0, skv_store_read_pool_take(db), 0}};
     int layered = 1;
     for (size_t j = first; !rc && j < v->nchunks; j++) {
         size_t k = 0;
@@ -180,13 +181,13 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
      * (skv_store_recs_layers): first a group of half as many layers as
      * threads (a chain per stream: the first layer goes out early), then
      * groups of as many (a chain per layer, its K and V decoded together) */
-    const skv_pool *pool = skv_store_read_pool(db);
+    skv_pool *pool = c.role.rpool;
     const size_t threads = pool ? (size_t)skv_pool_threads(pool) : 1;
     for (size_t l0 = 0, l1; !rc && l0 < L; l0 = l1) {
         const size_t group = !layered ? L : l0 == 0 && threads > 1 ? threads / 2 : threads;
         l1 = l0 + group < L ? l0 + group : L;
         if (layered)
-            rc = skv_store_recs_layers(&c, x, nrec, l0, l1, (skv_pool *)pool);
+            rc = skv_store_recs_layers(&c, x, nrec, l0, l1, pool);
         for (size_t i = 0; !layered && !rc && i < nrec; i++) /* (l0 0, l1 L) */
             rc = skv_store_rec_decode(&c, &x[i]);
         if (!rc && l1 < L) {
@@ -198,7 +199,7 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
         rc = skv_store_rec_check(&c, &x[i]);
     for (size_t i = nrec; i-- > 0;)
         skv_store_rec_close(&c, &x[i]);
-    skv_store_read_pool_give(db);
+    skv_store_read_pool_give(db, c.role.rpool);
     skv_centroid_free(c.cent);
     if (txn)
         mdb_txn_abort(txn);
