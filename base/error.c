@@ -7,7 +7,7 @@
 static __thread char g_detail[1024];
 static __thread char g_where[96];
 
-const char *skv_strerror(int err)
+const char *seqkv_strerror(int err)
 {
     switch (err) {
     case SKV_OK: return "success";
@@ -33,7 +33,7 @@ const char *skv_strerror(int err)
     }
 }
 
-const char *skv_error_name(int err)
+const char *seqkv_error_name(int err)
 {
     static const char *const names[] = {
         "SKV_OK", "SKV_ERR_NOMEM", "SKV_ERR_IO", "SKV_ERR_ARG", "SKV_ERR_FORMAT",
@@ -62,17 +62,17 @@ int skv_error_at(int err, const char *file, int line, const char *fmt, ...)
     return err;
 }
 
-const char *skv_error_detail(void)
+const char *seqkv_error_detail(void)
 {
     return g_detail;
 }
 
-const char *skv_error_where(void)
+const char *seqkv_error_where(void)
 {
     return g_where;
 }
 
-void skv_error_clear(void)
+void seqkv_error_clear(void)
 {
     g_detail[0] = 0;
     g_where[0] = 0;

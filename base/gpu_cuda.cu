@@ -48,7 +48,7 @@ __global__ void k_cast(int dt, uint8_t *dst, const float *src, size_t n)
         return;
     float x = src[i];
     switch (dt) {
-    case SKV_DT_F32: {
+    case SEQKV_DT_F32: {
         uint32_t u = skv__bits(x);
         dst[4 * i] = (uint8_t)u;
         dst[4 * i + 1] = (uint8_t)(u >> 8);
@@ -56,13 +56,13 @@ __global__ void k_cast(int dt, uint8_t *dst, const float *src, size_t n)
         dst[4 * i + 3] = (uint8_t)(u >> 24);
         break;
     }
-    case SKV_DT_BF16: {
+    case SEQKV_DT_BF16: {
         uint16_t h = skv__f32_to_bf16(x);
         dst[2 * i] = (uint8_t)h;
         dst[2 * i + 1] = (uint8_t)(h >> 8);
         break;
     }
-    case SKV_DT_F16: {
+    case SEQKV_DT_F16: {
         uint16_t h = skv__f32_to_f16(x);
         dst[2 * i] = (uint8_t)h;
         dst[2 * i + 1] = (uint8_t)(h >> 8);
@@ -73,12 +73,12 @@ __global__ void k_cast(int dt, uint8_t *dst, const float *src, size_t n)
     }
 }
 
-extern "C" int skv_gpu_cast_from_f32(skv_dtype dt, void *dst, const float *src, size_t n)
+extern "C" int skv_gpu_cast_from_f32(seqkv_dtype dt, void *dst, const float *src, size_t n)
 {
     if (!skv_gpu_available())
         return skv_error(SKV_ERR_NO_DEVICE, "%s", g_desc);
     size_t es = skv_dtype_size(dt);
-    if (dt == SKV_DT_I32 || es == 0)
+    if (dt == SEQKV_DT_I32 || es == 0)
         return skv_error(SKV_ERR_ARG, "cannot cast float32 to %s", skv_dtype_name(dt));
     if (n == 0)
         return SKV_OK;

@@ -13,7 +13,7 @@ const char *skv_gpu_describe(void)
     return "built without CUDA";
 }
 
-int skv_gpu_cast_from_f32(skv_dtype dt, void *dst, const float *src, size_t n)
+int skv_gpu_cast_from_f32(seqkv_dtype dt, void *dst, const float *src, size_t n)
 {
     (void)dt, (void)dst, (void)src, (void)n;
     return skv_error(SKV_ERR_NO_DEVICE, "this build of seqkv has no CUDA support");

@@ -1,7 +1,7 @@
 /*
  * skv_base.h - the bottom of seqkv, internal to it: error recording (the
  * codes are skv_error.h's), the heap wrapper, little-endian access,
- * storage dtypes (skv_dtype.h), a fixed-partition thread pool, a seeded
+ * storage dtypes (seqkv_dtype.h), a fixed-partition thread pool, a seeded
  * RNG, deterministic elementary functions and files.
  *
  * Every other module depends on this one; it depends on nothing but libc,
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "skv_dtype.h"
-#include "skv_error.h"
+#include "seqkv.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -136,7 +136,7 @@ int skv_gpu_available(void);
 /* Human-readable device name or reason it is unavailable. */
 const char *skv_gpu_describe(void);
 /* Same contract and bit-identical results as skv_cast_from_f32. */
-int skv_gpu_cast_from_f32(skv_dtype dt, void *dst, const float *src, size_t n);
+int skv_gpu_cast_from_f32(seqkv_dtype dt, void *dst, const float *src, size_t n);
 
 /* ------------------------------------------------------------------------
  * Thread pool with a fixed partition: skv_pool_run(pool, n, fn, ctx)

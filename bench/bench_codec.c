@@ -131,7 +131,7 @@ int main(int argc, char **argv)
     float *mu = malloc(n * 4), *s = malloc(n * 4);
     size_t *end = malloc((n / slen + 1) * sizeof *end);
     skv_cmodel *m;
-    if (!x || !y || !mu || !s || !end || skv_cmodel_create(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL, &m)) {
+    if (!x || !y || !mu || !s || !end || skv_cmodel_create(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL, &m)) {
         fprintf(stderr, "bench_codec: setup failed\n");
         return 1;
     }

@@ -26,7 +26,7 @@ static double now(void)
 
 static int fail(const char *what, int rc)
 {
-    fprintf(stderr, "bench_delta: %s: %s (%s)\n", what, skv_strerror(rc), skv_error_detail());
+    fprintf(stderr, "bench_delta: %s: %s (%s)\n", what, seqkv_strerror(rc), seqkv_error_detail());
     return 1;
 }
 

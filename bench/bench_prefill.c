@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     if (!rc)
         rc = skv_model_quantize(m[0], SKV_WQ_FP8, &m[2]);
     if (rc) {
-        fprintf(stderr, "bench_prefill: %s: %s (%s)\n", path, skv_strerror(rc), skv_error_detail());
+        fprintf(stderr, "bench_prefill: %s: %s (%s)\n", path, seqkv_strerror(rc), seqkv_error_detail());
         return 1;
     }
     const skv_model_config *c = skv_model_cfg(m[0]);
@@ -61,7 +61,7 @@ int main(int argc, char **argv)
         int32_t bos = c->bos_id;
         rc = skv_model_generate(m[0], NULL, &bos, 1, (size_t)len, 1.0f, 0.9f, &rng, toks + s * len);
         if (rc) {
-            fprintf(stderr, "bench_prefill: sampling failed: %s\n", skv_error_detail());
+            fprintf(stderr, "bench_prefill: sampling failed: %s\n", seqkv_error_detail());
             return 1;
         }
     }
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
                     skv_kvcache_truncate(cache, 0);
                     skv_forward_opts o = {.pool = pool};
                     if (skv_model_forward(m[e], cache, toks + s * len, (size_t)len, &o)) {
-                        fprintf(stderr, "bench_prefill: %s\n", skv_error_detail());
+                        fprintf(stderr, "bench_prefill: %s\n", seqkv_error_detail());
                         return 1;
                     }
                 }

@@ -45,7 +45,7 @@ static uint64_t rng(uint64_t *s)
     do {                                                                                 \
         int rc_ = (x);                                                                   \
         if (rc_) {                                                                       \
-            fprintf(stderr, "bench_seal: %s: %d %s\n", what, rc_, skv_error_detail());   \
+            fprintf(stderr, "bench_seal: %s: %d %s\n", what, rc_, seqkv_error_detail());   \
             exit(1);                                                                     \
         }                                                                                \
     } while (0)
@@ -60,13 +60,13 @@ typedef struct {
 
 static seqkv_profile profile(void)
 {
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     memset(&p, 0, sizeof p);
     snprintf(p.name, sizeof p.name, "s");
     p.layers = 5;
     p.kv_heads = 4;
     p.head_dim = 8;
-    p.dtype = SKV_DT_BF16;
+    p.dtype = SEQKV_DT_BF16;
     p.rope_theta = 10000;
     p.rope_dim = 8;
     p.chunk = 256;
@@ -106,7 +106,7 @@ static double gets(seqkv *db, const workload *w, double seconds, uint8_t *out)
     while (spent < seconds) {
         int i = (int)(n % w->nseq);
         const double t0 = now_s();
-        CHECK(seqkv_get(db, "a", "s", w->tok[i], w->T, w->T, out, w->kv_len, &got), "get");
+        CHECK(seqkv_get(db, "a", "s", w->tok[i], w->T, &(seqkv_get_opts){.want = w->T}, out, w->kv_len, &got), "get");
         spent += now_s() - t0;
         if (got != w->T || memcmp(out, w->kv[i], w->kv_len) != 0) {
             fprintf(stderr, "bench_seal: a get gave other bytes\n");
@@ -271,7 +271,7 @@ static double streamed(seqkv *db, const workload *w, double seconds)
         int i = (int)(n % w->nseq);
         seqkv_view *v;
         const double t0 = now_s();
-        CHECK(seqkv_get_view_stream(db, "a", "s", w->tok[i], w->T, w->T, on_layers, NULL, &v, &got),
+        CHECK(seqkv_get_view(db, "a", "s", w->tok[i], w->T, &(seqkv_get_opts){.want = w->T, .on_ready = on_layers, .ctx = NULL}, &v, &got),
               "streamed get");
         spent += now_s() - t0;
         size_t at = 0, len;

@@ -273,7 +273,7 @@ static void *thr_main(void *arg)
         double dt = t_first >= 0 ? t_first : now_s() - t0;
         if (!ok) {
             snprintf(t->err, sizeof t->err, "a request failed or returned other bytes (%s)",
-                     sc ? seqkv_client_error(sc) : "redis");
+                     sc ? seqkv_error_detail() : "redis");
             atomic_store(&g->bad, 1);
             break;
         }
@@ -411,8 +411,8 @@ static uint8_t *store_kv(const skv_model *m, const int32_t *tok, size_t n, size_
     skv_kvcache *kc = NULL;
     skv_forward_opts o = {0};
     if (skv_kvcache_create(c, n, &kc) || skv_model_forward(m, kc, tok, n, &o) ||
-        skv_kvcache_export(kc, 0, n, SKV_DT_BF16, k, v))
-        die("model forward failed: %s%s", skv_error_detail(), "");
+        skv_kvcache_export(kc, 0, n, SEQKV_DT_BF16, k, v))
+        die("model forward failed: %s%s", seqkv_error_detail(), "");
     skv_kvcache_free(kc);
     uint8_t *p = out;
     for (size_t l = 0; l < L; l++) {
@@ -479,13 +479,13 @@ static int parse_args(int argc, char **argv, bench_env *e)
 static void make_prefix(bench_env *e)
 {
     if (skv_model_load(e->model, &e->m))
-        die("%s: %s", e->model, skv_error_detail());
+        die("%s: %s", e->model, seqkv_error_detail());
     e->c = skv_model_cfg(e->m);
     e->tok = malloc((size_t)e->ntok * sizeof *e->tok);
     e->bos = e->c->bos_id;
     skv_rng_seed(&e->r, 7);
     if (skv_model_generate(e->m, NULL, &e->bos, 1, (size_t)e->ntok, 1.0f, 0.9f, &e->r, e->tok))
-        die("generate: %s%s", skv_error_detail(), "");
+        die("generate: %s%s", seqkv_error_detail(), "");
     e->kv = store_kv(e->m, e->tok, (size_t)e->ntok, &e->kv_len);
 }
 
@@ -521,7 +521,7 @@ static pid_t start_seqkv(bench_env *e, seqkv_client **adm, const char *cache)
         seqkv_client_put(*adm, "raw", e->tok, (size_t)e->ntok, e->kv, e->kv_len, NULL) ||
         seqkv_client_profile_set(*adm, "fast", pfast, 3) ||
         seqkv_client_put(*adm, "fast", e->tok, (size_t)e->ntok, e->kv, e->kv_len, NULL))
-        die("set-up: %s%s", *adm ? seqkv_client_error(*adm) : "connect", "");
+        die("set-up: %s%s", *adm ? seqkv_error_detail() : "connect", "");
     /* ctx: calibrate on 8 other sampled sequences, then store the prefix */
     fprintf(stderr, "bench_server: calibrating the ctx profile...\n");
     for (int i = 0; i < 8; i++) {
@@ -531,12 +531,12 @@ static pid_t start_seqkv(bench_env *e, seqkv_client **adm, const char *cache)
             die("generate%s%s", "", "");
         uint8_t *k2 = store_kv(e->m, t2, 256, &l2);
         if (seqkv_client_put(*adm, "ctx", t2, 256, k2, l2, NULL))
-            die("put: %s%s", seqkv_client_error(*adm), "");
+            die("put: %s%s", seqkv_error_detail(), "");
         free(k2);
     }
     if (seqkv_client_calibrate(*adm, "ctx", 0) ||
         seqkv_client_put(*adm, "ctx", e->tok, (size_t)e->ntok, e->kv, e->kv_len, NULL))
-        die("calibrate/put ctx: %s%s", seqkv_client_error(*adm), "");
+        die("calibrate/put ctx: %s%s", seqkv_error_detail(), "");
     return spid;
 }
 
@@ -685,7 +685,7 @@ static void bench_put_server(const bench_env *e, const char *pb, size_t pn, size
     seqkv_client *pa = NULL;
     if (ppid < 0 || seqkv_client_connect(psock, &pa) ||
         seqkv_client_profile_set(pa, "raw", e->praw, 3))
-        die("put server set-up: %s%s", pa ? seqkv_client_error(pa) : "start/connect", "");
+        die("put server set-up: %s%s", pa ? seqkv_error_detail() : "start/connect", "");
     for (int ci = 0; ci < 3; ci++) {
         char *before = NULL, *after = NULL;
         seqkv_client_info(pa, "store", &before);

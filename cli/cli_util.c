@@ -20,12 +20,12 @@ void cli_verbose_init(void)
 
 int cli_fail(int rc, const char *what)
 {
-    const char *d = skv_error_detail();
-    fprintf(stderr, "seqkv: %s: %s", what, skv_strerror(rc));
+    const char *d = seqkv_error_detail();
+    fprintf(stderr, "seqkv: %s: %s", what, seqkv_strerror(rc));
     if (d && *d)
         fprintf(stderr, " (%s)", d);
     if (cli_verbose) {
-        const char *name = skv_error_name(rc), *where = skv_error_where();
+        const char *name = seqkv_error_name(rc), *where = seqkv_error_where();
         fprintf(stderr, " [%s%s%s]", name ? name : "?", where && *where ? " at " : "",
                 where ? where : "");
     }

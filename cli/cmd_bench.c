@@ -105,7 +105,7 @@ static int make_calib(const skv_model *m, skv_pool *pool, long seed, const char 
         if (!rc)
             rc = cli_compute_kv(m, pool, tok, 256, &k, &v);
         if (!rc) {
-            skv_kvseq q = {256, tok, SKV_DT_BF16, c->n_layers, c->n_kv_heads, c->head_dim, k, v};
+            skv_kvseq q = {256, tok, SEQKV_DT_BF16, c->n_layers, c->n_kv_heads, c->head_dim, k, v};
             rc = skv_kvfile_add(w, i, &q);
         }
         free(k);
@@ -141,11 +141,11 @@ static int run_config(const bargs *a, const char *dir, const char *cal_path, cli
     int rc = seqkv_open(dir, &o, &db);
     if (rc)
         return rc;
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     memset(&p, 0, sizeof p);
     snprintf(p.name, sizeof p.name, "bench");
     snprintf(p.model, sizeof p.model, "%s", a->model);
-    p.dtype = SKV_DT_BF16;
+    p.dtype = SEQKV_DT_BF16;
     p.chunk = (int)a->chunk;
     p.level = rr->level;
     rc = seqkv_profile_set(db, &p);
@@ -176,7 +176,7 @@ static int run_config(const bargs *a, const char *dir, const char *cal_path, cli
                 rc = seqkv_put(db, tn, "bench", s->tok, n, kv, L * 2 * n * row, NULL, &res);
             double t2 = cli_now();
             if (!rc)
-                rc = seqkv_get(db, tn, "bench", s->tok, n, n, got, L * 2 * n * row, &g);
+                rc = seqkv_get(db, tn, "bench", s->tok, n, &(seqkv_get_opts){.want = n}, got, L * 2 * n * row, &g);
             double t3 = cli_now();
             if (!rc && (g != n || memcmp(got, kv, L * 2 * n * row) != 0))
                 rc = skv_error(SKV_ERR_CORRUPT, "GET returned other bytes than the PUT (level %s)",

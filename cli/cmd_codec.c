@@ -361,7 +361,7 @@ static int do_decode(int argc, char **argv)
     skv_st_writer *w = NULL;
     rc = skv_file_read(a.in, (size_t)1 << 40, &buf, &len);
     const skv_kvshape *sh = skv_calib_shape(c);
-    skv_coded_info ci = {SEQKV_STAT, SKV_DT_F32, 0, 0, {0}};
+    skv_coded_info ci = {SEQKV_STAT, SEQKV_DT_F32, 0, 0, {0}};
     if (!rc)
         rc = skv_coded_read_header(buf, len, &ci);
     if (!rc && ci.dtype != sh->dtype)
@@ -761,7 +761,7 @@ static int do_bench(int argc, char **argv)
 typedef struct {
     skv_st *st;
     size_t n;
-    skv_dtype dt;
+    seqkv_dtype dt;
     int32_t **tok;
     size_t *len;
     const uint8_t **k, **v;

@@ -281,7 +281,7 @@ static int checked_get(demo *d, dworker *w, seqkv_client *c, size_t si, const ui
     double t = cli_now() - t0;
     if (rc) {
         snprintf(w->err, sizeof w->err, "KV.GET of %zu tokens: %s (%s)", n,
-                 seqkv_client_strerror(rc), seqkv_client_error(c));
+                 seqkv_strerror(rc), seqkv_error_detail());
         return rc;
     }
     if (len != bytes || memcmp(buf, want, bytes) != 0) {
@@ -314,9 +314,9 @@ static void *worker_main(void *arg)
     snprintf(tn, sizeof tn, "tenant%d", w->tenant);
     int rc = kv && got ? seqkv_client_connect(d->sock, &c) : SKV_ERR_NOMEM;
     if (!rc && (rc = seqkv_client_auth(c, tn, d->tokens[w->tenant])))
-        snprintf(w->err, sizeof w->err, "AUTH %s: %s", tn, seqkv_client_error(c));
+        snprintf(w->err, sizeof w->err, "AUTH %s: %s", tn, seqkv_error_detail());
     else if (rc)
-        snprintf(w->err, sizeof w->err, "connect: %s", skv_error_detail());
+        snprintf(w->err, sizeof w->err, "connect: %s", seqkv_error_detail());
     for (long k = 0; k < d->a.turns && !rc; k++)
         for (long j = 0; j < d->a.sessions && !rc; j++) {
             const size_t si = (size_t)(w->tenant * d->a.sessions + j);
@@ -327,8 +327,8 @@ static void *worker_main(void *arg)
             size_t m = 0, stored = 0;
             demo_layout(d, s, n, kv);
             if ((rc = seqkv_client_lookup(c, "demo", s->tok, n, &m))) {
-                snprintf(w->err, sizeof w->err, "KV.LOOKUP: %s (%s)", seqkv_client_strerror(rc),
-                         seqkv_client_error(c));
+                snprintf(w->err, sizeof w->err, "KV.LOOKUP: %s (%s)", seqkv_strerror(rc),
+                         seqkv_error_detail());
                 break;
             }
             if (m > 0) {
@@ -341,7 +341,7 @@ static void *worker_main(void *arg)
             }
             if ((rc = seqkv_client_put(c, "demo", s->tok, n, kv, n * d->per_tok, &stored))) {
                 snprintf(w->err, sizeof w->err, "KV.PUT of %zu tokens: %s (%s)", n,
-                         seqkv_client_strerror(rc), seqkv_client_error(c));
+                         seqkv_strerror(rc), seqkv_error_detail());
                 break;
             }
             rc = checked_get(d, w, c, si, kv, n, got);
@@ -595,7 +595,7 @@ static int demo_phases(demo *d, seqkv_client *admin, char **info1)
         fflush(stdout);
         rc = seqkv_client_info(admin, "store", info1);
         if (rc)
-            skv_error(rc, "INFO store: %s", seqkv_client_error(admin));
+            skv_error(rc, "INFO store: %s", seqkv_error_detail());
         char *ic = NULL;
         if (!rc && seqkv_client_info(admin, "cache", &ic) == 0) {
             d->tier_hits = demo_info_u64(ic, "cache_hits");

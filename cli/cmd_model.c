@@ -314,8 +314,8 @@ static int do_kv(int argc, char **argv)
         return r;
     if (!a.tokens || !a.out || !a.dtype)
         return cli_usage_error("model kv", "--tokens, --dtype and --out are required");
-    skv_dtype dt;
-    if (skv_dtype_from_user(a.dtype, &dt) != SKV_OK || dt == SKV_DT_I32)
+    seqkv_dtype dt;
+    if (skv_dtype_from_user(a.dtype, &dt) != SKV_OK || dt == SEQKV_DT_I32)
         return cli_usage_error("model kv", "--dtype wants bf16, fp16, fp8 or fp32");
     skv_model *m;
     skv_pool *pool;
@@ -431,9 +431,9 @@ static int do_convert(int argc, char **argv)
         return r;
     if (!a.out)
         return cli_usage_error("model convert", "--out DIR is required");
-    skv_dtype dt = SKV_DT_F32;
+    seqkv_dtype dt = SEQKV_DT_F32;
     if (a.dtype && (skv_dtype_from_user(a.dtype, &dt) != SKV_OK ||
-                    (dt != SKV_DT_F32 && dt != SKV_DT_BF16 && dt != SKV_DT_F16)))
+                    (dt != SEQKV_DT_F32 && dt != SEQKV_DT_BF16 && dt != SEQKV_DT_F16)))
         return cli_usage_error("model convert", "--dtype wants fp32, bf16 or fp16");
     skv_model *m;
     if ((r = load(a.model, &m)))

@@ -93,7 +93,7 @@ int cmd_calibrate(int argc, char **argv)
     double t0 = cli_now();
     int rc = a.calib ? seqkv_calibrate_import(db, a.profile, a.calib)
                      : seqkv_calibrate(db, a.profile, (size_t)a.max_seq);
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     if (!rc)
         rc = seqkv_profile_get(db, a.profile, &p);
     if (!rc && !a.calib && p.lossy && !p.has_lossy) {
@@ -235,11 +235,11 @@ static int do_profile_get(int argc, char **argv)
     seqkv *db;
     if ((r = cli_store_open(&a, DB_READ, &db)))
         return r;
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     int rc = seqkv_profile_get(db, name, &p);
     seqkv_close(db);
     if (rc == SKV_ERR_NOT_FOUND) {
-        fprintf(stderr, "seqkv profile get: %s: %s\n", a.db, skv_error_detail());
+        fprintf(stderr, "seqkv profile get: %s: %s\n", a.db, seqkv_error_detail());
         return 1;
     }
     if (rc)
@@ -267,14 +267,14 @@ static int do_profile_set(int argc, char **argv)
         return cli_usage_error("profile set", "give --model or --kv, not both");
     if (a.have_lossy && a.lossy < 0)
         return cli_usage_error("profile set", "--lossy wants q4, q3, q2 or off");
-    seqkv_profile want;
+    seqkv_profile want = SEQKV_PROFILE_INIT;
     memset(&want, 0, sizeof want);
     skv_model *m = NULL;
     int rc = 0;
     if (a.model) {
         if ((rc = skv_model_load(a.model, &m)))
             return cli_fail(rc, a.model);
-        cli_shape_from_model(m, a.have_dtype ? a.dtype : SKV_DT_BF16, &want);
+        cli_shape_from_model(m, a.have_dtype ? a.dtype : SEQKV_DT_BF16, &want);
         cli_model_path(a.model, want.model);
         skv_model_free(m);
     } else if (a.kv) {
@@ -290,7 +290,7 @@ static int do_profile_set(int argc, char **argv)
     seqkv *db;
     if ((r = cli_store_open(&a, DB_WRITE, &db)))
         return r;
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     int created = 0; /* cli_ensure_profile() prints its own notes */
     rc = seqkv_profile_get(db, name, &p);
     if (rc == SKV_ERR_NOT_FOUND) {

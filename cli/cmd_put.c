@@ -119,9 +119,9 @@ static int put_kvfile(const sargs *a, skv_model *m, seqkv *db, const char *name,
 {
     int rc;
     skv_kvseq q;
-    seqkv_profile want = *kvshape, p;
+    seqkv_profile want = *kvshape, p = SEQKV_PROFILE_INIT;
     if (m) {
-        seqkv_profile mp;
+        seqkv_profile mp = SEQKV_PROFILE_INIT;
         memset(&mp, 0, sizeof mp);
         cli_shape_from_model(m, kvshape->dtype, &mp);
         if (!cli_same_shape(&mp, &want)) {
@@ -193,12 +193,12 @@ static int put_model(const sargs *a, skv_model *m, seqkv *db, const char *name,
                      const cli_tokens *toks)
 {
     const skv_model_config *c = skv_model_cfg(m);
-    seqkv_profile want, p;
+    seqkv_profile want = SEQKV_PROFILE_INIT, p = SEQKV_PROFILE_INIT;
     memset(&want, 0, sizeof want);
-    cli_shape_from_model(m, a->have_dtype ? a->dtype : SKV_DT_BF16, &want);
+    cli_shape_from_model(m, a->have_dtype ? a->dtype : SEQKV_DT_BF16, &want);
     cli_model_path(a->model, want.model);
     /* An existing profile fixes the dtype; --dtype must then agree. */
-    seqkv_profile have;
+    seqkv_profile have = SEQKV_PROFILE_INIT;
     if (!a->have_dtype && seqkv_profile_get(db, name, &have) == 0)
         want.dtype = have.dtype;
     int created;
@@ -286,7 +286,7 @@ int cmd_put(int argc, char **argv)
     memset(&toks, 0, sizeof toks);
     skv_st *st = NULL;
     size_t n_seq = 0;
-    seqkv_profile kvshape;
+    seqkv_profile kvshape = SEQKV_PROFILE_INIT;
     if (a.tokens) {
         int rc = cli_tokens_read(a.tokens, skv_model_cfg(m)->vocab_size, &toks);
         if (rc == SKV_OK && (rc = cli_tokens_fit(&toks, a.tokens, skv_model_cfg(m)->max_seq)))

@@ -51,7 +51,7 @@ int cmd_lookup(int argc, char **argv)
  * message and 1 */
 static int get_check_model(const skv_model *m, const seqkv_profile *p)
 {
-    seqkv_profile mp;
+    seqkv_profile mp = SEQKV_PROFILE_INIT;
     memset(&mp, 0, sizeof mp);
     cli_shape_from_model(m, p->dtype, &mp);
     if (cli_same_shape(&mp, p))
@@ -90,8 +90,7 @@ static int get_one(const get_ctx *g, size_t i, size_t *got)
     int rc;
     if (a->have_lossy && a->lossy < 0) { /* --lossy on */
         seqkv_view *v = NULL;
-        rc = seqkv_get_view_ex(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], want,
-                               SEQKV_GET_LOSSY, NULL, NULL, &v, got);
+        rc = seqkv_get_view(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], &(seqkv_get_opts){.want = want, .flags = SEQKV_GET_LOSSY}, &v, got);
         uint8_t *o = g->buf;
         for (size_t k = 0; !rc && k < seqkv_view_pieces(v); k++) {
             size_t len;
@@ -101,12 +100,12 @@ static int get_one(const get_ctx *g, size_t i, size_t *got)
         }
         seqkv_view_free(v);
     } else {
-        rc = seqkv_get(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], want, g->buf,
+        rc = seqkv_get(g->db, a->tenant, p->name, toks->seq[i], toks->len[i], &(seqkv_get_opts){.want = want}, g->buf,
                        toks->len[i] * cli_token_bytes(p), got);
     }
     if (rc == SKV_ERR_LOSSY) {
         fprintf(stderr, "seqkv get: line %zu: %s (here: --lossy on)\n", toks->line[i],
-                skv_error_detail());
+                seqkv_error_detail());
         return 1;
     }
     if (rc == SKV_ERR_NOT_FOUND && want) {
@@ -198,7 +197,7 @@ int cmd_get(int argc, char **argv)
             return cli_fail(rc, a.model);
     }
     seqkv *db;
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     cli_tokens toks;
     if ((r = cli_open_query("get", &a, DB_READ_RECENT, &db, &p, &toks))) {
         skv_model_free(m);

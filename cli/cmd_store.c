@@ -123,7 +123,7 @@ int cli_store_args(const char *cmd, int argc, char **argv, sargs *a, const char 
             a->have_level = 1;
             break;
         case S_DTYPE:
-            if (skv_dtype_from_user(optarg, &a->dtype) || a->dtype == SKV_DT_I32)
+            if (skv_dtype_from_user(optarg, &a->dtype) || a->dtype == SEQKV_DT_I32)
                 return cli_usage_error(cmd, "--dtype wants bf16, fp16, fp8 or fp32");
             a->have_dtype = 1;
             break;
@@ -340,7 +340,7 @@ void cli_model_path(const char *path, char out[SEQKV_PATH_MAX + 1])
 }
 
 /* The profile's shape and RoPE from a model (dtype chosen by the caller). */
-void cli_shape_from_model(const skv_model *m, skv_dtype dt, seqkv_profile *p)
+void cli_shape_from_model(const skv_model *m, seqkv_dtype dt, seqkv_profile *p)
 {
     const skv_model_config *c = skv_model_cfg(m);
     p->layers = c->n_layers;
@@ -532,7 +532,7 @@ int cli_open_query(const char *cmd, const sargs *a, int mode, seqkv **db,
     rc = seqkv_profile_get(*db, name, p);
     if (rc) {
         if (rc == SKV_ERR_NOT_FOUND)
-            fprintf(stderr, "seqkv %s: %s: %s\n", cmd, a->db, skv_error_detail());
+            fprintf(stderr, "seqkv %s: %s: %s\n", cmd, a->db, seqkv_error_detail());
         else
             cli_fail(rc, "profile");
         seqkv_close(*db);
@@ -551,7 +551,7 @@ int cli_per_line(const char *cmd, int argc, char **argv, const char *usage, unsi
     if (r)
         return r;
     seqkv *db;
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     cli_tokens toks;
     /* lookup reads: it works beside a server that holds the store */
     if ((r = cli_open_query(cmd, &a, fn == seqkv_lookup ? DB_READ_RECENT : DB_USE, &db, &p, &toks)))

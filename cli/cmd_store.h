@@ -37,7 +37,7 @@ typedef struct {
     int lossy;                  /* --lossy: 0 off, 2..4 */
     long lossy_sink, lossy_recent;
     seqkv_level level;
-    skv_dtype dtype;
+    seqkv_dtype dtype;
 } sargs;
 
 /* Parse argv; `positional` allows one NAME argument (a->name). */
@@ -64,7 +64,7 @@ void cli_describe_shape(const seqkv_profile *p, char *buf, size_t cap);
 /* The model path a profile records: absolute. */
 void cli_model_path(const char *path, char out[SEQKV_PATH_MAX + 1]);
 /* The profile's shape and RoPE from a model (dtype chosen by the caller). */
-void cli_shape_from_model(const skv_model *m, skv_dtype dt, seqkv_profile *p);
+void cli_shape_from_model(const skv_model *m, seqkv_dtype dt, seqkv_profile *p);
 int cli_same_shape(const seqkv_profile *a, const seqkv_profile *b);
 /* The profile setting --auto-calibrate N gives (0: off) */
 int cli_auto_calibrate(const sargs *a);

@@ -14,7 +14,7 @@
 typedef struct {
     const uint8_t *all;
     size_t n, es;
-    skv_dtype dt;
+    seqkv_dtype dt;
     size_t layers, C, chunk, n_seq;
     const size_t *T;
     const uint8_t *const *k, *const *v;

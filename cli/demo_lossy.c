@@ -43,7 +43,7 @@ int demo_lossy(const skv_model *m, skv_pool *pool, int bits, long seed, const ch
     printf("== seqkv demo: the lossy tier at q%d (opt-in; every other tier is exact)\n", bits);
     printf("   calibration %d sequences, test %d others, %zu tokens each; K/V in bf16\n", DL_CAL,
            DL_TEST, len);
-    lossy_bench_in in = {.m = m, .pool = pool, .dt = SKV_DT_BF16, .n_cal = DL_CAL, .n_test = DL_TEST,
+    lossy_bench_in in = {.m = m, .pool = pool, .dt = SEQKV_DT_BF16, .n_cal = DL_CAL, .n_test = DL_TEST,
                          .cal_tok = (const int32_t *const *)tok, .cal_len = lens,
                          .test_tok = (const int32_t *const *)tok + DL_CAL, .test_len = lens + DL_CAL,
                          .sink = 4, .recent = 0, .quiet = 1};

@@ -57,10 +57,10 @@ int demo_replay_alone(demo *d, seqkv_stats *st)
     int rc = seqkv_open(dir, &o, &db);
     if (rc)
         return rc;
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     memset(&p, 0, sizeof p);
     snprintf(p.name, sizeof p.name, "demo");
-    p.dtype = SKV_DT_BF16;
+    p.dtype = SEQKV_DT_BF16;
     p.chunk = (int)d->a.chunk;
     p.level = d->a.level;
     p.auto_calibrate = atoi(DEMO_AUTOCAL);
@@ -131,7 +131,7 @@ int demo_layer_bits(demo *d, double (*bits)[65], int *have)
                 memcpy(k + l * n * d->row, s->k + l * s->n * d->row, n * d->row);
                 memcpy(v + l * n * d->row, s->v + l * s->n * d->row, n * d->row);
             }
-            skv_kvseq q = {n, s->tok, SKV_DT_BF16, (int)d->L, d->mc->n_kv_heads, d->mc->head_dim,
+            skv_kvseq q = {n, s->tok, SEQKV_DT_BF16, (int)d->L, d->mc->n_kv_heads, d->mc->head_dim,
                            k, v};
             rc = skv_kvfile_add(w, i, &q);
         }

@@ -29,7 +29,7 @@ int demo_tier_times(const char *dir, const char *key, const cli_session *S, cons
             size_t got;
             /* a first get, untimed, sizes the buffer (and fills the tier in
              * the hot pass); the timed one copies the KV out, as a GET does */
-            rc = seqkv_get_view(db, tn, "demo", s->tok, len[i], len[i], &v, &got);
+            rc = seqkv_get_view(db, tn, "demo", s->tok, len[i], &(seqkv_get_opts){.want = len[i]}, &v, &got);
             size_t bytes = rc ? 0 : seqkv_view_bytes(v);
             seqkv_view_free(v);
             void *buf = rc ? NULL : malloc(bytes);
@@ -37,7 +37,7 @@ int demo_tier_times(const char *dir, const char *key, const cli_session *S, cons
                 rc = SKV_ERR_NOMEM;
             double t0 = cli_now();
             if (!rc)
-                rc = seqkv_get(db, tn, "demo", s->tok, len[i], len[i], buf, bytes, &got);
+                rc = seqkv_get(db, tn, "demo", s->tok, len[i], &(seqkv_get_opts){.want = len[i]}, buf, bytes, &got);
             (pass ? hot : cold)[i] = cli_now() - t0;
             free(buf);
             cli_progress(pass ? "demo: hot GETs" : "demo: cold GETs", i + 1, count);

@@ -47,7 +47,7 @@ static double hists_bits(const hists *hs)
 
 static float f16r(float x) { return skv_f16_to_f32(skv_f32_to_f16(x)); }
 
-static float dtr(skv_dtype dt, float x)
+static float dtr(seqkv_dtype dt, float x)
 {
     uint8_t b[4];
     float y;

@@ -10,7 +10,7 @@
 typedef struct {
     const skv_model *m;
     skv_pool *pool;
-    skv_dtype dt;
+    seqkv_dtype dt;
     size_t n_cal, n_test;
     const int32_t *const *cal_tok, *const *test_tok;
     const size_t *cal_len, *test_len;
@@ -41,7 +41,7 @@ typedef struct {
     lb_seq *seq;
     size_t n_seq;
     int L, H, D, sink, recent;
-    skv_dtype dt;
+    seqkv_dtype dt;
 } lb_set;
 
 static inline size_t lb_lo(const lb_set *s, size_t n) { return (size_t)s->sink < n ? (size_t)s->sink : n; }

@@ -22,7 +22,7 @@ int cli_compute_kv(const skv_model *m, skv_pool *pool, const int32_t *tok, size_
     if (!rc)
         rc = skv_model_forward(m, kc, tok, n, &o);
     if (!rc)
-        rc = skv_kvcache_export(kc, 0, n, SKV_DT_BF16, *k, *v);
+        rc = skv_kvcache_export(kc, 0, n, SEQKV_DT_BF16, *k, *v);
     skv_kvcache_free(kc);
     return rc;
 }

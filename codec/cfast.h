@@ -33,10 +33,10 @@ SKV_ALWAYS_INLINE uint32_t fsel(uint32_t cond, uint32_t a, uint32_t b)
 
 /* Lattices as constants: the hot loops take `const skv_lat *L` pointing at
  * one of these and are instantiated per dtype, so GCC folds the fields. */
-static const skv_lat SKV__LAT_BF16 = {SKV_DT_BF16, 16, 7, 127, 0x8000u, 0x7f80u};
-static const skv_lat SKV__LAT_F16 = {SKV_DT_F16, 16, 10, 15, 0x8000u, 0x7c00u};
-static const skv_lat SKV__LAT_F8 = {SKV_DT_F8E4M3, 8, 3, 7, 0x80u, 0x7fu};
-static const skv_lat SKV__LAT_F32 = {SKV_DT_F32, 32, 23, 127, 0x80000000u, 0x7f800000u};
+static const skv_lat SKV__LAT_BF16 = {SEQKV_DT_BF16, 16, 7, 127, 0x8000u, 0x7f80u};
+static const skv_lat SKV__LAT_F16 = {SEQKV_DT_F16, 16, 10, 15, 0x8000u, 0x7c00u};
+static const skv_lat SKV__LAT_F8 = {SEQKV_DT_F8E4M3, 8, 3, 7, 0x80u, 0x7fu};
+static const skv_lat SKV__LAT_F32 = {SEQKV_DT_F32, 32, 23, 127, 0x80000000u, 0x7f800000u};
 
 /* How one scalar is coded, the hot-path form of skv_cls: the table symbol
  * of x is key(x) - base, where key is x's signed ordinal (STEP) or its
@@ -73,13 +73,13 @@ SKV_ALWAYS_INLINE uint32_t fnearest(const skv_lat *L, float mu)
 {
     uint32_t c;
     switch (L->dt) {
-    case SKV_DT_BF16: {
+    case SEQKV_DT_BF16: {
         uint32_t u = skv__bits(mu); /* finite: RNE only */
         c = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
         break;
     }
-    case SKV_DT_F16: c = skv__f32_to_f16(mu); break;
-    case SKV_DT_F8E4M3: c = skv__f32_to_f8e4m3(mu); break;
+    case SEQKV_DT_F16: c = skv__f32_to_f16(mu); break;
+    case SEQKV_DT_F8E4M3: c = skv__f32_to_f8e4m3(mu); break;
     default: c = skv__bits(mu); break;
     }
     if ((c & (L->sign - 1u)) >= L->inf_mag)
@@ -402,10 +402,10 @@ SKV_ALWAYS_INLINE int cls8_lane(skv_cmodel *m, const skv_lat *L, const float *mu
  * classified eight lanes at a time (a miss there costs several block
  * classifications, and repeating predictors repeat whole rows, which the
  * row cache serves), else on, probing its hit rate again. */
-static inline void fcache_start(skv_fcache *fc, skv_dtype dt)
+static inline void fcache_start(skv_fcache *fc, seqkv_dtype dt)
 {
 #ifdef SKV_HAVE_CLS8
-    if (dt == SKV_DT_BF16 && cls_simd() >= 2) {
+    if (dt == SEQKV_DT_BF16 && cls_simd() >= 2) {
         fc->lookups = fc->hits = 0;
         fc->off = 1;
         return;
@@ -419,7 +419,7 @@ SKV_ALWAYS_INLINE int fclassify_block(skv_cmodel *m, const skv_lat *L, const flo
 {
     size_t k0 = 0;
 #ifdef SKV_HAVE_CLS8
-    if (L->dt == SKV_DT_BF16 && n >= 8 && cls_simd() >= 2) {
+    if (L->dt == SEQKV_DT_BF16 && n >= 8 && cls_simd() >= 2) {
         skv_cls8 o[8];
         while (k0 + 8 <= n) {
             size_t g = (n - k0) / 8 < 8 ? (n - k0) / 8 : 8;

@@ -28,15 +28,15 @@ static inline int64_t floor_i64(double y)
     return i - (int64_t)((double)i > y); /* branchless: the sign is unpredictable */
 }
 
-int skv__lat_init(skv_lat *L, skv_dtype dt)
+int skv__lat_init(skv_lat *L, seqkv_dtype dt)
 {
     memset(L, 0, sizeof *L);
     L->dt = dt;
     switch (dt) {
-    case SKV_DT_BF16: L->nbits = 16; L->mbits = 7; L->bias = 127; L->inf_mag = 0x7f80; break;
-    case SKV_DT_F16: L->nbits = 16; L->mbits = 10; L->bias = 15; L->inf_mag = 0x7c00; break;
-    case SKV_DT_F8E4M3: L->nbits = 8; L->mbits = 3; L->bias = 7; L->inf_mag = 0x7f; break;
-    case SKV_DT_F32: L->nbits = 32; L->mbits = 23; L->bias = 127; L->inf_mag = 0x7f800000u; break;
+    case SEQKV_DT_BF16: L->nbits = 16; L->mbits = 7; L->bias = 127; L->inf_mag = 0x7f80; break;
+    case SEQKV_DT_F16: L->nbits = 16; L->mbits = 10; L->bias = 15; L->inf_mag = 0x7c00; break;
+    case SEQKV_DT_F8E4M3: L->nbits = 8; L->mbits = 3; L->bias = 7; L->inf_mag = 0x7f; break;
+    case SEQKV_DT_F32: L->nbits = 32; L->mbits = 23; L->bias = 127; L->inf_mag = 0x7f800000u; break;
     default: return skv_error(SKV_ERR_ARG, "codec: dtype %s is not a float type", skv_dtype_name(dt));
     }
     L->sign = 1u << (L->nbits - 1);
@@ -158,9 +158,9 @@ static uint32_t nearest(const skv_lat *L, float mu)
 {
     uint32_t c;
     switch (L->dt) {
-    case SKV_DT_BF16: c = skv__f32_to_bf16(mu); break;
-    case SKV_DT_F16: c = skv__f32_to_f16(mu); break;
-    case SKV_DT_F8E4M3: c = skv__f32_to_f8e4m3(mu); break;
+    case SEQKV_DT_BF16: c = skv__f32_to_bf16(mu); break;
+    case SEQKV_DT_F16: c = skv__f32_to_f16(mu); break;
+    case SEQKV_DT_F8E4M3: c = skv__f32_to_f8e4m3(mu); break;
     default: c = skv_f32_bits(mu); break;
     }
     if (!is_finite(L, c)) /* overflowed: the largest finite of that sign */
@@ -362,7 +362,7 @@ static size_t tblock_bytes(void)
     return (N_STEP_TABS + N_BUCKET_TABS) * sizeof(skv_ftab) + 256 * 2 * BVT_K * sizeof(uint32_t);
 }
 
-int skv_cmodel_create(skv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256], skv_cmodel **out)
+int skv_cmodel_create(seqkv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256], skv_cmodel **out)
 {
     *out = NULL;
     if ((uint64_t)mix.w1 + mix.w2 >= 65536u - 64u || mix.w2 == 0)
@@ -425,7 +425,7 @@ void skv_cmodel_free(skv_cmodel *m)
     skv_free(m);
 }
 
-skv_dtype skv_cmodel_dtype(const skv_cmodel *m) { return m->lat.dt; }
+seqkv_dtype skv_cmodel_dtype(const skv_cmodel *m) { return m->lat.dt; }
 uint32_t skv_cmodel_id(const skv_cmodel *m) { return m->id; }
 
 /* phase classes by STEP octave: fine phases matter only for small sigma */
@@ -783,7 +783,7 @@ static int build_atoms_tab(skv_ftab *t, uint32_t k, uint32_t lambda, const uint3
     return SKV_OK;
 }
 
-int skv_atoms_create(skv_dtype dt, uint32_t nch, const uint32_t *k, const uint32_t *lambda,
+int skv_atoms_create(seqkv_dtype dt, uint32_t nch, const uint32_t *k, const uint32_t *lambda,
                      const uint32_t *vals, const uint32_t *cnts, skv_atoms **out)
 {
     *out = NULL;

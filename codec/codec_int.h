@@ -20,7 +20,7 @@
 #define ZLEVELS 24
 
 typedef struct {
-    skv_dtype dt;
+    seqkv_dtype dt;
     int nbits, mbits, bias;
     uint32_t sign;
     uint32_t inf_mag; /* first magnitude code that is not finite */
@@ -170,7 +170,7 @@ typedef struct {
 } skv_atom_ch;
 
 struct skv_atoms {
-    skv_dtype dt;
+    seqkv_dtype dt;
     uint32_t nch, id;
     uint32_t *vals;   /* all values, channel after channel */
     skv_atom_ch *ch;  /* nch */
@@ -192,7 +192,7 @@ static inline uint32_t skv__atom_find(const skv_atom_ch *a, uint32_t x)
 /* The reference path: classification and planning of one scalar as
  * FORMAT.md states them (skv_cmodel_cost and the tests use it; the
  * encoder and decoder run codec/cfast.h, which must agree with it). */
-int skv__lat_init(skv_lat *L, skv_dtype dt);
+int skv__lat_init(skv_lat *L, seqkv_dtype dt);
 double skv__lat_value(const skv_lat *L, uint32_t x);
 int skv__classify(skv_cmodel *m, float mu, float s, skv_cls *c);
 void skv__build_bvt(skv_cmodel *m, int G);

@@ -198,7 +198,7 @@ SKV_ALWAYS_INLINE uint32_t dec_after(skv_decoder *d, const skv_lat *L, v1_reader
         uint32_t lo = ((uint32_t)(e + L->bias - 1) << L->mbits) + (uint32_t)(j << (nb & 31));
         if (__builtin_expect(j - 1u < (2ull << L->mbits) - 1u &&
                                  (unsigned)(e - lat_emin(L)) <= (unsigned)(lat_emax(L) - lat_emin(L)) &&
-                                 (L->dt != SKV_DT_F8E4M3 || lo + (1u << nb) <= L->inf_mag),
+                                 (L->dt != SEQKV_DT_F8E4M3 || lo + (1u << nb) <= L->inf_mag),
                              1)) {
             uint32_t idx = 0;
             if (L->mbits > 16) /* f32: up to 23 bits, as 16 + the rest */
@@ -214,7 +214,7 @@ SKV_ALWAYS_INLINE uint32_t dec_after(skv_decoder *d, const skv_lat *L, v1_reader
             lvl = (int)rd_sym(r, &d->m->zero, checked);
             e = c->G - lvl - 1;
             if (__builtin_expect(lvl < ZLEVELS && e >= lat_emin(L) &&
-                                     e <= lat_emax(L) - (L->dt == SKV_DT_F8E4M3),
+                                     e <= lat_emax(L) - (L->dt == SEQKV_DT_F8E4M3),
                                  1)) {
                 uint32_t idx = rd_raw(r, L->mbits, checked);
                 return (L->sign & (uint32_t)neg) | (((uint32_t)(e + L->bias) << L->mbits) + idx);
@@ -446,9 +446,9 @@ int skv__dec_v1_get(skv_decoder *d, const float *mu, const float *s, uint32_t *x
                     const skv_fcls *given)
 {
     switch (d->m->lat.dt) {
-    case SKV_DT_BF16: return get_n_split(d, &SKV__LAT_BF16, mu, s, x, n, given);
-    case SKV_DT_F16: return get_n_split(d, &SKV__LAT_F16, mu, s, x, n, given);
-    case SKV_DT_F8E4M3: return get_n_split(d, &SKV__LAT_F8, mu, s, x, n, given);
+    case SEQKV_DT_BF16: return get_n_split(d, &SKV__LAT_BF16, mu, s, x, n, given);
+    case SEQKV_DT_F16: return get_n_split(d, &SKV__LAT_F16, mu, s, x, n, given);
+    case SEQKV_DT_F8E4M3: return get_n_split(d, &SKV__LAT_F8, mu, s, x, n, given);
     default: return get_n_split(d, &SKV__LAT_F32, mu, s, x, n, given);
     }
 }

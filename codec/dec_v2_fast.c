@@ -15,7 +15,7 @@ static pthread_once_t lanes_once = PTHREAD_ONCE_INIT;
 /* Whether m's zero table is the one lanes_zero decodes in closed form */
 int skv__v2_fast_ok(const skv_cmodel *m)
 {
-    if (m->lat.dt != SKV_DT_BF16 || cls_simd() < 2)
+    if (m->lat.dt != SEQKV_DT_BF16 || cls_simd() < 2)
         return 0;
     for (uint32_t t = 0; t <= ZLEVELS; t++)
         if (m->zero.cum[t] != (t == 0 ? 0 : t <= 16 ? 65528u - (1u << (16 - t)) : 65511u + t))

@@ -239,7 +239,7 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
         /* E != 0 && mag < L->inf_mag, as one comparison */
         int normal = mag - (1u << L->mbits) < L->inf_mag - (1u << L->mbits);
         if (__builtin_expect(normal && (unsigned)nb <= (unsigned)L->mbits &&
-                                 (L->dt != SKV_DT_F8E4M3 || (mag | ((1u << nb) - 1u)) < L->inf_mag),
+                                 (L->dt != SEQKV_DT_F8E4M3 || (mag | ((1u << nb) - 1u)) < L->inf_mag),
                              1)) {
             uint64_t j = (uint64_t)((mag & ((1u << L->mbits) - 1u)) | (1u << L->mbits)) >> nb;
             int64_t kb = (int64_t)j ^ -(int64_t)(x >> (L->nbits - 1)); /* x < 2^nbits */
@@ -257,7 +257,7 @@ SKV_ALWAYS_INLINE void enc_one(const skv_cmodel *m, const skv_lat *L, const skv_
             }
         } else if (__builtin_expect(normal && nb > L->mbits &&
                                         nb - L->mbits <= ZLEVELS &&
-                                        (L->dt != SKV_DT_F8E4M3 || E < (L->inf_mag >> L->mbits)),
+                                        (L->dt != SEQKV_DT_F8E4M3 || E < (L->inf_mag >> L->mbits)),
                                     1)) {
             /* the bucket at zero, x normal within ZLEVELS binades below g:
              * its level is its binade, its index its fraction bits */
@@ -323,7 +323,7 @@ SKV_ALWAYS_INLINE int put_n_impl(skv_encoder *e, const skv_lat *L, const uint32_
         fcache_count(&e->fc, (uint32_t)i, hits);
     }
 #ifdef SKV_HAVE_CLS8
-    if (L->dt == SKV_DT_BF16 && n - i >= 8 && !rc && cls_simd() >= 2) {
+    if (L->dt == SEQKV_DT_BF16 && n - i >= 8 && !rc && cls_simd() >= 2) {
         skv_cls8 o8[SKV_BLOCK / 8];
         uint8_t fix[SKV_BLOCK / 8];
         skv_enc8 p;
@@ -454,16 +454,16 @@ int skv__enc_v1_put(skv_encoder *e, const uint32_t *x, const float *mu, const fl
 {
     if (e->atoms) {
         switch (e->m->lat.dt) {
-        case SKV_DT_BF16: return put_n_atoms_impl(e, &SKV__LAT_BF16, x, mu, s, n, given);
-        case SKV_DT_F16: return put_n_atoms_impl(e, &SKV__LAT_F16, x, mu, s, n, given);
-        case SKV_DT_F8E4M3: return put_n_atoms_impl(e, &SKV__LAT_F8, x, mu, s, n, given);
+        case SEQKV_DT_BF16: return put_n_atoms_impl(e, &SKV__LAT_BF16, x, mu, s, n, given);
+        case SEQKV_DT_F16: return put_n_atoms_impl(e, &SKV__LAT_F16, x, mu, s, n, given);
+        case SEQKV_DT_F8E4M3: return put_n_atoms_impl(e, &SKV__LAT_F8, x, mu, s, n, given);
         default: return put_n_atoms_impl(e, &SKV__LAT_F32, x, mu, s, n, given);
         }
     }
     switch (e->m->lat.dt) {
-    case SKV_DT_BF16: return put_n_impl(e, &SKV__LAT_BF16, x, mu, s, n, given);
-    case SKV_DT_F16: return put_n_impl(e, &SKV__LAT_F16, x, mu, s, n, given);
-    case SKV_DT_F8E4M3: return put_n_impl(e, &SKV__LAT_F8, x, mu, s, n, given);
+    case SEQKV_DT_BF16: return put_n_impl(e, &SKV__LAT_BF16, x, mu, s, n, given);
+    case SEQKV_DT_F16: return put_n_impl(e, &SKV__LAT_F16, x, mu, s, n, given);
+    case SEQKV_DT_F8E4M3: return put_n_impl(e, &SKV__LAT_F8, x, mu, s, n, given);
     default: return put_n_impl(e, &SKV__LAT_F32, x, mu, s, n, given);
     }
 }

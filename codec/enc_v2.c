@@ -221,7 +221,7 @@ int skv__enc_v2_put(skv_encoder *e, const uint32_t *x, const float *mu, const fl
     const skv_fcls *row = given;
     int fast = 0;
 #ifdef SKV_HAVE_CLS8
-    if (L->dt == SKV_DT_BF16 && !e->ideal_now && n >= 8 && cls_simd() >= 2 &&
+    if (L->dt == SEQKV_DT_BF16 && !e->ideal_now && n >= 8 && cls_simd() >= 2 &&
         (!e->atoms || e->n % e->atoms->nch == 0)) {
         if (!row && rcache_on(&e->rc, n) && !(row = rcache_get(e->m, L, &e->rc, mu, s, n)))
             return skv_error(SKV_ERR_NOMEM, "codec table");

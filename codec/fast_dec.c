@@ -24,7 +24,7 @@ int skv__fast_simd_pick(void)
     return v;
 }
 
-static int fast_hdr_read(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, size_t channels,
+static int fast_hdr_read(const uint8_t *src, size_t len, seqkv_dtype dt, size_t rows, size_t channels,
                          fast_hdr *h)
 {
     if (len < SKV_FAST_HEADER)
@@ -37,7 +37,7 @@ static int fast_hdr_read(const uint8_t *src, size_t len, skv_dtype dt, size_t ro
     h->refs_len = skv_load32_le(src + 28);
     if (src[4] == 0 || src[6] != FAST_LANES || (src[4] == 1) != (h->refs_len == 0))
         return skv_error(SKV_ERR_FORMAT, "fast stream: bad version, lanes or reserved field");
-    h->dt = (skv_dtype)src[5];
+    h->dt = (seqkv_dtype)src[5];
     h->rows = skv_load32_le(src + 8);
     h->channels = skv_load32_le(src + 12);
     h->tables = src[7];
@@ -150,7 +150,7 @@ static void fast_tab_fill(const fast_tab *tab, uint32_t *e)
  * every read checked. */
 static int fast_steps_ref(fast_dec *d, size_t step, size_t n, void *dst)
 {
-    const int wide = d->dt != SKV_DT_F8E4M3;
+    const int wide = d->dt != SEQKV_DT_F8E4M3;
     uint8_t *out = dst;
     uint32_t c = (uint32_t)((step * FAST_LANES) % d->C);
     for (size_t i = step * FAST_LANES; i < n; i++) {
@@ -175,7 +175,7 @@ static int fast_steps_ref(fast_dec *d, size_t step, size_t n, void *dst)
     return SKV_OK;
 }
 
-int skv_fast_decode(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, size_t channels,
+int skv_fast_decode(const uint8_t *src, size_t len, seqkv_dtype dt, size_t rows, size_t channels,
                     void *dst, size_t dst_cap)
 {
     if (!src || !dst)

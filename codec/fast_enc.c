@@ -6,12 +6,12 @@
 
 #include "fast_int.h"
 
-static int fast_dtype_ok(skv_dtype dt)
+static int fast_dtype_ok(seqkv_dtype dt)
 {
-    return dt == SKV_DT_BF16 || dt == SKV_DT_F16 || dt == SKV_DT_F8E4M3;
+    return dt == SEQKV_DT_BF16 || dt == SEQKV_DT_F16 || dt == SEQKV_DT_F8E4M3;
 }
 
-size_t skv_fast_bound(skv_dtype dt, size_t rows, size_t channels)
+size_t skv_fast_bound(seqkv_dtype dt, size_t rows, size_t channels)
 {
     if (!fast_dtype_ok(dt) || !rows || !channels || channels > SKV_FAST_MAX_SCALARS ||
         rows > SKV_FAST_MAX_SCALARS / channels)
@@ -91,7 +91,7 @@ static size_t fast_refs_write(const int64_t *src, size_t rows, int64_t m, size_t
 }
 
 typedef struct {
-    skv_dtype dt;
+    seqkv_dtype dt;
     const uint8_t *in; /* the coded rows, back to back */
     size_t rows, C;    /* coded rows */
     size_t all_rows;   /* rows of the stream */
@@ -197,7 +197,7 @@ out:
     return rc;
 }
 
-int skv_fast_encode(skv_dtype dt, const void *src, size_t rows, size_t channels, uint8_t *dst,
+int skv_fast_encode(seqkv_dtype dt, const void *src, size_t rows, size_t channels, uint8_t *dst,
                     size_t cap, size_t *len)
 {
     if (!fast_dtype_ok(dt))

@@ -23,7 +23,7 @@
 
 /* A stream's parsed header (offsets into the stream). */
 typedef struct {
-    skv_dtype dt;
+    seqkv_dtype dt;
     uint32_t rows, channels, tables;
     size_t n;              /* scalars */
     size_t coded_rows;     /* rows that are not references to earlier ones */
@@ -80,7 +80,7 @@ typedef struct {
     const uint32_t *chbase;  /* per channel: its table's first entry index */
     const uint8_t *raw;
     uint32_t C;
-    skv_dtype dt;
+    seqkv_dtype dt;
 } fast_dec;
 
 /* Path for this CPU: 0 scalar, 2 AVX2, 3 AVX-512 (SEQKV_SIMD=0 / =2 force

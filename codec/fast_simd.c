@@ -40,7 +40,7 @@ step512(const fast_dec *d, __m512i x, __m512i base, const uint8_t **w, __m512i *
 static inline __attribute__((target(T512F), always_inline)) void
 out512(const fast_dec *d, __m512i sym, size_t i, void *dst)
 {
-    if (d->dt != SKV_DT_F8E4M3) {
+    if (d->dt != SEQKV_DT_F8E4M3) {
         const __m512i raw = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(d->raw + i)));
         const __m512i v = _mm512_or_si512(
             _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(raw, _mm512_set1_epi32(0x80)), 8),
@@ -127,7 +127,7 @@ static inline __attribute__((target("avx2"), always_inline)) void
 out256(const fast_dec *d, __m256i sym, size_t i, void *dst)
 {
     const __m128i lo = _mm256_castsi256_si128(sym), hi = _mm256_extracti128_si256(sym, 1);
-    if (d->dt != SKV_DT_F8E4M3) {
+    if (d->dt != SEQKV_DT_F8E4M3) {
         const __m256i raw = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(d->raw + i)));
         const __m256i v = _mm256_or_si256(
             _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(raw, _mm256_set1_epi32(0x80)), 8),

@@ -14,14 +14,14 @@ int skv_stream_info_read(const uint8_t *src, size_t len, skv_stream_info *info)
     if (ver == 0)
         return skv_error(SKV_ERR_FORMAT, "stream: version 0");
     skv_lat L;
-    if (src[6] > SKV_DT_F8E4M3 || skv__lat_init(&L, (skv_dtype)src[6]))
+    if (src[6] > SEQKV_DT_F8E4M3 || skv__lat_init(&L, (seqkv_dtype)src[6]))
         return skv_error(SKV_ERR_FORMAT, "stream: bad dtype %u", src[6]);
     if ((ver == 1 && src[7] != 0) || (ver == 2 && src[7] > 1) || (ver == 1 && skv_load32_le(src + 20) != 0))
         return skv_error(SKV_ERR_FORMAT, "stream: reserved header fields are not zero");
     info->version = ver;
     info->states = ver == 1 ? 4 : src[7] ? 8 : 16;
     info->raw = ver == 2 ? skv_load32_le(src + 20) : 0;
-    info->dtype = (skv_dtype)src[6];
+    info->dtype = (seqkv_dtype)src[6];
     info->n = skv_load32_le(src + 8);
     info->payload = skv_load32_le(src + 12);
     info->cmodel_id = skv_load32_le(src + 16);

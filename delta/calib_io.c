@@ -22,9 +22,9 @@ static int add_dense_codebook(skv_st_writer *w, const skv_calib *c)
             memcpy(cb + (l * V + v) * 2 * C, c->cb + (l * c->n_tok + r) * 2 * C, 2 * C * sizeof *cb);
     }
     if (!rc)
-        rc = skv_stw_add(w, "codebook", SKV_DT_F32, 4, sh_cb, cb, L * V * 2 * C * 4);
+        rc = skv_stw_add(w, "codebook", SEQKV_DT_F32, 4, sh_cb, cb, L * V * 2 * C * 4);
     if (!rc)
-        rc = skv_stw_add(w, "codebook.count", SKV_DT_I32, 1, sh_v, n, V * 4);
+        rc = skv_stw_add(w, "codebook.count", SEQKV_DT_I32, 1, sh_v, n, V * 4);
     skv_free(cb);
     skv_free(n);
     return rc;
@@ -36,11 +36,11 @@ static int add_sparse_codebook(skv_st_writer *w, const skv_calib *c)
 {
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), NT = c->n_tok;
     const int64_t sh_cb[4] = {(int64_t)L, (int64_t)NT, 2, (int64_t)C}, sh_v[1] = {(int64_t)NT};
-    int rc = skv_stw_add(w, "codebook", SKV_DT_F32, 4, sh_cb, c->cb, L * NT * 2 * C * 4);
+    int rc = skv_stw_add(w, "codebook", SEQKV_DT_F32, 4, sh_cb, c->cb, L * NT * 2 * C * 4);
     if (!rc)
-        rc = skv_stw_add(w, "codebook.count", SKV_DT_I32, 1, sh_v, c->cb_n, NT * 4);
+        rc = skv_stw_add(w, "codebook.count", SEQKV_DT_I32, 1, sh_v, c->cb_n, NT * 4);
     if (!rc)
-        rc = skv_stw_add(w, "codebook.tokens", SKV_DT_I32, 1, sh_v, c->cb_tok, NT * 4);
+        rc = skv_stw_add(w, "codebook.tokens", SEQKV_DT_I32, 1, sh_v, c->cb_tok, NT * 4);
     return rc;
 }
 
@@ -70,28 +70,28 @@ static int calib_writer(const skv_calib *c, skv_st_writer **out)
     int64_t sh_mean[3] = {L, 2, C}, sh_s[4] = {L, 2, 2, C}, sh_w[5] = {L, 2, H, 2, NF},
             sh_p[1] = {256};
     if (!rc)
-        rc = skv_stw_add(w, "mean", SKV_DT_F32, 3, sh_mean, c->mean, (size_t)(L * 2 * C) * 4);
+        rc = skv_stw_add(w, "mean", SEQKV_DT_F32, 3, sh_mean, c->mean, (size_t)(L * 2 * C) * 4);
     for (int l = SEQKV_STAT; l <= SEQKV_FULL && !rc; l++) {
         char n[32];
         snprintf(n, sizeof n, "s.%s", seqkv_level_name((seqkv_level)l));
-        rc = skv_stw_add(w, n, SKV_DT_F32, 4, sh_s, c->s[l], (size_t)(L * 2 * 2 * C) * 4);
+        rc = skv_stw_add(w, n, SEQKV_DT_F32, 4, sh_s, c->s[l], (size_t)(L * 2 * 2 * C) * 4);
         snprintf(n, sizeof n, "w.%s", seqkv_level_name((seqkv_level)l));
         if (!rc)
-            rc = skv_stw_add(w, n, SKV_DT_F32, 5, sh_w, c->w[l], (size_t)(L * 2 * H * 2 * NF) * 4);
+            rc = skv_stw_add(w, n, SEQKV_DT_F32, 5, sh_w, c->w[l], (size_t)(L * 2 * H * 2 * NF) * 4);
     }
     if (!rc)
         rc = c->version >= 3 ? add_sparse_codebook(w, c) : add_dense_codebook(w, c);
     if (!rc)
-        rc = skv_stw_add(w, "pemp", SKV_DT_I32, 1, sh_p, c->pemp, 256 * 4);
+        rc = skv_stw_add(w, "pemp", SEQKV_DT_I32, 1, sh_p, c->pemp, 256 * 4);
     if (!rc && c->version >= 2) {
         int64_t sh_a[1] = {(int64_t)c->at_total};
-        rc = skv_stw_add(w, "atoms.k", SKV_DT_I32, 3, sh_mean, c->at_k, (size_t)(L * 2 * C) * 4);
+        rc = skv_stw_add(w, "atoms.k", SEQKV_DT_I32, 3, sh_mean, c->at_k, (size_t)(L * 2 * C) * 4);
         if (!rc)
-            rc = skv_stw_add(w, "atoms.lambda", SKV_DT_I32, 3, sh_mean, c->at_lam, (size_t)(L * 2 * C) * 4);
+            rc = skv_stw_add(w, "atoms.lambda", SEQKV_DT_I32, 3, sh_mean, c->at_lam, (size_t)(L * 2 * C) * 4);
         if (!rc)
-            rc = skv_stw_add(w, "atoms.value", SKV_DT_I32, 1, sh_a, c->at_val, c->at_total * 4);
+            rc = skv_stw_add(w, "atoms.value", SEQKV_DT_I32, 1, sh_a, c->at_val, c->at_total * 4);
         if (!rc)
-            rc = skv_stw_add(w, "atoms.count", SKV_DT_I32, 1, sh_a, c->at_cnt, c->at_total * 4);
+            rc = skv_stw_add(w, "atoms.count", SEQKV_DT_I32, 1, sh_a, c->at_cnt, c->at_total * 4);
     }
     if (rc) {
         skv_stw_free(w);
@@ -128,7 +128,7 @@ static int get_f32(const skv_st *st, const char *name, float *dst, size_t n)
     const skv_tensor *t = skv_st_find(st, name);
     if (!t)
         return skv_error(SKV_ERR_FORMAT, "calibration: no tensor \"%s\"", name);
-    if ((t->dtype != SKV_DT_F32 && t->dtype != SKV_DT_I32) || t->nelem != n)
+    if ((t->dtype != SEQKV_DT_F32 && t->dtype != SEQKV_DT_I32) || t->nelem != n)
         return skv_error(SKV_ERR_SHAPE, "calibration: tensor \"%s\" has the wrong shape", name);
     for (size_t i = 0; i < n; i++)
         skv_store32_le(&dst[i], skv_load32_le(t->data + 4 * i));
@@ -172,7 +172,7 @@ static int get_atoms(const skv_st *st, const char *path, skv_calib *c)
 static int check_atoms(const char *path, const skv_calib *c)
 {
     const size_t LC = (size_t)c->sh.layers * 2 * chan_count(&c->sh);
-    const uint32_t mask = c->sh.dtype == SKV_DT_F32 ? 0xffffffffu : c->sh.dtype == SKV_DT_F8E4M3 ? 0xffu : 0xffffu;
+    const uint32_t mask = c->sh.dtype == SEQKV_DT_F32 ? 0xffffffffu : c->sh.dtype == SEQKV_DT_F8E4M3 ? 0xffu : 0xffffu;
     for (size_t i = 0, off = 0; i < LC; off += c->at_k[i], i++)
         for (size_t j = 0; j < c->at_k[i]; j++) {
             const uint32_t v = c->at_val[off + j];
@@ -190,7 +190,7 @@ static int check_atoms(const char *path, const skv_calib *c)
 static int codebook_shape(const skv_st *st, const char *path, const skv_tensor *cb, skv_calib *c)
 {
     const skv_tensor *n = skv_st_find(st, "codebook.count");
-    if (!n || n->dtype != SKV_DT_I32 || n->nelem != (size_t)cb->shape[1])
+    if (!n || n->dtype != SEQKV_DT_I32 || n->nelem != (size_t)cb->shape[1])
         return skv_error(SKV_ERR_FORMAT, "%s: codebook.count does not match the codebook", path);
     if (c->version <= 2) {
         c->sh.vocab = (int)cb->shape[1];
@@ -221,7 +221,7 @@ static int get_codebook(const skv_st *st, const char *path, skv_calib *c)
 {
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh);
     const skv_tensor *cb = skv_st_find(st, "codebook"), *n = skv_st_find(st, "codebook.count");
-    if (cb->dtype != SKV_DT_F32 || cb->nelem != L * (size_t)cb->shape[1] * 2 * C)
+    if (cb->dtype != SEQKV_DT_F32 || cb->nelem != L * (size_t)cb->shape[1] * 2 * C)
         return skv_error(SKV_ERR_SHAPE, "calibration: tensor \"codebook\" has the wrong shape");
     if (c->version >= 3) {
         int rc = get_f32(st, "codebook", c->cb, L * c->n_tok * 2 * C);

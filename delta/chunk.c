@@ -48,7 +48,7 @@ static int pair_rows(const seq_ctx *q, int l)
     const skv_delta *d = q->d;
     const skv_calib *c = d->cal;
     const size_t C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads;
-    if (q->mode != CODE_DECODE || d->model || q->aux || d->plain || c->sh.dtype != SKV_DT_BF16 ||
+    if (q->mode != CODE_DECODE || d->model || q->aux || d->plain || c->sh.dtype != SEQKV_DT_BF16 ||
         C % 8)
         return 0;
     for (size_t kv = 0; kv < 2; kv++) {
@@ -102,7 +102,7 @@ static int code_pair(seq_ctx *q, struct coder_ws *ws, int l)
         if (rc)
             return rc;
         if (q->t0) /* the row before, from its bytes (code_stream makes rows lazily) */
-            skv_cast_to_f32(SKV_DT_BF16, X[kv] + ((q->t0 - 1) & 1) * C, B[kv] + (q->t0 - 1) * C * 2, C);
+            skv_cast_to_f32(SEQKV_DT_BF16, X[kv] + ((q->t0 - 1) & 1) * C, B[kv] + (q->t0 - 1) * C * 2, C);
     }
     for (size_t t = q->t0; t < q->t1; t++) {
         const int32_t row = q->row[t];
@@ -150,7 +150,7 @@ typedef struct {
 typedef struct {
     int l, kv;
     size_t C, H, D, es;
-    skv_dtype dt;
+    seqkv_dtype dt;
     const float *mean;       /* [C] */
     const float *S;          /* [2][C]: s per seen-class */
     const float *W;          /* [H][2][NF]: weights per (head, seen-class) */

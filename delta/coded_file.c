@@ -27,12 +27,12 @@ int skv_coded_read_header(const uint8_t *buf, size_t len, skv_coded_info *info)
         return skv_error(SKV_ERR_VERSION, "coded file version %u; this build reads %d", v, SKV_CODED_VERSION);
     if (v == 0)
         return skv_error(SKV_ERR_FORMAT, "coded file version 0");
-    if (buf[6] > SEQKV_FULL - SEQKV_STAT || buf[7] > SKV_DT_F8E4M3)
+    if (buf[6] > SEQKV_FULL - SEQKV_STAT || buf[7] > SEQKV_DT_F8E4M3)
         return skv_error(SKV_ERR_FORMAT, "coded file: bad level %u or dtype %u", buf[6], buf[7]);
     if (skv_load64_le(buf + 32) != 0)
         return skv_error(SKV_ERR_FORMAT, "coded file: reserved bytes are not zero");
     info->level = (seqkv_level)(SEQKV_STAT + buf[6]);
-    info->dtype = (skv_dtype)buf[7];
+    info->dtype = (seqkv_dtype)buf[7];
     info->n_seq = skv_load32_le(buf + 8);
     info->chunk = skv_load32_le(buf + 12);
     memcpy(info->calib_id, buf + 16, 16);

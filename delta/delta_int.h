@@ -140,9 +140,9 @@ static inline float cd_val(const calib_data *d, int kv, size_t sq, size_t i)
 {
     const uint32_t x = cd_bits(d, kv, sq, i);
     switch (d->sh.dtype) {
-    case SKV_DT_BF16: return skv__bf16_to_f32((uint16_t)x);
-    case SKV_DT_F16: return skv__f16_to_f32((uint16_t)x);
-    case SKV_DT_F8E4M3: return skv__f8e4m3_to_f32((uint8_t)x);
+    case SEQKV_DT_BF16: return skv__bf16_to_f32((uint16_t)x);
+    case SEQKV_DT_F16: return skv__f16_to_f32((uint16_t)x);
+    case SEQKV_DT_F8E4M3: return skv__f8e4m3_to_f32((uint8_t)x);
     default: return skv_bits_f32(x);
     }
 }

@@ -43,7 +43,7 @@ skv_mix level_mix(seqkv_level l)
  * calibration, level and KV give the same bytes on every machine. */
 int default_version(const skv_calib *cal, seqkv_level level)
 {
-    return (level == SEQKV_STAT || level == SEQKV_CTX) && cal->sh.dtype == SKV_DT_BF16 &&
+    return (level == SEQKV_STAT || level == SEQKV_CTX) && cal->sh.dtype == SEQKV_DT_BF16 &&
                    chan_count(&cal->sh) % SKV_V2_GROUP == 0
                ? 2
                : 1;

@@ -7,16 +7,16 @@
 #include "delta_int.h"
 
 /* Store dtype bits x at p (LE) and return their float value. */
-static inline float store_bits(skv_dtype dt, uint8_t *p, uint32_t x)
+static inline float store_bits(seqkv_dtype dt, uint8_t *p, uint32_t x)
 {
     switch (dt) {
-    case SKV_DT_BF16:
+    case SEQKV_DT_BF16:
         skv_store16_le(p, (uint16_t)x);
         return skv__bf16_to_f32((uint16_t)x);
-    case SKV_DT_F16:
+    case SEQKV_DT_F16:
         skv_store16_le(p, (uint16_t)x);
         return skv__f16_to_f32((uint16_t)x);
-    case SKV_DT_F8E4M3:
+    case SEQKV_DT_F8E4M3:
         p[0] = (uint8_t)x;
         return skv__f8e4m3_to_f32((uint8_t)x);
     default:
@@ -28,21 +28,21 @@ static inline float store_bits(skv_dtype dt, uint8_t *p, uint32_t x)
 /* The largest magnitude (dtype bits without the sign) whose value passes
  * all_small's test (finite, at most 2^100): get_rows stops after a row
  * above it, since the next row's prediction is then not the constant. */
-static inline uint32_t small_mag(skv_dtype dt)
+static inline uint32_t small_mag(seqkv_dtype dt)
 {
     switch (dt) {
-    case SKV_DT_BF16: return 0x7180u;
-    case SKV_DT_F16: return 0x7bffu;    /* every finite half */
-    case SKV_DT_F8E4M3: return 0x7eu;   /* every finite e4m3 (0x7f: NaN) */
+    case SEQKV_DT_BF16: return 0x7180u;
+    case SEQKV_DT_F16: return 0x7bffu;    /* every finite half */
+    case SEQKV_DT_F8E4M3: return 0x7eu;   /* every finite e4m3 (0x7f: NaN) */
     default: return 0x71800000u;
     }
 }
 
-static inline uint32_t load_bits(skv_dtype dt, const uint8_t *p)
+static inline uint32_t load_bits(seqkv_dtype dt, const uint8_t *p)
 {
     switch (dt) {
-    case SKV_DT_F32: return skv_load32_le(p);
-    case SKV_DT_F8E4M3: return p[0];
+    case SEQKV_DT_F32: return skv_load32_le(p);
+    case SEQKV_DT_F8E4M3: return p[0];
     default: return skv_load16_le(p);
     }
 }
@@ -113,9 +113,9 @@ static inline int bf16_row_load(uint32_t *x, const uint8_t *p, size_t n)
 
 /* A decoded row's bits into the output bytes p and its floats into row;
  * returns whether the row is all_small. */
-static inline int store_row(skv_dtype dt, uint8_t *p, float *row, const uint32_t *x, size_t C)
+static inline int store_row(seqkv_dtype dt, uint8_t *p, float *row, const uint32_t *x, size_t C)
 {
-    if (dt == SKV_DT_BF16) /* the common dtype without a switch per scalar */
+    if (dt == SEQKV_DT_BF16) /* the common dtype without a switch per scalar */
         return bf16_row_store(p, row, x, C);
     const size_t es = skv_dtype_size(dt);
     for (size_t ch = 0; ch < C; ch++)
@@ -126,14 +126,14 @@ static inline int store_row(skv_dtype dt, uint8_t *p, float *row, const uint32_t
 /* A decoded row's bits into the output bytes p alone (its floats are made
  * when a prediction first reads them); returns whether it is all_small,
  * on the bits as load_row. */
-static inline int store_row_bytes(skv_dtype dt, uint8_t *p, const uint32_t *x, size_t C)
+static inline int store_row_bytes(seqkv_dtype dt, uint8_t *p, const uint32_t *x, size_t C)
 {
     const size_t es = skv_dtype_size(dt);
     const uint32_t mag = (uint32_t)((1ull << (8 * es - 1)) - 1u), lim = small_mag(dt);
     uint32_t big = 0;
     size_t i = 0;
 #ifdef __SSE2__
-    if (dt == SKV_DT_BF16) {
+    if (dt == SEQKV_DT_BF16) {
         const __m128i m = _mm_set1_epi32((int)mag), l = _mm_set1_epi32((int)lim);
         __m128i bad = _mm_setzero_si128();
         for (; i + 8 <= C; i += 8) {
@@ -161,9 +161,9 @@ static inline int store_row_bytes(skv_dtype dt, uint8_t *p, const uint32_t *x, s
 }
 
 /* A row to encode from its bytes p; returns whether it is all_small. */
-static inline int load_row(skv_dtype dt, uint32_t *x, const uint8_t *p, size_t C)
+static inline int load_row(seqkv_dtype dt, uint32_t *x, const uint8_t *p, size_t C)
 {
-    if (dt == SKV_DT_BF16)
+    if (dt == SEQKV_DT_BF16)
         return bf16_row_load(x, p, C);
     const size_t es = skv_dtype_size(dt);
     const uint32_t mag = (uint32_t)((1ull << (8 * es - 1)) - 1u), lim = small_mag(dt);

@@ -82,7 +82,7 @@ int skv_calib_sample_create(const skv_kvshape *sh, size_t n, const size_t *T, co
     if (n == 0)
         return skv_error(SKV_ERR_ARG, "calibration data holds no sequences");
     if (sh->layers < 1 || sh->kv_heads < 1 || sh->head_dim < 1 || !skv_dtype_size(sh->dtype) ||
-        sh->dtype == SKV_DT_I32)
+        sh->dtype == SEQKV_DT_I32)
         return skv_error(SKV_ERR_ARG, "calibration sample: a KV shape and float dtype are needed");
     skv_calib_sample *s = skv_calloc(1, sizeof *s);
     if (!s)

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "seqkv_level.h"
+#include "seqkv.h"
 #include "skv_codec.h"
 #include "skv_model.h"
 #include "skv_tensor.h"
@@ -43,7 +43,7 @@ extern "C" {
 /* Shape and RoPE of the KV a calibration describes. */
 typedef struct {
     int layers, kv_heads, head_dim, vocab;
-    skv_dtype dtype;
+    seqkv_dtype dtype;
     float rope_theta;
     int rope_dim;
     skv_rope_layout rope_layout;
@@ -222,7 +222,7 @@ int skv_delta_stream_version(const skv_delta *d);
 
 typedef struct {
     seqkv_level level;
-    skv_dtype dtype;
+    seqkv_dtype dtype;
     uint32_t n_seq, chunk;
     uint8_t calib_id[16];
 } skv_coded_info;

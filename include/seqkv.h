@@ -7,8 +7,8 @@
  * Threads: one seqkv handle may be used from many threads. Readers
  * (lookup, get, stats, profile_get) run concurrently; writers (put, del,
  * profile_set, calibrate, evictions) are serialised. Every function returns
- * 0 or a negative SKV_ERR_* code with a detail in skv_error_detail()
- * (skv_error.h); the errors listed are the ones the caller can act on, any
+ * 0 or a negative SKV_ERR_* code with a detail in seqkv_error_detail()
+ * (below); the errors listed are the ones the caller can act on, any
  * call may also fail with SKV_ERR_NOMEM or SKV_ERR_IO (LMDB or file
  * system errors, the LMDB message in the detail).
  *
@@ -22,13 +22,100 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "skv_dtype.h"
-#include "skv_error.h"
-#include "seqkv_level.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- version ----------------------------------------------------------------
+ * The version of this header; seqkv_version() is the library's. */
+#define SEQKV_VERSION_MAJOR 0
+#define SEQKV_VERSION_MINOR 2
+#define SEQKV_VERSION_PATCH 0
+#define SEQKV_VERSION_NUMBER (SEQKV_VERSION_MAJOR * 10000 + SEQKV_VERSION_MINOR * 100 + SEQKV_VERSION_PATCH)
+/* "MAJOR.MINOR.PATCH" of the library linked in */
+const char *seqkv_version(void);
+/* SEQKV_VERSION_NUMBER of the library linked in */
+int seqkv_version_number(void);
+
+/* ------------------------------------------------------------------------
+ * Errors. Fallible calls return int: 0 on success, a negative SKV_ERR_*.
+ * seqkv_strerror() names the code; seqkv_error_detail() returns the message
+ * recorded by the most recent failure on this thread (what was wrong, in
+ * the caller's terms) and, in debug builds, seqkv_error_where() where in
+ * seqkv's source it was detected (kept apart, for logs and --verbose).
+ * ---------------------------------------------------------------------- */
+enum {
+    SKV_OK = 0,
+    SKV_ERR_NOMEM = -1,       /* an allocation failed */
+    SKV_ERR_IO = -2,          /* a read/write/open failed (errno in detail) */
+    SKV_ERR_ARG = -3,         /* invalid argument from the caller */
+    SKV_ERR_FORMAT = -4,      /* malformed input: bad magic, header, JSON */
+    SKV_ERR_VERSION = -5,     /* input written by a newer format version */
+    SKV_ERR_RANGE = -6,       /* an offset or size points outside its buffer */
+    SKV_ERR_SHAPE = -7,       /* shape, dtype or size mismatch */
+    SKV_ERR_UNSUPPORTED = -8, /* valid input this build cannot handle */
+    SKV_ERR_NOT_FOUND = -9,   /* a named item does not exist */
+    SKV_ERR_CORRUPT = -10,    /* checksum mismatch or inconsistent data */
+    SKV_ERR_TOO_LARGE = -11,  /* input exceeds a documented limit */
+    SKV_ERR_NO_DEVICE = -12,  /* no usable GPU at run time */
+    SKV_ERR_DENIED = -13,     /* refused by a server: authentication or permission */
+    SKV_ERR_SERVER = -14,     /* any other error reply from a server */
+    SKV_ERR_BUSY = -15,       /* another process holds the store for writing */
+    SKV_ERR_CANCELLED = -16,  /* stopped on request (the store is being closed) */
+    SKV_ERR_MAP_FULL = -17,   /* the store's LMDB map is full and cannot grow further */
+    SKV_ERR_LOSSY = -18,      /* the prefix is stored lossy; the caller did not accept it */
+};
+#define SKV_ERR_MIN_ (-18)
+
+/* Static string naming an error code; never NULL. */
+const char *seqkv_strerror(int err);
+/* The code's identifier ("SKV_ERR_FORMAT"), or NULL for an unknown code. */
+const char *seqkv_error_name(int err);
+
+/* The detail of the last failure on this thread ("" if none). */
+const char *seqkv_error_detail(void);
+/* Where the last failure on this thread was detected, "file.c:line" (""
+ * in release builds, or when the detail came from elsewhere). */
+const char *seqkv_error_where(void);
+/* Forget the recorded detail and location. */
+void seqkv_error_clear(void);
+
+/* ---- dtypes and levels ------------------------------------------------------
+ * The storage dtypes of KV caches. */
+typedef enum {
+    SEQKV_DT_F32 = 0,
+    SEQKV_DT_BF16 = 1,
+    SEQKV_DT_F16 = 2,
+    SEQKV_DT_F8E4M3 = 3,
+    SEQKV_DT_I32 = 4,
+} seqkv_dtype;
+#define SEQKV_DT_COUNT 5
+
+/* The coding levels: one enum for the store (a profile's level, each
+ * record's) and the predictive-delta coder (every level but raw): what
+ * predicts a scalar before the lossless stage codes it. */
+typedef enum {
+    SEQKV_RAW = 0,  /* no predictor: the bytes as given (still deduplicated) */
+    SEQKV_STAT = 1, /* per-channel statistics */
+    SEQKV_CTX = 2,  /* context predictors (previous position, codebook) */
+    SEQKV_SPEC = 3, /* int8 copy of the model over the exact KV */
+    SEQKV_FULL = 4, /* the model itself: the recompute end */
+    SEQKV_FAST = 5, /* no predictor: static per-channel tables (skv_fast_*) */
+    SEQKV_LOSSY = 6, /* a chunk record's only: the opt-in lossy tier (a
+                        profile's `lossy` setting, never a level to code
+                        at or to parse; not counted in SEQKV_LEVELS) */
+} seqkv_level;
+#define SEQKV_LEVELS 6
+/* Whether level l codes against a predictor (stat..full), and so needs a
+ * calibration and the delta coder; raw and fast need neither. */
+static inline int seqkv_level_predictive(seqkv_level l)
+{
+    return l >= SEQKV_STAT && l <= SEQKV_FULL;
+}
+/* "raw", "stat", "ctx", "spec", "full", "fast", "lossy"; "?" for any other value. */
+const char *seqkv_level_name(seqkv_level l);
+/* The level of such a name; SKV_ERR_ARG for an unknown one. */
+int seqkv_level_parse(const char *s, seqkv_level *out);
 
 #define SEQKV_NAME_MAX 63          /* profile and tenant names, bytes */
 #define SEQKV_PATH_MAX 1023        /* model path in a profile */
@@ -42,6 +129,7 @@ extern "C" {
 #define SEQKV_VOCAB_MAX 2147483647
 #define SEQKV_MAX_TOKENS (1u << 20) /* tokens per put/get */
 #define SEQKV_SHARED_TENANT "@shared" /* the opt-in shared namespace */
+#define SEQKV_DETAIL_MAX 256 /* a batch request's error detail, bytes with its NUL */
 
 
 typedef struct seqkv seqkv;
@@ -108,9 +196,10 @@ void seqkv_close(seqkv *db);
  * level and calibration it was coded with, so old chunks stay decodable).
  * ---------------------------------------------------------------------- */
 typedef struct {
+    size_t size;           /* sizeof(seqkv_profile): SEQKV_PROFILE_INIT (0: this header's) */
     char name[SEQKV_NAME_MAX + 1];
     int layers, kv_heads, head_dim;
-    skv_dtype dtype;
+    seqkv_dtype dtype;
     float rope_theta;      /* 0: the model's, else 10000 */
     int rope_dim;          /* rotated channels per head (0: head_dim) */
     int rope_half;         /* 1: HF half layout, 0: llama2.c pairs */
@@ -141,6 +230,7 @@ typedef struct {
     uint8_t lossy_id[16];  /* its lossy calibration (has_lossy) */
     int has_lossy;
 } seqkv_profile;
+#define SEQKV_PROFILE_INIT {.size = sizeof(seqkv_profile)}
 #define SEQKV_LOSSY_SINK_DEFAULT 4
 #define SEQKV_LOSSY_RECENT_DEFAULT 64
 
@@ -154,10 +244,11 @@ typedef struct {
  * shape). */
 int seqkv_profile_set(seqkv *db, seqkv_profile *p);
 /* SKV_ERR_NOT_FOUND for an unknown name (the detail lists the profiles
- * the store has). */
+ * the store has). out->size says how much of it the caller has (its
+ * SEQKV_PROFILE_INIT); SKV_ERR_ARG for a size it cannot be. */
 int seqkv_profile_get(seqkv *db, const char *name, seqkv_profile *out);
-/* The store's profiles, by name: up to cap of them into out, *n the
- * number there are. */
+/* The store's profiles, by name: up to cap of them into out (each
+ * out[0].size bytes), *n the number there are. */
 int seqkv_profile_list(seqkv *db, seqkv_profile *out, size_t cap, size_t *n);
 
 /* Learn a calibration for the profile from up to max_seq of its stored
@@ -260,7 +351,7 @@ typedef struct {
     size_t kv_len;
     const seqkv_put_opts *opts; /* may be NULL */
     int rc;                     /* out: 0 or the put's error */
-    char error[256];            /* out: its detail ("" when rc is 0) */
+    char detail[SEQKV_DETAIL_MAX]; /* out: its detail ("" when rc is 0) */
     seqkv_put_result res;       /* out */
 } seqkv_put_req;
 size_t seqkv_put_batch(seqkv *db, seqkv_put_req *req, size_t n);
@@ -270,27 +361,66 @@ size_t seqkv_put_batch(seqkv *db, seqkv_put_req *req, size_t n);
 int seqkv_lookup(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
                  size_t n, size_t *matched);
 
-/* The KV of the first `want` tokens (0: the longest cached prefix) into
- * out (cap bytes), store KV layout; *got receives the token count. Every
+/* ------------------------------------------------------------------------
+ * Gets: seqkv_get copies the KV into the caller's buffer, seqkv_get_view
+ * hands out the store's own pieces; what both read is in seqkv_get_opts.
+ * ---------------------------------------------------------------------- */
+typedef struct seqkv_view seqkv_view;
+/* Layer by layer (seqkv_get with on_layer): called once per (range of
+ * positions, layer) as soon as it is decoded and verified (it runs inside
+ * the read: it must not call seqkv functions); k and v hold
+ * [n][kv_heads][head_dim] elements of the profile's dtype for positions
+ * pos0..pos0+n-1. A non-zero return stops the get and is returned. */
+typedef int (*seqkv_layer_fn)(void *ctx, size_t pos0, size_t n, int layer, const void *k,
+                              const void *v);
+/* A view's layers as they become ready (seqkv_get_view with on_ready),
+ * told from the calling thread: the pieces of layers [0, ready) hold their
+ * final bytes from then on (a layer is seqkv_view_pieces / layers pieces).
+ * The chunks missing from the hot tier decode layer-major when their
+ * levels' layers decode alone (raw, stat, ctx, fast; spec and full predict
+ * a layer from the one before, so they decode whole). Every record's
+ * trailer is verified before it first hears; it hears ready == layers only
+ * after every decoded chunk's checksum has been verified too. When the get
+ * fails after it heard, *out is still the view, to be freed once nothing
+ * uses its pieces, and the layers it was told of are not to be trusted (a
+ * reply carrying them is cut off). It must not call seqkv functions. */
+typedef void (*seqkv_view_fn)(void *ctx, const seqkv_view *v, size_t ready);
+
+/* A prefix whose records (or their bases) are lossy is SKV_ERR_LOSSY (the
+ * detail names the profile) unless flags has SEQKV_GET_LOSSY; then it is
+ * the lossy tier's reconstruction (the exact window bit-exact). */
+#define SEQKV_GET_LOSSY 1u
+typedef struct {
+    size_t size;             /* sizeof(seqkv_get_opts) */
+    size_t want;             /* tokens asked for (0: the longest cached prefix) */
+    unsigned flags;          /* SEQKV_GET_LOSSY */
+    seqkv_layer_fn on_layer; /* seqkv_get only: each layer to it, out unused */
+    seqkv_view_fn on_ready;  /* seqkv_get_view only: layers as they are ready */
+    void *ctx;               /* on_layer's or on_ready's */
+} seqkv_get_opts;
+#define SEQKV_GET_OPTS_INIT {.size = sizeof(seqkv_get_opts)}
+
+/* The KV of the first opts->want tokens (opts NULL: the defaults) into out
+ * (cap bytes), store KV layout; *got receives the token count. Every
  * record is verified (record checksum, decoded-bytes checksum) before
  * anything is returned. Errors: SKV_ERR_NOT_FOUND (profile/tenant, or
- * fewer than `want` tokens cached), SKV_ERR_TOO_LARGE (cap too small; *got
- * says how many tokens), SKV_ERR_CORRUPT (a damaged record: nothing is
- * returned). */
+ * fewer than `want` tokens cached), SKV_ERR_LOSSY (above),
+ * SKV_ERR_TOO_LARGE (cap too small; *got says how many tokens),
+ * SKV_ERR_CORRUPT (a damaged record: nothing is returned), SKV_ERR_ARG
+ * (unknown flags, on_ready set). */
 int seqkv_get(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-              size_t n, size_t want, void *out, size_t cap, size_t *got);
+              size_t n, const seqkv_get_opts *opts, void *out, size_t cap, size_t *got);
 
-/* Zero-copy get: the KV of the first `want` tokens (0: the longest cached
- * prefix) as a list of pieces that, concatenated, are the store KV layout
- * seqkv_get writes. The pieces stay valid and unchanged until
+/* Zero-copy get: the same KV as a list of pieces that, concatenated, are
+ * what seqkv_get writes. The pieces stay valid and unchanged until
  * seqkv_view_free, whatever happens to the store meanwhile (a DEL or an
  * eviction only stops later gets from seeing them); a view may outlive
  * nothing but its store handle. Chunks come from the hot tier when there
  * (verified when they entered it), else are read, verified and decoded,
- * and enter the tier. Errors as seqkv_get's, but never SKV_ERR_TOO_LARGE. */
-typedef struct seqkv_view seqkv_view;
+ * and enter the tier. Errors as seqkv_get's, but never SKV_ERR_TOO_LARGE;
+ * SKV_ERR_ARG for on_layer. */
 int seqkv_get_view(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-                   size_t n, size_t want, seqkv_view **out, size_t *got);
+                   size_t n, const seqkv_get_opts *opts, seqkv_view **out, size_t *got);
 size_t seqkv_view_bytes(const seqkv_view *v);
 size_t seqkv_view_pieces(const seqkv_view *v);
 /* Piece i (< seqkv_view_pieces), *len bytes (never 0). */
@@ -299,34 +429,6 @@ const void *seqkv_view_piece(const seqkv_view *v, size_t i, size_t *len);
 size_t seqkv_view_hot_chunks(const seqkv_view *v, size_t *chunks);
 /* NULL is a no-op. */
 void seqkv_view_free(seqkv_view *v);
-
-/* seqkv_get_view (fn NULL) or seqkv_get_view_stream with flags: a prefix
- * whose records (or their bases) are lossy is SKV_ERR_LOSSY (the detail
- * names the profile), unless flags has SEQKV_GET_LOSSY; then it is the
- * lossy tier's reconstruction (the exact window bit-exact). The calls
- * without flags never return a lossy prefix. */
-#define SEQKV_GET_LOSSY 1u
-int seqkv_get_view_ex(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-                      size_t n, size_t want, unsigned flags,
-                      void (*fn)(void *ctx, const seqkv_view *v, size_t ready), void *ctx,
-                      seqkv_view **out, size_t *got);
-
-/* seqkv_get_view that tells fn, from the calling thread, each time more
- * of the view's layers are decoded: the pieces of layers [0, ready) hold
- * their final bytes from then on (a layer is seqkv_view_pieces / layers
- * pieces). The chunks missing from the hot tier decode layer-major when
- * their levels' layers decode alone (raw, stat, ctx, fast; spec and full
- * predict a layer from the one before, so they decode whole). Every
- * record's trailer is verified before fn first hears; fn hears ready ==
- * layers only after every decoded chunk's checksum has been verified too.
- * When the get fails after fn heard, *out is still the view, to be freed
- * once nothing uses its pieces, and the layers fn was told of are not to
- * be trusted (a reply carrying them is cut off). fn must not call seqkv
- * functions. */
-typedef void (*seqkv_view_fn)(void *ctx, const seqkv_view *v, size_t ready);
-int seqkv_get_view_stream(seqkv *db, const char *tenant, const char *profile,
-                          const int32_t *tokens, size_t n, size_t want, seqkv_view_fn fn,
-                          void *ctx, seqkv_view **out, size_t *got);
 
 /* The lossy tier's calibration for a profile with `lossy` set and a
  * model: up to max_seq (0: 64) of its stored sequences run through the
@@ -392,16 +494,6 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
  * Thread-safe; gets and puts are not affected. */
 void seqkv_stop_background(seqkv *db);
 
-/* Layer by layer: decodes chunk by chunk and calls fn once per (range of
- * positions, layer) as soon as it is decoded and verified (fn runs inside
- * the read: it must not call seqkv functions); k and v hold
- * [n][kv_heads][head_dim] elements of the profile's dtype for positions
- * pos0..pos0+n-1. A non-zero return from fn stops and is returned. */
-typedef int (*seqkv_layer_fn)(void *ctx, size_t pos0, size_t n, int layer, const void *k,
-                              const void *v);
-int seqkv_get_layers(seqkv *db, const char *tenant, const char *profile,
-                     const int32_t *tokens, size_t n, size_t want, seqkv_layer_fn fn,
-                     void *ctx, size_t *got);
 
 /* Delete the cached KV of tokens[0..n) that no other stored sequence
  * needs: from the end of its path, every record the query covers whole
@@ -440,6 +532,133 @@ typedef struct {
     uint64_t inserts, evictions, drops;    /* drops: deleted or evicted records */
 } seqkv_cache_stats;
 void seqkv_cache_stat(seqkv *db, seqkv_cache_stats *out);
+
+/* ---- the blob namespace ---------------------------------------------------
+ * The blob namespace: a tenant's named byte strings, what the
+ * server's plain Redis string commands (GET, SET, MGET, ...) serve, so that
+ * clients written for Redis (LMCache's remote backend, SGLang HiCache
+ * backends) store KV chunks in seqkv unchanged.
+ *
+ * Each tenant has its own keys (a key names nothing of another tenant).
+ * Values are stored once per tenant however many keys hold them
+ * (deduplicated by content), durably in LMDB (one write transaction a
+ * call), and compressed: a value LMCache describes with a sibling
+ * `<key>metadata` key (its RemoteMetadata: shape, dtype, format) is coded
+ * by the model-free fast level in that layout; any other value is stored
+ * zstd-compressed when that is smaller, else as it is. A get returns the
+ * exact bytes set, checked against their XXH3-64. Keys expire at an
+ * absolute time (milliseconds since the epoch); an expired key reads as
+ * absent and is removed by the next write that meets it or by
+ * seqkv_blob_sweep. A tenant's blobs count against its budget with its
+ * chunk records; a set past the budget removes the tenant's oldest blobs
+ * first (by the time they were set).
+ */
+#define SEQKV_BLOB_KEY_MAX 495 /* bytes of a key (LMDB's key limit less 16) */
+
+typedef struct {
+    const uint8_t *key;
+    size_t key_len;
+    const uint8_t *val;
+    size_t val_len;
+} seqkv_blob_item;
+
+enum {
+    SEQKV_BLOB_NX = 1,      /* write only if no key of the call exists */
+    SEQKV_BLOB_XX = 2,      /* write only if every key of the call exists */
+    SEQKV_BLOB_KEEPTTL = 4, /* keep each key's expiry time */
+};
+
+/* Set n keys (all or none, one write transaction). expire_at: ms since the
+ * epoch, 0 for none (ignored with KEEPTTL). *written (may be NULL): 1, or 0 when NX or XX
+ * stopped it. The tenant is created by its first set. Errors: SKV_ERR_ARG
+ * (a key empty or longer than SEQKV_BLOB_KEY_MAX, n == 0),
+ * SKV_ERR_TOO_LARGE (a value past 4 GiB, or the tenant's budget too small
+ * even after removing its older blobs). */
+int seqkv_blob_set(seqkv *db, const char *tenant, const seqkv_blob_item *items, size_t n,
+                   unsigned flags, int64_t expire_at, int *written);
+
+/* Several sets as one write transaction (the server's group commit of SET
+ * and MSET): each request as seqkv_blob_set would do it alone, in order,
+ * each seeing the ones before; its outcome in written, rc (0 or its error)
+ * and detail (the error's words). A request that fails fails alone (when
+ * one fails the shared transaction, each is committed on its own). 0, or
+ * SKV_ERR_NOMEM before any was tried. */
+typedef struct {
+    const char *tenant;
+    const seqkv_blob_item *items;
+    size_t n;
+    unsigned flags;
+    int64_t expire_at;
+    int written;      /* out */
+    int rc;           /* out */
+    char detail[SEQKV_DETAIL_MAX]; /* out: its detail ("" when rc is 0) */
+} seqkv_blob_set_req;
+int seqkv_blob_set_batch(seqkv *db, seqkv_blob_set_req *reqs, size_t n);
+
+/* Get n keys in one read transaction. For each, in order, fn is called:
+ * found 0 (absent or expired; len 0) -- its return is ignored -- or found 1
+ * with the value's length, returning where to write its len bytes (NULL:
+ * out of memory, SKV_ERR_NOMEM). The value is decoded into that buffer and
+ * checked before the next call. Errors: SKV_ERR_CORRUPT (a damaged value:
+ * the buffer holds garbage; nothing after it is called). */
+typedef void *(*seqkv_blob_fn)(void *ctx, size_t i, int found, size_t len);
+int seqkv_blob_get(seqkv *db, const char *tenant, size_t n, const uint8_t *const *keys,
+                   const size_t *key_lens, seqkv_blob_fn fn, void *ctx);
+
+typedef struct {
+    int found;
+    uint64_t len;      /* the value's bytes */
+    int64_t expire_at; /* ms since the epoch, 0: none */
+} seqkv_blob_info;
+/* One key's length and expiry (found 0 when absent or expired). */
+int seqkv_blob_stat(seqkv *db, const char *tenant, const uint8_t *key, size_t key_len,
+                    seqkv_blob_info *out);
+/* How many of the n keys exist (a key named twice counts twice). */
+int seqkv_blob_exists(seqkv *db, const char *tenant, size_t n, const uint8_t *const *keys,
+                      const size_t *key_lens, size_t *count);
+/* Delete n keys (one write transaction); *deleted: how many existed. */
+int seqkv_blob_del(seqkv *db, const char *tenant, size_t n, const uint8_t *const *keys,
+                   const size_t *key_lens, size_t *deleted);
+
+enum {
+    SEQKV_EXPIRE_NX = 1, /* only when the key has no expiry */
+    SEQKV_EXPIRE_XX = 2, /* only when it has one */
+    SEQKV_EXPIRE_GT = 4, /* only when the new time is later (none counts as infinite) */
+    SEQKV_EXPIRE_LT = 8, /* only when it is earlier */
+};
+/* Set a key's expiry: expire_at ms since the epoch (at or before now: the
+ * key is deleted), or -1 to remove its expiry (PERSIST: *changed 0 when it
+ * had none). *changed: 1 when the key exists and the condition held. */
+int seqkv_blob_expire(seqkv *db, const char *tenant, const uint8_t *key, size_t key_len,
+                      int64_t expire_at, unsigned cond, int *changed);
+
+/* Iterate a tenant's keys from cursor (0: the start), about count of them
+ * (keys are ordered by a keyed hash of their name, so a key present for a
+ * whole iteration is returned exactly once however keys come and go);
+ * fn gets each unexpired key; *next: the cursor to go on from, 0 at the
+ * end. fn returns nonzero to stop early (the error is returned). */
+typedef int (*seqkv_blob_key_fn)(void *ctx, const uint8_t *key, size_t key_len);
+int seqkv_blob_scan(seqkv *db, const char *tenant, uint64_t cursor, size_t count,
+                    seqkv_blob_key_fn fn, void *ctx, uint64_t *next);
+
+typedef struct {
+    uint64_t keys;         /* keys (expired ones not yet removed included) */
+    uint64_t values;       /* distinct values stored */
+    uint64_t raw_bytes;    /* the values' bytes summed over keys */
+    uint64_t value_bytes;  /* the distinct values' bytes (after deduplication) */
+    uint64_t stored_bytes; /* their stored images */
+    uint64_t kv_values;    /* values coded by the fast level as KV */
+    uint64_t evicted;      /* keys removed by the budget since open */
+    uint64_t expired;      /* keys removed at their expiry since open */
+} seqkv_blob_stats;
+/* For one tenant (NULL: all); an unknown tenant has none. */
+int seqkv_blob_stat_all(seqkv *db, const char *tenant, seqkv_blob_stats *out);
+
+/* Delete all of a tenant's keys, in bounded write transactions. */
+int seqkv_blob_flush(seqkv *db, const char *tenant, uint64_t *deleted);
+/* Remove expired keys of every tenant, at most max of them (a call goes
+ * on where the last one stopped); *removed may be NULL. */
+int seqkv_blob_sweep(seqkv *db, size_t max, size_t *removed);
 
 #ifdef __cplusplus
 }

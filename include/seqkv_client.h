@@ -13,7 +13,7 @@
  * the connection fails or closes, SKV_ERR_FORMAT when the server's reply
  * is malformed or not the expected type. After SKV_ERR_IO or
  * SKV_ERR_FORMAT the connection is closed and every later call on it
- * returns SKV_ERR_IO. seqkv_client_error() gives the server's message or
+ * returns SKV_ERR_IO. seqkv_error_detail() gives the server's message or
  * the local reason.
  *
  * Tokens travel as little-endian u32; KV in the store layout
@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "skv_error.h"
+#include "seqkv.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,18 +33,12 @@ extern "C" {
 typedef struct seqkv_client seqkv_client;
 
 /* Connect to the server's socket. Errors: SKV_ERR_ARG (path too long),
- * SKV_ERR_IO (no server there; the errno text in seqkv_client_error of
- * nothing -- in skv_error_detail()). A server that refuses the peer (no
+ * SKV_ERR_IO (no server there; the errno text in seqkv_error_detail()). A server that refuses the peer (no
  * tenant for its uid) closes the connection: the first call then returns
- * SKV_ERR_IO with the server's message in seqkv_client_error(). */
+ * SKV_ERR_IO with the server's message in seqkv_error_detail(). */
 int seqkv_client_connect(const char *path, seqkv_client **out);
 /* Close the connection; NULL is a no-op. */
 void seqkv_client_close(seqkv_client *c);
-/* The last error: the server's error line without its '-' and CRLF, or
- * the local reason ("" when none). Valid until the next call. */
-const char *seqkv_client_error(const seqkv_client *c);
-/* Name of a code, including the two client codes. */
-const char *seqkv_client_strerror(int rc);
 /* Free memory the client returned (get_alloc, info). */
 void seqkv_client_free(void *p);
 

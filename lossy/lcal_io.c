@@ -12,7 +12,7 @@
 #define LCAL_MAGIC 0x434c4b53u /* "SKLC" */
 #define LCAL_VERSION 1
 
-int lq_cal_alloc(skv_lossy_cal **out, int L, int H, int D, skv_dtype dt)
+int lq_cal_alloc(skv_lossy_cal **out, int L, int H, int D, seqkv_dtype dt)
 {
     if (L <= 0 || H <= 0 || D <= 0 || D > SKV_LOSSY_DMAX || D % SKV_LOSSY_SUB || L > 4096 || H > 4096)
         return skv_error(SKV_ERR_SHAPE, "lossy calibration of shape [%d, %d, %d]", L, H, D);
@@ -67,7 +67,7 @@ void skv_lossy_cal_shape(const skv_lossy_cal *c, int *layers, int *kv_heads, int
     *kv_heads = c->H;
     *head_dim = c->D;
 }
-skv_dtype skv_lossy_cal_dtype(const skv_lossy_cal *c) { return c->dt; }
+seqkv_dtype skv_lossy_cal_dtype(const skv_lossy_cal *c) { return c->dt; }
 const uint8_t *skv_lossy_cal_id(const skv_lossy_cal *c) { return c->id; }
 
 int skv_lossy_cal_has(const skv_lossy_cal *c, int bits, skv_lossy_kind kind)
@@ -276,11 +276,11 @@ int skv_lossy_cal_load(const uint8_t *buf, size_t len, skv_lossy_cal **out)
     if (hd[1] != LCAL_VERSION)
         return skv_error(hd[1] > LCAL_VERSION ? SKV_ERR_VERSION : SKV_ERR_FORMAT,
                          "lossy calibration version %u (this build reads %u)", hd[1], LCAL_VERSION);
-    if (hd[5] > 255 || skv_dtype_size((skv_dtype)hd[5]) == 0 || hd[2] > 4096 || hd[3] > 4096 ||
+    if (hd[5] > 255 || skv_dtype_size((seqkv_dtype)hd[5]) == 0 || hd[2] > 4096 || hd[3] > 4096 ||
         hd[4] > SKV_LOSSY_DMAX || hd[6] > (1u << 20))
         return skv_error(SKV_ERR_CORRUPT, "lossy calibration header out of range");
     skv_lossy_cal *c;
-    int rc = lq_cal_alloc(&c, (int)hd[2], (int)hd[3], (int)hd[4], (skv_dtype)hd[5]);
+    int rc = lq_cal_alloc(&c, (int)hd[2], (int)hd[3], (int)hd[4], (seqkv_dtype)hd[5]);
     if (rc)
         return rc == SKV_ERR_SHAPE ? skv_error(SKV_ERR_CORRUPT, "lossy calibration of a shape it cannot have") : rc;
     c->sink = (int)hd[6];

@@ -33,7 +33,7 @@ typedef struct {
 
 struct skv_lossy_cal {
     int L, H, D, M;
-    skv_dtype dt;
+    seqkv_dtype dt;
     int sink;
     float *t, *ti; /* [L][2][H][D*D] */
     skv_symtab *esc_tab; /* uniform over [-LQ_ESC_MAX, LQ_ESC_MAX] */
@@ -73,6 +73,6 @@ int lq_train_level(skv_lossy_cal *c, int bits, skv_lossy_kind kind, const float 
                    skv_pool *pool, int quiet);
 /* The id: BLAKE2b-128 of the serialized calibration (lcal_io.c). */
 int lq_set_id(skv_lossy_cal *c);
-int lq_cal_alloc(skv_lossy_cal **out, int L, int H, int D, skv_dtype dt);
+int lq_cal_alloc(skv_lossy_cal **out, int L, int H, int D, seqkv_dtype dt);
 
 #endif

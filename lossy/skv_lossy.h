@@ -64,7 +64,7 @@ int skv_lossy_level_parse(const char *s);
 typedef struct skv_lossy_cal skv_lossy_cal;
 
 typedef struct {
-    skv_dtype dtype;  /* the storage dtype the codebooks learn from */
+    seqkv_dtype dtype;  /* the storage dtype the codebooks learn from */
     int sink;         /* the first positions of each sequence, left out of the statistics */
     int rvq;          /* also learn residual VQ codebooks (the bench's rows) */
     int identity;     /* T = I: plain VQ, for comparison (the bench's rows) */
@@ -86,7 +86,7 @@ void skv_lossy_cal_free(skv_lossy_cal *c);
 
 /* Shape and identity. id: BLAKE2b-128 of the serialized calibration. */
 void skv_lossy_cal_shape(const skv_lossy_cal *c, int *layers, int *kv_heads, int *head_dim);
-skv_dtype skv_lossy_cal_dtype(const skv_lossy_cal *c);
+seqkv_dtype skv_lossy_cal_dtype(const skv_lossy_cal *c);
 const uint8_t *skv_lossy_cal_id(const skv_lossy_cal *c);
 int skv_lossy_cal_has(const skv_lossy_cal *c, int bits, skv_lossy_kind kind);
 /* The level's quantiser step in the transformed domain. */

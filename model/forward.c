@@ -136,10 +136,10 @@ float *skv_kvcache_v(skv_kvcache *c, int layer, size_t pos)
     return c->v + ((size_t)layer * c->cap + pos) * (size_t)c->kv_dim;
 }
 
-int skv_kvcache_append(skv_kvcache *c, skv_dtype dtype, const void *k, const void *v, size_t n)
+int skv_kvcache_append(skv_kvcache *c, seqkv_dtype dtype, const void *k, const void *v, size_t n)
 {
     size_t es = skv_dtype_size(dtype);
-    if (dtype == SKV_DT_I32 || es == 0)
+    if (dtype == SEQKV_DT_I32 || es == 0)
         return skv_error(SKV_ERR_ARG, "KV dtype %s is not a float type", skv_dtype_name(dtype));
     if (n > c->cap - c->len)
         return skv_error(SKV_ERR_TOO_LARGE, "appending %zu positions to a cache holding %zu of %zu",
@@ -158,11 +158,11 @@ int skv_kvcache_append(skv_kvcache *c, skv_dtype dtype, const void *k, const voi
     return SKV_OK;
 }
 
-int skv_kvcache_export(const skv_kvcache *c, size_t p0, size_t n, skv_dtype dtype, void *k_out,
+int skv_kvcache_export(const skv_kvcache *c, size_t p0, size_t n, seqkv_dtype dtype, void *k_out,
                        void *v_out)
 {
     size_t es = skv_dtype_size(dtype);
-    if (dtype == SKV_DT_I32 || es == 0)
+    if (dtype == SEQKV_DT_I32 || es == 0)
         return skv_error(SKV_ERR_ARG, "KV dtype %s is not a float type", skv_dtype_name(dtype));
     if (p0 > c->len || n > c->len - p0)
         return skv_error(SKV_ERR_ARG, "export of positions [%zu, %zu) beyond length %zu", p0,

@@ -178,7 +178,7 @@ static int load_vec(const shards *s, const char *name, float *dst, int64_t r, in
         return skv_error(SKV_ERR_SHAPE, "tensor \"%s\" has shape [%s], expected [%lld]", name, sh,
                          (long long)r);
     }
-    if (t->dtype == SKV_DT_I32)
+    if (t->dtype == SEQKV_DT_I32)
         return skv_error(SKV_ERR_SHAPE, "tensor \"%s\" is I32, expected a float type", name);
     return skv_cast_to_f32(t->dtype, dst, t->data, t->nelem);
 }
@@ -338,7 +338,7 @@ int skv_rope_pair_to_half(int c, int rot)
 
 typedef struct {
     skv_st_writer *w;
-    skv_dtype dt;
+    seqkv_dtype dt;
     uint8_t *tmp;
     float *perm;
 } writer;
@@ -366,12 +366,12 @@ static const float *permute_rows(writer *W, const float *src, int heads, int hd,
     return W->perm;
 }
 
-static int write_config(const skv_model_config *c, const char *path, skv_dtype dt)
+static int write_config(const skv_model_config *c, const char *path, seqkv_dtype dt)
 {
     static const char *const types[] = {"llama", "qwen2", "qwen3"};
     static const char *const archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM",
                                         "Qwen3ForCausalLM"};
-    const char *tdt = dt == SKV_DT_BF16 ? "bfloat16" : dt == SKV_DT_F16 ? "float16" : "float32";
+    const char *tdt = dt == SEQKV_DT_BF16 ? "bfloat16" : dt == SEQKV_DT_F16 ? "float16" : "float32";
     char buf[2048];
     int n = snprintf(buf, sizeof buf,
                      "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
@@ -395,12 +395,12 @@ static int write_config(const skv_model_config *c, const char *path, skv_dtype d
     return skv_file_write(path, buf, (size_t)n);
 }
 
-int skv_model_save_hf(const skv_model *m, const char *dir, skv_dtype dtype)
+int skv_model_save_hf(const skv_model *m, const char *dir, seqkv_dtype dtype)
 {
     const skv_model_config *c = &m->cfg;
     if (m->wq != SKV_WQ_F32)
         return skv_error(SKV_ERR_ARG, "only float32 models can be saved");
-    if (dtype != SKV_DT_F32 && dtype != SKV_DT_BF16 && dtype != SKV_DT_F16)
+    if (dtype != SEQKV_DT_F32 && dtype != SEQKV_DT_BF16 && dtype != SEQKV_DT_F16)
         return skv_error(SKV_ERR_ARG, "weights can be saved as F32, BF16 or F16, not %s",
                          skv_dtype_name(dtype));
     if (c->arch == SKV_ARCH_QWEN2 && !c->qkv_bias)

@@ -111,7 +111,7 @@ int skv_model_wo(const skv_model *m, int layer, float *out);
  * k rows permuted to the HF half layout, as HF's own converter does, so
  * the written model computes the same function; its K channels come out
  * in the HF order (see skv_rope_pair_to_half). */
-int skv_model_save_hf(const skv_model *m, const char *dir, skv_dtype dtype);
+int skv_model_save_hf(const skv_model *m, const char *dir, seqkv_dtype dtype);
 /* Channel c of a head in the pair layout lands at this index in the half
  * layout (rot = rope_dim): c = 2b + a  ->  a * rot/2 + b. */
 int skv_rope_pair_to_half(int c, int rot);
@@ -134,12 +134,12 @@ float *skv_kvcache_v(skv_kvcache *c, int layer, size_t pos);
 /* Append n positions of externally supplied KV, e.g. the exact decoded KV
  * a quantized predictor attends over. k, v: dtype elements laid out
  * [layer][n][kv_head][head_dim] (the KV file layout). */
-int skv_kvcache_append(skv_kvcache *c, skv_dtype dtype, const void *k, const void *v,
+int skv_kvcache_append(skv_kvcache *c, seqkv_dtype dtype, const void *k, const void *v,
                        size_t n);
 /* Export positions [p0, p0+n) as dtype in the KV file layout
  * [layer][n][kv_head][head_dim]; k_out and v_out hold
  * layers*n*kv_heads*head_dim elements each. */
-int skv_kvcache_export(const skv_kvcache *c, size_t p0, size_t n, skv_dtype dtype,
+int skv_kvcache_export(const skv_kvcache *c, size_t p0, size_t n, seqkv_dtype dtype,
                        void *k_out, void *v_out);
 
 /* Called once per layer after the new positions' K (after RoPE) and V are

@@ -250,7 +250,7 @@ static int map_read(skv_rc *rc, int32_t ci, int64_t io_ms)
     freeReplyObject(r);
     if (err) {
         note(rc, "%s:%d: bad CLUSTER SLOTS reply: %s", rc->conn[ci].addr.host,
-             rc->conn[ci].addr.port, skv_error_detail());
+             rc->conn[ci].addr.port, seqkv_error_detail());
         skv_free(m);
         return -1;
     }
@@ -371,7 +371,7 @@ skv_rc *skv_rc_open(const char *seeds, int timeout_ms, char *err, size_t errlen)
             return open_fail(rc, err, errlen, "seed %d of '%s' is empty", k, seeds);
         if (skv_rc_parse_addr(item, len, NULL, &a))
             return open_fail(rc, err, errlen, "seed %d of '%s': %s", k, seeds,
-                             skv_error_detail());
+                             seqkv_error_detail());
         int32_t ci = conn_index(rc, &a);
         if (ci < 0)
             return open_fail(rc, err, errlen, "too many seeds");

@@ -98,7 +98,7 @@ unsigned skv_rc_slot(const void *key, size_t len);
  * again; they may have run).
  *
  * Returns 0 when every replies[i] is non-NULL, else -1 (and the detail in
- * skv_error_detail()). Bad arguments (NULL rc, cmds or replies; argc < 1;
+ * seqkv_error_detail()). Bad arguments (NULL rc, cmds or replies; argc < 1;
  * key outside 0..argc-1) return -1 with every reply NULL. */
 int skv_rc_exec(skv_rc *rc, const skv_rc_cmd *cmds, size_t n, redisReply **replies,
                 int wait_replicas, int deadline_ms);

@@ -23,16 +23,6 @@ struct seqkv_client {
     char err[512];
 };
 
-const char *seqkv_client_strerror(int rc)
-{
-    return skv_strerror(rc);
-}
-
-const char *seqkv_client_error(const seqkv_client *c)
-{
-    return c ? c->err : "";
-}
-
 void seqkv_client_free(void *p)
 {
     skv_free(p);

@@ -11,7 +11,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "seqkv_blob.h"
+#include "seqkv.h"
 #include "server_int.h"
 
 /* Expiry times are wall-clock, as Redis's */

@@ -83,7 +83,7 @@ static int profile_key(srv_job *j, size_t i, profile_req *q)
                : srv_arg_is(j, i, "kv_heads") ? &want->kv_heads : &want->head_dim;
         *f = (int)x;
     } else if (srv_arg_is(j, i, "dtype")) {
-        if (skv_dtype_from_user(v, &want->dtype) || want->dtype == SKV_DT_I32) {
+        if (skv_dtype_from_user(v, &want->dtype) || want->dtype == SEQKV_DT_I32) {
             srv_err_reply(j, "ERR", "dtype wants bf16, fp16, fp8 or fp32");
             return -1;
         }
@@ -244,7 +244,7 @@ static void profile_set(skv_server *s, srv_job *j)
     }
     profile_req q;
     memset(&q, 0, sizeof q);
-    q.want.dtype = SKV_DT_BF16;
+    q.want.dtype = SEQKV_DT_BF16;
     q.want.level = SEQKV_CTX; /* a new profile's: raw until it calibrates itself */
     for (size_t i = 3; i < j->cmd.argc; i += 2)
         if (profile_key(j, i, &q))
@@ -254,7 +254,7 @@ static void profile_set(skv_server *s, srv_job *j)
         srv_err_reply(j, "NOPERM", "only an admin tenant may name a model file");
         return;
     }
-    seqkv_profile cur;
+    seqkv_profile cur = SEQKV_PROFILE_INIT;
     int rc = seqkv_profile_get(s->db, name, &cur);
     if (rc == 0) {
         profile_change(s, j, name, &q, &cur);
@@ -283,7 +283,7 @@ void srv_cmd_profile(skv_server *s, srv_job *j)
         }
         if (srv_name_arg(j, 2, name))
             return;
-        seqkv_profile p;
+        seqkv_profile p = SEQKV_PROFILE_INIT;
         int rc = seqkv_profile_get(s->db, name, &p);
         if (rc) {
             srv_store_err(s, j, rc, "KV.PROFILE GET");

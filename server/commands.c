@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "seqkv_blob.h"
+#include "seqkv.h"
 #include "remote.h"
 #include "server_int.h"
 
@@ -54,14 +54,14 @@ void srv_store_err(skv_server *s, srv_job *j, int rc, const char *what)
     case SKV_ERR_TOO_LARGE: code = "TOOLARGE"; break;
     default: break;
     }
-    const char *d = skv_error_detail(), *where = skv_error_where();
+    const char *d = seqkv_error_detail(), *where = seqkv_error_where();
     if (d && *d)
-        srv_err_reply(j, code, "%s: %s (%s)", what, skv_strerror(rc), d);
+        srv_err_reply(j, code, "%s: %s (%s)", what, seqkv_strerror(rc), d);
     else
-        srv_err_reply(j, code, "%s: %s", what, skv_strerror(rc));
+        srv_err_reply(j, code, "%s: %s", what, seqkv_strerror(rc));
     /* the log, not the reply, says where in the source it arose */
     srv_log(s, "%s (tenant %s): %s (%s)%s%s%s", what,
-            j->tenant >= 0 ? srv_tenant_name(s, j) : "-", skv_strerror(rc), d ? d : "",
+            j->tenant >= 0 ? srv_tenant_name(s, j) : "-", seqkv_strerror(rc), d ? d : "",
             where && *where ? " [" : "", where ? where : "", where && *where ? "]" : "");
     if (j->tenant >= 0) {
         pthread_mutex_lock(&s->smu);
@@ -210,13 +210,13 @@ size_t srv_token_bytes(const seqkv_profile *p)
            skv_dtype_size(p->dtype);
 }
 
-const char *srv_dtype_name(skv_dtype d)
+const char *srv_dtype_name(seqkv_dtype d)
 {
     switch (d) {
-    case SKV_DT_F32: return "fp32";
-    case SKV_DT_BF16: return "bf16";
-    case SKV_DT_F16: return "fp16";
-    case SKV_DT_F8E4M3: return "fp8";
+    case SEQKV_DT_F32: return "fp32";
+    case SEQKV_DT_BF16: return "bf16";
+    case SEQKV_DT_F16: return "fp16";
+    case SEQKV_DT_F8E4M3: return "fp8";
     default: return "?";
     }
 }
@@ -389,11 +389,11 @@ void srv_put_batch(skv_server *s, srv_job **jobs, size_t n)
         seqkv_put_batch(s->db, q, m);
     const int rrc = m ? srv_remote_wait(s, mark) : SKV_OK;
     char rmsg[256];
-    snprintf(rmsg, sizeof rmsg, "%s", rrc ? skv_error_detail() : "");
+    snprintf(rmsg, sizeof rmsg, "%s", rrc ? seqkv_error_detail() : "");
     for (size_t k = 0; k < m; k++) {
         srv_job *j = jobs[idx[k]];
         if (q[k].rc) {
-            skv_error_at(q[k].rc, NULL, 0, "%s", q[k].error);
+            skv_error_at(q[k].rc, NULL, 0, "%s", q[k].detail);
             srv_store_err(s, j, q[k].rc, "KV.PUT");
             continue;
         }
@@ -435,7 +435,7 @@ static void cmd_put(skv_server *s, srv_job *j)
 static int miss_or_err(skv_server *s, srv_job *j, const char *prof, int rc, const char *what)
 {
     if (rc == SKV_ERR_NOT_FOUND) {
-        seqkv_profile p;
+        seqkv_profile p = SEQKV_PROFILE_INIT;
         int rp = seqkv_profile_get(s->db, prof, &p);
         if (rp == 0)
             return 1;
@@ -533,7 +533,7 @@ static void cmd_get(skv_server *s, srv_job *j)
         srv_err_reply(j, "ERR", "n (%zu) is more than the %zu tokens given", want, n);
         return;
     }
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     int rc = seqkv_profile_get(s->db, prof, &p);
     if (rc) {
         skv_free(tok);
@@ -573,9 +573,9 @@ static void cmd_get(skv_server *s, srv_job *j)
     if (layers && !j->inline_) { /* the loop sends each layer as it decodes */
         j->stream_layers = p.layers;
         get_stream gs = {s, j, (size_t)p.layers};
-        rc = seqkv_get_view_ex(s->db, tn, prof, tok, n, want, flags, layers_told, &gs, &v, &got);
+        rc = seqkv_get_view(s->db, tn, prof, tok, n, &(seqkv_get_opts){.want = want, .flags = flags, .on_ready = layers_told, .ctx = &gs}, &v, &got);
     } else {
-        rc = seqkv_get_view_ex(s->db, tn, prof, tok, n, want, flags, NULL, NULL, &v, &got);
+        rc = seqkv_get_view(s->db, tn, prof, tok, n, &(seqkv_get_opts){.want = want, .flags = flags}, &v, &got);
     }
     skv_free(tok);
     if (rc && v) { /* after layers went out: the loop cuts the reply (server.c stream_end) */
@@ -589,7 +589,7 @@ static void cmd_get(skv_server *s, srv_job *j)
         seqkv_view_free(v);
         get_counted(s, j, 0, 0);
         if (rc == SKV_ERR_LOSSY) /* stored lossy: a miss for this request, and why */
-            srv_err_reply(j, "NOTFOUND", "KV.GET: %s", skv_error_detail());
+            srv_err_reply(j, "NOTFOUND", "KV.GET: %s", seqkv_error_detail());
         else if (rc == 0 || rc == SKV_ERR_NOT_FOUND)
             srv_err_reply(j, "NOTFOUND", "KV.GET: fewer than %zu tokens of this prefix are cached",
                       want);
@@ -645,7 +645,7 @@ static void cmd_calibrate(skv_server *s, srv_job *j)
         return;
     }
     int rc = seqkv_calibrate(s->db, prof, (size_t)max_seq);
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     if (!rc && !(rc = seqkv_profile_get(s->db, prof, &p)) && p.lossy && !p.has_lossy)
         rc = seqkv_lossy_calibrate(s->db, prof, (size_t)max_seq); /* and its lossy tier's */
     if (rc) {
@@ -667,7 +667,7 @@ static void cmd_compact(skv_server *s, srv_job *j)
     const char *p = j->cmd.argc == 2 ? prof : NULL;
     int learned = 0;
     if (seqkv_auto_calibrate(s->db, p, &learned)) /* (compaction goes on without it) */
-        srv_log(s, "KV.COMPACT: %s", skv_error_detail());
+        srv_log(s, "KV.COMPACT: %s", seqkv_error_detail());
     seqkv_compact_stats st;
     int rc = seqkv_compact(s->db, p, NULL, NULL, &st);
     if (rc) {

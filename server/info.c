@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "seqkv_blob.h"
+#include "seqkv.h"
 #include "remote.h"
 #include "server_int.h"
 

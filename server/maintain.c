@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "maintain.h"
-#include "seqkv_blob.h"
+#include "seqkv.h"
 #include "server_int.h"
 
 /* compaction progress into INFO's figures; stops when the server does */
@@ -34,7 +34,7 @@ static void run_once(skv_server *s, int compact)
     if (rc == SKV_ERR_CANCELLED)
         srv_log(s, "self-calibration stopped (the server is stopping)");
     else if (rc)
-        srv_log(s, "self-calibration: %s", skv_error_detail());
+        srv_log(s, "self-calibration: %s", seqkv_error_detail());
     pthread_mutex_lock(&s->mmu);
     s->mstat.calibrating = 0;
     s->mstat.calibrations += (uint64_t)learned;
@@ -67,7 +67,7 @@ static void run_once(skv_server *s, int compact)
     }
     pthread_mutex_unlock(&s->mmu);
     if (rc)
-        srv_log(s, "compaction: %s", skv_error_detail());
+        srv_log(s, "compaction: %s", seqkv_error_detail());
     else if (st.recoded || st.calibrations_deleted)
         srv_log(s, "compaction: %llu records coded again (%llu appended ones merged), %llu -> %llu "
                 "bytes, %llu calibrations deleted (%.1f s)", (unsigned long long)st.recoded,
@@ -109,7 +109,7 @@ static void *maintain_main(void *arg)
             pthread_mutex_unlock(&s->mmu);
             size_t removed = 0;
             if (seqkv_blob_sweep(s->db, SRV_SWEEP_MAX, &removed))
-                srv_log(s, "expiry sweep: %s", skv_error_detail());
+                srv_log(s, "expiry sweep: %s", seqkv_error_detail());
             next_sweep = srv_now() + SRV_SWEEP_EVERY;
             pthread_mutex_lock(&s->mmu);
             continue;

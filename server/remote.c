@@ -70,14 +70,14 @@ static int tenant_new(srv_remote *r, const char *name, const char *k, uint8_t mi
     const char *get[2] = {"GET", k};
     redisReply *g = srv_rexec1(r, 2, get, NULL, r->timeout_ms);
     if (!g)
-        return skv_error(SKV_ERR_IO, "remote: cluster unreachable (%s)", skv_error_detail());
+        return skv_error(SKV_ERR_IO, "remote: cluster unreachable (%s)", seqkv_error_detail());
     if (g->type == REDIS_REPLY_STRING && g->len == SEQKV_TIER_TENANT_BYTES) {
         memcpy(mine, g->str, SEQKV_TIER_TENANT_BYTES);
         freeReplyObject(g);
-        return seqkv_tier_tenant_import(db, name, r->fkey, mine);
+        return skv_tier_tenant_import(db, name, r->fkey, mine);
     }
     freeReplyObject(g);
-    const uint64_t want = seqkv_tier_next_tenant(db);
+    const uint64_t want = skv_tier_next_tenant(db);
     const char *incr[2] = {"INCR", "skv:next_tenant"};
     redisReply *x = srv_rexec1(r, 2, incr, NULL, r->timeout_ms);
     long long id = x && x->type == REDIS_REPLY_INTEGER ? x->integer : -1;
@@ -94,7 +94,7 @@ static int tenant_new(srv_remote *r, const char *name, const char *k, uint8_t mi
     }
     if (id <= 0)
         return skv_error(SKV_ERR_IO, "remote: no tenant id from the cluster");
-    return seqkv_tier_tenant_create(db, name, (uint64_t)id, r->fkey, mine);
+    return skv_tier_tenant_create(db, name, (uint64_t)id, r->fkey, mine);
 }
 
 /* Tenant name joins the fleet: 1 when its records are shared, 0 when it
@@ -103,10 +103,10 @@ static int tenant_join(srv_remote *r, const char *name)
 {
     uint8_t nh[16], mine[SEQKV_TIER_TENANT_BYTES];
     char hx[33], k[48];
-    seqkv_tier_tenant_name(r->fkey, name, nh);
+    skv_tier_tenant_name(r->fkey, name, nh);
     sodium_bin2hex(hx, sizeof hx, nh, 16);
     snprintf(k, sizeof k, "skv:t:%s", hx);
-    int rc = seqkv_tier_tenant_export(r->s->db, name, r->fkey, mine);
+    int rc = skv_tier_tenant_export(r->s->db, name, r->fkey, mine);
     if (rc == SKV_ERR_NOT_FOUND)
         rc = tenant_new(r, name, k, mine);
     if (rc == SKV_ERR_IO)
@@ -120,19 +120,19 @@ static int tenant_join(srv_remote *r, const char *name)
         if (x)
             freeReplyObject(x);
         if (!won && !lost)
-            return skv_error(SKV_ERR_IO, "remote: cluster unreachable (%s)", skv_error_detail());
+            return skv_error(SKV_ERR_IO, "remote: cluster unreachable (%s)", seqkv_error_detail());
         if (lost) { /* the fleet has it: the same keys, or this one stays local */
             const char *get[2] = {"GET", k};
             redisReply *g = srv_rexec1(r, 2, get, NULL, r->timeout_ms);
             rc = g && g->type == REDIS_REPLY_STRING && g->len == SEQKV_TIER_TENANT_BYTES
-                     ? seqkv_tier_tenant_import(r->s->db, name, r->fkey, (const uint8_t *)g->str)
+                     ? skv_tier_tenant_import(r->s->db, name, r->fkey, (const uint8_t *)g->str)
                      : skv_error(SKV_ERR_CORRUPT, "remote: tenant entry of another shape");
             if (g)
                 freeReplyObject(g);
         }
     }
     if (rc) {
-        srv_log(r->s, "remote: tenant '%s' stays local: %s", name, skv_error_detail());
+        srv_log(r->s, "remote: tenant '%s' stays local: %s", name, seqkv_error_detail());
         r->st.tenants_local++;
         return 0;
     }
@@ -166,7 +166,7 @@ int srv_remote_start(skv_server *s)
     pthread_cond_init(&r->cv, NULL);
     pthread_cond_init(&r->dcv, NULL);
     s->remote = r;
-    int rc = (r->fkey = sodium_malloc(32)) ? seqkv_tier_key_load(ks, r->fkey) : SKV_ERR_NOMEM;
+    int rc = (r->fkey = sodium_malloc(32)) ? skv_tier_key_load(ks, r->fkey) : SKV_ERR_NOMEM;
     if (rc)
         return rc;
     char err[256];
@@ -178,7 +178,7 @@ int srv_remote_start(skv_server *s)
     if (pthread_create(&r->thr, NULL, srv_remote_writer, r) != 0)
         return skv_error(SKV_ERR_IO, "pthread_create failed");
     r->started = 1;
-    seqkv_tier_on_commit(s->db, srv_remote_on_commit, r);
+    skv_tier_on_commit(s->db, srv_remote_on_commit, r);
     srv_log(s, "remote tier %s: %zu tenants shared, %zu local, durability %s", seeds,
             r->st.tenants_shared, r->st.tenants_local, r->replica ? "replica" : "local");
     return SKV_OK;
@@ -190,7 +190,7 @@ void srv_remote_stop(skv_server *s)
     if (!r)
         return;
     if (s->db)
-        seqkv_tier_on_commit(s->db, NULL, NULL);
+        skv_tier_on_commit(s->db, NULL, NULL);
     if (r->started) {
         pthread_mutex_lock(&r->mu);
         r->stop = 1;

@@ -7,7 +7,7 @@
 #include <pthread.h>
 
 #include "remote.h"
-#include "seqkv_tier.h"
+#include "skv_tier.h"
 #include "server_int.h"
 #include "skv_rcluster.h"
 
@@ -71,6 +71,6 @@ int srv_rshared(srv_remote *r, const char *tenant);
  * replica (fetched ones): a put that reuses one writes it (remote_write.c) */
 void srv_remote_unconfirmed(srv_remote *r, const uint8_t (*keys)[32], size_t n);
 /* The store's commit hook, and the writer thread (remote_write.c) */
-void srv_remote_on_commit(void *ctx, const seqkv_tier_rec *recs, size_t n);
+void srv_remote_on_commit(void *ctx, const skv_tier_rec *recs, size_t n);
 void *srv_remote_writer(void *arg);
 #endif

@@ -16,7 +16,7 @@
 typedef struct {
     uint8_t key[32], tag[32];
     redisReply *rep; /* the value (RHEAD, then the stored bytes) */
-    seqkv_tier_rec h;
+    skv_tier_rec h;
     int ok;          /* fetched and well formed */
     int viable;      /* it and everything it needs are here or fetched */
 } fetched;
@@ -88,7 +88,7 @@ static void fetch_round(srv_remote *r, fetch_set *fs, size_t from, int exists)
             x->rep = rep[i];
             x->ok = rep[i] && rep[i]->type == REDIS_REPLY_STRING && rep[i]->len > RHEAD &&
                     memcmp(rep[i]->str, RMAGIC, 4) == 0 && rep[i]->str[4] == 1 &&
-                    !seqkv_tier_peek((const uint8_t *)rep[i]->str + RHEAD, rep[i]->len - RHEAD,
+                    !skv_tier_peek((const uint8_t *)rep[i]->str + RHEAD, rep[i]->len - RHEAD,
                                      &x->h);
         }
     }
@@ -118,7 +118,7 @@ static size_t tail_child(srv_remote *r, const char *tenant, const uint8_t tag[32
         const size_t m = skv_load32_le(v->str);
         uint8_t want[32];
         if (m <= best || m <= beyond || m > avail ||
-            seqkv_tier_key(r->s->db, tenant, node, tok, m, want) ||
+            skv_tier_key(r->s->db, tenant, node, tok, m, want) ||
             memcmp(want, f->str, 32) != 0)
             continue;
         best = m;
@@ -135,13 +135,13 @@ static size_t tail_child(srv_remote *r, const char *tenant, const uint8_t tag[32
 static size_t probe(srv_remote *r, const char *tenant, const char *profile, const int32_t *tok,
                     size_t n, size_t local, size_t target, int exists, fetch_set *fs)
 {
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     if (seqkv_profile_get(r->s->db, profile, &p))
         return local;
     const size_t CH = (size_t)p.chunk, F = n / CH;
     uint8_t(*nodes)[32] = skv_malloc((F + 1) * 32);
     size_t ch;
-    if (!nodes || seqkv_tier_chain(r->s->db, tenant, profile, tok, n, nodes, &ch)) {
+    if (!nodes || skv_tier_chain(r->s->db, tenant, profile, tok, n, nodes, &ch)) {
         skv_free(nodes);
         return local;
     }
@@ -199,14 +199,14 @@ size_t srv_remote_lookup(skv_server *s, const char *tenant, const char *profile,
  * fs (under x's tag, or its centroid chain's) */
 static void need(srv_remote *r, fetch_set *fs, const uint8_t key[32], const uint8_t tag[32])
 {
-    if (fs->n < FETCH_MAX && !fs_find(fs, key) && !seqkv_tier_has(r->s->db, key))
+    if (fs->n < FETCH_MAX && !fs_find(fs, key) && !skv_tier_has(r->s->db, key))
         fs_add(fs, key, tag);
 }
 
 static int dep_ok(srv_remote *r, fetch_set *fs, const uint8_t key[32])
 {
     const fetched *d = fs_find(fs, key);
-    return d ? d->viable : seqkv_tier_has(r->s->db, key);
+    return d ? d->viable : skv_tier_has(r->s->db, key);
 }
 
 /* Calibrations the fetched records need, fetched and stored here */
@@ -215,14 +215,14 @@ static void fetch_calibs(srv_remote *r, fetch_set *fs)
     static const uint8_t zero[16];
     for (size_t i = 0; i < fs->n; i++) {
         fetched *x = &fs->f[i];
-        if (!x->ok || memcmp(x->h.calib, zero, 16) == 0 || seqkv_tier_calib_has(r->s->db, x->h.calib))
+        if (!x->ok || memcmp(x->h.calib, zero, 16) == 0 || skv_tier_calib_has(r->s->db, x->h.calib))
             continue;
         char k[48];
         srv_calkey(x->h.calib, k);
         const char *argv[2] = {"GET", k};
         redisReply *g = srv_rexec1(r, 2, argv, NULL, READ_DEADLINE_MS);
         if (g && g->type == REDIS_REPLY_STRING &&
-            !seqkv_tier_calib_import(r->s->db, x->h.calib, r->fkey, (const uint8_t *)g->str, g->len)) {
+            !skv_tier_calib_import(r->s->db, x->h.calib, r->fkey, (const uint8_t *)g->str, g->len)) {
             pthread_mutex_lock(&r->mu);
             r->st.calibs_fetched++;
             pthread_mutex_unlock(&r->mu);
@@ -235,7 +235,7 @@ static void fetch_calibs(srv_remote *r, fetch_set *fs)
 static int install(srv_remote *r, const char *tenant, const char *profile, fetch_set *fs,
                    size_t *count, size_t *bytes)
 {
-    seqkv_tier_in *in = skv_calloc(fs->n ? fs->n : 1, sizeof *in);
+    skv_tier_in *in = skv_calloc(fs->n ? fs->n : 1, sizeof *in);
     if (!in)
         return SKV_ERR_NOMEM;
     size_t m = 0;
@@ -247,7 +247,7 @@ static int install(srv_remote *r, const char *tenant, const char *profile, fetch
             *bytes += in[m].len;
             m++;
         }
-    int rc = m ? seqkv_tier_install(r->s->db, tenant, profile, in, m) : SKV_OK;
+    int rc = m ? skv_tier_install(r->s->db, tenant, profile, in, m) : SKV_OK;
     *count = m;
     if (rc && m > 1) {
         /* one bad record: the others one at a time, in chunk order (what
@@ -265,10 +265,10 @@ static int install(srv_remote *r, const char *tenant, const char *profile, fetch
         *count = 0;
         for (size_t q = 0; q < k; q++) {
             const fetched *x = &fs->f[ord[q]];
-            seqkv_tier_in one = {.bytes = (const uint8_t *)x->rep->str + RHEAD,
+            skv_tier_in one = {.bytes = (const uint8_t *)x->rep->str + RHEAD,
                                  .len = x->rep->len - RHEAD};
             memcpy(one.key, x->key, 32);
-            if (seqkv_tier_install(r->s->db, tenant, profile, &one, 1))
+            if (skv_tier_install(r->s->db, tenant, profile, &one, 1))
                 bad++;
             else
                 (*count)++;
@@ -315,9 +315,9 @@ void srv_remote_fill(skv_server *s, const char *tenant, const char *profile, con
     fetch_calibs(r, &fs);
     static const uint8_t zero[16];
     for (size_t i = 0; i < fs.n; i++)
-        fs.f[i].viable = fs.f[i].ok && !seqkv_tier_has(s->db, fs.f[i].key) &&
+        fs.f[i].viable = fs.f[i].ok && !skv_tier_has(s->db, fs.f[i].key) &&
                          (memcmp(fs.f[i].h.calib, zero, 16) == 0 ||
-                          seqkv_tier_calib_has(s->db, fs.f[i].h.calib));
+                          skv_tier_calib_has(s->db, fs.f[i].h.calib));
     for (int changed = 1; changed;) {
         changed = 0;
         for (size_t i = 0; i < fs.n; i++) {
@@ -337,7 +337,7 @@ void srv_remote_fill(skv_server *s, const char *tenant, const char *profile, con
         misses += !fs.f[i].ok;
     int rc = install(r, tenant, profile, &fs, &count, &bytes);
     if (rc)
-        srv_log(s, "remote: fetched records not installed: %s", skv_error_detail());
+        srv_log(s, "remote: fetched records not installed: %s", seqkv_error_detail());
     /* replica: another host wrote them, maybe unconfirmed (a write that
      * failed its WAIT still ran): a put here that reuses one writes it */
     for (size_t i = 0; r->replica && i < fs.n; i++)

@@ -77,18 +77,18 @@ static int uc_take(srv_remote *r, const uint8_t key[32])
     return 1;
 }
 
-static int enqueue(srv_remote *r, const seqkv_tier_rec *x);
+static int enqueue(srv_remote *r, const skv_tier_rec *x);
 
 /* A record of this store the cluster may lack (ref: the hook's entry for
  * it, bytes NULL), written again: its bytes and calibration from the store */
-static void requeue(srv_remote *r, const seqkv_tier_rec *ref)
+static void requeue(srv_remote *r, const skv_tier_rec *ref)
 {
     uint8_t *b;
     size_t len;
-    seqkv_tier_rec x, h;
-    if (seqkv_tier_read(r->s->db, ref->key, &b, &len))
+    skv_tier_rec x, h;
+    if (skv_tier_read(r->s->db, ref->key, &b, &len))
         return;
-    if (!seqkv_tier_peek(b, len, &h)) {
+    if (!skv_tier_peek(b, len, &h)) {
         x = *ref;
         memcpy(x.calib, h.calib, 16);
         x.bytes = b;
@@ -98,7 +98,7 @@ static void requeue(srv_remote *r, const seqkv_tier_rec *ref)
     skv_free(b);
 }
 
-static int enqueue(srv_remote *r, const seqkv_tier_rec *x)
+static int enqueue(srv_remote *r, const skv_tier_rec *x)
 {
     rq_item *it = skv_calloc(1, sizeof *it);
     uint8_t *val = it ? skv_malloc(RHEAD + x->len) : NULL;
@@ -162,11 +162,11 @@ static int unconfirmed(srv_remote *r, const uint8_t key[32])
  * reused and what any of them needs (bases, centroid chains) written
  * again when an earlier write of theirs failed, so that everything an
  * acknowledged put's prefix needs is in the cluster */
-void srv_remote_on_commit(void *ctx, const seqkv_tier_rec *recs, size_t n)
+void srv_remote_on_commit(void *ctx, const skv_tier_rec *recs, size_t n)
 {
     srv_remote *r = ctx;
     for (size_t i = 0; i < n; i++) {
-        const seqkv_tier_rec *x = &recs[i];
+        const skv_tier_rec *x = &recs[i];
         if (!srv_rshared(r, x->tenant))
             continue;
         if (!x->bytes) { /* a reused record */
@@ -273,7 +273,7 @@ static int write_items(srv_remote *r, rq_item *items, size_t n, int deadline_ms)
         for (size_t c = 0; c < w.ncal && !seen; c++)
             seen = memcmp(w.cid[c], it->calib, 16) == 0;
         size_t cl;
-        if (seen || seqkv_tier_calib_export(r->s->db, it->calib, r->fkey, &w.cval[w.ncal], &cl))
+        if (seen || skv_tier_calib_export(r->s->db, it->calib, r->fkey, &w.cval[w.ncal], &cl))
             continue;
         memcpy(w.cid[w.ncal], it->calib, 16);
         char k[48];
@@ -352,7 +352,7 @@ void *srv_remote_writer(void *arg)
             rc = write_items(r, first, n, deadline);
         }
         if (rc)
-            srv_log(r->s, "remote: %zu records not written: %s", n, skv_error_detail());
+            srv_log(r->s, "remote: %zu records not written: %s", n, seqkv_error_detail());
         pthread_mutex_lock(&r->mu);
         if (rc) {
             fail_range(r, first->seq, last->seq + 1);

@@ -614,7 +614,7 @@ static int read_config(skv_server *s, const char *path)
     if (!rc) {
         rc = skv_server_config_parse(buf, len, &s->cfg);
         if (rc)
-            rc = skv_error(rc, "%s: %s", path, skv_error_detail());
+            rc = skv_error(rc, "%s: %s", path, seqkv_error_detail());
     }
     if (buf)
         sodium_memzero(buf, cap);

@@ -213,7 +213,7 @@ int srv_parse_ll(const uint8_t *a, size_t len, long long lo, long long hi, long 
 int srv_name_arg(srv_job *j, size_t i, char out[SEQKV_NAME_MAX + 1]);
 /* Bytes of one token's KV under profile p; p's dtype as users write it */
 size_t srv_token_bytes(const seqkv_profile *p);
-const char *srv_dtype_name(skv_dtype d);
+const char *srv_dtype_name(seqkv_dtype d);
 /* KV.PROFILE SET|GET (cmd_profile.c) */
 void srv_cmd_profile(skv_server *s, srv_job *j);
 /* The Redis string commands over the blob namespace (cmd_blob.c) */

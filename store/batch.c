@@ -185,7 +185,7 @@ static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *seal
 static void req_error(seqkv_put_req *q, int rc)
 {
     q->rc = rc;
-    snprintf(q->error, sizeof q->error, "%s", rc ? skv_error_detail() : "");
+    snprintf(q->detail, sizeof q->detail, "%s", rc ? seqkv_error_detail() : "");
     if (rc)
         memset(&q->res, 0, sizeof q->res);
 }
@@ -239,12 +239,12 @@ static void commit_group(seqkv *db, struct skv_put_batch *pb, seqkv_put_req *req
 {
     int ev = 0, rc = batch_commit(db, pb, &ev);
     if (rc) {
-        char why[sizeof req->error];
-        snprintf(why, sizeof why, "%s", skv_error_detail());
+        char why[sizeof req->detail];
+        snprintf(why, sizeof why, "%s", seqkv_error_detail());
         skv_batch_drop(db, pb, 0);
         for (size_t k = first; k < end; k++)
             if (!req[k].rc)
-                snprintf(req[k].error, sizeof req[k].error, "%s", why);
+                snprintf(req[k].detail, sizeof req[k].detail, "%s", why);
         group_retry(db, pb, req + first, end - first, prefix + first, rc);
         return;
     }
@@ -260,7 +260,7 @@ size_t seqkv_put_batch(seqkv *db, seqkv_put_req *req, size_t n)
     size_t failed = 0;
     for (size_t i = 0; i < n; i++) {
         req[i].rc = 0;
-        req[i].error[0] = 0;
+        req[i].detail[0] = 0;
         memset(&req[i].res, 0, sizeof req[i].res);
     }
     if (n == 0)
@@ -320,6 +320,6 @@ int seqkv_put(seqkv *db, const char *tenant, const char *profile, const int32_t 
     if (res)
         *res = q.res;
     if (q.rc)
-        return skv_error_at(q.rc, NULL, 0, "%s", q.error);
+        return skv_error_at(q.rc, NULL, 0, "%s", q.detail);
     return SKV_OK;
 }

@@ -18,7 +18,7 @@
 #include "blob.h"
 #include "blob_int.h"
 #include "seal.h"
-#include "seqkv_blob.h"
+#include "seqkv.h"
 
 int64_t skv_blob_now_ms(void)
 {
@@ -132,7 +132,7 @@ uint64_t skvb_tenant_id(seqkv *db, const char *tenant)
     if (!skv_store_tenant(db, tenant, 0, &te))
         id = te->id;
     pthread_rwlock_unlock(&db->rw);
-    skv_error_clear();
+    seqkv_error_clear();
     return id;
 }
 
@@ -371,7 +371,7 @@ static void layout_of(seqkv *db, MDB_txn *rtxn, const set_ctx *c, size_t i, skv_
     blob_ent e;
     if (!rtxn || mdb_get(rtxn, db->db_blob, &k, &v) || skvb_ent_unpack(&v, &e) || skvb_expired(&e, c->now) ||
         e.len > 4096) {
-        skv_error_clear();
+        seqkv_error_clear();
         return;
     }
     uint8_t vk[VKEY], meta[4096];
@@ -379,7 +379,7 @@ static void layout_of(seqkv *db, MDB_txn *rtxn, const set_ctx *c, size_t i, skv_
     MDB_val vkv = {VKEY, vk};
     if (!mdb_get(rtxn, db->db_bval, &vkv, &iv) && !skvb_val_decode(db, vk, &iv, meta, e.len))
         c->sv[i].zstd = !skv_blob_lmcache_layout(meta, e.len, it->val_len, out);
-    skv_error_clear();
+    seqkv_error_clear();
 }
 
 /* A `<key>metadata` item that gives its sibling `<key>kv_bytes` a
@@ -405,7 +405,7 @@ static void sibling_of(seqkv *db, MDB_txn *rtxn, const set_ctx *c, size_t i)
     MDB_val k = {VKEY, vk}, v;
     const uint64_t want = (uint64_t)lay.streams * lay.rows * lay.channels * skv_dtype_size(lay.dtype);
     if (skvb_live(db, rtxn, &c->k, name, kl, c->now, &e, &found) || !found || e.len != want) {
-        skv_error_clear();
+        seqkv_error_clear();
         return;
     }
     skvb_val_key(c->k.tid, e.cid, vk);
@@ -420,7 +420,7 @@ static void sibling_of(seqkv *db, MDB_txn *rtxn, const set_ctx *c, size_t i)
     }
     memcpy(s->sib_cid, e.cid, 16);
     skv_free(raw);
-    skv_error_clear();
+    seqkv_error_clear();
 }
 
 /* Content ids, layouts, and the images of values the tenant does not
@@ -671,7 +671,7 @@ static void set_end(set_ctx *c)
 static void req_fail(seqkv_blob_set_req *q, int rc)
 {
     q->rc = rc;
-    snprintf(q->detail, sizeof q->detail, "%s", skv_error_detail());
+    snprintf(q->detail, sizeof q->detail, "%s", seqkv_error_detail());
 }
 
 /* The ready requests' transactions as one (each its own counts), the map
@@ -763,7 +763,8 @@ int seqkv_blob_set(seqkv *db, const char *tenant, const seqkv_blob_item *items, 
     seqkv_blob_set_req q = {.tenant = tenant, .items = items, .n = n, .flags = flags,
                             .expire_at = expire_at};
     int rc = seqkv_blob_set_batch(db, &q, 1);
-    *written = q.written;
+    if (written)
+        *written = q.written;
     if (rc || !q.rc)
         return rc;
     return skv_error(q.rc, "%s", q.detail);
@@ -946,7 +947,7 @@ int seqkv_blob_scan(seqkv *db, const char *tenant, uint64_t cursor, size_t count
         blob_ent e;
         if (!skvb_ent_unpack(&v, &e) && !skvb_expired(&e, now))
             rc = fn(ctx, kp + KPFX, k.mv_size - KPFX);
-        skv_error_clear();
+        seqkv_error_clear();
         mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
     }
     mdb_cursor_close(cur);

@@ -22,7 +22,7 @@ enum { SKV_BLOB_ENC_RAW = 0, SKV_BLOB_ENC_ZSTD = 1, SKV_BLOB_ENC_KV = 2 };
 /* A value's layout as the fast level codes it: `streams` slabs of rows x
  * channels scalars of dtype, one after the other (streams 0: unknown). */
 typedef struct {
-    skv_dtype dtype;
+    seqkv_dtype dtype;
     uint32_t streams, rows, channels;
 } skv_blob_layout;
 

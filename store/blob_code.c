@@ -16,13 +16,13 @@
 #define LMC_KV_2LTD 1   /* [2, layers, tokens, hidden] */
 #define LMC_KV_MLA 6    /* [1, layers, tokens, latent] */
 
-static int lmc_dtype(int32_t code, skv_dtype *out)
+static int lmc_dtype(int32_t code, seqkv_dtype *out)
 {
     switch (code) {
     case 1: /* torch.half */
-    case 2: *out = SKV_DT_F16; return 1; /* torch.float16 */
-    case 3: *out = SKV_DT_BF16; return 1;
-    case 7: *out = SKV_DT_F8E4M3; return 1;
+    case 2: *out = SEQKV_DT_F16; return 1; /* torch.float16 */
+    case 3: *out = SEQKV_DT_BF16; return 1;
+    case 7: *out = SEQKV_DT_F8E4M3; return 1;
     default: return 0; /* float32, float64, uint8, e5m2: stored as bytes */
     }
 }
@@ -35,7 +35,7 @@ int skv_blob_lmcache_layout(const uint8_t *m, size_t len, size_t value_len, skv_
     int32_t f[7];
     for (int i = 0; i < 7; i++)
         f[i] = (int32_t)skv_load32_le(m + 4 * i);
-    skv_dtype dt;
+    seqkv_dtype dt;
     if ((f[1] != LMC_KV_2LTD && f[1] != LMC_KV_MLA) || !lmc_dtype(f[2], &dt))
         return 0;
     for (int i = 3; i < 7; i++)
@@ -182,11 +182,11 @@ static int dec_kv(const uint8_t *img, size_t len, uint8_t *out, uint64_t raw_len
     if (len < SKV_BLOB_HDR + 16)
         return skv_error(SKV_ERR_CORRUPT, "blob value: short layout");
     const uint8_t *l = img + SKV_BLOB_HDR;
-    skv_dtype dt = (skv_dtype)l[0];
+    seqkv_dtype dt = (seqkv_dtype)l[0];
     const uint32_t ns = skv_load32_le(l + 4), rows = skv_load32_le(l + 8),
                    ch = skv_load32_le(l + 12);
     const size_t es = skv_dtype_size(dt);
-    if (!es || dt == SKV_DT_F32 || dt == SKV_DT_I32 || !ns || ns > SKV_BLOB_MAX_STREAMS || !rows ||
+    if (!es || dt == SEQKV_DT_F32 || dt == SEQKV_DT_I32 || !ns || ns > SKV_BLOB_MAX_STREAMS || !rows ||
         !ch || (uint64_t)rows * ch > SKV_FAST_MAX_SCALARS)
         return skv_error(SKV_ERR_CORRUPT, "blob value: bad layout");
     const uint64_t slab = (uint64_t)rows * ch * es;
@@ -204,7 +204,7 @@ static int dec_kv(const uint8_t *img, size_t len, uint8_t *out, uint64_t raw_len
         if (rc)
             return rc == SKV_ERR_NOMEM ? rc
                                        : skv_error(SKV_ERR_CORRUPT, "blob value: stream %u: %s", j,
-                                                   skv_error_detail());
+                                                   seqkv_error_detail());
         off += sl;
     }
     if (off != len)

@@ -7,7 +7,7 @@
 
 #include "blob.h"
 #include "blob_int.h"
-#include "seqkv_blob.h"
+#include "seqkv.h"
 
 /* ---- deletes and expiry ---------------------------------------------------- */
 
@@ -164,7 +164,7 @@ static int pass_txn(seqkv *db, MDB_txn *txn, void *vc, bdelta *d)
         }
         blob_ent e;
         if (skvb_ent_unpack(&v, &e)) {
-            skv_error_clear();
+            seqkv_error_clear();
             continue;
         }
         int ex = skvb_expired(&e, now);
@@ -279,7 +279,7 @@ static int evict_txn(seqkv *db, MDB_txn *txn, void *vc, bdelta *d)
         MDB_val k = {c->e[i].len, c->keybuf + c->e[i].off}, v;
         blob_ent e;
         if (mdb_get(txn, db->db_blob, &k, &v) || skvb_ent_unpack(&v, &e)) {
-            skv_error_clear();
+            seqkv_error_clear();
             continue; /* gone meanwhile */
         }
         int rc = skvb_ent_del(db, txn, skvb_ld_be64(k.mv_data), &k, &e, d);
@@ -313,7 +313,7 @@ int skv_blob_evict(seqkv *db, uint64_t tid, uint64_t over)
             break;
         blob_ent e;
         if (skvb_ent_unpack(&v, &e)) {
-            skv_error_clear();
+            seqkv_error_clear();
             continue;
         }
         if (c.n == cap) {
@@ -383,7 +383,7 @@ int skv_blob_load(seqkv *db, MDB_txn *txn)
         tenant_ent *te = k.mv_size == VKEY ? skvb_tenant(db, skvb_ld_be64(k.mv_data)) : NULL;
         skv_blob_hdr h;
         if (!te || skvb_val_info(&v, &h)) {
-            skv_error_clear();
+            seqkv_error_clear();
             continue; /* a GET of it fails with its error */
         }
         te->bvalues++;
@@ -402,7 +402,7 @@ int skv_blob_load(seqkv *db, MDB_txn *txn)
         tenant_ent *te = k.mv_size > KPFX ? skvb_tenant(db, skvb_ld_be64(k.mv_data)) : NULL;
         blob_ent e;
         if (!te || skvb_ent_unpack(&v, &e)) {
-            skv_error_clear();
+            seqkv_error_clear();
             continue;
         }
         te->bkeys++;

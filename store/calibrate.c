@@ -191,7 +191,7 @@ static int calibrate(seqkv *db, const char *profile, size_t max_seq, int model_f
     pthread_rwlock_rdlock(&db->rw);
     prof_ent *pe = profile ? skv_store_profile(db, profile) : NULL;
     int rc = pe ? SKV_OK : skv_store_no_profile(db, profile);
-    seqkv_profile pp;
+    seqkv_profile pp = SEQKV_PROFILE_INIT;
     memset(&pp, 0, sizeof pp);
     if (pe)
         pp = pe->p;
@@ -320,7 +320,7 @@ int seqkv_auto_calibrate(seqkv *db, const char *profile, int *learned)
         if (rc) {
             err = rc;
             char why[256];
-            snprintf(why, sizeof why, "%s", skv_error_detail());
+            snprintf(why, sizeof why, "%s", seqkv_error_detail());
             pthread_mutex_lock(&db->wlock);
             if ((pe = skv_store_profile(db, name)))
                 pe->autocal_failed = held;

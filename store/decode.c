@@ -162,7 +162,7 @@ static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec 
     }
     if (rc)
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s",
-                                                skv_error_detail())
+                                                seqkv_error_detail())
                                     : rc;
     if (r->tenant != c->e->tenant || memcmp(r->profile, c->pe->p.id, 32) != 0 || r->n != t->n ||
         r->lo != t->lo || r->chunk_index != t->chunk_index)
@@ -304,7 +304,7 @@ int skv_store_rec_decode(dec_ctx *c, rec_dec *x)
     int rc = decode_streams(c, x);
     if (rc)
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
-                                                skv_error_detail())
+                                                seqkv_error_detail())
                                     : rc;
     const size_t row = c->pe->C * c->pe->es, a = x->P + x->r.lo, b = x->P + x->r.n;
     for (size_t l = 0; l < (size_t)c->pe->p.layers; l++)
@@ -326,7 +326,7 @@ static int rec_link(dec_ctx *c, rec_dec *x, size_t j0, size_t k, int layers, int
     if (x->dr) {
         rc = skv_delta_range_stream(x->dr, l, -1, worker);
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
-                                                skv_error_detail())
+                                                seqkv_error_detail())
                                     : rc;
     }
     rc = rec_stream(c, x, 2 * l, worker);
@@ -355,12 +355,12 @@ static int rec_stream(dec_ctx *c, rec_dec *x, size_t j, int worker)
         int rc = skv_fast_decode(r->streams + x->offs[j], sz, pe->p.dtype, rows, pe->C, dst,
                                  rows * row);
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "fast stream %zu: %s", j,
-                                                skv_error_detail())
+                                                seqkv_error_detail())
                                     : rc;
     }
     int rc = skv_delta_range_stream(x->dr, j / 2, (int)(j & 1), worker);
     return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged coded stream: %s",
-                                            skv_error_detail())
+                                            seqkv_error_detail())
                                 : rc;
 }
 

@@ -81,7 +81,7 @@ int skv_store_fast_decode(const prof_ent *pe, const uint8_t *streams, size_t str
         if (!rc)
             rc = skv_error(SKV_ERR_CORRUPT, "fast stream %zu failed on a pool thread only", j);
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "fast stream %zu: %s", j,
-                                                skv_error_detail())
+                                                seqkv_error_detail())
                                     : rc;
     }
     return SKV_OK;

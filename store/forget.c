@@ -24,7 +24,7 @@
 
 #include "blob_int.h"
 #include "seal.h"
-#include "seqkv_blob.h"
+#include "seqkv.h"
 
 #define BATCH 512 /* records a delete transaction takes */
 

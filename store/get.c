@@ -95,7 +95,8 @@ int skv_store_match_want(seqkv *db, const char *tenant, const char *profile, con
 }
 
 static int get_common(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-                      size_t n, size_t want, chunk_fn fn, void *fctx, seqbuf *s, size_t *got,
+                      size_t n, size_t want, unsigned flags, chunk_fn fn, void *fctx, seqbuf *s,
+                      size_t *got,
                       prof_ent **pe_out)
 {
     *got = 0;
@@ -104,7 +105,7 @@ static int get_common(seqkv *db, const char *tenant, const char *profile, const 
     pthread_rwlock_rdlock(&db->rw);
     int rc = skv_store_match_want(db, tenant, profile, tokens, n, &want, &m);
     if (!rc)
-        rc = skv_store_lossy_check(&m, want, 0);
+        rc = skv_store_lossy_check(&m, want, flags);
     if (!rc)
         rc = skv_seqbuf_init(s, m.pe, m.steps * (size_t)m.pe->p.chunk);
     MDB_txn *txn = NULL;
@@ -130,8 +131,9 @@ static int get_common(seqkv *db, const char *tenant, const char *profile, const 
     return rc;
 }
 
-int seqkv_get_layers(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-                     size_t n, size_t want, seqkv_layer_fn fn, void *ctx, size_t *got)
+int skv_store_get_layers(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                         size_t n, size_t want, unsigned flags, seqkv_layer_fn fn, void *ctx,
+                         size_t *got)
 {
     seqbuf s;
     prof_ent *pe = NULL;
@@ -143,7 +145,7 @@ int seqkv_get_layers(seqkv *db, const char *tenant, const char *profile, const i
     pthread_rwlock_unlock(&db->rw);
     if (rc0)
         return rc0;
-    int rc = get_common(db, tenant, profile, tokens, n, want, layer_cb, &lc, &s, got, &pe);
+    int rc = get_common(db, tenant, profile, tokens, n, want, flags, layer_cb, &lc, &s, got, &pe);
     skv_seqbuf_free(&s);
     return rc;
 }

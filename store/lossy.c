@@ -135,7 +135,7 @@ static int learn(seqkv *db, const char *profile, size_t max_seq, int background)
         rc = skv_error(SKV_ERR_ARG, "profile %s has no lossy setting and model to learn from", profile);
     if (!rc && pe->p.has_lossy)
         rc = skv_error(SKV_ERR_ARG, "profile %s has its lossy calibration already", profile);
-    seqkv_profile pp;
+    seqkv_profile pp = SEQKV_PROFILE_INIT;
     memset(&pp, 0, sizeof pp);
     if (!rc)
         pp = pe->p;
@@ -321,7 +321,7 @@ int skv_store_lossy_stream(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_rec 
     if (!rc)
         rc = skv_lossy_slab_decode(c, src, len, (int)(j / 2), (int)(j & 1), rows, dst);
     if (rc == SKV_ERR_FORMAT || rc == SKV_ERR_SHAPE || rc == SKV_ERR_ARG)
-        rc = skv_error(SKV_ERR_CORRUPT, "lossy stream %zu: %s", j, skv_error_detail());
+        rc = skv_error(SKV_ERR_CORRUPT, "lossy stream %zu: %s", j, seqkv_error_detail());
     return rc;
 }
 

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +46,7 @@ static const char *prof_invalid(const seqkv_profile *p)
     if (p->layers <= 0 || p->kv_heads <= 0 || p->head_dim <= 0 || p->layers > 4096 ||
         p->kv_heads > 4096 || p->head_dim > 4096)
         return "layers, kv_heads and head_dim must be 1..4096";
-    if (skv_dtype_size(p->dtype) == 0 || p->dtype == SKV_DT_I32)
+    if (skv_dtype_size(p->dtype) == 0 || p->dtype == SEQKV_DT_I32)
         return "dtype must be bf16, fp16, fp8 or fp32";
     if (p->chunk < 1 || p->chunk > SEQKV_CHUNK_MAX)
         return "chunk must be 1..4096 tokens";
@@ -72,7 +73,7 @@ int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
     p->layers = (int)skv_load32_le(q);
     p->kv_heads = (int)skv_load32_le(q + 4);
     p->head_dim = (int)skv_load32_le(q + 8);
-    p->dtype = (skv_dtype)skv_load32_le(q + 12);
+    p->dtype = (seqkv_dtype)skv_load32_le(q + 12);
     p->rope_theta = skv_bits_f32(skv_load32_le(q + 16));
     p->rope_dim = (int)skv_load32_le(q + 20);
     p->rope_half = (int)skv_load32_le(q + 24);
@@ -163,18 +164,41 @@ int skv_store_profile_model(seqkv *db, prof_ent *pe, skv_model **out)
     return rc;
 }
 
+/* The bytes of a profile the caller's struct holds (its .size; 0: all) */
+static int prof_size(const seqkv_profile *p, size_t *out)
+{
+    *out = p->size ? p->size : sizeof *p;
+    if (*out < offsetof(seqkv_profile, name) + SEQKV_NAME_MAX + 1 || *out > sizeof *p)
+        return skv_error(SKV_ERR_ARG, "seqkv_profile.size is %zu (this seqkv's is %zu): use "
+                                      "SEQKV_PROFILE_INIT", p->size, sizeof *p);
+    return SKV_OK;
+}
+
+/* p's fields into the caller's struct of size bytes, its size kept */
+static void prof_out(const seqkv_profile *p, void *out, size_t size)
+{
+    memcpy((uint8_t *)out + sizeof(size_t), (const uint8_t *)p + sizeof(size_t),
+           size - sizeof(size_t));
+}
+
 int seqkv_profile_set(seqkv *db, seqkv_profile *p)
 {
-    int rc = skv_store_check_name("profile", p->name, 0);
+    size_t size;
+    int rc = prof_size(p, &size);
     if (rc)
+        return rc;
+    seqkv_profile q; /* the caller's fields, the rest (an older caller's) zero */
+    memset(&q, 0, sizeof q);
+    memcpy(&q, p, size);
+    q.size = sizeof q;
+    if ((rc = skv_store_check_name("profile", q.name, 0)))
         return rc;
     if (db->o.read_only)
         return skv_error(SKV_ERR_ARG, "store opened read-only");
-    if ((unsigned)p->level >= SEQKV_LEVELS)
-        return skv_error(SKV_ERR_ARG, "bad level %d", (int)p->level);
-    if (strnlen(p->model, SEQKV_PATH_MAX + 1) > SEQKV_PATH_MAX)
+    if ((unsigned)q.level >= SEQKV_LEVELS)
+        return skv_error(SKV_ERR_ARG, "bad level %d", (int)q.level);
+    if (strnlen(q.model, SEQKV_PATH_MAX + 1) > SEQKV_PATH_MAX)
         return skv_error(SKV_ERR_ARG, "model path too long");
-    seqkv_profile q = *p;
     if (q.model[0]) {
         skv_model *m;
         if ((rc = skv_model_load(q.model, &m)))
@@ -258,7 +282,7 @@ int seqkv_profile_set(seqkv *db, seqkv_profile *p)
     }
     pthread_mutex_unlock(&db->wlock);
     if (!rc)
-        *p = q;
+        prof_out(&q, p, size);
     return rc;
 }
 
@@ -280,11 +304,14 @@ int skv_store_no_profile(seqkv *db, const char *name)
 
 int seqkv_profile_get(seqkv *db, const char *name, seqkv_profile *out)
 {
+    size_t size;
+    int rc = prof_size(out, &size);
+    if (rc)
+        return rc;
     pthread_rwlock_rdlock(&db->rw);
     prof_ent *pe = name ? skv_store_profile(db, name) : NULL;
-    int rc = SKV_OK;
     if (pe)
-        *out = pe->p;
+        prof_out(&pe->p, out, size);
     else
         rc = skv_store_no_profile(db, name);
     pthread_rwlock_unlock(&db->rw);
@@ -298,14 +325,25 @@ static int prof_by_name(const void *a, const void *b)
 
 int seqkv_profile_list(seqkv *db, seqkv_profile *out, size_t cap, size_t *n)
 {
+    size_t size = sizeof *out;
+    int rc = cap ? prof_size(out, &size) : SKV_OK;
+    if (rc)
+        return rc;
     pthread_rwlock_rdlock(&db->rw);
     *n = db->nprof;
-    size_t k = 0;
-    for (size_t i = 0; i < db->nprof && k < cap; i++)
-        out[k++] = db->prof[i].p;
+    const size_t k = db->nprof < cap ? db->nprof : cap;
+    seqkv_profile *all = k ? skv_malloc(k * sizeof *all) : NULL;
+    for (size_t i = 0; all && i < k; i++)
+        all[i] = db->prof[i].p;
     pthread_rwlock_unlock(&db->rw);
-    if (k > 1)
-        qsort(out, k, sizeof *out, prof_by_name);
+    if (k && !all)
+        return skv_error(SKV_ERR_NOMEM, "profile list");
+    qsort(all, k, sizeof *all, prof_by_name);
+    for (size_t i = 0; i < k; i++) {
+        memcpy((uint8_t *)out + i * size, &size, sizeof size);
+        prof_out(&all[i], (uint8_t *)out + i * size, size);
+    }
+    skv_free(all);
     return SKV_OK;
 }
 

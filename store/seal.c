@@ -411,7 +411,7 @@ int skv_rec_unseal_head(const uint8_t key[32], const uint8_t dek[32], const uint
         rc = skv_rec_parse_head(out, SKV_REC_HEADER + b0 - 8, b1 - SKV_REC_TRAILER, r);
     if (rc) {
         skv_free(out);
-        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "%s", skv_error_detail()) : rc;
+        return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "%s", seqkv_error_detail()) : rc;
     }
     *head = out;
     return SKV_OK;

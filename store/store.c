@@ -295,7 +295,7 @@ static int load_state(seqkv *db, MDB_txn *txn)
     if (rc)
         return skv_mdb_error(rc, "profiles");
     while (!(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        seqkv_profile p;
+        seqkv_profile p = SEQKV_PROFILE_INIT;
         if ((rc = skv_store_prof_unpack(v.mv_data, v.mv_size, &p)))
             break;
         if ((rc = skv_store_add_profile(db, &p)))

@@ -10,7 +10,7 @@
 #include "hot.h"
 #include "skv_trie.h"
 #include "store_int.h"
-#include "seqkv_tier.h"
+#include "skv_tier.h"
 
 /* Drift of a profile's coding (store/calibrate.c): bits per scalar of the
  * records of at least half a chunk coded under its current calibration --
@@ -105,7 +105,7 @@ struct seqkv {
     int lock_fd;           /* flock of DIR/seqkv.lock (writers) */
     skv_pool *pool;
     struct skv_put_batch *batch; /* the writer's put batch (batch.c), or NULL */
-    seqkv_tier_fn tier_fn; /* committed records (tier.c) */
+    skv_tier_fn tier_fn; /* committed records (tier.c) */
     void *tier_ctx;
     skv_hot *hot;          /* the hot tier (hot.c), or NULL */
     skv_pool *rpool;       /* read_threads > 1: the gets' pool, one get at a time */
@@ -376,6 +376,11 @@ struct skv_centroid;
  * positions start at P in s; NULL without memory (view.c) */
 hot_chunk *skv_store_hot_entry(const prof_ent *pe, const uint8_t key[32], size_t n,
                                const seqbuf *s, size_t P);
+
+/* seqkv_get with on_layer (get.c): each layer to fn as it is decoded */
+int skv_store_get_layers(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+                         size_t n, size_t want, unsigned flags, seqkv_layer_fn fn, void *ctx,
+                         size_t *got);
 
 /* Decoding records (decode.c) */
 typedef struct {

@@ -107,7 +107,7 @@ static int tenant_key(seqkv *db, uint64_t tid, size_t at, uint8_t out[32])
         }
     pthread_mutex_unlock(&db->kmu);
     if (!rc)
-        skv_error_clear();
+        seqkv_error_clear();
     return rc;
 }
 

@@ -4,7 +4,7 @@
 #include <sodium.h>
 #include <string.h>
 
-#include "seqkv_tier.h"
+#include "skv_tier.h"
 #include "seal.h"
 #include "store_priv.h"
 
@@ -16,7 +16,7 @@ static void fleet_subkey(const uint8_t fleet_key[32], int id, uint8_t out[32])
     crypto_kdf_derive_from_key(out, 32, (uint64_t)id, "seqkvflt", fleet_key);
 }
 
-void seqkv_tier_tenant_name(const uint8_t fleet_key[32], const char *tenant, uint8_t out[16])
+void skv_tier_tenant_name(const uint8_t fleet_key[32], const char *tenant, uint8_t out[16])
 {
     uint8_t k[32];
     fleet_subkey(fleet_key, FLEET_NAMES, k);
@@ -34,7 +34,7 @@ static void entry_make(const uint8_t fleet_key[32], const tenant_ent *t,
     sodium_memzero(k, sizeof k);
 }
 
-int seqkv_tier_tenant_export(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
+int skv_tier_tenant_export(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
                              uint8_t out[SEQKV_TIER_TENANT_BYTES])
 {
     pthread_mutex_lock(&db->wlock);
@@ -48,7 +48,7 @@ int seqkv_tier_tenant_export(seqkv *db, const char *tenant, const uint8_t fleet_
     return rc;
 }
 
-int seqkv_tier_tenant_import(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
+int skv_tier_tenant_import(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
                              const uint8_t in[SEQKV_TIER_TENANT_BYTES])
 {
     const uint64_t id = skv_load64_le(in);
@@ -88,7 +88,7 @@ int seqkv_tier_tenant_import(seqkv *db, const char *tenant, const uint8_t fleet_
     return rc;
 }
 
-int seqkv_tier_tenant_create(seqkv *db, const char *tenant, uint64_t min_id,
+int skv_tier_tenant_create(seqkv *db, const char *tenant, uint64_t min_id,
                              const uint8_t fleet_key[32], uint8_t out[SEQKV_TIER_TENANT_BYTES])
 {
     pthread_mutex_lock(&db->wlock);
@@ -109,7 +109,7 @@ int seqkv_tier_tenant_create(seqkv *db, const char *tenant, uint64_t min_id,
     return rc;
 }
 
-uint64_t seqkv_tier_next_tenant(seqkv *db)
+uint64_t skv_tier_next_tenant(seqkv *db)
 {
     pthread_mutex_lock(&db->wlock);
     uint64_t id = skv_store_next_tenant(db);
@@ -117,7 +117,7 @@ uint64_t seqkv_tier_next_tenant(seqkv *db)
     return id;
 }
 
-size_t seqkv_tier_tenants(seqkv *db, char (*names)[SEQKV_NAME_MAX + 1], size_t cap)
+size_t skv_tier_tenants(seqkv *db, char (*names)[SEQKV_NAME_MAX + 1], size_t cap)
 {
     size_t n = 0;
     pthread_mutex_lock(&db->wlock);
@@ -147,10 +147,10 @@ static int tenant_secret(seqkv *db, const char *tenant, uint8_t hsec[32], uint64
     return rc ? skv_error(rc, "unknown tenant '%s'", tenant) : SKV_OK;
 }
 
-int seqkv_tier_chain(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+int skv_tier_chain(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
                      size_t n, uint8_t (*nodes)[32], size_t *chunk)
 {
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     int rc = seqkv_profile_get(db, profile, &p);
     uint8_t hsec[32];
     uint64_t tid;
@@ -165,7 +165,7 @@ int seqkv_tier_chain(seqkv *db, const char *tenant, const char *profile, const i
     return SKV_OK;
 }
 
-int seqkv_tier_key(seqkv *db, const char *tenant, const uint8_t parent[32], const int32_t *tokens,
+int skv_tier_key(seqkv *db, const char *tenant, const uint8_t parent[32], const int32_t *tokens,
                    size_t m, uint8_t out[32])
 {
     uint8_t hsec[32];
@@ -179,7 +179,7 @@ int seqkv_tier_key(seqkv *db, const char *tenant, const uint8_t parent[32], cons
 
 /* ---- committed records ----------------------------------------------------------- */
 
-void seqkv_tier_on_commit(seqkv *db, seqkv_tier_fn fn, void *ctx)
+void skv_tier_on_commit(seqkv *db, skv_tier_fn fn, void *ctx)
 {
     pthread_mutex_lock(&db->wlock);
     db->tier_fn = fn;
@@ -220,7 +220,7 @@ static const char *tenant_name(const seqkv *db, uint64_t id)
 /* What a commit hands over: the records, each listed once (an open
  * addressing index of their keys: slot -> position + 1), their namespaces */
 typedef struct {
-    seqkv_tier_rec *out;
+    skv_tier_rec *out;
     const ns_ent **ns;
     size_t n, cap;
     uint32_t *slot;
@@ -236,7 +236,7 @@ static size_t ho_find(const handout *h, const uint8_t key[32])
 }
 
 /* The listed record of key, or NULL */
-static const seqkv_tier_rec *ho_get(const handout *h, const uint8_t key[32])
+static const skv_tier_rec *ho_get(const handout *h, const uint8_t key[32])
 {
     const size_t i = ho_find(h, key);
     return h->slot[i] ? &h->out[h->slot[i] - 1] : NULL;
@@ -245,7 +245,7 @@ static const seqkv_tier_rec *ho_get(const handout *h, const uint8_t key[32])
 static int ho_grow(handout *h)
 {
     const size_t nc = h->cap * 2 + 16, ns = 4 * nc;
-    seqkv_tier_rec *o = skv_realloc(h->out, nc * sizeof *o);
+    skv_tier_rec *o = skv_realloc(h->out, nc * sizeof *o);
     if (o)
         h->out = o;
     const ns_ent **e = o ? skv_realloc(h->ns, nc * sizeof *e) : NULL;
@@ -266,7 +266,7 @@ static int ho_grow(handout *h)
 /* Record t's chain tag: a listed parent's, else walked */
 static void ho_tag(const handout *h, const ns_ent *e, const skv_trie_rec *t, uint8_t tag[32])
 {
-    const seqkv_tier_rec *p = t->chunk_index > 0 ? ho_get(h, t->parent) : NULL;
+    const skv_tier_rec *p = t->chunk_index > 0 ? ho_get(h, t->parent) : NULL;
     if (p && p->chunk_index + 1 == t->chunk_index)
         memcpy(tag, p->tag, 32);
     else
@@ -276,12 +276,12 @@ static void ho_tag(const handout *h, const ns_ent *e, const skv_trie_rec *t, uin
 /* Record t of namespace e listed (once; bytes NULL until the caller sets
  * them): NULL when it was listed already or memory ran out (then one the
  * cluster lacks stays a miss there) */
-static seqkv_tier_rec *ho_add(const seqkv *db, handout *h, const ns_ent *e, const skv_trie_rec *t)
+static skv_tier_rec *ho_add(const seqkv *db, handout *h, const ns_ent *e, const skv_trie_rec *t)
 {
     const char *tn = tenant_name(db, e->tenant);
     if (!tn || ho_get(h, t->key) || (h->n == h->cap && ho_grow(h)))
         return NULL;
-    seqkv_tier_rec *o = &h->out[h->n];
+    skv_tier_rec *o = &h->out[h->n];
     memset(o, 0, sizeof *o);
     o->tenant = tn;
     memcpy(o->key, t->key, 32);
@@ -316,11 +316,11 @@ void skv_tier_committed(seqkv *db, const struct skv_put_batch *pb, uint8_t *cons
     for (size_t j = 0; j < pb->nrec; j++) {
         const pend_rec *p = &pb->rec[j];
         const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
-        seqkv_tier_rec *o = t && sealed[j] ? ho_add(db, &h, p->e, t) : NULL;
+        skv_tier_rec *o = t && sealed[j] ? ho_add(db, &h, p->e, t) : NULL;
         if (!o)
             continue; /* (unsealed records never leave the host) */
-        seqkv_tier_rec x;
-        if (!seqkv_tier_peek(sealed[j], slen[j], &x))
+        skv_tier_rec x;
+        if (!skv_tier_peek(sealed[j], slen[j], &x))
             memcpy(o->calib, x.calib, 16);
         o->bytes = sealed[j];
         o->len = slen[j];
@@ -356,7 +356,7 @@ done:
 
 /* A sealed record's clear header (FORMAT.md "Sealed chunk records"): the
  * record's header at 32 */
-int seqkv_tier_peek(const uint8_t *v, size_t len, seqkv_tier_rec *o)
+int skv_tier_peek(const uint8_t *v, size_t len, skv_tier_rec *o)
 {
     memset(o, 0, sizeof *o);
     if (!skv_rec_is_sealed(v, len) || len < SKV_SEAL_HEAD)
@@ -379,7 +379,7 @@ int seqkv_tier_peek(const uint8_t *v, size_t len, seqkv_tier_rec *o)
 
 /* ---- installing fetched records ------------------------------------------------- */
 
-int seqkv_tier_read(seqkv *db, const uint8_t key[32], uint8_t **out, size_t *len)
+int skv_tier_read(seqkv *db, const uint8_t key[32], uint8_t **out, size_t *len)
 {
     *out = NULL;
     MDB_txn *txn;
@@ -399,7 +399,7 @@ int seqkv_tier_read(seqkv *db, const uint8_t key[32], uint8_t **out, size_t *len
     return rc;
 }
 
-int seqkv_tier_has(seqkv *db, const uint8_t key[32])
+int skv_tier_has(seqkv *db, const uint8_t key[32])
 {
     int has = 0;
     pthread_rwlock_rdlock(&db->rw);
@@ -412,7 +412,7 @@ int seqkv_tier_has(seqkv *db, const uint8_t key[32])
 }
 
 /* Whether key is one of the records this install writes */
-static int installing(const seqkv_tier_in *recs, const skv_rec *r, size_t n, const uint8_t key[32])
+static int installing(const skv_tier_in *recs, const skv_rec *r, size_t n, const uint8_t key[32])
 {
     for (size_t i = 0; i < n; i++)
         if (r[i].n && memcmp(recs[i].key, key, 32) == 0)
@@ -423,7 +423,7 @@ static int installing(const seqkv_tier_in *recs, const skv_rec *r, size_t n, con
 /* Newly installed t's dependants that were here before it (fetched while
  * it was not: its children, siblings taking [0, lo) from it) counted, as
  * their indexing could not (store.c counts them so at open) */
-static void count_earlier(ns_ent *e, skv_trie_rec *t, const seqkv_tier_in *recs, const skv_rec *r,
+static void count_earlier(ns_ent *e, skv_trie_rec *t, const skv_tier_in *recs, const skv_rec *r,
                           size_t n)
 {
     const uint8_t *node[2] = {t->key, t->parent};
@@ -443,7 +443,7 @@ static void count_earlier(ns_ent *e, skv_trie_rec *t, const seqkv_tier_in *recs,
 
 /* Record in opened whole and checked: its header parsed into r (pointing
  * into *img, to skv_free) */
-static int install_check(seqkv *db, uint64_t tid, const uint8_t pid[32], const seqkv_tier_in *in,
+static int install_check(seqkv *db, uint64_t tid, const uint8_t pid[32], const skv_tier_in *in,
                          uint8_t **img, skv_rec *r)
 {
     *img = NULL;
@@ -458,13 +458,13 @@ static int install_check(seqkv *db, uint64_t tid, const uint8_t pid[32], const s
         rc = skv_error(SKV_ERR_CORRUPT, "fetched record of another tenant or profile");
     if (!rc && r->level == SEQKV_LOSSY) /* (its calibration is the profile's on its host) */
         rc = skv_error(SKV_ERR_NOT_FOUND, "fetched record is lossy: the lossy tier stays on its host");
-    if (!rc && r->level != SEQKV_RAW && !seqkv_tier_calib_has(db, r->calib))
+    if (!rc && r->level != SEQKV_RAW && !skv_tier_calib_has(db, r->calib))
         rc = skv_error(SKV_ERR_NOT_FOUND, "fetched record's calibration is not here");
     return rc;
 }
 
 typedef struct {
-    const seqkv_tier_in *recs;
+    const skv_tier_in *recs;
     skv_rec *r;
     size_t n;
     uint64_t tick;
@@ -493,10 +493,10 @@ static int install_body(seqkv *db, MDB_txn *txn, void *v)
     return mrc ? skv_mdb_error(mrc, "install fetched records") : SKV_OK;
 }
 
-int seqkv_tier_install(seqkv *db, const char *tenant, const char *profile, const seqkv_tier_in *recs,
+int skv_tier_install(seqkv *db, const char *tenant, const char *profile, const skv_tier_in *recs,
                        size_t n)
 {
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     uint8_t hsec[32];
     uint64_t tid;
     int rc = seqkv_profile_get(db, profile, &p);
@@ -541,7 +541,7 @@ int seqkv_tier_install(seqkv *db, const char *tenant, const char *profile, const
 
 /* ---- calibrations ---------------------------------------------------------------- */
 
-int seqkv_tier_calib_has(seqkv *db, const uint8_t id[16])
+int skv_tier_calib_has(seqkv *db, const uint8_t id[16])
 {
     MDB_txn *txn;
     if (mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn))
@@ -552,7 +552,7 @@ int seqkv_tier_calib_has(seqkv *db, const uint8_t id[16])
     return has;
 }
 
-int seqkv_tier_calib_export(seqkv *db, const uint8_t id[16], const uint8_t fleet_key[32],
+int skv_tier_calib_export(seqkv *db, const uint8_t id[16], const uint8_t fleet_key[32],
                             uint8_t **out, size_t *out_len)
 {
     *out = NULL;
@@ -582,7 +582,7 @@ int seqkv_tier_calib_export(seqkv *db, const uint8_t id[16], const uint8_t fleet
     return rc;
 }
 
-int seqkv_tier_calib_import(seqkv *db, const uint8_t id[16], const uint8_t fleet_key[32],
+int skv_tier_calib_import(seqkv *db, const uint8_t id[16], const uint8_t fleet_key[32],
                             const uint8_t *in, size_t len)
 {
     uint8_t ck[32], *img = NULL, *sealed = NULL;
@@ -605,7 +605,7 @@ int seqkv_tier_calib_import(seqkv *db, const uint8_t id[16], const uint8_t fleet
     return rc;
 }
 
-int seqkv_tier_key_load(const char *spec, uint8_t key[32])
+int skv_tier_key_load(const char *spec, uint8_t key[32])
 {
     if (!spec || strncmp(spec, "passphrase", 10) == 0)
         return skv_error(SKV_ERR_ARG, "the fleet key is a key file, fd:N or env:VAR (not a "

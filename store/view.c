@@ -289,35 +289,43 @@ static int get_view(seqkv *db, const char *tenant, const char *profile, const in
     return SKV_OK;
 }
 
+/* A get's options, checked (in NULL: the defaults) */
+static int get_opts(const seqkv_get_opts *in, seqkv_get_opts *o)
+{
+    *o = (seqkv_get_opts)SEQKV_GET_OPTS_INIT;
+    int rc = in ? skv_store_opts(o, sizeof *o, in, "seqkv_get_opts") : SKV_OK;
+    if (!rc && (o->flags & ~SEQKV_GET_LOSSY))
+        rc = skv_error(SKV_ERR_ARG, "seqkv_get_opts: unknown flags %#x", o->flags);
+    return rc;
+}
+
 int seqkv_get_view(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-                   size_t n, size_t want, seqkv_view **out, size_t *got)
+                   size_t n, const seqkv_get_opts *opts, seqkv_view **out, size_t *got)
 {
-    return get_view(db, tenant, profile, tokens, n, want, 0, NULL, NULL, out, got);
-}
-
-int seqkv_get_view_ex(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
-                      size_t n, size_t want, unsigned flags, seqkv_view_fn fn, void *ctx,
-                      seqkv_view **out, size_t *got)
-{
-    if (flags & ~SEQKV_GET_LOSSY)
-        return skv_error(SKV_ERR_ARG, "seqkv_get_view_ex: unknown flags %#x", flags);
-    return get_view(db, tenant, profile, tokens, n, want, flags, fn, ctx, out, got);
-}
-
-int seqkv_get_view_stream(seqkv *db, const char *tenant, const char *profile,
-                          const int32_t *tokens, size_t n, size_t want, seqkv_view_fn fn,
-                          void *ctx, seqkv_view **out, size_t *got)
-{
-    if (!fn)
-        return skv_error(SKV_ERR_ARG, "seqkv_get_view_stream without a function");
-    return get_view(db, tenant, profile, tokens, n, want, 0, fn, ctx, out, got);
+    seqkv_get_opts o;
+    *out = NULL;
+    *got = 0;
+    int rc = get_opts(opts, &o);
+    if (!rc && o.on_layer)
+        rc = skv_error(SKV_ERR_ARG, "seqkv_get_view: on_layer is seqkv_get's (a view has on_ready)");
+    return rc ? rc : get_view(db, tenant, profile, tokens, n, o.want, o.flags, o.on_ready, o.ctx, out, got);
 }
 
 int seqkv_get(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens, size_t n,
-              size_t want, void *out, size_t cap, size_t *got)
+              const seqkv_get_opts *opts, void *out, size_t cap, size_t *got)
 {
+    seqkv_get_opts o;
+    *got = 0;
+    int rc = get_opts(opts, &o);
+    if (!rc && o.on_ready)
+        rc = skv_error(SKV_ERR_ARG, "seqkv_get: on_ready is seqkv_get_view's (a get has on_layer)");
+    if (rc)
+        return rc;
+    if (o.on_layer)
+        return skv_store_get_layers(db, tenant, profile, tokens, n, o.want, o.flags, o.on_layer,
+                                    o.ctx, got);
     seqkv_view *v;
-    int rc = seqkv_get_view(db, tenant, profile, tokens, n, want, &v, got);
+    rc = get_view(db, tenant, profile, tokens, n, o.want, o.flags, NULL, NULL, &v, got);
     if (rc)
         return rc;
     if (v->bytes > cap) {
@@ -326,10 +334,10 @@ int seqkv_get(seqkv *db, const char *tenant, const char *profile, const int32_t 
         return skv_error(SKV_ERR_TOO_LARGE, "%zu tokens need %zu bytes, the buffer holds %zu", *got,
                          need, cap);
     }
-    uint8_t *o = out;
+    uint8_t *dst = out;
     for (size_t i = 0; i < v->npieces; i++) {
-        memcpy(o, v->pc[i].p, v->pc[i].len);
-        o += v->pc[i].len;
+        memcpy(dst, v->pc[i].p, v->pc[i].len);
+        dst += v->pc[i].len;
     }
     seqkv_view_free(v);
     return SKV_OK;

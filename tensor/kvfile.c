@@ -145,11 +145,11 @@ int skv_kvfile_get(const skv_st *st, size_t i, skv_kvseq *out)
     if (!k || !v)
         return skv_error(SKV_ERR_FORMAT, "kvfile: sequence %zu has no seq%zu.%s", i, i,
                          !k ? "k" : "v");
-    if (tok->dtype != SKV_DT_I32 || tok->ndim != 1)
+    if (tok->dtype != SEQKV_DT_I32 || tok->ndim != 1)
         return skv_error(SKV_ERR_SHAPE, "kvfile: seq%zu.tokens must be I32 [T] (is %s, %d dims)",
                          i, skv_dtype_name(tok->dtype), tok->ndim);
     size_t T = tok->nelem;
-    if (k->dtype == SKV_DT_I32)
+    if (k->dtype == SEQKV_DT_I32)
         return skv_error(SKV_ERR_SHAPE, "kvfile: seq%zu.k must be a float dtype, not I32", i);
     if (k->ndim != 4)
         return skv_error(SKV_ERR_SHAPE,
@@ -184,7 +184,7 @@ int skv_kvfile_add(skv_st_writer *w, size_t i, const skv_kvseq *seq)
     if (!w || !seq)
         return skv_error(SKV_ERR_ARG, "kvfile: NULL argument");
     size_t esz = skv_dtype_size(seq->dtype);
-    if (esz == 0 || seq->dtype == SKV_DT_I32)
+    if (esz == 0 || seq->dtype == SEQKV_DT_I32)
         return skv_error(SKV_ERR_ARG, "kvfile: sequence %zu: K/V dtype must be a float type",
                          i);
     if (seq->layers < 1 || seq->kv_heads < 1 || seq->head_dim < 1)
@@ -217,7 +217,7 @@ int skv_kvfile_add(skv_st_writer *w, size_t i, const skv_kvseq *seq)
     int64_t tshape[1] = {(int64_t)seq->T};
     int64_t kshape[4] = {seq->layers, (int64_t)seq->T, seq->kv_heads, seq->head_dim};
     snprintf(name, sizeof name, "seq%zu.tokens", i);
-    int rc = skv_stw_add(w, name, SKV_DT_I32, 1, tshape, tok, seq->T * 4);
+    int rc = skv_stw_add(w, name, SEQKV_DT_I32, 1, tshape, tok, seq->T * 4);
     skv_free(tok);
     if (rc)
         return rc;

@@ -214,7 +214,7 @@ struct skv_st {
 static int rewrap(int rc, const char *what)
 {
     char saved[512];
-    snprintf(saved, sizeof saved, "%s", skv_error_detail());
+    snprintf(saved, sizeof saved, "%s", seqkv_error_detail());
     return skv_error(rc, "safetensors: %s: %s", what, saved);
 }
 
@@ -485,7 +485,7 @@ int skv_st_open(const char *path, skv_st **out)
     rc = skv_st_parse(buf, len, &st);
     if (rc) {
         char saved[512];
-        snprintf(saved, sizeof saved, "%s", skv_error_detail());
+        snprintf(saved, sizeof saved, "%s", seqkv_error_detail());
         skv_free(buf);
         return skv_error(rc, "%s: %s", path, saved);
     }
@@ -540,7 +540,7 @@ const char *skv_st_meta(const skv_st *st, const char *key)
 
 typedef struct {
     char *name; /* first: rec_key */
-    skv_dtype dtype;
+    seqkv_dtype dtype;
     int ndim;
     int64_t shape[SKV_ST_MAX_DIMS];
     uint8_t *data;
@@ -615,7 +615,7 @@ static int grow(void **arr, size_t *cap, size_t n, size_t size)
     return 0;
 }
 
-int skv_stw_add(skv_st_writer *w, const char *name, skv_dtype dtype, int ndim,
+int skv_stw_add(skv_st_writer *w, const char *name, seqkv_dtype dtype, int ndim,
                 const int64_t *shape, const void *data, size_t nbytes)
 {
     if (!w || !name || (ndim > 0 && !shape) || (!data && nbytes))

@@ -83,7 +83,7 @@ const skv_json *skv_json_at(const skv_json *arr, size_t i);
 
 typedef struct {
     const char *name;           /* NUL-terminated */
-    skv_dtype dtype;
+    seqkv_dtype dtype;
     int ndim;
     int64_t shape[SKV_ST_MAX_DIMS];
     size_t nelem;
@@ -112,7 +112,7 @@ void skv_stw_free(skv_st_writer *w);
 /* Add a tensor; the data is copied. nbytes must equal
  * prod(shape) * skv_dtype_size(dtype) (else SKV_ERR_SHAPE); duplicate names
  * are SKV_ERR_ARG. */
-int skv_stw_add(skv_st_writer *w, const char *name, skv_dtype dtype, int ndim,
+int skv_stw_add(skv_st_writer *w, const char *name, seqkv_dtype dtype, int ndim,
                 const int64_t *shape, const void *data, size_t nbytes);
 /* Add a __metadata__ string entry (JSON-escaped on output). */
 int skv_stw_meta(skv_st_writer *w, const char *key, const char *value);
@@ -132,7 +132,7 @@ int skv_stw_write(const skv_st_writer *w, const char *path);
 typedef struct {
     size_t T;
     const int32_t *tokens;  /* reader: may be unaligned; use skv_load32_le */
-    skv_dtype dtype;
+    seqkv_dtype dtype;
     int layers, kv_heads, head_dim;
     const uint8_t *k;       /* layers*T*kv_heads*head_dim elements, LE */
     const uint8_t *v;

@@ -8,67 +8,67 @@
 #include "codecutil.h"
 #include "skv_codec.h"
 
-const skv_dtype DTYPES[4] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_F32};
+const seqkv_dtype DTYPES[4] = {SEQKV_DT_BF16, SEQKV_DT_F16, SEQKV_DT_F8E4M3, SEQKV_DT_F32};
 
-int nbits(skv_dtype dt)
+int nbits(seqkv_dtype dt)
 {
-    return dt == SKV_DT_F32 ? 32 : dt == SKV_DT_F8E4M3 ? 8 : 16;
+    return dt == SEQKV_DT_F32 ? 32 : dt == SEQKV_DT_F8E4M3 ? 8 : 16;
 }
 
-uint32_t width_mask(skv_dtype dt)
+uint32_t width_mask(seqkv_dtype dt)
 {
-    return dt == SKV_DT_F32 ? 0xffffffffu : (1u << nbits(dt)) - 1u;
+    return dt == SEQKV_DT_F32 ? 0xffffffffu : (1u << nbits(dt)) - 1u;
 }
 
 /* first magnitude code that is not finite (fp8: the NaN 0x7f) */
-uint32_t inf_mag(skv_dtype dt)
+uint32_t inf_mag(seqkv_dtype dt)
 {
     switch (dt) {
-    case SKV_DT_BF16: return 0x7f80;
-    case SKV_DT_F16: return 0x7c00;
-    case SKV_DT_F8E4M3: return 0x7f;
+    case SEQKV_DT_BF16: return 0x7f80;
+    case SEQKV_DT_F16: return 0x7c00;
+    case SEQKV_DT_F8E4M3: return 0x7f;
     default: return 0x7f800000u;
     }
 }
 
-int is_finite_bits(skv_dtype dt, uint32_t x)
+int is_finite_bits(seqkv_dtype dt, uint32_t x)
 {
     uint32_t sign = 1u << (nbits(dt) - 1);
     return (x & (sign - 1u)) < inf_mag(dt);
 }
 
-uint32_t to_dt(skv_dtype dt, float v)
+uint32_t to_dt(seqkv_dtype dt, float v)
 {
     switch (dt) {
-    case SKV_DT_BF16: return skv_f32_to_bf16(v);
-    case SKV_DT_F16: return skv_f32_to_f16(v);
-    case SKV_DT_F8E4M3: return skv_f32_to_f8e4m3(v);
+    case SEQKV_DT_BF16: return skv_f32_to_bf16(v);
+    case SEQKV_DT_F16: return skv_f32_to_f16(v);
+    case SEQKV_DT_F8E4M3: return skv_f32_to_f8e4m3(v);
     default: return skv_f32_bits(v);
     }
 }
 
-float from_dt(skv_dtype dt, uint32_t x)
+float from_dt(seqkv_dtype dt, uint32_t x)
 {
     switch (dt) {
-    case SKV_DT_BF16: return skv_bf16_to_f32((uint16_t)x);
-    case SKV_DT_F16: return skv_f16_to_f32((uint16_t)x);
-    case SKV_DT_F8E4M3: return skv_f8e4m3_to_f32((uint8_t)x);
+    case SEQKV_DT_BF16: return skv_bf16_to_f32((uint16_t)x);
+    case SEQKV_DT_F16: return skv_f16_to_f32((uint16_t)x);
+    case SEQKV_DT_F8E4M3: return skv_f8e4m3_to_f32((uint8_t)x);
     default: return skv_bits_f32(x);
     }
 }
 
-skv_cmodel *model_new(skv_dtype dt, skv_mix mix, const uint32_t *hist)
+skv_cmodel *model_new(seqkv_dtype dt, skv_mix mix, const uint32_t *hist)
 {
     skv_cmodel *m = NULL;
     int rc = skv_cmodel_create(dt, mix, hist, &m);
-    cr_assert_eq(rc, 0, "cmodel_create(%s): %s (%s)", skv_dtype_name(dt), skv_strerror(rc),
-                 skv_error_detail());
+    cr_assert_eq(rc, 0, "cmodel_create(%s): %s (%s)", skv_dtype_name(dt), seqkv_strerror(rc),
+                 seqkv_error_detail());
     cr_assert_not_null(m);
     cr_assert_eq(skv_cmodel_dtype(m), dt);
     return m;
 }
 
-void seq_init(seq_t *q, skv_dtype dt, size_t cap)
+void seq_init(seq_t *q, seqkv_dtype dt, size_t cap)
 {
     q->dt = dt;
     q->n = 0;
@@ -114,13 +114,13 @@ uint8_t *encode_with(skv_encoder *e, const seq_t *q, const uint8_t *calib, size_
     skv_encoder_reset(e, calib);
     for (size_t i = 0; i < q->n; i++) {
         int rc = skv_encoder_put(e, q->x[i], q->mu[i], q->s[i]);
-        cr_assert_eq(rc, 0, "put #%zu: %s (%s)", i, skv_strerror(rc), skv_error_detail());
+        cr_assert_eq(rc, 0, "put #%zu: %s (%s)", i, seqkv_strerror(rc), seqkv_error_detail());
     }
     size_t cap = skv_encoder_bound(e);
     uint8_t *tmp = malloc(cap);
     cr_assert_not_null(tmp);
     int rc = skv_encoder_finish(e, tmp, cap, len);
-    cr_assert_eq(rc, 0, "finish: %s (%s)", skv_strerror(rc), skv_error_detail());
+    cr_assert_eq(rc, 0, "finish: %s (%s)", seqkv_strerror(rc), seqkv_error_detail());
     cr_assert_leq(*len, cap, "stream of %zu bytes exceeds its bound %zu", *len, cap);
     uint8_t *out = malloc(*len);
     cr_assert_not_null(out);
@@ -189,7 +189,7 @@ size_t assert_round_trip(skv_cmodel *m, const seq_t *q, const char *what)
     skv_stream_info info;
     int rc = decode_seq(m, buf, len, q, got, &info);
     cr_assert_eq(rc, 0, "%s %s: decode failed: %s (%s)", skv_dtype_name(q->dt), what,
-                 skv_strerror(rc), skv_error_detail());
+                 seqkv_strerror(rc), seqkv_error_detail());
     cr_assert_eq(info.n, q->n);
     cr_assert_eq(info.dtype, q->dt);
     cr_assert_eq(info.cmodel_id, skv_cmodel_id(m));
@@ -229,7 +229,7 @@ void gold_seq(seq_t *q, int di, size_t n)
 
 /* Gaussian scalars around mu with s from 1e-8 to 1e4 and |mu| from 1e-10 to
  * 1e6 (and 0); one in five drawn far from mu, a few hundred-fold outliers. */
-void gaussian_seq(seq_t *q, skv_dtype dt, size_t n, uint64_t seed)
+void gaussian_seq(seq_t *q, seqkv_dtype dt, size_t n, uint64_t seed)
 {
     skv_rng r;
     skv_rng_seed(&r, seed);
@@ -254,7 +254,7 @@ void gaussian_seq(seq_t *q, skv_dtype dt, size_t n, uint64_t seed)
 }
 
 /* Edge values per dtype (dtype bits). */
-size_t edge_values(skv_dtype dt, uint32_t *v)
+size_t edge_values(seqkv_dtype dt, uint32_t *v)
 {
     static const uint32_t bf16[] = {
         0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x807f, 0x0080, 0x8080, 0x7f7f, 0xff7f,
@@ -276,9 +276,9 @@ size_t edge_values(skv_dtype dt, uint32_t *v)
     const uint32_t *src;
     size_t n;
     switch (dt) {
-    case SKV_DT_BF16: src = bf16; n = sizeof bf16 / sizeof *bf16; break;
-    case SKV_DT_F16: src = f16; n = sizeof f16 / sizeof *f16; break;
-    case SKV_DT_F8E4M3: src = f8; n = sizeof f8 / sizeof *f8; break;
+    case SEQKV_DT_BF16: src = bf16; n = sizeof bf16 / sizeof *bf16; break;
+    case SEQKV_DT_F16: src = f16; n = sizeof f16 / sizeof *f16; break;
+    case SEQKV_DT_F8E4M3: src = f8; n = sizeof f8 / sizeof *f8; break;
     default: src = f32; n = sizeof f32 / sizeof *f32; break;
     }
     memcpy(v, src, n * sizeof *v);
@@ -287,7 +287,7 @@ size_t edge_values(skv_dtype dt, uint32_t *v)
 
 /* hostile and model-like (mu, s): any float bits, values near the
  * lattices' edges, tiny and huge spreads */
-void random_mu_s(skv_rng *r, skv_dtype dt, float *mu, float *s)
+void random_mu_s(skv_rng *r, seqkv_dtype dt, float *mu, float *s)
 {
     uint64_t k = skv_rng_next(r);
     switch (k % 8) {
@@ -324,7 +324,7 @@ int cmp_u32_test(const void *a, const void *b)
 /* Atoms for AT_NCH channels of dt: channel 0 none, channel 3 atoms with
  * lambda 0 (off), the others a few of the edge values plus values near
  * 1.0, with counts. Returns the atoms; *vals_out gets channel 1's values. */
-skv_atoms *test_atoms(skv_dtype dt, uint32_t lambda_scale)
+skv_atoms *test_atoms(seqkv_dtype dt, uint32_t lambda_scale)
 {
     uint32_t ev[32];
     size_t ne = edge_values(dt, ev);
@@ -352,12 +352,12 @@ skv_atoms *test_atoms(skv_dtype dt, uint32_t lambda_scale)
     }
     skv_atoms *a = NULL;
     int rc = skv_atoms_create(dt, AT_NCH, k, lam, vals, cnts, &a);
-    cr_assert_eq(rc, 0, "%s", skv_error_detail());
+    cr_assert_eq(rc, 0, "%s", seqkv_error_detail());
     return a;
 }
 
 /* Scalars for the atoms channels: atoms, edge values, near values. */
-void atoms_seq(seq_t *q, skv_dtype dt, size_t n, uint64_t seed)
+void atoms_seq(seq_t *q, seqkv_dtype dt, size_t n, uint64_t seed)
 {
     seq_t g;
     gaussian_seq(&g, dt, n, seed);
@@ -383,6 +383,6 @@ uint8_t *finish_copy(skv_encoder *e, size_t *len)
     size_t cap = skv_encoder_bound(e);
     uint8_t *buf = malloc(cap);
     cr_assert_not_null(buf);
-    cr_assert_eq(skv_encoder_finish(e, buf, cap, len), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_encoder_finish(e, buf, cap, len), 0, "%s", seqkv_error_detail());
     return buf;
 }

@@ -17,27 +17,27 @@
 #include "golden/codec/golden_inputs.h"
 
 /* The four float dtypes, in the order the suites loop over them. */
-extern const skv_dtype DTYPES[4];
+extern const seqkv_dtype DTYPES[4];
 
-int nbits(skv_dtype dt);
-uint32_t width_mask(skv_dtype dt);
+int nbits(seqkv_dtype dt);
+uint32_t width_mask(seqkv_dtype dt);
 /* first magnitude code that is not finite (fp8: the NaN 0x7f) */
-uint32_t inf_mag(skv_dtype dt);
-int is_finite_bits(skv_dtype dt, uint32_t x);
-uint32_t to_dt(skv_dtype dt, float v);
-float from_dt(skv_dtype dt, uint32_t x);
+uint32_t inf_mag(seqkv_dtype dt);
+int is_finite_bits(seqkv_dtype dt, uint32_t x);
+uint32_t to_dt(seqkv_dtype dt, float v);
+float from_dt(seqkv_dtype dt, uint32_t x);
 /* skv_cmodel_create, asserted to succeed */
-skv_cmodel *model_new(skv_dtype dt, skv_mix mix, const uint32_t *hist);
+skv_cmodel *model_new(seqkv_dtype dt, skv_mix mix, const uint32_t *hist);
 
 /* A sequence of scalars with their (mu, s). */
 typedef struct {
-    skv_dtype dt;
+    seqkv_dtype dt;
     size_t n, cap;
     uint32_t *x;
     float *mu, *s;
 } seq_t;
 
-void seq_init(seq_t *q, skv_dtype dt, size_t cap);
+void seq_init(seq_t *q, seqkv_dtype dt, size_t cap);
 void seq_push(seq_t *q, uint32_t x, float mu, float s);
 void seq_free(seq_t *q);
 /* (mu, s) of scalar i; past the end (a damaged n) the sequence repeats. */
@@ -71,12 +71,12 @@ void gold_seq(seq_t *q, int di, size_t n);
 
 /* Gaussian scalars around mu with s from 1e-8 to 1e4 and |mu| from 1e-10 to
  * 1e6 (and 0); one in five drawn far from mu, a few hundred-fold outliers. */
-void gaussian_seq(seq_t *q, skv_dtype dt, size_t n, uint64_t seed);
+void gaussian_seq(seq_t *q, seqkv_dtype dt, size_t n, uint64_t seed);
 /* Edge values per dtype (dtype bits) into v (room for 32); the count. */
-size_t edge_values(skv_dtype dt, uint32_t *v);
+size_t edge_values(seqkv_dtype dt, uint32_t *v);
 /* hostile and model-like (mu, s): any float bits, values near the
  * lattices' edges, tiny and huge spreads */
-void random_mu_s(skv_rng *r, skv_dtype dt, float *mu, float *s);
+void random_mu_s(skv_rng *r, seqkv_dtype dt, float *mu, float *s);
 
 /* Atoms: the channels of test_atoms */
 #define AT_NCH 5
@@ -84,7 +84,7 @@ int cmp_u32_test(const void *a, const void *b);
 /* Atoms for AT_NCH channels of dt: channel 0 none, channel 3 atoms with
  * lambda 0 (off), the others a few of the edge values plus values near
  * 1.0, with counts. */
-skv_atoms *test_atoms(skv_dtype dt, uint32_t lambda_scale);
+skv_atoms *test_atoms(seqkv_dtype dt, uint32_t lambda_scale);
 /* Scalars for the atoms channels: atoms, edge values, near values. */
-void atoms_seq(seq_t *q, skv_dtype dt, size_t n, uint64_t seed);
+void atoms_seq(seq_t *q, seqkv_dtype dt, size_t n, uint64_t seed);
 #endif

@@ -105,7 +105,7 @@ static void child(const char *dir, int fd, const unsigned char *acked, int start
         for (int x = 0; x < k; x++)
             if (req[x].rc) {
                 fprintf(stderr, "child: put %d: %d %s\n", ids[x], req[x].rc,
-                        k == 1 ? skv_error_detail() : req[x].error);
+                        k == 1 ? seqkv_error_detail() : req[x].detail);
                 _exit(11);
             }
         for (int x = 0; x < k; x++) {
@@ -195,7 +195,7 @@ static int verify(const char *dir, const unsigned char *acked, unsigned char *st
     seqkv_options o = {.quiet = 1};
     seqkv *db = NULL;
     int rc = seqkv_open(dir, &o, &db);
-    cr_assert_eq(rc, 0, "round %d: reopen after kill -9: %d %s", round, rc, skv_error_detail());
+    cr_assert_eq(rc, 0, "round %d: reopen after kill -9: %d %s", round, rc, seqkv_error_detail());
     /* committed when one of them is there in full and the stored puts do
      * not explain it; then all of them must be (checked below) */
     for (int i = 0; i < NSEQ; i++) {
@@ -219,14 +219,14 @@ static int verify(const char *dir, const unsigned char *acked, unsigned char *st
         size_t m = 0;
         rc = seqkv_lookup(db, TENANT[tenant_of[i]], "p", s->tok, s->n, &m);
         cr_assert(rc == 0 || (rc == SKV_ERR_NOT_FOUND && !acked[i]), "round %d seq %d: lookup %d %s",
-                  round, i, rc, skv_error_detail());
+                  round, i, rc, seqkv_error_detail());
         if (acked[i])
             cr_assert_eq(m, s->n, "round %d: acknowledged put %d (%zu tokens) is cached to %zu", round,
                          i, s->n, m);
         if (m) {
             rc = su_get_check(db, TENANT[tenant_of[i]], "p", &tm, s, m, NULL);
             cr_assert_eq(rc, 0, "round %d seq %d (acked %d): get of the %zu cached tokens: %d %s", round,
-                         i, acked[i], m, rc, skv_error_detail());
+                         i, acked[i], m, rc, seqkv_error_detail());
         }
         if (acked[i] && m > 1)
             cr_assert_eq(su_get_check(db, TENANT[tenant_of[i]], "p", &tm, s, m / 2, NULL), 0);
@@ -282,7 +282,7 @@ static void crash_case(int batched, int rounds)
     const char *tmp = tu_tmpdir();
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/db", tmp);
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     make_seqs();
 
     /* the profile, and a calibration so that coded levels are exercised;
@@ -290,10 +290,10 @@ static void crash_case(int batched, int rounds)
     seqkv_options o = {.quiet = 1};
     seqkv *db;
     su_master_key(dir, 1);
-    cr_assert_eq(seqkv_open(dir, &o, &db), 0, "%s", skv_error_detail());
-    seqkv_profile p;
+    cr_assert_eq(seqkv_open(dir, &o, &db), 0, "%s", seqkv_error_detail());
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     su_profile(&tm, "p", CHUNK, SEQKV_RAW, 0, &p);
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", seqkv_error_detail());
     su_seq cal[4];
     for (int i = 0; i < 4; i++) {
         int32_t first = (int32_t)(30 + i);
@@ -301,7 +301,7 @@ static void crash_case(int batched, int rounds)
         seqkv_put_result r;
         cr_assert_eq(seqkv_put(db, "t0", "p", cal[i].tok, cal[i].n, cal[i].kv, cal[i].kv_len, NULL, &r), 0);
     }
-    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
     for (int i = 0; i < 4; i++) {
         size_t removed;
         cr_assert_eq(seqkv_del(db, "t0", "p", cal[i].tok, cal[i].n, &removed), 0);

@@ -108,7 +108,7 @@ void rm_hf_free(rm_hf *m)
     free(m);
 }
 
-static void add(skv_st_writer *w, skv_dtype dt, const char *name, const float *x, int64_t r, int64_t c)
+static void add(skv_st_writer *w, seqkv_dtype dt, const char *name, const float *x, int64_t r, int64_t c)
 {
     size_t n = (size_t)r * (size_t)(c ? c : 1);
     uint8_t *buf = malloc(n * 4);
@@ -116,13 +116,13 @@ static void add(skv_st_writer *w, skv_dtype dt, const char *name, const float *x
     int64_t shape[2] = {r, c};
     int rc = skv_stw_add(w, name, dt, c ? 2 : 1, shape, buf, n * skv_dtype_size(dt));
     if (rc) {
-        fprintf(stderr, "rm_hf_write: %s: %s\n", name, skv_error_detail());
+        fprintf(stderr, "rm_hf_write: %s: %s\n", name, seqkv_error_detail());
         abort();
     }
     free(buf);
 }
 
-int rm_hf_write(const rm_hf *m, const char *dir, skv_dtype dt, int shards)
+int rm_hf_write(const rm_hf *m, const char *dir, seqkv_dtype dt, int shards)
 {
     const rm_shape *s = &m->s;
     mkdir(dir, 0755);

@@ -33,7 +33,7 @@ rm_hf *rm_hf_new(const rm_shape *s, uint64_t seed);
 void rm_hf_free(rm_hf *m);
 /* Write dir/config.json and dir/model.safetensors (weights in dt); with
  * shards = 2, two files and model.safetensors.index.json instead. */
-int rm_hf_write(const rm_hf *m, const char *dir, skv_dtype dt, int shards);
+int rm_hf_write(const rm_hf *m, const char *dir, seqkv_dtype dt, int shards);
 /* Reference forward over tokens[0..n): logits [n][vocab], k and v
  * [layers][n][kv_heads*head_dim] (K after RoPE). Double precision, libm. */
 void rm_hf_reference(const rm_hf *m, const int32_t *tokens, int n, float *logits, float *k, float *v);

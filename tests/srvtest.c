@@ -89,7 +89,7 @@ int srv_stop(srv *s)
 seqkv_client *conn(const srv *s)
 {
     seqkv_client *c = NULL;
-    cr_assert_eq(seqkv_client_connect(s->sock, &c), 0, "connect: %s", skv_error_detail());
+    cr_assert_eq(seqkv_client_connect(s->sock, &c), 0, "connect: %s", seqkv_error_detail());
     return c;
 }
 
@@ -101,7 +101,7 @@ seqkv_reply *cmdv(seqkv_client *c, size_t argc, const char *const *argv)
         argl[i] = strlen(argv[i]);
     seqkv_reply *r = NULL;
     int rc = seqkv_client_command(c, argc, (const void *const *)argv, argl, &r);
-    cr_assert_eq(rc, 0, "command %s: %s", argv[0], seqkv_client_error(c));
+    cr_assert_eq(rc, 0, "command %s: %s", argv[0], seqkv_error_detail());
     return r;
 }
 
@@ -128,7 +128,7 @@ void make_profile(seqkv_client *c, const su_model *tm, const char *name, int chu
     const char *kv[] = {"layers", L, "kv_heads", H, "head_dim", D, "dtype", "bf16",
                         "rope_theta", th, "rope_dim", rd, "rope_half", rh, "chunk", ch};
     int rc = seqkv_client_profile_set(c, name, kv, 8);
-    cr_assert_eq(rc, 0, "profile set: %s", seqkv_client_error(c));
+    cr_assert_eq(rc, 0, "profile set: %s", seqkv_error_detail());
 }
 
 void expect_get(seqkv_client *c, const char *prof, const su_model *tm, const su_seq *s,
@@ -140,7 +140,7 @@ void expect_get(seqkv_client *c, const char *prof, const su_model *tm, const su_
     su_expect(tm, s, n, exp);
     size_t len = 0;
     int rc = seqkv_client_get(c, prof, s->tok, s->n, want, got, bytes, &len);
-    cr_assert_eq(rc, 0, "get: %s (%s)", seqkv_client_strerror(rc), seqkv_client_error(c));
+    cr_assert_eq(rc, 0, "get: %s (%s)", seqkv_strerror(rc), seqkv_error_detail());
     cr_assert_eq(len, bytes);
     cr_assert(memcmp(exp, got, bytes) == 0, "KV.GET is not bit-exact");
     free(exp);

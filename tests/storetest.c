@@ -29,7 +29,7 @@ seqkv *open_store(const char *dir, const seqkv_options *o)
         d.read_threads = 2; /* gets decode over the readers' pool when it is free */
     seqkv *db = NULL;
     int rc = seqkv_open(dir, &d, &db);
-    cr_assert_eq(rc, 0, "open %s: %d %s", dir, rc, skv_error_detail());
+    cr_assert_eq(rc, 0, "open %s: %d %s", dir, rc, seqkv_error_detail());
     cr_assert_not_null(db);
     return db;
 }
@@ -37,10 +37,10 @@ seqkv *open_store(const char *dir, const seqkv_options *o)
 void add_profile(seqkv *db, const su_model *tm, const char *name, int chunk,
                  seqkv_level level, int with_model)
 {
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     su_profile(tm, name, chunk, level, with_model, &p);
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "profile %s: %s", name, skv_error_detail());
-    seqkv_profile q;
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "profile %s: %s", name, seqkv_error_detail());
+    seqkv_profile q = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, name, &q), 0);
     cr_assert_eq(q.chunk, chunk);
     cr_assert_eq(q.layers, tm->L);
@@ -52,7 +52,7 @@ seqkv_put_result put(seqkv *db, const char *tenant, const char *prof, const su_s
     seqkv_put_result r;
     seqkv_put_opts o = {.has_level = level > 0, .level = (seqkv_level)(level > 0 ? level - 1 : 0)};
     int rc = seqkv_put(db, tenant, prof, s->tok, s->n, s->kv, s->kv_len, &o, &r);
-    cr_assert_eq(rc, 0, "put of %zu tokens: %d %s", s->n, rc, skv_error_detail());
+    cr_assert_eq(rc, 0, "put of %zu tokens: %d %s", s->n, rc, seqkv_error_detail());
     return r;
 }
 
@@ -60,7 +60,7 @@ size_t lookup(seqkv *db, const char *tenant, const char *prof, const int32_t *to
 {
     size_t m = 12345;
     int rc = seqkv_lookup(db, tenant, prof, tok, n, &m);
-    cr_assert_eq(rc, 0, "lookup: %d %s", rc, skv_error_detail());
+    cr_assert_eq(rc, 0, "lookup: %d %s", rc, seqkv_error_detail());
     return m;
 }
 
@@ -71,7 +71,7 @@ void assert_whole(seqkv *db, const char *tenant, const char *prof, const su_mode
     cr_assert_eq(lookup(db, tenant, prof, s->tok, s->n), s->n, "%s: lookup", what);
     size_t got;
     int rc = su_get_check(db, tenant, prof, tm, s, s->n, &got);
-    cr_assert_eq(rc, 0, "%s: get of %zu tokens: %d %s", what, s->n, rc, skv_error_detail());
+    cr_assert_eq(rc, 0, "%s: get of %zu tokens: %d %s", what, s->n, rc, seqkv_error_detail());
     cr_assert_eq(su_get_check(db, tenant, prof, tm, s, 0, &got), 0, "%s: get of the longest", what);
     cr_assert_eq(got, s->n);
 }
@@ -80,7 +80,7 @@ seqkv_stats stats(seqkv *db, const char *tenant)
 {
     seqkv_stats st;
     int rc = seqkv_stat(db, tenant, &st);
-    cr_assert_eq(rc, 0, "stat: %d %s", rc, skv_error_detail());
+    cr_assert_eq(rc, 0, "stat: %d %s", rc, seqkv_error_detail());
     return st;
 }
 
@@ -159,7 +159,7 @@ void all_decodable(seqkv *db, const char *tenant, const su_model *tm, const su_s
         for (int w = 0; w < 3; w++) {
             int rc = su_get_check(db, tenant, "p", tm, &s[i], ws[w], NULL);
             cr_assert_eq(rc, 0, "seq %d: lookup %zu, get of %zu: %d %s", i, m, ws[w], rc,
-                         skv_error_detail());
+                         seqkv_error_detail());
         }
     }
 }
@@ -176,7 +176,7 @@ seqkv *store_at_level(const char *dir, const seqkv_options *o, const su_model *t
             put(db, "cal", "p", &c, 0);
             su_seq_free(&c);
         }
-        cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+        cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
     }
     return db;
 }

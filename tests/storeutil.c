@@ -20,12 +20,12 @@
         if (!(cond)) {                                                                            \
             fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                       \
             fprintf(stderr, __VA_ARGS__);                                                         \
-            fprintf(stderr, " [%s]\n", skv_error_detail());                                       \
+            fprintf(stderr, " [%s]\n", seqkv_error_detail());                                       \
             abort();                                                                              \
         }                                                                                         \
     } while (0)
 
-static void fill(su_model *tm, skv_dtype dt)
+static void fill(su_model *tm, seqkv_dtype dt)
 {
     tm->c = skv_model_cfg(tm->m);
     tm->dt = dt;
@@ -34,7 +34,7 @@ static void fill(su_model *tm, skv_dtype dt)
     tm->row = tm->C * skv_dtype_size(dt);
 }
 
-void su_random_model(su_model *tm, const char *dir, skv_dtype dt)
+void su_random_model(su_model *tm, const char *dir, seqkv_dtype dt)
 {
     memset(tm, 0, sizeof *tm);
     rm_shape s = {0, 32, 64, 2, 4, 2, 8, 40, 512, 1, 10000.0f, 1e-5f};
@@ -47,7 +47,7 @@ void su_random_model(su_model *tm, const char *dir, skv_dtype dt)
     fill(tm, dt);
 }
 
-void su_model_load(su_model *tm, const char *path, skv_dtype dt)
+void su_model_load(su_model *tm, const char *path, seqkv_dtype dt)
 {
     memset(tm, 0, sizeof *tm);
     snprintf(tm->path, sizeof tm->path, "%s", path);
@@ -55,7 +55,7 @@ void su_model_load(su_model *tm, const char *path, skv_dtype dt)
     fill(tm, dt);
 }
 
-int su_shared_model(su_model *tm, const char *name, skv_dtype dt)
+int su_shared_model(su_model *tm, const char *name, seqkv_dtype dt)
 {
     const char *p = tu_shared_model(name);
     if (!p)
@@ -160,7 +160,7 @@ int su_get_check(seqkv *db, const char *tenant, const char *profile, const su_mo
     size_t g = 0, cap = su_kv_len(tm, s->n);
     uint8_t *out = malloc(cap + 1), *exp = malloc(cap + 1);
     memset(out, 0xa5, cap + 1);
-    int rc = seqkv_get(db, tenant, profile, s->tok, s->n, want, out, cap, &g);
+    int rc = seqkv_get(db, tenant, profile, s->tok, s->n, &(seqkv_get_opts){.want = want}, out, cap, &g);
     if (got)
         *got = g;
     if (rc == 0) {

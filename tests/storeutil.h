@@ -14,7 +14,7 @@ typedef struct {
     skv_model *m;
     const skv_model_config *c;
     char path[4096]; /* the checkpoint on disk */
-    skv_dtype dt;
+    seqkv_dtype dt;
     size_t C;        /* kv_heads * head_dim */
     size_t row;      /* C * dtype size */
     int L;
@@ -31,11 +31,11 @@ typedef struct {
 
 /* The seeded random llama2.c model of the store suites (2 layers, 2 KV
  * heads of 8 dims, vocabulary 40), written to dir/rm.bin and loaded. */
-void su_random_model(su_model *tm, const char *dir, skv_dtype dt);
+void su_random_model(su_model *tm, const char *dir, seqkv_dtype dt);
 /* The checkpoint at path loaded (aborts when it cannot be). */
-void su_model_load(su_model *tm, const char *path, skv_dtype dt);
+void su_model_load(su_model *tm, const char *path, seqkv_dtype dt);
 /* ../shared/models/<name> loaded; 0, or 1 when the file is absent. */
-int su_shared_model(su_model *tm, const char *name, skv_dtype dt);
+int su_shared_model(su_model *tm, const char *name, seqkv_dtype dt);
 void su_model_free(su_model *tm);
 
 size_t su_kv_len(const su_model *tm, size_t n);

@@ -198,19 +198,19 @@ Test(cast, bulk_casts_are_little_endian)
 {
     float src[4] = {1.0f, -2.0f, 0.5f, 65504.0f};
     uint8_t out[16];
-    cr_assert_eq(skv_cast_from_f32(SKV_DT_BF16, out, src, 4), 0);
+    cr_assert_eq(skv_cast_from_f32(SEQKV_DT_BF16, out, src, 4), 0);
     cr_assert_eq(out[0], 0x80);
     cr_assert_eq(out[1], 0x3f);
-    cr_assert_eq(skv_cast_from_f32(SKV_DT_F16, out, src, 4), 0);
+    cr_assert_eq(skv_cast_from_f32(SEQKV_DT_F16, out, src, 4), 0);
     cr_assert_eq(skv_load16_le(out + 6), 0x7bff);
     float back[4];
-    for (int dt = SKV_DT_F32; dt <= SKV_DT_F8E4M3; dt++) {
-        cr_assert_eq(skv_cast_from_f32((skv_dtype)dt, out, src, 4), 0);
-        cr_assert_eq(skv_cast_to_f32((skv_dtype)dt, back, out, 4), 0);
+    for (int dt = SEQKV_DT_F32; dt <= SEQKV_DT_F8E4M3; dt++) {
+        cr_assert_eq(skv_cast_from_f32((seqkv_dtype)dt, out, src, 4), 0);
+        cr_assert_eq(skv_cast_to_f32((seqkv_dtype)dt, back, out, 4), 0);
         cr_assert_eq(back[0], 1.0f);
         cr_assert_eq(back[1], -2.0f);
     }
-    cr_assert_eq(skv_cast_from_f32(SKV_DT_I32, out, src, 4), SKV_ERR_ARG);
+    cr_assert_eq(skv_cast_from_f32(SEQKV_DT_I32, out, src, 4), SKV_ERR_ARG);
 }
 
 Test(cast, gpu_path_is_optional_and_bit_identical)
@@ -218,7 +218,7 @@ Test(cast, gpu_path_is_optional_and_bit_identical)
     if (!skv_gpu_available()) {
         float x = 1.0f;
         uint8_t o[4];
-        cr_assert_eq(skv_gpu_cast_from_f32(SKV_DT_BF16, o, &x, 1), SKV_ERR_NO_DEVICE);
+        cr_assert_eq(skv_gpu_cast_from_f32(SEQKV_DT_BF16, o, &x, 1), SKV_ERR_NO_DEVICE);
         cr_skip("no GPU: %s", skv_gpu_describe());
     }
     enum { N = 1 << 16 };
@@ -228,26 +228,26 @@ Test(cast, gpu_path_is_optional_and_bit_identical)
     skv_rng_seed(&r, 3);
     for (int i = 0; i < N; i++)
         src[i] = f((uint32_t)skv_rng_next(&r));
-    for (int dt = SKV_DT_F32; dt <= SKV_DT_F8E4M3; dt++) {
-        cr_assert_eq(skv_cast_from_f32((skv_dtype)dt, a, src, N), 0);
-        cr_assert_eq(skv_gpu_cast_from_f32((skv_dtype)dt, b, src, N), 0);
-        cr_assert_eq(memcmp(a, b, N * skv_dtype_size((skv_dtype)dt)), 0, "dtype %d", dt);
+    for (int dt = SEQKV_DT_F32; dt <= SEQKV_DT_F8E4M3; dt++) {
+        cr_assert_eq(skv_cast_from_f32((seqkv_dtype)dt, a, src, N), 0);
+        cr_assert_eq(skv_gpu_cast_from_f32((seqkv_dtype)dt, b, src, N), 0);
+        cr_assert_eq(memcmp(a, b, N * skv_dtype_size((seqkv_dtype)dt)), 0, "dtype %d", dt);
     }
 }
 
 Test(dtype, names_parse_and_reject)
 {
-    skv_dtype dt;
+    seqkv_dtype dt;
     cr_assert_eq(skv_dtype_from_name("F8_E4M3", 7, &dt), 0);
-    cr_assert_eq(dt, SKV_DT_F8E4M3);
+    cr_assert_eq(dt, SEQKV_DT_F8E4M3);
     cr_assert_eq(skv_dtype_from_name("F64", 3, &dt), SKV_ERR_UNSUPPORTED);
     cr_assert_eq(skv_dtype_from_name("Q4", 2, &dt), SKV_ERR_FORMAT);
     cr_assert_eq(skv_dtype_from_user("BF16", &dt), 0);
-    cr_assert_eq(dt, SKV_DT_BF16);
+    cr_assert_eq(dt, SEQKV_DT_BF16);
     cr_assert_eq(skv_dtype_from_user("fp8", &dt), 0);
-    cr_assert_eq(dt, SKV_DT_F8E4M3);
+    cr_assert_eq(dt, SEQKV_DT_F8E4M3);
     cr_assert_eq(skv_dtype_from_user("int4", &dt), SKV_ERR_ARG);
-    cr_assert_str_eq(skv_dtype_name(SKV_DT_F16), "F16");
+    cr_assert_str_eq(skv_dtype_name(SEQKV_DT_F16), "F16");
 }
 
 Test(alloc, injected_failure_hits_the_nth_call_once)
@@ -299,10 +299,10 @@ Test(alloc, huge_blocks_are_zeroed_aligned_and_fail_when_told)
 Test(error, codes_have_names_and_details)
 {
     for (int e = 0; e >= SKV_ERR_MIN_; e--)
-        cr_assert_str_neq(skv_strerror(e), "unknown error", "code %d", e);
+        cr_assert_str_neq(seqkv_strerror(e), "unknown error", "code %d", e);
     int rc = skv_error(SKV_ERR_SHAPE, "tensor %s", "x");
     cr_assert_eq(rc, SKV_ERR_SHAPE);
-    cr_assert(strstr(skv_error_detail(), "tensor x") != NULL);
+    cr_assert(strstr(seqkv_error_detail(), "tensor x") != NULL);
 }
 
 typedef struct {
@@ -359,10 +359,10 @@ Test(rng, same_seed_same_stream)
 
 Test(error, every_code_has_its_identifier)
 {
-    cr_assert_str_eq(skv_error_name(SKV_ERR_CORRUPT), "SKV_ERR_CORRUPT");
-    cr_assert_str_eq(skv_error_name(SKV_OK), "SKV_OK");
+    cr_assert_str_eq(seqkv_error_name(SKV_ERR_CORRUPT), "SKV_ERR_CORRUPT");
+    cr_assert_str_eq(seqkv_error_name(SKV_OK), "SKV_OK");
     for (int e = 0; e >= SKV_ERR_MIN_; e--)
-        cr_assert_not_null(skv_error_name(e), "code %d", e);
-    cr_assert_null(skv_error_name(SKV_ERR_MIN_ - 1));
-    cr_assert_null(skv_error_name(1));
+        cr_assert_not_null(seqkv_error_name(e), "code %d", e);
+    cr_assert_null(seqkv_error_name(SKV_ERR_MIN_ - 1));
+    cr_assert_null(seqkv_error_name(1));
 }

@@ -24,7 +24,7 @@ static uint8_t *encode_atoms(skv_cmodel *m, const skv_atoms *a, const seq_t *q, 
     for (size_t i = 0; i < q->n; i += batch) {
         size_t nb = q->n - i < batch ? q->n - i : batch;
         int rc = skv_encoder_put_n(e, q->x + i, q->mu + i, q->s + i, nb);
-        cr_assert_eq(rc, 0, "%s", skv_error_detail());
+        cr_assert_eq(rc, 0, "%s", seqkv_error_detail());
     }
     if (ideal)
         *ideal = skv_encoder_ideal_bits(e);
@@ -62,7 +62,7 @@ static int decode_atoms(skv_cmodel *m, const skv_atoms *a, const uint8_t *buf, s
 Test(atoms, round_trip_for_every_dtype_and_batch_size)
 {
     for (int di = 0; di < 4; di++) {
-        skv_dtype dt = DTYPES[di];
+        seqkv_dtype dt = DTYPES[di];
         skv_cmodel *m = model_new(dt, (skv_mix){600u, 100u}, NULL);
         skv_atoms *a = test_atoms(dt, 20000u);
         seq_t q;
@@ -92,7 +92,7 @@ Test(atoms, round_trip_for_every_dtype_and_batch_size)
             for (int db = 0; db < 4; db++) {
                 uint32_t *got = malloc(q.n * sizeof *got);
                 int rc = decode_atoms(m, a, first, first_len, &q, batches[db], got);
-                cr_assert_eq(rc, 0, "%s: %s", skv_dtype_name(dt), skv_error_detail());
+                cr_assert_eq(rc, 0, "%s: %s", skv_dtype_name(dt), seqkv_error_detail());
                 for (size_t i = 0; i < q.n; i++)
                     cr_assert_eq(got[i], q.x[i], "%s scalar %zu", skv_dtype_name(dt), i);
                 free(got);
@@ -114,7 +114,7 @@ Test(atoms, round_trip_for_every_dtype_and_batch_size)
             if (rc == 0)
                 missed++;
             else
-                cr_assert_eq(rc, SKV_ERR_CORRUPT, "flip at %zu: %s", p, skv_strerror(rc));
+                cr_assert_eq(rc, SKV_ERR_CORRUPT, "flip at %zu: %s", p, seqkv_strerror(rc));
             free(t);
         }
         cr_assert_eq(missed, 0, "%zu flips decoded as valid", missed);
@@ -137,7 +137,7 @@ Test(atoms, round_trip_for_every_dtype_and_batch_size)
 
 Test(atoms, all_channels_without_atoms_code_exactly_as_no_atoms_but_for_the_id)
 {
-    skv_dtype dt = SKV_DT_BF16;
+    seqkv_dtype dt = SEQKV_DT_BF16;
     skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
     uint32_t k[2] = {2, 0}, lam[2] = {0, 0}, vals[2] = {1, 2}, cnts[2] = {3, 4};
     skv_atoms *a = NULL;
@@ -159,7 +159,7 @@ Test(atoms, all_channels_without_atoms_code_exactly_as_no_atoms_but_for_the_id)
 
 Test(atoms, an_exact_atom_costs_about_log2_of_its_probability)
 {
-    skv_dtype dt = SKV_DT_BF16;
+    seqkv_dtype dt = SEQKV_DT_BF16;
     skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
     /* one channel, atoms 1.0 (count 3) and 2.0 (count 1), lambda 1/2 */
     uint32_t k = 2, lam = 32768, vals[2] = {0x3f80, 0x4000}, cnts[2] = {3, 1};
@@ -188,17 +188,17 @@ Test(atoms, create_rejects_unsorted_duplicate_zero_count_and_too_wide_values)
     uint32_t k = 2, lam = 100;
     uint32_t unsorted[2] = {5, 4}, dup[2] = {4, 4}, wide[2] = {4, 0x10000}, ok[2] = {4, 5};
     uint32_t c1[2] = {1, 1}, c0[2] = {1, 0};
-    cr_assert_eq(skv_atoms_create(SKV_DT_BF16, 1, &k, &lam, unsorted, c1, &a), SKV_ERR_ARG);
-    cr_assert_eq(skv_atoms_create(SKV_DT_BF16, 1, &k, &lam, dup, c1, &a), SKV_ERR_ARG);
-    cr_assert_eq(skv_atoms_create(SKV_DT_BF16, 1, &k, &lam, wide, c1, &a), SKV_ERR_ARG);
-    cr_assert_eq(skv_atoms_create(SKV_DT_BF16, 1, &k, &lam, ok, c0, &a), SKV_ERR_ARG);
-    cr_assert_eq(skv_atoms_create(SKV_DT_I32, 1, &k, &lam, ok, c1, &a), SKV_ERR_ARG);
+    cr_assert_eq(skv_atoms_create(SEQKV_DT_BF16, 1, &k, &lam, unsorted, c1, &a), SKV_ERR_ARG);
+    cr_assert_eq(skv_atoms_create(SEQKV_DT_BF16, 1, &k, &lam, dup, c1, &a), SKV_ERR_ARG);
+    cr_assert_eq(skv_atoms_create(SEQKV_DT_BF16, 1, &k, &lam, wide, c1, &a), SKV_ERR_ARG);
+    cr_assert_eq(skv_atoms_create(SEQKV_DT_BF16, 1, &k, &lam, ok, c0, &a), SKV_ERR_ARG);
+    cr_assert_eq(skv_atoms_create(SEQKV_DT_I32, 1, &k, &lam, ok, c1, &a), SKV_ERR_ARG);
     uint32_t big = SKV_ATOMS_MAX + 1, lam_big = 65536;
-    cr_assert_eq(skv_atoms_create(SKV_DT_BF16, 1, &big, &lam, ok, c1, &a), SKV_ERR_ARG);
-    cr_assert_eq(skv_atoms_create(SKV_DT_BF16, 1, &k, &lam_big, ok, c1, &a), SKV_ERR_ARG);
+    cr_assert_eq(skv_atoms_create(SEQKV_DT_BF16, 1, &big, &lam, ok, c1, &a), SKV_ERR_ARG);
+    cr_assert_eq(skv_atoms_create(SEQKV_DT_BF16, 1, &k, &lam_big, ok, c1, &a), SKV_ERR_ARG);
     cr_assert_null(a);
-    cr_assert_eq(skv_atoms_create(SKV_DT_BF16, 1, &k, &lam, ok, c1, &a), 0);
-    skv_cmodel *m = model_new(SKV_DT_F16, SKV_MIX_DEFAULT, NULL);
+    cr_assert_eq(skv_atoms_create(SEQKV_DT_BF16, 1, &k, &lam, ok, c1, &a), 0);
+    skv_cmodel *m = model_new(SEQKV_DT_F16, SKV_MIX_DEFAULT, NULL);
     skv_encoder *e = NULL;
     cr_assert_eq(skv_encoder_create(m, &e), 0);
     skv_encoder_reset_atoms(e, NULL, a);

@@ -25,10 +25,10 @@ Test(batch, fast_classification_equals_the_reference)
     skv_rng r;
     skv_rng_seed(&r, 4242);
     for (int d = 0; d < 4; d++) {
-        skv_dtype dt = DTYPES[d];
+        seqkv_dtype dt = DTYPES[d];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
-        const skv_lat *L = dt == SKV_DT_BF16 ? &SKV__LAT_BF16 : dt == SKV_DT_F16 ? &SKV__LAT_F16
-                         : dt == SKV_DT_F8E4M3 ? &SKV__LAT_F8 : &SKV__LAT_F32;
+        const skv_lat *L = dt == SEQKV_DT_BF16 ? &SKV__LAT_BF16 : dt == SEQKV_DT_F16 ? &SKV__LAT_F16
+                         : dt == SEQKV_DT_F8E4M3 ? &SKV__LAT_F8 : &SKV__LAT_F32;
         cr_assert_eq(memcmp(L, &m->lat, sizeof *L), 0, "%s: constant lattice differs",
                      skv_dtype_name(dt));
         int modes[2] = {0, 0};
@@ -112,7 +112,7 @@ static uint8_t *encode_batched(skv_cmodel *m, const seq_t *q, size_t *len)
     for (size_t i = 0, b = 1; i < q->n; i += b, b = b % 61 + 1) {
         size_t k = q->n - i < b ? q->n - i : b;
         int rc = skv_encoder_put_n(e, q->x + i, q->mu + i, q->s + i, k);
-        cr_assert_eq(rc, 0, "put_n at %zu: %s (%s)", i, skv_strerror(rc), skv_error_detail());
+        cr_assert_eq(rc, 0, "put_n at %zu: %s (%s)", i, seqkv_strerror(rc), seqkv_error_detail());
     }
     size_t cap = skv_encoder_bound(e);
     uint8_t *buf = malloc(cap);
@@ -128,18 +128,18 @@ static void decode_batched(skv_cmodel *m, const uint8_t *buf, size_t len, const 
     cr_assert_eq(skv_decoder_create(m, &d), 0);
     uint8_t *exact = malloc(len); /* ASan sees any read past the stream */
     memcpy(exact, buf, len);
-    cr_assert_eq(skv_decoder_begin(d, exact, len, NULL), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_decoder_begin(d, exact, len, NULL), 0, "%s", seqkv_error_detail());
     uint32_t *got = malloc((q->n + 1) * sizeof *got);
     for (size_t i = 0; i < q->n; i += batch) {
         size_t k = q->n - i < batch ? q->n - i : batch;
         int rc = skv_decoder_get_n(d, q->mu + i, q->s + i, got + i, k);
         cr_assert_eq(rc, 0, "%s: get_n(%zu) at %zu: %s (%s)", skv_dtype_name(q->dt), k, i,
-                     skv_strerror(rc), skv_error_detail());
+                     seqkv_strerror(rc), seqkv_error_detail());
     }
     uint32_t x;
     float mu = 0.0f, s = 1.0f;
     cr_expect_eq(skv_decoder_get_n(d, &mu, &s, &x, 1), SKV_ERR_ARG, "past the end");
-    cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_decoder_end(d), 0, "%s", seqkv_error_detail());
     for (size_t i = 0; i < q->n; i++)
         cr_assert_eq(got[i], q->x[i], "%s: scalar %zu of batch size %zu: 0x%x, want 0x%x",
                      skv_dtype_name(q->dt), i, batch, got[i], q->x[i]);
@@ -161,14 +161,14 @@ Test(batch, simd_classification_equals_the_scalar_one)
     }
     skv_rng r;
     skv_rng_seed(&r, 9191);
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     enum { N = 200000 };
     float *mu = malloc(N * sizeof *mu), *s = malloc(N * sizeof *s);
     skv_fcls *got = malloc(N * sizeof *got);
     for (size_t i = 0; i < N; i++) {
-        random_mu_s(&r, SKV_DT_BF16, &mu[i], &s[i]);
+        random_mu_s(&r, SEQKV_DT_BF16, &mu[i], &s[i]);
         if (i % 97 == 0) /* exactly on a bf16 point, s a few steps */
-            mu[i] = from_dt(SKV_DT_BF16, (uint32_t)skv_rng_next(&r) & 0xffffu),
+            mu[i] = from_dt(SEQKV_DT_BF16, (uint32_t)skv_rng_next(&r) & 0xffffu),
             s[i] = log_uniform(&r, -30.0f, 30.0f);
     }
     const float odd[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, -FLT_MAX, 0x1p-149f,
@@ -196,10 +196,10 @@ Test(batch, simd_classification_equals_the_scalar_one)
     cr_expect_gt(modes[1], 20000);
     /* the same bytes both ways, through the encoder and the decoder */
     seq_t q;
-    seq_init(&q, SKV_DT_BF16, N);
+    seq_init(&q, SEQKV_DT_BF16, N);
     for (size_t i = 0; i < N; i++) {
         uint32_t x = isfinite(mu[i]) && isfinite(s[i]) && i % 7
-                         ? to_dt(SKV_DT_BF16, mu[i] + s[i] * skv_rng_normal(&r))
+                         ? to_dt(SEQKV_DT_BF16, mu[i] + s[i] * skv_rng_normal(&r))
                          : (uint32_t)skv_rng_next(&r) & 0xffffu;
         seq_push(&q, x, mu[i], s[i]);
     }
@@ -229,7 +229,7 @@ Test(batch, put_n_writes_the_reference_stream_and_get_n_reads_it_back)
     skv_rng r;
     skv_rng_seed(&r, 777);
     for (int d = 0; d < 4; d++) {
-        skv_dtype dt = DTYPES[d];
+        seqkv_dtype dt = DTYPES[d];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         seq_t q;
         seq_init(&q, dt, 60000);
@@ -275,7 +275,7 @@ Test(batch, repeating_rows_code_as_the_reference)
     skv_rng_seed(&r, 4242);
     enum { ROW = 32, NROW = 400 };
     for (int d = 0; d < 4; d++) {
-        skv_dtype dt = DTYPES[d];
+        seqkv_dtype dt = DTYPES[d];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         float pmu[3][ROW], ps[3][ROW];
         for (int p = 0; p < 3; p++)
@@ -321,9 +321,9 @@ Test(batch, repeating_rows_code_as_the_reference)
 
 Test(batch, truncated_streams_fail_under_get_n_without_reading_past_the_end)
 {
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     seq_t q;
-    gaussian_seq(&q, SKV_DT_BF16, 3000, 31);
+    gaussian_seq(&q, SEQKV_DT_BF16, 3000, 31);
     size_t len;
     uint8_t *buf = encode_seq(m, &q, NULL, &len);
     skv_decoder *d = NULL;
@@ -339,7 +339,7 @@ Test(batch, truncated_streams_fail_under_get_n_without_reading_past_the_end)
             rc = skv_decoder_get_n(d, q.mu + i, q.s + i, got + i, q.n - i < 500 ? q.n - i : 500);
         if (!rc)
             rc = skv_decoder_end(d);
-        cr_expect_eq(rc, SKV_ERR_CORRUPT, "cut at %zu of %zu: %s", cut, len, skv_strerror(rc));
+        cr_expect_eq(rc, SKV_ERR_CORRUPT, "cut at %zu of %zu: %s", cut, len, seqkv_strerror(rc));
         free(t);
     }
     free(got);
@@ -356,7 +356,7 @@ Test(batch, truncated_streams_fail_under_get_n_without_reading_past_the_end)
  * holding idx; an entry of 0 only sends a bucket down the general path. */
 Test(batch, bucket_values_are_what_the_reference_plans)
 {
-    const skv_dtype dts[] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3};
+    const seqkv_dtype dts[] = {SEQKV_DT_BF16, SEQKV_DT_F16, SEQKV_DT_F8E4M3};
     for (size_t di = 0; di < 3; di++) {
         skv_cmodel *m = model_new(dts[di], SKV_MIX_DEFAULT, NULL);
         const skv_ftab *tab = skv__build_table(m, 1, 0, 0, 0, 0, 4);
@@ -397,7 +397,7 @@ Test(batch, bucket_values_are_what_the_reference_plans)
 
 /* The first row at or after r0 of the rows x[r * n ..] (of nrow) holding a
  * magnitude above big; nrow when none. */
-static size_t first_big_row(const uint32_t *x, size_t n, size_t r0, size_t nrow, skv_dtype dt,
+static size_t first_big_row(const uint32_t *x, size_t n, size_t r0, size_t nrow, seqkv_dtype dt,
                             uint32_t big)
 {
     const uint32_t mag = width_mask(dt) >> 1;
@@ -425,7 +425,7 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
     for (int ver = 1; ver <= 2; ver++)
     for (int di = 0; di < 4; di++) {
         const size_t widths[3] = {32, ver == 1 ? 300 : 320, ver == 1 ? RCACHE_MAX + 1 : RCACHE_MAX + 40};
-        const skv_dtype dt = DTYPES[di];
+        const seqkv_dtype dt = DTYPES[di];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         /* a limit most rows stay under: the magnitude of 100 (fp8 holds up
          * to 448) */
@@ -472,7 +472,7 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
                 uint8_t *ref = finish_copy(e, &lref);
                 skv_encoder_reset_atoms(e, NULL, a);
                 cr_assert_eq(skv_encoder_put_rows(e, x, mu, s, n, 0), 0);
-                cr_assert_eq(skv_encoder_put_rows(e, x, mu, s, n, 5), 0, "%s", skv_error_detail());
+                cr_assert_eq(skv_encoder_put_rows(e, x, mu, s, n, 5), 0, "%s", seqkv_error_detail());
                 cr_assert_eq(skv_encoder_put_rows(e, x + 5 * n, mu, s, n, 1), 0);
                 cr_assert_eq(skv_encoder_put_rows(e, x + 6 * n, mu, s, n, NROW - 6), 0);
                 uint8_t *rows = finish_copy(e, &lrows);
@@ -494,7 +494,7 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
                     size_t want = first_big_row(x, n, at, NROW, dt, big);
                     want = want < NROW ? want + 1 : NROW;
                     int rc = skv_decoder_get_rows(d, mu, s, n, NROW - at, big, y + at * n, &done);
-                    cr_assert_eq(rc, 0, "%s: %s", what, skv_error_detail());
+                    cr_assert_eq(rc, 0, "%s: %s", what, seqkv_error_detail());
                     cr_assert_eq(at + done, want, "%s n %zu atoms %d version %d: stopped at row %zu, not %zu",
                                  what, n, with_atoms, ver, at + done, want);
                     at += done;
@@ -504,13 +504,13 @@ Test(batch, put_rows_and_get_rows_are_put_n_and_get_n_of_a_repeated_row)
                 cr_assert_eq(memcmp(y, x, n * NROW * sizeof *x), 0, "%s: rows decoded", what);
 #ifdef SKV_HAVE_CLS8
                 /* (rows of 32 are not whole rounds of the atoms' 5 channels) */
-                if (ver == 2 && dt == SKV_DT_BF16 && n <= RCACHE_MAX && (!a || n % 5 == 0) &&
+                if (ver == 2 && dt == SEQKV_DT_BF16 && n <= RCACHE_MAX && (!a || n % 5 == 0) &&
                     cls_simd() >= 2)
                     cr_expect_gt(skv__decoder_fast_groups(d), (uint64_t)(n * NROW / 8) / 4,
                                  "n %zu atoms %d: the AVX2 path took %" PRIu64 " of %zu groups", n, with_atoms,
                                  skv__decoder_fast_groups(d), n * NROW / 8);
 #endif
-                cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
+                cr_assert_eq(skv_decoder_end(d), 0, "%s", seqkv_error_detail());
                 /* no limit: every row in one call */
                 cr_assert_eq(skv_decoder_begin_atoms(d, rows, lrows, a, &info), 0);
                 memset(y, 0, n * NROW * sizeof *y);
@@ -545,7 +545,7 @@ Test(rcache, longer_rows_grow_the_cache_or_go_without_it)
     skv_rng_seed(&r, 4242);
     enum { NROW = 12, PIECE = 50 };
     const size_t widths[2] = {300, 1000};
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     for (int wi = 0; wi < 2; wi++) {
         const size_t n = widths[wi];
         cr_assert_gt(n, RCACHE_MIN);
@@ -553,12 +553,12 @@ Test(rcache, longer_rows_grow_the_cache_or_go_without_it)
         uint32_t *x = malloc(n * NROW * sizeof *x), *y = malloc(n * NROW * sizeof *y);
         cr_assert(mu && s && x && y);
         for (size_t c = 0; c < n; c++)
-            random_mu_s(&r, SKV_DT_BF16, &mu[c], &s[c]);
+            random_mu_s(&r, SEQKV_DT_BF16, &mu[c], &s[c]);
         for (size_t t = 0; t < NROW; t++)
             for (size_t c = 0; c < n; c++) {
                 float v = isfinite(mu[c]) && isfinite(s[c]) ? mu[c] + s[c] * (float)skv_rng_normal(&r)
                                                             : 0.5f;
-                x[t * n + c] = to_dt(SKV_DT_BF16, v);
+                x[t * n + c] = to_dt(SEQKV_DT_BF16, v);
             }
         skv_encoder *e = NULL;
         skv_decoder *d = NULL;
@@ -615,7 +615,7 @@ Test(rcache, longer_rows_grow_the_cache_or_go_without_it)
         int off = skv__encoder_rcache(e2)->off;
         size_t cap = skv__encoder_rcache(e2)->cap;
         skv_alloc_fail_after(-1, 0);
-        cr_assert_eq(rc, 0, "n %zu: %s", n, skv_error_detail());
+        cr_assert_eq(rc, 0, "n %zu: %s", n, seqkv_error_detail());
         cr_assert_eq(off, 1);
         cr_assert_eq(cap, RCACHE_MIN);
         cr_assert_eq(len, lref);
@@ -629,7 +629,7 @@ Test(rcache, longer_rows_grow_the_cache_or_go_without_it)
             rc = skv_decoder_end(d2);
         off = skv__decoder_rcache(d2)->off;
         skv_alloc_fail_after(-1, 0);
-        cr_assert_eq(rc, 0, "n %zu: %s", n, skv_error_detail());
+        cr_assert_eq(rc, 0, "n %zu: %s", n, seqkv_error_detail());
         cr_assert_eq(off, 1);
         cr_assert_eq(memcmp(y, x, n * NROW * sizeof *x), 0, "n %zu: decoded without the cache", n);
         free(buf);

@@ -36,7 +36,7 @@ Test(damage, every_truncated_prefix_fails)
             int rc = decode_with(d, b, k, &q, NULL, NULL);
             cr_assert_lt(rc, 0, "%s: a %zu-byte prefix of %zu decoded", skv_dtype_name(q.dt), k, len);
             cr_expect(rc == (k < SKV_STREAM_HEADER ? SKV_ERR_FORMAT : SKV_ERR_RANGE),
-                      "prefix %zu: %s", k, skv_strerror(rc));
+                      "prefix %zu: %s", k, seqkv_strerror(rc));
             free(b);
         }
         cr_assert_eq(decode_with(d, full, len, &q, NULL, NULL), 0);
@@ -174,7 +174,7 @@ Test(header, each_malformation_has_its_own_error)
     skv_stream_info info;
 
     cr_assert_eq(skv_stream_info_read(full, len, &info), 0);
-    cr_expect_eq(info.dtype, SKV_DT_BF16);
+    cr_expect_eq(info.dtype, SEQKV_DT_BF16);
     cr_expect_eq(info.n, N_GOLD);
     cr_expect_eq(info.payload + SKV_STREAM_HEADER, len);
     cr_expect_eq(info.cmodel_id, skv_cmodel_id(m));
@@ -194,7 +194,7 @@ Test(header, each_malformation_has_its_own_error)
     skv_store16_le(b + 4, 0xffff);
     cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_VERSION, "version 65535");
     memcpy(b, full, len);
-    b[6] = SKV_DT_F32;
+    b[6] = SEQKV_DT_F32;
     cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_SHAPE, "f32 stream, bf16 model");
     b[6] = 200;
     cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_FORMAT, "dtype 200");
@@ -205,14 +205,14 @@ Test(header, each_malformation_has_its_own_error)
     cr_expect_eq(decode_seq(m, b, len, &q, NULL, NULL), SKV_ERR_RANGE, "payload 4 GiB");
 
     /* another model's stream */
-    skv_cmodel *other = model_new(SKV_DT_BF16, (skv_mix){1966u, 1312u}, NULL);
+    skv_cmodel *other = model_new(SEQKV_DT_BF16, (skv_mix){1966u, 1312u}, NULL);
     cr_expect_eq(decode_seq(other, full, len, &q, NULL, NULL), SKV_ERR_CORRUPT, "cmodel id");
     skv_cmodel_free(other);
 
     /* a stream inside a larger buffer: only header + payload are read */
     memcpy(b, full, len);
     memset(b + len, 0xa5, 8);
-    cr_expect_eq(decode_seq(m, b, len + 8, &q, NULL, NULL), 0, "%s", skv_error_detail());
+    cr_expect_eq(decode_seq(m, b, len + 8, &q, NULL, NULL), 0, "%s", seqkv_error_detail());
 
     /* more scalars than n, and end before all of them */
     skv_decoder *d = NULL;
@@ -244,7 +244,7 @@ Test(header, each_malformation_has_its_own_error)
 
 Test(header, finish_reports_a_buffer_that_is_too_small)
 {
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     seq_t q;
     gold_seq(&q, 0, N_GOLD);
     skv_encoder *e = NULL;
@@ -334,7 +334,7 @@ Test(alloc_failure, every_failure_is_nomem_and_frees_everything)
      * skip the per-scalar classes), and the second half brings new s, so
      * that tables are first needed after the row cache has turned off */
     seq_t q;
-    seq_init(&q, SKV_DT_BF16, 5000);
+    seq_init(&q, SEQKV_DT_BF16, 5000);
     skv_rng r;
     skv_rng_seed(&r, 5);
     const float ss[2][3] = {{0.01f, 0.5f, 1e-6f}, {0.03f, 0.75f, 3e-6f}};
@@ -357,7 +357,7 @@ Test(alloc_failure, every_failure_is_nomem_and_frees_everything)
             if (rc == 0)
                 break;
             cr_assert_eq(rc, SKV_ERR_NOMEM, "batch %zu, allocation %ld: %s (%s)", batches[b], k,
-                         skv_strerror(rc), skv_error_detail());
+                         seqkv_strerror(rc), seqkv_error_detail());
             fails++;
             cr_assert_lt(k, 2000);
         }
@@ -368,7 +368,7 @@ Test(alloc_failure, every_failure_is_nomem_and_frees_everything)
             int rc = alloc_pass(&q, batches[b]);
             skv_alloc_fail_after(-1, 0);
             cr_expect_eq(rc, SKV_ERR_NOMEM, "batch %zu, sticky from %ld: %s", batches[b], k,
-                         skv_strerror(rc));
+                         seqkv_strerror(rc));
         }
         /* and everything works again afterwards */
         cr_expect_eq(alloc_pass(&q, batches[b]), 0);

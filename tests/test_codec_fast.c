@@ -15,10 +15,10 @@
 #include <xxh_x86dispatch.h>
 #endif
 
-static const skv_dtype dts[] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3};
+static const seqkv_dtype dts[] = {SEQKV_DT_BF16, SEQKV_DT_F16, SEQKV_DT_F8E4M3};
 
 /* Encode, decode on every path, compare; returns the stream (caller frees). */
-static uint8_t *round_trip(skv_dtype dt, const void *src, size_t rows, size_t C, size_t *len)
+static uint8_t *round_trip(seqkv_dtype dt, const void *src, size_t rows, size_t C, size_t *len)
 {
     const size_t es = skv_dtype_size(dt), cap = skv_fast_bound(dt, rows, C);
     cr_assert(cap > 0);
@@ -53,8 +53,8 @@ Test(codec_fast, every_pattern_round_trips)
     for (int i = 0; i < 256 * 3; i++)
         b[i] = (uint8_t)(i * 167);
     size_t len;
-    free(round_trip(SKV_DT_F8E4M3, b, 256 * 3 / 8, 8, &len));
-    free(round_trip(SKV_DT_F8E4M3, b, 1, 256 * 3, &len));
+    free(round_trip(SEQKV_DT_F8E4M3, b, 256 * 3 / 8, 8, &len));
+    free(round_trip(SEQKV_DT_F8E4M3, b, 1, 256 * 3, &len));
     free(a);
 }
 
@@ -73,14 +73,14 @@ Test(codec_fast, edge_values_and_shapes)
                 for (size_t i = 0; i < n; i++) {
                     uint32_t x;
                     if (kind == 0)
-                        x = dts[d] == SKV_DT_F8E4M3 ? e8[i % sizeof e8] : e16[i % 17];
+                        x = dts[d] == SEQKV_DT_F8E4M3 ? e8[i % sizeof e8] : e16[i % 17];
                     else if (kind == 1)
                         x = (uint32_t)rand();
                     else if (kind == 2) /* constant channels */
                         x = (uint32_t)(i % C) * 977u + 0x3f00u;
                     else /* Gaussian-ish values around channel scales */
                         x = 0x3c00u + ((i % C) << 7) + (uint32_t)(rand() % 512) - 256;
-                    if (dts[d] == SKV_DT_F8E4M3)
+                    if (dts[d] == SEQKV_DT_F8E4M3)
                         v[i] = (uint8_t)x;
                     else
                         ((uint16_t *)v)[i] = (uint16_t)x;
@@ -98,11 +98,11 @@ Test(codec_fast, refuses_other_dtypes)
     float f[4] = {0};
     uint8_t dst[4096];
     size_t len;
-    cr_assert_eq(skv_fast_encode(SKV_DT_F32, f, 1, 4, dst, sizeof dst, &len), SKV_ERR_ARG);
-    cr_assert_eq(skv_fast_encode(SKV_DT_I32, f, 1, 4, dst, sizeof dst, &len), SKV_ERR_ARG);
-    cr_assert_eq(skv_fast_bound(SKV_DT_F32, 1, 4), 0);
-    cr_assert_eq(skv_fast_encode(SKV_DT_BF16, f, 0, 4, dst, sizeof dst, &len), SKV_ERR_ARG);
-    cr_assert_eq(skv_fast_encode(SKV_DT_BF16, f, 1, 4, dst, 10, &len), SKV_ERR_TOO_LARGE);
+    cr_assert_eq(skv_fast_encode(SEQKV_DT_F32, f, 1, 4, dst, sizeof dst, &len), SKV_ERR_ARG);
+    cr_assert_eq(skv_fast_encode(SEQKV_DT_I32, f, 1, 4, dst, sizeof dst, &len), SKV_ERR_ARG);
+    cr_assert_eq(skv_fast_bound(SEQKV_DT_F32, 1, 4), 0);
+    cr_assert_eq(skv_fast_encode(SEQKV_DT_BF16, f, 0, 4, dst, sizeof dst, &len), SKV_ERR_ARG);
+    cr_assert_eq(skv_fast_encode(SEQKV_DT_BF16, f, 1, 4, dst, 10, &len), SKV_ERR_TOO_LARGE);
 }
 
 /* Every cut and every flipped bit of bf16 stream s (R x C) is refused,
@@ -115,7 +115,7 @@ static void refuse_damage(const uint8_t *s, size_t len, size_t R, size_t C)
     const int saved = fast_simd();
     for (size_t cut = 0; cut < len; cut += 1 + cut / 8) {
         memcpy(t, s, cut);
-        cr_assert_neq(skv_fast_decode(t, cut, SKV_DT_BF16, R, C, out, 2 * n), 0, "cut %zu", cut);
+        cr_assert_neq(skv_fast_decode(t, cut, SEQKV_DT_BF16, R, C, out, 2 * n), 0, "cut %zu", cut);
     }
     for (size_t pos = 0; pos < len; pos++)
         for (int bit = 0; bit < 8; bit += 3) {
@@ -124,7 +124,7 @@ static void refuse_damage(const uint8_t *s, size_t len, size_t R, size_t C)
             int rc[2];
             for (int k = 0; k < 2; k++) {
                 skv__fast_simd = k ? saved : 0;
-                rc[k] = skv_fast_decode(t, len, SKV_DT_BF16, R, C, out, 2 * n);
+                rc[k] = skv_fast_decode(t, len, SEQKV_DT_BF16, R, C, out, 2 * n);
             }
             cr_assert_neq(rc[0], 0, "byte %zu bit %d", pos, bit);
             cr_assert_eq(rc[0], rc[1], "paths disagree at byte %zu", pos);
@@ -142,17 +142,17 @@ Test(codec_fast, damaged_streams_are_refused)
     for (size_t i = 0; i < n; i++)
         v[i] = (uint16_t)(0x3c00u + ((i % C) << 6) + (uint32_t)(rand() % 700));
     size_t len;
-    uint8_t *s = round_trip(SKV_DT_BF16, v, R, C, &len);
+    uint8_t *s = round_trip(SEQKV_DT_BF16, v, R, C, &len);
     cr_assert_eq(s[4], 1, "no row repeats: version 1");
     refuse_damage(s, len, R, C);
-    cr_assert_eq(skv_fast_decode(s, len, SKV_DT_F16, R, C, out, 2 * n), SKV_ERR_FORMAT);
-    cr_assert_eq(skv_fast_decode(s, len, SKV_DT_BF16, R + 1, C, out, 4 * n), SKV_ERR_FORMAT);
+    cr_assert_eq(skv_fast_decode(s, len, SEQKV_DT_F16, R, C, out, 2 * n), SKV_ERR_FORMAT);
+    cr_assert_eq(skv_fast_decode(s, len, SEQKV_DT_BF16, R + 1, C, out, 4 * n), SKV_ERR_FORMAT);
     uint8_t *t = malloc(len);
     memcpy(t, s, len);
     t[4] = 2; /* version 2 without row references */
-    cr_assert_eq(skv_fast_decode(t, len, SKV_DT_BF16, R, C, out, 2 * n), SKV_ERR_FORMAT);
+    cr_assert_eq(skv_fast_decode(t, len, SEQKV_DT_BF16, R, C, out, 2 * n), SKV_ERR_FORMAT);
     t[4] = 3;
-    cr_assert_eq(skv_fast_decode(t, len, SKV_DT_BF16, R, C, out, 2 * n), SKV_ERR_VERSION);
+    cr_assert_eq(skv_fast_decode(t, len, SEQKV_DT_BF16, R, C, out, 2 * n), SKV_ERR_VERSION);
     free(s);
     free(t);
     free(v);
@@ -167,7 +167,7 @@ Test(codec_fast, repeated_rows_are_references)
 {
     const size_t R = 96, C = 32, n = R * C, distinct = 24;
     for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
-        const skv_dtype dt = dts[k];
+        const seqkv_dtype dt = dts[k];
         const size_t es = skv_dtype_size(dt);
         uint8_t *v = malloc(n * es), *u = malloc(n * es);
         srand(7 + (unsigned)k);
@@ -188,7 +188,7 @@ Test(codec_fast, repeated_rows_are_references)
         cr_assert_lt(lv * 2, lu, "dtype %d: %zu bytes with references, %zu without", (int)dt, lv, lu);
         cr_log_info("fast: %zu x %zu of dtype %d, %zu of them repeats: %zu bytes; unique rows: %zu",
                     R, C, (int)dt, R - distinct, lv, lu);
-        if (dt == SKV_DT_BF16)
+        if (dt == SEQKV_DT_BF16)
             refuse_damage(sv, lv, R, C);
         free(sv);
         free(su);
@@ -209,9 +209,9 @@ Test(codec_fast, bytes_do_not_depend_on_the_path)
     size_t l1, l2;
     const int saved = fast_simd();
     skv__fast_simd = 0;
-    uint8_t *a = round_trip(SKV_DT_BF16, v, R, C, &l1);
+    uint8_t *a = round_trip(SEQKV_DT_BF16, v, R, C, &l1);
     skv__fast_simd = saved;
-    uint8_t *b = round_trip(SKV_DT_BF16, v, R, C, &l2);
+    uint8_t *b = round_trip(SEQKV_DT_BF16, v, R, C, &l2);
     cr_assert_eq(l1, l2);
     cr_assert(memcmp(a, b, l1) == 0);
     cr_log_info("fast: %zu x %zu bf16 in %zu bytes (%.2f bits/scalar)", R, C, l1, 8.0 * (double)l1 / (double)n);

@@ -61,7 +61,7 @@ Test(golden, good_streams_decode_to_the_formula_and_re_encode_byte_for_byte)
         uint32_t *got = malloc((q.n ? q.n : 1) * sizeof *got);
         skv_stream_info info;
         int rc = decode_seq(m, file, len, &q, got, &info);
-        cr_assert_eq(rc, 0, "%s: %s (%s)", GOOD[g].file, skv_strerror(rc), skv_error_detail());
+        cr_assert_eq(rc, 0, "%s: %s (%s)", GOOD[g].file, seqkv_strerror(rc), seqkv_error_detail());
         cr_expect_eq(info.n, GOOD[g].n);
         cr_expect_eq(info.dtype, GOLD_DT[GOOD[g].di]);
         cr_expect_eq(memcmp(info.calib_id, GOLD_CALIB, 16), 0);
@@ -114,8 +114,8 @@ Test(golden, bad_streams_fail_with_the_expected_error)
         uint8_t *exact = malloc(len ? len : 1);
         memcpy(exact, b, len);
         int rc = decode_seq(m, exact, len, &q, NULL, NULL);
-        cr_expect_eq(rc, want, "%s: expected %s, got %s (%s)", fname, ename, skv_strerror(rc),
-                     skv_error_detail());
+        cr_expect_eq(rc, want, "%s: expected %s, got %s (%s)", fname, ename, seqkv_strerror(rc),
+                     seqkv_error_detail());
         free(exact);
         free(b);
     }

@@ -19,11 +19,11 @@
 
 Test(code_length, stream_size_matches_the_sum_of_actual_costs)
 {
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     skv_rng r;
     skv_rng_seed(&r, 42);
     seq_t q;
-    seq_init(&q, SKV_DT_BF16, 100000);
+    seq_init(&q, SEQKV_DT_BF16, 100000);
     double actual = 0, ideal = 0;
     for (size_t i = 0; i < q.cap; i++) {
         float mu = skv_rng_normal(&r) * 2.0f;
@@ -60,15 +60,15 @@ Test(code_length, an_exact_prediction_costs_almost_nothing)
 {
     const float mus[] = {1.0f, -1.5f, 3.140625f, 1e-3f, -250.0f, 6.0e4f, 1e20f, -1e-20f};
     for (int d = 0; d < 4; d++) {
-        skv_dtype dt = DTYPES[d];
+        seqkv_dtype dt = DTYPES[d];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         for (size_t i = 0; i < sizeof mus / sizeof *mus; i++) {
             uint32_t x = to_dt(dt, mus[i]);
             float mu = from_dt(dt, x); /* exactly on the lattice */
-            if (!isfinite(mu) || (dt == SKV_DT_F8E4M3 && fabsf(mu) != fabsf(mus[i])))
+            if (!isfinite(mu) || (dt == SEQKV_DT_F8E4M3 && fabsf(mu) != fabsf(mus[i])))
                 continue; /* fp8 saturates: not an exact value any more */
             /* tiny against the lattice: 2^-12 of a step at mu */
-            const float ss[] = {ldexpf(fabsf(mu), -(nbits(dt) == 32 ? 23 : nbits(dt) == 8 ? 3 : dt == SKV_DT_F16 ? 10 : 7) - 12),
+            const float ss[] = {ldexpf(fabsf(mu), -(nbits(dt) == 32 ? 23 : nbits(dt) == 8 ? 3 : dt == SEQKV_DT_F16 ? 10 : 7) - 12),
                                 1e-30f, 0.0f};
             for (size_t j = 0; j < 3; j++) {
                 double a, id;
@@ -84,7 +84,7 @@ Test(code_length, an_exact_prediction_costs_almost_nothing)
 
 Test(code_length, costs_grow_with_distance_and_reach_the_escape)
 {
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     double prev = 0;
     for (int k = 0; k < 8; k++) {
         double a;
@@ -109,15 +109,15 @@ static void put_rows(skv_encoder *e, const seq_t *q, const skv_atoms *a, size_t 
     for (size_t i = 0; i < q->n; i += row) {
         size_t k = q->n - i < row ? q->n - i : row;
         int rc = skv_encoder_put_n(e, q->x + i, q->mu + i, q->s + i, k);
-        cr_assert_eq(rc, 0, "put_n at %zu: %s (%s)", i, skv_strerror(rc), skv_error_detail());
+        cr_assert_eq(rc, 0, "put_n at %zu: %s (%s)", i, seqkv_strerror(rc), seqkv_error_detail());
     }
 }
 
 Test(code_length, streams_without_the_ideal_cost_are_the_same_bytes)
 {
-    const skv_dtype dts[] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_F32};
+    const seqkv_dtype dts[] = {SEQKV_DT_BF16, SEQKV_DT_F16, SEQKV_DT_F8E4M3, SEQKV_DT_F32};
     for (size_t di = 0; di < 4; di++) {
-        const skv_dtype dt = dts[di];
+        const seqkv_dtype dt = dts[di];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         skv_atoms *atoms = test_atoms(dt, 40000);
         for (int kind = 0; kind < 3; kind++) {
@@ -240,10 +240,10 @@ static void *enc_thread(void *arg)
 
 Test(determinism, threads_sharing_one_model_build_the_same_tables)
 {
-    skv_cmodel *ref = model_new(SKV_DT_F16, SKV_MIX_DEFAULT, NULL);
-    skv_cmodel *shared = model_new(SKV_DT_F16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *ref = model_new(SEQKV_DT_F16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *shared = model_new(SEQKV_DT_F16, SKV_MIX_DEFAULT, NULL);
     seq_t q;
-    gaussian_seq(&q, SKV_DT_F16, 4000, 31337);
+    gaussian_seq(&q, SEQKV_DT_F16, 4000, 31337);
     size_t rlen;
     uint8_t *rbuf = encode_seq(ref, &q, NULL, &rlen);
     enc_job jobs[4];
@@ -271,21 +271,21 @@ Test(model, id_is_stable_and_depends_on_dtype_mix_and_histogram)
     gold_hist(h1);
     memcpy(h2, h1, sizeof h2);
     h2[0x3f] += 5000; /* a clearly different p_emp */
-    skv_cmodel *a = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
-    skv_cmodel *b = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
-    skv_cmodel *c = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, h1);
-    skv_cmodel *c2 = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, h1);
-    skv_cmodel *dd = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, h2);
-    skv_cmodel *w1 = model_new(SKV_DT_BF16, (skv_mix){1967u, 1311u}, NULL);
-    skv_cmodel *w2 = model_new(SKV_DT_BF16, (skv_mix){1966u, 1312u}, NULL);
-    skv_cmodel *f16 = model_new(SKV_DT_F16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *a = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *b = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *c = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, h1);
+    skv_cmodel *c2 = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, h1);
+    skv_cmodel *dd = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, h2);
+    skv_cmodel *w1 = model_new(SEQKV_DT_BF16, (skv_mix){1967u, 1311u}, NULL);
+    skv_cmodel *w2 = model_new(SEQKV_DT_BF16, (skv_mix){1966u, 1312u}, NULL);
+    skv_cmodel *f16 = model_new(SEQKV_DT_F16, SKV_MIX_DEFAULT, NULL);
     cr_expect_eq(skv_cmodel_id(a), skv_cmodel_id(b));
     cr_expect_eq(skv_cmodel_id(c), skv_cmodel_id(c2));
     /* a flat histogram is the uniform p_emp */
     uint32_t flat[256];
     for (int i = 0; i < 256; i++)
         flat[i] = 0;
-    skv_cmodel *fl = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, flat);
+    skv_cmodel *fl = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, flat);
     cr_expect_eq(skv_cmodel_id(a), skv_cmodel_id(fl));
     const skv_cmodel *all[] = {a, c, dd, w1, w2, f16};
     for (size_t i = 0; i < 6; i++)
@@ -305,21 +305,21 @@ Test(model, id_is_stable_and_depends_on_dtype_mix_and_histogram)
 Test(model, create_rejects_impossible_mixtures_and_non_float_dtypes)
 {
     skv_cmodel *m = (skv_cmodel *)&m;
-    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){1966u, 0u}, NULL, &m), SKV_ERR_ARG);
+    cr_expect_eq(skv_cmodel_create(SEQKV_DT_BF16, (skv_mix){1966u, 0u}, NULL, &m), SKV_ERR_ARG);
     cr_expect_null(m);
     m = (skv_cmodel *)&m;
-    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){65536u - 64u - 1u, 1u}, NULL, &m),
+    cr_expect_eq(skv_cmodel_create(SEQKV_DT_BF16, (skv_mix){65536u - 64u - 1u, 1u}, NULL, &m),
                  SKV_ERR_ARG);
     cr_expect_null(m);
-    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){40000u, 40000u}, NULL, &m), SKV_ERR_ARG);
-    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){0u, 70000u}, NULL, &m), SKV_ERR_ARG);
-    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){0xffffffffu, 2u}, NULL, &m), SKV_ERR_ARG,
+    cr_expect_eq(skv_cmodel_create(SEQKV_DT_BF16, (skv_mix){40000u, 40000u}, NULL, &m), SKV_ERR_ARG);
+    cr_expect_eq(skv_cmodel_create(SEQKV_DT_BF16, (skv_mix){0u, 70000u}, NULL, &m), SKV_ERR_ARG);
+    cr_expect_eq(skv_cmodel_create(SEQKV_DT_BF16, (skv_mix){0xffffffffu, 2u}, NULL, &m), SKV_ERR_ARG,
                  "w1 + w2 must not wrap around");
     skv_cmodel_free(m); /* in case it was wrongly accepted */
-    cr_expect_eq(skv_cmodel_create(SKV_DT_I32, SKV_MIX_DEFAULT, NULL, &m), SKV_ERR_ARG);
+    cr_expect_eq(skv_cmodel_create(SEQKV_DT_I32, SKV_MIX_DEFAULT, NULL, &m), SKV_ERR_ARG);
     cr_expect_null(m);
-    cr_expect_eq(skv_cmodel_create((skv_dtype)77, SKV_MIX_DEFAULT, NULL, &m), SKV_ERR_ARG);
+    cr_expect_eq(skv_cmodel_create((seqkv_dtype)77, SKV_MIX_DEFAULT, NULL, &m), SKV_ERR_ARG);
     /* the largest legal weights are accepted */
-    cr_expect_eq(skv_cmodel_create(SKV_DT_BF16, (skv_mix){65536u - 64u - 2u, 1u}, NULL, &m), 0);
+    cr_expect_eq(skv_cmodel_create(SEQKV_DT_BF16, (skv_mix){65536u - 64u - 2u, 1u}, NULL, &m), 0);
     skv_cmodel_free(m);
 }

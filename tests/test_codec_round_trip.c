@@ -36,7 +36,7 @@ static int coding_mode(skv_cmodel *m, uint32_t x, float mu, float s)
 Test(round_trip, gaussian_data_with_any_mu_and_s_is_bit_exact_for_every_dtype)
 {
     for (int d = 0; d < 4; d++) {
-        skv_dtype dt = DTYPES[d];
+        seqkv_dtype dt = DTYPES[d];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         seq_t q;
         gaussian_seq(&q, dt, 20000, 100 + (uint64_t)d);
@@ -58,15 +58,15 @@ Test(round_trip, every_bit_pattern_survives)
     skv_rng r;
     skv_rng_seed(&r, 7);
     for (int d = 0; d < 4; d++) {
-        skv_dtype dt = DTYPES[d];
+        seqkv_dtype dt = DTYPES[d];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         seq_t q;
         /* 8- and 16-bit dtypes: every pattern, each under a random (mu, s),
          * and under (mu, s) near the pattern itself; f32: random patterns */
-        size_t n = dt == SKV_DT_F32 ? 60000 : dt == SKV_DT_F8E4M3 ? 256 * 40 : 2 * 65536;
+        size_t n = dt == SEQKV_DT_F32 ? 60000 : dt == SEQKV_DT_F8E4M3 ? 256 * 40 : 2 * 65536;
         seq_init(&q, dt, n);
         for (size_t i = 0; i < n; i++) {
-            uint32_t x = dt == SKV_DT_F32 ? (uint32_t)skv_rng_next(&r) : (uint32_t)i & width_mask(dt);
+            uint32_t x = dt == SEQKV_DT_F32 ? (uint32_t)skv_rng_next(&r) : (uint32_t)i & width_mask(dt);
             float mu, s;
             if (i & (1u << (nbits(dt) == 32 ? 0 : nbits(dt)))) {
                 mu = from_dt(dt, x);
@@ -89,7 +89,7 @@ Test(round_trip, every_bit_pattern_survives)
 Test(round_trip, edge_values_survive_every_hostile_mu_and_s)
 {
     for (int d = 0; d < 4; d++) {
-        skv_dtype dt = DTYPES[d];
+        seqkv_dtype dt = DTYPES[d];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         skv_encoder *e = NULL;
         skv_decoder *dec = NULL;
@@ -117,8 +117,8 @@ Test(round_trip, edge_values_survive_every_hostile_mu_and_s)
                     uint32_t got = 0;
                     int rc = decode_with(dec, buf, len, &one, &got, NULL);
                     cr_assert_eq(rc, 0, "%s 0x%x mu %a s %a: %s (%s)", skv_dtype_name(dt), ev[a],
-                                 (double)mus[i], (double)ss[j], skv_strerror(rc),
-                                 skv_error_detail());
+                                 (double)mus[i], (double)ss[j], seqkv_strerror(rc),
+                                 seqkv_error_detail());
                     cr_assert_eq(got, ev[a], "%s 0x%x mu %a s %a: decoded 0x%x",
                                  skv_dtype_name(dt), ev[a], (double)mus[i], (double)ss[j], got);
                     free(buf);
@@ -139,7 +139,7 @@ Test(round_trip, mu_far_beyond_the_dtype_range_escapes_without_overflow)
 {
     const float mus[] = {1e30f, -1e30f, FLT_MAX, -FLT_MAX, 0x1p70f, -0x1p64f, 1e20f};
     const float ss[] = {1e-30f, 1e-3f, 1.0f, 1e3f, 1e6f, 1e12f, 1e20f, 1e30f, FLT_MAX};
-    const skv_dtype dts[] = {SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_BF16};
+    const seqkv_dtype dts[] = {SEQKV_DT_F16, SEQKV_DT_F8E4M3, SEQKV_DT_BF16};
     for (size_t d = 0; d < 3; d++) {
         skv_cmodel *m = model_new(dts[d], SKV_MIX_DEFAULT, NULL);
         uint32_t ev[32];
@@ -153,7 +153,7 @@ Test(round_trip, mu_far_beyond_the_dtype_range_escapes_without_overflow)
                     seq_push(&q, ev[a], mus[i], ss[j]);
                     escapes += coding_mode(m, ev[a], mus[i], ss[j]) == 2;
                 }
-        if (dts[d] != SKV_DT_BF16) /* nothing representable is near mu */
+        if (dts[d] != SEQKV_DT_BF16) /* nothing representable is near mu */
             cr_expect_gt(escapes, (int)q.n / 2, "%s: %d of %zu escape", skv_dtype_name(dts[d]),
                          escapes, q.n);
         assert_round_trip(m, &q, "huge mu");
@@ -174,12 +174,12 @@ Test(round_trip, empty_stream_holds_no_scalars_and_refuses_get)
         skv_decoder *dec = NULL;
         cr_assert_eq(skv_decoder_create(m, &dec), 0);
         skv_stream_info info;
-        cr_assert_eq(skv_decoder_begin(dec, buf, len, &info), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_decoder_begin(dec, buf, len, &info), 0, "%s", seqkv_error_detail());
         cr_expect_eq(info.n, 0);
         cr_expect_eq(info.payload, 16);
         uint32_t x;
         cr_expect_eq(skv_decoder_get(dec, 0.0f, 1.0f, &x), SKV_ERR_ARG);
-        cr_expect_eq(skv_decoder_end(dec), 0, "%s", skv_error_detail());
+        cr_expect_eq(skv_decoder_end(dec), 0, "%s", seqkv_error_detail());
         skv_decoder_free(dec);
         free(buf);
         seq_free(&q);
@@ -190,7 +190,7 @@ Test(round_trip, empty_stream_holds_no_scalars_and_refuses_get)
 Test(round_trip, single_scalar_streams_round_trip)
 {
     for (int d = 0; d < 4; d++) {
-        skv_dtype dt = DTYPES[d];
+        seqkv_dtype dt = DTYPES[d];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         const float vals[] = {0.0f, 1.0f, -3.5f, 1e-3f, 100.0f};
         for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {

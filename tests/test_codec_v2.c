@@ -35,13 +35,13 @@ static uint8_t *v2_encode(skv_cmodel *m, const skv_atoms *a, const seq_t *q, siz
     for (size_t i = 0; i < q->n; i += pb) {
         size_t nb = q->n - i < pb ? q->n - i : pb;
         int rc = skv_encoder_put_n(e, q->x + i, q->mu + i, q->s + i, nb);
-        cr_assert_eq(rc, 0, "%s", skv_error_detail());
+        cr_assert_eq(rc, 0, "%s", seqkv_error_detail());
     }
     size_t cap = skv_encoder_bound(e);
     uint8_t *out = malloc(cap);
     cr_assert_not_null(out);
     int rc = skv_encoder_finish(e, out, cap, len);
-    cr_assert_eq(rc, 0, "finish: %s (%s)", skv_strerror(rc), skv_error_detail());
+    cr_assert_eq(rc, 0, "finish: %s (%s)", seqkv_strerror(rc), seqkv_error_detail());
     skv_encoder_free(e);
     return out;
 }
@@ -80,7 +80,7 @@ static void v2_assert_round_trip(skv_cmodel *m, const skv_atoms *a, const seq_t 
             memset(got, 0xa5, (q->n + 1) * sizeof *got);
             int rc = v2_decode(m, a, buf, len, q, gbs[g], got);
             cr_assert_eq(rc, 0, "%s %s: decode in %zu: %s (%s)", skv_dtype_name(q->dt), what, gbs[g],
-                         skv_strerror(rc), skv_error_detail());
+                         seqkv_strerror(rc), seqkv_error_detail());
             for (size_t i = 0; i < q->n; i++)
                 cr_assert_eq(got[i], q->x[i], "%s %s: scalar %zu: coded 0x%x, decoded 0x%x",
                              skv_dtype_name(q->dt), what, i, q->x[i], got[i]);
@@ -93,7 +93,7 @@ static void v2_assert_round_trip(skv_cmodel *m, const skv_atoms *a, const seq_t 
 Test(v2, round_trip_for_every_dtype_and_way_of_coding)
 {
     for (int di = 0; di < 4; di++) {
-        skv_dtype dt = DTYPES[di];
+        seqkv_dtype dt = DTYPES[di];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         seq_t q;
         gaussian_seq(&q, dt, 6003, 300 + (uint64_t)di); /* STEP, BUCKET, escapes; a ragged end */
@@ -116,7 +116,7 @@ Test(v2, round_trip_for_every_dtype_and_way_of_coding)
 Test(v2, round_trip_with_atoms)
 {
     for (int di = 0; di < 4; di++) {
-        skv_dtype dt = DTYPES[di];
+        seqkv_dtype dt = DTYPES[di];
         skv_cmodel *m = model_new(dt, (skv_mix){600u, 100u}, NULL);
         skv_atoms *a = test_atoms(dt, 20000u);
         seq_t q;
@@ -130,9 +130,9 @@ Test(v2, round_trip_with_atoms)
 
 Test(v2, the_decoder_takes_whole_groups_and_version_1_stays_the_default)
 {
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     seq_t q;
-    gaussian_seq(&q, SKV_DT_BF16, 21, 5);
+    gaussian_seq(&q, SEQKV_DT_BF16, 21, 5);
     size_t len;
     uint8_t *buf = v2_encode(m, NULL, &q, 21, &len);
     skv_decoder *d = NULL;
@@ -142,18 +142,18 @@ Test(v2, the_decoder_takes_whole_groups_and_version_1_stays_the_default)
     uint32_t x[24];
     cr_expect_eq(skv_decoder_get(d, q.mu[0], q.s[0], x), SKV_ERR_ARG);
     cr_expect_eq(skv_decoder_get_n(d, q.mu, q.s, x, 12), SKV_ERR_ARG);
-    cr_assert_eq(skv_decoder_get_n(d, q.mu, q.s, x, 16), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_decoder_get_n(d, q.mu, q.s, x, 16), 0, "%s", seqkv_error_detail());
     cr_expect_eq(skv_decoder_get_n(d, q.mu + 16, q.s + 16, x + 16, 4), SKV_ERR_ARG);
-    cr_assert_eq(skv_decoder_get_n(d, q.mu + 16, q.s + 16, x + 16, 5), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_decoder_get_n(d, q.mu + 16, q.s + 16, x + 16, 5), 0, "%s", seqkv_error_detail());
     cr_expect_eq(skv_decoder_get_n(d, q.mu, q.s, x, 0), 0, "after a ragged last group, nothing asked");
-    cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_decoder_end(d), 0, "%s", seqkv_error_detail());
     for (int i = 0; i < 21; i++)
         cr_expect_eq(x[i], q.x[i]);
     free(buf);
     /* an empty stream */
-    seq_t none = {SKV_DT_BF16, 0, 0, NULL, NULL, NULL};
+    seq_t none = {SEQKV_DT_BF16, 0, 0, NULL, NULL, NULL};
     buf = v2_encode(m, NULL, &none, 8, &len);
-    cr_expect_eq(v2_decode(m, NULL, buf, len, &none, 8, x), 0, "%s", skv_error_detail());
+    cr_expect_eq(v2_decode(m, NULL, buf, len, &none, 8, x), 0, "%s", seqkv_error_detail());
     free(buf);
     /* a fresh encoder writes version 1; other versions are refused */
     skv_encoder *e = NULL;
@@ -173,9 +173,9 @@ Test(v2, the_decoder_takes_whole_groups_and_version_1_stays_the_default)
 /* sixteen states and eight */
 Test(v2, truncated_and_flipped_streams_fail)
 {
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     seq_t q;
-    gaussian_seq(&q, SKV_DT_BF16, 203, 17);
+    gaussian_seq(&q, SEQKV_DT_BF16, 203, 17);
     for (v2_states = 16; v2_states >= 8; v2_states -= 8) {
         size_t len;
         uint8_t *buf = v2_encode(m, NULL, &q, 64, &len);
@@ -230,15 +230,15 @@ static float odd_value(skv_rng *r, float mu, float sg, unsigned period, uint64_t
 static void v2_avx2_check(const skv_atoms *a, const float *mu0, size_t mstride, const float *sg, skv_rng *rp)
 {
     enum { C = V2C, T = V2T };
-    skv_cmodel *m = model_new(SKV_DT_BF16, a ? (skv_mix){600u, 100u} : SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, a ? (skv_mix){600u, 100u} : SKV_MIX_DEFAULT, NULL);
     skv_rng r = *rp;
     seq_t q;
-    seq_init(&q, SKV_DT_BF16, C * T);
+    seq_init(&q, SEQKV_DT_BF16, C * T);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < C; c++) {
             const float *mu = mu0 + (size_t)t * mstride;
             uint64_t k;
-            uint32_t x = to_dt(SKV_DT_BF16, odd_value(&r, mu[c], sg[c], 500, &k));
+            uint32_t x = to_dt(SEQKV_DT_BF16, odd_value(&r, mu[c], sg[c], 500, &k));
             const skv_atom_ch *ch = a ? &a->ch[c] : NULL;
             if (ch && ch->k && (k % 2 || c < 8)) /* the first group of a row: all atoms */
                 x = ch->val[k % ch->k];
@@ -262,11 +262,11 @@ static void v2_avx2_check(const skv_atoms *a, const float *mu0, size_t mstride, 
         size_t pb = pass < 2 ? C : 13;
         for (size_t i = 0; i < q.n; i += pb) {
             size_t nb = q.n - i < pb ? q.n - i : pb;
-            cr_assert_eq(skv_encoder_put_n(e, q.x + i, q.mu + i, q.s + i, nb), 0, "%s", skv_error_detail());
+            cr_assert_eq(skv_encoder_put_n(e, q.x + i, q.mu + i, q.s + i, nb), 0, "%s", seqkv_error_detail());
         }
         size_t cap = skv_encoder_bound(e), l2;
         uint8_t *b2 = malloc(cap);
-        cr_assert_eq(skv_encoder_finish(e, b2, cap, &l2), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_encoder_finish(e, b2, cap, &l2), 0, "%s", seqkv_error_detail());
         cr_expect(l2 == len && memcmp(b2, buf, len) == 0, "%s pass %d: the stream differs",
                   a ? "atoms" : "no atoms", pass);
         free(b2);
@@ -281,11 +281,11 @@ static void v2_avx2_check(const skv_atoms *a, const float *mu0, size_t mstride, 
         uint32_t x[C];
         for (int t = 0; t < T; t++) {
             int rc = skv_decoder_get_n(d, mu0 + (size_t)t * mstride, sg, x, C);
-            cr_assert_eq(rc, 0, "pass %d row %d: %s (%s)", pass, t, skv_strerror(rc), skv_error_detail());
+            cr_assert_eq(rc, 0, "pass %d row %d: %s (%s)", pass, t, seqkv_strerror(rc), seqkv_error_detail());
             for (int c = 0; c < C; c++)
                 cr_assert_eq(x[c], q.x[t * C + c], "pass %d row %d channel %d", pass, t, c);
         }
-        cr_assert_eq(skv_decoder_end(d), 0, "pass %d: %s", pass, skv_error_detail());
+        cr_assert_eq(skv_decoder_end(d), 0, "pass %d: %s", pass, seqkv_error_detail());
         fast[pass] = skv__decoder_fast_groups(d);
         skv_decoder_free(d);
     }
@@ -315,7 +315,7 @@ static void *put_half_row(void *arg)
     skv_encoder *e = NULL;
     uint32_t x[16];
     for (int c = 0; c < 16; c++)
-        x[c] = to_dt(SKV_DT_BF16, h->mu[c]);
+        x[c] = to_dt(SEQKV_DT_BF16, h->mu[c]);
     if (skv_encoder_create(h->m, &e) == 0) {
         skv_encoder_set_version(e, 2);
         skv_encoder_reset(e, NULL);
@@ -332,7 +332,7 @@ static void *put_half_row(void *arg)
 Test(v2, the_avx2_path_takes_tables_built_on_two_threads)
 {
     enum { C = 32, T = 64 };
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     float mu[C], sg[C];
     skv_rng r;
     skv_rng_seed(&r, 99);
@@ -345,10 +345,10 @@ Test(v2, the_avx2_path_takes_tables_built_on_two_threads)
     cr_assert_eq(pthread_create(&th, NULL, put_half_row, &h), 0);
     cr_assert_eq(pthread_join(th, NULL), 0);
     seq_t q;
-    seq_init(&q, SKV_DT_BF16, C * T);
+    seq_init(&q, SEQKV_DT_BF16, C * T);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < C; c++)
-            seq_push(&q, to_dt(SKV_DT_BF16, mu[c] + sg[c] * skv_rng_normal(&r)), mu[c], sg[c]);
+            seq_push(&q, to_dt(SEQKV_DT_BF16, mu[c] + sg[c] * skv_rng_normal(&r)), mu[c], sg[c]);
     size_t len;
     uint8_t *buf = v2_encode(m, NULL, &q, C, &len);
     skv_decoder *d = NULL;
@@ -356,7 +356,7 @@ Test(v2, the_avx2_path_takes_tables_built_on_two_threads)
     cr_assert_eq(skv_decoder_begin(d, buf, len, NULL), 0);
     uint32_t x[C];
     for (int t = 0; t < T; t++) {
-        cr_assert_eq(skv_decoder_get_n(d, mu, sg, x, C), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_decoder_get_n(d, mu, sg, x, C), 0, "%s", seqkv_error_detail());
         cr_assert_eq(memcmp(x, q.x + t * C, sizeof x), 0, "row %d", t);
     }
     cr_assert_eq(skv_decoder_end(d), 0);
@@ -387,8 +387,8 @@ Test(v2, the_avx2_paths_code_what_the_reference_paths_code)
     uint32_t k[C], lam[C], vals[4 * C], cnts[4 * C];
     size_t off = 0;
     for (int c = 0; c < C; c++) {
-        uint32_t t[4] = {to_dt(SKV_DT_BF16, 0.0f), to_dt(SKV_DT_BF16, mu[c]), to_dt(SKV_DT_BF16, mu[c] + sg[c]),
-                         to_dt(SKV_DT_BF16, -sg[c])};
+        uint32_t t[4] = {to_dt(SEQKV_DT_BF16, 0.0f), to_dt(SEQKV_DT_BF16, mu[c]), to_dt(SEQKV_DT_BF16, mu[c] + sg[c]),
+                         to_dt(SEQKV_DT_BF16, -sg[c])};
         qsort(t, 4, sizeof *t, cmp_u32_test);
         k[c] = 0;
         for (int j = 0; j < 4 && (c % 4 != 1 || c < 8); j++)
@@ -401,7 +401,7 @@ Test(v2, the_avx2_paths_code_what_the_reference_paths_code)
         off += k[c];
     }
     skv_atoms *a = NULL;
-    cr_assert_eq(skv_atoms_create(SKV_DT_BF16, C, k, lam, vals, cnts, &a), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_atoms_create(SEQKV_DT_BF16, C, k, lam, vals, cnts, &a), 0, "%s", seqkv_error_detail());
     v2_avx2_check(a, mu, 0, sg, &r);
     skv_atoms_free(a);
 }
@@ -444,7 +444,7 @@ Test(v2, eight_states)
 {
     v2_states = 8;
     for (int di = 0; di < 4; di++) {
-        skv_dtype dt = DTYPES[di];
+        seqkv_dtype dt = DTYPES[di];
         skv_cmodel *m = model_new(dt, SKV_MIX_DEFAULT, NULL);
         seq_t q;
         gaussian_seq(&q, dt, 6003, 300 + (uint64_t)di);
@@ -460,13 +460,13 @@ Test(v2, eight_states)
         seq_free(&q);
         skv_cmodel_free(m);
     }
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     seq_t q;
-    gaussian_seq(&q, SKV_DT_BF16, 203, 17);
+    gaussian_seq(&q, SEQKV_DT_BF16, 203, 17);
     size_t len;
     uint8_t *buf = v2_encode(m, NULL, &q, 64, &len);
     uint32_t *got = malloc(q.n * sizeof *got);
-    cr_assert_eq(v2_decode(m, NULL, buf, len, &q, 8, got), 0, "%s", skv_error_detail());
+    cr_assert_eq(v2_decode(m, NULL, buf, len, &q, 8, got), 0, "%s", seqkv_error_detail());
     skv_stream_info info;
     buf[7] = 0; /* read as sixteen states: fails, never misdecodes */
     v2_states = 16;
@@ -491,7 +491,7 @@ Test(v2, eight_states)
 Test(v2, the_row_cache_switched_off_changes_nothing_but_speed)
 {
     enum { C = 32, T = 40 };
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     float mu[C], sg[C];
     skv_rng r;
     skv_rng_seed(&r, 77);
@@ -499,7 +499,7 @@ Test(v2, the_row_cache_switched_off_changes_nothing_but_speed)
         mu[c] = (skv_rng_uniform(&r) - 0.5f) * 4.0f, sg[c] = 0.01f + skv_rng_uniform(&r);
     uint32_t x[C * T], y[C * T];
     for (int i = 0; i < C * T; i++)
-        x[i] = to_dt(SKV_DT_BF16, mu[i % C] + sg[i % C] * skv_rng_normal(&r));
+        x[i] = to_dt(SEQKV_DT_BF16, mu[i % C] + sg[i % C] * skv_rng_normal(&r));
     for (int ver = 1; ver <= 2; ver++) {
         uint8_t *buf[2];
         size_t len[2];
@@ -511,13 +511,13 @@ Test(v2, the_row_cache_switched_off_changes_nothing_but_speed)
             for (int round = 0; round < 2; round++) { /* the second after a reset */
                 skv_encoder_reset(e, NULL);
                 for (int t = 0; t < T; t++)
-                    cr_assert_eq(skv_encoder_put_n(e, x + t * C, mu, sg, C), 0, "%s", skv_error_detail());
+                    cr_assert_eq(skv_encoder_put_n(e, x + t * C, mu, sg, C), 0, "%s", seqkv_error_detail());
                 if (!on) /* (on, it may still switch itself off: version 2 with the ideal cost puts groups) */
                     cr_expect_eq(skv__encoder_rcache(e)->off, 1, "version %d, round %d", ver, round);
             }
             size_t cap = skv_encoder_bound(e);
             buf[on] = malloc(cap);
-            cr_assert_eq(skv_encoder_finish(e, buf[on], cap, &len[on]), 0, "%s", skv_error_detail());
+            cr_assert_eq(skv_encoder_finish(e, buf[on], cap, &len[on]), 0, "%s", seqkv_error_detail());
             skv_encoder_free(e);
         }
         cr_expect(len[0] == len[1] && memcmp(buf[0], buf[1], len[0]) == 0, "version %d: the bytes differ", ver);
@@ -527,8 +527,8 @@ Test(v2, the_row_cache_switched_off_changes_nothing_but_speed)
             skv_decoder_set_row_cache(d, on);
             cr_assert_eq(skv_decoder_begin(d, buf[0], len[0], NULL), 0);
             for (int t = 0; t < T; t++)
-                cr_assert_eq(skv_decoder_get_n(d, mu, sg, y + t * C, C), 0, "%s", skv_error_detail());
-            cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
+                cr_assert_eq(skv_decoder_get_n(d, mu, sg, y + t * C, C), 0, "%s", seqkv_error_detail());
+            cr_assert_eq(skv_decoder_end(d), 0, "%s", seqkv_error_detail());
             cr_expect_eq(skv__decoder_rcache(d)->off, !on, "version %d, row cache %d", ver, on);
             cr_expect_eq(memcmp(x, y, sizeof x), 0, "version %d, row cache %d: decoded values differ", ver, on);
             skv_decoder_free(d);
@@ -546,7 +546,7 @@ Test(v2, the_row_cache_switched_off_changes_nothing_but_speed)
 Test(v2, wide_rows_that_do_not_repeat)
 {
     enum { C = 320, T = 24 };
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     static float mu[T * C];
     float sg[2][C];
     static uint32_t x[T * C], y[T * C];
@@ -562,7 +562,7 @@ Test(v2, wide_rows_that_do_not_repeat)
         for (int c = 0; c < C; c++) {
             if (t)
                 mu[t * C + c] = mu[(t - 1) * C + c] + 0.2f * sg[0][c] * skv_rng_normal(&r);
-            x[t * C + c] = to_dt(SKV_DT_BF16, mu[t * C + c] + sg[t % 3 == 1][c] * skv_rng_normal(&r));
+            x[t * C + c] = to_dt(SEQKV_DT_BF16, mu[t * C + c] + sg[t % 3 == 1][c] * skv_rng_normal(&r));
         }
     skv_encoder *e = NULL;
     cr_assert_eq(skv_encoder_create(m, &e), 0);
@@ -572,10 +572,10 @@ Test(v2, wide_rows_that_do_not_repeat)
     skv_encoder_set_ideal(e, 0);
     skv_encoder_reset(e, NULL);
     for (int t = 0; t < T; t++)
-        cr_assert_eq(skv_encoder_put_n(e, x + t * C, mu + t * C, sg[t % 3 == 1], C), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_encoder_put_n(e, x + t * C, mu + t * C, sg[t % 3 == 1], C), 0, "%s", seqkv_error_detail());
     size_t cap = skv_encoder_bound(e), len;
     uint8_t *buf = malloc(cap);
-    cr_assert_eq(skv_encoder_finish(e, buf, cap, &len), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_encoder_finish(e, buf, cap, &len), 0, "%s", seqkv_error_detail());
     skv_encoder_free(e);
     skv_decoder *d = NULL;
     cr_assert_eq(skv_decoder_create(m, &d), 0);
@@ -583,8 +583,8 @@ Test(v2, wide_rows_that_do_not_repeat)
     cr_assert_eq(skv_decoder_begin(d, buf, len, NULL), 0);
     for (int t = 0; t < T; t++)
         cr_assert_eq(skv_decoder_get_n(d, mu + t * C, sg[t % 3 == 1], y + t * C, C), 0, "row %d: %s", t,
-                     skv_error_detail());
-    cr_assert_eq(skv_decoder_end(d), 0, "%s", skv_error_detail());
+                     seqkv_error_detail());
+    cr_assert_eq(skv_decoder_end(d), 0, "%s", seqkv_error_detail());
     cr_expect_eq(memcmp(x, y, sizeof x), 0, "decoded values differ");
 #ifdef SKV_HAVE_CLS8
     if (cls_simd() >= 2)
@@ -612,12 +612,12 @@ static void pair_stream(seq_t *q, size_t C, size_t T, uint64_t seed)
         if (c / 8 % 3 == 1)
             mu[c] = 2.0f + (float)(c % 8);
     }
-    seq_init(q, SKV_DT_BF16, C * T);
+    seq_init(q, SEQKV_DT_BF16, C * T);
     for (size_t t = 0; t < T; t++)
         for (size_t c = 0; c < C; c++) {
             mu[c] += 0.3f * sg[c] * skv_rng_normal(&r);
             uint64_t k;
-            seq_push(q, to_dt(SKV_DT_BF16, odd_value(&r, mu[c], sg[c], 300, &k)), mu[c], sg[c]);
+            seq_push(q, to_dt(SEQKV_DT_BF16, odd_value(&r, mu[c], sg[c], 300, &k)), mu[c], sg[c]);
         }
 }
 
@@ -629,11 +629,11 @@ static int build_bucket_tables(skv_cmodel *m)
     skv_rng r;
     skv_rng_seed(&r, 5150);
     seq_t q;
-    seq_init(&q, SKV_DT_BF16, 8 * 4096);
+    seq_init(&q, SEQKV_DT_BF16, 8 * 4096);
     for (int k = 0; k < 8 * 4096; k++) {
         float s = ldexpf(1.0f + (float)(k % 8) / 8.0f + 1.0f / 16.0f, -4 - (int)(skv_rng_next(&r) % 4));
         float mu = (skv_rng_uniform(&r) - 0.5f) * 4.0f;
-        seq_push(&q, to_dt(SKV_DT_BF16, mu + s * skv_rng_normal(&r)), mu, s);
+        seq_push(&q, to_dt(SEQKV_DT_BF16, mu + s * skv_rng_normal(&r)), mu, s);
     }
     size_t len;
     free(v2_encode(m, NULL, &q, 64, &len));
@@ -683,7 +683,7 @@ static int pair_decode(skv_cmodel *m, const uint8_t *ba, size_t la, const uint8_
 Test(v2, two_streams_decoded_together)
 {
     static const size_t widths[] = {32, 320};
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     uint8_t *first[2] = {NULL, NULL};
     size_t first_len[2] = {0, 0};
     for (size_t wi = 0; wi < 4; wi++) {
@@ -720,7 +720,7 @@ Test(v2, two_streams_decoded_together)
             uint64_t fast = 0;
             int rc = pass != 2 ? pair_decode(m, ba, la, bb, lb, &qa, &qb, C, ga, gb, &fast)
                                : pair_decode(m, ba, la, bb16, lb16, &qa, &qb, C, ga, gb, &fast);
-            cr_assert_eq(rc, 0, "C %zu pass %d: %s (%s)", C, pass, skv_strerror(rc), skv_error_detail());
+            cr_assert_eq(rc, 0, "C %zu pass %d: %s (%s)", C, pass, seqkv_strerror(rc), seqkv_error_detail());
             for (size_t i = 0; i < qa.n; i++) {
                 cr_assert_eq(ga[i], qa.x[i], "C %zu pass %d: stream a, scalar %zu", C, pass, i);
                 cr_assert_eq(gb[i], qb.x[i], "C %zu pass %d: stream b, scalar %zu", C, pass, i);
@@ -771,7 +771,7 @@ static void walk_rows(seq_t *q, const float *sg, float scale, size_t C, size_t T
     cr_assert_leq(C, 64);
     for (size_t c = 0; c < C; c++)
         mu[c] = (skv_rng_uniform(&r) - 0.5f) * 3.0f;
-    seq_init(q, SKV_DT_BF16, C * T);
+    seq_init(q, SEQKV_DT_BF16, C * T);
     for (size_t t = 0; t < T; t++)
         for (size_t c = 0; c < C; c++) {
             float s = scale * sg[c], m = mu[c];
@@ -779,7 +779,7 @@ static void walk_rows(seq_t *q, const float *sg, float scale, size_t C, size_t T
                 m = mu[c] += 0.3f * s * skv_rng_normal(&r);
             if (!repeat && t % 7 == 3 && c / 8 == t % (C / 8))
                 m = 300.0f + (float)c; /* (a STEP group, packed in full) */
-            seq_push(q, to_dt(SKV_DT_BF16, m + s * skv_rng_normal(&r)), m, s);
+            seq_push(q, to_dt(SEQKV_DT_BF16, m + s * skv_rng_normal(&r)), m, s);
         }
 }
 
@@ -791,7 +791,7 @@ static void walk_rows(seq_t *q, const float *sg, float scale, size_t C, size_t T
 Test(v2, a_group_packed_again_by_its_phases)
 {
     enum { C = 32, T = 60 };
-    skv_cmodel *m = model_new(SKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
+    skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     cr_assert(build_bucket_tables(m), "the BUCKET tables were not all built");
     float sg[C];
     skv_rng r;
@@ -815,9 +815,9 @@ Test(v2, a_group_packed_again_by_its_phases)
         memset(got, 0xa5, sizeof got);
         for (size_t i = 0; i < q[k].n; i += C) {
             int rc = skv_decoder_get_n(d, q[k].mu + i, q[k].s + i, got + i, C);
-            cr_assert_eq(rc, 0, "stream %d, row %zu: %s (%s)", k, i / C, skv_strerror(rc), skv_error_detail());
+            cr_assert_eq(rc, 0, "stream %d, row %zu: %s (%s)", k, i / C, seqkv_strerror(rc), seqkv_error_detail());
         }
-        cr_assert_eq(skv_decoder_end(d), 0, "stream %d: %s", k, skv_error_detail());
+        cr_assert_eq(skv_decoder_end(d), 0, "stream %d: %s", k, seqkv_error_detail());
         for (size_t i = 0; i < q[k].n; i++)
             cr_assert_eq(got[i], q[k].x[i], "stream %d, scalar %zu: coded 0x%x, decoded 0x%x", k, i, q[k].x[i],
                          got[i]);

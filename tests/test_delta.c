@@ -20,7 +20,7 @@ typedef struct {
 } kvset;
 
 /* Sample n sequences of T tokens from m and compute their KV in dtype. */
-static void make_kv(const skv_model *m, size_t n, size_t T, uint64_t seed, skv_dtype dt, kvset *s)
+static void make_kv(const skv_model *m, size_t n, size_t T, uint64_t seed, seqkv_dtype dt, kvset *s)
 {
     const skv_model_config *c = skv_model_cfg(m);
     s->n = n;
@@ -52,7 +52,7 @@ static void free_kv(kvset *s)
 }
 
 /* The set as a parsed KV file (buffer returned for freeing). */
-static skv_st *as_file(const skv_model *m, const kvset *s, skv_dtype dt, uint8_t **buf)
+static skv_st *as_file(const skv_model *m, const kvset *s, seqkv_dtype dt, uint8_t **buf)
 {
     const skv_model_config *c = skv_model_cfg(m);
     skv_st_writer *w;
@@ -71,20 +71,20 @@ static skv_st *as_file(const skv_model *m, const kvset *s, skv_dtype dt, uint8_t
 
 /* Encode and decode every test sequence at `lvl`; returns bits/scalar. */
 static double round_trip(const skv_calib *cal, seqkv_level lvl, const skv_model *m, const kvset *t,
-                         skv_dtype dt, size_t chunk)
+                         seqkv_dtype dt, size_t chunk)
 {
     skv_delta *d;
-    cr_assert_eq(skv_delta_create(cal, lvl, m, NULL, &d), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_delta_create(cal, lvl, m, NULL, &d), 0, "%s", seqkv_error_detail());
     size_t per = skv_model_kv_per_token(m) / 2 * skv_dtype_size(dt), bytes = 0, scalars = 0;
     for (size_t i = 0; i < t->n; i++) {
         skv_streams s = {0};
         cr_assert_eq(skv_delta_encode(d, t->tok[i], t->T[i], t->k[i], t->v[i], chunk, &s), 0, "%s",
-                     skv_error_detail());
+                     seqkv_error_detail());
         size_t L = (size_t)skv_model_cfg(m)->n_layers, chunks = (t->T[i] + chunk - 1) / chunk;
         cr_assert_eq(s.nstreams, chunks * L * 2);
         uint8_t *k = malloc(t->T[i] * per + 1), *v = malloc(t->T[i] * per + 1);
         cr_assert_eq(skv_delta_decode(d, t->tok[i], t->T[i], &s, 0, chunk, k, v), 0, "%s %s",
-                     seqkv_level_name(lvl), skv_error_detail());
+                     seqkv_level_name(lvl), seqkv_error_detail());
         cr_assert_eq(memcmp(k, t->k[i], t->T[i] * per), 0, "K bit-exact (%s, seq %zu)", seqkv_level_name(lvl), i);
         cr_assert_eq(memcmp(v, t->v[i], t->T[i] * per), 0, "V bit-exact (%s, seq %zu)", seqkv_level_name(lvl), i);
         /* a corrupted stream is detected, never decoded into wrong bytes */
@@ -103,7 +103,7 @@ static double round_trip(const skv_calib *cal, seqkv_level lvl, const skv_model 
 
 /* ncal calibration sequences and ntest test sequences of T tokens from m
  * (seeds seed and seed + 4000), and a calibration learned from the first */
-static skv_calib *learned(const skv_model *m, skv_dtype dt, size_t ncal, size_t ntest, size_t T,
+static skv_calib *learned(const skv_model *m, seqkv_dtype dt, size_t ncal, size_t ntest, size_t T,
                           uint64_t seed, kvset *test)
 {
     kvset cal = {0};
@@ -113,14 +113,14 @@ static skv_calib *learned(const skv_model *m, skv_dtype dt, size_t ncal, size_t 
     skv_st *st = as_file(m, &cal, dt, &buf);
     skv_calib *c;
     skv_calib_opts o = {.model = m, .max_fit_samples = 256, .quiet = 1};
-    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", seqkv_error_detail());
     skv_st_free(st);
     free(buf);
     free_kv(&cal);
     return c;
 }
 
-static void levels_case(const skv_model *m, skv_dtype dt, size_t ncal, size_t T, size_t chunk,
+static void levels_case(const skv_model *m, seqkv_dtype dt, size_t ncal, size_t T, size_t chunk,
                         double bits[SEQKV_LEVELS])
 {
     kvset test = {0};
@@ -158,8 +158,8 @@ Test(delta, ctx_round_trips_rows_wider_than_256)
     skv_model *m = model_of(&sh, 43);
     cr_assert_eq(skv_model_cfg(m)->n_kv_heads * skv_model_cfg(m)->head_dim, 320);
     kvset test = {0};
-    skv_calib *c = learned(m, SKV_DT_BF16, 4, 2, 40, 77, &test);
-    double bits = round_trip(c, SEQKV_CTX, m, &test, SKV_DT_BF16, 24);
+    skv_calib *c = learned(m, SEQKV_DT_BF16, 4, 2, 40, 77, &test);
+    double bits = round_trip(c, SEQKV_CTX, m, &test, SEQKV_DT_BF16, 24);
     cr_expect_lt(bits, 16.0);
     skv_calib_free(c);
     free_kv(&test);
@@ -169,7 +169,7 @@ Test(delta, ctx_round_trips_rows_wider_than_256)
 Test(delta, every_level_and_dtype_round_trips_on_random_model_kv)
 {
     skv_model *m = random_model();
-    skv_dtype dts[4] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_F32};
+    seqkv_dtype dts[4] = {SEQKV_DT_BF16, SEQKV_DT_F16, SEQKV_DT_F8E4M3, SEQKV_DT_F32};
     for (int i = 0; i < 4; i++) {
         double b[SEQKV_LEVELS];
         levels_case(m, dts[i], 6, 48, 20, b);
@@ -187,13 +187,13 @@ Test(delta, stories260k_levels_round_trip_and_rank)
     skv_model *m;
     cr_assert_eq(skv_model_load(p, &m), 0);
     double b[SEQKV_LEVELS];
-    levels_case(m, SKV_DT_BF16, 8, 96, 64, b);
+    levels_case(m, SEQKV_DT_BF16, 8, 96, 64, b);
     cr_assert_lt(b[SEQKV_CTX], b[SEQKV_STAT], "ctx %.3f < stat %.3f", b[SEQKV_CTX], b[SEQKV_STAT]);
     cr_assert_lt(b[SEQKV_SPEC], b[SEQKV_CTX], "spec %.3f < ctx %.3f", b[SEQKV_SPEC], b[SEQKV_CTX]);
     cr_assert_lt(b[SEQKV_FULL], 0.5, "full %.3f bits: seqkv's own KV is nearly free", b[SEQKV_FULL]);
     cr_assert_lt(b[SEQKV_STAT], 12.0, "stat %.3f beats raw 16 bits", b[SEQKV_STAT]);
     double b8[SEQKV_LEVELS];
-    levels_case(m, SKV_DT_F8E4M3, 8, 64, 64, b8);
+    levels_case(m, SEQKV_DT_F8E4M3, 8, 64, 64, b8);
     cr_assert_lt(b8[SEQKV_SPEC], 8.0);
     skv_model_free(m);
 }
@@ -202,24 +202,24 @@ Test(delta, calibration_file_round_trips_and_rejects_corruption)
 {
     skv_model *m = random_model();
     kvset cal = {0};
-    make_kv(m, 4, 32, 7, SKV_DT_BF16, &cal);
+    make_kv(m, 4, 32, 7, SEQKV_DT_BF16, &cal);
     uint8_t *buf;
-    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_st *st = as_file(m, &cal, SEQKV_DT_BF16, &buf);
     skv_calib *c, *c2;
     skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
-    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", seqkv_error_detail());
     cr_assert(skv_calib_has_level(c, SEQKV_CTX));
     cr_assert(!skv_calib_has_level(c, SEQKV_SPEC), "no model, no spec level");
     skv_delta *d;
     cr_assert_eq(skv_delta_create(c, SEQKV_SPEC, m, NULL, &d), SKV_ERR_ARG);
     const char *dir = tu_tmpdir(), *path = tu_path(dir, "c.cal");
     cr_assert_eq(skv_calib_save(c, path), 0);
-    cr_assert_eq(skv_calib_load(path, &c2), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_load(path, &c2), 0, "%s", seqkv_error_detail());
     cr_assert_eq(memcmp(skv_calib_id(c), skv_calib_id(c2), 16), 0, "same content, same id");
     /* streams coded with one load decode with the other */
     kvset t = {0};
-    make_kv(m, 1, 32, 99, SKV_DT_BF16, &t);
-    cr_assert_lt(round_trip(c2, SEQKV_CTX, m, &t, SKV_DT_BF16, 16), 16.0);
+    make_kv(m, 1, 32, 99, SEQKV_DT_BF16, &t);
+    cr_assert_lt(round_trip(c2, SEQKV_CTX, m, &t, SEQKV_DT_BF16, 16), 16.0);
     /* flip one byte of the codebook: the content hash catches it */
     size_t len;
     uint8_t *f = tu_read(path, &len);
@@ -241,9 +241,9 @@ Test(delta, refuses_mismatched_inputs)
 {
     skv_model *m = random_model();
     kvset cal = {0};
-    make_kv(m, 3, 24, 3, SKV_DT_BF16, &cal);
+    make_kv(m, 3, 24, 3, SEQKV_DT_BF16, &cal);
     uint8_t *buf;
-    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_st *st = as_file(m, &cal, SEQKV_DT_BF16, &buf);
     skv_calib *c;
     skv_calib_opts o = {.model = m, .max_fit_samples = 64, .quiet = 1};
     cr_assert_eq(skv_calib_learn(st, &o, &c), 0);
@@ -272,7 +272,7 @@ Test(delta, refuses_mismatched_inputs)
     cr_assert_eq(skv_delta_create(c3, SEQKV_CTX, NULL, NULL, &d3), 0);
     uint8_t *k = malloc(cal.T[0] * 2 * 16 * 2), *v = malloc(cal.T[0] * 2 * 16 * 2);
     int rc = skv_delta_decode(d3, cal.tok[0], cal.T[0], &good, 0, 8, k, v);
-    cr_assert_eq(rc, SKV_ERR_CORRUPT, "%s", skv_error_detail());
+    cr_assert_eq(rc, SKV_ERR_CORRUPT, "%s", seqkv_error_detail());
     /* truncated stream list */
     good.nstreams = 3;
     cr_assert_eq(skv_delta_decode(d, cal.tok[0], cal.T[0], &good, 0, 8, k, v), SKV_ERR_FORMAT);
@@ -295,10 +295,10 @@ Test(delta, parallel_layers_give_the_same_streams_and_bytes)
 {
     skv_model *m = random_model();
     kvset cal = {0}, t = {0};
-    make_kv(m, 4, 40, 11, SKV_DT_BF16, &cal);
-    make_kv(m, 2, 40, 12, SKV_DT_BF16, &t);
+    make_kv(m, 4, 40, 11, SEQKV_DT_BF16, &cal);
+    make_kv(m, 2, 40, 12, SEQKV_DT_BF16, &t);
     uint8_t *buf;
-    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_st *st = as_file(m, &cal, SEQKV_DT_BF16, &buf);
     skv_calib *c;
     skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
     cr_assert_eq(skv_calib_learn(st, &o, &c), 0);
@@ -318,7 +318,7 @@ Test(delta, parallel_layers_give_the_same_streams_and_bytes)
             cr_assert_eq(a.len, b.len);
             cr_assert_eq(memcmp(a.data, b.data, a.len), 0, "same bytes with 1 and 2 threads");
             uint8_t *k = malloc(t.T[i] * per), *v = malloc(t.T[i] * per);
-            cr_assert_eq(skv_delta_decode(d2, t.tok[i], t.T[i], &a, 0, 16, k, v), 0, "%s", skv_error_detail());
+            cr_assert_eq(skv_delta_decode(d2, t.tok[i], t.T[i], &a, 0, 16, k, v), 0, "%s", seqkv_error_detail());
             cr_assert_eq(memcmp(k, t.k[i], t.T[i] * per), 0);
             cr_assert_eq(memcmp(v, t.v[i], t.T[i] * per), 0);
             free(k);
@@ -348,7 +348,7 @@ Test(delta, parallel_layers_give_the_same_streams_and_bytes)
 }
 
 /* Write odd value j (cycling through the list) of dtype dt at scalar `at`. */
-static void poke_odd(skv_dtype dt, uint8_t *base, size_t at, size_t j)
+static void poke_odd(seqkv_dtype dt, uint8_t *base, size_t at, size_t j)
 {
     /* inf, -inf, NaN, huge, |x| just over 2^100, exactly 2^100 (small),
      * the largest finite; fp8 e4m3 has NaN and no infinities */
@@ -359,9 +359,9 @@ static void poke_odd(skv_dtype dt, uint8_t *base, size_t at, size_t j)
     static const uint8_t f8[] = {0x7f, 0xff, 0x7e, 0xfe, 0x80, 0x7f, 0x01};
     j %= 7;
     switch (dt) {
-    case SKV_DT_BF16: skv_store16_le(base + 2 * at, bf[j]); break;
-    case SKV_DT_F16: skv_store16_le(base + 2 * at, hf[j]); break;
-    case SKV_DT_F32: skv_store32_le(base + 4 * at, ff[j]); break;
+    case SEQKV_DT_BF16: skv_store16_le(base + 2 * at, bf[j]); break;
+    case SEQKV_DT_F16: skv_store16_le(base + 2 * at, hf[j]); break;
+    case SEQKV_DT_F32: skv_store32_le(base + 4 * at, ff[j]); break;
     default: base[at] = f8[j]; break;
     }
 }
@@ -386,11 +386,11 @@ static void check_fast_is_plain(const skv_calib *c, int lvl, const kvset *t, siz
         cr_assert_eq(memcmp(a.data, b.data, a.len), 0, "%s %s seq %zu: same bytes", what, ln, i);
         uint8_t *k = malloc(t->T[i] * per), *v = malloc(t->T[i] * per);
         cr_assert_eq(skv_delta_decode(fast, t->tok[i], t->T[i], &b, 0, 16, k, v), 0, "%s",
-                     skv_error_detail());
+                     seqkv_error_detail());
         cr_assert_eq(memcmp(k, t->k[i], t->T[i] * per), 0, "%s %s seq %zu: K", what, ln, i);
         cr_assert_eq(memcmp(v, t->v[i], t->T[i] * per), 0, "%s %s seq %zu: V", what, ln, i);
         cr_assert_eq(skv_delta_decode(plain, t->tok[i], t->T[i], &a, 0, 16, k, v), 0, "%s",
-                     skv_error_detail());
+                     seqkv_error_detail());
         cr_assert_eq(memcmp(k, t->k[i], t->T[i] * per), 0, "%s %s seq %zu: K", what, ln, i);
         cr_assert_eq(memcmp(v, t->v[i], t->T[i] * per), 0, "%s %s seq %zu: V", what, ln, i);
         free(k);
@@ -409,10 +409,10 @@ static void check_fast_is_plain(const skv_calib *c, int lvl, const kvset *t, siz
  * as rows are coded), give the plain path's bytes. */
 Test(delta, fast_paths_give_the_plain_bytes_on_odd_values_in_every_dtype)
 {
-    const skv_dtype dts[] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F32, SKV_DT_F8E4M3};
+    const seqkv_dtype dts[] = {SEQKV_DT_BF16, SEQKV_DT_F16, SEQKV_DT_F32, SEQKV_DT_F8E4M3};
     skv_model *m = random_model();
     for (size_t di = 0; di < 4; di++) {
-        const skv_dtype dt = dts[di];
+        const seqkv_dtype dt = dts[di];
         kvset cal = {0}, t = {0};
         make_kv(m, 8, 40, 31, dt, &cal);
         make_kv(m, 3, 40, 32, dt, &t);
@@ -421,10 +421,10 @@ Test(delta, fast_paths_give_the_plain_bytes_on_odd_values_in_every_dtype)
         /* calibration: 2^107 in a few places, which leaves the channel means
          * (over ~300 positions) under 2^100 and the codebook rows of tokens
          * seen under 128 times over it; only bf16 and f32 hold such values */
-        for (size_t j = 0; j < 4 && (dt == SKV_DT_BF16 || dt == SKV_DT_F32); j++) {
+        for (size_t j = 0; j < 4 && (dt == SEQKV_DT_BF16 || dt == SEQKV_DT_F32); j++) {
             uint8_t *sq = j & 1 ? cal.v[1 + j] : cal.k[1 + j];
             size_t at = nsc + (j * 389 + 7) % ((cal.T[1 + j] - 1) * nsc); /* not position 0 */
-            if (dt == SKV_DT_BF16)
+            if (dt == SEQKV_DT_BF16)
                 skv_store16_le(sq + 2 * at, j & 2 ? 0xf500 : 0x7500);
             else
                 skv_store32_le(sq + 4 * at, j & 2 ? 0xf5000000u : 0x75000000u);
@@ -446,7 +446,7 @@ Test(delta, fast_paths_give_the_plain_bytes_on_odd_values_in_every_dtype)
         skv_st *st = as_file(m, &cal, dt, &buf);
         skv_calib *c;
         skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
-        cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", seqkv_error_detail());
         for (int lvl = SEQKV_STAT; lvl <= SEQKV_CTX; lvl++)
             check_fast_is_plain(c, lvl, &t, per, skv_dtype_name(dt));
         skv_calib_free(c);
@@ -466,10 +466,10 @@ Test(delta, fast_prediction_paths_give_the_plain_paths_bytes)
 {
     skv_model *m = random_model();
     kvset cal = {0}, t = {0};
-    make_kv(m, 4, 40, 21, SKV_DT_BF16, &cal);
-    make_kv(m, 3, 40, 22, SKV_DT_BF16, &t);
+    make_kv(m, 4, 40, 21, SEQKV_DT_BF16, &cal);
+    make_kv(m, 3, 40, 22, SEQKV_DT_BF16, &t);
     uint8_t *buf;
-    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_st *st = as_file(m, &cal, SEQKV_DT_BF16, &buf);
     skv_calib *c;
     skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
     cr_assert_eq(skv_calib_learn(st, &o, &c), 0);
@@ -499,7 +499,7 @@ static void old_calibration_case(const char *cal, const char *names[2])
     char p[1024];
     snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_calib/%s", tu_source_root(), cal);
     skv_calib *c;
-    cr_assert_eq(skv_calib_load(p, &c), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_load(p, &c), 0, "%s", seqkv_error_detail());
     uint8_t *img;
     size_t ilen;
     cr_assert_eq(skv_calib_serialize(c, &img, &ilen), 0);
@@ -518,7 +518,7 @@ static void old_calibration_case(const char *cal, const char *names[2])
         cr_assert_eq(skv_coded_read_header(buf, len, &ci), 0);
         cr_assert_eq(memcmp(ci.calib_id, skv_calib_id(c), 16), 0, "%s: the same calibration id", names[f]);
         skv_delta *d;
-        cr_assert_eq(skv_delta_create(c, ci.level, NULL, NULL, &d), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_delta_create(c, ci.level, NULL, NULL, &d), 0, "%s", seqkv_error_detail());
         const skv_kvshape *sh = skv_calib_shape(c);
         size_t pos = SKV_CODED_HEADER;
         for (uint32_t i = 0; i < ci.n_seq; i++) {
@@ -532,7 +532,7 @@ static void old_calibration_case(const char *cal, const char *names[2])
             size_t nb = (size_t)sh->layers * T * sh->kv_heads * sh->head_dim * skv_dtype_size(sh->dtype);
             uint8_t *k = malloc(nb + 1), *v = malloc(nb + 1);
             cr_assert_eq(skv_delta_decode(d, tok, T, &s, 0, ci.chunk, k, v), 0, "%s seq %u: %s",
-                         names[f], i, skv_error_detail());
+                         names[f], i, seqkv_error_detail());
             skv_streams e = {0};
             cr_assert_eq(skv_delta_encode(d, tok, T, k, v, ci.chunk, &e), 0);
             cr_assert_eq(e.len, s.len, "%s seq %u: same size", names[f], i);
@@ -575,28 +575,28 @@ Test(delta, a_sparse_codebook_with_tokens_out_of_order_is_refused)
     char p[4096];
     skv_calib *c = NULL;
     snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_calib/tiny_bf16_v3_sparse.cal", tu_source_root());
-    cr_assert_eq(skv_calib_load(p, &c), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_load(p, &c), 0, "%s", seqkv_error_detail());
     skv_calib_free(c);
     c = NULL;
     snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_calib/v3_token_flipped.cal", tu_source_root());
-    cr_assert_eq(skv_calib_load(p, &c), SKV_ERR_FORMAT, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_load(p, &c), SKV_ERR_FORMAT, "%s", seqkv_error_detail());
     cr_assert_null(c);
-    cr_assert(strstr(skv_error_detail(), "tokens ascending") != NULL, "%s", skv_error_detail());
+    cr_assert(strstr(seqkv_error_detail(), "tokens ascending") != NULL, "%s", seqkv_error_detail());
 }
 
 Test(delta, sparse_version_3_calibration_round_trips_with_rows_for_seen_tokens_only)
 {
     skv_model *m = random_model();
     kvset cal = {0};
-    make_kv(m, 4, 32, 7, SKV_DT_BF16, &cal);
+    make_kv(m, 4, 32, 7, SEQKV_DT_BF16, &cal);
     for (size_t i = 0; i < cal.n; i++)
         for (size_t t = 0; t < cal.T[i]; t++)
             cal.tok[i][t] = cal.tok[i][t] * 10000000 + 3;
     uint8_t *buf;
-    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_st *st = as_file(m, &cal, SEQKV_DT_BF16, &buf);
     skv_calib *c, *c2;
     skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
-    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", seqkv_error_detail());
     uint8_t *img;
     size_t ilen;
     cr_assert_eq(skv_calib_serialize(c, &img, &ilen), 0);
@@ -609,14 +609,14 @@ Test(delta, sparse_version_3_calibration_round_trips_with_rows_for_seen_tokens_o
     cr_assert_eq((size_t)cb->shape[1], tk->nelem);
     for (size_t r = 0; r < tk->nelem; r++)
         cr_assert_eq((int32_t)skv_load32_le(tk->data + 4 * r) % 10000000, 3);
-    cr_assert_eq(skv_calib_parse(img, ilen, &c2), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_parse(img, ilen, &c2), 0, "%s", seqkv_error_detail());
     cr_assert_eq(memcmp(skv_calib_id(c), skv_calib_id(c2), 16), 0, "same content, same id");
     uint8_t *img2;
     size_t ilen2;
     cr_assert_eq(skv_calib_serialize(c2, &img2, &ilen2), 0);
     cr_assert(ilen2 == ilen && memcmp(img, img2, ilen) == 0, "written back unchanged");
     kvset t = {0};
-    make_kv(m, 1, 32, 99, SKV_DT_BF16, &t);
+    make_kv(m, 1, 32, 99, SEQKV_DT_BF16, &t);
     for (size_t i = 0; i < t.T[0]; i++)
         t.tok[0][i] = t.tok[0][i] * 10000000 + 3;
     for (int lv = SEQKV_STAT; lv <= SEQKV_CTX; lv++) {
@@ -624,10 +624,10 @@ Test(delta, sparse_version_3_calibration_round_trips_with_rows_for_seen_tokens_o
         skv_delta *d1, *d2;
         cr_assert_eq(skv_delta_create(c, (seqkv_level)lv, NULL, NULL, &d1), 0);
         cr_assert_eq(skv_delta_create(c2, (seqkv_level)lv, NULL, NULL, &d2), 0);
-        cr_assert_eq(skv_delta_encode(d1, t.tok[0], t.T[0], t.k[0], t.v[0], 16, &e1), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_delta_encode(d1, t.tok[0], t.T[0], t.k[0], t.v[0], 16, &e1), 0, "%s", seqkv_error_detail());
         cr_assert_eq(skv_delta_encode(d2, t.tok[0], t.T[0], t.k[0], t.v[0], 16, &e2), 0);
         cr_assert(e1.len == e2.len && memcmp(e1.data, e2.data, e1.len) == 0, "the same coded bytes");
-        cr_assert_lt(round_trip(c2, (seqkv_level)lv, m, &t, SKV_DT_BF16, 16), 16.0);
+        cr_assert_lt(round_trip(c2, (seqkv_level)lv, m, &t, SEQKV_DT_BF16, 16), 16.0);
         skv_streams_free(&e1);
         skv_streams_free(&e2);
         skv_delta_free(d1);
@@ -652,13 +652,13 @@ Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
 {
     skv_model *m = random_model();
     kvset cal = {0}, t = {0};
-    make_kv(m, 8, 48, 11, SKV_DT_BF16, &cal);
-    make_kv(m, 2, 48, 12, SKV_DT_BF16, &t);
+    make_kv(m, 8, 48, 11, SEQKV_DT_BF16, &cal);
+    make_kv(m, 2, 48, 12, SEQKV_DT_BF16, &t);
     uint8_t *buf;
-    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_st *st = as_file(m, &cal, SEQKV_DT_BF16, &buf);
     skv_calib *c, *c2;
     skv_calib_opts o = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
-    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_learn(st, &o, &c), 0, "%s", seqkv_error_detail());
     uint8_t *img;
     size_t ilen;
     cr_assert_eq(skv_calib_serialize(c, &img, &ilen), 0);
@@ -680,7 +680,7 @@ Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
     cr_assert_eq(on_l0v, C, "every channel of layer 0's V has atoms (%zu of %zu)", on_l0v, C);
     cr_assert_gt(av->nelem, 0);
     skv_st_free(cs);
-    cr_assert_eq(skv_calib_parse(img, ilen, &c2), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_parse(img, ilen, &c2), 0, "%s", seqkv_error_detail());
     cr_assert_eq(memcmp(skv_calib_id(c), skv_calib_id(c2), 16), 0, "same content, same id");
     /* streams coded with one decode with the other; layer 0's V is cheap */
     skv_delta *d1, *d2;
@@ -691,7 +691,7 @@ Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
         skv_streams s = {0};
         cr_assert_eq(skv_delta_encode(d1, t.tok[i], t.T[i], t.k[i], t.v[i], 16, &s), 0);
         uint8_t *k = malloc(t.T[i] * per), *v = malloc(t.T[i] * per);
-        cr_assert_eq(skv_delta_decode(d2, t.tok[i], t.T[i], &s, 0, 16, k, v), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_delta_decode(d2, t.tok[i], t.T[i], &s, 0, 16, k, v), 0, "%s", seqkv_error_detail());
         cr_assert_eq(memcmp(k, t.k[i], t.T[i] * per), 0);
         cr_assert_eq(memcmp(v, t.v[i], t.T[i] * per), 0);
         free(k);
@@ -722,19 +722,19 @@ Test(delta, stat_learns_atoms_for_token_determined_channels_and_saves_them)
  * version's streams; on real KV when ../shared has the model */
 static void versions_case(const skv_model *m, size_t ncal, size_t T)
 {
-    const skv_dtype dt = SKV_DT_BF16;
+    const seqkv_dtype dt = SEQKV_DT_BF16;
     kvset test = {0};
     skv_calib *c = learned(m, dt, ncal, 2, T, 1100, &test);
     size_t per = skv_model_kv_per_token(m) / 2 * skv_dtype_size(dt);
     for (int lvl = SEQKV_STAT; lvl <= SEQKV_CTX; lvl++) {
         skv_delta *d;
-        cr_assert_eq(skv_delta_create(c, (seqkv_level)lvl, NULL, NULL, &d), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_delta_create(c, (seqkv_level)lvl, NULL, NULL, &d), 0, "%s", seqkv_error_detail());
         cr_expect_eq(skv_delta_stream_version(d), 2, "%s", seqkv_level_name((seqkv_level)lvl));
         skv_streams s[2] = {{0}, {0}};
         for (int ver = 1; ver <= 2; ver++) {
-            cr_assert_eq(skv_delta_set_stream_version(d, ver), 0, "%s", skv_error_detail());
+            cr_assert_eq(skv_delta_set_stream_version(d, ver), 0, "%s", seqkv_error_detail());
             cr_assert_eq(skv_delta_encode(d, test.tok[0], test.T[0], test.k[0], test.v[0], 64, &s[ver - 1]), 0,
-                         "%s", skv_error_detail());
+                         "%s", seqkv_error_detail());
             skv_stream_info info;
             cr_assert_eq(skv_stream_info_read(s[ver - 1].data, s[ver - 1].len, &info), 0);
             cr_expect_eq(info.version, (uint32_t)ver);
@@ -746,7 +746,7 @@ static void versions_case(const skv_model *m, size_t ncal, size_t T)
             cr_assert_eq(skv_delta_set_stream_version(d, 3 - ver), 0);
             uint8_t *k = malloc(test.T[0] * per), *v = malloc(test.T[0] * per);
             cr_assert_eq(skv_delta_decode(d, test.tok[0], test.T[0], &s[ver - 1], 0, 64, k, v), 0, "%s version %d: %s",
-                         seqkv_level_name((seqkv_level)lvl), ver, skv_error_detail());
+                         seqkv_level_name((seqkv_level)lvl), ver, seqkv_error_detail());
             cr_expect(memcmp(k, test.k[0], test.T[0] * per) == 0 && memcmp(v, test.v[0], test.T[0] * per) == 0,
                       "%s version %d: not bit-exact", seqkv_level_name((seqkv_level)lvl), ver);
             free(k);
@@ -784,14 +784,14 @@ Test(delta, stat_and_ctx_stream_versions)
  * shorter than its window is refused. */
 Test(delta, a_sample_takes_windows_of_its_sequences)
 {
-    const skv_kvshape sh = {2, 2, 4, 0, SKV_DT_BF16, 0, 0, SKV_ROPE_PAIR};
+    const skv_kvshape sh = {2, 2, 4, 0, SEQKV_DT_BF16, 0, 0, SKV_ROPE_PAIR};
     const size_t T[3] = {10, 100, 1000};
     const uint64_t h[3] = {5, 77, 123456789};
     skv_calib_sample *s;
     cr_assert_eq(SKV_CALIB_WINDOW_MIN, 128);
     /* 512 positions, from up to 4 sequences: 10 and 100 whole (from 0), the
      * 402 left a window of the third */
-    cr_assert_eq(skv_calib_sample_create(&sh, 3, T, h, 512, 0, &s), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_sample_create(&sh, 3, T, h, 512, 0, &s), 0, "%s", seqkv_error_detail());
     cr_assert_eq(skv_calib_sample_end(s, 0), 10);
     cr_assert_eq(skv_calib_sample_end(s, 1), 100);
     cr_assert_eq(skv_calib_sample_end(s, 2), 1 + 123456789 % (1000 - 402) + 402);
@@ -810,21 +810,21 @@ Test(delta, a_sample_takes_windows_of_its_sequences)
 
     skv_model *m = random_model();
     kvset cal = {0};
-    make_kv(m, 4, 32, 7, SKV_DT_BF16, &cal);
+    make_kv(m, 4, 32, 7, SEQKV_DT_BF16, &cal);
     uint8_t *buf;
-    skv_st *st = as_file(m, &cal, SKV_DT_BF16, &buf);
+    skv_st *st = as_file(m, &cal, SEQKV_DT_BF16, &buf);
     skv_calib *all, *dflt, *part;
     skv_calib_opts o = {.max_fit_samples = 128, .quiet = 1, .sample_positions = SIZE_MAX};
-    cr_assert_eq(skv_calib_learn(st, &o, &all), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_learn(st, &o, &all), 0, "%s", seqkv_error_detail());
     o.sample_positions = 0; /* 128 positions: under the default's */
     cr_assert_eq(skv_calib_learn(st, &o, &dflt), 0);
     cr_assert_eq(memcmp(skv_calib_id(all), skv_calib_id(dflt), 16), 0, "all of it either way");
     o.sample_positions = 20; /* a window of the first sequence */
-    cr_assert_eq(skv_calib_learn(st, &o, &part), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_learn(st, &o, &part), 0, "%s", seqkv_error_detail());
     cr_assert_neq(memcmp(skv_calib_id(all), skv_calib_id(part), 16), 0);
     kvset t = {0};
-    make_kv(m, 1, 32, 99, SKV_DT_BF16, &t);
-    cr_assert_lt(round_trip(part, SEQKV_CTX, m, &t, SKV_DT_BF16, 16), 16.0);
+    make_kv(m, 1, 32, 99, SEQKV_DT_BF16, &t);
+    cr_assert_lt(round_trip(part, SEQKV_CTX, m, &t, SEQKV_DT_BF16, 16), 16.0);
 
     /* a sequence handed over shorter than its window */
     size_t T1[1] = {32};
@@ -832,7 +832,7 @@ Test(delta, a_sample_takes_windows_of_its_sequences)
     cr_assert_eq(skv_calib_sample_create(&sh, 1, T1, h1, 8, 0, &s), 0);
     int32_t tok[8] = {0};
     uint8_t kv[2 * 8 * 8 * 2] = {0};
-    skv_kvseq q = {8, tok, SKV_DT_BF16, 2, 2, 4, kv, kv};
+    skv_kvseq q = {8, tok, SEQKV_DT_BF16, 2, 2, 4, kv, kv};
     cr_assert_eq(skv_calib_sample_add(s, 0, &q), SKV_ERR_SHAPE);
     skv_calib_sample_free(s);
     skv_calib_free(all);

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "seqkv.h"
-#include "seqkv_blob.h"
+#include "seqkv.h"
 #include "skv_base.h"
 #include "storeutil.h"
 #include "testutil.h"
@@ -37,8 +37,8 @@ static void copy_file(const char *from, const char *to)
 {
     uint8_t *b;
     size_t len;
-    cr_assert_eq(skv_file_read(from, 1u << 30, &b, &len), 0, "read %s: %s", from, skv_error_detail());
-    cr_assert_eq(skv_file_write(to, b, len), 0, "write %s: %s", to, skv_error_detail());
+    cr_assert_eq(skv_file_read(from, 1u << 30, &b, &len), 0, "read %s: %s", from, seqkv_error_detail());
+    cr_assert_eq(skv_file_write(to, b, len), 0, "write %s: %s", to, seqkv_error_detail());
     skv_free(b);
 }
 
@@ -61,12 +61,12 @@ static void check_all(seqkv *db, su_model *tm, const char *version)
         su_seq_make(tm, tok, len, len, 0, &s);
         cr_assert_eq(memcmp(s.tok, tok, len * sizeof *tok), 0);
         size_t m = 0, got = 0;
-        cr_assert_eq(seqkv_lookup(db, seqs[i].tenant, "rm", s.tok, s.n, &m), 0, "%s", skv_error_detail());
+        cr_assert_eq(seqkv_lookup(db, seqs[i].tenant, "rm", s.tok, s.n, &m), 0, "%s", seqkv_error_detail());
         cr_assert_eq(m, len, "%s store, %s line %d: %zu of %zu tokens cached", version, seqs[i].file,
                      seqs[i].line, m, len);
         int rc = su_get_check(db, seqs[i].tenant, "rm", tm, &s, len, &got);
         cr_assert_eq(rc, 0, "%s store, %s line %d: get gives other bytes (%d %s)", version, seqs[i].file,
-                     seqs[i].line, rc, skv_error_detail());
+                     seqs[i].line, rc, seqkv_error_detail());
         su_seq_free(&s);
     }
 }
@@ -88,29 +88,29 @@ static void golden_store(const char *version)
     snprintf(model, sizeof model, "%s/rm.bin", tu_tmpdir());
     snprintf(from, sizeof from, "%s/rm.bin", src);
     copy_file(from, model);
-    su_model_load(&tm, model, SKV_DT_BF16);
+    su_model_load(&tm, model, SEQKV_DT_BF16);
     seqkv_options o = {0};
     o.quiet = 1;
     seqkv *db = NULL;
     /* read-only first: a store from before blobs has no blob tables, and
      * the blob commands find nothing rather than read another table */
     o.read_only = 1;
-    cr_assert_eq(seqkv_open(dir, &o, &db), 0, "open the %s golden store: %s", version, skv_error_detail());
+    cr_assert_eq(seqkv_open(dir, &o, &db), 0, "open the %s golden store: %s", version, seqkv_error_detail());
     const uint8_t *bk[1] = {(const uint8_t *)"k"};
     size_t bl[1] = {1}, nb = 9;
-    cr_assert_eq(seqkv_blob_exists(db, "t_raw", 1, bk, bl, &nb), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_blob_exists(db, "t_raw", 1, bk, bl, &nb), 0, "%s", seqkv_error_detail());
     cr_assert_eq(nb, 0);
     seqkv_close(db);
     o.read_only = 0;
-    cr_assert_eq(seqkv_open(dir, &o, &db), 0, "open the %s golden store: %s", version, skv_error_detail());
+    cr_assert_eq(seqkv_open(dir, &o, &db), 0, "open the %s golden store: %s", version, seqkv_error_detail());
     /* the profile's model moved with the files */
-    seqkv_profile p;
-    cr_assert_eq(seqkv_profile_get(db, "rm", &p), 0, "%s", skv_error_detail());
+    seqkv_profile p = SEQKV_PROFILE_INIT;
+    cr_assert_eq(seqkv_profile_get(db, "rm", &p), 0, "%s", seqkv_error_detail());
     cr_assert(p.has_calib, "the golden store's profile is calibrated");
     memcpy(p.model, model, strlen(model) + 1);
     seqkv_profile_set(db, &p); /* (a level above raw: accepted) */
     seqkv_stats st;
-    cr_assert_eq(seqkv_stat(db, NULL, &st), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_stat(db, NULL, &st), 0, "%s", seqkv_error_detail());
     const uint64_t want_tokens[SEQKV_LEVELS] = {192, 96, 192, 96, 96};
     for (int l = 0; l < SEQKV_LEVELS; l++)
         cr_assert_eq(st.level_tokens[l], want_tokens[l], "%s store: %llu %s tokens, wanted %llu", version,
@@ -120,12 +120,12 @@ static void golden_store(const char *version)
     /* the store from before sealing compacts to the new one: every
      * record sealed, every get still exact, before and after reopening */
     seqkv_compact_stats cs;
-    cr_assert_eq(seqkv_compact(db, NULL, NULL, NULL, &cs), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_compact(db, NULL, NULL, NULL, &cs), 0, "%s", seqkv_error_detail());
     cr_assert_eq(cs.damaged, 0);
     check_all(db, &tm, version);
     seqkv_close(db);
     cr_assert_eq(su_chunk_unsealed(dir), 0, "compaction sealed every record");
-    cr_assert_eq(seqkv_open(dir, &o, &db), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_open(dir, &o, &db), 0, "%s", seqkv_error_detail());
     check_all(db, &tm, version);
     seqkv_close(db);
     su_model_free(&tm);

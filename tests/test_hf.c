@@ -16,7 +16,7 @@ static skv_model *load(const char *dir)
 {
     skv_model *m = NULL;
     int rc = skv_model_load(dir, &m);
-    cr_assert_eq(rc, 0, "load %s: %s (%s)", dir, skv_strerror(rc), skv_error_detail());
+    cr_assert_eq(rc, 0, "load %s: %s (%s)", dir, seqkv_strerror(rc), seqkv_error_detail());
     return m;
 }
 
@@ -33,8 +33,8 @@ static void check_against_reference(const rm_hf *r, skv_model *m, int n, double 
     skv_kvcache *c;
     cr_assert_eq(skv_kvcache_create(skv_model_cfg(m), (size_t)n, &c), 0);
     skv_forward_opts o = {.logits = ml};
-    cr_assert_eq(skv_model_forward(m, c, toks, (size_t)n, &o), 0, "%s", skv_error_detail());
-    cr_assert_eq(skv_kvcache_export(c, 0, (size_t)n, SKV_DT_F32, mk, mv), 0);
+    cr_assert_eq(skv_model_forward(m, c, toks, (size_t)n, &o), 0, "%s", seqkv_error_detail());
+    cr_assert_eq(skv_kvcache_export(c, 0, (size_t)n, SEQKV_DT_F32, mk, mv), 0);
     double wl = 0, wk = 0, wv = 0, scale = 0;
     for (size_t i = 0; i < (size_t)n * s->vocab; i++) {
         wl = fmax(wl, fabs((double)rl[i] - ml[i]));
@@ -52,12 +52,12 @@ static void check_against_reference(const rm_hf *r, skv_model *m, int n, double 
     free(rl); free(rk); free(rv); free(ml); free(mk); free(mv);
 }
 
-static void arch_case(int arch, int tied, int head_dim, skv_dtype dt, int shards)
+static void arch_case(int arch, int tied, int head_dim, seqkv_dtype dt, int shards)
 {
     rm_shape s = {arch, 32, 64, 2, 4, 2, head_dim, 50, 64, tied, 10000.0f, 1e-6f};
     rm_hf *r = rm_hf_new(&s, 100 + (uint64_t)arch);
     const char *dir = tu_tmpdir();
-    cr_assert_eq(rm_hf_write(r, dir, dt, shards), 0, "%s", skv_error_detail());
+    cr_assert_eq(rm_hf_write(r, dir, dt, shards), 0, "%s", seqkv_error_detail());
     skv_model *m = load(dir);
     const skv_model_config *c = skv_model_cfg(m);
     cr_assert_eq((int)c->arch, arch);
@@ -71,18 +71,18 @@ static void arch_case(int arch, int tied, int head_dim, skv_dtype dt, int shards
     rm_hf_free(r);
 }
 
-Test(hf, llama_matches_reference) { arch_case(0, 0, 8, SKV_DT_F32, 0); }
-Test(hf, llama_tied_bf16_weights_match_reference) { arch_case(0, 1, 8, SKV_DT_BF16, 0); }
-Test(hf, qwen2_with_qkv_bias_matches_reference) { arch_case(1, 1, 8, SKV_DT_F32, 0); }
-Test(hf, qwen3_with_qk_norm_and_explicit_head_dim_matches_reference) { arch_case(2, 0, 12, SKV_DT_F16, 0); }
-Test(hf, sharded_checkpoint_matches_reference) { arch_case(2, 1, 16, SKV_DT_BF16, 2); }
+Test(hf, llama_matches_reference) { arch_case(0, 0, 8, SEQKV_DT_F32, 0); }
+Test(hf, llama_tied_bf16_weights_match_reference) { arch_case(0, 1, 8, SEQKV_DT_BF16, 0); }
+Test(hf, qwen2_with_qkv_bias_matches_reference) { arch_case(1, 1, 8, SEQKV_DT_F32, 0); }
+Test(hf, qwen3_with_qk_norm_and_explicit_head_dim_matches_reference) { arch_case(2, 0, 12, SEQKV_DT_F16, 0); }
+Test(hf, sharded_checkpoint_matches_reference) { arch_case(2, 1, 16, SEQKV_DT_BF16, 2); }
 
 Test(hf, weight_dtypes_load_to_identical_models)
 {
     rm_shape s = {2, 32, 64, 2, 4, 2, 8, 50, 64, 0, 10000.0f, 1e-6f};
     rm_hf *r = rm_hf_new(&s, 9);
     char fp[3][33];
-    skv_dtype dts[3] = {SKV_DT_F32, SKV_DT_BF16, SKV_DT_F16};
+    seqkv_dtype dts[3] = {SEQKV_DT_F32, SEQKV_DT_BF16, SEQKV_DT_F16};
     for (int i = 0; i < 3; i++) {
         const char *dir = tu_tmpdir();
         cr_assert_eq(rm_hf_write(r, dir, dts[i], 0), 0);
@@ -100,7 +100,7 @@ Test(hf, weight_dtypes_load_to_identical_models)
 static void check_conversion(skv_model *a, size_t T, double tol)
 {
     const char *dir = tu_tmpdir();
-    cr_assert_eq(skv_model_save_hf(a, dir, SKV_DT_F32), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_model_save_hf(a, dir, SEQKV_DT_F32), 0, "%s", seqkv_error_detail());
     skv_model *b = load(dir);
     const skv_model_config *ca = skv_model_cfg(a), *cb = skv_model_cfg(b);
     cr_assert_eq(cb->rope_layout, SKV_ROPE_HALF);
@@ -162,7 +162,7 @@ Test(hf, stories260k_converted_to_safetensors_reproduces_reference)
     check_conversion(a, 64, 1e-4);
     /* the converted checkpoint reproduces llama2.c's greedy ids */
     const char *dir = tu_tmpdir();
-    cr_assert_eq(skv_model_save_hf(a, dir, SKV_DT_F32), 0);
+    cr_assert_eq(skv_model_save_hf(a, dir, SEQKV_DT_F32), 0);
     skv_model *b = load(tu_path(dir, "config.json"));
     uint8_t *ref = tu_read(tu_shared_model("stories260K.greedy.txt"), NULL);
     int32_t bos = 1, out[257];
@@ -198,7 +198,7 @@ Test(hf, malformed_checkpoints_fail_with_clear_errors)
     rm_shape s = {0, 16, 32, 1, 2, 2, 8, 20, 16, 1, 10000.0f, 1e-6f};
     rm_hf *r = rm_hf_new(&s, 3);
     const char *dir = tu_tmpdir();
-    cr_assert_eq(rm_hf_write(r, dir, SKV_DT_F32, 0), 0);
+    cr_assert_eq(rm_hf_write(r, dir, SEQKV_DT_F32, 0), 0);
     cr_assert_eq(load_rc(dir), 0);
     const char *cfg = tu_path(dir, "config.json");
     size_t len;
@@ -210,7 +210,7 @@ Test(hf, malformed_checkpoints_fail_with_clear_errors)
     memcpy(p, "\"intermediate_size\": 33", 23);
     write_text(cfg, t);
     cr_assert_eq(load_rc(dir), SKV_ERR_SHAPE);
-    cr_assert(strstr(skv_error_detail(), "mlp.gate_proj.weight") != NULL, "%s", skv_error_detail());
+    cr_assert(strstr(seqkv_error_detail(), "mlp.gate_proj.weight") != NULL, "%s", seqkv_error_detail());
     /* untied: lm_head is missing */
     strcpy(t, orig);
     p = strstr(t, "\"tie_word_embeddings\": true");
@@ -220,12 +220,12 @@ Test(hf, malformed_checkpoints_fail_with_clear_errors)
     memcpy(p, "\"tie_word_embeddings\":false", 27);
     write_text(cfg, t);
     cr_assert_eq(load_rc(dir), SKV_ERR_NOT_FOUND);
-    cr_assert(strstr(skv_error_detail(), "lm_head.weight") != NULL);
+    cr_assert(strstr(seqkv_error_detail(), "lm_head.weight") != NULL);
     write_text(cfg, "{\"model_type\": \"gpt2\", \"hidden_size\": 16}");
     cr_assert_eq(load_rc(dir), SKV_ERR_UNSUPPORTED);
     write_text(cfg, "{\"model_type\": \"llama\", \"hidden_size\": 16}");
     cr_assert_eq(load_rc(dir), SKV_ERR_FORMAT);
-    cr_assert(strstr(skv_error_detail(), "intermediate_size") != NULL);
+    cr_assert(strstr(seqkv_error_detail(), "intermediate_size") != NULL);
     strcpy(t, orig);
     p = strstr(t, "\"rope_scaling\": null");
     memcpy(p, "\"rope_scaling\": 1.00", 20);
@@ -256,7 +256,7 @@ Test(hf, config_parser_defaults)
     skv_model_config c;
     const char *j = "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,"
                     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100}";
-    cr_assert_eq(skv_model_config_from_hf(j, strlen(j), &c), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_model_config_from_hf(j, strlen(j), &c), 0, "%s", seqkv_error_detail());
     cr_assert_eq(c.n_kv_heads, 4);
     cr_assert_eq(c.head_dim, 16);
     cr_assert_eq(c.rope_dim, 16);
@@ -266,7 +266,7 @@ Test(hf, config_parser_defaults)
     const char *q = "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":128,"
                     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
                     "\"head_dim\":32,\"vocab_size\":100,\"rope_theta\":1000000,\"tie_word_embeddings\":true}";
-    cr_assert_eq(skv_model_config_from_hf(q, strlen(q), &c), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_model_config_from_hf(q, strlen(q), &c), 0, "%s", seqkv_error_detail());
     cr_assert_eq(c.head_dim, 32);
     cr_assert_eq(c.qk_norm, 1);
     cr_assert_eq(c.qkv_bias, 0);

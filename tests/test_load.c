@@ -134,7 +134,7 @@ static void *client_main(void *arg)
     int rc = seqkv_client_connect(sock, &c);
     if (rc) {
         if (!a->expect_kill)
-            FAIL("client %d: connect: %s", a->id, skv_error_detail());
+            FAIL("client %d: connect: %s", a->id, seqkv_error_detail());
         goto out;
     }
     while (!atomic_load(&stop_flag) && !atomic_load(&failed)) {
@@ -176,7 +176,7 @@ static void *client_main(void *arg)
         if (rc) {
             if (rc != 1)
                 FAIL("client %d: op %d of %zu tokens: %s (%s)", a->id, op, n,
-                     seqkv_client_strerror(rc), seqkv_client_error(c));
+                     seqkv_strerror(rc), seqkv_error_detail());
             break;
         }
     }
@@ -224,7 +224,7 @@ int main(void)
     const char *dir = tu_tmpdir();
     snprintf(sock, sizeof sock, "%s/s.sock", dir);
     snprintf(dbdir, sizeof dbdir, "%s/db", dir);
-    su_random_model(&tm, dir, SKV_DT_BF16);
+    su_random_model(&tm, dir, SEQKV_DT_BF16);
     for (int r = 0; r < NROOTS; r++) {
         su_seq root;
         su_seq_make(&tm, NULL, 0, 24 + (size_t)(r * 7) % 40, 1000 + (uint64_t)r, &root);
@@ -251,8 +251,8 @@ int main(void)
     if (!rc)
         rc = seqkv_client_calibrate(c, "load", 0);
     if (rc) {
-        fprintf(stderr, "test_load: FAIL: set-up: %s (%s)\n", seqkv_client_strerror(rc),
-                c ? seqkv_client_error(c) : skv_error_detail());
+        fprintf(stderr, "test_load: FAIL: set-up: %s (%s)\n", seqkv_strerror(rc),
+                c ? seqkv_error_detail() : seqkv_error_detail());
         kill(pid, SIGKILL);
         return 1;
     }
@@ -301,7 +301,7 @@ int main(void)
         checked++;
     }
     if (rc && rc != 1)
-        FAIL("after restart: %s (%s)", seqkv_client_strerror(rc), c ? seqkv_client_error(c) : "");
+        FAIL("after restart: %s (%s)", seqkv_strerror(rc), c ? seqkv_error_detail() : "");
     if (!atomic_load(&failed))
         printf("restart: %ld acknowledged PUTs, the longest of each of %d sequences present and "
                "bit-exact\n", n_acked, checked);

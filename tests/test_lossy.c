@@ -134,7 +134,7 @@ static void free_seqs(seqs *s)
 }
 
 /* K and V of tok in dt, KV layout. */
-static void kv_of(const skv_model *m, const int32_t *tok, size_t n, skv_dtype dt, uint8_t **k,
+static void kv_of(const skv_model *m, const int32_t *tok, size_t n, seqkv_dtype dt, uint8_t **k,
                   uint8_t **v)
 {
     skv_kvcache *c;
@@ -149,7 +149,7 @@ static void kv_of(const skv_model *m, const int32_t *tok, size_t n, skv_dtype dt
 
 static skv_lossy_cal *calibrate(const skv_model *m, const seqs *s, skv_pool *pool, int rvq)
 {
-    skv_lossy_opts o = {SKV_DT_BF16, 2, rvq, 0, 0, pool, 1, 0};
+    skv_lossy_opts o = {SEQKV_DT_BF16, 2, rvq, 0, 0, pool, 1, 0};
     skv_lossy_cal *c;
     cr_assert_eq(skv_lossy_calibrate(m, (const int32_t *const *)s->tok, s->len, s->n, &o, &c), 0);
     return c;
@@ -186,7 +186,7 @@ static size_t levels_round_trip(const skv_lossy_cal *c, const skv_model *m, cons
                                 size_t lo, size_t hi, uint8_t **q4_stream)
 {
     uint8_t *k, *v;
-    kv_of(m, tok, n, SKV_DT_BF16, &k, &v);
+    kv_of(m, tok, n, SEQKV_DT_BF16, &k, &v);
     const size_t half = skv_model_kv_per_token(m) / 2 * n * 2, row = half / n / (size_t)skv_model_cfg(m)->n_layers;
     const size_t cap = skv_lossy_bound(c, n);
     uint8_t *st = malloc(cap), *ek = malloc(half), *ev = malloc(half), *dk = malloc(half), *dv = malloc(half);
@@ -307,7 +307,7 @@ Test(lossy, random_model_transforms_invert_window_exact_and_deterministic)
         fclose(f);
         /* and a slab of layer 1's V, as the store's records hold them */
         uint8_t *k, *v;
-        kv_of(m, test.tok[0], 40, SKV_DT_BF16, &k, &v);
+        kv_of(m, test.tok[0], 40, SEQKV_DT_BF16, &k, &v);
         const size_t sb = skv_lossy_slab_bound(c1, 40);
         uint8_t *slab = malloc(sb);
         size_t slen;

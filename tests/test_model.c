@@ -18,7 +18,7 @@ static skv_model *load_stories(void)
         return NULL;
     skv_model *m = NULL;
     int rc = skv_model_load(p, &m);
-    cr_assert_eq(rc, 0, "load %s: %s", p, skv_error_detail());
+    cr_assert_eq(rc, 0, "load %s: %s", p, seqkv_error_detail());
     return m;
 }
 
@@ -37,7 +37,7 @@ static skv_model *random_model(uint64_t seed, int tied)
     size_t len;
     uint8_t *img = rm_llama2c(&s, seed, &len);
     skv_model *m = NULL;
-    cr_assert_eq(skv_model_load_llama2c_mem(img, len, &m), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_model_load_llama2c_mem(img, len, &m), 0, "%s", seqkv_error_detail());
     free(img);
     return m;
 }
@@ -55,13 +55,13 @@ static int32_t *some_tokens(const skv_model *m, size_t T, uint64_t seed)
 }
 
 /* Prefill tokens and export the KV (dtype) into fresh buffers. */
-static void kv_of(const skv_model *m, skv_pool *pool, const int32_t *tok, size_t T, skv_dtype dt,
+static void kv_of(const skv_model *m, skv_pool *pool, const int32_t *tok, size_t T, seqkv_dtype dt,
                   uint8_t **k, uint8_t **v, float *logits)
 {
     skv_kvcache *c;
     cr_assert_eq(skv_kvcache_create(skv_model_cfg(m), T, &c), 0);
     skv_forward_opts o = {.pool = pool, .logits = logits};
-    cr_assert_eq(skv_model_forward(m, c, tok, T, &o), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_model_forward(m, c, tok, T, &o), 0, "%s", seqkv_error_detail());
     size_t n = T * skv_model_kv_per_token(m) / 2 * skv_dtype_size(dt);
     *k = malloc(n);
     *v = malloc(n);
@@ -193,10 +193,10 @@ static void check_determinism(const skv_model *m, size_t T)
     cr_assert_eq(skv_pool_create(&p2, 2), 0);
     cr_assert_eq(skv_pool_create(&p3, 3), 0);
     uint8_t *k[4], *v[4];
-    kv_of(m, p1, tok, T, SKV_DT_BF16, &k[0], &v[0], NULL);
-    kv_of(m, p1, tok, T, SKV_DT_BF16, &k[1], &v[1], NULL);
-    kv_of(m, p2, tok, T, SKV_DT_BF16, &k[2], &v[2], NULL);
-    kv_of(m, p3, tok, T, SKV_DT_BF16, &k[3], &v[3], NULL);
+    kv_of(m, p1, tok, T, SEQKV_DT_BF16, &k[0], &v[0], NULL);
+    kv_of(m, p1, tok, T, SEQKV_DT_BF16, &k[1], &v[1], NULL);
+    kv_of(m, p2, tok, T, SEQKV_DT_BF16, &k[2], &v[2], NULL);
+    kv_of(m, p3, tok, T, SEQKV_DT_BF16, &k[3], &v[3], NULL);
     size_t n = T * skv_model_kv_per_token(m) / 2 * 2;
     for (int i = 1; i < 4; i++) {
         cr_assert_eq(memcmp(k[0], k[i], n), 0, "K of run %d differs", i);
@@ -265,7 +265,7 @@ static void check_quantized(const skv_model *m, size_t T, double max_int8_err)
     const size_t row = (size_t)cfg->n_kv_heads * cfg->head_dim, n = (size_t)cfg->n_layers * T * row;
     int32_t *tok = some_tokens(m, T, 21);
     uint8_t *ek, *ev;
-    kv_of(m, NULL, tok, T, SKV_DT_F32, &ek, &ev, NULL);
+    kv_of(m, NULL, tok, T, SEQKV_DT_F32, &ek, &ev, NULL);
     const float *exact_k = (const float *)ek, *exact_v = (const float *)ev;
     double err[3];
     for (int q = 1; q <= 2; q++) {
@@ -274,7 +274,7 @@ static void check_quantized(const skv_model *m, size_t T, double max_int8_err)
         cr_assert_lt(skv_model_weight_bytes(qm), skv_model_weight_bytes(m) / 2);
         cr_assert_str_neq(skv_model_fingerprint(qm), skv_model_fingerprint(m));
         uint8_t *qk, *qv;
-        kv_of(qm, NULL, tok, T, SKV_DT_F32, &qk, &qv, NULL);
+        kv_of(qm, NULL, tok, T, SEQKV_DT_F32, &qk, &qv, NULL);
         err[q] = kv_rel_err((float *)qk, exact_k, n);
         cr_assert_gt(err[q], 0.0, "a quantized copy is not exact");
         free(qk);
@@ -295,12 +295,12 @@ static void check_quantized(const skv_model *m, size_t T, double max_int8_err)
         memcpy(pk + (size_t)l * P * row, exact_k + (size_t)l * T * row, P * row * sizeof *pk);
         memcpy(pv + (size_t)l * P * row, exact_v + (size_t)l * T * row, P * row * sizeof *pv);
     }
-    cr_assert_eq(skv_kvcache_append(c, SKV_DT_F32, pk, pv, P), 0);
+    cr_assert_eq(skv_kvcache_append(c, SEQKV_DT_F32, pk, pv, P), 0);
     cr_assert_eq(skv_kvcache_len(c), P);
     cr_assert_eq(skv_model_forward(q8, c, tok + P, T - P, NULL), 0);
     double e_prefix = 0, e_alone = 0, s = 0;
     uint8_t *ak, *av;
-    kv_of(q8, NULL, tok, T, SKV_DT_F32, &ak, &av, NULL);
+    kv_of(q8, NULL, tok, T, SEQKV_DT_F32, &ak, &av, NULL);
     for (int l = 0; l < cfg->n_layers; l++)
         for (size_t t = P; t < T; t++)
             for (size_t j = 0; j < row; j++) {
@@ -363,7 +363,7 @@ Test(engine, rejects_bad_calls_without_touching_the_cache)
     cr_assert_eq(skv_kvcache_create(skv_model_cfg(m), 4, &c), 0);
     int32_t bad[2] = {1, 97};
     cr_assert_eq(skv_model_forward(m, c, bad, 2, NULL), SKV_ERR_ARG);
-    cr_assert(strstr(skv_error_detail(), "97") != NULL);
+    cr_assert(strstr(seqkv_error_detail(), "97") != NULL);
     int32_t neg = -1;
     cr_assert_eq(skv_model_forward(m, c, &neg, 1, NULL), SKV_ERR_ARG);
     cr_assert_eq(skv_model_forward(m, c, bad, 0, NULL), SKV_ERR_ARG);
@@ -375,8 +375,8 @@ Test(engine, rejects_bad_calls_without_touching_the_cache)
     cr_assert_eq(skv_model_forward(m, c, five, 1, NULL), SKV_ERR_TOO_LARGE);
     cr_assert_eq(skv_kvcache_truncate(c, 5), SKV_ERR_ARG);
     uint8_t out[4 * 4 * 3 * 2 * 8];
-    cr_assert_eq(skv_kvcache_export(c, 2, 3, SKV_DT_BF16, out, out), SKV_ERR_ARG);
-    cr_assert_eq(skv_kvcache_export(c, 0, 1, SKV_DT_I32, out, out), SKV_ERR_ARG);
+    cr_assert_eq(skv_kvcache_export(c, 2, 3, SEQKV_DT_BF16, out, out), SKV_ERR_ARG);
+    cr_assert_eq(skv_kvcache_export(c, 0, 1, SEQKV_DT_I32, out, out), SKV_ERR_ARG);
     skv_kvcache_free(c);
     skv_model_free(m);
 }
@@ -414,7 +414,7 @@ Test(loader, rejects_malformed_llama2c_checkpoints)
             cr_assert_gt(k, 5);
             break;
         }
-        cr_assert_eq(rc, SKV_ERR_NOMEM, "allocation %ld: %s", k, skv_strerror(rc));
+        cr_assert_eq(rc, SKV_ERR_NOMEM, "allocation %ld: %s", k, seqkv_strerror(rc));
         cr_assert_null(m);
     }
     free(img);

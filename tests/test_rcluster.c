@@ -178,7 +178,7 @@ Test(rc_slot, a_real_cluster_slots_reply_parses_to_its_map)
     redisReply *r = resp(real_slots, sizeof real_slots - 1);
     skv_rc_map *m = malloc(sizeof *m);
     cr_assert(m);
-    cr_assert_eq(skv_rc_parse_slots(r, "10.0.0.9", m), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_rc_parse_slots(r, "10.0.0.9", m), 0, "%s", seqkv_error_detail());
     freeReplyObject(r);
     cr_assert_eq(m->nnodes, 6);
     cr_assert_eq(skv_rc_map_masters(m), 3);
@@ -242,7 +242,7 @@ Test(rc_slot, malformed_cluster_slots_replies_are_refused)
         skv_rc_map *m = malloc(sizeof *m);
         cr_assert(m);
         int rc = skv_rc_parse_slots(r, "x", m);
-        cr_expect_eq(rc, bad[i].err, "case %zu: %d (%s)", i, rc, skv_error_detail());
+        cr_expect_eq(rc, bad[i].err, "case %zu: %d (%s)", i, rc, seqkv_error_detail());
         cr_expect_eq(m->nnodes, 0);
         skv_rc_map_free(m);
         free(m);
@@ -532,7 +532,7 @@ static skv_rc_map *node_map(int port)
     redisReply *r = node_cmd(port, "CLUSTER SLOTS");
     skv_rc_map *m = malloc(sizeof *m);
     cr_assert(m);
-    cr_assert_eq(skv_rc_parse_slots(r, "127.0.0.1", m), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_rc_parse_slots(r, "127.0.0.1", m), 0, "%s", seqkv_error_detail());
     freeReplyObject(r);
     return m;
 }
@@ -713,7 +713,7 @@ Test(rc_cluster, set_then_get_2000_binary_values_over_every_master, .timeout = 1
     }
     for (unsigned i = 0; i < NKEYS; i++)
         batch_add(&b, "GET", key[i], strlen(key[i]), NULL, 0);
-    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", skv_error_detail());
+    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", seqkv_error_detail());
     for (unsigned i = 0; i < NKEYS; i++) {
         expect_ok(b.reply[i], key[i]);
         expect_bytes(b.reply[NKEYS + i], val[i], vlen[i], key[i]);
@@ -766,7 +766,7 @@ Test(rc_cluster, error_replies_are_returned_not_retried, .timeout = 60)
     b.cmd[1] = (skv_rc_cmd){.argc = 3, .argv = push, .key = 1};
     b.n = 2;
     batch_add(&b, "GET", k, strlen(k), NULL, 0);
-    cr_assert_eq(batch_exec(rc, &b, 0, 5000), 0, "%s", skv_error_detail());
+    cr_assert_eq(batch_exec(rc, &b, 0, 5000), 0, "%s", seqkv_error_detail());
     cr_assert_eq(b.reply[1]->type, REDIS_REPLY_INTEGER);
     cr_assert_eq(b.reply[1]->integer, 1);
     cr_assert_eq(b.reply[2]->type, REDIS_REPLY_ERROR);
@@ -800,7 +800,7 @@ Test(rc_cluster, moved_after_forgetting_the_map_still_answers_everything, .timeo
     skv_rc_stats st0, st;
     skv_rc_get_stats(rc, &st0);
     cr_assert_eq(st0.masters, 1, "after forgetting, one master serves every slot");
-    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", skv_error_detail());
+    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", seqkv_error_detail());
     for (unsigned i = 0; i < N; i++) {
         expect_ok(b.reply[i], key[i]);
         expect_bytes(b.reply[N + i], val[i], vlen[i], key[i]);
@@ -811,7 +811,7 @@ Test(rc_cluster, moved_after_forgetting_the_map_still_answers_everything, .timeo
     cr_assert_eq(st.masters, 3, "the map was read again");
     /* the map read again routes right: no more MOVED */
     batch_free_replies(&b);
-    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", skv_error_detail());
+    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", seqkv_error_detail());
     skv_rc_stats st2;
     skv_rc_get_stats(rc, &st2);
     cr_assert_eq(st2.redirects_moved, st.redirects_moved);
@@ -835,7 +835,7 @@ Test(rc_cluster, ask_during_a_slot_migration_reaches_both_keys, .timeout = 60)
     batch_init(&b, 2);
     batch_add(&b, "SET", ka, strlen(ka), va, la);
     batch_add(&b, "SET", kb, strlen(kb), vb, lb);
-    cr_assert_eq(batch_exec(rc, &b, 0, 5000), 0, "%s", skv_error_detail());
+    cr_assert_eq(batch_exec(rc, &b, 0, 5000), 0, "%s", seqkv_error_detail());
     batch_free_replies(&b);
 
     int dst = -1;
@@ -857,7 +857,7 @@ Test(rc_cluster, ask_during_a_slot_migration_reaches_both_keys, .timeout = 60)
     batch_add(&b, "GET", kb, strlen(kb), NULL, 0);
     skv_rc_stats st0, st;
     skv_rc_get_stats(rc, &st0);
-    cr_assert_eq(batch_exec(rc, &b, 0, 5000), 0, "%s", skv_error_detail());
+    cr_assert_eq(batch_exec(rc, &b, 0, 5000), 0, "%s", seqkv_error_detail());
     expect_bytes(b.reply[0], va, la, "the migrated key (ASK)");
     expect_bytes(b.reply[1], vb, lb, "the key not yet migrated");
     skv_rc_get_stats(rc, &st);
@@ -883,7 +883,7 @@ Test(rc_cluster, ask_during_a_slot_migration_reaches_both_keys, .timeout = 60)
     for (int i = 0; i < 6; i++)
         if (ports[i] != src && ports[i] != dst && node_is_master(ports[i]))
             node_ok(ports[i], "CLUSTER SETSLOT %u NODE %s", slot, dst_id);
-    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", skv_error_detail());
+    cr_assert_eq(batch_exec(rc, &b, 0, 10000), 0, "%s", seqkv_error_detail());
     expect_bytes(b.reply[0], va, la, "after the migration");
     expect_bytes(b.reply[1], vb, lb, "after the migration");
     skv_rc_get_stats(rc, &st0);
@@ -906,7 +906,7 @@ Test(rc_cluster, wait_confirms_with_one_replica_and_not_with_two, .timeout = 60)
         size_t l = value_of(i, 3, val[i]);
         batch_add(&b, "SET", key[i], strlen(key[i]), val[i], l);
     }
-    cr_assert_eq(batch_exec(rc, &b, 1, 10000), 0, "%s", skv_error_detail());
+    cr_assert_eq(batch_exec(rc, &b, 1, 10000), 0, "%s", seqkv_error_detail());
     for (unsigned i = 0; i < N; i++)
         expect_ok(b.reply[i], key[i]);
     batch_free_replies(&b);
@@ -1031,7 +1031,7 @@ Test(rc_cluster, a_master_killed_fails_over_and_confirmed_values_survive, .timeo
         batch_add(&b, "SET", kold[s], strlen(kold[s]), vold[s], lold[s]);
     }
     /* confirmed by the replicas before the kill */
-    cr_assert_eq(batch_exec(rc, &b, 1, 20000), 0, "%s", skv_error_detail());
+    cr_assert_eq(batch_exec(rc, &b, 1, 20000), 0, "%s", seqkv_error_detail());
     batch_free_replies(&b);
 
     int victim = slot_owner_port(ports, 0);
@@ -1056,7 +1056,7 @@ Test(rc_cluster, a_master_killed_fails_over_and_confirmed_values_survive, .timeo
     double t0 = now_s();
     int erc = batch_exec(rc, &b, 0, 20000);
     double took = now_s() - t0;
-    cr_assert_eq(erc, 0, "after %.1f s: %s", took, skv_error_detail());
+    cr_assert_eq(erc, 0, "after %.1f s: %s", took, seqkv_error_detail());
     for (unsigned s = 0; s < SKV_RC_SLOTS; s++) {
         expect_bytes(b.reply[s], vold[s], lold[s], kold[s]);
         expect_ok(b.reply[SKV_RC_SLOTS + s], knew[s]);
@@ -1088,7 +1088,7 @@ Test(rc_cluster, a_master_killed_fails_over_and_confirmed_values_survive, .timeo
     b.n = 0;
     for (unsigned s = 0; s < SKV_RC_SLOTS; s += 7)
         batch_add(&b, "GET", knew[s], strlen(knew[s]), NULL, 0);
-    cr_assert_eq(batch_exec(rc, &b, 0, 20000), 0, "%s", skv_error_detail());
+    cr_assert_eq(batch_exec(rc, &b, 0, 20000), 0, "%s", seqkv_error_detail());
     for (unsigned s = 0, i = 0; s < SKV_RC_SLOTS; s += 7, i++)
         expect_bytes(b.reply[i], vnew[s], lnew[s], knew[s]);
     batch_free(&b);

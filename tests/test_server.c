@@ -32,13 +32,13 @@ Test(server, put_lookup_get_del_bit_exact, .timeout = 120)
     srv s;
     srv_start(&s, NULL);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *c = conn(&s);
     cr_assert_eq(seqkv_client_ping(c), 0);
 
     /* no config: own uid, tenant default, admin: a profile from the model */
     const char *kv[] = {"model", tm.path, "chunk", "16"};
-    cr_assert_eq(seqkv_client_profile_set(c, "rm", kv, 2), 0, "%s", seqkv_client_error(c));
+    cr_assert_eq(seqkv_client_profile_set(c, "rm", kv, 2), 0, "%s", seqkv_error_detail());
     seqkv_client_profile p;
     cr_assert_eq(seqkv_client_profile_get(c, "rm", &p), 0);
     cr_assert_eq(p.layers, tm.c->n_layers);
@@ -54,7 +54,7 @@ Test(server, put_lookup_get_del_bit_exact, .timeout = 120)
     su_seq_make(&tm, NULL, 0, 30, 3, &x);
     size_t stored = 0, m = 0;
     cr_assert_eq(seqkv_client_put(c, "rm", a.tok, a.n, a.kv, a.kv_len, &stored), 0, "%s",
-                 seqkv_client_error(c));
+                 seqkv_error_detail());
     cr_assert_eq(stored, 40);
     size_t shared = su_lcp(a.tok, a.n, b.tok, b.n);
     cr_assert_eq(seqkv_client_put(c, "rm", b.tok, b.n, b.kv, b.kv_len, &stored), 0);
@@ -172,13 +172,13 @@ Test(server, profiles_and_shapes, .timeout = 60)
     srv s;
     srv_start(&s, NULL);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *c = conn(&s);
     make_profile(c, &tm, "p", 8);
     make_profile(c, &tm, "p", 8); /* the same again: fine */
     const char *other[] = {"layers", "3", "kv_heads", "2", "head_dim", "8"};
     cr_assert_eq(seqkv_client_profile_set(c, "p", other, 3), SKV_ERR_SHAPE);
-    cr_assert(strncmp(seqkv_client_error(c), "SHAPE", 5) == 0);
+    cr_assert(strncmp(seqkv_error_detail(), "SHAPE", 5) == 0);
     const char *bad[] = {"colour", "blue"};
     cr_assert_eq(seqkv_client_profile_set(c, "q", bad, 1), SKV_ERR_SERVER);
     const char *noshape[] = {"dtype", "bf16"};
@@ -206,7 +206,7 @@ Test(server, profiles_and_shapes, .timeout = 60)
     cr_assert_eq(stored, 12);
     expect_get(c, "p", &tm, &a, 0);
     /* calibration from the stored sequences (admin) */
-    cr_assert_eq(seqkv_client_calibrate(c, "p", 0), 0, "%s", seqkv_client_error(c));
+    cr_assert_eq(seqkv_client_calibrate(c, "p", 0), 0, "%s", seqkv_error_detail());
     cr_assert_eq(seqkv_client_profile_get(c, "p", &p), 0);
     cr_assert_eq(p.calibrated, 1);
     expect_get(c, "p", &tm, &a, 0);
@@ -244,7 +244,7 @@ Test(server, tokens_as_text_match_the_binary_form, .timeout = 60)
     srv s;
     srv_start(&s, NULL);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *c = conn(&s);
     make_profile(c, &tm, "p", 8);
     su_seq a;
@@ -404,7 +404,7 @@ Test(server, oversized_bulk_is_refused_before_reading_it, .timeout = 60)
     srv s;
     srv_start(&s, cfg);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *ok = conn(&s);
     make_profile(ok, &tm, "p", 16);
     su_seq a, big;
@@ -416,8 +416,8 @@ Test(server, oversized_bulk_is_refused_before_reading_it, .timeout = 60)
     seqkv_client *c = conn(&s);
     size_t stored;
     int rc = seqkv_client_put(c, "p", big.tok, big.n, big.kv, big.kv_len, &stored);
-    cr_assert_eq(rc, SKV_ERR_SERVER, "rc %d: %s", rc, seqkv_client_error(c));
-    cr_assert(strstr(seqkv_client_error(c), "bulk length exceeds"), "%s", seqkv_client_error(c));
+    cr_assert_eq(rc, SKV_ERR_SERVER, "rc %d: %s", rc, seqkv_error_detail());
+    cr_assert(strstr(seqkv_error_detail(), "bulk length exceeds"), "%s", seqkv_error_detail());
     cr_assert_eq(seqkv_client_ping(c), SKV_ERR_IO);
     seqkv_client_close(c);
     /* others are undisturbed */
@@ -441,7 +441,7 @@ static void slow_reader(const char *cfg)
     srv s;
     srv_start(&s, cfg);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *c = conn(&s), *other = conn(&s);
     make_profile(c, &tm, "p", 64);
     su_seq a;
@@ -514,7 +514,7 @@ Test(server, clients_leaving_mid_request, .timeout = 90)
     srv s;
     srv_start(&s, NULL);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *ok = conn(&s);
     make_profile(ok, &tm, "p", 16);
     su_seq a, b;
@@ -623,7 +623,7 @@ Test(server, concurrent_clients_verified, .timeout = 120)
     srv s;
     srv_start(&s, NULL);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *c = conn(&s);
     make_profile(c, &tm, "p", 16);
     enum { N = 8 };
@@ -676,7 +676,7 @@ static void *batch_worker(void *p)
         int rc = seqkv_client_put(c, "p", q->tok, q->n, q->kv, q->kv_len - (i == w->bad ? 2 : 0),
                                   &stored);
         if (i == w->bad)
-            w->shape_errors += rc == SKV_ERR_SHAPE && strstr(seqkv_client_error(c), "SHAPE");
+            w->shape_errors += rc == SKV_ERR_SHAPE && strstr(seqkv_error_detail(), "SHAPE");
         else if (rc || stored == 0 || stored > q->n)
             w->fails++;
     }
@@ -689,7 +689,7 @@ Test(server, concurrent_puts_share_commits_and_a_bad_put_fails_alone, .timeout =
     srv s;
     srv_start(&s, NULL);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *c = conn(&s);
     make_profile(c, &tm, "p", 16);
     enum { N = 16 };
@@ -760,7 +760,7 @@ Test(server, sigterm_finishes_requests_in_flight, .timeout = 120)
     srv s;
     srv_start(&s, NULL);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *a = conn(&s), *b = conn(&s);
     make_profile(a, &tm, "p", 16);
     for (int i = 0; i < 8; i++) {
@@ -820,7 +820,7 @@ Test(server, profiles_calibrate_themselves_and_compact_in_the_background, .timeo
              (unsigned)getuid());
     srv_start(&s, cfg);
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *c = conn(&s);
     make_profile(c, &tm, "p", 16);
     seqkv_reply *r = CMD(c, "KV.PROFILE", "SET", "p", "auto-calibrate", "300");

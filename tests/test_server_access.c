@@ -40,7 +40,7 @@ Test(server, peer_without_tenant_is_refused, .timeout = 60)
     seqkv_client *c = conn(&s);
     int rc = seqkv_client_ping(c);
     cr_assert_neq(rc, 0);
-    cr_assert(strstr(seqkv_client_error(c), "is not a tenant"), "%s", seqkv_client_error(c));
+    cr_assert(strstr(seqkv_error_detail(), "is not a tenant"), "%s", seqkv_error_detail());
     seqkv_client_close(c);
     cr_assert_eq(srv_stop(&s), 0);
 }
@@ -52,15 +52,15 @@ Test(server, auth_tokens_select_tenants_and_isolate_them, .timeout = 90)
                   "tenant alice token alice-secret-1\n"
                   "tenant bob token bob-secret-22   # trailing comment\n");
     su_model tm;
-    su_random_model(&tm, s.dir, SKV_DT_BF16);
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
     seqkv_client *a = conn(&s), *b = conn(&s);
     cr_assert_eq(seqkv_client_ping(a), 0); /* allowed before AUTH */
     size_t m;
     int32_t t1[1] = {1};
     cr_assert_eq(seqkv_client_lookup(a, "p", t1, 1, &m), SKV_ERR_DENIED);
-    cr_assert(strncmp(seqkv_client_error(a), "NOAUTH", 6) == 0);
+    cr_assert(strncmp(seqkv_error_detail(), "NOAUTH", 6) == 0);
     cr_assert_eq(seqkv_client_auth(a, NULL, "alice-secret-2"), SKV_ERR_DENIED);
-    cr_assert(strncmp(seqkv_client_error(a), "WRONGPASS", 9) == 0);
+    cr_assert(strncmp(seqkv_error_detail(), "WRONGPASS", 9) == 0);
     cr_assert_eq(seqkv_client_auth(a, "bob", "alice-secret-1"), SKV_ERR_DENIED);
     cr_assert_eq(seqkv_client_auth(a, NULL, "alice-secret-1"), 0);
     cr_assert_eq(seqkv_client_auth(b, "bob", "bob-secret-22"), 0);
@@ -69,7 +69,7 @@ Test(server, auth_tokens_select_tenants_and_isolate_them, .timeout = 90)
     const char *kv[] = {"model", tm.path};
     cr_assert_eq(seqkv_client_profile_set(a, "m", kv, 1), SKV_ERR_DENIED);
     cr_assert_eq(seqkv_client_shutdown(a), SKV_ERR_DENIED);
-    cr_assert(strncmp(seqkv_client_error(a), "NOPERM", 6) == 0);
+    cr_assert(strncmp(seqkv_error_detail(), "NOPERM", 6) == 0);
     make_profile(a, &tm, "p", 16);
     cr_assert_eq(seqkv_client_calibrate(a, "p", 0), SKV_ERR_DENIED);
 
@@ -231,8 +231,8 @@ Test(server, gid_rule_and_max_clients, .timeout = 60)
     cr_assert_eq(seqkv_client_shutdown(a), SKV_ERR_DENIED);
     seqkv_client *c = conn(&s);
     cr_assert_neq(seqkv_client_ping(c), 0);
-    cr_assert(strstr(seqkv_client_error(c), "max number of clients"), "%s",
-              seqkv_client_error(c));
+    cr_assert(strstr(seqkv_error_detail(), "max number of clients"), "%s",
+              seqkv_error_detail());
     seqkv_client_close(c);
     seqkv_client_close(b);
     /* the slot frees up */
@@ -255,7 +255,7 @@ Test(server, config_parser)
     const char good[] = "tenant a uid 1000\ntenant a gid 100\ntenant b token 0123456789\n"
                         "tenant b admin\nadmin uid 0\nmax-clients 10\nmax-bulk 1M\nmax-query 2M\n"
                         "max-output 4MiB\nthreads 2\ncache-bytes 1G\n\n   # comment\n";
-    cr_assert_eq(skv_server_config_parse(good, sizeof good - 1, &cfg), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_server_config_parse(good, sizeof good - 1, &cfg), 0, "%s", seqkv_error_detail());
     cr_assert_eq(cfg.ntenants, 2);
     cr_assert_eq(cfg.nrules, 2);
     cr_assert_eq(cfg.tenants[1].admin, 1);
@@ -272,14 +272,14 @@ Test(server, config_parser)
     cr_assert_eq(skv_server_config_parse(hash, sizeof hash - 1, &cfg), SKV_ERR_FORMAT,
                  "'7#' is not a uid");
     const char hash2[] = "tenant c token abc#defgh1 # bob's\n#x\ntenant d uid 7\t#\n";
-    cr_assert_eq(skv_server_config_parse(hash2, sizeof hash2 - 1, &cfg), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_server_config_parse(hash2, sizeof hash2 - 1, &cfg), 0, "%s", seqkv_error_detail());
     uint8_t want[32];
     crypto_generichash(want, sizeof want, (const uint8_t *)"abc#defgh1", 10, NULL, 0);
     cr_assert(cfg.ntenants == 2 && cfg.tenants[0].has_token && cfg.nrules == 1);
     cr_assert_eq(memcmp(cfg.tenants[0].token_hash, want, 32), 0, "the token keeps its '#'");
     const char nul[] = "tenant a\0 uid 1\n";
     cr_assert_eq(skv_server_config_parse(nul, sizeof nul - 1, &cfg), SKV_ERR_FORMAT);
-    cr_assert(strstr(skv_error_detail(), "NUL"), "%s", skv_error_detail());
+    cr_assert(strstr(seqkv_error_detail(), "NUL"), "%s", seqkv_error_detail());
     const char off[] = "cache-bytes 0\n";
     cr_assert_eq(skv_server_config_parse(off, sizeof off - 1, &cfg), 0);
     cr_assert(cfg.has_cache_bytes && cfg.cache_bytes == 0, "cache-bytes 0: no hot tier");

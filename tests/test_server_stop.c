@@ -65,7 +65,7 @@ static void stop_during(int compaction)
         make_seq(i, tok + i * T, kv + (size_t)i * T * TOKEN_BYTES);
         size_t stored;
         cr_assert_eq(seqkv_client_put(c, "w", tok + i * T, T, kv + (size_t)i * T * TOKEN_BYTES,
-                                      T * TOKEN_BYTES, &stored), 0, "%s", skv_error_detail());
+                                      T * TOKEN_BYTES, &stored), 0, "%s", seqkv_error_detail());
     }
     const char *key = compaction ? "compaction_running" : "self_calibration_running";
     for (int k = 0; compaction && k < 60000 && maint(c, "self_calibrations") < 1; k++)
@@ -92,7 +92,7 @@ static void stop_during(int compaction)
         void *got;
         size_t len;
         cr_assert_eq(seqkv_client_get_alloc(c, "w", tok + i * T, T, 0, &got, &len), 0, "%s",
-                     skv_error_detail());
+                     seqkv_error_detail());
         cr_assert_eq(len, T * TOKEN_BYTES);
         cr_assert_eq(memcmp(got, kv + (size_t)i * T * TOKEN_BYTES, len), 0, "sequence %d exact", i);
         seqkv_client_free(got);

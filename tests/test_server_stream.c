@@ -39,7 +39,7 @@ static void send_get_ping(seqkv_client *c, const su_seq *a)
 static void expect_layers(seqkv_client *c, const su_model *tm, const su_seq *a, const char *what)
 {
     seqkv_reply *r = NULL;
-    cr_assert_eq(seqkv_client_read_reply(c, &r), 0, "%s: %s", what, seqkv_client_error(c));
+    cr_assert_eq(seqkv_client_read_reply(c, &r), 0, "%s: %s", what, seqkv_error_detail());
     cr_assert_eq(r->type, SEQKV_REPLY_ARRAY, "%s: %s", what,
                  r->type == SEQKV_REPLY_ERROR ? r->str : "not an array");
     cr_assert_eq(r->elements, (size_t)tm->L);
@@ -62,7 +62,7 @@ static seqkv_client *start_at(srv *s, char *cfg, size_t cap, su_model *tm, const
 {
     config(cfg, cap);
     srv_start(s, cfg);
-    su_random_model(tm, s->dir, SKV_DT_BF16);
+    su_random_model(tm, s->dir, SEQKV_DT_BF16);
     seqkv_client *c = conn(s);
     make_profile(c, tm, "p", 64);
     seqkv_reply *r = CMD(c, "KV.PROFILE", "SET", "p", "level", level);

@@ -50,7 +50,7 @@ Test(store, concurrent_readers_with_one_writer_see_whole_puts, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     enum { F = 4, PER = 6, N = F * PER };
     su_seq *s = calloc(N, sizeof *s);
     make_workload(&tm, F, PER, 3, s);
@@ -97,7 +97,7 @@ static seqkv *calibrated_store(const su_model *tm, const char *dir)
         put(db, "cal", "p", &c, 0);
         su_seq_free(&c);
     }
-    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "calibrate: %s", skv_error_detail());
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "calibrate: %s", seqkv_error_detail());
     return db;
 }
 
@@ -117,7 +117,7 @@ Test(store, a_put_batch_stores_what_single_puts_store_and_fails_bad_requests_alo
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     /* families sharing system prompts; each session also extended by a
      * second turn, so that a batch holds puts that extend each other */
     enum { F = 3, PER = 4, N1 = F * PER, N = 2 * N1 };
@@ -138,7 +138,7 @@ Test(store, a_put_batch_stores_what_single_puts_store_and_fails_bad_requests_alo
     }
     seqkv *one = calibrated_store(&tm, tu_path(tmp, "one"));
     seqkv *bat = calibrated_store(&tm, tu_path(tmp, "batch"));
-    seqkv_profile p1, p2;
+    seqkv_profile p1 = SEQKV_PROFILE_INIT, p2 = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(one, "p", &p1), 0);
     cr_assert_eq(seqkv_profile_get(bat, "p", &p2), 0);
     cr_assert_eq(memcmp(p1.calib_id, p2.calib_id, 16), 0, "calibration is deterministic");
@@ -149,7 +149,7 @@ Test(store, a_put_batch_stores_what_single_puts_store_and_fails_bad_requests_alo
         for (int k = 0; k < N; k++) {
             int rc = seqkv_put(one, tenant, "p", s[order[k]].tok, s[order[k]].n, s[order[k]].kv,
                                s[order[k]].kv_len, &o, &single[k]);
-            cr_assert_eq(rc, 0, "%s", skv_error_detail());
+            cr_assert_eq(rc, 0, "%s", seqkv_error_detail());
         }
         /* the same puts in batches of 7, each with a bad request inside
          * (a KV one byte short) that must fail alone */
@@ -172,12 +172,12 @@ Test(store, a_put_batch_stores_what_single_puts_store_and_fails_bad_requests_alo
             for (int j = 0; j < nq; j++) {
                 if (idx[j] < 0) {
                     cr_assert_eq(q[j].rc, SKV_ERR_SHAPE, "bad request: %d", q[j].rc);
-                    cr_assert(strstr(q[j].error, "needs") != NULL, "its detail: %s", q[j].error);
+                    cr_assert(strstr(q[j].detail, "needs") != NULL, "its detail: %s", q[j].detail);
                     continue;
                 }
                 const seqkv_put_result *a = &single[idx[j]], *b = &q[j].res;
-                cr_assert_eq(q[j].rc, 0, "request %d: %d %s", j, q[j].rc, q[j].error);
-                cr_assert_eq(q[j].error[0], 0);
+                cr_assert_eq(q[j].rc, 0, "request %d: %d %s", j, q[j].rc, q[j].detail);
+                cr_assert_eq(q[j].detail[0], 0);
                 cr_assert_eq(b->cached_tokens, a->cached_tokens, "%s put %d: cached %zu vs %zu",
                              tenant, idx[j], b->cached_tokens, a->cached_tokens);
                 cr_assert_eq(b->new_tokens, a->new_tokens);
@@ -227,7 +227,7 @@ Test(store, a_put_batch_stores_what_single_puts_store_and_fails_bad_requests_alo
     req_of(&q[1], "c", &d, NULL);
     cr_assert_eq(seqkv_put_batch(bat, q, 2), 2);
     cr_assert_eq(q[0].rc, SKV_ERR_ARG);
-    cr_assert(strstr(q[1].error, "read-only") != NULL, "%s", q[1].error);
+    cr_assert(strstr(q[1].detail, "read-only") != NULL, "%s", q[1].detail);
     su_seq_free(&d);
     seqkv_close(bat);
     for (int i = 0; i < N; i++)
@@ -239,7 +239,7 @@ Test(store, a_full_map_at_its_limit_retries_a_batch_put_by_put, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     enum { F = 16, PER = 8, N = F * PER };
     su_seq *s = calloc(N, sizeof *s);
     make_workload(&tm, F, PER, 555, s);
@@ -251,7 +251,7 @@ Test(store, a_full_map_at_its_limit_retries_a_batch_put_by_put, .timeout = 120)
         for (int j = 0; j < 8; j++)
             req_of(&q[j], "t", &s[k0 + j], NULL);
         cr_assert_eq(seqkv_put_batch(db, q, 8), 0, "a batch at the map limit: %d %s", q[0].rc,
-                     q[0].error);
+                     q[0].detail);
         /* the batch's last put is whole (earlier ones may have made room
          * for later ones) */
         cr_assert_eq(lookup(db, "t", "p", s[k0 + 7].tok, s[k0 + 7].n), s[k0 + 7].n);
@@ -297,7 +297,7 @@ Test(store, concurrent_readers_never_see_a_batch_before_its_commit, .timeout = 1
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     enum { F = 4, PER = 8, N = F * PER, B = 4 };
     su_seq *s = calloc(N, sizeof *s);
     make_workload(&tm, F, PER, 13, s);
@@ -337,7 +337,7 @@ Test(store, a_put_batch_under_a_small_budget_refuses_nothing_single_puts_store, 
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     enum { F = 5, PER = 6, N = F * PER, B = 8 };
     su_seq *s = calloc(N, sizeof *s);
     make_workload(&tm, F, PER, 77, s);
@@ -361,7 +361,7 @@ Test(store, a_put_batch_under_a_small_budget_refuses_nothing_single_puts_store, 
         size_t failed = seqkv_put_batch(db, q, (size_t)nq);
         for (int j = 0; j < nq; j++) {
             cr_assert_eq(q[j].rc, 0, "batch at %d, request %d (%zu tokens): %s", k0, j, s[idx[j]].n,
-                         q[j].error);
+                         q[j].detail);
             evicted += q[j].res.evicted;
         }
         cr_assert_eq(failed, 0);

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "blob.h"
-#include "seqkv_blob.h"
+#include "seqkv.h"
 #include "storetest.h"
 #include "storeutil.h"
 #include "testutil.h"
@@ -28,7 +28,7 @@ static void set1(seqkv *db, const char *t, const char *k, const void *v, size_t 
 {
     seqkv_blob_item it = {(const uint8_t *)k, strlen(k), v, n};
     int w = -1;
-    cr_assert_eq(seqkv_blob_set(db, t, &it, 1, fl, at, &w), 0, "set %s: %s", k, skv_error_detail());
+    cr_assert_eq(seqkv_blob_set(db, t, &it, 1, fl, at, &w), 0, "set %s: %s", k, seqkv_error_detail());
     cr_assert_eq(w, want, "set %s written %d, expected %d", k, w, want);
 }
 
@@ -56,7 +56,7 @@ static int get1(seqkv *db, const char *t, const char *k, uint8_t **out, size_t *
     const uint8_t *keys[1] = {(const uint8_t *)k};
     size_t kl[1] = {strlen(k)};
     cr_assert_eq(seqkv_blob_get(db, t, 1, keys, kl, got_fn, &g), 0, "get %s: %s", k,
-                 skv_error_detail());
+                 seqkv_error_detail());
     *out = g.buf[0];
     *len = g.len[0];
     return g.found[0];
@@ -280,9 +280,9 @@ static void lmcache_pair(int meta_first)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    int real = !su_shared_model(&tm, "stories260K.bin", SKV_DT_BF16);
+    int real = !su_shared_model(&tm, "stories260K.bin", SEQKV_DT_BF16);
     if (!real)
-        su_random_model(&tm, tmp, SKV_DT_BF16);
+        su_random_model(&tm, tmp, SEQKV_DT_BF16);
     else
         cr_log_info("stories260K KV");
     su_seq s;
@@ -388,7 +388,7 @@ Test(blob, damaged_values_are_refused, .timeout = 60)
     uint8_t v[4096];
     for (size_t i = 0; i < sizeof v; i++)
         v[i] = (uint8_t)(i % 17);
-    skv_blob_layout lay = {SKV_DT_BF16, 2, 32, 32};
+    skv_blob_layout lay = {SEQKV_DT_BF16, 2, 32, 32};
     for (int enc = 0; enc < 3; enc++) {
         uint8_t *img;
         size_t len;

@@ -23,24 +23,24 @@ static seqkv_compact_stats compact(seqkv *db, const char *profile)
 {
     seqkv_compact_stats st;
     int rc = seqkv_compact(db, profile, NULL, NULL, &st);
-    cr_assert_eq(rc, 0, "compact: %s (%s)", skv_error_name(rc), skv_error_detail());
+    cr_assert_eq(rc, 0, "compact: %s (%s)", seqkv_error_name(rc), seqkv_error_detail());
     cr_assert_eq(st.damaged, 0);
     return st;
 }
 
 static void set_auto(seqkv *db, int n)
 {
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
     p.auto_calibrate = n;
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", seqkv_error_detail());
     cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
     cr_assert_eq(p.auto_calibrate, n, "the setting is kept");
 }
 
 static int has_calib(seqkv *db)
 {
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
     return p.has_calib;
 }
@@ -50,7 +50,7 @@ Test(compact, a_profile_calibrates_itself_at_its_threshold_and_raw_records_are_r
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dir, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
     set_auto(db, 300);
@@ -61,7 +61,7 @@ Test(compact, a_profile_calibrates_itself_at_its_threshold_and_raw_records_are_r
         su_seq_make(&tm, NULL, 0, 48, 100 + (uint64_t)i, &s[i]);
         put(db, "t", "p", &s[i], 0);
         int learned = 0;
-        cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", skv_error_detail());
+        cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", seqkv_error_detail());
         if (learned) {
             cr_assert_eq(learned_at, -1, "learned once");
             learned_at = i;
@@ -107,12 +107,12 @@ static void learn_under_two_keys(size_t sample, uint8_t calib_id[16])
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     enum { N = 10 };
     su_seq s[N];
     for (int i = 0; i < N; i++)
         su_seq_make(&tm, NULL, 0, 48, 300 + (uint64_t)i, &s[i]);
-    seqkv_profile got[2];
+    seqkv_profile got[2] = {SEQKV_PROFILE_INIT, SEQKV_PROFILE_INIT};
     seqkv_stats st[2];
     for (int k = 0; k < 2; k++) {
         const char *dir = tu_path(tmp, k ? "db1" : "db0");
@@ -124,7 +124,7 @@ static void learn_under_two_keys(size_t sample, uint8_t calib_id[16])
         set_auto(db, 300);
         for (int i = 0; i < N; i++) {
             put(db, i % 2 ? "u" : "t", "p", &s[i], 0);
-            cr_assert_eq(seqkv_auto_calibrate(db, NULL, NULL), 0, "%s", skv_error_detail());
+            cr_assert_eq(seqkv_auto_calibrate(db, NULL, NULL), 0, "%s", seqkv_error_detail());
         }
         compact(db, "p");
         cr_assert_eq(seqkv_profile_get(db, "p", &got[k]), 0);
@@ -160,10 +160,10 @@ Test(compact, never_when_off_and_not_below_the_threshold, .timeout = 60)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dir, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
     cr_assert_eq(p.auto_calibrate, 0, "the default");
     su_seq s;
@@ -194,7 +194,7 @@ Test(compact, a_stop_cancels_calibrations_and_compactions, .timeout = 60)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dir, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
     enum { N = 4 };
@@ -204,7 +204,7 @@ Test(compact, a_stop_cancels_calibrations_and_compactions, .timeout = 60)
         put(db, "t", "p", &s[i], 0);
     }
     seqkv_stop_background(db);
-    cr_assert_eq(seqkv_calibrate(db, "p", 0), SKV_ERR_CANCELLED, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), SKV_ERR_CANCELLED, "%s", seqkv_error_detail());
     cr_assert_not(has_calib(db), "nothing stored");
     set_auto(db, 100);
     int learned = 1;
@@ -223,7 +223,7 @@ Test(compact, a_stop_cancels_calibrations_and_compactions, .timeout = 60)
     seqkv_close(db);
     /* a new handle is not stopped: it learns */
     db = open_store(dir, NULL);
-    cr_assert_eq(seqkv_calibrate(db, "p", 0), SKV_OK, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), SKV_OK, "%s", seqkv_error_detail());
     cr_assert(has_calib(db));
     compact(db, "p");
     for (int i = 0; i < N; i++)
@@ -241,7 +241,7 @@ Test(compact, records_of_an_older_calibration_are_recoded_and_it_is_deleted, .ti
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dir, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
     su_seq a[4], b[4];
@@ -249,15 +249,15 @@ Test(compact, records_of_an_older_calibration_are_recoded_and_it_is_deleted, .ti
         su_seq_make(&tm, NULL, 0, 40, 10 + (uint64_t)i, &a[i]);
         put(db, "t", "p", &a[i], 0);
     }
-    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
-    seqkv_profile p1;
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
+    seqkv_profile p1 = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &p1), 0);
     for (int i = 0; i < 4; i++) {
         su_seq_make(&tm, NULL, 0, 40, 20 + (uint64_t)i, &b[i]);
         put(db, "t", "p", &b[i], 0);
     }
-    cr_assert_eq(seqkv_calibrate(db, "p", 2), 0, "%s", skv_error_detail());
-    seqkv_profile p2;
+    cr_assert_eq(seqkv_calibrate(db, "p", 2), 0, "%s", seqkv_error_detail());
+    seqkv_profile p2 = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &p2), 0);
     cr_assert_neq(memcmp(p1.calib_id, p2.calib_id, 16), 0, "another calibration");
     seqkv_compact_stats cs = compact(db, NULL);
@@ -286,7 +286,7 @@ Test(compact, appends_merge_into_one_record_a_chunk, .timeout = 120)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db"), *one = tu_path(tmp, "one");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     su_seq s;
     su_seq_make(&tm, NULL, 0, 100, 3, &s);
     seqkv *db = open_store(dir, NULL), *ref = open_store(one, NULL);
@@ -339,7 +339,7 @@ Test(compact, kill_9_during_compaction_loses_nothing, .timeout = 240)
     char dirc[4200];
     snprintf(dirc, sizeof dirc, "%s", dir);
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dirc, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
     enum { N = 12 };
@@ -411,7 +411,7 @@ Test(compact, merges_keep_each_position_coded_once, .timeout = 60)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dir, NULL);
     add_profile(db, &tm, "p", 256, SEQKV_CTX, 0);
     su_seq sys, s[3];
@@ -467,7 +467,7 @@ Test(compact, a_drifting_profile_calibrates_itself_again, .timeout = 180)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dir, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
     enum { A = 28, B = 24 };
@@ -476,12 +476,12 @@ Test(compact, a_drifting_profile_calibrates_itself_again, .timeout = 180)
         su_seq_make(&tm, NULL, 0, 64, 700 + (uint64_t)i, &a[i]);
         put(db, "t", "p", &a[i], 0);
         if (i == 7)
-            cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+            cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
     }
-    seqkv_profile p1, p2;
+    seqkv_profile p1 = SEQKV_PROFILE_INIT, p2 = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &p1), 0);
     int learned = 0;
-    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", seqkv_error_detail());
     cr_assert_eq(learned, 0, "80 chunks like the calibration's: no drift");
     int at = -1;
     for (int i = 0; i < B; i++) {
@@ -489,7 +489,7 @@ Test(compact, a_drifting_profile_calibrates_itself_again, .timeout = 180)
         su_seq_make(&tm, &first, 1, 64, 900 + (uint64_t)i, &b[i]);
         scaled(&b[i]);
         put(db, "t", "p", &b[i], 0);
-        cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", skv_error_detail());
+        cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", seqkv_error_detail());
         if (learned && at < 0)
             at = i;
     }

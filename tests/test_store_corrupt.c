@@ -53,7 +53,7 @@ static void corruption_on(seqkv_level level, int part)
     char dirc[4200];
     snprintf(dirc, sizeof dirc, "%s", dir);
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dirc, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
     su_seq a, b;
@@ -67,7 +67,7 @@ static void corruption_on(seqkv_level level, int part)
             put(db, "cal", "p", &c[i], 0);
             su_seq_free(&c[i]);
         }
-        cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+        cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
     }
     put(db, "t", "p", &a, (int)level + 1);
     put(db, "t", "p", &b, (int)level + 1);
@@ -90,14 +90,14 @@ static void corruption_on(seqkv_level level, int part)
             memcpy(bad, orig, len);
             bad[offs[i]] ^= 0x24;
             put_from_child(dirc, key, bad, len);
-            int rc = seqkv_get(db, "t", "p", a.tok, a.n, a.n, out, cap, &got);
+            int rc = seqkv_get(db, "t", "p", a.tok, a.n, &(seqkv_get_opts){.want = a.n}, out, cap, &got);
             cr_assert_eq(rc, SKV_ERR_CORRUPT, "%s: flipped byte %zu of %zu: get returned %s (%s)",
-                         seqkv_level_name(level), offs[i], len, skv_error_name(rc),
-                         skv_error_detail());
+                         seqkv_level_name(level), offs[i], len, seqkv_error_name(rc),
+                         seqkv_error_detail());
             cr_assert_eq(got, 0);
-            cr_assert_eq(seqkv_get(db, "t", "p", a.tok, a.n, 0, out, cap, &got), SKV_ERR_CORRUPT);
+            cr_assert_eq(seqkv_get(db, "t", "p", a.tok, a.n, NULL, out, cap, &got), SKV_ERR_CORRUPT);
             layer_acc acc = {&tm, a.n, calloc(1, cap), calloc((size_t)tm.L, a.n), 0, 0};
-            cr_assert_eq(seqkv_get_layers(db, "t", "p", a.tok, a.n, a.n, on_layer, &acc, &got),
+            cr_assert_eq(seqkv_get(db, "t", "p", a.tok, a.n, &(seqkv_get_opts){.want = a.n, .on_layer = on_layer, .ctx = &acc}, NULL, 0, &got),
                          SKV_ERR_CORRUPT, "layer by layer too");
             for (size_t p = 32; p < 48; p++)
                 cr_assert_eq(acc.seen[p], 0, "nothing of the damaged chunk is delivered");
@@ -116,10 +116,10 @@ static void corruption_on(seqkv_level level, int part)
             bad[soffs[i]] ^= 0x01;
             refresh_trailer(bad, len);
             put_from_child(dirc, key, bad, len);
-            int rc = seqkv_get(db, "t", "p", a.tok, a.n, a.n, out, cap, &got);
+            int rc = seqkv_get(db, "t", "p", a.tok, a.n, &(seqkv_get_opts){.want = a.n}, out, cap, &got);
             cr_assert_eq(rc, SKV_ERR_CORRUPT, "%s: stream byte %zu changed under a valid record "
                          "checksum: get returned %s (%s)", seqkv_level_name(level), soffs[i],
-                         skv_error_name(rc), skv_error_detail());
+                         seqkv_error_name(rc), seqkv_error_detail());
         }
         /* restored: served again */
         put_from_child(dirc, key, orig, len);
@@ -129,11 +129,11 @@ static void corruption_on(seqkv_level level, int part)
         memcpy(bad, orig, len);
         bad[4] ^= 0x24; /* the record's version: damage, not a newer writer */
         put_from_child(dirc, key, bad, len);
-        int rc = seqkv_get(db, "t", "p", a.tok, a.n, a.n, out, cap, &got);
+        int rc = seqkv_get(db, "t", "p", a.tok, a.n, &(seqkv_get_opts){.want = a.n}, out, cap, &got);
         cr_assert_neq(rc, 0, "never wrong KV");
         cr_assert_eq(rc, SKV_ERR_CORRUPT, "%s: a flipped version byte in a record (its checksum "
                      "no longer matches): get returned %s (%s)", seqkv_level_name(level),
-                     skv_error_name(rc), skv_error_detail());
+                     seqkv_error_name(rc), seqkv_error_detail());
         seqkv_close(db);
     } else {
         seqkv_close(db);
@@ -145,20 +145,20 @@ static void corruption_on(seqkv_level level, int part)
         su_chunk_put(dirc, key, bad, len);
         db = open_store(dirc, NULL);
         cr_assert_eq(lookup(db, "t", "p", a.tok, a.n), a.n);
-        int rc = seqkv_get(db, "t", "p", a.tok, a.n, a.n, out, cap, &got);
-        cr_assert_eq(rc, SKV_ERR_CORRUPT, "after reopen: %s (%s)", skv_error_name(rc),
-                     skv_error_detail());
+        int rc = seqkv_get(db, "t", "p", a.tok, a.n, &(seqkv_get_opts){.want = a.n}, out, cap, &got);
+        cr_assert_eq(rc, SKV_ERR_CORRUPT, "after reopen: %s (%s)", seqkv_error_name(rc),
+                     seqkv_error_detail());
         seqkv_close(db);
         /* a flip the record checksum sees */
         memcpy(bad, orig, len);
         bad[len / 2] ^= 0x10;
         su_chunk_put(dirc, key, bad, len);
         db = open_store(dirc, NULL);
-        rc = seqkv_get(db, "t", "p", a.tok, a.n, a.n, out, cap, &got);
+        rc = seqkv_get(db, "t", "p", a.tok, a.n, &(seqkv_get_opts){.want = a.n}, out, cap, &got);
         char detail[512];
-        snprintf(detail, sizeof detail, "%s", skv_error_detail());
+        snprintf(detail, sizeof detail, "%s", seqkv_error_detail());
         cr_assert(rc == SKV_ERR_CORRUPT || rc == SKV_ERR_NOT_FOUND,
-                  "after reopen, a damaged record: never wrong KV (%s, %s)", skv_error_name(rc), detail);
+                  "after reopen, a damaged record: never wrong KV (%s, %s)", seqkv_error_name(rc), detail);
         size_t m = lookup(db, "t", "p", a.tok, a.n);
         /* what does not need the damaged record is exact; what does fails */
         if (m > 32)
@@ -171,7 +171,7 @@ static void corruption_on(seqkv_level level, int part)
         cr_assert_eq(rc, SKV_ERR_CORRUPT,
                      "%s: damaged while closed, reopened: a GET that needs the record should fail "
                      "with a checksum error; got %s (%s), lookup now %zu of %zu",
-                     seqkv_level_name(level), skv_error_name(rc), detail, m, a.n);
+                     seqkv_level_name(level), seqkv_error_name(rc), detail, m, a.n);
     }
     free(out);
     free(bad);

@@ -47,8 +47,8 @@ static void budget_case(const su_model *tm, const char *dir, int chunk, su_seq *
         int rc = seqkv_put(db, "t", "p", s[i].tok, s[i].n, s[i].kv, s[i].kv_len, NULL, &r);
         if (rc) {
             append(fails, cap, nf, " chunk %d key %llu put %d (%zu tokens): %s (%s);",
-                            chunk, (unsigned long long)seed, k, s[i].n, skv_error_name(rc),
-                            skv_error_detail());
+                            chunk, (unsigned long long)seed, k, s[i].n, seqkv_error_name(rc),
+                            seqkv_error_detail());
             continue;
         }
         evicted += r.evicted;
@@ -88,7 +88,7 @@ Test(store, eviction_under_a_small_budget_keeps_every_remaining_prefix_decodable
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     enum { F = 5, PER = 6, N = F * PER };
     su_seq *s = calloc(N, sizeof *s), *s64 = calloc(N, sizeof *s);
     make_workload(&tm, F, PER, 77, s);
@@ -111,7 +111,7 @@ Test(store, eviction_under_a_small_budget_keeps_every_remaining_prefix_decodable
     add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
     seqkv_put_result r;
     int rc = seqkv_put(db, "t", "p", s[0].tok, s[0].n, s[0].kv, s[0].kv_len, NULL, &r);
-    cr_assert_eq(rc, SKV_ERR_TOO_LARGE, "%d %s", rc, skv_error_detail());
+    cr_assert_eq(rc, SKV_ERR_TOO_LARGE, "%d %s", rc, seqkv_error_detail());
     cr_assert_eq(stats(db, NULL).tokens, 0);
     seqkv_close(db);
     for (int i = 0; i < N; i++) {
@@ -133,7 +133,7 @@ Test(store, a_tenant_budget_evicts_only_that_tenant, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     enum { F = 3, PER = 5, N = F * PER };
     su_seq *s16 = calloc(N, sizeof *s16), *s64 = calloc(N, sizeof *s64);
     make_workload(&tm, F, PER, 99, s16);
@@ -165,8 +165,8 @@ Test(store, a_tenant_budget_evicts_only_that_tenant, .timeout = 120)
                 refused++;
                 append(fails, sizeof fails, &nf,
                                " chunk %d key %llu put %d (%zu tokens): %s (%s);", cf[ci].chunk,
-                               (unsigned long long)seed, i, s[i].n, skv_error_name(rc),
-                               skv_error_detail());
+                               (unsigned long long)seed, i, s[i].n, seqkv_error_name(rc),
+                               seqkv_error_detail());
                 continue;
             }
             cr_assert_leq(stats(db, "small").stored_bytes, tb);
@@ -196,7 +196,7 @@ Test(store, a_full_map_grows_or_evicts_and_never_fails_a_put, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     enum { F = 8, PER = 8, N = F * PER };
     su_seq *s = calloc(N, sizeof *s);
     make_workload(&tm, F, PER, 5, s);
@@ -253,7 +253,7 @@ Test(store, del_removes_only_the_unshared_part, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     const size_t P[2] = {32, 37};
     for (int pi = 0; pi < 2; pi++) {
         char dir[4200];
@@ -277,7 +277,7 @@ Test(store, del_removes_only_the_unshared_part, .timeout = 120)
         cr_assert_eq(removed, 0);
         cr_assert_eq(stats(db, "t").tokens, s0.tokens);
         /* a: its tail goes, the shared prefix and b stay */
-        cr_assert_eq(seqkv_del(db, "t", "p", a.tok, a.n, &removed), 0, "%s", skv_error_detail());
+        cr_assert_eq(seqkv_del(db, "t", "p", a.tok, a.n, &removed), 0, "%s", seqkv_error_detail());
         size_t m = lookup(db, "t", "p", a.tok, a.n);
         cr_assert_geq(m, P[pi], "P %zu: the shared prefix stays (%zu)", P[pi], m);
         cr_assert_lt(m, a.n, "P %zu: a's tail is gone", P[pi]);

@@ -30,8 +30,8 @@ static size_t view_check(seqkv *db, const su_model *tm, const su_seq *s, size_t 
 {
     seqkv_view *v;
     size_t got;
-    int rc = seqkv_get_view(db, "t", "p", s->tok, s->n, want, &v, &got);
-    cr_assert_eq(rc, 0, "%s: view: %s (%s)", what, skv_error_name(rc), skv_error_detail());
+    int rc = seqkv_get_view(db, "t", "p", s->tok, s->n, &(seqkv_get_opts){.want = want}, &v, &got);
+    cr_assert_eq(rc, 0, "%s: view: %s (%s)", what, seqkv_error_name(rc), seqkv_error_detail());
     cr_assert_eq(got, want);
     uint8_t *exp = malloc(su_kv_len(tm, want)), *cat = malloc(su_kv_len(tm, want));
     su_expect(tm, s, want, exp);
@@ -58,7 +58,7 @@ static void served_twice(seqkv_level level)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv_options o = {.cache_bytes = 1 << 20};
     seqkv *db = store_at_level(dir, &o, &tm, level, 0, CHUNK);
     su_seq a;
@@ -107,7 +107,7 @@ static void based_entry(seqkv_level level)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv_options o = {.cache_bytes = 1 << 20};
     seqkv *db = store_at_level(dir, &o, &tm, level, 0, CHUNK);
     su_seq a, b;
@@ -126,7 +126,7 @@ static void based_entry(seqkv_level level)
     put(db, "t", "p", &b, (int)level + 1);
     seqkv_view *v;
     size_t got;
-    cr_assert_eq(seqkv_get_view(db, "t", "p", b.tok, b.n, 0, &v, &got), 0);
+    cr_assert_eq(seqkv_get_view(db, "t", "p", b.tok, b.n, NULL, &v, &got), 0);
     cr_assert_eq(got, b.n);
     size_t chunks, hot = seqkv_view_hot_chunks(v, &chunks);
     cr_assert_eq(chunks, 4);
@@ -176,7 +176,7 @@ Test(hot, the_tier_keeps_its_budget_and_evicts_the_least_recently_used)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     const size_t E = (size_t)tm.L * 2 * CHUNK * tm.row;
     seqkv_options o = {.cache_bytes = 3 * E + E / 2};
     seqkv *db = open_store(dir, &o);
@@ -233,7 +233,7 @@ Test(hot, a_deleted_or_evicted_prefix_is_never_served_from_the_tier)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv_options o = {.cache_bytes = 1 << 20};
     seqkv *db = store_at_level(dir, &o, &tm, SEQKV_RAW, 0, CHUNK);
     su_seq a, b;
@@ -245,7 +245,7 @@ Test(hot, a_deleted_or_evicted_prefix_is_never_served_from_the_tier)
     cr_assert_eq(seqkv_del(db, "t", "p", a.tok, a.n, &removed), 0);
     cr_assert_eq(removed, a.n);
     seqkv_view *v = NULL;
-    cr_assert_eq(seqkv_get_view(db, "t", "p", a.tok, a.n, 0, &v, &got), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_get_view(db, "t", "p", a.tok, a.n, NULL, &v, &got), SKV_ERR_NOT_FOUND);
     cr_assert_null(v);
     cr_assert_eq(cache(db).chunks, 0, "del dropped the tier's entries");
     cr_assert_eq(cache(db).drops, 3);
@@ -268,7 +268,7 @@ Test(hot, a_deleted_or_evicted_prefix_is_never_served_from_the_tier)
     seqkv_put_result r = put(db, "t", "p", &c, 0);
     cr_assert_gt(r.evicted, 0, "the budget evicted a");
     cr_assert_lt(lookup(db, "t", "p", a.tok, a.n), a.n);
-    cr_assert_eq(seqkv_get_view(db, "t", "p", a.tok, a.n, a.n, &v, &got), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_get_view(db, "t", "p", a.tok, a.n, &(seqkv_get_opts){.want = a.n}, &v, &got), SKV_ERR_NOT_FOUND);
     cr_assert_eq(cache(db).drops, (uint64_t)r.evicted);
     cr_assert_eq(view_check(db, &tm, &c, c.n, &ch, "c"), 3);
     seqkv_close(db);
@@ -282,7 +282,7 @@ Test(hot, damage_on_disk_is_caught_on_the_read_into_the_tier)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv_options o = {.cache_bytes = 1 << 20};
     seqkv *db = store_at_level(dir, &o, &tm, SEQKV_RAW, 0, CHUNK);
     su_seq a;
@@ -299,9 +299,9 @@ Test(hot, damage_on_disk_is_caught_on_the_read_into_the_tier)
     db = open_store(dir, &o);
     seqkv_view *v = NULL;
     for (int i = 0; i < 2; i++) {
-        int rc = seqkv_get_view(db, "t", "p", a.tok, a.n, 0, &v, &got);
-        cr_assert_eq(rc, SKV_ERR_CORRUPT, "get %d: %s (%s)", i, skv_error_name(rc),
-                     skv_error_detail());
+        int rc = seqkv_get_view(db, "t", "p", a.tok, a.n, NULL, &v, &got);
+        cr_assert_eq(rc, SKV_ERR_CORRUPT, "get %d: %s (%s)", i, seqkv_error_name(rc),
+                     seqkv_error_detail());
         cr_assert_null(v);
     }
     seqkv_cache_stats c = cache(db);
@@ -340,12 +340,12 @@ static void *reader(void *arg)
     uint8_t *out = malloc(len);
     for (unsigned it = 0; !atomic_load(&c->stop); it++) {
         size_t got;
-        int rc = seqkv_get(c->db, "t", "p", c->a->tok, c->a->n, 0, out, len, &got);
+        int rc = seqkv_get(c->db, "t", "p", c->a->tok, c->a->n, NULL, out, len, &got);
         if (rc == SKV_ERR_NOT_FOUND) {
             atomic_fetch_add(&c->missed, 1);
         } else if (rc) {
             if (atomic_fetch_add(&c->errors, 1) < 3)
-                cr_log_info("reader: %s (%s)", skv_error_name(rc), skv_error_detail());
+                cr_log_info("reader: %s (%s)", seqkv_error_name(rc), seqkv_error_detail());
         } else if (got == c->a->n && memcmp(out, c->ea, len) == 0) {
             atomic_fetch_add(&c->served_a, 1);
         } else if (got == c->a->n && memcmp(out, c->eb, len) == 0) {
@@ -376,7 +376,7 @@ Test(hot, concurrent_gets_puts_and_dels_never_serve_stale_or_mixed_bytes, .timeo
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     const size_t E = (size_t)tm.L * 2 * CHUNK * tm.row;
     seqkv_options o = {.cache_bytes = 6 * E, .no_sync = 1};
     seqkv *db = open_store(dir, &o);
@@ -404,13 +404,13 @@ Test(hot, concurrent_gets_puts_and_dels_never_serve_stale_or_mixed_bytes, .timeo
         seqkv_put_result r;
         cr_assert_eq(seqkv_put(db, "t", "p", s->tok, s->n, s->kv, s->kv_len, NULL, &r), 0);
         size_t got, removed;
-        cr_assert_eq(seqkv_get(db, "t", "p", s->tok, s->n, 0, out, a.kv_len, &got), 0);
+        cr_assert_eq(seqkv_get(db, "t", "p", s->tok, s->n, NULL, out, a.kv_len, &got), 0);
         cr_assert_eq(got, s->n);
         cr_assert_eq(memcmp(out, e, a.kv_len), 0, "round %d: a get after the put returns its bytes",
                      round);
         cr_assert_eq(seqkv_del(db, "t", "p", s->tok, s->n, &removed), 0);
         cr_assert_eq(removed, s->n);
-        cr_assert_eq(seqkv_get(db, "t", "p", s->tok, s->n, 0, out, a.kv_len, &got),
+        cr_assert_eq(seqkv_get(db, "t", "p", s->tok, s->n, NULL, out, a.kv_len, &got),
                      SKV_ERR_NOT_FOUND, "round %d: a get after the del finds nothing", round);
     }
     atomic_store(&c.stop, 1);
@@ -458,7 +458,7 @@ static void *evict_reader(void *arg)
             atomic_fetch_add(&c->wrong, 1);
         } else if (rc) {
             if (atomic_fetch_add(&c->errors, 1) < 3)
-                cr_log_info("reader: %s (%s)", skv_error_name(rc), skv_error_detail());
+                cr_log_info("reader: %s (%s)", seqkv_error_name(rc), seqkv_error_detail());
         } else {
             atomic_fetch_add(&c->served, 1);
         }
@@ -470,7 +470,7 @@ Test(hot, gets_during_evicting_puts_are_exact_or_misses, .timeout = 120)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     enum { NS = 12 };
     su_seq s[NS];
     for (int i = 0; i < NS; i++) {

@@ -79,15 +79,15 @@ static void levels_on(su_model *tm, int count, size_t len, int check_ratio)
                  "no calibration yet: coded raw");
     assert_whole(db, "t", "p", tm, s, "ctx before calibration");
 
-    cr_assert_eq(seqkv_calibrate(db, "p", 4), 0, "calibrate: %s", skv_error_detail());
-    seqkv_profile pr;
+    cr_assert_eq(seqkv_calibrate(db, "p", 4), 0, "calibrate: %s", seqkv_error_detail());
+    seqkv_profile pr = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &pr), 0);
     cr_assert(pr.has_calib);
     for (int l = SEQKV_STAT; l < SEQKV_LEVELS; l++)
         level_case(db, tm, &L, (seqkv_level)l, count, len, 1000 + 100 * (uint64_t)l);
     /* the profile's level as the default */
     pr.level = SEQKV_CTX;
-    cr_assert_eq(seqkv_profile_set(db, &pr), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &pr), 0, "%s", seqkv_error_detail());
     s = &L.s[L.n];
     su_seq_make(tm, NULL, 0, len, 9000, s);
     m = cached_of(&L, s);
@@ -115,7 +115,7 @@ static void levels_on(su_model *tm, int count, size_t len, int check_ratio)
 Test(store, every_level_round_trips_on_random_model_kv, .timeout = 300)
 {
     su_model tm;
-    su_random_model(&tm, tu_tmpdir(), SKV_DT_BF16);
+    su_random_model(&tm, tu_tmpdir(), SEQKV_DT_BF16);
     levels_on(&tm, 2, 40, 0);
     su_model_free(&tm);
 }
@@ -123,7 +123,7 @@ Test(store, every_level_round_trips_on_random_model_kv, .timeout = 300)
 Test(store, every_level_round_trips_on_stories260k, .timeout = 300)
 {
     su_model tm;
-    if (su_shared_model(&tm, "stories260K.bin", SKV_DT_BF16))
+    if (su_shared_model(&tm, "stories260K.bin", SEQKV_DT_BF16))
         cr_skip("../shared/models/stories260K.bin not present");
     levels_on(&tm, 1, 64, 1);
     su_model_free(&tm);
@@ -133,7 +133,7 @@ Test(store, an_imported_calibration_codes_and_a_foreign_one_is_refused, .timeout
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     /* learn a calibration outside the store, from a KV file */
     skv_st_writer *w;
     cr_assert_eq(skv_stw_create(&w), 0);
@@ -160,7 +160,7 @@ Test(store, an_imported_calibration_codes_and_a_foreign_one_is_refused, .timeout
     cr_assert_eq(skv_st_parse(img, len, &st), 0);
     skv_calib *c;
     skv_calib_opts co = {.model = NULL, .max_fit_samples = 128, .quiet = 1};
-    cr_assert_eq(skv_calib_learn(st, &co, &c), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_calib_learn(st, &co, &c), 0, "%s", seqkv_error_detail());
     const char *cpath = tu_path(tmp, "c.cal");
     cr_assert_eq(skv_calib_save(c, cpath), 0);
     skv_calib_free(c);
@@ -170,8 +170,8 @@ Test(store, an_imported_calibration_codes_and_a_foreign_one_is_refused, .timeout
     seqkv *db = open_store(tu_path(tmp, "db"), NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
     cr_assert_eq(seqkv_calibrate_import(db, "nope", cpath), SKV_ERR_NOT_FOUND);
-    cr_assert_eq(seqkv_calibrate_import(db, "p", cpath), 0, "%s", skv_error_detail());
-    seqkv_profile pr;
+    cr_assert_eq(seqkv_calibrate_import(db, "p", cpath), 0, "%s", seqkv_error_detail());
+    seqkv_profile pr = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &pr), 0);
     cr_assert(pr.has_calib);
     for (int i = 0; i < 6; i++) {
@@ -184,7 +184,7 @@ Test(store, an_imported_calibration_codes_and_a_foreign_one_is_refused, .timeout
                  (unsigned long long)sa.level_tokens[SEQKV_CTX], (unsigned long long)sa.coded_tokens);
     /* the same calibration for an fp16 profile: another dtype, refused */
     su_model t16 = tm;
-    t16.dt = SKV_DT_F16;
+    t16.dt = SEQKV_DT_F16;
     t16.row = tm.C * 2;
     add_profile(db, &t16, "p16", CHUNK, SEQKV_CTX, 0);
     cr_assert_eq(seqkv_calibrate_import(db, "p16", cpath), SKV_ERR_SHAPE);
@@ -221,10 +221,10 @@ static void centroid_case(int real, seqkv_level level)
     snprintf(dirc, sizeof dirc, "%s", dir);
     su_model tm;
     if (real) {
-        if (su_shared_model(&tm, "stories260K.bin", SKV_DT_BF16))
+        if (su_shared_model(&tm, "stories260K.bin", SEQKV_DT_BF16))
             cr_skip("../shared/models/stories260K.bin not present");
     } else {
-        su_random_model(&tm, tmp, SKV_DT_BF16);
+        su_random_model(&tm, tmp, SEQKV_DT_BF16);
     }
     seqkv *db = open_store(dirc, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 1);
@@ -235,7 +235,7 @@ static void centroid_case(int real, seqkv_level level)
         put(db, "cal", "p", &c[i], 0);
         su_seq_free(&c[i]);
     }
-    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
     enum { M = 4 };
     su_seq base, mem[M];
     su_seq_make(&tm, NULL, 0, 80, 123, &base);
@@ -262,7 +262,7 @@ static void centroid_case(int real, seqkv_level level)
     /* the centroid is needed by its members: deleting it must not break
      * them (it stays, or they are re-coded) */
     size_t removed;
-    cr_assert_eq(seqkv_del(db, "t", "p", base.tok, base.n, &removed), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_del(db, "t", "p", base.tok, base.n, &removed), 0, "%s", seqkv_error_detail());
     size_t m = lookup(db, "t", "p", base.tok, base.n);
     if (m)
         cr_assert_eq(su_get_check(db, "t", "p", &tm, &base, m, NULL), 0);
@@ -288,7 +288,7 @@ static void centroid_case(int real, seqkv_level level)
             m = lookup(db, "t", "p", mem[j].tok, mem[j].n);
             if (m)
                 cr_assert_eq(su_get_check(db, "t", "p", &tm, &mem[j], m, NULL), 0,
-                             "member %d after eviction: %s", j, skv_error_detail());
+                             "member %d after eviction: %s", j, seqkv_error_detail());
         }
     }
     cr_assert_gt(stats(db, NULL).evictions, 0);
@@ -319,9 +319,9 @@ Test(store, stories260k_near_duplicates_are_coded_against_their_centroid, .timeo
 static int spread_ids_child(const char *tmp, long *grew_kib)
 {
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(tu_path(tmp, "db"), NULL);
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     su_profile(&tm, "p", 64, SEQKV_CTX, 0, &p);
     p.vocab = SEQKV_VOCAB_MAX;
     if (seqkv_profile_set(db, &p))
@@ -342,7 +342,7 @@ static int spread_ids_child(const char *tmp, long *grew_kib)
     struct rusage ru0, ru1;
     getrusage(RUSAGE_SELF, &ru0);
     if (seqkv_calibrate(db, "p", NS)) {
-        fprintf(stderr, "calibrate: %s\n", skv_error_detail());
+        fprintf(stderr, "calibrate: %s\n", seqkv_error_detail());
         return 3;
     }
     getrusage(RUSAGE_SELF, &ru1);
@@ -355,7 +355,7 @@ static int spread_ids_child(const char *tmp, long *grew_kib)
             return 4;
         uint8_t *out = malloc(s[i].kv_len);
         size_t got = 0;
-        int rc = seqkv_get(db, "u", "p", s[i].tok, s[i].n, 0, out, s[i].kv_len, &got);
+        int rc = seqkv_get(db, "u", "p", s[i].tok, s[i].n, NULL, out, s[i].kv_len, &got);
         int same = rc == 0 && got == T && memcmp(out, s[i].kv, s[i].kv_len) == 0;
         free(out);
         if (!same)
@@ -420,8 +420,8 @@ static void fast_on(su_model *tm, size_t len, int check_ratio)
         cr_assert_lt(a.level_stored[SEQKV_FAST], a.level_raw[SEQKV_FAST]);
     cr_log_info("fast: %llu raw bytes stored in %llu", (unsigned long long)a.level_raw[SEQKV_FAST],
                 (unsigned long long)a.level_stored[SEQKV_FAST]);
-    cr_assert_eq(seqkv_calibrate(db, "p", 2), 0, "calibrate: %s", skv_error_detail());
-    seqkv_profile pr;
+    cr_assert_eq(seqkv_calibrate(db, "p", 2), 0, "calibrate: %s", seqkv_error_detail());
+    seqkv_profile pr = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &pr), 0);
     cr_assert_eq(pr.level, SEQKV_FAST, "calibrating leaves a fast profile fast");
     seqkv_close(db);
@@ -436,7 +436,7 @@ static void fast_on(su_model *tm, size_t len, int check_ratio)
 Test(store, level_fast_round_trips_on_random_model_kv, .timeout = 120)
 {
     su_model tm;
-    su_random_model(&tm, tu_tmpdir(), SKV_DT_BF16);
+    su_random_model(&tm, tu_tmpdir(), SEQKV_DT_BF16);
     fast_on(&tm, 300, 0);
     su_model_free(&tm);
 }
@@ -444,7 +444,7 @@ Test(store, level_fast_round_trips_on_random_model_kv, .timeout = 120)
 Test(store, level_fast_round_trips_on_stories260k, .timeout = 120)
 {
     su_model tm;
-    if (su_shared_model(&tm, "stories260K.bin", SKV_DT_BF16)) {
+    if (su_shared_model(&tm, "stories260K.bin", SEQKV_DT_BF16)) {
         cr_log_info("../shared/models/stories260K.bin not present: skipped");
         cr_skip("../shared/models/stories260K.bin not present");
     }

@@ -27,13 +27,13 @@ static seqkv *lossy_store(const char *dir, const su_model *tm, int threads, int 
     seqkv_options o = SEQKV_OPTIONS_INIT;
     o.threads = threads;
     seqkv *db = open_store(dir, &o);
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     su_profile(tm, "p", LCHUNK, SEQKV_CTX, 1, &p);
     p.lossy = bits;
     p.lossy_sink = SINK;
     p.lossy_recent = RECENT;
     p.auto_calibrate = -1;
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", seqkv_error_detail());
     return db;
 }
 
@@ -42,8 +42,8 @@ static uint8_t *get_lossy(seqkv *db, const char *tenant, const su_seq *s, size_t
 {
     seqkv_view *v = NULL;
     size_t got = 0;
-    cr_assert_eq(seqkv_get_view_ex(db, tenant, "p", s->tok, s->n, want, SEQKV_GET_LOSSY, NULL, NULL, &v, &got),
-                 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_get_view(db, tenant, "p", s->tok, s->n, &(seqkv_get_opts){.want = want, .flags = SEQKV_GET_LOSSY}, &v, &got),
+                 0, "%s", seqkv_error_detail());
     cr_assert_eq(got, want);
     uint8_t *out = malloc(seqkv_view_bytes(v)), *o = out;
     for (size_t i = 0; i < seqkv_view_pieces(v); i++) {
@@ -99,10 +99,10 @@ static void lossy_case(const su_model *tm, const char *tmp, const char *what, si
     }
     assert_whole(a, "cal", "p", tm, &cal[0], "exact before the lossy calibration");
     cr_assert_eq(stats(a, NULL).lossy_tokens, 0);
-    cr_assert_eq(seqkv_lossy_calibrate(a, "p", 0), 0, "%s", skv_error_detail());
-    cr_assert_eq(seqkv_lossy_calibrate(b, "p", 0), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_lossy_calibrate(a, "p", 0), 0, "%s", seqkv_error_detail());
+    cr_assert_eq(seqkv_lossy_calibrate(b, "p", 0), 0, "%s", seqkv_error_detail());
     cr_assert_eq(seqkv_lossy_calibrate(a, "p", 0), SKV_ERR_ARG, "learned once");
-    seqkv_profile pa, pb;
+    seqkv_profile pa = SEQKV_PROFILE_INIT, pb = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(a, "p", &pa), 0);
     cr_assert_eq(seqkv_profile_get(b, "p", &pb), 0);
     cr_assert(pa.has_lossy && pb.has_lossy);
@@ -129,13 +129,13 @@ static void lossy_case(const su_model *tm, const char *tmp, const char *what, si
     /* without the flag: refused, saying why */
     uint8_t *buf = malloc(s.kv_len);
     size_t got = 7;
-    cr_assert_eq(seqkv_get(a, "t", "p", s.tok, s.n, s.n, buf, s.kv_len, &got), SKV_ERR_LOSSY);
-    cr_assert(strstr(skv_error_detail(), "lossy"), "the refusal says why: %s", skv_error_detail());
+    cr_assert_eq(seqkv_get(a, "t", "p", s.tok, s.n, &(seqkv_get_opts){.want = s.n}, buf, s.kv_len, &got), SKV_ERR_LOSSY);
+    cr_assert(strstr(seqkv_error_detail(), "lossy"), "the refusal says why: %s", seqkv_error_detail());
     seqkv_view *v = NULL;
-    cr_assert_eq(seqkv_get_view(a, "t", "p", s.tok, s.n, 0, &v, &got), SKV_ERR_LOSSY);
+    cr_assert_eq(seqkv_get_view(a, "t", "p", s.tok, s.n, NULL, &v, &got), SKV_ERR_LOSSY);
     cr_assert_null(v);
     layer_acc acc = {tm, s.n, malloc(s.kv_len), calloc((size_t)tm->L * s.n, 1), 0, 0};
-    cr_assert_eq(seqkv_get_layers(a, "t", "p", s.tok, s.n, s.n, on_layer, &acc, &got), SKV_ERR_LOSSY);
+    cr_assert_eq(seqkv_get(a, "t", "p", s.tok, s.n, &(seqkv_get_opts){.want = s.n, .on_layer = on_layer, .ctx = &acc}, NULL, 0, &got), SKV_ERR_LOSSY);
     free(acc.out), free(acc.seen);
     /* an exact prefix (before the calibration) needs no flag */
     assert_whole(a, "cal", "p", tm, &cal[1], "exact records stay exact");
@@ -170,12 +170,12 @@ static void lossy_case(const su_model *tm, const char *tmp, const char *what, si
                                  "the cached part: the same reconstruction");
     const seqkv_stats before = stats(a, "t");
     seqkv_compact_stats cs;
-    cr_assert_eq(seqkv_compact(a, NULL, NULL, NULL, &cs), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_compact(a, NULL, NULL, NULL, &cs), 0, "%s", seqkv_error_detail());
     seqkv_close(a);
     a = open_store(d1, NULL);
     uint8_t *g3 = get_lossy(a, "t", &s, s.n);
     cr_assert_arr_eq(g1, g3, s.kv_len, "the same after compaction and a reopen");
-    cr_assert_eq(seqkv_get(a, "t", "p", s.tok, s.n, s.n, buf, s.kv_len, &got), SKV_ERR_LOSSY,
+    cr_assert_eq(seqkv_get(a, "t", "p", s.tok, s.n, &(seqkv_get_opts){.want = s.n}, buf, s.kv_len, &got), SKV_ERR_LOSSY,
                  "still refused without the flag");
     const seqkv_stats after = stats(a, "t");
     cr_assert_eq(after.lossy_tokens, before.lossy_tokens, "compaction leaves lossy records lossy");
@@ -192,7 +192,7 @@ Test(store_lossy, random_model, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     lossy_case(&tm, tmp, "random", 3 * LCHUNK + 5);
     su_model_free(&tm);
 }
@@ -200,7 +200,7 @@ Test(store_lossy, random_model, .timeout = 120)
 Test(store_lossy, stories260k, .timeout = 300)
 {
     su_model tm;
-    if (su_shared_model(&tm, "stories260K.bin", SKV_DT_BF16))
+    if (su_shared_model(&tm, "stories260K.bin", SEQKV_DT_BF16))
         cr_skip("../shared/models/stories260K.bin not present");
     lossy_case(&tm, tu_tmpdir(), "stories260K", 4 * LCHUNK + 9);
     su_model_free(&tm);
@@ -210,11 +210,11 @@ Test(store_lossy, settings_refused_without_a_model_or_out_of_range)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/db", tmp);
     seqkv *db = open_store(dir, NULL);
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     su_profile(&tm, "p", LCHUNK, SEQKV_CTX, 0, &p);
     p.lossy = 3;
     cr_assert_eq(seqkv_profile_set(db, &p), SKV_ERR_ARG, "no model");
@@ -225,7 +225,7 @@ Test(store_lossy, settings_refused_without_a_model_or_out_of_range)
     p.lossy_sink = -2;
     cr_assert_eq(seqkv_profile_set(db, &p), SKV_ERR_ARG, "sink -2");
     p.lossy_sink = 0;
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", seqkv_error_detail());
     cr_assert_eq(seqkv_lossy_calibrate(db, "p", 0), SKV_ERR_ARG, "nothing stored to learn from");
     seqkv_close(db);
     su_model_free(&tm);
@@ -235,25 +235,25 @@ Test(store_lossy, self_calibration_learns_the_lossy_tier, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/db", tmp);
     seqkv *db = lossy_store(dir, &tm, 1, 4);
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
     p.auto_calibrate = 200;
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", seqkv_error_detail());
     su_seq s[4];
     int learned = 0;
     su_seq_make(&tm, NULL, 0, 90, 700, &s[0]);
     put(db, "t", "p", &s[0], -1);
-    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", seqkv_error_detail());
     cr_assert_eq(learned, 0, "90 positions: not yet");
     for (int i = 1; i < 3; i++) {
         su_seq_make(&tm, NULL, 0, 90, 700 + (uint64_t)i, &s[i]);
         put(db, "t", "p", &s[i], -1);
     }
-    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_auto_calibrate(db, NULL, &learned), 0, "%s", seqkv_error_detail());
     cr_assert_eq(learned, 2, "270 positions: the exact calibration and the lossy tier's");
     cr_assert_eq(seqkv_profile_get(db, "p", &p), 0);
     cr_assert(p.has_calib && p.has_lossy);

@@ -51,7 +51,7 @@ static void run(seqkv_level level)
 {
     const char *dir = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, dir, SKV_DT_BF16);
+    su_random_model(&tm, dir, SEQKV_DT_BF16);
     su_seq seq[NSEQ];
     su_seq base;
     su_seq_make(&tm, NULL, 0, 90, 7, &base);
@@ -65,18 +65,18 @@ static void run(seqkv_level level)
     o.quiet = 1;
     o.threads = 2; /* the writer's coders use the pool, readers' do not */
     o.map_size = 192 << 10; /* small: the map grows under the readers' feet */
-    cr_assert_eq(seqkv_open(sdir, &o, &db), 0, "%s", skv_error_detail());
-    seqkv_profile p;
+    cr_assert_eq(seqkv_open(sdir, &o, &db), 0, "%s", seqkv_error_detail());
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     su_profile(&tm, "p", 16, level, 1, &p);
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", seqkv_error_detail());
     if (level != SEQKV_RAW) {
         /* calibrate from a first batch put raw */
         seqkv_put_opts po = {.has_level = 1, .level = SEQKV_RAW};
         for (int i = 0; i < 4; i++)
             cr_assert_eq(seqkv_put(db, "t", "p", seq[i].tok, seq[i].n, seq[i].kv, seq[i].kv_len, &po,
                                    NULL),
-                         0, "%s", skv_error_detail());
-        cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+                         0, "%s", seqkv_error_detail());
+        cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
     }
     mt_ctx c = {db, &tm, seq, level != SEQKV_RAW ? 4 : 0, 0, 0, 0};
     pthread_t th[3];
@@ -85,7 +85,7 @@ static void run(seqkv_level level)
     for (int i = c.acked; i < NSEQ; i++) {
         cr_assert_eq(seqkv_put(db, "t", "p", seq[i].tok, seq[i].n, seq[i].kv, seq[i].kv_len, NULL,
                                NULL),
-                     0, "put %d: %s", i, skv_error_detail());
+                     0, "put %d: %s", i, seqkv_error_detail());
         __atomic_store_n(&c.acked, i + 1, __ATOMIC_RELEASE);
     }
     /* let the readers see the last puts */
@@ -101,7 +101,7 @@ static void run(seqkv_level level)
                  (unsigned long long)st.map_size);
     seqkv_close(db);
     /* everything survives a reopen */
-    cr_assert_eq(seqkv_open(sdir, &o, &db), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_open(sdir, &o, &db), 0, "%s", seqkv_error_detail());
     for (int i = 0; i < NSEQ; i++) {
         size_t got;
         cr_expect_eq(su_get_check(db, "t", "p", &tm, &seq[i], seq[i].n, &got), 0, "seq %d", i);

@@ -22,7 +22,7 @@ Test(store, shape_mismatch_unknown_profile_and_bad_arguments_are_refused, .timeo
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(tu_path(tmp, "db"), NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
     su_seq a;
@@ -57,18 +57,18 @@ Test(store, shape_mismatch_unknown_profile_and_bad_arguments_are_refused, .timeo
     cr_assert_eq(seqkv_put(db, "t", "nope", a.tok, a.n, a.kv, a.kv_len, NULL, &r), SKV_ERR_NOT_FOUND);
     put(db, "t", "p", &a, 0);
     cr_assert_eq(seqkv_lookup(db, "t", "nope", a.tok, a.n, &m), SKV_ERR_NOT_FOUND);
-    cr_assert_eq(seqkv_get(db, "t", "nope", a.tok, a.n, 0, out, a.kv_len, &got), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_get(db, "t", "nope", a.tok, a.n, NULL, out, a.kv_len, &got), SKV_ERR_NOT_FOUND);
     cr_assert_eq(seqkv_del(db, "t", "nope", a.tok, a.n, &got), SKV_ERR_NOT_FOUND);
     cr_assert_eq(seqkv_calibrate(db, "nope", 0), SKV_ERR_NOT_FOUND);
-    seqkv_profile pr;
+    seqkv_profile pr = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "nope", &pr), SKV_ERR_NOT_FOUND);
     /* an existing name with another shape, dtype or chunk */
-    seqkv_profile q;
+    seqkv_profile q = SEQKV_PROFILE_INIT;
     su_profile(&tm, "p", CHUNK, SEQKV_RAW, 0, &q);
     q.head_dim = 16;
     cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_SHAPE);
     su_profile(&tm, "p", CHUNK, SEQKV_RAW, 0, &q);
-    q.dtype = SKV_DT_F16;
+    q.dtype = SEQKV_DT_F16;
     cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_SHAPE);
     su_profile(&tm, "p", 32, SEQKV_RAW, 0, &q);
     cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_SHAPE);
@@ -77,10 +77,10 @@ Test(store, shape_mismatch_unknown_profile_and_bad_arguments_are_refused, .timeo
     q.kv_heads = 4;
     cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_SHAPE);
     /* the level may change; the identity does not */
-    seqkv_profile before;
+    seqkv_profile before = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &before), 0);
     su_profile(&tm, "p", CHUNK, SEQKV_STAT, 0, &q);
-    cr_assert_eq(seqkv_profile_set(db, &q), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &q), 0, "%s", seqkv_error_detail());
     cr_assert_eq(seqkv_profile_get(db, "p", &pr), 0);
     cr_assert_eq(pr.level, SEQKV_STAT);
     cr_assert_eq(memcmp(pr.id, before.id, 32), 0);
@@ -98,17 +98,17 @@ Test(store, shape_mismatch_unknown_profile_and_bad_arguments_are_refused, .timeo
         su_profile(&tm, "pt", CHUNK, SEQKV_RAW, 0, &q);
         q.rope_theta = thetas[i];
         cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_ARG, "rope_theta %g", (double)thetas[i]);
-        cr_assert(strstr(skv_error_detail(), "rope_theta"), "%s", skv_error_detail());
+        cr_assert(strstr(seqkv_error_detail(), "rope_theta"), "%s", seqkv_error_detail());
     }
     su_profile(&tm, "pt", CHUNK, SEQKV_RAW, 0, &q);
     q.rope_half = 2;
     cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_ARG);
     q.rope_half = 0;
-    q.dtype = SKV_DT_I32;
+    q.dtype = SEQKV_DT_I32;
     cr_assert_eq(seqkv_profile_set(db, &q), SKV_ERR_ARG);
     /* nothing to calibrate from */
     su_profile(&tm, "pm", CHUNK, SEQKV_RAW, 1, &q);
-    cr_assert_eq(seqkv_profile_set(db, &q), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &q), 0, "%s", seqkv_error_detail());
     cr_assert_eq(seqkv_calibrate(db, "pm", 0), SKV_ERR_ARG);
     /* level names */
     seqkv_level l;
@@ -128,7 +128,7 @@ Test(store, a_token_outside_the_models_vocabulary_is_refused, .timeout = 60)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(tu_path(tmp, "db"), NULL);
     add_profile(db, &tm, "pm", CHUNK, SEQKV_RAW, 1);
     su_seq c[3];
@@ -136,7 +136,7 @@ Test(store, a_token_outside_the_models_vocabulary_is_refused, .timeout = 60)
         su_seq_make(&tm, NULL, 0, 40, 10 + (uint64_t)i, &c[i]);
         put(db, "cal", "pm", &c[i], 0);
     }
-    cr_assert_eq(seqkv_calibrate(db, "pm", 0), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_calibrate(db, "pm", 0), 0, "%s", seqkv_error_detail());
     su_seq a;
     int32_t first = (c[0].tok[0] + 1) % tm.c->vocab_size;
     su_seq_make(&tm, &first, 1, 30, 1, &a);
@@ -152,7 +152,7 @@ Test(store, a_token_outside_the_models_vocabulary_is_refused, .timeout = 60)
         int rc = seqkv_put(db, "t", "pm", big, a.n, a.kv, a.kv_len, &o, &r);
         if (rc != SKV_ERR_ARG)
             nf += snprintf(fails + nf, sizeof fails - (size_t)nf, " %s: %s;",
-                           seqkv_level_name((seqkv_level)l), rc ? skv_error_name(rc) : "stored");
+                           seqkv_level_name((seqkv_level)l), rc ? seqkv_error_name(rc) : "stored");
         if (nf > 400)
             break;
     }
@@ -198,7 +198,7 @@ Test(store, a_newer_format_version_refuses_to_open, .timeout = 60)
     char dirc[4200];
     snprintf(dirc, sizeof dirc, "%s", dir);
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dirc, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
     su_seq a;
@@ -208,7 +208,7 @@ Test(store, a_newer_format_version_refuses_to_open, .timeout = 60)
     seqkv_options o = {.quiet = 1};
     format_edit(dirc, 4, 1);
     db = (seqkv *)1;
-    cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_VERSION, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_VERSION, "%s", seqkv_error_detail());
     cr_assert_null(db);
     o.read_only = 1;
     cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_VERSION);
@@ -219,7 +219,7 @@ Test(store, a_newer_format_version_refuses_to_open, .timeout = 60)
     seqkv_close(db);
     /* a bad magic: not a seqkv store */
     format_edit(dirc, 0, 0x01010101);
-    cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_FORMAT, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_FORMAT, "%s", seqkv_error_detail());
     format_edit(dirc, 0, 0x01010101);
     /* another store's master key */
     key_seed = 2;
@@ -227,11 +227,11 @@ Test(store, a_newer_format_version_refuses_to_open, .timeout = 60)
     seqkv_close(other);
     key_seed = 1;
     o.master_key = tu_path(tu_path(tmp, "other"), "master.key");
-    cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_CORRUPT, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_open(dirc, &o, &db), SKV_ERR_CORRUPT, "%s", seqkv_error_detail());
     o.master_key = NULL;
     /* a key file the store makes is private */
     seqkv *fresh = NULL;
-    cr_assert_eq(seqkv_open(tu_path(tmp, "fresh"), &o, &fresh), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_open(tu_path(tmp, "fresh"), &o, &fresh), 0, "%s", seqkv_error_detail());
     seqkv_close(fresh);
     struct stat ks;
     cr_assert_eq(stat(tu_path(tu_path(tmp, "fresh"), "master.key"), &ks), 0);
@@ -250,12 +250,12 @@ Test(store, token_ids_at_or_above_the_profile_vocab_are_refused_and_vocab_surviv
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dir, NULL);
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     su_profile(&tm, "p", CHUNK, SEQKV_RAW, 0, &p);
     p.vocab = 1000;
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", seqkv_error_detail());
     cr_assert_eq(p.vocab, 1000);
     su_seq a;
     su_seq_make(&tm, NULL, 0, 30, 1, &a);
@@ -264,18 +264,18 @@ Test(store, token_ids_at_or_above_the_profile_vocab_are_refused_and_vocab_surviv
     seqkv_put_result r;
     a.tok[5] = 1000;
     cr_assert_eq(seqkv_put(db, "t", "p", a.tok, a.n, a.kv, a.kv_len, NULL, &r), SKV_ERR_ARG);
-    cr_assert(strstr(skv_error_detail(), "token id 1000 at 5") && strstr(skv_error_detail(), "1000)"),
-              "%s", skv_error_detail());
+    cr_assert(strstr(seqkv_error_detail(), "token id 1000 at 5") && strstr(seqkv_error_detail(), "1000)"),
+              "%s", seqkv_error_detail());
     a.tok[5] = 2147483647;
     cr_assert_eq(seqkv_put(db, "t", "p", a.tok, a.n, a.kv, a.kv_len, NULL, &r), SKV_ERR_ARG);
     cr_assert_eq(stats(db, NULL).tokens, 0, "nothing stored");
     a.tok[5] = 999;
     cr_assert_eq(seqkv_put(db, "t", "p", a.tok, a.n, a.kv, a.kv_len, NULL, &r), 0, "%s",
-                 skv_error_detail());
+                 seqkv_error_detail());
     cr_assert_eq(r.new_tokens, 30);
     seqkv_close(db);
     db = open_store(dir, NULL);
-    seqkv_profile q;
+    seqkv_profile q = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "p", &q), 0);
     cr_assert_eq(q.vocab, 1000, "vocab survives a reopen");
     /* 0 is the default; the maximum is 2^31 - 1; a model's vocabulary rules */
@@ -289,7 +289,7 @@ Test(store, token_ids_at_or_above_the_profile_vocab_are_refused_and_vocab_surviv
     p.vocab = -1;
     cr_assert_eq(seqkv_profile_set(db, &p), SKV_ERR_ARG);
     su_profile(&tm, "m", CHUNK, SEQKV_RAW, 1, &p);
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", seqkv_error_detail());
     cr_assert_eq(p.vocab, tm.c->vocab_size, "a model's profile takes its vocabulary");
     p.vocab = tm.c->vocab_size + 1;
     cr_assert_eq(seqkv_profile_set(db, &p), SKV_ERR_ARG);

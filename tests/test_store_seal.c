@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "seal.h"
-#include "seqkv_blob.h"
+#include "seqkv.h"
 #include "storetest.h"
 #include "storeutil.h"
 #include "testutil.h"
@@ -101,13 +101,13 @@ static void fill(const char *dir, int no_seal, winset *w)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv_options o = {0};
     o.no_seal = no_seal;
     seqkv *db = store_at_level(dir, &o, &tm, SEQKV_CTX, 0, CHUNK);
-    seqkv_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     su_profile(&tm, "r", CHUNK, SEQKV_RAW, 0, &p);
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", seqkv_error_detail());
     for (int i = 0; i < 6; i++) {
         su_seq s;
         su_seq_make(&tm, NULL, 0, 90, 900 + (uint64_t)i, &s);
@@ -122,7 +122,7 @@ static void fill(const char *dir, int no_seal, winset *w)
         snprintf(key, sizeof key, "kv%d", i);
         seqkv_blob_item it = {(const uint8_t *)key, strlen(key), s.kv, s.kv_len};
         int written;
-        cr_assert_eq(seqkv_blob_set(db, "t", &it, 1, 0, 0, &written), 0, "%s", skv_error_detail());
+        cr_assert_eq(seqkv_blob_set(db, "t", &it, 1, 0, 0, &written), 0, "%s", seqkv_error_detail());
         assert_whole(db, "t", i % 2 ? "p" : "r", &tm, &s, "sealed");
         su_seq_free(&s);
     }
@@ -155,7 +155,7 @@ Test(seal, a_record_moved_to_another_key_or_tenant_does_not_open, .timeout = 60)
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/db", tmp);
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = store_at_level(dir, NULL, &tm, SEQKV_RAW, 0, CHUNK);
     su_seq a, b;
     su_seq_make(&tm, NULL, 0, 2 * CHUNK, 11, &a);
@@ -193,10 +193,10 @@ Test(seal, a_record_moved_to_another_key_or_tenant_does_not_open, .timeout = 60)
     size_t got;
     /* box 0 (the tokens) does not open: the record is not indexed, so
      * the prefix is a miss -- nothing of the moved bytes is served */
-    int rc = seqkv_get(db, "u", "p", b.tok, b.n, 0, out, su_kv_len(&tm, 2 * CHUNK), &got);
+    int rc = seqkv_get(db, "u", "p", b.tok, b.n, NULL, out, su_kv_len(&tm, 2 * CHUNK), &got);
     cr_assert(rc == SKV_ERR_NOT_FOUND || rc == SKV_ERR_CORRUPT,
               "a record under another key does not open (%d)", rc);
-    rc = seqkv_get(db, "t", "p", a.tok, a.n, 0, out, su_kv_len(&tm, 2 * CHUNK), &got);
+    rc = seqkv_get(db, "t", "p", a.tok, a.n, NULL, out, su_kv_len(&tm, 2 * CHUNK), &got);
     cr_assert(rc == SKV_ERR_NOT_FOUND || rc == SKV_ERR_CORRUPT,
               "a record with another tenant does not open (%d)", rc);
     size_t m = 0;
@@ -228,7 +228,7 @@ Test(seal, master_keys_from_env_fd_and_passphrase_and_wrong_ones_refused, .timeo
     /* a key in the environment */
     snprintf(dir, sizeof dir, "%s/env", tmp);
     setenv("SEQKV_TEST_KEY", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
-    cr_assert_eq(open_with(dir, "env:SEQKV_TEST_KEY", &db), 0, "%s", skv_error_detail());
+    cr_assert_eq(open_with(dir, "env:SEQKV_TEST_KEY", &db), 0, "%s", seqkv_error_detail());
     seqkv_blob_item it = {(const uint8_t *)"k", 1, (const uint8_t *)"secret value", 12};
     int w;
     cr_assert_eq(seqkv_blob_set(db, "t", &it, 1, 0, 0, &w), 0);
@@ -240,13 +240,13 @@ Test(seal, master_keys_from_env_fd_and_passphrase_and_wrong_ones_refused, .timeo
     cr_assert_eq(write(p[1], getenv("SEQKV_TEST_KEY"), 64), 64);
     close(p[1]);
     snprintf(spec, sizeof spec, "fd:%d", p[0]);
-    cr_assert_eq(open_with(dir, spec, &db), 0, "%s", skv_error_detail());
+    cr_assert_eq(open_with(dir, spec, &db), 0, "%s", seqkv_error_detail());
     close(p[0]);
     seqkv_close(db);
     /* another key */
     setenv("SEQKV_TEST_KEY", "10112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
     cr_assert_eq(open_with(dir, "env:SEQKV_TEST_KEY", &db), SKV_ERR_CORRUPT);
-    cr_assert(strstr(skv_error_detail(), "master key does not belong"), "%s", skv_error_detail());
+    cr_assert(strstr(seqkv_error_detail(), "master key does not belong"), "%s", seqkv_error_detail());
     setenv("SEQKV_TEST_KEY", "not hex", 1);
     cr_assert_eq(open_with(dir, "env:SEQKV_TEST_KEY", &db), SKV_ERR_ARG);
     /* a passphrase: its salt beside the store, a wrong one refused */
@@ -256,24 +256,24 @@ Test(seal, master_keys_from_env_fd_and_passphrase_and_wrong_ones_refused, .timeo
     fputs("correct horse battery staple\n", f);
     fclose(f);
     snprintf(spec, sizeof spec, "passphrase-file:%s", pw);
-    cr_assert_eq(open_with(dir, spec, &db), 0, "%s", skv_error_detail());
+    cr_assert_eq(open_with(dir, spec, &db), 0, "%s", seqkv_error_detail());
     cr_assert_eq(seqkv_blob_set(db, "t", &it, 1, 0, 0, &w), 0);
     seqkv_close(db);
     cr_assert_eq(access(tu_path(dir, "passphrase.kdf"), F_OK), 0);
     setenv("SEQKV_TEST_PASS", "correct horse battery staple", 1);
     cr_assert_eq(open_with(dir, "passphrase-env:SEQKV_TEST_PASS", &db), 0, "%s",
-                 skv_error_detail());
+                 seqkv_error_detail());
     seqkv_close(db);
     setenv("SEQKV_TEST_PASS", "correct horse battery stapler", 1);
     cr_assert_eq(open_with(dir, "passphrase-env:SEQKV_TEST_PASS", &db), SKV_ERR_CORRUPT);
-    cr_assert(strstr(skv_error_detail(), "passphrase does not belong"), "%s", skv_error_detail());
+    cr_assert(strstr(seqkv_error_detail(), "passphrase does not belong"), "%s", seqkv_error_detail());
     /* a passphrase file longer than the 1024 bytes read is refused, not cut */
     f = fopen(pw, "w");
     for (int i = 0; i < 1025; i++)
         fputc('a' + i % 26, f);
     fclose(f);
     cr_assert_eq(open_with(dir, spec, &db), SKV_ERR_ARG);
-    cr_assert(strstr(skv_error_detail(), "at most 1024 bytes"), "%s", skv_error_detail());
+    cr_assert(strstr(seqkv_error_detail(), "at most 1024 bytes"), "%s", seqkv_error_detail());
     unsetenv("SEQKV_TEST_KEY");
     unsetenv("SEQKV_TEST_PASS");
 }
@@ -314,7 +314,7 @@ Test(seal, a_forgotten_tenant_opens_nowhere_not_even_from_a_copy_taken_before, .
     snprintf(copy, sizeof copy, "%s/copy", tmp);
     snprintf(key, sizeof key, "%s/outside.key", tmp); /* not in the data directory */
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv_options o = {0};
     o.master_key = key;
     seqkv *db = store_at_level(dir, &o, &tm, SEQKV_CTX, 0, CHUNK);
@@ -338,7 +338,7 @@ Test(seal, a_forgotten_tenant_opens_nowhere_not_even_from_a_copy_taken_before, .
     uint8_t *old_key = tu_read(key, &klen);
     db = open_store(dir, &o);
     seqkv_forget_stats fs;
-    cr_assert_eq(seqkv_tenant_forget(db, "alice", &fs), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_tenant_forget(db, "alice", &fs), 0, "%s", seqkv_error_detail());
     cr_assert(fs.rotated);
     cr_assert_gt(fs.records, 0);
     cr_assert_eq(fs.blobs, 1);
@@ -439,7 +439,7 @@ Test(seal, raw_streams_open_in_place_as_libsodium_opens_them, .timeout = 60)
         uint8_t *img = malloc(len);
         skv_rec_write(&r, img);
         skv_rec pr;
-        cr_assert_eq(skv_rec_parse(img, len, &pr), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_rec_parse(img, len, &pr), 0, "%s", seqkv_error_detail());
         const size_t sl = skv_rec_sealed_size(&pr, len);
         uint8_t *v = malloc(sl), *head, *out = malloc((size_t)ns * sz), *dst[40];
         skv_rec_seal_into(key, dek, &pr, img, len, v);
@@ -472,7 +472,7 @@ Test(seal, raw_streams_open_in_place_as_libsodium_opens_them, .timeout = 60)
         for (uint32_t j = 0; j < ns; j++) /* scattered: the streams in reverse */
             dst[j] = out + (size_t)(ns - 1 - j) * sz;
         cr_assert_eq(skv_rec_unseal_raw(key, dek, v, sl, &h, NULL, dst), 0, "%s",
-                     skv_error_detail());
+                     seqkv_error_detail());
         uint8_t *back;
         size_t bl;
         cr_assert_eq(skv_rec_unseal(key, dek, v, sl, NULL, &back, &bl), 0);

@@ -20,7 +20,7 @@ Test(store, sessions_sharing_a_prefix_store_it_once, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     const size_t per = su_kv_len(&tm, 1);
     /* a prefix ending on a chunk boundary; one ending 37 tokens into a
      * chunk (the sessions' records take those from the first one's); one
@@ -118,7 +118,7 @@ Test(store, longest_prefix_at_token_granularity_inside_and_across_chunks, .timeo
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(tu_path(tmp, "db"), NULL);
     add_profile(db, &tm, "rm", CHUNK, SEQKV_RAW, 0);
     su_seq a;
@@ -145,19 +145,19 @@ Test(store, longest_prefix_at_token_granularity_inside_and_across_chunks, .timeo
     /* want 0 on a longer query: the longest cached prefix */
     size_t cap = su_kv_len(&tm, 80), got = 0;
     uint8_t *out = malloc(cap), *exp = malloc(cap);
-    cr_assert_eq(seqkv_get(db, "t", "rm", q, 80, 0, out, cap, &got), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_get(db, "t", "rm", q, 80, NULL, out, cap, &got), 0, "%s", seqkv_error_detail());
     cr_assert_eq(got, a.n);
     su_expect(&tm, &a, a.n, exp);
     cr_assert_eq(memcmp(out, exp, su_kv_len(&tm, a.n)), 0);
     /* more than cached: NOT_FOUND; a buffer too small: TOO_LARGE with the count */
-    cr_assert_eq(seqkv_get(db, "t", "rm", q, 80, 51, out, cap, &got), SKV_ERR_NOT_FOUND);
-    cr_assert_eq(seqkv_get(db, "t", "rm", a.tok, a.n, 20, out, su_kv_len(&tm, 20) - 1, &got),
+    cr_assert_eq(seqkv_get(db, "t", "rm", q, 80, &(seqkv_get_opts){.want = 51}, out, cap, &got), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_get(db, "t", "rm", a.tok, a.n, &(seqkv_get_opts){.want = 20}, out, su_kv_len(&tm, 20) - 1, &got),
                  SKV_ERR_TOO_LARGE);
     cr_assert_eq(got, 20);
     /* a query matching nothing */
     int32_t z[3] = {(a.tok[0] + 1) % tm.c->vocab_size, 1, 2};
     cr_assert_eq(lookup(db, "t", "rm", z, 3), 0);
-    cr_assert_eq(seqkv_get(db, "t", "rm", z, 3, 0, out, cap, &got), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(seqkv_get(db, "t", "rm", z, 3, NULL, out, cap, &got), SKV_ERR_NOT_FOUND);
 
     /* a second sequence branching inside chunk 1 (position 20) */
     su_seq b;
@@ -181,8 +181,8 @@ Test(store, longest_prefix_at_token_granularity_inside_and_across_chunks, .timeo
         const su_seq *s = which ? &b : &a;
         size_t want = which ? 37 : 50;
         layer_acc acc = {&tm, want, calloc(1, su_kv_len(&tm, want)), calloc((size_t)tm.L, want), 0, 0};
-        cr_assert_eq(seqkv_get_layers(db, "t", "rm", s->tok, s->n, want, on_layer, &acc, &got), 0,
-                     "%s", skv_error_detail());
+        cr_assert_eq(seqkv_get(db, "t", "rm", s->tok, s->n, &(seqkv_get_opts){.want = want, .on_layer = on_layer, .ctx = &acc}, NULL, 0, &got), 0,
+                     "%s", seqkv_error_detail());
         cr_assert_eq(got, want);
         cr_assert_eq(acc.bad, 0);
         for (size_t i = 0; i < (size_t)tm.L * want; i++)
@@ -193,7 +193,7 @@ Test(store, longest_prefix_at_token_granularity_inside_and_across_chunks, .timeo
         free(acc.seen);
     }
     int calls = 0;
-    cr_assert_eq(seqkv_get_layers(db, "t", "rm", a.tok, a.n, 0, stop_at_first, &calls, &got), 4242,
+    cr_assert_eq(seqkv_get(db, "t", "rm", a.tok, a.n, &(seqkv_get_opts){.on_layer = stop_at_first, .ctx = &calls}, NULL, 0, &got), 4242,
                  "the callback's non-zero return is returned");
     cr_assert_eq(calls, 1);
     free(out);
@@ -208,7 +208,7 @@ Test(store, a_put_extending_a_cached_sequence_stores_only_the_tail, .timeout = 1
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(tu_path(tmp, "db"), NULL);
     add_profile(db, &tm, "rm", CHUNK, SEQKV_RAW, 0);
     su_seq full;
@@ -256,11 +256,11 @@ Test(store, reopen_after_close_returns_every_entry_bit_exactly, .timeout = 120)
     const char *tmp = tu_tmpdir();
     const char *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dir, NULL);
     add_profile(db, &tm, "rm", CHUNK, SEQKV_RAW, 0);
     add_profile(db, &tm, "rm8", 8, SEQKV_RAW, 0);
-    seqkv_profile p1;
+    seqkv_profile p1 = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(db, "rm", &p1), 0);
     enum { NT = 3, NS = 5 };
     const char *tenants[NT] = {"alice", "bob", "carol"};
@@ -284,7 +284,7 @@ Test(store, reopen_after_close_returns_every_entry_bit_exactly, .timeout = 120)
     for (int round = 0; round < 2; round++) {
         seqkv_options o = {.read_only = round == 1};
         db = open_store(dir, &o);
-        seqkv_profile p2;
+        seqkv_profile p2 = SEQKV_PROFILE_INIT;
         cr_assert_eq(seqkv_profile_get(db, "rm", &p2), 0);
         cr_assert_eq(memcmp(p1.id, p2.id, 32), 0, "profile identity survives");
         cr_assert_eq(p2.chunk, CHUNK);

@@ -63,8 +63,8 @@ static int stream_check(seqkv *db, const su_model *tm, const su_seq *s, size_t w
     seen sn = {tm, exp, want, {0}, 0, 0};
     seqkv_view *v = NULL;
     size_t got = 0;
-    int rc = seqkv_get_view_stream(db, "t", "p", s->tok, s->n, want, on_ready, &sn, &v, &got);
-    cr_assert_eq(rc, 0, "%s: %s (%s)", what, skv_error_name(rc), skv_error_detail());
+    int rc = seqkv_get_view(db, "t", "p", s->tok, s->n, &(seqkv_get_opts){.want = want, .on_ready = on_ready, .ctx = &sn}, &v, &got);
+    cr_assert_eq(rc, 0, "%s: %s (%s)", what, seqkv_error_name(rc), seqkv_error_detail());
     cr_assert_eq(got, want);
     cr_assert_eq(sn.wrong, 0, "%s: every layer holds the KV put when it is told", what);
     cr_assert_gt(sn.calls, 0);
@@ -83,7 +83,7 @@ static void streamed_on(seqkv_level level, int with_model, int read_threads)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     cr_assert_geq(tm.L, 2, "a model of several layers");
     seqkv_options o = {.cache_bytes = 1 << 20, .read_threads = read_threads};
     seqkv *db = store_at_level(dir, &o, &tm, level, with_model, SCH);
@@ -113,7 +113,7 @@ static void streamed_on(seqkv_level level, int with_model, int read_threads)
     db = open_store(dir, &o);
     seqkv_view *v;
     size_t got;
-    cr_assert_eq(seqkv_get_view(db, "t", "p", b.tok, b.n, SCH, &v, &got), 0); /* chunk 0 */
+    cr_assert_eq(seqkv_get_view(db, "t", "p", b.tok, b.n, &(seqkv_get_opts){.want = SCH}, &v, &got), 0); /* chunk 0 */
     seqkv_view_free(v);
     calls = stream_check(db, &tm, &b, b.n, name);
     cr_assert_eq(calls, layered ? tm.L : 1, "%s, chunk 0 hot: %d calls", name, calls);
@@ -171,7 +171,7 @@ Test(stream, centroid_members_stream_exactly, .timeout = 120)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    if (su_shared_model(&tm, "stories260K.bin", SKV_DT_BF16))
+    if (su_shared_model(&tm, "stories260K.bin", SEQKV_DT_BF16))
         cr_skip("../shared/models/stories260K.bin not present");
     seqkv_options o = {.cache_bytes = 0};
     seqkv *db = open_store(dir, &o);
@@ -183,7 +183,7 @@ Test(stream, centroid_members_stream_exactly, .timeout = 120)
         put(db, "cal", "p", &c, 0);
         su_seq_free(&c);
     }
-    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
     su_seq base, mem[3];
     su_seq_make(&tm, NULL, 0, 80, 123, &base);
     put(db, "t", "p", &base, SEQKV_CTX + 1);
@@ -226,7 +226,7 @@ static void damage_case(seqkv_level level, int threads)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     cr_assert_eq(tm.L, 2);
     seqkv_options o = {.cache_bytes = 0, .read_threads = threads};
     seqkv *db = store_at_level(dir, &o, &tm, level, 0, CHUNK);
@@ -249,11 +249,11 @@ static void damage_case(seqkv_level level, int threads)
             size_t ready = 0, got = 0;
             told_all = 0;
             seqkv_view *v = NULL;
-            int rc = seqkv_get_view_stream(db, "t", "p", a.tok, a.n, a.n, count_ready, &ready, &v,
+            int rc = seqkv_get_view(db, "t", "p", a.tok, a.n, &(seqkv_get_opts){.want = a.n, .on_ready = count_ready, .ctx = &ready}, &v,
                                            &got);
             cr_assert_eq(rc, SKV_ERR_CORRUPT, "byte %zu%s: %s (%s)", off,
-                         trailer ? "" : " under a valid trailer", skv_error_name(rc),
-                         skv_error_detail());
+                         trailer ? "" : " under a valid trailer", seqkv_error_name(rc),
+                         seqkv_error_detail());
             cr_assert_eq(told_all, 0, "byte %zu: the last layer is never told", off);
             if (trailer || level == SEQKV_RAW)
                 cr_assert_eq(ready, 0, "the record fails before any layer is told");

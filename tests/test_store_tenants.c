@@ -29,7 +29,7 @@ Test(store, tenant_b_cannot_look_up_or_get_tenant_a_sequences, .timeout = 120)
     char dirc[4200];
     snprintf(dirc, sizeof dirc, "%s", dir);
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dirc, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
     su_seq a, x;
@@ -42,14 +42,14 @@ Test(store, tenant_b_cannot_look_up_or_get_tenant_a_sequences, .timeout = 120)
     /* bob does not exist yet */
     cr_assert_eq(seqkv_lookup(db, "bob", "p", a.tok, a.n, &m), SKV_ERR_NOT_FOUND);
     cr_assert_eq(m, 0);
-    cr_assert_eq(seqkv_get(db, "bob", "p", a.tok, a.n, 0, out, su_kv_len(&tm, a.n), &got),
+    cr_assert_eq(seqkv_get(db, "bob", "p", a.tok, a.n, NULL, out, su_kv_len(&tm, a.n), &got),
                  SKV_ERR_NOT_FOUND);
     cr_assert_eq(seqkv_stat(db, "bob", &(seqkv_stats){0}), SKV_ERR_NOT_FOUND);
     /* bob exists, stores something else: still nothing of alice's */
     put(db, "bob", "p", &x, 0);
     cr_assert_eq(lookup(db, "bob", "p", a.tok, a.n), 0);
     for (size_t k = 1; k <= a.n; k += 7)
-        cr_assert_eq(seqkv_get(db, "bob", "p", a.tok, a.n, k, out, su_kv_len(&tm, a.n), &got),
+        cr_assert_eq(seqkv_get(db, "bob", "p", a.tok, a.n, &(seqkv_get_opts){.want = k}, out, su_kv_len(&tm, a.n), &got),
                      SKV_ERR_NOT_FOUND);
     cr_assert_eq(lookup(db, "alice", "p", x.tok, x.n), 0, "nor the other way");
     size_t removed = 99;
@@ -93,7 +93,7 @@ Test(store, the_shared_namespace_is_visible_only_to_tenants_that_opted_in, .time
     char dirc[4200];
     snprintf(dirc, sizeof dirc, "%s", dir);
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv *db = open_store(dirc, NULL);
     add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
     su_seq sys, own, ext;
@@ -104,16 +104,16 @@ Test(store, the_shared_namespace_is_visible_only_to_tenants_that_opted_in, .time
     seqkv_put_opts so = {.shared = 1};
     seqkv_put_result r;
     cr_assert_eq(seqkv_put(db, "publisher", "p", sys.tok, sys.n, sys.kv, sys.kv_len, &so, &r), 0,
-                 "%s", skv_error_detail());
+                 "%s", seqkv_error_detail());
     cr_assert_eq(r.new_tokens, sys.n);
     put(db, "plain", "p", &own, 0);
     seqkv_tenant_conf yes = {.read_shared = 1};
-    cr_assert_eq(seqkv_tenant_set(db, "reader", &yes), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_tenant_set(db, "reader", &yes), 0, "%s", seqkv_error_detail());
     for (int round = 0; round < 2; round++) {
         cr_assert_eq(lookup(db, "plain", "p", sys.tok, sys.n), 0, "round %d: not opted in", round);
         size_t got;
         uint8_t *out = malloc(su_kv_len(&tm, sys.n));
-        cr_assert_eq(seqkv_get(db, "plain", "p", sys.tok, sys.n, 0, out, su_kv_len(&tm, sys.n), &got),
+        cr_assert_eq(seqkv_get(db, "plain", "p", sys.tok, sys.n, NULL, out, su_kv_len(&tm, sys.n), &got),
                      SKV_ERR_NOT_FOUND);
         free(out);
         assert_whole(db, "reader", "p", &tm, &sys, "opted in");

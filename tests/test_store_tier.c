@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "seal.h"
-#include "seqkv_tier.h"
+#include "skv_tier.h"
 #include "skv_base.h"
 #include "store_priv.h"
 #include "storetest.h"
@@ -67,10 +67,10 @@ static void host_reopen(host *h)
 static uint64_t share_tenant(seqkv *a, seqkv *b, const char *tenant, uint64_t min_id)
 {
     uint8_t e[SEQKV_TIER_TENANT_BYTES];
-    int rc = seqkv_tier_tenant_create(a, tenant, min_id, FLEET, e);
-    cr_assert_eq(rc, 0, "create %s: %d %s", tenant, rc, skv_error_detail());
-    rc = seqkv_tier_tenant_import(b, tenant, FLEET, e);
-    cr_assert_eq(rc, 0, "import %s: %d %s", tenant, rc, skv_error_detail());
+    int rc = skv_tier_tenant_create(a, tenant, min_id, FLEET, e);
+    cr_assert_eq(rc, 0, "create %s: %d %s", tenant, rc, seqkv_error_detail());
+    rc = skv_tier_tenant_import(b, tenant, FLEET, e);
+    cr_assert_eq(rc, 0, "import %s: %d %s", tenant, rc, seqkv_error_detail());
     return skv_load64_le(e);
 }
 
@@ -79,8 +79,8 @@ static void chain_of(seqkv *db, const char *tenant, const su_seq *s, uint8_t (*n
 {
     cr_assert_lt(s->n / CHUNK, NODES);
     size_t ch = 0;
-    int rc = seqkv_tier_chain(db, tenant, "p", s->tok, s->n, nodes, &ch);
-    cr_assert_eq(rc, 0, "chain: %d %s", rc, skv_error_detail());
+    int rc = skv_tier_chain(db, tenant, "p", s->tok, s->n, nodes, &ch);
+    cr_assert_eq(rc, 0, "chain: %d %s", rc, seqkv_error_detail());
     cr_assert_eq(ch, CHUNK);
 }
 
@@ -88,8 +88,8 @@ static void chain_of(seqkv *db, const char *tenant, const su_seq *s, uint8_t (*n
 static void key_of(seqkv *db, const char *tenant, const su_seq *s, uint8_t (*nodes)[32], size_t i,
                    size_t m, uint8_t key[32])
 {
-    int rc = seqkv_tier_key(db, tenant, nodes[i], s->tok + i * CHUNK, m, key);
-    cr_assert_eq(rc, 0, "key: %d %s", rc, skv_error_detail());
+    int rc = skv_tier_key(db, tenant, nodes[i], s->tok + i * CHUNK, m, key);
+    cr_assert_eq(rc, 0, "key: %d %s", rc, seqkv_error_detail());
 }
 
 /* s's first np tokens, then one that s does not have there, sampled on to n */
@@ -106,7 +106,7 @@ static void fork_of(const su_model *tm, const su_seq *s, size_t np, size_t n, ui
 #define HELD_MAX 64
 
 typedef struct {
-    seqkv_tier_rec r; /* r.bytes: bytes, r.tenant: tenant */
+    skv_tier_rec r; /* r.bytes: bytes, r.tenant: tenant */
     char tenant[SEQKV_NAME_MAX + 1];
     uint8_t *bytes;
 } held_rec;
@@ -118,7 +118,7 @@ typedef struct {
 } held;
 
 /* The hook: runs under the writer lock, so it only copies (no asserts) */
-static void keep(void *ctx, const seqkv_tier_rec *recs, size_t n)
+static void keep(void *ctx, const skv_tier_rec *recs, size_t n)
 {
     held *h = ctx;
     h->calls++;
@@ -190,8 +190,8 @@ static const held_rec *assert_held(const held *h, size_t from, const uint8_t key
     }
     cr_assert_gt(k->r.len, SKV_SEAL_HEAD, "%s: its sealed bytes", what);
     cr_assert(skv_rec_is_sealed(k->r.bytes, k->r.len), "%s: sealed", what);
-    seqkv_tier_rec p;
-    cr_assert_eq(seqkv_tier_peek(k->r.bytes, k->r.len, &p), 0, "%s: peek", what);
+    skv_tier_rec p;
+    cr_assert_eq(skv_tier_peek(k->r.bytes, k->r.len, &p), 0, "%s: peek", what);
     cr_assert_eq(memcmp(p.parent, parent, 32), 0, "%s: peeked parent", what);
     cr_assert_eq(p.chunk_index, chunk_index, "%s: peeked chunk index", what);
     cr_assert_eq(p.n, n, "%s: peeked n", what);
@@ -203,7 +203,7 @@ static const held_rec *assert_held(const held *h, size_t from, const uint8_t key
 }
 
 /* The new records held in [from, to), as install takes them */
-static size_t held_in(const held *h, size_t from, size_t to, seqkv_tier_in *in, size_t cap)
+static size_t held_in(const held *h, size_t from, size_t to, skv_tier_in *in, size_t cap)
 {
     size_t m = 0;
     for (size_t i = from; i < to; i++)
@@ -238,7 +238,7 @@ static void write_seed(const char *name, const uint8_t *b, size_t len, int wrapp
 
 /* ---- tenants --------------------------------------------------------------------- */
 
-/* The names seqkv_tier_tenants gives: how many, and whether name is one */
+/* The names skv_tier_tenants gives: how many, and whether name is one */
 static int names_have(char (*names)[SEQKV_NAME_MAX + 1], size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)
@@ -251,7 +251,7 @@ Test(tier, a_tenant_from_the_fleet_is_the_same_tenant_on_every_host, .timeout = 
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     host A, B;
     host_open(&A, tmp, "a", 101, &tm, SEQKV_RAW);
     host_open(&B, tmp, "b", 202, &tm, SEQKV_RAW);
@@ -271,51 +271,51 @@ Test(tier, a_tenant_from_the_fleet_is_the_same_tenant_on_every_host, .timeout = 
     seqkv_put_opts so = SEQKV_PUT_OPTS_INIT;
     so.shared = 1;
     cr_assert_eq(seqkv_put(B.db, "carol", "p", s.tok, s.n, s.kv, s.kv_len, &so, NULL), 0, "%s",
-                 skv_error_detail());
-    const uint64_t next_a = seqkv_tier_next_tenant(A.db);
+                 seqkv_error_detail());
+    const uint64_t next_a = skv_tier_next_tenant(A.db);
     cr_assert_geq(next_a, 4, "after @shared, dave and carol");
 
     /* a fleet tenant made on A, with an id the fleet chose */
     uint8_t ea[SEQKV_TIER_TENANT_BYTES], e2[SEQKV_TIER_TENANT_BYTES];
-    cr_assert_eq(seqkv_tier_tenant_create(A.db, "alice", 100, FLEET, ea), 0, "%s",
-                 skv_error_detail());
+    cr_assert_eq(skv_tier_tenant_create(A.db, "alice", 100, FLEET, ea), 0, "%s",
+                 seqkv_error_detail());
     const uint64_t id = skv_load64_le(ea);
     cr_assert_geq(id, 100);
-    cr_assert_gt(seqkv_tier_next_tenant(A.db), id);
-    cr_assert_eq(seqkv_tier_tenant_create(A.db, "alice", 100, FLEET, e2), SKV_ERR_ARG,
+    cr_assert_gt(skv_tier_next_tenant(A.db), id);
+    cr_assert_eq(skv_tier_tenant_create(A.db, "alice", 100, FLEET, e2), SKV_ERR_ARG,
                  "alice exists");
-    cr_assert_eq(seqkv_tier_tenant_create(A.db, "frank", 7, FLEET, e2), 0);
+    cr_assert_eq(skv_tier_tenant_create(A.db, "frank", 7, FLEET, e2), 0);
     cr_assert_gt(skv_load64_le(e2), id, "min_id below the next id: the next id");
     put(A.db, "alice", "p", &s, 0);
 
     /* B does not know alice until it takes her entry */
     uint8_t na[NODES][32], nb[NODES][32];
     size_t ch;
-    cr_assert_eq(seqkv_tier_chain(B.db, "alice", "p", s.tok, s.n, nb, &ch), SKV_ERR_NOT_FOUND);
-    cr_assert_eq(seqkv_tier_tenant_export(B.db, "alice", FLEET, e2), SKV_ERR_NOT_FOUND);
-    cr_assert_eq(seqkv_tier_tenant_import(B.db, "alice", FLEET, ea), 0, "%s", skv_error_detail());
-    cr_assert_eq(seqkv_tier_tenant_export(B.db, "alice", FLEET, e2), 0);
+    cr_assert_eq(skv_tier_chain(B.db, "alice", "p", s.tok, s.n, nb, &ch), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(skv_tier_tenant_export(B.db, "alice", FLEET, e2), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(skv_tier_tenant_import(B.db, "alice", FLEET, ea), 0, "%s", seqkv_error_detail());
+    cr_assert_eq(skv_tier_tenant_export(B.db, "alice", FLEET, e2), 0);
     cr_assert_eq(skv_load64_le(e2), id, "the same id on B");
-    cr_assert_gt(seqkv_tier_next_tenant(B.db), id, "B gives no one alice's id");
+    cr_assert_gt(skv_tier_next_tenant(B.db), id, "B gives no one alice's id");
     /* B's entry is A's tenant: the same keys (the wrapping's nonce differs) */
     cr_assert_neq(memcmp(e2 + 8, ea + 8, SEQKV_TIER_TENANT_BYTES - 8), 0);
-    cr_assert_eq(seqkv_tier_tenant_import(A.db, "alice", FLEET, e2), 0, "%s", skv_error_detail());
-    cr_assert_eq(seqkv_tier_tenant_import(B.db, "alice", FLEET, ea), 0, "again: %s",
-                 skv_error_detail());
+    cr_assert_eq(skv_tier_tenant_import(A.db, "alice", FLEET, e2), 0, "%s", seqkv_error_detail());
+    cr_assert_eq(skv_tier_tenant_import(B.db, "alice", FLEET, ea), 0, "again: %s",
+                 seqkv_error_detail());
 
     /* the same chain keys on both hosts; they name A's records */
     chain_of(A.db, "alice", &s, na);
     chain_of(B.db, "alice", &s, nb);
     cr_assert_eq(memcmp(na, nb, (s.n / CHUNK + 1) * 32), 0, "A and B name alice's chunks alike");
-    cr_assert(seqkv_tier_has(A.db, na[1]) && seqkv_tier_has(A.db, na[2]));
-    cr_assert(!seqkv_tier_has(B.db, na[1]), "B has none of it yet");
+    cr_assert(skv_tier_has(A.db, na[1]) && skv_tier_has(A.db, na[2]));
+    cr_assert(!skv_tier_has(B.db, na[1]), "B has none of it yet");
     uint8_t pa[32], pb[32];
     key_of(A.db, "alice", &s, na, 2, 8, pa);
     key_of(B.db, "alice", &s, nb, 2, 8, pb);
     cr_assert_eq(memcmp(pa, pb, 32), 0, "the partial chunk's key alike");
-    cr_assert(seqkv_tier_has(A.db, pa), "A's partial record is under that key");
-    cr_assert_eq(seqkv_tier_key(A.db, "nobody", na[2], s.tok, 8, pa), SKV_ERR_NOT_FOUND);
-    cr_assert_eq(seqkv_tier_chain(A.db, "alice", "q", s.tok, s.n, na, &ch), SKV_ERR_NOT_FOUND);
+    cr_assert(skv_tier_has(A.db, pa), "A's partial record is under that key");
+    cr_assert_eq(skv_tier_key(A.db, "nobody", na[2], s.tok, 8, pa), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(skv_tier_chain(A.db, "alice", "q", s.tok, s.n, na, &ch), SKV_ERR_NOT_FOUND);
     /* carol is local on each host: other secrets, other chains */
     chain_of(A.db, "carol", &c, na);
     chain_of(B.db, "carol", &c, nb);
@@ -324,47 +324,47 @@ Test(tier, a_tenant_from_the_fleet_is_the_same_tenant_on_every_host, .timeout = 
 
     /* refused: a tenant of that name with other keys, an id taken here */
     uint8_t e[SEQKV_TIER_TENANT_BYTES];
-    cr_assert_eq(seqkv_tier_tenant_export(A.db, "carol", FLEET, e), 0);
-    cr_assert_eq(seqkv_tier_tenant_import(B.db, "carol", FLEET, e), SKV_ERR_ARG);
-    cr_assert(strstr(skv_error_detail(), "other keys"), "%s", skv_error_detail());
-    cr_assert_eq(seqkv_tier_tenant_export(A.db, "dave", FLEET, e), 0);
+    cr_assert_eq(skv_tier_tenant_export(A.db, "carol", FLEET, e), 0);
+    cr_assert_eq(skv_tier_tenant_import(B.db, "carol", FLEET, e), SKV_ERR_ARG);
+    cr_assert(strstr(seqkv_error_detail(), "other keys"), "%s", seqkv_error_detail());
+    cr_assert_eq(skv_tier_tenant_export(A.db, "dave", FLEET, e), 0);
     cr_assert_eq(skv_load64_le(e), 2, "dave was A's first tenant");
-    cr_assert_eq(seqkv_tier_tenant_import(B.db, "dave", FLEET, e), SKV_ERR_ARG,
+    cr_assert_eq(skv_tier_tenant_import(B.db, "dave", FLEET, e), SKV_ERR_ARG,
                  "dave's id is B's carol's");
-    cr_assert(strstr(skv_error_detail(), "carol"), "%s", skv_error_detail());
-    cr_assert_eq(seqkv_tier_chain(B.db, "dave", "p", c.tok, c.n, nb, &ch), SKV_ERR_NOT_FOUND,
+    cr_assert(strstr(seqkv_error_detail(), "carol"), "%s", seqkv_error_detail());
+    cr_assert_eq(skv_tier_chain(B.db, "dave", "p", c.tok, c.n, nb, &ch), SKV_ERR_NOT_FOUND,
                  "no dave on B");
     /* refused: another fleet key, a damaged entry, its id changed */
-    cr_assert_eq(seqkv_tier_tenant_import(B.db, "erin", OTHER_FLEET, ea), SKV_ERR_CORRUPT);
+    cr_assert_eq(skv_tier_tenant_import(B.db, "erin", OTHER_FLEET, ea), SKV_ERR_CORRUPT);
     memcpy(e, ea, sizeof e);
     e[60] ^= 0x10;
-    cr_assert_eq(seqkv_tier_tenant_import(B.db, "erin", FLEET, e), SKV_ERR_CORRUPT);
+    cr_assert_eq(skv_tier_tenant_import(B.db, "erin", FLEET, e), SKV_ERR_CORRUPT);
     memcpy(e, ea, sizeof e);
     skv_store64_le(e, id + 1);
-    cr_assert_eq(seqkv_tier_tenant_import(B.db, "erin", FLEET, e), SKV_ERR_CORRUPT,
+    cr_assert_eq(skv_tier_tenant_import(B.db, "erin", FLEET, e), SKV_ERR_CORRUPT,
                  "the id is bound to the keys");
     skv_store64_le(e, 1);
-    cr_assert_eq(seqkv_tier_tenant_import(B.db, "erin", FLEET, e), SKV_ERR_CORRUPT, "@shared's id");
-    cr_assert_eq(seqkv_tier_tenant_import(B.db, "alice", OTHER_FLEET, ea), SKV_ERR_CORRUPT);
-    cr_assert_eq(seqkv_tier_chain(B.db, "erin", "p", c.tok, c.n, nb, &ch), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(skv_tier_tenant_import(B.db, "erin", FLEET, e), SKV_ERR_CORRUPT, "@shared's id");
+    cr_assert_eq(skv_tier_tenant_import(B.db, "alice", OTHER_FLEET, ea), SKV_ERR_CORRUPT);
+    cr_assert_eq(skv_tier_chain(B.db, "erin", "p", c.tok, c.n, nb, &ch), SKV_ERR_NOT_FOUND);
 
     /* the tenants' names, not @shared */
     char names[8][SEQKV_NAME_MAX + 1];
-    size_t n = seqkv_tier_tenants(B.db, names, 8);
+    size_t n = skv_tier_tenants(B.db, names, 8);
     cr_assert_eq(n, 2, "carol and alice on B (%zu)", n);
     cr_assert(names_have(names, n, "carol") && names_have(names, n, "alice"));
     cr_assert_eq(stats(B.db, NULL).tenants, 2);
-    cr_assert_eq(seqkv_tier_tenants(B.db, names, 1), 2, "the count past cap");
-    n = seqkv_tier_tenants(A.db, names, 8);
+    cr_assert_eq(skv_tier_tenants(B.db, names, 1), 2, "the count past cap");
+    n = skv_tier_tenants(A.db, names, 8);
     cr_assert_eq(n, 4, "dave, carol, alice, frank on A (%zu)", n);
     cr_assert(names_have(names, n, "dave") && names_have(names, n, "frank") &&
               !names_have(names, n, SEQKV_SHARED_TENANT));
 
     /* all of it kept: B reopened still has alice under her id */
     host_reopen(&B);
-    cr_assert_eq(seqkv_tier_tenant_export(B.db, "alice", FLEET, e2), 0);
+    cr_assert_eq(skv_tier_tenant_export(B.db, "alice", FLEET, e2), 0);
     cr_assert_eq(skv_load64_le(e2), id);
-    cr_assert_gt(seqkv_tier_next_tenant(B.db), id);
+    cr_assert_gt(skv_tier_next_tenant(B.db), id);
     chain_of(B.db, "alice", &s, nb);
     chain_of(A.db, "alice", &s, na);
     cr_assert_eq(memcmp(na, nb, (s.n / CHUNK + 1) * 32), 0);
@@ -381,12 +381,12 @@ Test(tier, a_put_hands_over_its_new_records_and_the_prefix_it_reused, .timeout =
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     host A;
     host_open(&A, tmp, "a", 101, &tm, SEQKV_RAW);
     static held h;
     memset(&h, 0, sizeof h);
-    seqkv_tier_on_commit(A.db, keep, &h);
+    skv_tier_on_commit(A.db, keep, &h);
     su_seq s, s2, t;
     su_seq_make(&tm, NULL, 0, 40, 7, &s);
     fork_of(&tm, &s, 32, 52, 9, &s2);
@@ -413,7 +413,7 @@ Test(tier, a_put_hands_over_its_new_records_and_the_prefix_it_reused, .timeout =
         /* the handed bytes are what A stores */
         uint8_t *b;
         size_t bl;
-        cr_assert_eq(seqkv_tier_read(A.db, h.v[i].r.key, &b, &bl), 0, "%s", skv_error_detail());
+        cr_assert_eq(skv_tier_read(A.db, h.v[i].r.key, &b, &bl), 0, "%s", seqkv_error_detail());
         cr_assert(bl == h.v[i].r.len && memcmp(b, h.v[i].r.bytes, bl) == 0);
         skv_free(b);
     }
@@ -422,12 +422,12 @@ Test(tier, a_put_hands_over_its_new_records_and_the_prefix_it_reused, .timeout =
     write_seed("sealed_cut_head", r0->r.bytes, SKV_SEAL_HEAD - 1, 0);
     write_seed("wrapped_cut", r0->r.bytes, r0->r.len / 2, 1);
     /* peek wants a sealed record's whole head, nothing more */
-    seqkv_tier_rec p;
-    cr_assert_eq(seqkv_tier_peek(r0->r.bytes, SKV_SEAL_HEAD, &p), 0);
+    skv_tier_rec p;
+    cr_assert_eq(skv_tier_peek(r0->r.bytes, SKV_SEAL_HEAD, &p), 0);
     cr_assert_eq(memcmp(p.parent, nodes[0], 32), 0);
-    cr_assert_eq(seqkv_tier_peek(r0->r.bytes, SKV_SEAL_HEAD - 1, &p), SKV_ERR_FORMAT);
+    cr_assert_eq(skv_tier_peek(r0->r.bytes, SKV_SEAL_HEAD - 1, &p), SKV_ERR_FORMAT);
     cr_assert_eq(p.n, 0, "a refused peek gives zeros");
-    cr_assert_eq(seqkv_tier_peek(s.kv, s.kv_len, &p), SKV_ERR_FORMAT);
+    cr_assert_eq(skv_tier_peek(s.kv, s.kv_len, &p), SKV_ERR_FORMAT);
 
     /* a fork after two chunks: chunk 2 and 4 tokens of chunk 3 new, chunks 0
      * and 1 reused */
@@ -514,7 +514,7 @@ Test(tier, a_put_hands_over_its_new_records_and_the_prefix_it_reused, .timeout =
                              .kv = u.kv, .kv_len = u.kv_len},
                             {.tenant = "alice", .profile = "p", .tokens = v.tok, .n = v.n,
                              .kv = v.kv, .kv_len = v.kv_len}};
-    cr_assert_eq(seqkv_put_batch(A.db, req, 2), 0, "%s %s", req[0].error, req[1].error);
+    cr_assert_eq(seqkv_put_batch(A.db, req, 2), 0, "%s %s", req[0].detail, req[1].detail);
     cr_assert_eq(h.calls, 7, "one commit, one call (%d)", h.calls);
     held_count(&h, from, &fresh, &reused);
     cr_assert_eq(fresh, 2 + 3);
@@ -522,7 +522,7 @@ Test(tier, a_put_hands_over_its_new_records_and_the_prefix_it_reused, .timeout =
     assert_held(&h, from, n2[2], 1, "alice", n2[1], 1, CHUNK, n2[1], "batched chunk 1");
 
     /* off: nothing more */
-    seqkv_tier_on_commit(A.db, NULL, NULL);
+    skv_tier_on_commit(A.db, NULL, NULL);
     su_seq w;
     su_seq_make(&tm, NULL, 0, 30, 14, &w);
     put(A.db, "alice", "p", &w, 0);
@@ -539,7 +539,7 @@ Test(tier, a_put_hands_over_its_new_records_and_the_prefix_it_reused, .timeout =
     U.db = open_store(U.dir, &o);
     add_profile(U.db, &tm, "p", CHUNK, SEQKV_RAW, 0);
     from = h.n;
-    seqkv_tier_on_commit(U.db, keep, &h);
+    skv_tier_on_commit(U.db, keep, &h);
     put(U.db, "alice", "p", &s, 0);
     held_count(&h, from, &fresh, &reused);
     cr_assert_eq(fresh, 0, "unsealed records are not handed over");
@@ -557,21 +557,21 @@ Test(tier, a_put_hands_over_its_new_records_and_the_prefix_it_reused, .timeout =
 /* ---- install --------------------------------------------------------------------- */
 
 /* B's store unchanged by a refused install: nothing of s, none of the keys */
-static void assert_nothing(seqkv *db, const su_seq *s, const seqkv_tier_in *in, size_t n,
+static void assert_nothing(seqkv *db, const su_seq *s, const skv_tier_in *in, size_t n,
                            const char *what)
 {
     cr_assert_eq(lookup(db, "alice", "p", s->tok, s->n), 0, "%s: lookup", what);
     for (size_t i = 0; i < n; i++) {
-        cr_assert(!seqkv_tier_has(db, in[i].key), "%s: record %zu indexed", what, i);
+        cr_assert(!skv_tier_has(db, in[i].key), "%s: record %zu indexed", what, i);
         uint8_t *b;
         size_t bl;
-        cr_assert_eq(seqkv_tier_read(db, in[i].key, &b, &bl), SKV_ERR_NOT_FOUND,
+        cr_assert_eq(skv_tier_read(db, in[i].key, &b, &bl), SKV_ERR_NOT_FOUND,
                      "%s: record %zu stored", what, i);
     }
 }
 
 /* A copy of in[0..n) whose record `which` has byte `at` flipped */
-static void flipped(const seqkv_tier_in *in, size_t n, size_t which, size_t at, seqkv_tier_in *out,
+static void flipped(const skv_tier_in *in, size_t n, size_t which, size_t at, skv_tier_in *out,
                     uint8_t **bytes)
 {
     memcpy(out, in, n * sizeof *in);
@@ -585,7 +585,7 @@ Test(tier, records_from_another_host_install_and_get_back_bit_exact, .timeout = 
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     host A, B;
     host_open(&A, tmp, "a", 101, &tm, SEQKV_RAW);
     host_open(&B, tmp, "b", 202, &tm, SEQKV_RAW);
@@ -598,13 +598,13 @@ Test(tier, records_from_another_host_install_and_get_back_bit_exact, .timeout = 
     share_tenant(A.db, B.db, "bob", 100);
     static held h;
     memset(&h, 0, sizeof h);
-    seqkv_tier_on_commit(A.db, keep, &h);
+    skv_tier_on_commit(A.db, keep, &h);
     put(A.db, "alice", "p", &s, 0);
     put(A.db, "alice", "p", &s2, 0);
     const size_t of_alice = h.n;
     put(A.db, "bob", "p", &c, 0);
-    seqkv_tier_on_commit(A.db, NULL, NULL);
-    seqkv_tier_in in[16], bad[16], bobs[4];
+    skv_tier_on_commit(A.db, NULL, NULL);
+    skv_tier_in in[16], bad[16], bobs[4];
     const size_t n = held_in(&h, 0, of_alice, in, 16);
     cr_assert_eq(n, 5, "s: 3 records, its fork 2");
     const size_t nb = held_in(&h, of_alice, h.n, bobs, 4);
@@ -620,55 +620,55 @@ Test(tier, records_from_another_host_install_and_get_back_bit_exact, .timeout = 
     for (int i = 0; i < 3; i++) {
         uint8_t *fb;
         flipped(in, n, at[i][0], at[i][1], bad, &fb);
-        int rc = seqkv_tier_install(B.db, "alice", "p", bad, n);
+        int rc = skv_tier_install(B.db, "alice", "p", bad, n);
         cr_assert_eq(rc, SKV_ERR_CORRUPT, "byte %zu of record %zu flipped: %d %s", at[i][1],
-                     at[i][0], rc, skv_error_detail());
+                     at[i][0], rc, seqkv_error_detail());
         assert_nothing(B.db, &s, in, n, "a damaged record");
         free(fb);
     }
     memcpy(bad, in, n * sizeof *in);
     bad[2].len--;
-    cr_assert_eq(seqkv_tier_install(B.db, "alice", "p", bad, n), SKV_ERR_CORRUPT, "%s",
-                 skv_error_detail());
+    cr_assert_eq(skv_tier_install(B.db, "alice", "p", bad, n), SKV_ERR_CORRUPT, "%s",
+                 seqkv_error_detail());
     assert_nothing(B.db, &s, in, n, "a record cut short");
     memcpy(bad, in, n * sizeof *in);
     memcpy(bad[0].key, in[1].key, 32);
-    cr_assert_eq(seqkv_tier_install(B.db, "alice", "p", bad, 1), SKV_ERR_CORRUPT,
+    cr_assert_eq(skv_tier_install(B.db, "alice", "p", bad, 1), SKV_ERR_CORRUPT,
                  "a record under another key");
     assert_nothing(B.db, &s, in, n, "a record under another key");
 
     /* another tenant's or profile's: refused */
-    cr_assert_eq(seqkv_tier_install(B.db, "carol", "p", in, n), SKV_ERR_CORRUPT, "B's own carol");
-    cr_assert_eq(seqkv_tier_install(B.db, "bob", "p", in, n), SKV_ERR_CORRUPT, "the fleet's bob");
-    cr_assert_eq(seqkv_tier_install(B.db, "alice", "p", bobs, nb), SKV_ERR_CORRUPT, "bob's");
+    cr_assert_eq(skv_tier_install(B.db, "carol", "p", in, n), SKV_ERR_CORRUPT, "B's own carol");
+    cr_assert_eq(skv_tier_install(B.db, "bob", "p", in, n), SKV_ERR_CORRUPT, "the fleet's bob");
+    cr_assert_eq(skv_tier_install(B.db, "alice", "p", bobs, nb), SKV_ERR_CORRUPT, "bob's");
     memcpy(bad, in, n * sizeof *in);
     bad[n] = bobs[0];
-    cr_assert_eq(seqkv_tier_install(B.db, "alice", "p", bad, n + 1), SKV_ERR_CORRUPT,
+    cr_assert_eq(skv_tier_install(B.db, "alice", "p", bad, n + 1), SKV_ERR_CORRUPT,
                  "one of bob's among alice's");
     add_profile(B.db, &tm, "q", 2 * CHUNK, SEQKV_RAW, 0);
-    cr_assert_eq(seqkv_tier_install(B.db, "alice", "q", in, n), SKV_ERR_CORRUPT, "profile q");
-    cr_assert_eq(seqkv_tier_install(B.db, "alice", "r", in, n), SKV_ERR_NOT_FOUND);
-    cr_assert_eq(seqkv_tier_install(B.db, "erin", "p", in, n), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(skv_tier_install(B.db, "alice", "q", in, n), SKV_ERR_CORRUPT, "profile q");
+    cr_assert_eq(skv_tier_install(B.db, "alice", "r", in, n), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(skv_tier_install(B.db, "erin", "p", in, n), SKV_ERR_NOT_FOUND);
     assert_nothing(B.db, &s, in, n, "another tenant's or profile's");
     cr_assert_eq(lookup(B.db, "carol", "p", c.tok, c.n), c.n, "carol's own untouched");
 
     /* all of them, deepest first: B serves both sequences exactly */
     for (size_t i = 0; i < n; i++)
         bad[i] = in[n - 1 - i];
-    int rc = seqkv_tier_install(B.db, "alice", "p", bad, n);
-    cr_assert_eq(rc, 0, "install: %d %s", rc, skv_error_detail());
+    int rc = skv_tier_install(B.db, "alice", "p", bad, n);
+    cr_assert_eq(rc, 0, "install: %d %s", rc, seqkv_error_detail());
     assert_whole(B.db, "alice", "p", &tm, &s, "s installed");
     assert_whole(B.db, "alice", "p", &tm, &s2, "its fork installed");
     for (size_t i = 0; i < n; i++) {
-        cr_assert(seqkv_tier_has(B.db, in[i].key));
+        cr_assert(skv_tier_has(B.db, in[i].key));
         uint8_t *b;
         size_t bl;
-        cr_assert_eq(seqkv_tier_read(B.db, in[i].key, &b, &bl), 0);
+        cr_assert_eq(skv_tier_read(B.db, in[i].key, &b, &bl), 0);
         cr_assert(bl == in[i].len && memcmp(b, in[i].bytes, bl) == 0, "B stores them as they came");
         skv_free(b);
     }
     for (size_t i = 0; i < nb; i++)
-        cr_assert(!seqkv_tier_has(B.db, bobs[i].key), "bob's never installed");
+        cr_assert(!skv_tier_has(B.db, bobs[i].key), "bob's never installed");
     seqkv_stats st = stats(B.db, "alice");
     cr_assert_eq(st.chunks, 5);
     cr_assert_eq(st.tokens, 60, "s's 40 tokens and its fork's 20");
@@ -676,8 +676,8 @@ Test(tier, records_from_another_host_install_and_get_back_bit_exact, .timeout = 
     cr_assert_eq(stats(B.db, NULL).chunks, 5 + 2, "and carol's 2");
 
     /* again: all skipped */
-    rc = seqkv_tier_install(B.db, "alice", "p", in, n);
-    cr_assert_eq(rc, 0, "again: %d %s", rc, skv_error_detail());
+    rc = skv_tier_install(B.db, "alice", "p", in, n);
+    cr_assert_eq(rc, 0, "again: %d %s", rc, seqkv_error_detail());
     st = stats(B.db, "alice");
     cr_assert_eq(st.chunks, 5);
     cr_assert_eq(st.stored_bytes, bytes);
@@ -716,11 +716,11 @@ static long deps_of(seqkv *db, const uint8_t key[32])
 }
 
 /* The held new record of key, as install takes it */
-static seqkv_tier_in held_one(const held *h, const uint8_t key[32])
+static skv_tier_in held_one(const held *h, const uint8_t key[32])
 {
     const held_rec *k = held_find(h, 0, key, 1);
     cr_assert_not_null(k);
-    seqkv_tier_in in = {.bytes = k->r.bytes, .len = k->r.len};
+    skv_tier_in in = {.bytes = k->r.bytes, .len = k->r.len};
     memcpy(in.key, key, 32);
     return in;
 }
@@ -729,14 +729,14 @@ Test(tier, records_installed_before_what_they_need_keep_it_from_a_delete, .timeo
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
-    su_random_model(&tm, tmp, SKV_DT_BF16);
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
     host A, B;
     host_open(&A, tmp, "a", 101, &tm, SEQKV_RAW);
     host_open(&B, tmp, "b", 202, &tm, SEQKV_RAW);
     share_tenant(A.db, B.db, "alice", 100);
     static held h;
     memset(&h, 0, sizeof h);
-    seqkv_tier_on_commit(A.db, keep, &h);
+    skv_tier_on_commit(A.db, keep, &h);
     /* s: chunks 0, 1 and 8 tokens of 2; s3 continues it: chunk 2 taking
      * [0, 8) from s's partial record (its base), 8 tokens of chunk 3 */
     su_seq s, s3;
@@ -752,15 +752,15 @@ Test(tier, records_installed_before_what_they_need_keep_it_from_a_delete, .timeo
     const held_rec *c2 = held_find(&h, 0, n3[3], 1);
     cr_assert(c2 && c2->r.has_base && memcmp(c2->r.base, part, 32) == 0);
     /* on B in three installs, each before what it needs */
-    seqkv_tier_in one[2] = {held_one(&h, ns[2])};
-    cr_assert_eq(seqkv_tier_install(B.db, "alice", "p", one, 1), 0, "chunk 1 without chunk 0");
+    skv_tier_in one[2] = {held_one(&h, ns[2])};
+    cr_assert_eq(skv_tier_install(B.db, "alice", "p", one, 1), 0, "chunk 1 without chunk 0");
     cr_assert_eq(lookup(B.db, "alice", "p", s.tok, s.n), 0, "nothing to reach it by");
     one[0] = held_one(&h, n3[3]);
     one[1] = held_one(&h, tail);
-    cr_assert_eq(seqkv_tier_install(B.db, "alice", "p", one, 2), 0, "chunk 2 without its base");
+    cr_assert_eq(skv_tier_install(B.db, "alice", "p", one, 2), 0, "chunk 2 without its base");
     one[0] = held_one(&h, ns[1]);
     one[1] = held_one(&h, part);
-    cr_assert_eq(seqkv_tier_install(B.db, "alice", "p", one, 2), 0, "chunk 0 and the base");
+    cr_assert_eq(skv_tier_install(B.db, "alice", "p", one, 2), 0, "chunk 0 and the base");
     assert_whole(B.db, "alice", "p", &tm, &s, "s installed in pieces");
     assert_whole(B.db, "alice", "p", &tm, &s3, "s3 installed in pieces");
     /* what needs what, counted as A counts it: chunk 0 needed by chunk 1,
@@ -808,7 +808,7 @@ static void coded_records_travel(su_model *tm, size_t len, const char *seed_name
     host A, B;
     host_calibrated(&A, tmp, "a", 101, tm, SEQKV_CTX);
     host_open(&B, tmp, "b", 202, tm, SEQKV_CTX);
-    seqkv_profile pa, pb;
+    seqkv_profile pa = SEQKV_PROFILE_INIT, pb = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_profile_get(A.db, "p", &pa), 0);
     cr_assert_eq(seqkv_profile_get(B.db, "p", &pb), 0);
     cr_assert(pa.has_calib && !pb.has_calib);
@@ -816,7 +816,7 @@ static void coded_records_travel(su_model *tm, size_t len, const char *seed_name
     share_tenant(A.db, B.db, "alice", 100);
     static held h;
     memset(&h, 0, sizeof h);
-    seqkv_tier_on_commit(A.db, keep, &h);
+    skv_tier_on_commit(A.db, keep, &h);
     su_seq s, s2;
     su_seq_make(tm, NULL, 0, len, 77, &s);
     fork_of(tm, &s, CHUNK, len + 9, 78, &s2);
@@ -824,7 +824,7 @@ static void coded_records_travel(su_model *tm, size_t len, const char *seed_name
     put(A.db, "alice", "p", &s2, 0);
     cr_assert_eq(stats(A.db, "alice").level_tokens[SEQKV_CTX], s.n + s2.n - CHUNK,
                  "coded at ctx on A");
-    seqkv_tier_in in[16];
+    skv_tier_in in[16];
     const size_t n = held_in(&h, 0, h.n, in, 16);
     cr_assert_geq(n, 3);
     for (size_t i = 0; i < h.n; i++)
@@ -839,46 +839,46 @@ static void coded_records_travel(su_model *tm, size_t len, const char *seed_name
     write_seed(seed_name, r1->r.bytes, r1->r.len, 1);
 
     /* without the calibration: refused, nothing installed */
-    cr_assert(!seqkv_tier_calib_has(B.db, pa.calib_id));
-    cr_assert_eq(seqkv_tier_install(B.db, "alice", "p", in, n), SKV_ERR_NOT_FOUND);
+    cr_assert(!skv_tier_calib_has(B.db, pa.calib_id));
+    cr_assert_eq(skv_tier_install(B.db, "alice", "p", in, n), SKV_ERR_NOT_FOUND);
     cr_assert_eq(lookup(B.db, "alice", "p", s.tok, s.n), 0);
     /* A's calibration, sealed for the fleet */
     uint8_t *cb, *other;
     size_t cl, ol;
     uint8_t none[16] = {1};
-    cr_assert_eq(seqkv_tier_calib_export(A.db, none, FLEET, &cb, &cl), SKV_ERR_NOT_FOUND);
+    cr_assert_eq(skv_tier_calib_export(A.db, none, FLEET, &cb, &cl), SKV_ERR_NOT_FOUND);
     cr_assert_null(cb);
-    cr_assert_eq(seqkv_tier_calib_export(A.db, pa.calib_id, FLEET, &cb, &cl), 0, "%s",
-                 skv_error_detail());
-    cr_assert_eq(seqkv_tier_calib_export(A.db, pa.calib_id, OTHER_FLEET, &other, &ol), 0);
+    cr_assert_eq(skv_tier_calib_export(A.db, pa.calib_id, FLEET, &cb, &cl), 0, "%s",
+                 seqkv_error_detail());
+    cr_assert_eq(skv_tier_calib_export(A.db, pa.calib_id, OTHER_FLEET, &other, &ol), 0);
     cr_assert_eq(ol, cl);
     /* refused: another fleet key's, damaged, under another id */
-    cr_assert_eq(seqkv_tier_calib_import(B.db, pa.calib_id, FLEET, other, ol), SKV_ERR_CORRUPT);
-    cr_assert_eq(seqkv_tier_calib_import(B.db, pa.calib_id, OTHER_FLEET, cb, cl), SKV_ERR_CORRUPT);
+    cr_assert_eq(skv_tier_calib_import(B.db, pa.calib_id, FLEET, other, ol), SKV_ERR_CORRUPT);
+    cr_assert_eq(skv_tier_calib_import(B.db, pa.calib_id, OTHER_FLEET, cb, cl), SKV_ERR_CORRUPT);
     cb[cl / 2] ^= 1;
-    cr_assert_eq(seqkv_tier_calib_import(B.db, pa.calib_id, FLEET, cb, cl), SKV_ERR_CORRUPT);
+    cr_assert_eq(skv_tier_calib_import(B.db, pa.calib_id, FLEET, cb, cl), SKV_ERR_CORRUPT);
     cb[cl / 2] ^= 1;
     uint8_t moved[16];
     memcpy(moved, pa.calib_id, 16);
     moved[0] ^= 1;
-    cr_assert_eq(seqkv_tier_calib_import(B.db, moved, FLEET, cb, cl), SKV_ERR_CORRUPT);
-    cr_assert(!seqkv_tier_calib_has(B.db, pa.calib_id) && !seqkv_tier_calib_has(B.db, moved));
+    cr_assert_eq(skv_tier_calib_import(B.db, moved, FLEET, cb, cl), SKV_ERR_CORRUPT);
+    cr_assert(!skv_tier_calib_has(B.db, pa.calib_id) && !skv_tier_calib_has(B.db, moved));
     /* taken: stored, not made current */
-    int rc = seqkv_tier_calib_import(B.db, pa.calib_id, FLEET, cb, cl);
-    cr_assert_eq(rc, 0, "%d %s", rc, skv_error_detail());
-    cr_assert_eq(seqkv_tier_calib_import(B.db, pa.calib_id, FLEET, cb, cl), 0, "again");
-    cr_assert(seqkv_tier_calib_has(B.db, pa.calib_id));
+    int rc = skv_tier_calib_import(B.db, pa.calib_id, FLEET, cb, cl);
+    cr_assert_eq(rc, 0, "%d %s", rc, seqkv_error_detail());
+    cr_assert_eq(skv_tier_calib_import(B.db, pa.calib_id, FLEET, cb, cl), 0, "again");
+    cr_assert(skv_tier_calib_has(B.db, pa.calib_id));
     cr_assert_eq(seqkv_profile_get(B.db, "p", &pb), 0);
     cr_assert(!pb.has_calib, "an imported calibration is not made current");
     /* B's copy, exported again, is the same calibration */
     uint8_t *cb2;
     size_t cl2;
-    cr_assert_eq(seqkv_tier_calib_export(B.db, pa.calib_id, FLEET, &cb2, &cl2), 0);
+    cr_assert_eq(skv_tier_calib_export(B.db, pa.calib_id, FLEET, &cb2, &cl2), 0);
     cr_assert_eq(cl2, cl);
     skv_free(cb2);
 
-    rc = seqkv_tier_install(B.db, "alice", "p", in, n);
-    cr_assert_eq(rc, 0, "install: %d %s", rc, skv_error_detail());
+    rc = skv_tier_install(B.db, "alice", "p", in, n);
+    cr_assert_eq(rc, 0, "install: %d %s", rc, seqkv_error_detail());
     assert_whole(B.db, "alice", "p", tm, &s, "coded records installed");
     assert_whole(B.db, "alice", "p", tm, &s2, "their fork");
     seqkv_stats st = stats(B.db, "alice");
@@ -898,7 +898,7 @@ static void coded_records_travel(su_model *tm, size_t len, const char *seed_name
 Test(tier, a_calibration_from_the_fleet_lets_coded_records_install, .timeout = 60)
 {
     su_model tm;
-    su_random_model(&tm, tu_tmpdir(), SKV_DT_BF16);
+    su_random_model(&tm, tu_tmpdir(), SEQKV_DT_BF16);
     coded_records_travel(&tm, 40, "wrapped_ctx_c1");
     su_model_free(&tm);
 }
@@ -906,7 +906,7 @@ Test(tier, a_calibration_from_the_fleet_lets_coded_records_install, .timeout = 6
 Test(tier, stories260K_kv_travels_between_hosts_bit_exact, .timeout = 120)
 {
     su_model tm;
-    if (su_shared_model(&tm, "stories260K.bin", SKV_DT_BF16))
+    if (su_shared_model(&tm, "stories260K.bin", SEQKV_DT_BF16))
         cr_skip("../shared/models/stories260K.bin not present");
     coded_records_travel(&tm, 70, "wrapped_ctx_c1_stories260K");
     su_model_free(&tm);

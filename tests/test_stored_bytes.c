@@ -74,15 +74,15 @@ static void fill_store(const char *dir, const su_model *tm, const su_seq *s, int
     seqkv_options o = {0};
     o.quiet = 1;
     seqkv *db = NULL;
-    cr_assert_eq(seqkv_open(dir, &o, &db), 0, "%s", skv_error_detail());
-    seqkv_profile p;
+    cr_assert_eq(seqkv_open(dir, &o, &db), 0, "%s", seqkv_error_detail());
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     su_profile(tm, "p", CHUNK, SEQKV_RAW, 1, &p);
-    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", skv_error_detail());
+    cr_assert_eq(seqkv_profile_set(db, &p), 0, "%s", seqkv_error_detail());
     seqkv_put_result r;
     for (int i = 0; i < 2; i++)
         cr_assert_eq(seqkv_put(db, "t", "p", s[i].tok, s[i].n, s[i].kv, s[i].kv_len, NULL, &r), 0, "%s",
-                     skv_error_detail());
-    cr_assert_eq(seqkv_calibrate(db, "p", 2), 0, "%s", skv_error_detail());
+                     seqkv_error_detail());
+    cr_assert_eq(seqkv_calibrate(db, "p", 2), 0, "%s", seqkv_error_detail());
     for (int l = SEQKV_STAT; l < SEQKV_LEVELS; l++) {
         const su_seq *q = &s[2 + (l - SEQKV_STAT) % (NSEQ - 2)];
         seqkv_put_opts po = {.has_level = 1, .level = (seqkv_level)l};
@@ -90,7 +90,7 @@ static void fill_store(const char *dir, const su_model *tm, const su_seq *s, int
         char ten[8];
         snprintf(ten, sizeof ten, "l%d", l);
         cr_assert_eq(seqkv_put(db, ten, "p", q->tok, q->n, q->kv, q->kv_len, &po, &r), 0, "%s",
-                     skv_error_detail());
+                     seqkv_error_detail());
         cr_assert_gt(r.chunks, 0);
     }
     seqkv_close(db);
@@ -136,7 +136,7 @@ static void same_bytes_on_every_path(su_model *tm, size_t len)
 Test(stored_bytes, do_not_depend_on_the_cpu_path_on_random_model_kv, .timeout = 300)
 {
     su_model tm;
-    su_random_model(&tm, tu_tmpdir(), SKV_DT_BF16);
+    su_random_model(&tm, tu_tmpdir(), SEQKV_DT_BF16);
     same_bytes_on_every_path(&tm, 80);
     su_model_free(&tm);
 }
@@ -144,7 +144,7 @@ Test(stored_bytes, do_not_depend_on_the_cpu_path_on_random_model_kv, .timeout = 
 Test(stored_bytes, do_not_depend_on_the_cpu_path_on_stories260k, .timeout = 300)
 {
     su_model tm;
-    if (su_shared_model(&tm, "stories260K.bin", SKV_DT_BF16))
+    if (su_shared_model(&tm, "stories260K.bin", SEQKV_DT_BF16))
         cr_skip("../shared/models/stories260K.bin not present");
     same_bytes_on_every_path(&tm, 200);
     su_model_free(&tm);

@@ -27,8 +27,8 @@ static skv_json *json_ok(const char *text)
 {
     skv_json *j = NULL;
     int rc = skv_json_parse(text, strlen(text), &j);
-    cr_assert_eq(rc, 0, "parse of %s failed: %s (%s)", text, skv_strerror(rc),
-                 skv_error_detail());
+    cr_assert_eq(rc, 0, "parse of %s failed: %s (%s)", text, seqkv_strerror(rc),
+                 seqkv_error_detail());
     return j;
 }
 
@@ -49,7 +49,7 @@ Test(json, accepts_valid_documents)
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         int rc = json_rc(good[i], strlen(good[i]));
-        cr_expect_eq(rc, 0, "rejected valid #%zu %s: %s", i, good[i], skv_error_detail());
+        cr_expect_eq(rc, 0, "rejected valid #%zu %s: %s", i, good[i], seqkv_error_detail());
     }
 }
 
@@ -71,7 +71,7 @@ Test(json, rejects_invalid_documents_with_format_error)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = json_rc(bad[i], strlen(bad[i]));
         cr_expect_eq(rc, SKV_ERR_FORMAT, "#%zu %s: expected FORMAT, got %s", i, bad[i],
-                     skv_strerror(rc));
+                     seqkv_strerror(rc));
     }
     /* a NUL byte inside the given length is never valid JSON */
     cr_expect_eq(json_rc("[1]\0", 4), SKV_ERR_FORMAT);
@@ -91,7 +91,7 @@ static char *nested(int depth, char open, char close)
 Test(json, nesting_up_to_the_depth_cap_is_accepted_and_beyond_is_too_large)
 {
     char *ok = nested(SKV_JSON_MAX_DEPTH, '[', ']');
-    cr_expect_eq(json_rc(ok, strlen(ok)), 0, "%s", skv_error_detail());
+    cr_expect_eq(json_rc(ok, strlen(ok)), 0, "%s", seqkv_error_detail());
     free(ok);
     char *deep = nested(SKV_JSON_MAX_DEPTH + 1, '[', ']');
     cr_expect_eq(json_rc(deep, strlen(deep)), SKV_ERR_TOO_LARGE);
@@ -239,11 +239,11 @@ Test(json, objects_and_arrays_expose_members_in_order)
 Test(json, error_detail_names_the_byte_offset)
 {
     cr_assert_eq(json_rc("[1, 2, 03]", 10), SKV_ERR_FORMAT);
-    cr_expect(strstr(skv_error_detail(), "byte 7") != NULL, "%s", skv_error_detail());
+    cr_expect(strstr(seqkv_error_detail(), "byte 7") != NULL, "%s", seqkv_error_detail());
     cr_assert_eq(json_rc("{\"a\": \"\\q\"}", 11), SKV_ERR_FORMAT);
-    cr_expect(strstr(skv_error_detail(), "byte 7") != NULL, "%s", skv_error_detail());
+    cr_expect(strstr(seqkv_error_detail(), "byte 7") != NULL, "%s", seqkv_error_detail());
     cr_assert_eq(json_rc("[true] x", 8), SKV_ERR_FORMAT);
-    cr_expect(strstr(skv_error_detail(), "byte 7") != NULL, "%s", skv_error_detail());
+    cr_expect(strstr(seqkv_error_detail(), "byte 7") != NULL, "%s", seqkv_error_detail());
 }
 
 Test(json, large_documents_span_arena_chunks)
@@ -257,7 +257,7 @@ Test(json, large_documents_span_arena_chunks)
         n += (size_t)snprintf(s + n, cap - n, "%s\"key%d\":[%d,\"v%d\"]", i ? "," : "", i, i, i);
     s[n++] = '}';
     skv_json *j = NULL;
-    cr_assert_eq(skv_json_parse(s, n, &j), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_json_parse(s, n, &j), 0, "%s", seqkv_error_detail());
     cr_expect_eq(j->count, 20000);
     int i = 0;
     char want[32];
@@ -292,7 +292,7 @@ Test(json, every_allocation_failure_returns_nomem)
             break;
         }
         cr_assert_eq(rc, SKV_ERR_NOMEM, "failure at allocation %ld gave %s", k,
-                     skv_strerror(rc));
+                     seqkv_strerror(rc));
         cr_assert_null(j);
         fails++;
         cr_assert_lt(k, 1000, "parse never succeeds");
@@ -315,7 +315,7 @@ Test(json, value_count_is_bounded)
     cr_assert_null(j);
     /* one fewer value parses */
     t[2 * (n - 1)] = ']';
-    cr_assert_eq(skv_json_parse(t, 2 * (n - 1) + 1, &j), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_json_parse(t, 2 * (n - 1) + 1, &j), 0, "%s", seqkv_error_detail());
     cr_assert_eq(j->count, n - 1);
     skv_json_free(j);
     free(t);

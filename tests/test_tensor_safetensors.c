@@ -61,21 +61,21 @@ static int contains(const uint8_t *hay, size_t n, const char *needle)
 
 typedef struct {
     const char *name;
-    skv_dtype dt;
+    seqkv_dtype dt;
     int ndim;
     int64_t shape[SKV_ST_MAX_DIMS];
 } tspec;
 
 static const tspec round_trip_specs[] = {
-    {"w.f32", SKV_DT_F32, 2, {3, 5}},
-    {"layers.0.attn \"q\"\\\n\t/\xc3\xa9", SKV_DT_BF16, 3, {2, 3, 4}},
-    {"h16", SKV_DT_F16, 1, {7}},
-    {"fp8", SKV_DT_F8E4M3, 4, {1, 2, 3, 5}},
-    {"ids", SKV_DT_I32, 1, {9}},
-    {"empty", SKV_DT_BF16, 2, {0, 16}},
-    {"scalar", SKV_DT_F32, 0, {0}},
-    {"rank8", SKV_DT_F8E4M3, 8, {1, 2, 1, 2, 1, 3, 1, 1}},
-    {"\x01\x1f", SKV_DT_I32, 2, {1, 1}},
+    {"w.f32", SEQKV_DT_F32, 2, {3, 5}},
+    {"layers.0.attn \"q\"\\\n\t/\xc3\xa9", SEQKV_DT_BF16, 3, {2, 3, 4}},
+    {"h16", SEQKV_DT_F16, 1, {7}},
+    {"fp8", SEQKV_DT_F8E4M3, 4, {1, 2, 3, 5}},
+    {"ids", SEQKV_DT_I32, 1, {9}},
+    {"empty", SEQKV_DT_BF16, 2, {0, 16}},
+    {"scalar", SEQKV_DT_F32, 0, {0}},
+    {"rank8", SEQKV_DT_F8E4M3, 8, {1, 2, 1, 2, 1, 3, 1, 1}},
+    {"\x01\x1f", SEQKV_DT_I32, 2, {1, 1}},
 };
 #define N_SPECS (sizeof round_trip_specs / sizeof round_trip_specs[0])
 
@@ -97,7 +97,7 @@ static skv_st_writer *make_writer(uint8_t **datas)
         datas[i] = malloc(nb ? nb : 1);
         tu_fill_bytes(datas[i], nb, (uint32_t)i + 1);
         int rc = skv_stw_add(w, s->name, s->dt, s->ndim, s->shape, datas[i], nb);
-        cr_assert_eq(rc, 0, "%s: %s", s->name, skv_error_detail());
+        cr_assert_eq(rc, 0, "%s: %s", s->name, seqkv_error_detail());
     }
     cr_assert_eq(skv_stw_meta(w, "format", "pt"), 0);
     cr_assert_eq(skv_stw_meta(w, "quote\"key", "line\nbreak \xe2\x82\xac \\ end"), 0);
@@ -141,7 +141,7 @@ Test(safetensors, round_trip_of_every_dtype_is_exact)
     skv_st_writer *w = make_writer(datas);
     uint8_t *buf = NULL;
     size_t len = 0;
-    cr_assert_eq(skv_stw_serialize(w, &buf, &len), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_stw_serialize(w, &buf, &len), 0, "%s", seqkv_error_detail());
     skv_stw_free(w);
 
     /* Python-compatible layout: compact JSON, __metadata__ first, header
@@ -160,7 +160,7 @@ Test(safetensors, round_trip_of_every_dtype_is_exact)
     cr_expect(contains(buf + 8, (size_t)n, "\"scalar\":{\"dtype\":\"F32\",\"shape\":[],"));
 
     skv_st *st = NULL;
-    cr_assert_eq(skv_st_parse(buf, len, &st), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_st_parse(buf, len, &st), 0, "%s", seqkv_error_detail());
     check_round_trip(st, datas);
     skv_st_free(st);
     skv_free(buf);
@@ -175,10 +175,10 @@ Test(safetensors, file_write_and_open_round_trip)
     const char *dir = tu_tmpdir();
     char path[4200];
     snprintf(path, sizeof path, "%s/rt.safetensors", dir);
-    cr_assert_eq(skv_stw_write(w, path), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_stw_write(w, path), 0, "%s", seqkv_error_detail());
     skv_stw_free(w);
     skv_st *st = NULL;
-    cr_assert_eq(skv_st_open(path, &st), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_st_open(path, &st), 0, "%s", seqkv_error_detail());
     check_round_trip(st, datas);
     skv_st_free(st);
     for (size_t i = 0; i < N_SPECS; i++)
@@ -222,18 +222,18 @@ Test(safetensors, thousands_of_tensors_are_found_by_name)
         int32_t v = i * 7;
         int64_t shape[1] = {1};
         snprintf(name, sizeof name, "model.layers.%d.weight", i);
-        cr_assert_eq(skv_stw_add(w, name, SKV_DT_I32, 1, shape, &v, 4), 0);
+        cr_assert_eq(skv_stw_add(w, name, SEQKV_DT_I32, 1, shape, &v, 4), 0);
     }
     int64_t shape[1] = {1};
     int32_t v = 0;
-    cr_expect_eq(skv_stw_add(w, "model.layers.77.weight", SKV_DT_I32, 1, shape, &v, 4),
+    cr_expect_eq(skv_stw_add(w, "model.layers.77.weight", SEQKV_DT_I32, 1, shape, &v, 4),
                  SKV_ERR_ARG);
     uint8_t *buf;
     size_t len;
     cr_assert_eq(skv_stw_serialize(w, &buf, &len), 0);
     skv_stw_free(w);
     skv_st *st;
-    cr_assert_eq(skv_st_parse(buf, len, &st), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_st_parse(buf, len, &st), 0, "%s", seqkv_error_detail());
     cr_assert_eq(skv_st_count(st), N);
     for (int i = N - 1; i >= 0; i--) {
         snprintf(name, sizeof name, "model.layers.%d.weight", i);
@@ -255,21 +255,21 @@ Test(safetensors, writer_rejects_bad_arguments)
     int64_t neg[1] = {-1};
     int64_t s9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     int64_t huge[2] = {INT64_MAX, INT64_MAX};
-    cr_expect_eq(skv_stw_add(w, "a", SKV_DT_F32, 2, s2, d, 16), 0);
-    cr_expect_eq(skv_stw_add(w, "a", SKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG, "duplicate");
-    cr_expect_eq(skv_stw_add(w, "b", SKV_DT_F32, 2, s2, d, 15), SKV_ERR_SHAPE);
-    cr_expect_eq(skv_stw_add(w, "b", SKV_DT_BF16, 2, s2, d, 16), SKV_ERR_SHAPE);
-    cr_expect_eq(skv_stw_add(w, "b", SKV_DT_F32, 2, huge, d, 16), SKV_ERR_SHAPE);
-    cr_expect_eq(skv_stw_add(w, "b", SKV_DT_F32, 1, neg, d, 0), SKV_ERR_ARG);
-    cr_expect_eq(skv_stw_add(w, "b", SKV_DT_F32, 9, s9, d, 4), SKV_ERR_ARG);
-    cr_expect_eq(skv_stw_add(w, "b", SKV_DT_F32, -1, s2, d, 4), SKV_ERR_ARG);
-    cr_expect_eq(skv_stw_add(w, "b", (skv_dtype)99, 2, s2, d, 16), SKV_ERR_ARG);
-    cr_expect_eq(skv_stw_add(w, "", SKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG);
-    cr_expect_eq(skv_stw_add(w, "__metadata__", SKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG);
-    cr_expect_eq(skv_stw_add(w, "bad\xff", SKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG);
-    cr_expect_eq(skv_stw_add(w, "bad\xed\xa0\x80", SKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG);
-    cr_expect_eq(skv_stw_add(w, "b", SKV_DT_F32, 2, s2, NULL, 16), SKV_ERR_ARG);
-    cr_expect_eq(skv_stw_add(w, NULL, SKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG);
+    cr_expect_eq(skv_stw_add(w, "a", SEQKV_DT_F32, 2, s2, d, 16), 0);
+    cr_expect_eq(skv_stw_add(w, "a", SEQKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG, "duplicate");
+    cr_expect_eq(skv_stw_add(w, "b", SEQKV_DT_F32, 2, s2, d, 15), SKV_ERR_SHAPE);
+    cr_expect_eq(skv_stw_add(w, "b", SEQKV_DT_BF16, 2, s2, d, 16), SKV_ERR_SHAPE);
+    cr_expect_eq(skv_stw_add(w, "b", SEQKV_DT_F32, 2, huge, d, 16), SKV_ERR_SHAPE);
+    cr_expect_eq(skv_stw_add(w, "b", SEQKV_DT_F32, 1, neg, d, 0), SKV_ERR_ARG);
+    cr_expect_eq(skv_stw_add(w, "b", SEQKV_DT_F32, 9, s9, d, 4), SKV_ERR_ARG);
+    cr_expect_eq(skv_stw_add(w, "b", SEQKV_DT_F32, -1, s2, d, 4), SKV_ERR_ARG);
+    cr_expect_eq(skv_stw_add(w, "b", (seqkv_dtype)99, 2, s2, d, 16), SKV_ERR_ARG);
+    cr_expect_eq(skv_stw_add(w, "", SEQKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG);
+    cr_expect_eq(skv_stw_add(w, "__metadata__", SEQKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG);
+    cr_expect_eq(skv_stw_add(w, "bad\xff", SEQKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG);
+    cr_expect_eq(skv_stw_add(w, "bad\xed\xa0\x80", SEQKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG);
+    cr_expect_eq(skv_stw_add(w, "b", SEQKV_DT_F32, 2, s2, NULL, 16), SKV_ERR_ARG);
+    cr_expect_eq(skv_stw_add(w, NULL, SEQKV_DT_F32, 2, s2, d, 16), SKV_ERR_ARG);
     cr_expect_eq(skv_stw_meta(w, "k", "v"), 0);
     cr_expect_eq(skv_stw_meta(w, "k", "w"), SKV_ERR_ARG, "duplicate metadata key");
     cr_expect_eq(skv_stw_meta(w, "x", "\xc0\x80"), SKV_ERR_ARG);
@@ -306,8 +306,8 @@ Test(safetensors, every_truncation_of_a_valid_file_fails)
         skv_st *st = NULL;
         int rc = skv_st_parse(p, cut, &st);
         cr_assert(rc == SKV_ERR_FORMAT || rc == SKV_ERR_RANGE,
-                  "prefix %zu of %zu: %s (%s)", cut, len, skv_strerror(rc),
-                  skv_error_detail());
+                  "prefix %zu of %zu: %s (%s)", cut, len, seqkv_strerror(rc),
+                  seqkv_error_detail());
         cr_assert_null(st);
         free(p);
     }
@@ -430,8 +430,8 @@ Test(safetensors, malformed_headers_fail_with_the_documented_error)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = st_rc(cases[i].header, cases[i].data_len);
         cr_expect_eq(rc, cases[i].rc, "#%zu %s: expected %s, got %s (%s)", i,
-                     cases[i].header, skv_strerror(cases[i].rc), skv_strerror(rc),
-                     skv_error_detail());
+                     cases[i].header, seqkv_strerror(cases[i].rc), seqkv_strerror(rc),
+                     seqkv_error_detail());
     }
 }
 
@@ -469,7 +469,7 @@ Test(safetensors, accepts_the_edges_of_the_format)
         uint8_t *b = st_image(cases[i].header, cases[i].data_len, &len);
         skv_st *st = NULL;
         int rc = skv_st_parse(b, len, &st);
-        cr_expect_eq(rc, 0, "#%zu %s: %s", i, cases[i].header, skv_error_detail());
+        cr_expect_eq(rc, 0, "#%zu %s: %s", i, cases[i].header, seqkv_error_detail());
         if (rc == 0) {
             cr_expect_eq(skv_st_count(st), cases[i].count, "#%zu", i);
             skv_st_free(st);
@@ -487,7 +487,7 @@ Test(safetensors, tensors_are_listed_in_data_offset_order)
     size_t len;
     uint8_t *b = st_image(h, 16, &len);
     skv_st *st;
-    cr_assert_eq(skv_st_parse(b, len, &st), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_st_parse(b, len, &st), 0, "%s", seqkv_error_detail());
     const char *order[] = {"z", "b", "c", "a"};
     for (size_t i = 0; i < 4; i++)
         cr_expect_str_eq(skv_st_at(st, i)->name, order[i]);
@@ -509,7 +509,7 @@ Test(golden, good_v1_decodes_to_the_known_tensors)
     snprintf(path, sizeof path, "%s/good_v1.safetensors", golden_dir());
     skv_st *st = NULL;
     int rc = skv_st_open(path, &st);
-    cr_assert_eq(rc, 0, "%s: %s", path, skv_error_detail());
+    cr_assert_eq(rc, 0, "%s: %s", path, seqkv_error_detail());
     cr_assert_eq(skv_st_count(st), 7);
     cr_expect_str_eq(skv_st_meta(st, "format"), "pt");
     cr_expect_str_eq(skv_st_meta(st, "seqkv"), "golden v1");
@@ -521,7 +521,7 @@ Test(golden, good_v1_decodes_to_the_known_tensors)
 
     const skv_tensor *t = skv_st_find(st, "a.f32");
     cr_assert_not_null(t);
-    cr_expect_eq(t->dtype, SKV_DT_F32);
+    cr_expect_eq(t->dtype, SEQKV_DT_F32);
     cr_expect_eq(t->ndim, 2);
     cr_expect_eq(t->shape[0], 2);
     cr_expect_eq(t->shape[1], 3);
@@ -532,7 +532,7 @@ Test(golden, good_v1_decodes_to_the_known_tensors)
 
     t = skv_st_find(st, "b.bf16");
     cr_assert_not_null(t);
-    cr_expect_eq(t->dtype, SKV_DT_BF16);
+    cr_expect_eq(t->dtype, SEQKV_DT_BF16);
     const uint16_t bw[4] = {0x3F80, 0xC000, 0x7F80, 0x0001};
     cr_assert_eq(t->nbytes, 8);
     for (int i = 0; i < 4; i++)
@@ -540,7 +540,7 @@ Test(golden, good_v1_decodes_to_the_known_tensors)
 
     t = skv_st_find(st, "c.f16");
     cr_assert_not_null(t);
-    cr_expect_eq(t->dtype, SKV_DT_F16);
+    cr_expect_eq(t->dtype, SEQKV_DT_F16);
     cr_expect_eq(t->ndim, 2);
     const uint16_t hw[4] = {0x3C00, 0xBC00, 0x7BFF, 0x0001};
     for (int i = 0; i < 4; i++)
@@ -548,7 +548,7 @@ Test(golden, good_v1_decodes_to_the_known_tensors)
 
     t = skv_st_find(st, "d.f8");
     cr_assert_not_null(t);
-    cr_expect_eq(t->dtype, SKV_DT_F8E4M3);
+    cr_expect_eq(t->dtype, SEQKV_DT_F8E4M3);
     cr_assert_eq(t->nbytes, 3);
     cr_expect_eq(t->data[0], 0x38);
     cr_expect_eq(t->data[1], 0xB8);
@@ -556,7 +556,7 @@ Test(golden, good_v1_decodes_to_the_known_tensors)
 
     t = skv_st_find(st, "e.i32");
     cr_assert_not_null(t);
-    cr_expect_eq(t->dtype, SKV_DT_I32);
+    cr_expect_eq(t->dtype, SEQKV_DT_I32);
     cr_expect_eq((int32_t)skv_load32_le(t->data), -1);
     cr_expect_eq((int32_t)skv_load32_le(t->data + 4), 0);
     cr_expect_eq((int32_t)skv_load32_le(t->data + 8), INT32_MAX);
@@ -621,7 +621,7 @@ Test(golden, bad_files_fail_with_the_expected_error)
         skv_st *st = NULL;
         int rc = skv_st_open(fpath, &st);
         cr_expect_eq(rc, want, "%s: expected %s, got %s (%s)", fname, ename,
-                     skv_strerror(rc), skv_error_detail());
+                     seqkv_strerror(rc), seqkv_error_detail());
         if (rc == 0)
             skv_st_free(st);
         /* the same bytes through skv_st_parse give the same answer */
@@ -661,7 +661,7 @@ Test(alloc_failure, parsing_a_valid_file_fails_cleanly_at_every_allocation)
             skv_st_free(st);
             break;
         }
-        cr_assert_eq(rc, SKV_ERR_NOMEM, "allocation %ld: %s", k, skv_strerror(rc));
+        cr_assert_eq(rc, SKV_ERR_NOMEM, "allocation %ld: %s", k, seqkv_strerror(rc));
         cr_assert_null(st);
         fails++;
         cr_assert_lt(k, 1000);
@@ -686,7 +686,7 @@ Test(alloc_failure, opening_the_golden_file_fails_cleanly_at_every_allocation)
             skv_st_free(st);
             break;
         }
-        cr_assert_eq(rc, SKV_ERR_NOMEM, "allocation %ld: %s", k, skv_strerror(rc));
+        cr_assert_eq(rc, SKV_ERR_NOMEM, "allocation %ld: %s", k, seqkv_strerror(rc));
         cr_assert_null(st);
         cr_assert_lt(k, 1000);
     }
@@ -728,7 +728,7 @@ Test(alloc_failure, writing_fails_cleanly_at_every_allocation)
             skv_free(buf);
             break;
         }
-        cr_assert_eq(rc, SKV_ERR_NOMEM, "allocation %ld: %s", k, skv_strerror(rc));
+        cr_assert_eq(rc, SKV_ERR_NOMEM, "allocation %ld: %s", k, seqkv_strerror(rc));
         cr_assert_null(buf);
         cr_assert_lt(k, 1000);
     }

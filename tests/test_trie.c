@@ -47,7 +47,7 @@ static skv_trie_rec *add(skv_trie *t, const uint8_t parent[32], const int32_t *t
     r.n = n;
     r.tokens = (int32_t *)tok;
     skv_trie_rec *out = NULL;
-    cr_assert_eq(skv_trie_insert(t, &r, &out), 0, "%s", skv_error_detail());
+    cr_assert_eq(skv_trie_insert(t, &r, &out), 0, "%s", seqkv_error_detail());
     cr_assert_not_null(out);
     cr_assert_neq(out->tokens, tok, "tokens are copied");
     cr_assert_eq(memcmp(out->tokens, tok, n * sizeof *tok), 0);

@@ -103,7 +103,7 @@ uint8_t *tu_read(const char *path, size_t *len)
 int tu_err_from_name(const char *name)
 {
     for (int e = 0; e >= SKV_ERR_MIN_; e--)
-        if (strcmp(skv_error_name(e), name) == 0)
+        if (strcmp(seqkv_error_name(e), name) == 0)
             return e;
     return 1;
 }

@@ -6,13 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "skv_error.h"
+#include "seqkv.h"
 
 __attribute__((noreturn)) static inline void fuzz_check_failed(const char *what, const char *file,
                                                                  int line)
 {
     fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", file, line, what,
-            skv_error_detail());
+            seqkv_error_detail());
     abort();
 }
 

@@ -20,10 +20,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const skv_dtype dts[4] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_BF16};
+static const seqkv_dtype dts[4] = {SEQKV_DT_BF16, SEQKV_DT_F16, SEQKV_DT_F8E4M3, SEQKV_DT_BF16};
 
 /* decode on the scalar path and the best one: same code, same scalars */
-static int decode_both(const uint8_t *s, size_t len, skv_dtype dt, size_t rows, size_t C, uint8_t *o1,
+static int decode_both(const uint8_t *s, size_t len, seqkv_dtype dt, size_t rows, size_t C, uint8_t *o1,
                        uint8_t *o2, size_t cap)
 {
     const int best = skv__fast_simd_pick();
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    const skv_dtype dt = dts[data[0] & 3];
+    const seqkv_dtype dt = dts[data[0] & 3];
     const size_t C = (size_t)(data[0] >> 2) + 1, es = skv_dtype_size(dt);
     const uint8_t *p = data + 1;
     const size_t n = size - 1;

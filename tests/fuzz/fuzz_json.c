@@ -184,7 +184,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rc = skv_json_parse(b.p, b.len, &j2);
     if (rc != 0) {
         fprintf(stderr, "fuzz_json: re-serialised text rejected: %s\n%.*s\n",
-                skv_error_detail(), (int)(b.len > 400 ? 400 : b.len), b.p);
+                seqkv_error_detail(), (int)(b.len > 400 ? 400 : b.len), b.p);
         abort();
     }
     same(j, j2);

@@ -77,7 +77,7 @@ static void init(void)
         tp[i] = tok[i];
         tl[i] = 32;
     }
-    skv_lossy_opts o = {SKV_DT_BF16, 1, 1, 0, 0, NULL, 1, 0};
+    skv_lossy_opts o = {SEQKV_DT_BF16, 1, 1, 0, 0, NULL, 1, 0};
     if (skv_lossy_calibrate(m, tp, tl, 4, &o, &cal))
         cal = NULL;
     skv_model_free(m);
@@ -103,7 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (k && v && getenv("SKV_FUZZ_VERBOSE")) /* (whether a seed decodes) */
         fprintf(stderr, "fuzz_lossy_stream: %zu bytes, part %u: %s\n", size, slab,
                 (slab ? skv_lossy_slab_decode(cal, data, size, (int)(slab - 1) / 2, (int)(slab - 1) % 2, n, k)
-                      : skv_lossy_decode(cal, data, size, n, k, v)) ? skv_error_detail() : "decodes");
+                      : skv_lossy_decode(cal, data, size, n, k, v)) ? seqkv_error_detail() : "decodes");
     if (k && v && k2 && v2) {
         if (slab == 0 && skv_lossy_decode(cal, data, size, n, k, v) == 0 &&
             (skv_lossy_decode(cal, data, size, n, k2, v2) || memcmp(k, k2, half - 1) ||

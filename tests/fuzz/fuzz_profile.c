@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         b = rec;
         len = data[0] & 2 ? SKV_PROF_SIZE : SKV_PROF_SIZE_V1;
     }
-    seqkv_profile p, q;
+    seqkv_profile p = SEQKV_PROFILE_INIT, q = SEQKV_PROFILE_INIT;
     int rc = skv_store_prof_unpack(b, len, &p);
     if (rc) {
         CHECK(rc == SKV_ERR_CORRUPT || rc == SKV_ERR_VERSION);
@@ -42,8 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     CHECK(p.layers >= 1 && p.layers <= 4096 && p.kv_heads >= 1 && p.kv_heads <= 4096);
     CHECK(p.head_dim >= 1 && p.head_dim <= 4096);
-    CHECK(p.dtype == SKV_DT_F32 || p.dtype == SKV_DT_BF16 || p.dtype == SKV_DT_F16 ||
-          p.dtype == SKV_DT_F8E4M3);
+    CHECK(p.dtype == SEQKV_DT_F32 || p.dtype == SEQKV_DT_BF16 || p.dtype == SEQKV_DT_F16 ||
+          p.dtype == SEQKV_DT_F8E4M3);
     CHECK(p.rope_dim >= 0 && p.rope_dim <= p.head_dim && p.rope_dim % 2 == 0);
     CHECK(p.rope_theta > 0 && isfinite(p.rope_theta));
     CHECK(p.chunk >= 1 && p.chunk <= SEQKV_CHUNK_MAX && (unsigned)p.level < SEQKV_LEVELS);

@@ -82,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = skv_server_config_parse((const char *)data, size, &a);
     if (rc) {
         CHECK(rc == SKV_ERR_FORMAT);
-        const char *d = skv_error_detail();
+        const char *d = seqkv_error_detail();
         CHECK(d && (strncmp(d, "config line ", 12) == 0 || strncmp(d, "config: ", 8) == 0));
         return 0;
     }

@@ -116,7 +116,7 @@ static skv_cmodel *model_for(int di, int mi)
     for (uint32_t b = 0; b < 256; b++)
         hist[b] = ((37u * b) % 256u) * 16u; /* the golden histogram */
     CHECK(skv_cmodel_create(GOLD_DT[di], mixes[mi], mi == 1 ? hist : NULL, &g_models[di][mi]) == 0);
-    if (GOLD_DT[di] == SKV_DT_BF16)
+    if (GOLD_DT[di] == SEQKV_DT_BF16)
         build_bucket_tables(g_models[di][mi]);
     return g_models[di][mi];
 }
@@ -146,9 +146,9 @@ static const skv_atoms *atoms_for(int di)
     return g_atoms[di];
 }
 
-static uint32_t width_mask(skv_dtype dt)
+static uint32_t width_mask(seqkv_dtype dt)
 {
-    return dt == SKV_DT_F32 ? 0xffffffffu : dt == SKV_DT_F8E4M3 ? 0xffu : 0xffffu;
+    return dt == SEQKV_DT_F32 ? 0xffffffffu : dt == SEQKV_DT_F8E4M3 ? 0xffu : 0xffffu;
 }
 
 /* Rows: the first w scalars' (mu, s) as one row that repeats. Decoded
@@ -453,8 +453,8 @@ static uint8_t *encode(skv_cmodel *m, int di, unsigned mode, uint32_t key, const
 static void round_trip(skv_cmodel *m, int di, unsigned mode, uint32_t key, const uint8_t *src,
                        size_t len)
 {
-    skv_dtype dt = GOLD_DT[di];
-    size_t nb = dt == SKV_DT_F32 ? 4 : dt == SKV_DT_F8E4M3 ? 1 : 2;
+    seqkv_dtype dt = GOLD_DT[di];
+    size_t nb = dt == SEQKV_DT_F32 ? 4 : dt == SEQKV_DT_F8E4M3 ? 1 : 2;
     size_t n = len / nb;
     uint32_t *xs = malloc((n ? n : 1) * sizeof *xs);
     CHECK(xs != NULL);

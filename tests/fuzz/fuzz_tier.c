@@ -1,5 +1,5 @@
 /* Fuzz target for the remote tier's clear view of a record
- * (seqkv_tier_peek, store/tier.c): what a host reads of a value fetched
+ * (skv_tier_peek, store/tier.c): what a host reads of a value fetched
  * from the cluster before it holds any key. The input is peeked as it is
  * and, when it starts like the tier's wrapper ("SKVW", version, 3 zero
  * bytes, a 32-byte tag: 40 bytes), past the wrapper as well. A peek must
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "seal.h"
-#include "seqkv_tier.h"
+#include "skv_tier.h"
 #include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -23,10 +23,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void peek_checked(const uint8_t *d, size_t n)
 {
-    static const seqkv_tier_rec zero;
-    seqkv_tier_rec o;
+    static const skv_tier_rec zero;
+    skv_tier_rec o;
     memset(&o, 0xa5, sizeof o);
-    const int rc = seqkv_tier_peek(d, n, &o);
+    const int rc = skv_tier_peek(d, n, &o);
     const uint8_t *h = d + 8 + SKV_SEAL_NONCE; /* the record's header */
     const int sealed = n >= SKV_SEAL_HEAD && skv_load32_le(d) == SKV_SEAL_MAGIC &&
                        skv_load32_le(h) == SKV_REC_MAGIC;
@@ -48,10 +48,10 @@ static void peek_checked(const uint8_t *d, size_t n)
     uint8_t *head = malloc(SKV_SEAL_HEAD);
     CHECK(head);
     memcpy(head, d, SKV_SEAL_HEAD);
-    seqkv_tier_rec o2;
-    CHECK(seqkv_tier_peek(head, SKV_SEAL_HEAD, &o2) == 0);
+    skv_tier_rec o2;
+    CHECK(skv_tier_peek(head, SKV_SEAL_HEAD, &o2) == 0);
     CHECK(memcmp(&o, &o2, sizeof o) == 0);
-    CHECK(seqkv_tier_peek(head, SKV_SEAL_HEAD - 1, &o2) == SKV_ERR_FORMAT);
+    CHECK(skv_tier_peek(head, SKV_SEAL_HEAD - 1, &o2) == SKV_ERR_FORMAT);
     free(head);
 }
 

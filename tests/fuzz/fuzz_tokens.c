@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = parse(data + 1, size - 1, vocab, &t);
     if (rc) {
         CHECK(rc == SKV_ERR_FORMAT || rc == SKV_ERR_ARG);
-        CHECK(strncmp(skv_error_detail(), "fuzz.txt", 8) == 0);
+        CHECK(strncmp(seqkv_error_detail(), "fuzz.txt", 8) == 0);
         CHECK(t.n == 0 && t.seq == NULL);
         return 0;
     }

@@ -14,7 +14,7 @@
 #include "skv_base.h"
 
 typedef struct {
-    skv_dtype dt;
+    seqkv_dtype dt;
     uint8_t *dst;
     const float *src;
     size_t n;
@@ -62,8 +62,8 @@ int main(int argc, char **argv)
     pthread_t th[64];
     job jobs[64];
     int bad = 0;
-    for (int dt = SKV_DT_F32; dt <= SKV_DT_F8E4M3; dt++) {
-        size_t es = skv_dtype_size((skv_dtype)dt);
+    for (int dt = SEQKV_DT_F32; dt <= SEQKV_DT_F8E4M3; dt++) {
+        size_t es = skv_dtype_size((seqkv_dtype)dt);
         uint64_t diff = 0;
         double tg = 0, tc = 0;
         for (uint64_t c = 0; c < chunks; c++) {
@@ -72,16 +72,16 @@ int main(int argc, char **argv)
                 memcpy(&src[i], &u, 4);
             }
             double t0 = now();
-            int rc = skv_gpu_cast_from_f32((skv_dtype)dt, b, src, n);
+            int rc = skv_gpu_cast_from_f32((seqkv_dtype)dt, b, src, n);
             double t1 = now();
             if (rc != 0) {
-                fprintf(stderr, "GPU cast failed: %s: %s\n", skv_strerror(rc), skv_error_detail());
+                fprintf(stderr, "GPU cast failed: %s: %s\n", seqkv_strerror(rc), seqkv_error_detail());
                 return 1;
             }
             size_t per = (n + (size_t)nt - 1) / (size_t)nt;
             for (long t = 0; t < nt; t++) {
                 size_t lo = (size_t)t * per, hi = lo + per > n ? n : lo + per;
-                jobs[t] = (job){(skv_dtype)dt, a + lo * es, src + lo, hi - lo};
+                jobs[t] = (job){(seqkv_dtype)dt, a + lo * es, src + lo, hi - lo};
                 pthread_create(&th[t], NULL, cpu_cast, &jobs[t]);
             }
             for (long t = 0; t < nt; t++)
@@ -95,12 +95,12 @@ int main(int argc, char **argv)
                             uint32_t u;
                             memcpy(&u, &src[i], 4);
                             printf("  %s: 0x%08" PRIx32 " cpu %02x.. gpu %02x..\n",
-                                   skv_dtype_name((skv_dtype)dt), u, a[i * es], b[i * es]);
+                                   skv_dtype_name((seqkv_dtype)dt), u, a[i * es], b[i * es]);
                         }
                     }
         }
         printf("%-7s all 2^32 patterns: %" PRIu64 " differ (gpu %.2f s incl. copies, cpu %.2f s on %ld threads)\n",
-               skv_dtype_name((skv_dtype)dt), diff, tg, tc, nt);
+               skv_dtype_name((seqkv_dtype)dt), diff, tg, tc, nt);
         bad |= diff != 0;
     }
     free(src);

@@ -10,7 +10,7 @@
 
 #include "skv_base.h"
 
-__attribute__((unused)) static const skv_dtype GOLD_DT[4] = {SKV_DT_BF16, SKV_DT_F16, SKV_DT_F8E4M3, SKV_DT_F32};
+__attribute__((unused)) static const seqkv_dtype GOLD_DT[4] = {SEQKV_DT_BF16, SEQKV_DT_F16, SEQKV_DT_F8E4M3, SEQKV_DT_F32};
 __attribute__((unused)) static const int GOLD_EMIN[4] = {-40, -16, -8, -60};
 __attribute__((unused)) static const int GOLD_EMAX[4] = {40, 14, 7, 60};
 /* +0, -0, min subnormal, -max subnormal, -max finite, +inf (fp8: +max),
@@ -48,13 +48,13 @@ __attribute__((unused)) static void gold_input(int di, uint32_t i, uint32_t *x, 
     float v = m + sv * z;
     uint32_t xv;
     switch (GOLD_DT[di]) {
-    case SKV_DT_BF16: xv = skv_f32_to_bf16(v); break;
-    case SKV_DT_F16: xv = skv_f32_to_f16(v); break;
-    case SKV_DT_F8E4M3: xv = skv_f32_to_f8e4m3(v); break;
+    case SEQKV_DT_BF16: xv = skv_f32_to_bf16(v); break;
+    case SEQKV_DT_F16: xv = skv_f32_to_f16(v); break;
+    case SEQKV_DT_F8E4M3: xv = skv_f32_to_f8e4m3(v); break;
     default: xv = skv_f32_bits(v); break;
     }
     if (i % 25 == 7)
-        xv = GOLD_DT[di] == SKV_DT_F32 ? h3 : GOLD_DT[di] == SKV_DT_F8E4M3 ? (h3 & 0xff) : (h3 & 0xffff);
+        xv = GOLD_DT[di] == SEQKV_DT_F32 ? h3 : GOLD_DT[di] == SEQKV_DT_F8E4M3 ? (h3 & 0xff) : (h3 & 0xffff);
     else if (i % 25 == 13)
         xv = GOLD_SPECIAL[di][(i / 25) % 8];
     if (i % 50 == 21)

@@ -65,7 +65,7 @@ static void hist_formula(uint32_t *hist)
 
 static void die(const char *what, int rc)
 {
-    fprintf(stderr, "make_golden: %s: %s (%s)\n", what, skv_strerror(rc), skv_error_detail());
+    fprintf(stderr, "make_golden: %s: %s (%s)\n", what, seqkv_strerror(rc), seqkv_error_detail());
     exit(1);
 }
 
@@ -165,7 +165,7 @@ static void bad(skv_cmodel *m, const char *name, const uint8_t *b, size_t len, i
     int rc = decode_rc(m, 0, b, len);
     if (rc != want) {
         fprintf(stderr, "make_golden: %s: expected %s, the decoder says %s (%s)\n", name,
-                want_name, skv_strerror(rc), skv_error_detail());
+                want_name, seqkv_strerror(rc), seqkv_error_detail());
         g_failed = 1;
     }
     fprintf(g_expected, "%s %s\n", name, want_name);
@@ -240,9 +240,9 @@ int main(void)
     FRESH();
     b[6] = 9;
     BAD("bad_dtype_unknown.skvr", b, glen, SKV_ERR_FORMAT);
-    b[6] = SKV_DT_I32;
+    b[6] = SEQKV_DT_I32;
     BAD("bad_dtype_i32.skvr", b, glen, SKV_ERR_FORMAT);
-    b[6] = SKV_DT_F16;
+    b[6] = SEQKV_DT_F16;
     BAD("bad_dtype_mismatch.skvr", b, glen, SKV_ERR_SHAPE);
     FRESH();
     b[7] = 1;

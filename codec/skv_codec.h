@@ -24,7 +24,7 @@
  *    marginal p_emp, the rest as plain bits. Every bit pattern survives.
  *
  * The fast level's streams (below, "Fast streams") are a separate,
- * model-free format. Depends on skv_error.h and skv_dtype.h only.
+ * model-free format. Depends on skv_error.h and seqkv_dtype.h only.
  */
 #ifndef SKV_CODEC_H
 #define SKV_CODEC_H
@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #include "skv_dtype.h"
-#include "skv_error.h"
+#include "seqkv.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,10 +54,10 @@ typedef struct {
  * built lazily, thread-safely. */
 typedef struct skv_cmodel skv_cmodel;
 
-int skv_cmodel_create(skv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256],
+int skv_cmodel_create(seqkv_dtype dt, skv_mix mix, const uint32_t pemp_hist[256],
                       skv_cmodel **out);
 void skv_cmodel_free(skv_cmodel *m);
-skv_dtype skv_cmodel_dtype(const skv_cmodel *m);
+seqkv_dtype skv_cmodel_dtype(const skv_cmodel *m);
 /* 32-bit identity of (dtype, mixture, p_emp, table construction version);
  * recorded in every stream, checked by the decoder. */
 uint32_t skv_cmodel_id(const skv_cmodel *m);
@@ -85,7 +85,7 @@ typedef struct skv_atoms skv_atoms;
  * k[0..c), and lambda[c] in units of 2^-16 (0..65535; 0 disables the
  * channel). Errors: SKV_ERR_ARG (unsorted or out-of-range values, a
  * count of 0, k > SKV_ATOMS_MAX, a non-float dtype), SKV_ERR_NOMEM. */
-int skv_atoms_create(skv_dtype dt, uint32_t nch, const uint32_t *k, const uint32_t *lambda,
+int skv_atoms_create(seqkv_dtype dt, uint32_t nch, const uint32_t *k, const uint32_t *lambda,
                      const uint32_t *vals, const uint32_t *cnts, skv_atoms **out);
 void skv_atoms_free(skv_atoms *a);
 /* 32-bit identity of the atoms' quantized tables; folded into the model id
@@ -152,7 +152,7 @@ size_t skv_encoder_bound(const skv_encoder *e);
 int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len);
 
 typedef struct {
-    skv_dtype dtype;
+    seqkv_dtype dtype;
     uint32_t n;          /* scalars */
     uint32_t payload;    /* bytes after the header */
     uint32_t cmodel_id;
@@ -232,14 +232,14 @@ int skv_decoder_end(skv_decoder *d);
 /* Upper bound of skv_fast_encode's output for rows x channels scalars of
  * dt; 0 when the fast level cannot code them (dtype other than bf16, f16,
  * f8e4m3; no rows or channels; more than SKV_FAST_MAX_SCALARS). */
-size_t skv_fast_bound(skv_dtype dt, size_t rows, size_t channels);
+size_t skv_fast_bound(seqkv_dtype dt, size_t rows, size_t channels);
 /* Code src (rows x channels scalars of dt, row-major, little-endian
  * element bytes as stored) into dst[0..cap); *len: the stream's size.
  * Allocates scratch (freed before it returns). Errors: SKV_ERR_ARG (f32,
  * i32 or another dtype the level does not code; no rows or channels; a
  * NULL pointer), SKV_ERR_TOO_LARGE (more than SKV_FAST_MAX_SCALARS; cap
  * too small: skv_fast_bound is always enough), SKV_ERR_NOMEM. */
-int skv_fast_encode(skv_dtype dt, const void *src, size_t rows, size_t channels, uint8_t *dst,
+int skv_fast_encode(seqkv_dtype dt, const void *src, size_t rows, size_t channels, uint8_t *dst,
                     size_t cap, size_t *len);
 /* Decode the stream src[0..len), which must be exactly one stream of
  * rows x channels scalars of dt, into dst (dst_cap >= rows * channels *
@@ -248,7 +248,7 @@ int skv_fast_encode(skv_dtype dt, const void *src, size_t rows, size_t channels,
  * newer version), SKV_ERR_CORRUPT (sizes, tables, words, final states or
  * the checksum of the decoded scalars wrong; dst may then hold garbage),
  * SKV_ERR_ARG (dst_cap too small, NULL), SKV_ERR_NOMEM. */
-int skv_fast_decode(const uint8_t *src, size_t len, skv_dtype dt, size_t rows, size_t channels,
+int skv_fast_decode(const uint8_t *src, size_t len, seqkv_dtype dt, size_t rows, size_t channels,
                     void *dst, size_t dst_cap);
 
 /* ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 /*
- * seqkv_tier.h - the store's side of a shared remote tier (the server's
+ * skv_tier.h - the store's side of a shared remote tier (the server's
  * `--remote`, server/remote.c): what a fleet of seqkv hosts needs to share
  * chunk records through a store they do not own (a Redis Cluster).
  *
@@ -15,8 +15,8 @@
  * Nothing here does I/O beyond the store's own LMDB; the caller moves the
  * bytes. Thread-safe like the rest of seqkv.h.
  */
-#ifndef SEQKV_TIER_H
-#define SEQKV_TIER_H
+#ifndef SKV_TIER_H
+#define SKV_TIER_H
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,36 +32,36 @@ extern "C" {
 
 /* Tenant's fleet entry into out: SKV_ERR_NOT_FOUND when the store has no
  * such tenant */
-int seqkv_tier_tenant_export(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
+int skv_tier_tenant_export(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
                              uint8_t out[SEQKV_TIER_TENANT_BYTES]);
 /* Take a fleet entry: a tenant the store does not have is made with that
  * id and those keys; one it has is checked against it. SKV_ERR_CORRUPT
  * when the entry does not open under the fleet key; SKV_ERR_ARG (message
  * saying which) when the tenant exists here with other keys or another id,
  * or the id belongs to another tenant here: that tenant cannot share. */
-int seqkv_tier_tenant_import(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
+int skv_tier_tenant_import(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
                              const uint8_t in[SEQKV_TIER_TENANT_BYTES]);
 /* Make tenant here (absent) with the smallest free id >= min_id, and give
  * its fleet entry */
-int seqkv_tier_tenant_create(seqkv *db, const char *tenant, uint64_t min_id,
+int skv_tier_tenant_create(seqkv *db, const char *tenant, uint64_t min_id,
                              const uint8_t fleet_key[32], uint8_t out[SEQKV_TIER_TENANT_BYTES]);
 /* The next id this store would give a tenant */
-uint64_t seqkv_tier_next_tenant(seqkv *db);
+uint64_t skv_tier_next_tenant(seqkv *db);
 /* Up to cap tenant names (not @shared) into names; returns how many there are */
-size_t seqkv_tier_tenants(seqkv *db, char (*names)[SEQKV_NAME_MAX + 1], size_t cap);
+size_t skv_tier_tenants(seqkv *db, char (*names)[SEQKV_NAME_MAX + 1], size_t cap);
 
 /* The chain of a prompt in (tenant, profile), as the store names records:
  * nodes[0] the root h0, nodes[i + 1] the key of full chunk i, for the
  * n / chunk full chunks (nodes holds n / chunk + 1); *chunk the profile's
  * chunk. SKV_ERR_NOT_FOUND for an unknown tenant or profile. */
-int seqkv_tier_chain(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
+int skv_tier_chain(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
                      size_t n, uint8_t (*nodes)[32], size_t *chunk);
 /* The key of a record of the m tokens below node parent */
-int seqkv_tier_key(seqkv *db, const char *tenant, const uint8_t parent[32], const int32_t *tokens,
+int skv_tier_key(seqkv *db, const char *tenant, const uint8_t parent[32], const int32_t *tokens,
                    size_t m, uint8_t out[32]);
 
 /* A committed record, as the commit hands it over */
-typedef struct seqkv_tier_rec {
+typedef struct skv_tier_rec {
     const char *tenant;
     uint8_t key[32];
     uint8_t parent[32];
@@ -74,52 +74,52 @@ typedef struct seqkv_tier_rec {
     int has_base, has_centroid;
     const uint8_t *bytes; /* as stored (sealed); valid during the call */
     size_t len;
-} seqkv_tier_rec;
+} skv_tier_rec;
 /* fn gets every batch of records a put commits, right after the commit,
  * on the committing thread, under the store's writer lock: it copies what
  * it keeps and returns quickly. NULL turns it off. After the new records
  * (bytes set) come the records the batch's puts reused, their cached
  * prefixes, and the bases and centroid chains of all of them (bytes NULL,
  * len 0; key, parent, tag, chunk index, n, lo). */
-typedef void (*seqkv_tier_fn)(void *ctx, const seqkv_tier_rec *recs, size_t n);
-void seqkv_tier_on_commit(seqkv *db, seqkv_tier_fn fn, void *ctx);
+typedef void (*skv_tier_fn)(void *ctx, const skv_tier_rec *recs, size_t n);
+void skv_tier_on_commit(seqkv *db, skv_tier_fn fn, void *ctx);
 
 /* A record's stored bytes, copied into *out (skv_free it) */
-int seqkv_tier_read(seqkv *db, const uint8_t key[32], uint8_t **out, size_t *len);
+int skv_tier_read(seqkv *db, const uint8_t key[32], uint8_t **out, size_t *len);
 /* Whether the store holds record key (in any namespace) */
-int seqkv_tier_has(seqkv *db, const uint8_t key[32]);
+int skv_tier_has(seqkv *db, const uint8_t key[32]);
 /* The record's clear header fields, from its stored bytes (no key needed):
  * parent, base, centroid, calibration, chunk index, n, lo, flags */
-int seqkv_tier_peek(const uint8_t *bytes, size_t len, seqkv_tier_rec *out);
+int skv_tier_peek(const uint8_t *bytes, size_t len, skv_tier_rec *out);
 /* Install records fetched from the tier into (tenant, profile): each is
  * opened whole under the tenant's key, parsed and its trailer checked
  * (SKV_ERR_CORRUPT: nothing installed), then all are written in one
  * transaction and indexed; records the store has are skipped. Their
- * calibrations must be here (seqkv_tier_calib_import). */
-typedef struct seqkv_tier_in {
+ * calibrations must be here (skv_tier_calib_import). */
+typedef struct skv_tier_in {
     uint8_t key[32];
     const uint8_t *bytes;
     size_t len;
-} seqkv_tier_in;
-int seqkv_tier_install(seqkv *db, const char *tenant, const char *profile, const seqkv_tier_in *recs,
+} skv_tier_in;
+int skv_tier_install(seqkv *db, const char *tenant, const char *profile, const skv_tier_in *recs,
                        size_t n);
 
 /* Calibrations: whether it is here; it sealed for the fleet (*out to
  * skv_free it); one from the fleet stored (not made current) */
-int seqkv_tier_calib_has(seqkv *db, const uint8_t id[16]);
-int seqkv_tier_calib_export(seqkv *db, const uint8_t id[16], const uint8_t fleet_key[32],
+int skv_tier_calib_has(seqkv *db, const uint8_t id[16]);
+int skv_tier_calib_export(seqkv *db, const uint8_t id[16], const uint8_t fleet_key[32],
                             uint8_t **out, size_t *out_len);
-int seqkv_tier_calib_import(seqkv *db, const uint8_t id[16], const uint8_t fleet_key[32],
+int skv_tier_calib_import(seqkv *db, const uint8_t id[16], const uint8_t fleet_key[32],
                             const uint8_t *in, size_t len);
 
 /* The fleet key from spec: a key file (made, 0600, when absent), fd:N or
  * env:VAR (64 hex digits), as the master key's sources */
-int seqkv_tier_key_load(const char *spec, uint8_t key[32]);
+int skv_tier_key_load(const char *spec, uint8_t key[32]);
 /* A tenant name's 16-byte fleet name (BLAKE2b keyed by a key derived
  * from the fleet key): the cluster never sees tenant names */
-void seqkv_tier_tenant_name(const uint8_t fleet_key[32], const char *tenant, uint8_t out[16]);
+void skv_tier_tenant_name(const uint8_t fleet_key[32], const char *tenant, uint8_t out[16]);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* SEQKV_TIER_H */
+#endif /* SKV_TIER_H */
