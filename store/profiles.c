@@ -33,7 +33,7 @@ void skv_store_prof_pack(const seqkv_profile *p, uint8_t *b)
     memcpy(b + 120, p->calib_id, 16);
     memcpy(b + 136, p->id, 32);
     memcpy(b + 168, p->model, strnlen(p->model, SEQKV_PATH_MAX));
-    skv_lossy_prof_pack(p, b + SKV_PROF_SIZE_V1);
+    skv_lossy_prof_pack(p, b + SKV_PROF_BASE_SIZE);
 }
 
 /* Why no profile may be p (what seqkv_profile_set refuses and a reader
@@ -62,7 +62,12 @@ static const char *prof_invalid(const seqkv_profile *p)
 
 int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
 {
-    if ((len != SKV_PROF_SIZE && len != SKV_PROF_SIZE_V1) || skv_load32_le(b) != SKV_PROF_MAGIC)
+    if (len == SKV_PROF_BASE_SIZE && skv_load32_le(b) == SKV_PROF_MAGIC)
+        return skv_error(SKV_ERR_VERSION,
+                         "profile record of %d bytes (FORMAT 14 or before): this build reads only the "
+                         "%d-byte record of FORMAT 15",
+                         SKV_PROF_BASE_SIZE, SKV_PROF_SIZE);
+    if (len != SKV_PROF_SIZE || skv_load32_le(b) != SKV_PROF_MAGIC)
         return skv_error(SKV_ERR_CORRUPT, "damaged profile record");
     if (skv_load32_le(b + 4) > 1)
         return skv_error(SKV_ERR_VERSION, "profile record of a newer version");
@@ -98,8 +103,7 @@ int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
     const char *bad = prof_invalid(p);
     if (bad)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields (%s)", bad);
-    /* (a record from before the lossy tier: off) */
-    return len == SKV_PROF_SIZE ? skv_lossy_prof_unpack(b + SKV_PROF_SIZE_V1, p) : SKV_OK;
+    return skv_lossy_prof_unpack(b + SKV_PROF_BASE_SIZE, p);
 }
 
 void skv_store_ten_pack(const tenant_ent *t, uint8_t *b)
