@@ -223,7 +223,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
             }
             if (!seqkv_level_predictive((seqkv_level)q.level))
                 memset(q.calib, 0, 16);
-            q.checksum = skv_seqbuf_checksum(pe, &s, P + q.lo, P + q.n, SKV_REC_VERSION);
+            q.checksum = skv_seqbuf_checksum(pe, &s, P + q.lo, P + q.n);
             q.nstreams = (uint32_t)ss.nstreams;
             q.sizes = sz;
             q.streams = ss.data;
