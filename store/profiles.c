@@ -87,13 +87,10 @@ int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
     memcpy(p->calib_id, b + 120, 16);
     memcpy(p->id, b + 136, 32);
     memcpy(p->model, b + 168, SEQKV_PATH_MAX);
-    /* (a record from before the setting holds 0: the default bound, or
-     * the model's) */
+    /* (seqkv_profile_set writes the bound it settled on: never 0) */
     p->vocab = (int)skv_load32_le(b + 8);
-    if (p->vocab == 0 && !p->model[0])
-        p->vocab = SEQKV_VOCAB_DEFAULT;
-    if (p->vocab < 0)
-        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
+    if (p->vocab < 1)
+        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields (vocab %d)", p->vocab);
     /* (0 in a record from before the setting: the default) */
     p->auto_calibrate = (int)skv_load32_le(b + 12);
     if (p->auto_calibrate < -1)
