@@ -169,7 +169,8 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         lossy |= dead[i]->level == SEQKV_LOSSY;
     const int redo = !rc && !bad && !lossy && !(r.flags & SKV_REC_CENTROID) &&
                      (nd || stale || (int)r.level != level);
-    /* a record from before sealing is sealed as it is when not coded again */
+    /* a record written unsealed (no_seal) is sealed as it is when not
+     * coded again */
     const int reseal = !rc && !bad && !redo && !db->o.no_seal &&
                        !skv_rec_is_sealed(v.mv_data, v.mv_size);
     if (redo || reseal) {

@@ -91,7 +91,7 @@ int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
     p->vocab = (int)skv_load32_le(b + 8);
     if (p->vocab < 1)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields (vocab %d)", p->vocab);
-    /* (0 in a record from before the setting: the default) */
+    /* (0: the default) */
     p->auto_calibrate = (int)skv_load32_le(b + 12);
     if (p->auto_calibrate < -1)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
