@@ -1,6 +1,6 @@
 /* The codec's hot path: classification and the lattice arithmetic of one
- * scalar, written for the batch encoders and decoders (enc_v1.c, enc_v2.c,
- * dec_v1.c, dec_v2.c) with the
+ * scalar, written for the batch encoders and decoders (enc_queue.c, enc_groups.c,
+ * dec_serial.c, dec_groups.c) with the
  * dtype's lattice as compile-time constants. Every function here computes
  * exactly what its reference in cmodel.c computes (skv__classify,
  * skv__plan, ceil_lat, skv__zero_range): closed forms where the lattice

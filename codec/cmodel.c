@@ -446,7 +446,7 @@ const uint32_t skv__bvt_none[2 * BVT_K];
 
 /* Build (once, under the model's lock) the bucket values of width 2^G
  * (codec_int.h): the closed form of the decoder's common BUCKET case
- * (dec_v1.c dec_after), entry by entry, into the model's block of them
+ * (dec_serial.c dec_after), entry by entry, into the model's block of them
  * (allocated with the model). A width outside the block's range, or a
  * dtype of more than 16 bits, keeps skv__bvt_none, which sends every
  * bucket down the general path. */

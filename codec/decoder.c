@@ -1,6 +1,6 @@
 /* The decoder's public face (skv_codec.h): its life, a stream's begin and
  * end checks, and the choice between the stream versions' decoders
- * (dec_v1.c, dec_v2.c, dec_v2_fast.c). */
+ * (dec_serial.c, dec_groups.c, dec_groups_avx2.c). */
 #include "stream_int.h"
 
 int skv_decoder_create(skv_cmodel *m, skv_decoder **out)
@@ -91,7 +91,7 @@ int skv_decoder_begin_atoms(skv_decoder *d, const uint8_t *src, size_t len, cons
         d->rb = d->wend;
         d->rpos = 0;
         d->rbits = 8 * (uint64_t)info->raw;
-        d->fast2 = skv__v2_fast_ok(d->m);
+        d->fast2 = skv__groups_avx2_ok(d->m);
         d->pk.row = NULL; /* the row cache starts empty */
     } else {
         for (int k = 0; k < 4; k++) {
@@ -121,9 +121,9 @@ static int get_n_given(skv_decoder *d, const float *mu, const float *s, uint32_t
 {
     if (d->version == 2) {
         size_t done;
-        return skv__dec_v2_rows(d, mu, s, x, n, given, 1, 0, 0, &done);
+        return skv__dec_groups_rows(d, mu, s, x, n, given, 1, 0, 0, &done);
     }
-    return skv__dec_v1_get(d, mu, s, x, n, given);
+    return skv__dec_serial_get(d, mu, s, x, n, given);
 }
 
 int skv_decoder_get_n(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n)
@@ -147,8 +147,8 @@ int skv_decoder_get_n2(skv_decoder *const d[2], const float *const mu[2], const 
             return skv_error(SKV_ERR_CORRUPT, "stream: corrupted at scalar %u", d[k]->got);
     }
 #ifdef SKV_HAVE_CLS8
-    if (skv__v2_pair_fast(d, n)) {
-        int rc = skv__v2_get_pair(d, mu, s, x, n);
+    if (skv__groups_avx2_pair_ok(d, n)) {
+        int rc = skv__groups_avx2_get_pair(d, mu, s, x, n);
         if (rc != 1)
             return rc; /* (else one stream after the other) */
     }
@@ -173,7 +173,7 @@ int skv_decoder_get_rows(skv_decoder *d, const float *mu, const float *s, size_t
         return skv_error(SKV_ERR_NOMEM, "codec table"); /* nothing decoded */
     const uint32_t mag = d->m->lat.sign - 1u; /* a magnitude's bits; none is above it */
     if (d->version == 2 && n % 8 == 0)
-        return skv__dec_v2_rows(d, mu, s, x, n, row, rows, mag, big, done);
+        return skv__dec_groups_rows(d, mu, s, x, n, row, rows, mag, big, done);
     for (size_t r = 0; r < rows; r++) {
         uint32_t *xr = x + r * n;
         int rc = get_n_given(d, mu, s, xr, n, row);

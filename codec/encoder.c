@@ -1,6 +1,7 @@
 /* The encoder's public face (skv_codec.h): its life, its settings, the
  * checks and room for each put, and the choice between the stream
- * versions' encoders (enc_v1.c, enc_v2.c). */
+ * versions' encoders (serial, version 1: enc_queue.c; grouped, version
+ * 2: enc_groups.c). */
 #include <math.h>
 
 #include "stream_int.h"
@@ -122,7 +123,7 @@ static int put_room(skv_encoder *e, size_t n)
 static int put_n_given(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
                        const skv_fcls *given)
 {
-    return e->version == 2 ? skv__enc_v2_put(e, x, mu, s, n, given) : skv__enc_v1_put(e, x, mu, s, n, given);
+    return e->version == 2 ? skv__enc_groups_put(e, x, mu, s, n, given) : skv__enc_queue_put(e, x, mu, s, n, given);
 }
 
 int skv_encoder_put_n(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n)
@@ -199,5 +200,5 @@ size_t skv_encoder_bound(const skv_encoder *e)
 int skv_encoder_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
 {
     *len = 0;
-    return e->version == 2 ? skv__enc_v2_finish(e, dst, cap, len) : skv__enc_v1_finish(e, dst, cap, len);
+    return e->version == 2 ? skv__enc_groups_finish(e, dst, cap, len) : skv__enc_serial_finish(e, dst, cap, len);
 }

@@ -2,7 +2,7 @@
  * vector, lane j on state j, 16-bit renormalisation words read from one
  * stream in lane order, plain bits from a separate raw bit stream in
  * scalar order -- stream version 2's layout (FORMAT.md), whose common
- * case dec_v2_fast.c decodes with them. x86-64 with GCC or Clang only
+ * case dec_groups_avx2.c decodes with them. x86-64 with GCC or Clang only
  * (SKV_LANES_OK). */
 #ifndef SKV_LANES_H
 #define SKV_LANES_H

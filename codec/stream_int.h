@@ -134,9 +134,9 @@ struct skv_decoder {
     skv_v2pack pk;               /* version 2: the AVX2 path's packed row */
 };
 
-/* Version 2's checked reader (the reference path, dec_v2.c): the states,
+/* Version 2's checked reader (the reference path, dec_groups.c): the states,
  * the words, the raw bit stream at rpos of rbits; bad is sticky. The AVX2
- * runs (dec_v2_fast.c) start from and return to it. */
+ * runs (dec_groups_avx2.c) start from and return to it. */
 typedef struct {
     uint32_t *x;
     const uint8_t *w, *wend, *rb;
@@ -180,8 +180,8 @@ SKV_ALWAYS_INLINE uint32_t renorm_checked(uint32_t v, const uint8_t **w, const u
     return v;
 }
 
-/* The variants of version 2's AVX2 group and run bodies (enc_v2.c,
- * dec_v2_fast.c), each compiled on its own: the flags are constants
+/* The variants of version 2's AVX2 group and run bodies (enc_groups.c,
+ * dec_groups_avx2.c), each compiled on its own: the flags are constants
  * where a body is inlined */
 enum {
     V2_ATOMS = 1,    /* channels with atoms: their symbol first */
@@ -191,33 +191,35 @@ enum {
 
 /* ---- across the sources ------------------------------------------------- */
 
-/* enc_v1.c: version 1's queue of operations (also version 2's per-group
- * path, which sorts them), and version 1's finish */
+/* enc_queue.c: the queue of operations (the serial layout's, and the
+ * grouped layout's per-group path, which sorts them), and the serial
+ * layout's finish */
 #define PLAIN_TAB_BITS 10 /* bf16, f16 and fp8 buckets hold at most 2^10 points */
 extern skv_eop skv__plain_tab[2u << PLAIN_TAB_BITS];
 void skv__plain_init(void);
-int skv__enc_v1_put(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
+int skv__enc_queue_put(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
                     const skv_fcls *given);
-int skv__enc_v1_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len);
-/* enc_v2.c */
-int skv__enc_v2_put(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
+int skv__enc_serial_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len);
+/* enc_groups.c */
+int skv__enc_groups_put(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
                     const skv_fcls *given);
-int skv__enc_v2_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len);
-/* dec_v1.c: n scalars of a version 1 stream */
-int skv__dec_v1_get(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
+int skv__enc_groups_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len);
+/* dec_serial.c: n scalars of a serial (version 1) stream */
+int skv__dec_serial_get(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
                     const skv_fcls *given);
-/* dec_v2.c: the reference group, and rows of a version 2 stream */
-void skv__v2_group_ref(skv_decoder *d, v2_reader *r, const skv_fcls *c, uint32_t at, uint32_t k, uint32_t *x);
-int skv__dec_v2_rows(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
+/* dec_groups.c: the reference group, and rows of a grouped (version 2)
+ * stream */
+void skv__dec_group_ref(skv_decoder *d, v2_reader *r, const skv_fcls *c, uint32_t at, uint32_t k, uint32_t *x);
+int skv__dec_groups_rows(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
                      const skv_fcls *given, size_t rows, uint32_t mag, uint32_t big, size_t *done);
-/* dec_v2_fast.c: whether the AVX2 group path decodes m's streams; the
+/* dec_groups_avx2.c: whether the AVX2 group path decodes m's streams; the
  * run of whole groups; two streams' rows in turn (1: nothing decoded) */
-int skv__v2_fast_ok(const skv_cmodel *m);
+int skv__groups_avx2_ok(const skv_cmodel *m);
 #ifdef SKV_HAVE_CLS8
-size_t skv__v2_run(skv_decoder *d, v2_reader *r, size_t i, uint32_t at, size_t ng, uint32_t *x, uint32_t mag,
+size_t skv__groups_avx2_run(skv_decoder *d, v2_reader *r, size_t i, uint32_t at, size_t ng, uint32_t *x, uint32_t mag,
                    uint32_t big, int *stop);
-int skv__v2_pair_fast(skv_decoder *const d[2], size_t n);
-int skv__v2_get_pair(skv_decoder *const d[2], const float *const mu[2], const float *const s[2],
+int skv__groups_avx2_pair_ok(skv_decoder *const d[2], size_t n);
+int skv__groups_avx2_get_pair(skv_decoder *const d[2], const float *const mu[2], const float *const s[2],
                      uint32_t *const x[2], size_t n);
 /* pack.c: a row's classes packed for the AVX2 paths (0: no memory), for
  * the decoder or, with each table's encoder entries too, the encoder */

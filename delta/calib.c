@@ -121,41 +121,15 @@ static void hash_u32s(crypto_generichash_state *st, const uint32_t *p, size_t n)
     }
 }
 
-/* The codebook as versions 1 and 2 hash it: dense, L x V x 2 x C floats
- * (zeros for an unseen token) then V counts */
-static void hash_dense_codebook(crypto_generichash_state *st, const skv_calib *c)
-{
-    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), V = (size_t)c->sh.vocab;
-    float zero[64] = {0};
-    for (size_t l = 0; l < L; l++)
-        for (size_t v = 0, r = 0; v < V; v++) {
-            if (r < c->n_tok && (size_t)c->cb_tok[r] == v) {
-                hash_floats(st, c->cb + (l * c->n_tok + r) * 2 * C, 2 * C);
-                r++;
-                continue;
-            }
-            for (size_t j = 0; j < 2 * C; j += 64)
-                hash_floats(st, zero, 2 * C - j < 64 ? 2 * C - j : 64);
-        }
-    const uint32_t none = 0;
-    for (size_t v = 0, r = 0; v < V; v++) {
-        if (r < c->n_tok && (size_t)c->cb_tok[r] == v)
-            hash_u32s(st, (const uint32_t *)&c->cb_n[r++], 1);
-        else
-            hash_u32s(st, &none, 1);
-    }
-}
-
-/* The calibration's id: BLAKE2b-128 of its shape, every parameter and
- * the model's fingerprint. Versions 1 and 2 hash the codebook dense (their
- * files hold it so); version 3 hashes its rows: their count, the seen
- * ids, the rows and the counts. */
+/* The calibration's id: BLAKE2b-128 of its version, shape, every
+ * parameter and the model's fingerprint; the codebook as its rows: their
+ * count, the seen ids, the rows and the counts; then stat's atoms. */
 void compute_id(skv_calib *c)
 {
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), H = (size_t)c->sh.kv_heads;
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 16);
-    const uint32_t hdr[] = {(uint32_t)c->version, (uint32_t)c->sh.layers, (uint32_t)c->sh.kv_heads,
+    const uint32_t hdr[] = {(uint32_t)SKV_CALIB_VERSION, (uint32_t)c->sh.layers, (uint32_t)c->sh.kv_heads,
                             (uint32_t)c->sh.head_dim, (uint32_t)c->sh.vocab, (uint32_t)c->sh.dtype,
                             (uint32_t)c->sh.rope_dim, (uint32_t)c->sh.rope_layout, (uint32_t)c->levels,
                             (uint32_t)c->rope_known};
@@ -166,23 +140,17 @@ void compute_id(skv_calib *c)
         hash_floats(&st, c->s[l], L * 2 * 2 * C);
         hash_floats(&st, c->w[l], L * 2 * H * 2 * NF);
     }
-    if (c->version <= 2) {
-        hash_dense_codebook(&st, c);
-    } else {
-        const uint32_t nt = (uint32_t)c->n_tok;
-        hash_u32s(&st, &nt, 1);
-        hash_u32s(&st, (const uint32_t *)c->cb_tok, c->n_tok);
-        hash_floats(&st, c->cb, L * c->n_tok * 2 * C);
-        hash_u32s(&st, (const uint32_t *)c->cb_n, c->n_tok);
-    }
+    const uint32_t nt = (uint32_t)c->n_tok;
+    hash_u32s(&st, &nt, 1);
+    hash_u32s(&st, (const uint32_t *)c->cb_tok, c->n_tok);
+    hash_floats(&st, c->cb, L * c->n_tok * 2 * C);
+    hash_u32s(&st, (const uint32_t *)c->cb_n, c->n_tok);
     hash_u32s(&st, c->pemp, 256);
     crypto_generichash_update(&st, (const uint8_t *)c->model_fp, 32);
-    if (c->version >= 2) { /* atoms */
-        hash_u32s(&st, c->at_k, L * 2 * C);
-        hash_u32s(&st, c->at_lam, L * 2 * C);
-        hash_u32s(&st, c->at_val, c->at_total);
-        hash_u32s(&st, c->at_cnt, c->at_total);
-    }
+    hash_u32s(&st, c->at_k, L * 2 * C); /* stat's atoms */
+    hash_u32s(&st, c->at_lam, L * 2 * C);
+    hash_u32s(&st, c->at_val, c->at_total);
+    hash_u32s(&st, c->at_cnt, c->at_total);
     crypto_generichash_final(&st, c->id, 16);
 }
 

@@ -6,33 +6,8 @@
 
 #include "delta_int.h"
 
-/* The codebook of a version 1 or 2 calibration as its file holds it:
- * dense, L x V x 2 x C floats (zeros for an unseen token), V counts */
-static int add_dense_codebook(skv_st_writer *w, const skv_calib *c)
-{
-    const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), V = (size_t)c->sh.vocab;
-    const int64_t sh_cb[4] = {(int64_t)L, (int64_t)V, 2, (int64_t)C}, sh_v[1] = {(int64_t)V};
-    float *cb = skv_calloc(L * V * 2 * C, sizeof *cb);
-    int32_t *n = skv_calloc(V, sizeof *n);
-    int rc = cb && n ? SKV_OK : skv_error(SKV_ERR_NOMEM, "calibration (dense codebook of %zu tokens)", V);
-    for (size_t r = 0; r < c->n_tok && !rc; r++) {
-        const size_t v = (size_t)c->cb_tok[r];
-        n[v] = c->cb_n[r];
-        for (size_t l = 0; l < L; l++)
-            memcpy(cb + (l * V + v) * 2 * C, c->cb + (l * c->n_tok + r) * 2 * C, 2 * C * sizeof *cb);
-    }
-    if (!rc)
-        rc = skv_stw_add(w, "codebook", SEQKV_DT_F32, 4, sh_cb, cb, L * V * 2 * C * 4);
-    if (!rc)
-        rc = skv_stw_add(w, "codebook.count", SEQKV_DT_I32, 1, sh_v, n, V * 4);
-    skv_free(cb);
-    skv_free(n);
-    return rc;
-}
-
-/* The codebook of a version 3 calibration: its rows, their counts and
- * their tokens */
-static int add_sparse_codebook(skv_st_writer *w, const skv_calib *c)
+/* The codebook: its rows, their counts and their tokens */
+static int add_codebook(skv_st_writer *w, const skv_calib *c)
 {
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh), NT = c->n_tok;
     const int64_t sh_cb[4] = {(int64_t)L, (int64_t)NT, 2, (int64_t)C}, sh_v[1] = {(int64_t)NT};
@@ -55,7 +30,7 @@ static int calib_writer(const skv_calib *c, skv_st_writer **out)
     char buf[64], hex[33];
 #define META(k, fmt, ...) (snprintf(buf, sizeof buf, fmt, __VA_ARGS__), rc = rc ? rc : skv_stw_meta(w, k, buf))
     META("seqkv.kind", "%s", "calibration");
-    META("seqkv.calib_version", "%d", c->version);
+    META("seqkv.calib_version", "%d", SKV_CALIB_VERSION);
     META("seqkv.dtype", "%s", skv_dtype_name(c->sh.dtype));
     META("seqkv.rope_theta", "%.9g", (double)c->sh.rope_theta);
     META("seqkv.rope_dim", "%d", c->sh.rope_dim);
@@ -64,8 +39,7 @@ static int calib_writer(const skv_calib *c, skv_st_writer **out)
     META("seqkv.model", "%s", c->model_fp[0] ? c->model_fp : "-");
     sodium_bin2hex(hex, sizeof hex, c->id, 16);
     META("seqkv.calib_id", "%s", hex);
-    if (c->version >= 3)
-        META("seqkv.vocab", "%d", c->sh.vocab);
+    META("seqkv.vocab", "%d", c->sh.vocab);
 #undef META
     int64_t sh_mean[3] = {L, 2, C}, sh_s[4] = {L, 2, 2, C}, sh_w[5] = {L, 2, H, 2, NF},
             sh_p[1] = {256};
@@ -80,10 +54,10 @@ static int calib_writer(const skv_calib *c, skv_st_writer **out)
             rc = skv_stw_add(w, n, SEQKV_DT_F32, 5, sh_w, c->w[l], (size_t)(L * 2 * H * 2 * NF) * 4);
     }
     if (!rc)
-        rc = c->version >= 3 ? add_sparse_codebook(w, c) : add_dense_codebook(w, c);
+        rc = add_codebook(w, c);
     if (!rc)
         rc = skv_stw_add(w, "pemp", SEQKV_DT_I32, 1, sh_p, c->pemp, 256 * 4);
-    if (!rc && c->version >= 2) {
+    if (!rc) {
         int64_t sh_a[1] = {(int64_t)c->at_total};
         rc = skv_stw_add(w, "atoms.k", SEQKV_DT_I32, 3, sh_mean, c->at_k, (size_t)(L * 2 * C) * 4);
         if (!rc)
@@ -135,7 +109,7 @@ static int get_f32(const skv_st *st, const char *name, float *dst, size_t n)
     return SKV_OK;
 }
 
-/* Stat's atoms of a version 2 file: per-channel counts and lambdas, then
+/* Stat's atoms: per-channel counts and lambdas, then
  * values and counts that skv_atoms_create accepts (checked here, so a bad
  * file fails at load, not when a coder is made). */
 static int get_atoms(const skv_st *st, const char *path, skv_calib *c)
@@ -184,25 +158,12 @@ static int check_atoms(const char *path, const skv_calib *c)
 }
 
 /* The codebook's rows (n_tok) and vocabulary (sh.vocab) of a file with
- * the tensor cb: version 3 holds the rows of its seen tokens, versions 1
- * and 2 a row for every id below the vocabulary (those with count > 0 are
- * kept) */
+ * the tensor cb: the rows of the tokens its calibration saw */
 static int codebook_shape(const skv_st *st, const char *path, const skv_tensor *cb, skv_calib *c)
 {
     const skv_tensor *n = skv_st_find(st, "codebook.count");
     if (!n || n->dtype != SEQKV_DT_I32 || n->nelem != (size_t)cb->shape[1])
         return skv_error(SKV_ERR_FORMAT, "%s: codebook.count does not match the codebook", path);
-    if (c->version <= 2) {
-        c->sh.vocab = (int)cb->shape[1];
-        c->n_tok = 0;
-        for (size_t v = 0; v < n->nelem; v++) {
-            const int32_t k = (int32_t)skv_load32_le(n->data + 4 * v);
-            if (k < 0)
-                return skv_error(SKV_ERR_FORMAT, "%s: negative codebook count", path);
-            c->n_tok += k > 0;
-        }
-        return SKV_OK;
-    }
     const char *vs = skv_st_meta(st, "seqkv.vocab");
     char *end = NULL;
     long long vv = vs ? strtoll(vs, &end, 10) : 0;
@@ -213,50 +174,25 @@ static int codebook_shape(const skv_st *st, const char *path, const skv_tensor *
     return SKV_OK;
 }
 
-/* The codebook into c (allocated for n_tok rows): a dense file's rows of
- * seen tokens (an unseen token's row must be zeros, as its id hashes it);
- * a sparse file's rows, their counts >= 1 and tokens ascending below the
- * vocabulary */
+/* The codebook into c (allocated for n_tok rows): its rows, their counts
+ * >= 1 and tokens ascending below the vocabulary */
 static int get_codebook(const skv_st *st, const char *path, skv_calib *c)
 {
     const size_t L = (size_t)c->sh.layers, C = chan_count(&c->sh);
-    const skv_tensor *cb = skv_st_find(st, "codebook"), *n = skv_st_find(st, "codebook.count");
+    const skv_tensor *cb = skv_st_find(st, "codebook");
     if (cb->dtype != SEQKV_DT_F32 || cb->nelem != L * (size_t)cb->shape[1] * 2 * C)
         return skv_error(SKV_ERR_SHAPE, "calibration: tensor \"codebook\" has the wrong shape");
-    if (c->version >= 3) {
-        int rc = get_f32(st, "codebook", c->cb, L * c->n_tok * 2 * C);
-        if (!rc)
-            rc = get_f32(st, "codebook.count", (float *)c->cb_n, c->n_tok);
-        if (!rc)
-            rc = get_f32(st, "codebook.tokens", (float *)c->cb_tok, c->n_tok);
-        for (size_t r = 0; r < c->n_tok && !rc; r++)
-            if (c->cb_n[r] < 1 || c->cb_tok[r] < 0 || c->cb_tok[r] >= c->sh.vocab ||
-                (r && c->cb_tok[r] <= c->cb_tok[r - 1]))
-                rc = skv_error(SKV_ERR_FORMAT, "%s: codebook row %zu: count %d, token %d (counts >= 1, "
-                               "tokens ascending below %d)", path, r, c->cb_n[r], c->cb_tok[r], c->sh.vocab);
-        return rc;
-    }
-    const size_t V = (size_t)c->sh.vocab;
-    for (size_t v = 0, r = 0; v < V; v++) {
-        const int32_t k = (int32_t)skv_load32_le(n->data + 4 * v);
-        for (size_t l = 0; l < L; l++) {
-            const uint8_t *src = cb->data + (l * V + v) * 2 * C * 4;
-            float *dst = c->cb + (l * c->n_tok + r) * 2 * C;
-            for (size_t j = 0; j < 2 * C; j++) {
-                const uint32_t b = skv_load32_le(src + 4 * j);
-                if (k == 0 && b != 0)
-                    return skv_error(SKV_ERR_FORMAT, "%s: the codebook row of unseen token %zu is not zero",
-                                     path, v);
-                if (k > 0)
-                    dst[j] = skv_bits_f32(b);
-            }
-        }
-        if (k > 0) {
-            c->cb_tok[r] = (int32_t)v;
-            c->cb_n[r++] = k;
-        }
-    }
-    return SKV_OK;
+    int rc = get_f32(st, "codebook", c->cb, L * c->n_tok * 2 * C);
+    if (!rc)
+        rc = get_f32(st, "codebook.count", (float *)c->cb_n, c->n_tok);
+    if (!rc)
+        rc = get_f32(st, "codebook.tokens", (float *)c->cb_tok, c->n_tok);
+    for (size_t r = 0; r < c->n_tok && !rc; r++)
+        if (c->cb_n[r] < 1 || c->cb_tok[r] < 0 || c->cb_tok[r] >= c->sh.vocab ||
+            (r && c->cb_tok[r] <= c->cb_tok[r - 1]))
+            rc = skv_error(SKV_ERR_FORMAT, "%s: codebook row %zu: count %d, token %d (counts >= 1, "
+                           "tokens ascending below %d)", path, r, c->cb_n[r], c->cb_tok[r], c->sh.vocab);
+    return rc;
 }
 
 /* Build a calibration from a parsed safetensors image; `path` names it in
@@ -278,14 +214,14 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
         rc = skv_error(SKV_ERR_FORMAT, "%s: not a seqkv calibration file", path);
         goto fail;
     }
-    c->version = atoi(ver);
-    if (c->version < 1) {
+    const int version = atoi(ver);
+    if (version < 1) {
         rc = skv_error(SKV_ERR_FORMAT, "%s: calibration version %s", path, ver);
         goto fail;
     }
-    if (c->version > SKV_CALIB_VERSION) {
-        rc = skv_error(SKV_ERR_VERSION, "%s: calibration version %s, this build reads %d", path, ver,
-                       SKV_CALIB_VERSION);
+    if (version != SKV_CALIB_VERSION) { /* (1 and 2, FORMAT 5 and before: dense codebooks) */
+        rc = skv_error(SKV_ERR_VERSION, "%s: calibration version %s: this build reads only version %d", path,
+                       ver, SKV_CALIB_VERSION);
         goto fail;
     }
     if ((rc = skv_dtype_from_name(dt, strlen(dt), &c->sh.dtype)))
@@ -332,7 +268,7 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
         rc = get_codebook(st, path, c);
     if (!rc)
         rc = get_f32(st, "pemp", (float *)c->pemp, 256);
-    if (!rc && c->version >= 2)
+    if (!rc)
         rc = get_atoms(st, path, c);
     if (rc)
         goto fail;
@@ -343,7 +279,7 @@ static int calib_from_st(const skv_st *st, const char *path, skv_calib **out)
         rc = skv_error(SKV_ERR_CORRUPT, "%s: content hash %s does not match the recorded id %s", path, hex, idh);
         goto fail;
     }
-    if (c->version >= 2 && (rc = check_atoms(path, c)))
+    if ((rc = check_atoms(path, c)))
         goto fail;
     if ((rc = calib_index(c)))
         goto fail;

@@ -50,7 +50,6 @@ struct skv_calib {
     int rope_known;
     char model_fp[33];
     uint8_t id[16];
-    int version;         /* of the file it came from (1: no atoms), else SKV_CALIB_VERSION */
     /* stat's atoms (skv_atoms) per (layer, k/v, channel): counts, lambda in
      * 2^-16, and the values and counts of every channel's atoms in order */
     uint32_t *at_k, *at_lam; /* [L][2][C] */

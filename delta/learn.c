@@ -313,7 +313,6 @@ static int fit_levels(skv_calib *c, const calib_data *d, const skv_calib_opts *o
     const int max_s = fit_samples(c, o);
     float *const *none[2] = {NULL, NULL};
     int rc;
-    c->version = SKV_CALIB_VERSION;
     if ((rc = fit_level(c, d, SEQKV_STAT, none, max_s, o->pool, o)))
         return rc;
     if ((rc = fit_atoms(c, d, o->pool, o->stop)))

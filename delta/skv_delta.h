@@ -36,8 +36,9 @@ extern "C" {
 
 /* The coder takes every level of seqkv_level.h but SEQKV_RAW. */
 
-/* Calibration files this build writes (a sparse codebook); it reads 1, 2
- * and 3 (1: no atoms; 1 and 2: a dense codebook). */
+/* The calibration file version this build writes and the only one it
+ * reads (a sparse codebook, stat's atoms); 1 and 2 (dense codebooks) are
+ * refused with SKV_ERR_VERSION. */
 #define SKV_CALIB_VERSION 3
 
 /* Shape and RoPE of the KV a calibration describes. */
@@ -104,7 +105,8 @@ int skv_calib_save(const skv_calib *c, const char *path);
 /* The same file image in memory (skv_free it). */
 int skv_calib_serialize(const skv_calib *c, uint8_t **out, size_t *len);
 /* Load and verify (version, shapes, content hash). Errors: SKV_ERR_IO,
- * SKV_ERR_FORMAT (not a calibration / bad shapes), SKV_ERR_VERSION,
+ * SKV_ERR_FORMAT (not a calibration / bad shapes), SKV_ERR_VERSION (a
+ * version other than SKV_CALIB_VERSION),
  * SKV_ERR_CORRUPT (content hash mismatch), SKV_ERR_NOMEM. */
 int skv_calib_load(const char *path, skv_calib **out);
 /* The same from a file image in memory (borrowed). */

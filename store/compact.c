@@ -168,7 +168,8 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         lossy |= dead[i]->level == SEQKV_LOSSY;
     const int redo = !rc && !bad && !lossy && !(r.flags & SKV_REC_CENTROID) &&
                      (nd || stale || (int)r.level != level);
-    /* a record from before sealing is sealed as it is when not coded again */
+    /* a record written unsealed (no_seal) is sealed as it is when not
+     * coded again */
     const int reseal = !rc && !bad && !redo && !db->o.no_seal &&
                        !skv_rec_is_sealed(v.mv_data, v.mv_size);
     if (redo || reseal) {
@@ -223,7 +224,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
             }
             if (!seqkv_level_predictive((seqkv_level)q.level))
                 memset(q.calib, 0, 16);
-            q.checksum = skv_seqbuf_checksum(pe, &s, P + q.lo, P + q.n, SKV_REC_VERSION);
+            q.checksum = skv_seqbuf_checksum(pe, &s, P + q.lo, P + q.n);
             q.nstreams = (uint32_t)ss.nstreams;
             q.sizes = sz;
             q.streams = ss.data;

@@ -28,11 +28,11 @@ int skv_seqbuf_init(seqbuf *s, const prof_ent *pe, size_t stride)
 }
 
 /* Checksum of positions [a, b) in stream order (layer, K then V). */
-uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b, int version)
+uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b)
 {
     const size_t row = pe->C * pe->es;
     skv_rec_sum h;
-    skv_rec_sum_begin(&h, version);
+    skv_rec_sum_begin(&h);
     for (int l = 0; l < pe->p.layers; l++)
         for (int kv = 0; kv < 2; kv++)
             skv_rec_sum_add(&h, s->kv[kv] + ((size_t)l * s->stride + a) * row, (b - a) * row);
@@ -112,15 +112,15 @@ static int decode_streams(dec_ctx *c, rec_dec *x)
                                   s->kv[1]);
 }
 
-/* A raw record from version 2 on (XXH3 trailer and checksum over the
- * same stream bytes) is verified as it is copied, in one pass */
+/* A raw record (XXH3 trailer and checksum over the same stream bytes)
+ * is verified as it is copied, in one pass */
 static int raw_fused(const skv_rec *r)
 {
-    return r->level == SEQKV_RAW && r->version >= 2;
+    return r->level == SEQKV_RAW;
 }
 
 /* Record t from LMDB (or the writer's batch), its trailer verified -- but,
- * when fused, a raw record's from version 2 on, which raw_copy verifies as
+ * when fused, a raw record's, which raw_copy verifies as
  * it copies -- and its fields checked against its index entry; r and *img (the
  * record's *len bytes) point into LMDB's map, valid while c->txn lives. */
 static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec *r,
@@ -198,7 +198,7 @@ static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t
          * trailer); the KV's own checksum still checked, end to end */
         if ((rc = skv_store_rec_raw_open(c->db, t->key, img, len, r, c->role.rpool, dst)))
             return rc;
-        if (skv_seqbuf_checksum(pe, c->s, a, b, r->version) != r->checksum)
+        if (skv_seqbuf_checksum(pe, c->s, a, b) != r->checksum)
             return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)",
                              r->chunk_index);
     }
@@ -255,7 +255,7 @@ int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *sh
         x->placed = 1;
         return raw_copy(c, t, r, x->img, x->len, x->P);
     }
-    skv_rec_sum_begin(sum, r->version);
+    skv_rec_sum_begin(sum);
     /* its streams' offsets, checked */
     const size_t L = (size_t)c->pe->p.layers;
     if (!(x->offs = skv_malloc((2 * L + 1) * sizeof *x->offs)))

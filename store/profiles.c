@@ -34,7 +34,7 @@ void skv_store_prof_pack(const seqkv_profile *p, uint8_t *b)
     memcpy(b + 120, p->calib_id, 16);
     memcpy(b + 136, p->id, 32);
     memcpy(b + 168, p->model, strnlen(p->model, SEQKV_PATH_MAX));
-    skv_lossy_prof_pack(p, b + SKV_PROF_SIZE_V1);
+    skv_lossy_prof_pack(p, b + SKV_PROF_BASE_SIZE);
 }
 
 /* Why no profile may be p (what seqkv_profile_set refuses and a reader
@@ -63,7 +63,12 @@ static const char *prof_invalid(const seqkv_profile *p)
 
 int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
 {
-    if ((len != SKV_PROF_SIZE && len != SKV_PROF_SIZE_V1) || skv_load32_le(b) != SKV_PROF_MAGIC)
+    if (len == SKV_PROF_BASE_SIZE && skv_load32_le(b) == SKV_PROF_MAGIC)
+        return skv_error(SKV_ERR_VERSION,
+                         "profile record of %d bytes (FORMAT 14 or before): this build reads only the "
+                         "%d-byte record of FORMAT 15",
+                         SKV_PROF_BASE_SIZE, SKV_PROF_SIZE);
+    if (len != SKV_PROF_SIZE || skv_load32_le(b) != SKV_PROF_MAGIC)
         return skv_error(SKV_ERR_CORRUPT, "damaged profile record");
     if (skv_load32_le(b + 4) > 1)
         return skv_error(SKV_ERR_VERSION, "profile record of a newer version");
@@ -83,14 +88,11 @@ int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
     memcpy(p->calib_id, b + 120, 16);
     memcpy(p->id, b + 136, 32);
     memcpy(p->model, b + 168, SEQKV_PATH_MAX);
-    /* (a record from before the setting holds 0: the default bound, or
-     * the model's) */
+    /* (seqkv_profile_set writes the bound it settled on: never 0) */
     p->vocab = (int)skv_load32_le(b + 8);
-    if (p->vocab == 0 && !p->model[0])
-        p->vocab = SEQKV_VOCAB_DEFAULT;
-    if (p->vocab < 0)
-        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
-    /* (0 in a record from before the setting: the default) */
+    if (p->vocab < 1)
+        return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields (vocab %d)", p->vocab);
+    /* (0: the default) */
     p->auto_calibrate = (int)skv_load32_le(b + 12);
     if (p->auto_calibrate < -1)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields");
@@ -99,8 +101,7 @@ int skv_store_prof_unpack(const uint8_t *b, size_t len, seqkv_profile *p)
     const char *bad = prof_invalid(p);
     if (bad)
         return skv_error(SKV_ERR_CORRUPT, "profile record with impossible fields (%s)", bad);
-    /* (a record from before the lossy tier: off) */
-    return len == SKV_PROF_SIZE ? skv_lossy_prof_unpack(b + SKV_PROF_SIZE_V1, p) : SKV_OK;
+    return skv_lossy_prof_unpack(b + SKV_PROF_BASE_SIZE, p);
 }
 
 void skv_store_ten_pack(const tenant_ent *t, uint8_t *b)
@@ -187,7 +188,7 @@ int seqkv_profile_set(seqkv *db, seqkv_profile *p)
     int rc = prof_size(p, &size);
     if (rc)
         return rc;
-    seqkv_profile q; /* the caller's fields, the rest (an older caller's) zero */
+    seqkv_profile q = SEQKV_PROFILE_INIT; /* the caller's fields, the rest (an older caller's) zero */
     memset(&q, 0, sizeof q);
     memcpy(&q, p, size);
     q.size = sizeof q;

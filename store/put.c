@@ -461,7 +461,7 @@ static int put_chunk(put_ctx *pc, MDB_txn *rtxn, const skv_centroid *cent, size_
         rc = skv_store_code_record(pc->db, rtxn, pc->pe, pc->level, &pc->s, P + lo, P + hi, &q->r, &st);
     /* the checksum of what a get decodes: after coding, as a lossy record
      * leaves its reconstruction in s */
-    q->r.checksum = skv_seqbuf_checksum(pc->pe, &pc->s, P + lo, P + hi, SKV_REC_VERSION);
+    q->r.checksum = skv_seqbuf_checksum(pc->pe, &pc->s, P + lo, P + hi);
     uint8_t *side = NULL;
     size_t side_len = 0;
     int used = 0;

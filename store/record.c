@@ -1,44 +1,32 @@
 /* Chunk records: serialisation and verified parsing (FORMAT.md, "Chunk
  * records"). The parser is the first thing that sees bytes from LMDB and
  * trusts nothing: every size is checked against the buffer before use. */
-#include <sodium.h>
 #include <string.h>
 
 #include "skv_codec.h"
 #include "store_int.h"
 
-/* The trailer of a record's first len bytes: XXH3-128 (low half first)
- * from version 2 on, BLAKE2b-128 in version 1. */
-static void rec_trailer(int version, const uint8_t *buf, size_t len, uint8_t out[SKV_REC_TRAILER])
+/* The trailer of a record's first len bytes: XXH3-128, low half first */
+static void rec_trailer(const uint8_t *buf, size_t len, uint8_t out[SKV_REC_TRAILER])
 {
-    if (version == 1) {
-        crypto_generichash(out, SKV_REC_TRAILER, buf, len, NULL, 0);
-        return;
-    }
     XXH128_hash_t h = XXH3_128bits(buf, len);
     skv_store64_le(out, h.low64);
     skv_store64_le(out + 8, h.high64);
 }
 
-void skv_rec_sum_begin(skv_rec_sum *s, int version)
+void skv_rec_sum_begin(skv_rec_sum *s)
 {
-    s->version = version;
-    s->h = 0;
-    if (version != 1)
-        XXH3_64bits_reset(&s->xx);
+    XXH3_64bits_reset(&s->xx);
 }
 
 void skv_rec_sum_add(skv_rec_sum *s, const void *p, size_t len)
 {
-    if (s->version == 1)
-        s->h = skv_checksum64(p, len, s->h);
-    else
-        XXH3_64bits_update(&s->xx, p, len);
+    XXH3_64bits_update(&s->xx, p, len);
 }
 
 uint64_t skv_rec_sum_end(skv_rec_sum *s)
 {
-    return s->version == 1 ? s->h : XXH3_64bits_digest(&s->xx);
+    return XXH3_64bits_digest(&s->xx);
 }
 
 int skv_rec_raw_copy(const uint8_t *buf, size_t len, const skv_rec *r, uint8_t *const *dst)
@@ -104,19 +92,26 @@ void skv_rec_write(const skv_rec *r, uint8_t *dst)
     if (r->streams_len)
         memcpy(p, r->streams, r->streams_len);
     p += r->streams_len;
-    rec_trailer(SKV_REC_VERSION, dst, (size_t)(p - dst), p);
+    rec_trailer(dst, (size_t)(p - dst), p);
 }
 
 void skv_rec_seal(uint8_t *buf, size_t len)
 {
     if (len >= SKV_REC_HEADER + SKV_REC_TRAILER)
-        rec_trailer(skv_load16_le(buf + 4) == 1 ? 1 : 2, buf, len - SKV_REC_TRAILER,
-                    buf + len - SKV_REC_TRAILER);
+        rec_trailer(buf, len - SKV_REC_TRAILER, buf + len - SKV_REC_TRAILER);
 }
 
 int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r)
 {
     return skv_rec_parse_ex(buf, len, 1, r);
+}
+
+/* A record of a version before the current one (FORMAT 7 or before):
+ * refused, never read */
+static int rec_old(uint16_t ver)
+{
+    return skv_error(SKV_ERR_VERSION, "chunk record version %u: this build reads only version %u", ver,
+                     SKV_REC_VERSION);
 }
 
 /* The header's fields into r, range-checked (ver: its version bytes) */
@@ -129,6 +124,8 @@ static int rec_fields(const uint8_t *buf, uint16_t ver, skv_rec *r)
                          SKV_REC_VERSION);
     if (ver == 0)
         return skv_error(SKV_ERR_FORMAT, "chunk record version 0");
+    if (ver < SKV_REC_VERSION)
+        return rec_old(ver);
     r->version = ver;
     r->level = buf[6];
     r->flags = buf[7];
@@ -207,15 +204,17 @@ int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r)
     if (len < SKV_REC_HEADER + SKV_REC_TRAILER)
         return skv_error(SKV_ERR_FORMAT, "chunk record of %zu bytes is too short", len);
     /* the checksum first: a flipped byte anywhere, magic and version
-     * included, is damage (SKV_ERR_CORRUPT), not a format question. The
-     * version picks the trailer's hash, so a record whose version bytes
-     * were damaged fails both. */
+     * included, is damage (SKV_ERR_CORRUPT), not a format question -- but
+     * for a record of version 1, whose trailer was another hash (BLAKE2b-
+     * 128): it is refused for its version, whatever its trailer */
     uint16_t ver = skv_load16_le(buf + 4);
     if (verify) {
         uint8_t sum[SKV_REC_TRAILER];
-        rec_trailer(ver == 1 ? 1 : 2, buf, len - SKV_REC_TRAILER, sum);
+        rec_trailer(buf, len - SKV_REC_TRAILER, sum);
         if (memcmp(sum, buf + len - SKV_REC_TRAILER, SKV_REC_TRAILER) != 0)
-            return skv_error(SKV_ERR_CORRUPT, "chunk record checksum mismatch");
+            return ver > 0 && ver < SKV_REC_VERSION && skv_load32_le(buf) == SKV_REC_MAGIC
+                       ? rec_old(ver)
+                       : skv_error(SKV_ERR_CORRUPT, "chunk record checksum mismatch");
     }
     int rc = rec_fields(buf, ver, r);
     if (rc)

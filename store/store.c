@@ -29,8 +29,8 @@
 #include "store_priv.h"
 
 #define STORE_MAGIC 0x53564b53u /* "SKVS" */
-/* 2: tenants' keys and sealed records (FORMAT 12); a version 1 store is
- * read, and marked version 2 by its first writable open */
+/* 2: tenants' keys and sealed records (FORMAT 12); the only version read
+ * (a version 1 store, from before sealing: SKV_ERR_VERSION) */
 #define STORE_VERSION 2
 
 /* ---- option structs and names ------------------------------------------------- */
@@ -564,19 +564,12 @@ static int check_format(seqkv *db, MDB_txn *txn, const char *dir)
     if (skv_load32_le(b + 4) > STORE_VERSION)
         return skv_error(SKV_ERR_VERSION, "%s was written by a newer seqkv (format %u, this reads %u)", dir,
                          skv_load32_le(b + 4), STORE_VERSION);
+    if (skv_load32_le(b + 4) < STORE_VERSION)
+        return skv_error(SKV_ERR_VERSION, "%s is a store of format version %u: this build reads only version %u",
+                         dir, skv_load32_le(b + 4), STORE_VERSION);
     if (sodium_memcmp(b + 16, chk, 16) != 0 && skv_rotation_finish(db, b + 16) != SKV_OK)
         return skv_error(SKV_ERR_CORRUPT, "the %s does not belong to the store in %s",
                          db->pass_key ? "passphrase" : "master key", dir);
-    if (skv_load32_le(b + 4) < STORE_VERSION && !db->o.read_only) {
-        /* from now on it holds what older builds cannot read */
-        uint8_t nb[64];
-        const size_t n = fv.mv_size < sizeof nb ? fv.mv_size : sizeof nb;
-        memcpy(nb, b, n);
-        skv_store32_le(nb + 4, STORE_VERSION);
-        MDB_val nv = {n, nb};
-        if ((mrc = mdb_put(txn, db->db_meta, &fk, &nv, 0)))
-            return skv_mdb_error(mrc, "format record");
-    }
     return SKV_OK;
 }
 

@@ -11,9 +11,9 @@
 
 /* ---- chunk records (FORMAT.md, "Chunk records") --------------------------- */
 #define SKV_REC_MAGIC 0x43564b53u /* "SKVC" */
-#define SKV_REC_VERSION 2 /* written; version 1 still read */
+#define SKV_REC_VERSION 2 /* the only one read (version 1: SKV_ERR_VERSION) */
 #define SKV_REC_HEADER 192
-#define SKV_REC_TRAILER 16 /* XXH3-128 (version 1: BLAKE2b-128) of everything before it */
+#define SKV_REC_TRAILER 16 /* XXH3-128 of everything before it */
 
 enum {
     SKV_REC_FULL = 1,       /* the chunk holds `chunk` tokens */
@@ -48,11 +48,13 @@ size_t skv_rec_size(const skv_rec *r);
  * streams are read from the pointers in r. */
 void skv_rec_write(const skv_rec *r, uint8_t *dst);
 /* Recompute the trailer of a record image of len bytes (at least a header
- * and a trailer) for the version at its bytes 4..6 (tests and fuzzing). */
+ * and a trailer; tests and fuzzing). */
 void skv_rec_seal(uint8_t *buf, size_t len);
 /* Parse and verify (magic, version, sizes, record checksum). Pointers in
  * *r point into buf. Errors: SKV_ERR_FORMAT (short, bad magic or fields),
- * SKV_ERR_VERSION, SKV_ERR_CORRUPT (checksum). */
+ * SKV_ERR_VERSION (another version than SKV_REC_VERSION; a version 1
+ * record, whose trailer is of another hash, is refused as such, not as
+ * damaged), SKV_ERR_CORRUPT (checksum). */
 int skv_rec_parse(const uint8_t *buf, size_t len, skv_rec *r);
 /* The same; verify 0 skips the record checksum (opening a store indexes
  * records from their headers; GET verifies everything). */
@@ -61,7 +63,7 @@ int skv_rec_parse_ex(const uint8_t *buf, size_t len, int verify, skv_rec *r);
  * 0: buf holds header, tokens, surprisal, side info, stream sizes; the
  * streams, streams_len bytes, are elsewhere): r->streams NULL */
 int skv_rec_parse_head(const uint8_t *buf, size_t len, size_t streams_len, skv_rec *r);
-/* A raw record of version 2 or later (parsed with verify 0), checked and
+/* A raw record (parsed with verify 0), checked and
  * copied in one pass: its stream j to dst[j] (each streams_len / nstreams
  * bytes), hashed into the trailer's XXH3-128 and the checksum's XXH3-64
  * while it is in cache. SKV_ERR_CORRUPT when either differs (dst then
@@ -69,14 +71,11 @@ int skv_rec_parse_head(const uint8_t *buf, size_t len, size_t streams_len, skv_r
 int skv_rec_raw_copy(const uint8_t *buf, size_t len, const skv_rec *r, uint8_t *const *dst);
 
 /* The checksum of a record's decoded KV: the 2 x layers slabs of
- * positions [lo, n) in stream order, hashed as one buffer -- XXH3-64 for
- * version 2 records, chained skv_checksum64 for version 1. */
+ * positions [lo, n) in stream order, hashed as one buffer (XXH3-64). */
 typedef struct {
-    int version;
-    uint64_t h;       /* version 1 */
-    XXH3_state_t xx;  /* version 2 */
+    XXH3_state_t xx;
 } skv_rec_sum;
-void skv_rec_sum_begin(skv_rec_sum *s, int version);
+void skv_rec_sum_begin(skv_rec_sum *s);
 void skv_rec_sum_add(skv_rec_sum *s, const void *p, size_t len);
 uint64_t skv_rec_sum_end(skv_rec_sum *s);
 

@@ -116,8 +116,10 @@ struct seqkv {
 int skv_mdb_error(int rc, const char *what);
 /* Profile and tenant records (FORMAT.md; profiles.c packs them) */
 #define SKV_PROF_MAGIC 0x50564b53u  /* "SKVP" */
-#define SKV_PROF_SIZE_V1 (16 + 64 + 4 * 10 + 16 + 32 + SEQKV_PATH_MAX + 1)
-#define SKV_PROF_SIZE (SKV_PROF_SIZE_V1 + 32) /* + the lossy tier (FORMAT 15) */
+/* the fields before the lossy tier's (a whole record before FORMAT 15,
+ * now refused), then the lossy tier's 32 bytes */
+#define SKV_PROF_BASE_SIZE (16 + 64 + 4 * 10 + 16 + 32 + SEQKV_PATH_MAX + 1)
+#define SKV_PROF_SIZE (SKV_PROF_BASE_SIZE + 32)
 #define SKV_TEN_MAGIC 0x54564b53u   /* "SKVT" */
 #define SKV_TEN_SIZE 32
 #define SKV_SHARED_ID 1 /* SEQKV_SHARED_TENANT's id */
@@ -285,8 +287,9 @@ void skv_tkeys_free(tenant_ent *t);
 int skv_tkeys_make(const seqkv *db, tenant_ent *t);
 /* Its keys wrapped into table tkeys */
 int skv_tkeys_put(seqkv *db, MDB_txn *txn, const tenant_ent *t);
-/* Open table tkeys and unwrap every tenant's keys (a tenant from before
- * sealing gets them, written unless read-only). After the tenants load. */
+/* Open table tkeys and unwrap every tenant's keys (a new store's @shared
+ * gets them; any other tenant without keys: SKV_ERR_CORRUPT). After the
+ * tenants load. */
 int skv_tkeys_load(seqkv *db, MDB_txn *txn);
 /* The tenant's data key (under kmu; no other lock needed or taken) */
 int skv_store_dek(seqkv *db, uint64_t tid, uint8_t dek[32]);
@@ -318,7 +321,7 @@ int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_
  * sealed): *owned to skv_free */
 int skv_store_rec_head(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,
                        uint8_t **owned, skv_rec *r);
-/* 1 when stored value v is a sealed raw record of version 2 on (its
+/* 1 when stored value v is a sealed raw record of the current version (its
  * clear header says so): skv_store_rec_head, then skv_store_rec_raw_open
  * its streams straight into their destinations */
 int skv_store_rec_sealed_raw(const uint8_t *v, size_t len);
@@ -338,15 +341,15 @@ typedef struct {
 int skv_seqbuf_init(seqbuf *s, const prof_ent *pe, size_t stride);
 void skv_seqbuf_free(seqbuf *s);
 /* Checksum of positions [a, b) in stream order (layer, K then V), as a
- * record of that version holds it (skv_rec_sum). */
-uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b, int version);
+ * record holds it (skv_rec_sum). */
+uint64_t skv_seqbuf_checksum(const prof_ent *pe, const seqbuf *s, size_t a, size_t b);
 /* Positions [a, b) of s coded at level into st (raw when a token is
  * outside the calibration's vocabulary); r->level, r->calib set. */
 int skv_store_code_record(seqkv *db, MDB_txn *txn, prof_ent *pe, int level, const seqbuf *s,
                           size_t a, size_t b, skv_rec *r, skv_streams *st);
 
 /* ---- the lossy tier (lossy.c) ---------------------------------------------- */
-/* The profile record's lossy fields (32 bytes at PROF_SIZE_V1) */
+/* The profile record's lossy fields (32 bytes at SKV_PROF_BASE_SIZE) */
 void skv_lossy_prof_pack(const seqkv_profile *p, uint8_t *b);
 int skv_lossy_prof_unpack(const uint8_t *b, seqkv_profile *p);
 /* seqkv_profile_set's checks of the lossy settings */
@@ -407,7 +410,7 @@ int skv_store_decode_rec(dec_ctx *c, skv_trie_rec *t);
 int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, size_t *n);
 
 /* One record being decoded, in steps: open loads it (its trailer verified
- * unless fused, when a raw record of version 2 on is left for raw_copy;
+ * unless fused, when a raw record is left for raw_copy;
  * SKV_OPEN_PLACE: such a record is then copied, or opened when sealed,
  * straight into c->s and verified, and the steps after are no-ops),
  * checks its streams' offsets, takes its coder (share's, when share is not

@@ -2,11 +2,10 @@
  * data key and hash secret, random, stored only wrapped by the master key
  * (table `tkeys`), held in locked memory (sodium_malloc: mlocked, guarded,
  * wiped when freed); and records sealed where they are written, opened
- * where they are read. A store from before sealing gets its tenants' keys
- * at the first writable open: a random data key, and as hash secret the
- * one its names were made with (derived from the master key then; new
- * tenants' too), so no record is renamed; its records stay as they are
- * until compaction seals them. */
+ * where they are read. A tenant's keys are made with the tenant (a new
+ * store's @shared: at its first open); a store whose tenant has none is
+ * damaged (a store from before sealing, which had none, is refused by its
+ * format version before). */
 #include <sodium.h>
 #include <string.h>
 
@@ -54,10 +53,15 @@ int skv_tkeys_make(const seqkv *db, tenant_ent *t)
 
 int skv_tkeys_load(seqkv *db, MDB_txn *txn)
 {
-    int mrc = mdb_dbi_open(txn, "tkeys", db->o.read_only ? 0 : MDB_CREATE, &db->db_tkeys);
-    const int have = mrc == 0;
-    if (mrc && !(mrc == MDB_NOTFOUND && db->o.read_only))
-        return skv_mdb_error(mrc, "tkeys");
+    /* (a store of the current format has the table from its first open
+     * on: without it, this is that open, and @shared the only tenant) */
+    int mrc = mdb_dbi_open(txn, "tkeys", 0, &db->db_tkeys);
+    const int fresh = mrc == MDB_NOTFOUND && !db->o.read_only;
+    if (fresh)
+        mrc = mdb_dbi_open(txn, "tkeys", MDB_CREATE, &db->db_tkeys);
+    if (mrc)
+        return mrc == MDB_NOTFOUND ? skv_error(SKV_ERR_CORRUPT, "the store has no tenant keys")
+                                   : skv_mdb_error(mrc, "tkeys");
     for (size_t i = 0; i < db->nten; i++) {
         tenant_ent *t = &db->ten[i];
         int rc = skv_tkeys_alloc(t);
@@ -66,18 +70,17 @@ int skv_tkeys_load(seqkv *db, MDB_txn *txn)
         uint8_t k[8];
         skvb_be64(k, t->id);
         MDB_val kv = {8, k}, v;
-        if (have && !(mrc = mdb_get(txn, db->db_tkeys, &kv, &v))) {
+        if (!(mrc = mdb_get(txn, db->db_tkeys, &kv, &v))) {
             if ((rc = skv_tkeys_unwrap(db->master, t->id, v.mv_data, v.mv_size, t->keys)))
                 return rc;
             continue;
         }
-        if (have && mrc != MDB_NOTFOUND)
+        if (mrc != MDB_NOTFOUND)
             return skv_mdb_error(mrc, "tkeys");
-        /* a tenant from before sealing (or a new store's @shared) */
-        rc = skv_tkeys_make(db, t);
-        if (rc)
-            return rc;
-        if (!db->o.read_only && (rc = skv_tkeys_put(db, txn, t)))
+        if (!fresh)
+            return skv_error(SKV_ERR_CORRUPT, "tenant %s has no keys", t->name);
+        /* a new store's @shared */
+        if ((rc = skv_tkeys_make(db, t)) || (rc = skv_tkeys_put(db, txn, t)))
             return rc;
     }
     return SKV_OK;
@@ -159,7 +162,7 @@ int skv_store_rec_read(seqkv *db, const uint8_t key[32], const uint8_t *v, size_
     *img = v;
     *img_len = len;
     if (!skv_rec_is_sealed(v, len))
-        return SKV_OK; /* a record from before sealing (or sealing off) */
+        return SKV_OK; /* a record written with sealing off (no_seal) */
     uint8_t dek[32];
     int rc = skv_store_dek(db, skv_rec_sealed_tenant(v, len), dek);
     if (!rc)
@@ -187,7 +190,7 @@ int skv_store_rec_sealed_raw(const uint8_t *v, size_t len)
 {
     const uint8_t *hdr = v + 8 + SKV_SEAL_NONCE; /* the image's header, in the clear */
     return len >= SKV_SEAL_HEAD && skv_rec_is_sealed(v, len) && hdr[6] == SEQKV_RAW &&
-           skv_load16_le(hdr + 4) >= 2;
+           skv_load16_le(hdr + 4) == SKV_REC_VERSION;
 }
 
 int skv_store_rec_raw_open(seqkv *db, const uint8_t key[32], const uint8_t *v, size_t len,

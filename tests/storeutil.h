@@ -78,7 +78,7 @@ uint8_t *su_chunk_keys(const char *dir, size_t *n);
 uint64_t su_chunk_tokens(const char *dir);
 /* Copy of the chunk record under key (malloc'd), or NULL. */
 uint8_t *su_chunk_get(const char *dir, const uint8_t key[32], size_t *len);
-/* Chunk records stored unsealed (written before sealing, or with it off) */
+/* Chunk records stored unsealed (written with sealing off: no_seal) */
 size_t su_chunk_unsealed(const char *dir);
 /* Calibration id's image (unsealed when sealed), malloc'd; NULL when absent */
 uint8_t *su_calib_get(const char *dir, const uint8_t id[16], size_t *len);

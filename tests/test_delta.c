@@ -491,10 +491,11 @@ Test(delta, fast_prediction_paths_give_the_plain_paths_bytes)
     skv_model_free(m);
 }
 
-/* An old calibration file (cal) and the coded files made with it by the
- * build that wrote them (tests/fuzz/corpus) still load, with their ids,
- * are written back unchanged, decode, and re-encode to the same bytes. */
-static void old_calibration_case(const char *cal, const char *names[2])
+/* A calibration file of the current version (cal) and the coded files
+ * made with it (tests/fuzz/corpus: golden files, never rewritten) load,
+ * with their ids, are written back unchanged, decode, and re-encode to
+ * the same bytes. */
+static void golden_calibration_case(const char *cal, const char *names[2])
 {
     char p[1024];
     snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_calib/%s", tu_source_root(), cal);
@@ -549,19 +550,32 @@ static void old_calibration_case(const char *cal, const char *names[2])
     skv_calib_free(c);
 }
 
-Test(delta, version_1_calibration_and_its_coded_files_still_decode_and_re_encode)
+Test(delta, golden_calibration_and_its_coded_files_decode_and_re_encode)
 {
     const char *names[2] = {"tiny_stat.skv", "tiny_ctx.skv"};
-    old_calibration_case("tiny_bf16.cal", names);
+    golden_calibration_case("tiny_bf16_v3.cal", names);
 }
 
-/* A dense version 2 file (atoms) loads into the sparse codebook with its
- * id; the bytes coded with it by the build before version 3 (tiny_v2_*)
- * are the bytes it codes now. */
-Test(delta, dense_version_2_calibration_keeps_its_id_and_codes_the_same_bytes)
+/* The same with stat's atoms learned */
+Test(delta, golden_calibration_with_atoms_and_its_coded_files_decode_and_re_encode)
 {
-    const char *names[2] = {"tiny_v2_stat.skv", "tiny_v2_ctx.skv"};
-    old_calibration_case("tiny_bf16_v2_atoms.cal", names);
+    const char *names[2] = {"tiny_atoms_stat.skv", "tiny_atoms_ctx.skv"};
+    golden_calibration_case("tiny_bf16_v3_atoms.cal", names);
+}
+
+/* Calibration files of versions 1 and 2 (dense codebooks, written before
+ * FORMAT 6) are refused for their version, naming it, not read */
+Test(delta, calibrations_of_versions_1_and_2_are_refused)
+{
+    for (int v = 1; v <= 2; v++) {
+        char p[4096], want[64];
+        snprintf(p, sizeof p, "%s/tests/fuzz/corpus/fuzz_calib/refused_v%d.cal", tu_source_root(), v);
+        skv_calib *c = NULL;
+        cr_assert_eq(skv_calib_load(p, &c), SKV_ERR_VERSION, "%s: %s", p, seqkv_error_detail());
+        cr_assert_null(c);
+        snprintf(want, sizeof want, "calibration version %d: this build reads only version 3", v);
+        cr_assert(strstr(seqkv_error_detail(), want) != NULL, "%s", seqkv_error_detail());
+    }
 }
 
 /* A learned calibration is version 3: its codebook holds rows for the

@@ -1,10 +1,14 @@
-/* Stores written by an older seqkv stay readable: tests/golden/store/
- * holds two stores made by the build before the redesign (make_golden.sh
- * says how), one with stat and ctx chunks in stream version 2 and one in
- * version 1, with chunks at every level. Each is copied, opened, and
- * every sequence put into it is looked up and got back bit-exactly
- * against the KV its model computes now. */
+/* A store of the current formats stays readable: tests/golden/store/
+ * current holds a store written once (make_golden.sh says how), with
+ * chunks at every level (stat and ctx in codec stream version 2, spec and
+ * full in version 1, fast in SKVQ streams), sealed. It is copied, opened,
+ * and every sequence put into it is looked up and got back bit-exactly
+ * against the KV its model computes now. The same store with its format
+ * record or a profile record made older is refused with SKV_ERR_VERSION,
+ * never read. */
 #include <criterion/criterion.h>
+
+#include <lmdb.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +54,7 @@ static void check_all(seqkv *db, su_model *tm, const char *version)
         int line;
     } seqs[] = {{"t_raw", "raw.txt", 0}, {"t_raw", "raw.txt", 1}, {"t_stat", "stat.txt", 0},
                 {"t_ctx", "ctx.txt", 0}, {"t_ctx", "near.txt", 0}, {"t_spec", "spec.txt", 0},
-                {"t_full", "full.txt", 0}};
+                {"t_full", "full.txt", 0}, {"t_fast", "fast.txt", 0}};
     for (size_t i = 0; i < sizeof seqs / sizeof *seqs; i++) {
         int32_t all[512];
         size_t n = read_tokens(seqs[i].file, all, 512);
@@ -71,18 +75,28 @@ static void check_all(seqkv *db, su_model *tm, const char *version)
     }
 }
 
-static void golden_store(const char *version)
+/* A copy of the golden store (its directory) */
+static const char *golden_copy(void)
 {
     const char *src = tu_path(tu_source_root(), "tests/golden/store");
-    const char *dir = tu_path(tu_tmpdir(), version);
+    const char *dir = tu_path(tu_tmpdir(), "current");
     cr_assert_eq(mkdir(dir, 0700), 0, "mkdir %s", dir);
     char from[4096], to[4096];
     for (int k = 0; k < 2; k++) {
         const char *f = k ? "master.key" : "data.mdb";
-        snprintf(from, sizeof from, "%s/%s/%s", src, version, f);
+        snprintf(from, sizeof from, "%s/current/%s", src, f);
         snprintf(to, sizeof to, "%s/%s", dir, f);
         copy_file(from, to);
     }
+    return dir;
+}
+
+static void golden_store(void)
+{
+    const char *version = "current";
+    const char *src = tu_path(tu_source_root(), "tests/golden/store");
+    const char *dir = golden_copy();
+    char from[4096];
     su_model tm;
     char model[1024];
     snprintf(model, sizeof model, "%s/rm.bin", tu_tmpdir());
@@ -92,15 +106,16 @@ static void golden_store(const char *version)
     seqkv_options o = {0};
     o.quiet = 1;
     seqkv *db = NULL;
-    /* read-only first: a store from before blobs has no blob tables, and
-     * the blob commands find nothing rather than read another table */
+    /* read-only first: everything is there to read */
     o.read_only = 1;
     cr_assert_eq(seqkv_open(dir, &o, &db), 0, "open the %s golden store: %s", version, seqkv_error_detail());
     const uint8_t *bk[1] = {(const uint8_t *)"k"};
     size_t bl[1] = {1}, nb = 9;
     cr_assert_eq(seqkv_blob_exists(db, "t_raw", 1, bk, bl, &nb), 0, "%s", seqkv_error_detail());
     cr_assert_eq(nb, 0);
+    check_all(db, &tm, version);
     seqkv_close(db);
+    cr_assert_eq(su_chunk_unsealed(dir), 0, "every record of the golden store is sealed");
     o.read_only = 0;
     cr_assert_eq(seqkv_open(dir, &o, &db), 0, "open the %s golden store: %s", version, seqkv_error_detail());
     /* the profile's model moved with the files */
@@ -111,32 +126,98 @@ static void golden_store(const char *version)
     seqkv_profile_set(db, &p); /* (a level above raw: accepted) */
     seqkv_stats st;
     cr_assert_eq(seqkv_stat(db, NULL, &st), 0, "%s", seqkv_error_detail());
-    const uint64_t want_tokens[SEQKV_LEVELS] = {192, 96, 192, 96, 96};
+    const uint64_t want_tokens[SEQKV_LEVELS] = {192, 96, 192, 96, 96, 96};
     for (int l = 0; l < SEQKV_LEVELS; l++)
         cr_assert_eq(st.level_tokens[l], want_tokens[l], "%s store: %llu %s tokens, wanted %llu", version,
                      (unsigned long long)st.level_tokens[l], seqkv_level_name((seqkv_level)l),
                      (unsigned long long)want_tokens[l]);
     check_all(db, &tm, version);
-    /* the store from before sealing compacts to the new one: every
-     * record sealed, every get still exact, before and after reopening */
+    /* compaction finds nothing damaged and keeps every get exact, before
+     * and after reopening */
     seqkv_compact_stats cs;
     cr_assert_eq(seqkv_compact(db, NULL, NULL, NULL, &cs), 0, "%s", seqkv_error_detail());
     cr_assert_eq(cs.damaged, 0);
     check_all(db, &tm, version);
     seqkv_close(db);
-    cr_assert_eq(su_chunk_unsealed(dir), 0, "compaction sealed every record");
+    cr_assert_eq(su_chunk_unsealed(dir), 0, "compaction leaves every record sealed");
     cr_assert_eq(seqkv_open(dir, &o, &db), 0, "%s", seqkv_error_detail());
     check_all(db, &tm, version);
     seqkv_close(db);
     su_model_free(&tm);
 }
 
-Test(golden_store, a_store_with_version_2_streams_reads_back_bit_exactly, .timeout = 120)
+Test(golden_store, a_store_of_the_current_formats_reads_back_bit_exactly, .timeout = 120)
 {
-    golden_store("v2");
+    golden_store();
 }
 
-Test(golden_store, a_store_with_version_1_streams_reads_back_bit_exactly, .timeout = 120)
+/* The golden store's meta entry `format` or profile record `rm` replaced
+ * by what set(v, len) makes of it */
+static void golden_patch(const char *dir, const char *table, const char *key,
+                         void (*set)(uint8_t *v, size_t *len))
 {
-    golden_store("v1");
+    MDB_env *env = su_env_open(dir, 0);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, table, 0, &dbi), 0, "table %s", table);
+    MDB_val k = {strlen(key), (void *)key}, v;
+    cr_assert_eq(mdb_get(txn, dbi, &k, &v), 0, "%s: %s", table, key);
+    uint8_t b[4096];
+    size_t len = v.mv_size;
+    cr_assert_leq(len, sizeof b);
+    memcpy(b, v.mv_data, len);
+    set(b, &len);
+    MDB_val nv = {len, b};
+    cr_assert_eq(mdb_put(txn, dbi, &k, &nv, 0), 0);
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    su_env_close(env);
+}
+
+static void format_version_1(uint8_t *v, size_t *len)
+{
+    cr_assert_geq(*len, 8);
+    cr_assert_eq(skv_load32_le(v + 4), 2, "the golden store is of format version 2");
+    skv_store32_le(v + 4, 1);
+}
+
+static void profile_before_the_lossy_tier(uint8_t *v, size_t *len)
+{
+    cr_assert_eq(*len, 1224, "the golden store's profile record has 1224 bytes");
+    *len = 1192;
+    (void)v;
+}
+
+static void refused(const char *dir, const char *want)
+{
+    seqkv_options o = {0};
+    o.quiet = 1;
+    for (int ro = 1; ro >= 0; ro--) {
+        o.read_only = ro;
+        seqkv *db = NULL;
+        int rc = seqkv_open(dir, &o, &db);
+        cr_assert_eq(rc, SKV_ERR_VERSION, "open (read_only %d): %s (%s)", ro, seqkv_error_name(rc),
+                     seqkv_error_detail());
+        cr_assert_null(db);
+        cr_assert(strstr(seqkv_error_detail(), want) != NULL, "%s", seqkv_error_detail());
+    }
+}
+
+/* A store of format version 1 (from before sealing: its records unsealed,
+ * its tenants without keys) is refused at open, read-only or not, and
+ * left as it was */
+Test(golden_store, a_store_of_format_version_1_is_refused, .timeout = 60)
+{
+    const char *dir = golden_copy();
+    golden_patch(dir, "meta", "format", format_version_1);
+    refused(dir, "store of format version 1: this build reads only version 2");
+    refused(dir, "store of format version 1"); /* (unchanged by the first refusal) */
+}
+
+/* A profile record of the 1192 bytes before FORMAT 15 is refused */
+Test(golden_store, a_profile_record_from_before_the_lossy_tier_is_refused, .timeout = 60)
+{
+    const char *dir = golden_copy();
+    golden_patch(dir, "profiles", "rm", profile_before_the_lossy_tier);
+    refused(dir, "profile record of 1192 bytes (FORMAT 14 or before): this build reads only the 1224-byte");
 }

@@ -30,7 +30,7 @@
 
 /* ------------------------------------------------------------------------ */
 
-Test(server, peer_without_tenant_is_refused, .timeout = 60)
+Test(server_access, peer_without_tenant_is_refused, .timeout = 60)
 {
     unsigned other = getuid() == 12345 ? 12346 : 12345;
     char cfg[128];
@@ -45,7 +45,7 @@ Test(server, peer_without_tenant_is_refused, .timeout = 60)
     cr_assert_eq(srv_stop(&s), 0);
 }
 
-Test(server, auth_tokens_select_tenants_and_isolate_them, .timeout = 90)
+Test(server_access, auth_tokens_select_tenants_and_isolate_them, .timeout = 90)
 {
     srv s;
     srv_start(&s, "# two tenants known only by token\n"
@@ -119,7 +119,7 @@ Test(server, auth_tokens_select_tenants_and_isolate_them, .timeout = 90)
     su_model_free(&tm);
 }
 
-Test(server, shutdown_needs_an_admin, .timeout = 60)
+Test(server_access, shutdown_needs_an_admin, .timeout = 60)
 {
     char cfg[128];
     snprintf(cfg, sizeof cfg, "tenant plain uid %u\n", (unsigned)getuid());
@@ -143,7 +143,7 @@ Test(server, shutdown_needs_an_admin, .timeout = 60)
     seqkv_client_close(c);
 }
 
-Test(server, socket_file_safety, .timeout = 60)
+Test(server_access, socket_file_safety, .timeout = 60)
 {
     srv s;
     srv_start(&s, NULL);
@@ -206,7 +206,7 @@ Test(server, socket_file_safety, .timeout = 60)
 }
 
 /* A gid rule admits the peer; past max-clients a connection is refused. */
-Test(server, gid_rule_and_max_clients, .timeout = 60)
+Test(server_access, gid_rule_and_max_clients, .timeout = 60)
 {
     char cfg[128];
     snprintf(cfg, sizeof cfg, "tenant grp gid %u\nmax-clients 2\n", (unsigned)getgid());
@@ -249,7 +249,7 @@ Test(server, gid_rule_and_max_clients, .timeout = 60)
     cr_assert_eq(srv_stop(&s), 0);
 }
 
-Test(server, config_parser)
+Test(server_access, config_parser)
 {
     skv_server_config cfg;
     const char good[] = "tenant a uid 1000\ntenant a gid 100\ntenant b token 0123456789\n"

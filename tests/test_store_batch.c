@@ -46,7 +46,7 @@ static void *reader(void *v)
     return NULL;
 }
 
-Test(store, concurrent_readers_with_one_writer_see_whole_puts, .timeout = 120)
+Test(store_batch, concurrent_readers_with_one_writer_see_whole_puts, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -113,7 +113,7 @@ static void req_of(seqkv_put_req *q, const char *tenant, const su_seq *s, const 
     q->opts = o;
 }
 
-Test(store, a_put_batch_stores_what_single_puts_store_and_fails_bad_requests_alone, .timeout = 180)
+Test(store_batch, a_put_batch_stores_what_single_puts_store_and_fails_bad_requests_alone, .timeout = 180)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -235,7 +235,7 @@ Test(store, a_put_batch_stores_what_single_puts_store_and_fails_bad_requests_alo
     su_model_free(&tm);
 }
 
-Test(store, a_full_map_at_its_limit_retries_a_batch_put_by_put, .timeout = 120)
+Test(store_batch, a_full_map_at_its_limit_retries_a_batch_put_by_put, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -293,7 +293,7 @@ static void *batch_reader(void *v)
     return NULL;
 }
 
-Test(store, concurrent_readers_never_see_a_batch_before_its_commit, .timeout = 120)
+Test(store_batch, concurrent_readers_never_see_a_batch_before_its_commit, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -333,7 +333,7 @@ Test(store, concurrent_readers_never_see_a_batch_before_its_commit, .timeout = 1
 /* The budget case with batches of 8: hidden records of a batch cannot be
  * evicted, so when a request needs room they would take, the batch commits
  * what it has first -- no request that single puts would store is refused. */
-Test(store, a_put_batch_under_a_small_budget_refuses_nothing_single_puts_store, .timeout = 120)
+Test(store_batch, a_put_batch_under_a_small_budget_refuses_nothing_single_puts_store, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;

@@ -1,6 +1,6 @@
 /* The store's records damaged (flipped bytes of raw and coded records,
  * the version byte, damage while closed): get fails with CORRUPT, never
- * returns wrong KV. */
+ * returns wrong KV; a record of an older version fails with VERSION. */
 #include <criterion/criterion.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -37,12 +37,14 @@ static void refresh_trailer(uint8_t *rec, size_t len)
     skv_rec_seal(rec, len);
 }
 
-enum { LIVE, VERSION_BYTE, REOPENED };
+enum { LIVE, VERSION_BYTE, REOPENED, OLD_VERSION };
 
 /* Store a and b at `level`, then damage the record of a's chunk 2
  * (positions 32..47): LIVE, bytes flipped one at a time while the store is
  * open (written by another process); VERSION_BYTE, the record's version
- * byte; REOPENED, damaged while the store is closed, then reopened. */
+ * byte; REOPENED, damaged while the store is closed, then reopened;
+ * OLD_VERSION, replaced by the same record as version 1 wrote it (its
+ * trailer BLAKE2b-128), which is refused, not read. */
 static void corruption_on(seqkv_level level, int part)
 {
     /* no hot tier: each get reads the record again (test_store_hot checks
@@ -125,6 +127,24 @@ static void corruption_on(seqkv_level level, int part)
         put_from_child(dirc, key, orig, len);
         assert_whole(db, "t", "p", &tm, &a, "restored");
         seqkv_close(db);
+    } else if (part == OLD_VERSION) {
+        memcpy(bad, orig, len);
+        skv_store16_le(bad + 4, 1);
+        crypto_generichash(bad + len - 16, 16, bad, len - 16, NULL, 0);
+        skv_rec r;
+        cr_assert_eq(skv_rec_parse(bad, len, &r), SKV_ERR_VERSION, "%s", seqkv_error_detail());
+        refresh_trailer(bad, len); /* (an XXH3 trailer: the same refusal) */
+        cr_assert_eq(skv_rec_parse(bad, len, &r), SKV_ERR_VERSION, "%s", seqkv_error_detail());
+        crypto_generichash(bad + len - 16, 16, bad, len - 16, NULL, 0);
+        put_from_child(dirc, key, bad, len);
+        int rc = seqkv_get(db, "t", "p", a.tok, a.n, &(seqkv_get_opts){.want = a.n}, out, cap, &got);
+        cr_assert_eq(rc, SKV_ERR_VERSION, "%s: a version 1 record: get returned %s (%s)",
+                     seqkv_level_name(level), seqkv_error_name(rc), seqkv_error_detail());
+        cr_assert(strstr(seqkv_error_detail(), "chunk record version 1: this build reads only version 2"),
+                  "%s", seqkv_error_detail());
+        cr_assert_eq(got, 0);
+        cr_assert_eq(su_get_check(db, "t", "p", &tm, &a, 32, NULL), 0, "the records before it are exact");
+        seqkv_close(db);
     } else if (part == VERSION_BYTE) {
         memcpy(bad, orig, len);
         bad[4] ^= 0x24; /* the record's version: damage, not a newer writer */
@@ -181,34 +201,44 @@ static void corruption_on(seqkv_level level, int part)
     su_model_free(&tm);
 }
 
-Test(store, flipped_bytes_of_a_raw_record_fail_get_with_corrupt, .timeout = 120)
+Test(store_corrupt, flipped_bytes_of_a_raw_record_fail_get_with_corrupt, .timeout = 120)
 {
     corruption_on(SEQKV_RAW, LIVE);
 }
 
-Test(store, flipped_bytes_of_a_coded_record_fail_get_with_corrupt, .timeout = 120)
+Test(store_corrupt, flipped_bytes_of_a_coded_record_fail_get_with_corrupt, .timeout = 120)
 {
     corruption_on(SEQKV_CTX, LIVE);
 }
 
-Test(store, flipped_bytes_of_a_fast_record_fail_get_with_corrupt, .timeout = 120)
+Test(store_corrupt, flipped_bytes_of_a_fast_record_fail_get_with_corrupt, .timeout = 120)
 {
     /* its 2L streams decode over the readers' pool: the error is still the
      * first damaged stream's, and nothing of the chunk is served */
     corruption_on(SEQKV_FAST, LIVE);
 }
 
-Test(store, a_flipped_record_version_byte_is_corruption, .timeout = 120)
+Test(store_corrupt, a_flipped_record_version_byte_is_corruption, .timeout = 120)
 {
     corruption_on(SEQKV_RAW, VERSION_BYTE);
 }
 
-Test(store, a_record_damaged_while_closed_fails_get_with_corrupt_after_reopen, .timeout = 120)
+Test(store_corrupt, a_record_of_version_1_is_refused_with_version, .timeout = 120)
+{
+    corruption_on(SEQKV_RAW, OLD_VERSION);
+}
+
+Test(store_corrupt, a_coded_record_of_version_1_is_refused_with_version, .timeout = 120)
+{
+    corruption_on(SEQKV_CTX, OLD_VERSION);
+}
+
+Test(store_corrupt, a_record_damaged_while_closed_fails_get_with_corrupt_after_reopen, .timeout = 120)
 {
     corruption_on(SEQKV_RAW, REOPENED);
 }
 
-Test(store, a_coded_record_damaged_while_closed_fails_get_with_corrupt_after_reopen, .timeout = 120)
+Test(store_corrupt, a_coded_record_damaged_while_closed_fails_get_with_corrupt_after_reopen, .timeout = 120)
 {
     corruption_on(SEQKV_CTX, REOPENED);
 }

@@ -84,7 +84,7 @@ static void budget_case(const su_model *tm, const char *dir, int chunk, su_seq *
     key_seed = 1;
 }
 
-Test(store, eviction_under_a_small_budget_keeps_every_remaining_prefix_decodable, .timeout = 120)
+Test(store_evict, eviction_under_a_small_budget_keeps_every_remaining_prefix_decodable, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -129,7 +129,7 @@ Test(store, eviction_under_a_small_budget_keeps_every_remaining_prefix_decodable
  * chunks of 16 with short system prompts, and chunks of 64 that sessions
  * leave 20+ tokens in (their records then take those tokens from a
  * sibling: a base that must not pin the tenant's whole budget). */
-Test(store, a_tenant_budget_evicts_only_that_tenant, .timeout = 120)
+Test(store_evict, a_tenant_budget_evicts_only_that_tenant, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -192,7 +192,7 @@ Test(store, a_tenant_budget_evicts_only_that_tenant, .timeout = 120)
     su_model_free(&tm);
 }
 
-Test(store, a_full_map_grows_or_evicts_and_never_fails_a_put, .timeout = 120)
+Test(store_evict, a_full_map_grows_or_evicts_and_never_fails_a_put, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -249,7 +249,7 @@ Test(store, a_full_map_grows_or_evicts_and_never_fails_a_put, .timeout = 120)
 
 /* ---- del ------------------------------------------------------------------------------ */
 
-Test(store, del_removes_only_the_unshared_part, .timeout = 120)
+Test(store_evict, del_removes_only_the_unshared_part, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;

@@ -112,7 +112,7 @@ static void levels_on(su_model *tm, int count, size_t len, int check_ratio)
         su_seq_free(&L.s[i]);
 }
 
-Test(store, every_level_round_trips_on_random_model_kv, .timeout = 300)
+Test(store_levels, every_level_round_trips_on_random_model_kv, .timeout = 300)
 {
     su_model tm;
     su_random_model(&tm, tu_tmpdir(), SEQKV_DT_BF16);
@@ -120,7 +120,7 @@ Test(store, every_level_round_trips_on_random_model_kv, .timeout = 300)
     su_model_free(&tm);
 }
 
-Test(store, every_level_round_trips_on_stories260k, .timeout = 300)
+Test(store_levels, every_level_round_trips_on_stories260k, .timeout = 300)
 {
     su_model tm;
     if (su_shared_model(&tm, "stories260K.bin", SEQKV_DT_BF16))
@@ -129,7 +129,7 @@ Test(store, every_level_round_trips_on_stories260k, .timeout = 300)
     su_model_free(&tm);
 }
 
-Test(store, an_imported_calibration_codes_and_a_foreign_one_is_refused, .timeout = 120)
+Test(store_levels, an_imported_calibration_codes_and_a_foreign_one_is_refused, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -299,13 +299,13 @@ static void centroid_case(int real, seqkv_level level)
     su_model_free(&tm);
 }
 
-Test(store, near_duplicates_coded_against_a_centroid_round_trip, .timeout = 120)
+Test(store_levels, near_duplicates_coded_against_a_centroid_round_trip, .timeout = 120)
 {
     centroid_case(0, SEQKV_CTX);
     centroid_case(0, SEQKV_SPEC);
 }
 
-Test(store, stories260k_near_duplicates_are_coded_against_their_centroid, .timeout = 120)
+Test(store_levels, stories260k_near_duplicates_are_coded_against_their_centroid, .timeout = 120)
 {
     centroid_case(1, SEQKV_CTX);
 }
@@ -371,7 +371,7 @@ static int spread_ids_child(const char *tmp, long *grew_kib)
     return 0;
 }
 
-Test(store, calibration_of_ids_spread_over_2_31_has_bounded_memory_and_round_trips,
+Test(store_levels, calibration_of_ids_spread_over_2_31_has_bounded_memory_and_round_trips,
      .timeout = 300)
 {
     const char *tmp = tu_tmpdir();
@@ -433,7 +433,7 @@ static void fast_on(su_model *tm, size_t len, int check_ratio)
         su_seq_free(&s[i]);
 }
 
-Test(store, level_fast_round_trips_on_random_model_kv, .timeout = 120)
+Test(store_levels, level_fast_round_trips_on_random_model_kv, .timeout = 120)
 {
     su_model tm;
     su_random_model(&tm, tu_tmpdir(), SEQKV_DT_BF16);
@@ -441,7 +441,7 @@ Test(store, level_fast_round_trips_on_random_model_kv, .timeout = 120)
     su_model_free(&tm);
 }
 
-Test(store, level_fast_round_trips_on_stories260k, .timeout = 120)
+Test(store_levels, level_fast_round_trips_on_stories260k, .timeout = 120)
 {
     su_model tm;
     if (su_shared_model(&tm, "stories260K.bin", SEQKV_DT_BF16)) {

@@ -18,7 +18,7 @@
 
 /* ---- refused inputs ----------------------------------------------------------------- */
 
-Test(store, shape_mismatch_unknown_profile_and_bad_arguments_are_refused, .timeout = 120)
+Test(store_refused, shape_mismatch_unknown_profile_and_bad_arguments_are_refused, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -124,7 +124,7 @@ Test(store, shape_mismatch_unknown_profile_and_bad_arguments_are_refused, .timeo
 
 /* seqkv.h: SKV_ERR_ARG for "a token outside the model/calibration
  * vocabulary" -- at every level, raw included. */
-Test(store, a_token_outside_the_models_vocabulary_is_refused, .timeout = 60)
+Test(store_refused, a_token_outside_the_models_vocabulary_is_refused, .timeout = 60)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -191,7 +191,7 @@ static void format_edit(const char *dir, int off, uint32_t xor_with)
     su_env_close(env);
 }
 
-Test(store, a_newer_format_version_refuses_to_open, .timeout = 60)
+Test(store_refused, a_newer_format_version_refuses_to_open, .timeout = 60)
 {
     const char *tmp = tu_tmpdir();
     const char *dir = tu_path(tmp, "db");
@@ -245,7 +245,7 @@ Test(store, a_newer_format_version_refuses_to_open, .timeout = 60)
 
 /* ---- the vocab bound on token ids ----------------------------------------------------- */
 
-Test(store, token_ids_at_or_above_the_profile_vocab_are_refused_and_vocab_survives_a_reopen,
+Test(store_refused, token_ids_at_or_above_the_profile_vocab_are_refused_and_vocab_survives_a_reopen,
      .timeout = 120)
 {
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");

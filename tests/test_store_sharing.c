@@ -16,7 +16,7 @@
 
 /* ---- sharing ------------------------------------------------------------ */
 
-Test(store, sessions_sharing_a_prefix_store_it_once, .timeout = 120)
+Test(store_sharing, sessions_sharing_a_prefix_store_it_once, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -114,7 +114,7 @@ static int stop_at_first(void *vctx, size_t pos0, size_t n, int layer, const voi
     return 4242;
 }
 
-Test(store, longest_prefix_at_token_granularity_inside_and_across_chunks, .timeout = 120)
+Test(store_sharing, longest_prefix_at_token_granularity_inside_and_across_chunks, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -204,7 +204,7 @@ Test(store, longest_prefix_at_token_granularity_inside_and_across_chunks, .timeo
     su_model_free(&tm);
 }
 
-Test(store, a_put_extending_a_cached_sequence_stores_only_the_tail, .timeout = 120)
+Test(store_sharing, a_put_extending_a_cached_sequence_stores_only_the_tail, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -251,7 +251,7 @@ Test(store, a_put_extending_a_cached_sequence_stores_only_the_tail, .timeout = 1
 
 /* ---- persistence ---------------------------------------------------------- */
 
-Test(store, reopen_after_close_returns_every_entry_bit_exactly, .timeout = 120)
+Test(store_sharing, reopen_after_close_returns_every_entry_bit_exactly, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     const char *dir = tu_path(tmp, "db");

@@ -22,7 +22,7 @@ static int has_key(const uint8_t *keys, size_t n, const uint8_t *k)
     return 0;
 }
 
-Test(store, tenant_b_cannot_look_up_or_get_tenant_a_sequences, .timeout = 120)
+Test(store_tenants, tenant_b_cannot_look_up_or_get_tenant_a_sequences, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     const char *dir = tu_path(tmp, "db");
@@ -86,7 +86,7 @@ Test(store, tenant_b_cannot_look_up_or_get_tenant_a_sequences, .timeout = 120)
     su_model_free(&tm);
 }
 
-Test(store, the_shared_namespace_is_visible_only_to_tenants_that_opted_in, .timeout = 120)
+Test(store_tenants, the_shared_namespace_is_visible_only_to_tenants_that_opted_in, .timeout = 120)
 {
     const char *tmp = tu_tmpdir();
     const char *dir = tu_path(tmp, "db");

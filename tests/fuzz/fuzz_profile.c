@@ -1,7 +1,8 @@
 /* libFuzzer target for the store's profile records (store/profiles.c,
  * FORMAT.md "Profile records"), as load_state reads them from LMDB.
  *
- * A refused record must be refused as damaged (or of a newer version). An
+ * A refused record must be refused as damaged (or of another version: one
+ * of FORMAT 14's size always is). An
  * accepted one must hold only fields seqkv_profile_set could have written:
  * a shape of 1..4096 layers, heads and head size, a KV dtype, RoPE no wider
  * than a head and even, a positive finite theta, a chunk of
@@ -22,17 +23,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    /* the fuzzer's bytes, or (as LMDB holds most) a record of either size
-     * with the input laid over its start */
+    /* the fuzzer's bytes, or (as LMDB holds most) a record of the current
+     * size or of FORMAT 14's (which must be refused) with the input laid
+     * over its start */
     static uint8_t rec[SKV_PROF_SIZE];
     const uint8_t *b = data;
     size_t len = size;
-    if (size >= 1 && size < SKV_PROF_SIZE_V1 && (data[0] & 1)) {
+    if (size >= 1 && size < SKV_PROF_BASE_SIZE && (data[0] & 1)) {
         memset(rec, 0, sizeof rec);
         skv_store32_le(rec, SKV_PROF_MAGIC);
         memcpy(rec + 4, data + 1, size - 1);
         b = rec;
-        len = data[0] & 2 ? SKV_PROF_SIZE : SKV_PROF_SIZE_V1;
+        len = data[0] & 2 ? SKV_PROF_SIZE : SKV_PROF_BASE_SIZE;
     }
     seqkv_profile p = SEQKV_PROFILE_INIT, q = SEQKV_PROFILE_INIT;
     int rc = skv_store_prof_unpack(b, len, &p);
@@ -40,6 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(rc == SKV_ERR_CORRUPT || rc == SKV_ERR_VERSION);
         return 0;
     }
+    CHECK(len == SKV_PROF_SIZE); /* (a record of FORMAT 14's size is refused) */
     CHECK(p.layers >= 1 && p.layers <= 4096 && p.kv_heads >= 1 && p.kv_heads <= 4096);
     CHECK(p.head_dim >= 1 && p.head_dim <= 4096);
     CHECK(p.dtype == SEQKV_DT_F32 || p.dtype == SEQKV_DT_BF16 || p.dtype == SEQKV_DT_F16 ||
@@ -49,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(p.chunk >= 1 && p.chunk <= SEQKV_CHUNK_MAX && (unsigned)p.level < SEQKV_LEVELS);
     CHECK((p.rope_half == 0 || p.rope_half == 1) && (p.has_calib == 0 || p.has_calib == 1));
     CHECK(p.has_lossy == 0 || p.has_lossy == 1);
-    CHECK(p.vocab >= 1 || (p.vocab == 0 && p.model[0]));
+    CHECK(p.vocab >= 1);
     CHECK(p.auto_calibrate >= -1);
     CHECK(memchr(p.name, 0, sizeof p.name) && memchr(p.model, 0, sizeof p.model));
     CHECK(p.name[0] != 0);

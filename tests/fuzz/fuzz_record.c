@@ -1,6 +1,6 @@
 /* Fuzz target for the store's chunk records, their centroid side info and
  * the raw records' one-pass check and copy (skv_rec_raw_copy). The record
- * trailer (XXH3-128, BLAKE2b-128 in version 1) covers everything before
+ * trailer (XXH3-128) covers everything before
  * it, so random bytes would stop at it: the target appends the right
  * trailer to the input, reaching every field check behind it (a second
  * run with the trailer flipped checks that it is refused). */
@@ -63,10 +63,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(w);
         }
         (void)sink;
-        /* a version 2 record whose streams are of one size, as a raw
-         * record's are: checked and copied in one pass, it copies exactly
-         * its streams and agrees with a one-shot checksum of them */
-        int raw = r.version >= 2 && r.nstreams > 0 && r.nstreams <= 64;
+        /* a record whose streams are of one size, as a raw record's
+         * are: checked and copied in one pass, it copies exactly its
+         * streams and agrees with a one-shot checksum of them */
+        if (r.version != SKV_REC_VERSION)
+            abort(); /* (no other version is read) */
+        int raw = r.nstreams > 0 && r.nstreams <= 64;
         for (uint32_t i = 0; raw && i < r.nstreams; i++)
             raw = (size_t)skv_load32_le(r.sizes + 4 * (size_t)i) * r.nstreams == r.streams_len;
         uint8_t *out = raw ? malloc(r.streams_len + 1) : NULL;

@@ -1,7 +1,7 @@
-/* Criterion suite for stream version 2 (the lane layout): the reference
- * path's round trips and damage, eight states, the AVX2 paths against the
- * reference paths, the row cache switched off, two streams decoded
- * together and groups packed by their phases. */
+/* Criterion suite for the grouped layout (stream version 2, its lanes):
+ * the reference path's round trips and damage, eight states, the AVX2
+ * paths against the reference paths, the row cache switched off, two
+ * streams decoded together and groups packed by their phases. */
 #include <criterion/criterion.h>
 
 #include <float.h>
@@ -90,7 +90,7 @@ static void v2_assert_round_trip(skv_cmodel *m, const skv_atoms *a, const seq_t 
     free(got);
 }
 
-Test(v2, round_trip_for_every_dtype_and_way_of_coding)
+Test(groups, round_trip_for_every_dtype_and_way_of_coding)
 {
     for (int di = 0; di < 4; di++) {
         seqkv_dtype dt = DTYPES[di];
@@ -113,7 +113,7 @@ Test(v2, round_trip_for_every_dtype_and_way_of_coding)
     }
 }
 
-Test(v2, round_trip_with_atoms)
+Test(groups, round_trip_with_atoms)
 {
     for (int di = 0; di < 4; di++) {
         seqkv_dtype dt = DTYPES[di];
@@ -128,7 +128,7 @@ Test(v2, round_trip_with_atoms)
     }
 }
 
-Test(v2, the_decoder_takes_whole_groups_and_version_1_stays_the_default)
+Test(groups, the_decoder_takes_whole_groups_and_version_1_stays_the_default)
 {
     skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     seq_t q;
@@ -171,7 +171,7 @@ Test(v2, the_decoder_takes_whole_groups_and_version_1_stays_the_default)
 }
 
 /* sixteen states and eight */
-Test(v2, truncated_and_flipped_streams_fail)
+Test(groups, truncated_and_flipped_streams_fail)
 {
     skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
     seq_t q;
@@ -329,7 +329,7 @@ static void *put_half_row(void *arg)
  * decoded by the AVX2 path (its gathers reach every table from one base:
  * stat on a pool, as codec bench's decode on two threads, took the
  * reference path before the tables lived in one block) */
-Test(v2, the_avx2_path_takes_tables_built_on_two_threads)
+Test(groups, the_avx2_path_takes_tables_built_on_two_threads)
 {
     enum { C = 32, T = 64 };
     skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
@@ -371,7 +371,7 @@ Test(v2, the_avx2_path_takes_tables_built_on_two_threads)
     skv_cmodel_free(m);
 }
 
-Test(v2, the_avx2_paths_code_what_the_reference_paths_code)
+Test(groups, the_avx2_paths_code_what_the_reference_paths_code)
 {
     enum { C = V2C };
     float mu[C], sg[C];
@@ -410,7 +410,7 @@ Test(v2, the_avx2_paths_code_what_the_reference_paths_code)
  * little), widths from far below a lattice step (STEP classes) to many
  * steps (BUCKET): classified straight into the AVX2 paths' packs (the row
  * cache switches itself off), with sixteen states and with eight */
-Test(v2, rows_that_do_not_repeat_take_the_avx2_paths)
+Test(groups, rows_that_do_not_repeat_take_the_avx2_paths)
 {
     enum { C = V2C, T = V2T };
     static float mu[(T + 1) * C];
@@ -440,7 +440,7 @@ Test(v2, rows_that_do_not_repeat_take_the_avx2_paths)
 /* Eight states: every dtype and way of coding round-trips, the stream
  * is shorter, read as sixteen it fails; other counts are refused (damage:
  * truncated_and_flipped_streams_fail) */
-Test(v2, eight_states)
+Test(groups, eight_states)
 {
     v2_states = 8;
     for (int di = 0; di < 4; di++) {
@@ -488,7 +488,7 @@ Test(v2, eight_states)
 /* The row cache switched off by the caller (the delta coder's ctx): the
  * same bytes and values as with it on, in both versions, and it stays
  * off across resets and begins */
-Test(v2, the_row_cache_switched_off_changes_nothing_but_speed)
+Test(groups, the_row_cache_switched_off_changes_nothing_but_speed)
 {
     enum { C = 32, T = 40 };
     skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
@@ -543,7 +543,7 @@ Test(v2, the_row_cache_switched_off_changes_nothing_but_speed)
  * (320 scalars; real models' rows are 1024 and more), classified straight
  * into the pack with the row cache off: decoded as coded, most groups on
  * the AVX2 path, with eight states */
-Test(v2, wide_rows_that_do_not_repeat)
+Test(groups, wide_rows_that_do_not_repeat)
 {
     enum { C = 320, T = 24 };
     skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
@@ -680,7 +680,7 @@ static int pair_decode(skv_cmodel *m, const uint8_t *ba, size_t la, const uint8_
  * sixteen states (each on its own then); a damaged stream fails. Then
  * again with every BUCKET table built (packed without their lookup): the
  * same bytes coded, the same values decoded. */
-Test(v2, two_streams_decoded_together)
+Test(groups, two_streams_decoded_together)
 {
     static const size_t widths[] = {32, 320};
     skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);
@@ -788,7 +788,7 @@ static void walk_rows(seq_t *q, const float *sg, float scale, size_t C, size_t T
  * as coded, most groups so; and not after the same decoder packed rows
  * of other s from its row cache in between (which overwrite the pack):
  * three streams on one decoder, the row cache off, on, off */
-Test(v2, a_group_packed_again_by_its_phases)
+Test(groups, a_group_packed_again_by_its_phases)
 {
     enum { C = 32, T = 60 };
     skv_cmodel *m = model_new(SEQKV_DT_BF16, SKV_MIX_DEFAULT, NULL);

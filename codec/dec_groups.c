@@ -1,6 +1,7 @@
-/* Version 2's decoder: the reference group (every read checked; any
+/* The grouped layout's decoder (stream version 2): the reference group
+ * (every read checked; any
  * CPU, any dtype) and the driver of a call's rows, which hands whole
- * groups to the AVX2 run (dec_v2_fast.c) where it applies and the rest to
+ * groups to the AVX2 run (dec_groups_avx2.c) where it applies and the rest to
  * the reference group. */
 #include "stream_int.h"
 
@@ -94,7 +95,7 @@ static uint32_t dec2_after(skv_decoder *d, v2_reader *r, const skv_fcls *c, uint
  * reference path into x: the table symbols in rounds (each scalar's
  * first, then the second of those that have one, then the third), then
  * each scalar's value and plain bits, scalar after scalar */
-void skv__v2_group_ref(skv_decoder *d, v2_reader *r, const skv_fcls *c, uint32_t at, uint32_t k, uint32_t *x)
+void skv__dec_group_ref(skv_decoder *d, v2_reader *r, const skv_fcls *c, uint32_t at, uint32_t k, uint32_t *x)
 {
     const skv_atoms *as = d->atoms;
     const skv_atom_ch *a[8];
@@ -145,7 +146,7 @@ void skv__v2_group_ref(skv_decoder *d, v2_reader *r, const skv_fcls *c, uint32_t
  * given), into x; after a row with a magnitude (bits under mag) above big
  * it stops. *done: the rows decoded. Set up once for all the rows (stat's
  * runs of rows with one prediction). */
-int skv__dec_v2_rows(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
+int skv__dec_groups_rows(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
                      const skv_fcls *given, size_t rows, uint32_t mag, uint32_t big, size_t *done)
 {
     *done = 0;
@@ -178,7 +179,7 @@ int skv__dec_v2_rows(skv_decoder *d, const float *mu, const float *s, uint32_t *
         int stop = 0;
         while (g < G && !r.bad && !stop) {
             size_t pi = (g % gr) * 8;
-            g += skv__v2_run(d, &r, pi, d->got + (uint32_t)(8 * g), G - g, x + 8 * g, mag, big, &stop);
+            g += skv__groups_avx2_run(d, &r, pi, d->got + (uint32_t)(8 * g), G - g, x + 8 * g, mag, big, &stop);
             if (g == G || r.bad || stop)
                 break;
             pi = (g % gr) * 8;
@@ -187,7 +188,7 @@ int skv__dec_v2_rows(skv_decoder *d, const float *mu, const float *s, uint32_t *
                 rc = fclassify(m, L, mu[pi + q], s[pi + q], &cl[q]);
             if (rc)
                 break;
-            skv__v2_group_ref(d, &r, row ? row + pi : cl, d->got + (uint32_t)(8 * g), 8, x + 8 * g);
+            skv__dec_group_ref(d, &r, row ? row + pi : cl, d->got + (uint32_t)(8 * g), 8, x + 8 * g);
             g++;
             if (g % gr == 0 && !r.bad && big < mag && skv_any_above32(x + 8 * g - n, n, mag, big))
                 stop = 1;
@@ -220,14 +221,14 @@ int skv__dec_v2_rows(skv_decoder *d, const float *mu, const float *s, uint32_t *
 #ifdef SKV_HAVE_CLS8
             if (fast && k == 8) {
                 int stop = 0;
-                size_t ng = skv__v2_run(d, &r, i, at, (n - i) / 8, xr + i, 0, 0, &stop);
+                size_t ng = skv__groups_avx2_run(d, &r, i, at, (n - i) / 8, xr + i, 0, 0, &stop);
                 if (ng) {
                     i += 8 * ng - 8; /* the loop adds the last 8 */
                     continue;
                 }
             }
 #endif
-            skv__v2_group_ref(d, &r, c, at, k, xr + i);
+            skv__dec_group_ref(d, &r, c, at, k, xr + i);
         }
         if (r.bad || rc)
             break;

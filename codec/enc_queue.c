@@ -1,7 +1,8 @@
-/* Version 1's encoder: each scalar's rANS operations queued (table
- * symbols and plain bits, skv__plan's plan as enc_one computes it), then
- * coded last to first on four interleaved states. Version 2's encoder
- * queues its odd groups through here too (enc_v2.c sorts them). */
+/* The operation queue: each scalar's rANS operations queued (table
+ * symbols and plain bits, skv__plan's plan as enc_one computes it); and
+ * the serial layout's finish (stream version 1), which codes the queue
+ * last to first on four interleaved states. The grouped layout's encoder
+ * queues its odd groups through here too (enc_groups.c sorts them). */
 #include <math.h>
 
 #include "classify_avx2.h"
@@ -449,7 +450,7 @@ SKV_ALWAYS_INLINE int put_n_atoms_impl(skv_encoder *e, const skv_lat *L, const u
 
 /* n scalars as version 1 queues them, with the classes of their row
  * given (or NULL: found here) */
-int skv__enc_v1_put(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
+int skv__enc_queue_put(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
                     const skv_fcls *given)
 {
     if (e->atoms) {
@@ -479,7 +480,7 @@ SKV_ALWAYS_INLINE void enc_op(uint32_t *s, uint64_t op, uint16_t *top, ptrdiff_t
 
 /* The queue coded last to first, op i on state i mod 4, and the stream
  * written (FORMAT.md, version 1) */
-int skv__enc_v1_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
+int skv__enc_serial_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
 {
     if (e->wcap < e->nops + 1) {
         uint16_t *w = skv_realloc(e->words, (e->nops + 1) * sizeof *w);

@@ -1,4 +1,5 @@
-/* Version 2's AVX2 decoder: a group of eight bf16 scalars in the common
+/* The grouped layout's AVX2 decoder (stream version 2): a group of
+ * eight bf16 scalars in the common
  * case (v2_group), runs of groups on one stream (v2_run) and on a
  * layer's K and V streams in turn (v2_run2), built once for AVX2 and once
  * for AVX-512VL from one body. */
@@ -13,7 +14,7 @@ _Static_assert(SKV_CUM_PAD >= LANES_CUM_PAD, "the codec's tables have the entrie
 static pthread_once_t lanes_once = PTHREAD_ONCE_INIT;
 
 /* Whether m's zero table is the one lanes_zero decodes in closed form */
-int skv__v2_fast_ok(const skv_cmodel *m)
+int skv__groups_avx2_ok(const skv_cmodel *m)
 {
     if (m->lat.dt != SEQKV_DT_BF16 || cls_simd() < 2)
         return 0;
@@ -403,7 +404,7 @@ v2_run_body(skv_decoder *d, v2_reader *r, size_t i, uint32_t at, size_t ng, uint
     return q.k;
 }
 
-__attribute__((target("avx2,popcnt"))) size_t skv__v2_run(skv_decoder *d, v2_reader *r, size_t i, uint32_t at,
+__attribute__((target("avx2,popcnt"))) size_t skv__groups_avx2_run(skv_decoder *d, v2_reader *r, size_t i, uint32_t at,
                                                          size_t ng, uint32_t *x, uint32_t mag, uint32_t big,
                                                          int *stop)
 {
@@ -493,7 +494,7 @@ v2_run2_body(skv_decoder *const d[2], v2_reader *const r[2], size_t i, uint32_t 
 }
 
 #else
-int skv__v2_fast_ok(const skv_cmodel *m)
+int skv__groups_avx2_ok(const skv_cmodel *m)
 {
     (void)m;
     return 0;
@@ -504,7 +505,7 @@ int skv__v2_fast_ok(const skv_cmodel *m)
 /* Whether skv_decoder_get_n2 takes d's rows of n scalars two streams at a
  * time (v2_run2_body): streams that may (pairok), whole groups at the same
  * index in both */
-int skv__v2_pair_fast(skv_decoder *const d[2], size_t n)
+int skv__groups_avx2_pair_ok(skv_decoder *const d[2], size_t n)
 {
     return d[0]->pairok & d[1]->pairok & (d[0]->got == d[1]->got) & ((d[0]->got | n) % 8 == 0);
 }
@@ -544,13 +545,13 @@ v2_get_pair_body(skv_decoder *const d[2], const float *const mu[2], const float 
             const size_t pi = 8 * g[k];
             const uint32_t at = d[k]->got + (uint32_t)pi;
             int stop = 0;
-            if (!skv__v2_run(d[k], r[k], pi, at, 1, x[k] + pi, 0, 0, &stop) && !rr[k].bad) {
+            if (!skv__groups_avx2_run(d[k], r[k], pi, at, 1, x[k] + pi, 0, 0, &stop) && !rr[k].bad) {
                 skv_fcls cl[8];
                 for (int q = 0; q < 8 && !rc; q++)
                     rc = fclassify(d[k]->m, &d[k]->m->lat, mu[k][pi + q], s[k][pi + q], &cl[q]);
                 if (rc)
                     break;
-                skv__v2_group_ref(d[k], r[k], cl, at, 8, x[k] + pi);
+                skv__dec_group_ref(d[k], r[k], cl, at, 8, x[k] + pi);
             }
             g[k]++;
         }
@@ -588,7 +589,7 @@ static __attribute__((target(T512))) int v2_get_pair_avx512(skv_decoder *const d
     return v2_get_pair_body(d, mu, s, x, n);
 }
 
-int skv__v2_get_pair(skv_decoder *const d[2], const float *const mu[2], const float *const s[2],
+int skv__groups_avx2_get_pair(skv_decoder *const d[2], const float *const mu[2], const float *const s[2],
                      uint32_t *const x[2], size_t n)
 {
     return cls_simd() == 3 ? v2_get_pair_avx512(d, mu, s, x, n) : v2_get_pair_avx2(d, mu, s, x, n);

@@ -1,4 +1,5 @@
-/* Version 1's decoder (frozen: no encoder change may alter what it
+/* The serial layout's decoder (stream version 1; frozen: no encoder
+ * change may alter what it
  * reads): four interleaved states read in operation order, every scalar's
  * class from its prediction, the common BUCKET case through the bucket
  * values of its width (dec_run), the rest through dec_after. */
@@ -442,7 +443,7 @@ SKV_ALWAYS_INLINE int get_n_split(skv_decoder *d, const skv_lat *L, const float 
     return rc;
 }
 
-int skv__dec_v1_get(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
+int skv__dec_serial_get(skv_decoder *d, const float *mu, const float *s, uint32_t *x, size_t n,
                     const skv_fcls *given)
 {
     switch (d->m->lat.dt) {

@@ -1,8 +1,9 @@
-/* Version 2's encoder: groups of eight scalars on sixteen (or eight)
+/* The grouped layout's encoder (stream version 2): groups of eight
+ * scalars on sixteen (or eight)
  * states in lane order, their table symbols sorted into rounds, their
  * plain bits in a raw bit stream (FORMAT.md). Whole groups of bf16 take
  * the AVX2 run (v2_put_run) on a packed row (pack.c); the others queue
- * version 1's operations a group at a time (enc_v1.c), sorted here. */
+ * the queue's operations a group at a time (enc_queue.c), sorted here. */
 #include "pack_avx2.h"
 #include "stream_int.h"
 
@@ -213,7 +214,7 @@ static __attribute__((target("avx2"))) size_t v2_put_run(skv_encoder *e, const u
  * their ideal cost); the rest queue version 1's operations (the same
  * paths), a group at a time, sorted by v2_sort_group when the group is
  * whole. The checksum lanes are summed as the scalars come. */
-int skv__enc_v2_put(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
+int skv__enc_groups_put(skv_encoder *e, const uint32_t *x, const float *mu, const float *s, size_t n,
                     const skv_fcls *given)
 {
     const skv_lat *L = &e->m->lat;
@@ -242,7 +243,7 @@ int skv__enc_v2_put(skv_encoder *e, const uint32_t *x, const float *mu, const fl
         uint32_t k = 8 - e->n % 8, at = e->n;
         if (k > n - i)
             k = (uint32_t)(n - i);
-        int rc = skv__enc_v1_put(e, x + i, mu + i, s + i, k, row ? row + i : NULL);
+        int rc = skv__enc_queue_put(e, x + i, mu + i, s + i, k, row ? row + i : NULL);
         for (uint32_t j = 0; at + j < e->n; j++)
             e->acc[v2_lane(at + j)] = v2_acc(e->acc[v2_lane(at + j)], x[i + j] & mask);
         if (rc)
@@ -261,7 +262,7 @@ int skv__enc_v2_put(skv_encoder *e, const uint32_t *x, const float *mu, const fl
  * table symbols are sorted into that order (an operation is its skv_eop
  * address shifted left by 4, the state in the low bits), then coded last
  * to first. */
-int skv__enc_v2_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
+int skv__enc_groups_finish(skv_encoder *e, uint8_t *dst, size_t cap, size_t *len)
 {
     if (e->n % 8 && e->nops) /* the last group, not whole (once: finish may be called again) */
         v2_sort_group(e, e->n - e->n % 8, e->n % 8);
