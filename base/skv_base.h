@@ -51,7 +51,7 @@ void skv_free_huge(void *p, size_t n);
 void skv_alloc_fail_after(long n, int sticky);
 
 /* ------------------------------------------------------------------------
- * Little-endian access. Formats are read and written through these, never
+ * Byte order. Formats are read and written through these, never
  * by copying structs.
  * ---------------------------------------------------------------------- */
 static inline uint16_t skv_load16_le(const void *p)
@@ -88,6 +88,21 @@ static inline void skv_store64_le(void *p, uint64_t v)
 {
     skv_store32_le(p, (uint32_t)v);
     skv_store32_le((uint8_t *)p + 4, (uint32_t)(v >> 32));
+}
+/* Big-endian: keys whose byte order is their sort order (LMDB's) */
+static inline void skv_store64_be(void *p, uint64_t v)
+{
+    uint8_t *b = (uint8_t *)p;
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        b[i] = (uint8_t)v;
+}
+static inline uint64_t skv_load64_be(const void *p)
+{
+    const uint8_t *b = (const uint8_t *)p;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | b[i];
+    return v;
 }
 static inline uint32_t skv_f32_bits(float f)
 {
@@ -188,6 +203,20 @@ double skv_log(double x);
 void skv_sincos(double x, double *s, double *c);
 /* Standard normal CDF, from skv_exp (relative error < 2e-7 in the tails). */
 double skv_normal_cdf(double z);
+
+/* ------------------------------------------------------------------------
+ * Strings and the clock (text.c).
+ * ---------------------------------------------------------------------- */
+/* A copy of s on seqkv's allocator (skv_free it); NULL without memory. */
+char *skv_strdup(const char *s);
+/* Length of the well-formed UTF-8 sequence at p (< end), or 0 when it is
+ * not one: overlong forms, surrogates and code points past U+10FFFF are
+ * rejected (RFC 3629's table). */
+size_t skv_utf8_seq_len(const unsigned char *p, const unsigned char *end);
+/* 1 when s[0..len) is well-formed UTF-8 */
+int skv_utf8_valid(const char *s, size_t len);
+/* Wall-clock milliseconds since the epoch (expiry times, as Redis's) */
+int64_t skv_now_ms(void);
 
 /* ------------------------------------------------------------------------
  * Files.

@@ -542,9 +542,9 @@ void seqkv_cache_stat(seqkv *db, seqkv_cache_stats *out);
  * Each tenant has its own keys (a key names nothing of another tenant).
  * Values are stored once per tenant however many keys hold them
  * (deduplicated by content), durably in LMDB (one write transaction a
- * call), and compressed: a value LMCache describes with a sibling
- * `<key>metadata` key (its RemoteMetadata: shape, dtype, format) is coded
- * by the model-free fast level in that layout; any other value is stored
+ * call), and compressed: a value set with its KV layout (the server
+ * reads one off LMCache's sibling `<key>metadata` key) is coded by the
+ * model-free fast level in that layout; any other value is stored
  * zstd-compressed when that is smaller, else as it is. A get returns the
  * exact bytes set, checked against their XXH3-64. Keys expire at an
  * absolute time (milliseconds since the epoch); an expired key reads as
@@ -555,11 +555,25 @@ void seqkv_cache_stat(seqkv *db, seqkv_cache_stats *out);
  */
 #define SEQKV_BLOB_KEY_MAX 495 /* bytes of a key (LMDB's key limit less 16) */
 
+/* A value's layout when it is KV: `streams` slabs of rows x channels
+ * scalars of dtype (f16, bf16 or fp8-e4m3), one after the other -- as an
+ * engine ships a chunk (LMCache's KV_2LTD [2, layers, tokens, hidden]:
+ * streams 2 x layers, rows tokens, channels hidden). A layout whose bytes
+ * are not the value's length, or that the fast level cannot code, leaves
+ * the value bytes; never an error. */
+typedef struct {
+    seqkv_dtype dtype;
+    uint32_t streams, rows, channels;
+} seqkv_blob_layout;
+
 typedef struct {
     const uint8_t *key;
     size_t key_len;
     const uint8_t *val;
     size_t val_len;
+    const seqkv_blob_layout *layout; /* the value is KV of this layout (NULL: bytes) */
+    int layout_later;                /* its layout comes later (seqkv_blob_relayout):
+                                        kept as it is meanwhile, not zstd-coded */
 } seqkv_blob_item;
 
 enum {
@@ -656,6 +670,14 @@ int seqkv_blob_stat_all(seqkv *db, const char *tenant, seqkv_blob_stats *out);
 
 /* Delete all of a tenant's keys, in bounded write transactions. */
 int seqkv_blob_flush(seqkv *db, const char *tenant, uint64_t *deleted);
+/* Code the value of key (set as bytes) as KV of layout, when its length
+ * matches and that is smaller: what an engine that ships a value's layout
+ * after the value (LMCache's `<key>metadata`) learns late. *recoded (may
+ * be NULL): 1 when the stored value changed. 0 also when nothing did (no
+ * such key, another length, coded already, not smaller). */
+int seqkv_blob_relayout(seqkv *db, const char *tenant, const uint8_t *key, size_t key_len,
+                        const seqkv_blob_layout *layout, int *recoded);
+
 /* Remove expired keys of every tenant, at most max of them (a call goes
  * on where the last one stopped); *removed may be NULL. */
 int seqkv_blob_sweep(seqkv *db, size_t max, size_t *removed);

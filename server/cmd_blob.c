@@ -14,14 +14,6 @@
 #include "seqkv.h"
 #include "server_int.h"
 
-/* Expiry times are wall-clock, as Redis's */
-static int64_t srv_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void syntax(srv_job *j)
 {
     skv_rbuf_error(&j->reply, "ERR", "syntax error");
@@ -159,7 +151,7 @@ static int set_parse(srv_job *j, unsigned *flags, int64_t *at)
                 skv_rbuf_error(&j->reply, "ERR", "invalid expire time in 'set' command");
                 return -1;
             }
-            *at = (ms ? v : v * 1000) + (abs ? 0 : srv_now_ms());
+            *at = (ms ? v : v * 1000) + (abs ? 0 : skv_now_ms());
             has_time = 1;
             i++;
         } else {
@@ -209,13 +201,16 @@ void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n)
         if (!mset && set_parse(j, &flags, &at))
             continue;
         const size_t k = mset ? (j->cmd.argc - 1) / 2 : 1;
-        if (!(items[m] = malloc(k * sizeof **items))) {
+        /* the items, then their layouts (LMCache's pairs: lmcache.c) */
+        if (!(items[m] = malloc(k * (sizeof **items + sizeof(seqkv_blob_layout))))) {
             skv_rbuf_error(&j->reply, "ERR", "out of memory");
             continue;
         }
         for (size_t x = 0; x < k; x++)
             items[m][x] = (seqkv_blob_item){j->cmd.argv[1 + 2 * x], j->cmd.argl[1 + 2 * x],
-                                            j->cmd.argv[2 + 2 * x], j->cmd.argl[2 + 2 * x]};
+                                            j->cmd.argv[2 + 2 * x], j->cmd.argl[2 + 2 * x], NULL, 0};
+        srv_lmcache_layouts(s, srv_tenant_name(s, j), items[m], k,
+                            (seqkv_blob_layout *)(items[m] + k));
         q[m] = (seqkv_blob_set_req){.tenant = srv_tenant_name(s, j), .items = items[m], .n = k,
                                     .flags = flags, .expire_at = at};
         ok[m++] = j;
@@ -234,6 +229,8 @@ void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n)
             for (size_t x = 0; x < q[i].n; x++)
                 bytes += q[i].items[x].val_len;
             counted(s, j, 0, 0, q[i].written ? q[i].n : 0, q[i].written ? bytes : 0, 0);
+            if (q[i].written)
+                srv_lmcache_relayout(s, q[i].tenant, q[i].items, q[i].n);
             if (q[i].written || mset)
                 skv_rbuf_simple(&j->reply, "OK");
             else
@@ -308,7 +305,7 @@ void srv_cmd_ttl(skv_server *s, srv_job *j)
         skv_rbuf_int(&j->reply, in.found ? -1 : -2);
         return;
     }
-    int64_t left = in.expire_at - srv_now_ms();
+    int64_t left = in.expire_at - skv_now_ms();
     if (left < 0)
         left = 0;
     skv_rbuf_int(&j->reply, (long long)(ms ? left : (left + 500) / 1000));
@@ -337,7 +334,7 @@ void srv_cmd_expire(skv_server *s, srv_job *j)
                            (const char *)j->cmd.argv[0]);
             return;
         }
-        at = (ms ? v : v * 1000) + (abs ? 0 : srv_now_ms());
+        at = (ms ? v : v * 1000) + (abs ? 0 : skv_now_ms());
         if (at < 1)
             at = 1; /* at or before now: the key goes */
         for (size_t i = 3; i < j->cmd.argc; i++) {

@@ -574,50 +574,15 @@ static void client_read(skv_server *s, srv_client *c)
 /* ------------------------------------------------------------------------
  * Create, run, stop, free
  * ---------------------------------------------------------------------- */
-static char *dupstr(const char *x)
-{
-    size_t n = strlen(x) + 1;
-    char *d = skv_malloc(n);
-    if (d)
-        memcpy(d, x, n);
-    return d;
-}
-
 static int read_config(skv_server *s, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return skv_error(SKV_ERR_IO, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            if (cap >= (1u << 20)) {
-                rc = skv_error(SKV_ERR_FORMAT, "%s: larger than 1 MiB", path);
-                break;
-            }
-            char *nb = skv_realloc(buf, cap + 65536);
-            if (!nb) {
-                rc = SKV_ERR_NOMEM;
-                break;
-            }
-            buf = nb;
-            cap += 65536;
-        }
-        size_t r = fread(buf + len, 1, cap - len, f);
-        len += r;
-        if (r == 0)
-            break;
-    }
-    fclose(f);
-    if (!rc) {
-        rc = skv_server_config_parse(buf, len, &s->cfg);
-        if (rc)
-            rc = skv_error(rc, "%s: %s", path, seqkv_error_detail());
-    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = skv_file_read(path, 1u << 20, &buf, &len);
+    if (!rc && (rc = skv_server_config_parse((const char *)buf, len, &s->cfg)))
+        rc = skv_error(rc, "%s: %s", path, seqkv_error_detail());
     if (buf)
-        sodium_memzero(buf, cap);
+        sodium_memzero(buf, len); /* (tokens) */
     skv_free(buf);
     return rc;
 }
@@ -651,7 +616,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     s->t_start = srv_now();
     s->own_uid = (uint32_t)getuid();
     int rc = 0;
-    s->socket_path = dupstr(o->socket_path);
+    s->socket_path = skv_strdup(o->socket_path);
     s->o.socket_path = s->socket_path;
     if (!s->socket_path) {
         rc = SKV_ERR_NOMEM;

@@ -222,6 +222,13 @@ void srv_cmd_mget(skv_server *s, srv_job *j);
 void srv_cmd_set(skv_server *s, srv_job *j);
 void srv_cmd_mset(skv_server *s, srv_job *j);
 /* n SET/MSET jobs as one seqkv_blob_set_batch (one commit); replies filled */
+/* LMCache's kv_bytes/metadata pairs (lmcache.c): a set's `<key>kv_bytes`
+ * items given the layout of their metadata (in the set, else stored;
+ * lay[i] holds item i's) or marked layout_later; after a set, the values
+ * its `<key>metadata` items describe coded in their layout */
+void srv_lmcache_layouts(skv_server *s, const char *tenant, seqkv_blob_item *it, size_t n,
+                         seqkv_blob_layout *lay);
+void srv_lmcache_relayout(skv_server *s, const char *tenant, const seqkv_blob_item *it, size_t n);
 void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n);
 void srv_cmd_exists(skv_server *s, srv_job *j);
 void srv_cmd_bdel(skv_server *s, srv_job *j);

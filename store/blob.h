@@ -8,6 +8,7 @@
 #include "skv_base.h"
 #include "skv_dtype.h"
 #include "skv_xxh.h"
+#include "seqkv.h"
 
 #define SKV_BLOB_DATA_MAGIC 0x44564b53u /* "SKVD" */
 #define SKV_BLOB_DATA_VERSION 1
@@ -19,28 +20,19 @@
 
 enum { SKV_BLOB_ENC_RAW = 0, SKV_BLOB_ENC_ZSTD = 1, SKV_BLOB_ENC_KV = 2 };
 
-/* A value's layout as the fast level codes it: `streams` slabs of rows x
- * channels scalars of dtype, one after the other (streams 0: unknown). */
-typedef struct {
-    seqkv_dtype dtype;
-    uint32_t streams, rows, channels;
-} skv_blob_layout;
-
 typedef struct {
     int enc;
     uint64_t raw_len, sum;
 } skv_blob_hdr;
 
-/* 1 and *out when m[0..len) is LMCache's RemoteMetadata of a KV chunk the
- * fast level codes (KV_2LTD [2, layers, tokens, hidden] or the MLA format
- * [1, layers, tokens, latent]; f16, bf16 or fp8-e4m3) whose byte length
- * equals value_len (0: any); else 0. */
-int skv_blob_lmcache_layout(const uint8_t *m, size_t len, size_t value_len, skv_blob_layout *out);
+/* 1 when the fast level codes a value of value_len bytes in layout lay
+ * (seqkv.h's seqkv_blob_layout; streams 0: none), else 0 */
+int skv_blob_layout_ok(const seqkv_blob_layout *lay, size_t value_len);
 
 /* The stored image of value v[0..len): the smallest of the fast level's
  * streams (when lay has a layout), zstd (when asked) and the bytes as
  * they are. *img is skv_malloc'd. */
-int skv_blob_encode(const uint8_t *v, size_t len, const skv_blob_layout *lay, int zstd,
+int skv_blob_encode(const uint8_t *v, size_t len, const seqkv_blob_layout *lay, int zstd,
                     uint8_t **img, size_t *img_len);
 /* The header of an image; SKV_ERR_CORRUPT / SKV_ERR_VERSION. */
 int skv_blob_parse(const uint8_t *img, size_t len, skv_blob_hdr *h);

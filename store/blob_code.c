@@ -1,6 +1,6 @@
 /* Blob values (FORMAT.md, "Blobs"): how one value of the blob namespace
- * is stored -- as is, zstd, or, when its layout is known (LMCache's
- * metadata), as the fast level's streams -- and decoded back, checked
+ * is stored -- as is, zstd, or, when its layout is known (the setter
+ * says it), as the fast level's streams -- and decoded back, checked
  * against the XXH3-64 of the bytes SET. Pure functions of their input:
  * the stored bytes do not depend on the CPU. */
 #include <string.h>
@@ -9,51 +9,15 @@
 #include "blob.h"
 #include "skv_codec.h"
 
-/* LMCache's RemoteMetadata (lmcache/v1/protocol.py): seven native int32
- * (little-endian on every host LMCache runs on): length, MemoryFormat,
- * dtype code, shape[4]. */
-#define LMC_META_BYTES 28
-#define LMC_KV_2LTD 1   /* [2, layers, tokens, hidden] */
-#define LMC_KV_MLA 6    /* [1, layers, tokens, latent] */
-
-static int lmc_dtype(int32_t code, seqkv_dtype *out)
+int skv_blob_layout_ok(const seqkv_blob_layout *lay, size_t value_len)
 {
-    switch (code) {
-    case 1: /* torch.half */
-    case 2: *out = SEQKV_DT_F16; return 1; /* torch.float16 */
-    case 3: *out = SEQKV_DT_BF16; return 1;
-    case 7: *out = SEQKV_DT_F8E4M3; return 1;
-    default: return 0; /* float32, float64, uint8, e5m2: stored as bytes */
-    }
-}
-
-int skv_blob_lmcache_layout(const uint8_t *m, size_t len, size_t value_len, skv_blob_layout *out)
-{
-    memset(out, 0, sizeof *out);
-    if (len != LMC_META_BYTES)
+    if (!lay || !lay->streams || !lay->rows || !lay->channels)
         return 0;
-    int32_t f[7];
-    for (int i = 0; i < 7; i++)
-        f[i] = (int32_t)skv_load32_le(m + 4 * i);
-    seqkv_dtype dt;
-    if ((f[1] != LMC_KV_2LTD && f[1] != LMC_KV_MLA) || !lmc_dtype(f[2], &dt))
+    if (lay->dtype != SEQKV_DT_F16 && lay->dtype != SEQKV_DT_BF16 && lay->dtype != SEQKV_DT_F8E4M3)
         return 0;
-    for (int i = 3; i < 7; i++)
-        if (f[i] <= 0 || f[i] > (1 << 24))
-            return 0;
-    if ((f[1] == LMC_KV_2LTD && f[3] != 2) || (f[1] == LMC_KV_MLA && f[3] != 1))
-        return 0;
-    const uint64_t es = skv_dtype_size(dt);
-    const uint64_t bytes = (uint64_t)f[3] * (uint64_t)f[4] * (uint64_t)f[5] * (uint64_t)f[6] * es;
-    if (f[0] < 0 || (uint64_t)f[0] != bytes || (value_len && bytes != value_len))
-        return 0;
-    if (!skv_fast_bound(dt, (size_t)f[5], (size_t)f[6]))
-        return 0;
-    out->dtype = dt;
-    out->streams = (uint32_t)f[3] * (uint32_t)f[4];
-    out->rows = (uint32_t)f[5];
-    out->channels = (uint32_t)f[6];
-    return 1;
+    const uint64_t bytes =
+        (uint64_t)lay->streams * lay->rows * lay->channels * skv_dtype_size(lay->dtype);
+    return bytes == value_len && skv_fast_bound(lay->dtype, lay->rows, lay->channels);
 }
 
 static void hdr_write(uint8_t *b, int enc, uint64_t raw_len, uint64_t sum)
@@ -69,7 +33,7 @@ static void hdr_write(uint8_t *b, int enc, uint64_t raw_len, uint64_t sum)
 /* The fast level's streams of a value laid out as lay: a 16-byte
  * layout (dtype, streams, rows, channels), the streams' sizes, the
  * streams. 0 and *img, or SKV_ERR_ARG when it does not fit the layout. */
-static int enc_kv(const uint8_t *v, size_t len, const skv_blob_layout *lay, uint64_t sum,
+static int enc_kv(const uint8_t *v, size_t len, const seqkv_blob_layout *lay, uint64_t sum,
                   uint8_t **img, size_t *img_len)
 {
     const size_t es = skv_dtype_size(lay->dtype), ns = lay->streams;
@@ -108,7 +72,7 @@ static int enc_kv(const uint8_t *v, size_t len, const skv_blob_layout *lay, uint
     return SKV_OK;
 }
 
-int skv_blob_encode(const uint8_t *v, size_t len, const skv_blob_layout *lay, int zstd,
+int skv_blob_encode(const uint8_t *v, size_t len, const seqkv_blob_layout *lay, int zstd,
                     uint8_t **img, size_t *img_len)
 {
     *img = NULL;
@@ -116,7 +80,7 @@ int skv_blob_encode(const uint8_t *v, size_t len, const skv_blob_layout *lay, in
     const uint64_t sum = XXH3_64bits(v, len);
     uint8_t *best = NULL;
     size_t best_len = SKV_BLOB_HDR + len;
-    if (lay && lay->streams) {
+    if (skv_blob_layout_ok(lay, len)) {
         uint8_t *b = NULL;
         size_t bl = 0;
         int rc = enc_kv(v, len, lay, sum, &b, &bl);

@@ -7,11 +7,6 @@
 #include "blob.h"
 #include "store_priv.h"
 
-/* LMCache's pair of keys for one chunk (lmcache/v1/storage_backend/
- * connector/redis_connector.py): the KV bytes and their RemoteMetadata */
-#define SKV_LMC_KV_SUFFIX "kv_bytes"
-#define SKV_LMC_META_SUFFIX "metadata"
-
 #define ENT_MAGIC 0x4e564b53u /* "SKVN" */
 #define ENT_SIZE 48           /* an entry of table blobs */
 #define KPFX 16               /* blobs' key: tenant and name hash, then the name */
@@ -40,11 +35,8 @@ typedef struct {
     uint64_t tid; /* the tenant changed, when the caller did not know it (a sweep) */
 } bdelta;
 
-int64_t skv_blob_now_ms(void);
 /* A committed transaction's counts into the tenant's and the store's */
 void skvb_delta_apply(seqkv *db, uint64_t tid, const bdelta *d);
-void skvb_be64(uint8_t *b, uint64_t v);
-uint64_t skvb_ld_be64(const uint8_t *b);
 void skvb_keys(seqkv *db, uint64_t tid, bkeys *k);
 /* blobs' key of name into b (KPFX + len bytes); its length */
 size_t skvb_ent_key(const bkeys *k, const uint8_t *name, size_t len, uint8_t *b);

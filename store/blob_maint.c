@@ -48,7 +48,7 @@ int seqkv_blob_del(seqkv *db, const char *tenant, size_t n, const uint8_t *const
                    const size_t *key_lens, size_t *deleted)
 {
     *deleted = 0;
-    del_ctx c = {.n = n, .keys = keys, .lens = key_lens, .now = skv_blob_now_ms()};
+    del_ctx c = {.n = n, .keys = keys, .lens = key_lens, .now = skv_now_ms()};
     MDB_txn *none;
     int rc = skvb_begin(db, tenant, n, keys, key_lens, 1, &c.k, &none);
     if (rc || !c.k.tid)
@@ -108,7 +108,7 @@ int seqkv_blob_expire(seqkv *db, const char *tenant, const uint8_t *key, size_t 
     if (db->o.read_only)
         return skv_error(SKV_ERR_ARG, "store opened read-only");
     const uint8_t *keys[1] = {key};
-    del_ctx c = {.n = 1, .keys = keys, .lens = &key_len, .now = skv_blob_now_ms(), .at = expire_at,
+    del_ctx c = {.n = 1, .keys = keys, .lens = &key_len, .now = skv_now_ms(), .at = expire_at,
                  .cond = cond};
     skvb_keys(db, tid, &c.k);
     pthread_mutex_lock(&db->wlock);
@@ -143,21 +143,21 @@ static int pass_txn(seqkv *db, MDB_txn *txn, void *vc, bdelta *d)
     if (mrc)
         return skv_mdb_error(mrc, "blob cursor");
     uint8_t start[KPFX];
-    skvb_be64(start, c->tid);
+    skv_store64_be(start, c->tid);
     memset(start + 8, 0, 8);
     MDB_val k = c->from_len ? (MDB_val){c->from_len, c->from} : (MDB_val){c->tid ? 8 : 0, start}, v;
-    const int64_t now = skv_blob_now_ms();
+    const int64_t now = skv_now_ms();
     size_t seen = 0;
     mrc = c->from_len || c->tid ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE)
                                 : mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     for (; !mrc && !rc; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if (k.mv_size <= KPFX || (c->tid && skvb_ld_be64(k.mv_data) != c->tid)) {
+        if (k.mv_size <= KPFX || (c->tid && skv_load64_be(k.mv_data) != c->tid)) {
             mrc = MDB_NOTFOUND;
             break;
         }
         /* one tenant a transaction: its counts go to it */
         if (seen++ == c->examine || c->removed == PASS_BATCH ||
-            (d->tid && skvb_ld_be64(k.mv_data) != d->tid)) {
+            (d->tid && skv_load64_be(k.mv_data) != d->tid)) {
             memcpy(c->from, k.mv_data, k.mv_size);
             c->from_len = k.mv_size;
             break;
@@ -171,7 +171,7 @@ static int pass_txn(seqkv *db, MDB_txn *txn, void *vc, bdelta *d)
         if (c->expired_only && !ex)
             continue;
         /* (k's bytes are not valid after the delete) */
-        const uint64_t tid = skvb_ld_be64(k.mv_data);
+        const uint64_t tid = skv_load64_be(k.mv_data);
         /* the cursor stays valid over its own deletion (MDB_NEXT after
          * mdb_cursor_del moves to the entry after) */
         if ((mrc = mdb_cursor_del(cur, 0)))
@@ -282,7 +282,7 @@ static int evict_txn(seqkv *db, MDB_txn *txn, void *vc, bdelta *d)
             seqkv_error_clear();
             continue; /* gone meanwhile */
         }
-        int rc = skvb_ent_del(db, txn, skvb_ld_be64(k.mv_data), &k, &e, d);
+        int rc = skvb_ent_del(db, txn, skv_load64_be(k.mv_data), &k, &e, d);
         if (rc)
             return rc;
         d->evicted++;
@@ -305,11 +305,11 @@ int skv_blob_evict(seqkv *db, uint64_t tid, uint64_t over)
         return skv_mdb_error(mrc, "blob cursor");
     }
     uint8_t start[8];
-    skvb_be64(start, tid);
+    skv_store64_be(start, tid);
     MDB_val k = {8, start}, v;
     for (mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); !mrc && !rc;
          mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if (k.mv_size <= KPFX || skvb_ld_be64(k.mv_data) != tid)
+        if (k.mv_size <= KPFX || skv_load64_be(k.mv_data) != tid)
             break;
         blob_ent e;
         if (skvb_ent_unpack(&v, &e)) {
@@ -380,7 +380,7 @@ int skv_blob_load(seqkv *db, MDB_txn *txn)
     if (mrc)
         return skv_mdb_error(mrc, "blob values");
     while (!(mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        tenant_ent *te = k.mv_size == VKEY ? skvb_tenant(db, skvb_ld_be64(k.mv_data)) : NULL;
+        tenant_ent *te = k.mv_size == VKEY ? skvb_tenant(db, skv_load64_be(k.mv_data)) : NULL;
         skv_blob_hdr h;
         if (!te || skvb_val_info(&v, &h)) {
             seqkv_error_clear();
@@ -399,7 +399,7 @@ int skv_blob_load(seqkv *db, MDB_txn *txn)
     if ((mrc = mdb_cursor_open(txn, db->db_blob, &cur)))
         return skv_mdb_error(mrc, "blobs");
     while (!(mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        tenant_ent *te = k.mv_size > KPFX ? skvb_tenant(db, skvb_ld_be64(k.mv_data)) : NULL;
+        tenant_ent *te = k.mv_size > KPFX ? skvb_tenant(db, skv_load64_be(k.mv_data)) : NULL;
         blob_ent e;
         if (!te || skvb_ent_unpack(&v, &e)) {
             seqkv_error_clear();

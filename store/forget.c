@@ -79,7 +79,7 @@ static int rotate_body(seqkv *db, MDB_txn *txn, void *v)
 {
     const rotate_ctx *c = v;
     uint8_t k8[8];
-    skvb_be64(k8, c->gone->id);
+    skv_store64_be(k8, c->gone->id);
     MDB_val k = {8, k8}, nk = {strlen(c->gone->name), (void *)c->gone->name}, fk = {6, "format"}, fv;
     int mrc = mdb_del(txn, db->db_tkeys, &k, NULL);
     if (mrc == MDB_NOTFOUND)
@@ -91,7 +91,7 @@ static int rotate_body(seqkv *db, MDB_txn *txn, void *v)
         if (t->id == c->gone->id)
             continue;
         uint8_t w[SKV_TKEYS_WRAPPED];
-        skvb_be64(k8, t->id);
+        skv_store64_be(k8, t->id);
         skv_tkeys_wrap(c->nm, t->id, t->keys, w);
         MDB_val wv = {sizeof w, w};
         mrc = mdb_put(txn, db->db_tkeys, &k, &wv, 0);

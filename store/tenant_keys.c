@@ -30,7 +30,7 @@ void skv_tkeys_free(tenant_ent *t)
 int skv_tkeys_put(seqkv *db, MDB_txn *txn, const tenant_ent *t)
 {
     uint8_t k[8], w[SKV_TKEYS_WRAPPED];
-    skvb_be64(k, t->id);
+    skv_store64_be(k, t->id);
     skv_tkeys_wrap(db->master, t->id, t->keys, w);
     MDB_val kv = {8, k}, v = {sizeof w, w};
     int mrc = mdb_put(txn, db->db_tkeys, &kv, &v, 0);
@@ -68,7 +68,7 @@ int skv_tkeys_load(seqkv *db, MDB_txn *txn)
         if (rc)
             return rc;
         uint8_t k[8];
-        skvb_be64(k, t->id);
+        skv_store64_be(k, t->id);
         MDB_val kv = {8, k}, v;
         if (!(mrc = mdb_get(txn, db->db_tkeys, &kv, &v))) {
             if ((rc = skv_tkeys_unwrap(db->master, t->id, v.mv_data, v.mv_size, t->keys)))

@@ -135,43 +135,6 @@ static int read_hex4(const char *p, unsigned *out)
     return 0;
 }
 
-/* Length of the well-formed UTF-8 sequence at p (< end), or 0 if it is
- * invalid: overlong forms, surrogates and code points past U+10FFFF are
- * all rejected (RFC 3629 table). */
-static size_t utf8_seq_len(const unsigned char *p, const unsigned char *end)
-{
-    unsigned c = p[0];
-    size_t n;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if ((size_t)(end - p) < n)
-        return 0;
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xBF)
-            return 0;
-    return n;
-}
-
 static size_t put_utf8(char *dst, unsigned cp)
 {
     unsigned char *d = (unsigned char *)dst;
@@ -229,7 +192,7 @@ static int parse_string(json_parser *ps, const char **out, size_t *out_len)
                              "json: byte %zu: control character 0x%02x in string",
                              off_of(ps, p), c);
         if (c >= 0x80) {
-            size_t l = utf8_seq_len((const unsigned char *)p,
+            size_t l = skv_utf8_seq_len((const unsigned char *)p,
                                     (const unsigned char *)close);
             if (l == 0)
                 return skv_error(SKV_ERR_FORMAT,

@@ -121,47 +121,6 @@ static size_t strtab_insert(strtab *t, const void *base, size_t stride, size_t i
     return SIZE_MAX;
 }
 
-/* ---- UTF-8 (writer input validation) ---------------------------------- */
-
-static int utf8_valid(const char *str)
-{
-    const unsigned char *p = (const unsigned char *)str;
-    while (*p) {
-        unsigned c = *p;
-        size_t n;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c < 0x80) {
-            p++;
-            continue;
-        }
-        if (c >= 0xC2 && c <= 0xDF) {
-            n = 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            n = 3;
-            if (c == 0xE0)
-                lo = 0xA0;
-            else if (c == 0xED)
-                hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            n = 4;
-            if (c == 0xF0)
-                lo = 0x90;
-            else if (c == 0xF4)
-                hi = 0x8F;
-        } else {
-            return 0;
-        }
-        /* a NUL terminator fails the range checks, so no overrun */
-        if (p[1] < lo || p[1] > hi)
-            return 0;
-        for (size_t i = 2; i < n; i++)
-            if (p[i] < 0x80 || p[i] > 0xBF)
-                return 0;
-        p += n;
-    }
-    return 1;
-}
-
 /* ---- shape arithmetic -------------------------------------------------- */
 
 /* Element count of a shape with non-negative dims; -1 on size_t overflow.
@@ -590,15 +549,6 @@ void skv_stw_free(skv_st_writer *w)
     skv_free(w);
 }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = skv_malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 /* Grow *arr (elements of `size`) so it holds at least n + 1. */
 static int grow(void **arr, size_t *cap, size_t n, size_t size)
 {
@@ -624,7 +574,7 @@ int skv_stw_add(skv_st_writer *w, const char *name, seqkv_dtype dtype, int ndim,
         return skv_error(SKV_ERR_ARG, "safetensors writer: empty tensor name");
     if (strcmp(name, META_KEY) == 0)
         return skv_error(SKV_ERR_ARG, "safetensors writer: \"%s\" is reserved", META_KEY);
-    if (!utf8_valid(name))
+    if (!skv_utf8_valid(name, strlen(name)))
         return skv_error(SKV_ERR_ARG, "safetensors writer: tensor name is not valid UTF-8");
     size_t esz = skv_dtype_size(dtype);
     if (esz == 0)
@@ -655,7 +605,7 @@ int skv_stw_add(skv_st_writer *w, const char *name, seqkv_dtype dtype, int ndim,
         return skv_error(SKV_ERR_NOMEM, "safetensors writer: out of memory");
     stw_entry *e = &w->e[w->n];
     memset(e, 0, sizeof *e);
-    e->name = dup_str(name);
+    e->name = skv_strdup(name);
     e->data = nbytes ? skv_malloc(nbytes) : NULL;
     if (!e->name || (nbytes && !e->data)) {
         skv_free(e->name);
@@ -680,7 +630,7 @@ int skv_stw_meta(skv_st_writer *w, const char *key, const char *value)
 {
     if (!w || !key || !value)
         return skv_error(SKV_ERR_ARG, "safetensors writer: NULL argument");
-    if (!utf8_valid(key) || !utf8_valid(value))
+    if (!skv_utf8_valid(key, strlen(key)) || !skv_utf8_valid(value, strlen(value)))
         return skv_error(SKV_ERR_ARG, "safetensors writer: metadata is not valid UTF-8");
     if (strtab_find(&w->mkeys, w->m, sizeof *w->m, key) != SIZE_MAX)
         return skv_error(SKV_ERR_ARG, "safetensors writer: metadata key \"%.64s\" set twice",
@@ -689,8 +639,8 @@ int skv_stw_meta(skv_st_writer *w, const char *key, const char *value)
         strtab_reserve(&w->mkeys, w->m, sizeof *w->m, w->nm, w->nm + 1) != 0)
         return skv_error(SKV_ERR_NOMEM, "safetensors writer: out of memory");
     stw_meta *m = &w->m[w->nm];
-    m->key = dup_str(key);
-    m->value = dup_str(value);
+    m->key = skv_strdup(key);
+    m->value = skv_strdup(value);
     if (!m->key || !m->value) {
         skv_free(m->key);
         skv_free(m->value);

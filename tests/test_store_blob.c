@@ -1,5 +1,5 @@
 /* The blob namespace (seqkv_blob.h): exact values, deduplication by
- * content within a tenant, LMCache's kv_bytes/metadata pairs coded as KV
+ * content within a tenant, values with a KV layout coded as KV
  * (model KV in LMCache's KV_2LTD layout, either order of the two keys),
  * NX/XX/KEEPTTL, expiry and the sweep, SCAN's cursor, tenants kept apart,
  * budgets, FLUSHDB, reopening, and damaged values refused. */
@@ -26,7 +26,7 @@ static int64_t now_ms(void)
 static void set1(seqkv *db, const char *t, const char *k, const void *v, size_t n, unsigned fl,
                  int64_t at, int want)
 {
-    seqkv_blob_item it = {(const uint8_t *)k, strlen(k), v, n};
+    seqkv_blob_item it = {(const uint8_t *)k, strlen(k), v, n, NULL, 0};
     int w = -1;
     cr_assert_eq(seqkv_blob_set(db, t, &it, 1, fl, at, &w), 0, "set %s: %s", k, seqkv_error_detail());
     cr_assert_eq(w, want, "set %s written %d, expected %d", k, w, want);
@@ -87,13 +87,6 @@ static seqkv_blob_stats bstats(seqkv *db, const char *t)
 }
 
 /* LMCache's RemoteMetadata of a KV_2LTD chunk */
-static void lmc_meta(uint8_t m[28], size_t length, int dtype_code, int L, int T, int D)
-{
-    const int32_t f[7] = {(int32_t)length, 1, dtype_code, 2, L, T, D};
-    for (int i = 0; i < 7; i++)
-        skv_store32_le(m + 4 * i, (uint32_t)f[i]);
-}
-
 /* A model's KV of n tokens in LMCache's KV_2LTD layout [2][L][T][C] */
 static uint8_t *kv_2ltd(const su_model *tm, const su_seq *s, size_t n, size_t *len)
 {
@@ -179,14 +172,14 @@ Test(blob, nx_xx_and_keepttl, .timeout = 60)
     cr_assert_eq(seqkv_blob_stat(db, "a", (const uint8_t *)"k", 1, &in), 0);
     cr_assert_eq(in.expire_at, 0, "a plain SET clears the expiry");
     /* MSET-style: NX over several keys is all or nothing */
-    seqkv_blob_item it[2] = {{(const uint8_t *)"x", 1, (const uint8_t *)"1", 1},
-                             {(const uint8_t *)"k", 1, (const uint8_t *)"1", 1}};
+    seqkv_blob_item it[2] = {{(const uint8_t *)"x", 1, (const uint8_t *)"1", 1, NULL, 0},
+                             {(const uint8_t *)"k", 1, (const uint8_t *)"1", 1, NULL, 0}};
     int w;
     cr_assert_eq(seqkv_blob_set(db, "a", it, 2, SEQKV_BLOB_NX, 0, &w), 0);
     cr_assert_eq(w, 0);
     assert_absent(db, "a", "x");
     /* keys of the wrong size */
-    seqkv_blob_item bad = {(const uint8_t *)"", 0, (const uint8_t *)"1", 1};
+    seqkv_blob_item bad = {(const uint8_t *)"", 0, (const uint8_t *)"1", 1, NULL, 0};
     cr_assert_eq(seqkv_blob_set(db, "a", &bad, 1, 0, 0, &w), SKV_ERR_ARG);
     seqkv_close(db);
 }
@@ -274,9 +267,12 @@ Test(blob, scan_returns_every_key_once_while_others_come_and_go, .timeout = 60)
     seqkv_close(db);
 }
 
-/* LMCache writes <key>kv_bytes then <key>metadata: the value is coded as
- * KV once its layout is known, and stays exact */
-static void lmcache_pair(int meta_first)
+/* A value set with its KV layout is coded as KV (the fast level) and
+ * stays exact; one whose layout comes later is kept as it is until
+ * seqkv_blob_relayout codes it (LMCache's order: kv_bytes, then metadata,
+ * paired by the server: lmcache_redis_test.py); a layout that does not
+ * describe the value leaves it bytes */
+static void layout_given(int later)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
@@ -288,36 +284,43 @@ static void lmcache_pair(int meta_first)
     su_seq s;
     su_seq_make(&tm, NULL, 0, 256, 7, &s);
     size_t len;
-    uint8_t *kv = kv_2ltd(&tm, &s, 256, &len), meta[28];
-    lmc_meta(meta, len, 3, tm.L, 256, (int)tm.C);
+    uint8_t *kv = kv_2ltd(&tm, &s, 256, &len);
+    const seqkv_blob_layout lay = {SEQKV_DT_BF16, 2 * (uint32_t)tm.L, 256, (uint32_t)tm.C};
     seqkv *db = open_store(tu_path(tmp, "db"), NULL);
-    const char *key = "stories@1@0@5f3a@bfloat16";
-    char kk[64], km[64];
-    snprintf(kk, sizeof kk, "%skv_bytes", key);
-    snprintf(km, sizeof km, "%smetadata", key);
-    if (meta_first)
-        set1(db, "lm", km, meta, sizeof meta, 0, 0, 1);
-    set1(db, "lm", kk, kv, len, 0, 0, 1);
-    if (!meta_first)
-        set1(db, "lm", km, meta, sizeof meta, 0, 0, 1);
-    assert_value(db, "lm", kk, kv, len);
-    assert_value(db, "lm", km, meta, sizeof meta);
+    const char *key = "stories@1@0@5f3akv_bytes";
+    seqkv_blob_item it = {(const uint8_t *)key, strlen(key), kv, len, later ? NULL : &lay, later};
+    int w = 0, recoded = -1;
+    cr_assert_eq(seqkv_blob_set(db, "lm", &it, 1, 0, 0, &w), 0, "%s", seqkv_error_detail());
+    if (later) {
+        seqkv_blob_stats st0 = bstats(db, "lm");
+        cr_assert_eq(st0.kv_values, 0);
+        cr_assert_geq(st0.stored_bytes, len, "a value awaiting its layout is kept as it is");
+        cr_assert_eq(seqkv_blob_relayout(db, "lm", it.key, it.key_len, &lay, &recoded), 0, "%s",
+                     seqkv_error_detail());
+        cr_assert_eq(recoded, 1);
+        cr_assert_eq(seqkv_blob_relayout(db, "lm", it.key, it.key_len, &lay, &recoded), 0);
+        cr_assert_eq(recoded, 0, "coded already: nothing to do");
+    }
+    assert_value(db, "lm", key, kv, len);
     seqkv_blob_stats st = bstats(db, "lm");
-    cr_assert_eq(st.kv_values, 1, "kv_bytes coded as KV");
+    cr_assert_eq(st.kv_values, 1, "coded as KV");
     cr_assert_lt(st.stored_bytes, len * 95 / 100, "KV coded: %llu of %zu bytes",
                  (unsigned long long)st.stored_bytes, len);
-    cr_log_info("KV_2LTD chunk of %zu bytes stored in %llu (%s first)", len,
-                (unsigned long long)st.stored_bytes, meta_first ? "metadata" : "kv_bytes");
-    /* metadata that does not describe the value leaves it as bytes */
-    char k2[64], m2[64];
-    snprintf(k2, sizeof k2, "otherkv_bytes");
-    snprintf(m2, sizeof m2, "othermetadata");
-    uint8_t wrong[28];
-    lmc_meta(wrong, len + 2, 3, tm.L, 256, (int)tm.C);
+    cr_log_info("KV_2LTD chunk of %zu bytes stored in %llu (layout %s)", len,
+                (unsigned long long)st.stored_bytes, later ? "later" : "with the value");
+    /* a layout that does not describe the value (another length, a dtype
+     * the fast level does not code) leaves it bytes, and is no error */
+    const seqkv_blob_layout off = {SEQKV_DT_BF16, 2 * (uint32_t)tm.L, 255, (uint32_t)tm.C},
+                            f32 = {SEQKV_DT_F32, 2 * (uint32_t)tm.L, 128, (uint32_t)tm.C};
     kv[0] ^= 1; /* another value */
-    set1(db, "lm", k2, kv, len, 0, 0, 1);
-    set1(db, "lm", m2, wrong, sizeof wrong, 0, 0, 1);
-    assert_value(db, "lm", k2, kv, len);
+    seqkv_blob_item i2 = {(const uint8_t *)"other", 5, kv, len, &off, 0};
+    cr_assert_eq(seqkv_blob_set(db, "lm", &i2, 1, 0, 0, &w), 0);
+    cr_assert_eq(seqkv_blob_relayout(db, "lm", i2.key, i2.key_len, &f32, &recoded), 0);
+    cr_assert_eq(recoded, 0);
+    cr_assert_eq(seqkv_blob_relayout(db, "nobody", i2.key, i2.key_len, &lay, &recoded), 0,
+                 "an unknown tenant has no such key");
+    cr_assert_eq(recoded, 0);
+    assert_value(db, "lm", "other", kv, len);
     cr_assert_eq(bstats(db, "lm").kv_values, 1);
     seqkv_close(db);
     free(kv);
@@ -325,14 +328,14 @@ static void lmcache_pair(int meta_first)
     su_model_free(&tm);
 }
 
-Test(blob, lmcache_kv_bytes_then_metadata_is_coded_as_kv, .timeout = 120)
+Test(blob, a_value_set_with_its_layout_is_coded_as_kv, .timeout = 120)
 {
-    lmcache_pair(0);
+    layout_given(0);
 }
 
-Test(blob, lmcache_metadata_then_kv_bytes_is_coded_as_kv, .timeout = 120)
+Test(blob, a_layout_given_later_codes_the_value_as_kv, .timeout = 120)
 {
-    lmcache_pair(1);
+    layout_given(1);
 }
 
 Test(blob, a_budget_removes_the_oldest_blobs, .timeout = 60)
@@ -358,7 +361,7 @@ Test(blob, a_budget_removes_the_oldest_blobs, .timeout = 60)
     /* a value past the budget on its own */
     uint8_t *huge = malloc(50000);
     tu_fill_bytes(huge, 50000, 99);
-    seqkv_blob_item it = {(const uint8_t *)"huge", 4, huge, 50000};
+    seqkv_blob_item it = {(const uint8_t *)"huge", 4, huge, 50000, NULL, 0};
     int w;
     cr_assert_eq(seqkv_blob_set(db, "a", &it, 1, 0, 0, &w), SKV_ERR_TOO_LARGE);
     free(huge);
@@ -388,7 +391,7 @@ Test(blob, damaged_values_are_refused, .timeout = 60)
     uint8_t v[4096];
     for (size_t i = 0; i < sizeof v; i++)
         v[i] = (uint8_t)(i % 17);
-    skv_blob_layout lay = {SEQKV_DT_BF16, 2, 32, 32};
+    seqkv_blob_layout lay = {SEQKV_DT_BF16, 2, 32, 32};
     for (int enc = 0; enc < 3; enc++) {
         uint8_t *img;
         size_t len;

@@ -120,7 +120,7 @@ static void fill(const char *dir, int no_seal, winset *w)
         ws_add_all(w, tb, s.n * 4);
         char key[16];
         snprintf(key, sizeof key, "kv%d", i);
-        seqkv_blob_item it = {(const uint8_t *)key, strlen(key), s.kv, s.kv_len};
+        seqkv_blob_item it = {(const uint8_t *)key, strlen(key), s.kv, s.kv_len, NULL, 0};
         int written;
         cr_assert_eq(seqkv_blob_set(db, "t", &it, 1, 0, 0, &written), 0, "%s", seqkv_error_detail());
         assert_whole(db, "t", i % 2 ? "p" : "r", &tm, &s, "sealed");
@@ -229,7 +229,7 @@ Test(seal, master_keys_from_env_fd_and_passphrase_and_wrong_ones_refused, .timeo
     snprintf(dir, sizeof dir, "%s/env", tmp);
     setenv("SEQKV_TEST_KEY", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
     cr_assert_eq(open_with(dir, "env:SEQKV_TEST_KEY", &db), 0, "%s", seqkv_error_detail());
-    seqkv_blob_item it = {(const uint8_t *)"k", 1, (const uint8_t *)"secret value", 12};
+    seqkv_blob_item it = {(const uint8_t *)"k", 1, (const uint8_t *)"secret value", 12, NULL, 0};
     int w;
     cr_assert_eq(seqkv_blob_set(db, "t", &it, 1, 0, 0, &w), 0);
     seqkv_close(db);
@@ -323,8 +323,8 @@ Test(seal, a_forgotten_tenant_opens_nowhere_not_even_from_a_copy_taken_before, .
     su_seq_make(&tm, NULL, 0, 3 * CHUNK, 22, &b);
     put(db, "alice", "p", &a, -1);
     put(db, "bob", "p", &b, -1);
-    seqkv_blob_item ia = {(const uint8_t *)"k", 1, a.kv, a.kv_len}, ib = {(const uint8_t *)"k", 1,
-                                                                        b.kv, b.kv_len};
+    seqkv_blob_item ia = {(const uint8_t *)"k", 1, a.kv, a.kv_len, NULL, 0}, ib = {(const uint8_t *)"k", 1,
+                                                                        b.kv, b.kv_len, NULL, 0};
     int w;
     cr_assert_eq(seqkv_blob_set(db, "alice", &ia, 1, 0, 0, &w), 0);
     cr_assert_eq(seqkv_blob_set(db, "bob", &ib, 1, 0, 0, &w), 0);

@@ -1,5 +1,6 @@
 /* libFuzzer target for the blob namespace's stored values (store/
- * blob_code.c): the image decoder and LMCache's metadata reader.
+ * blob_code.c): the image decoder, LMCache's metadata reader (server/
+ * lmcache_meta.c) and any layout a setter may give.
  *
  * Input: a selector byte, then bytes. Selector 0..127: the rest is an
  * image (skv_blob_decode): any damage must be refused, and a value it
@@ -14,6 +15,7 @@
 
 #include "blob.h"
 #include "fuzz_check.h"
+#include "lmcache.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -31,7 +33,7 @@ static void decode_image(const uint8_t *img, size_t len)
     free(out);
 }
 
-static void round_trip(const uint8_t *v, size_t len, const skv_blob_layout *lay)
+static void round_trip(const uint8_t *v, size_t len, const seqkv_blob_layout *lay)
 {
     uint8_t *a, *b;
     size_t al, bl;
@@ -60,9 +62,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const uint8_t *m = data + 1, *v = data + 29;
     const size_t vl = size - 29;
-    skv_blob_layout lay;
-    if (skv_blob_lmcache_layout(m, 28, vl, &lay))
+    seqkv_blob_layout lay;
+    if (srv_lmcache_layout(m, 28, vl, &lay))
         round_trip(v, vl, &lay);
+    /* the same bytes read as a layout directly: whatever the store does not
+     * code (skv_blob_layout_ok) stays bytes, never an error */
+    lay = (seqkv_blob_layout){(seqkv_dtype)(m[0] % 6), skv_load32_le(m + 4) % 4096,
+                              skv_load32_le(m + 8) % 4096, skv_load32_le(m + 12) % 65536};
+    round_trip(v, vl, &lay);
     round_trip(v, vl, NULL);
     return 0;
 }

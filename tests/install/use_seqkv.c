@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     CHECK(got == N && memcmp(kv, back, KV) == 0, "get returned other bytes (%zu tokens)", got);
     const uint8_t *key = (const uint8_t *)"k";
     size_t klen = 1;
-    seqkv_blob_item item = {key, klen, kv, 16};
+    seqkv_blob_item item = {key, klen, kv, 16, NULL, 0};
     CHECK(seqkv_blob_set(db, "t", &item, 1, 0, 0, NULL) == 0, "blob set");
     seqkv_close(db);
 
