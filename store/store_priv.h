@@ -275,7 +275,7 @@ skv_pool *skv_store_read_pool_take(seqkv *db);
 void skv_store_read_pool_give(seqkv *db, skv_pool *taken);
 void skv_store_coders_free(seqkv *db);
 
-/* ---- tenants' keys and sealing (tenant_keys.c, forget.c) --------------------- */
+/* ---- tenants' keys (tenant_keys.c, forget.c) --------------------------------- */
 /* The format record's check value is want: a rotation that committed but
  * did not replace the key file is finished (KEY.new adopted); else
  * SKV_ERR_CORRUPT (no detail set) */
@@ -295,6 +295,8 @@ int skv_tkeys_load(seqkv *db, MDB_txn *txn);
 int skv_store_dek(seqkv *db, uint64_t tid, uint8_t dek[32]);
 /* Its hash secret (chain hashes, blob names), the same way */
 int skv_store_hsec(seqkv *db, uint64_t tid, uint8_t hsec[32]);
+
+/* ---- the store's side of sealing (seal_store.c) ------------------------------ */
 /* A calibration image as stored: sealed under @shared's data key (bound
  * to its id) into *out, or (sealing off) *out NULL and img as it is */
 int skv_store_calib_seal(seqkv *db, const uint8_t id[16], const uint8_t *img, size_t len,
