@@ -538,13 +538,13 @@ static int demo_profile(demo *d, seqkv_client *admin)
     const char *kvs[] = {"model", d->model, "dtype", "bf16", "level",
                          seqkv_level_name(d->a.level), "chunk", chunk, "auto-calibrate",
                          DEMO_AUTOCAL};
-    seqkv_client_profile prof;
+    seqkv_profile prof = SEQKV_PROFILE_INIT;
     int rc = seqkv_client_profile_set(admin, "demo", kvs, 5);
     if (!rc)
         rc = seqkv_client_profile_get(admin, "demo", &prof);
-    if (!rc && prof.token_bytes != d->per_tok)
+    if (!rc && seqkv_profile_token_bytes(&prof) != d->per_tok)
         rc = skv_error(SKV_ERR_SHAPE, "the server's profile has %zu bytes a token, the model %zu",
-                       prof.token_bytes, d->per_tok);
+                       seqkv_profile_token_bytes(&prof), d->per_tok);
     return rc;
 }
 

@@ -20,9 +20,13 @@ static const char calibrate_usage[] =
 
 static const char profile_usage[] =
     "usage: seqkv profile <list|get|set> --db DIR [NAME] [options]\n"
+    "       seqkv profile fields [--python]\n"
     "\n"
     "  list [--json]         the store's profiles: name, level, calibration, shape\n"
     "  get NAME [--json]     print a profile\n"
+    "  fields [--python]     the profile fields: their names (KV.PROFILE's keys, the\n"
+    "                        options), kinds and values (--python: the module\n"
+    "                        python/seqkv/profile_fields.py, made from this table)\n"
     "  set NAME [--model PATH | --kv FILE] [--level L] [--dtype D] [--chunk N]\n"
     "           [--vocab N]  create a profile (shape from the model or the KV\n"
     "                        file) or change an existing one's level, vocab, model\n"
@@ -123,36 +127,29 @@ static void print_profile(const seqkv_profile *p, int json)
     hex(p->id, 32, id);
     hex(p->calib_id, 16, cid);
     int chunk = p->chunk ? p->chunk : SEQKV_CHUNK_DEFAULT;
-    if (json) {
-        printf("{\"name\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\","
-               "\"rope_theta\":%.9g,\"rope_dim\":%d,\"rope_layout\":\"%s\",\"chunk\":%d,"
-               "\"level\":\"%s\",\"model\":\"",
-               p->name, p->layers, p->kv_heads, p->head_dim, skv_dtype_name(p->dtype),
-               (double)p->rope_theta, p->rope_dim, p->rope_half ? "half" : "pair", chunk,
-               seqkv_level_name(p->level));
-        cli_json_chars(p->model);
-        printf("\",\"calibration\":");
-        if (p->has_calib)
-            printf("\"%s\"", cid);
-        else
-            printf("null");
+    if (json) { /* every field of the profile table, then the calibrations' ids */
+        printf("{");
+        for (size_t i = 0; i < seqkv_profile_field_count(); i++) {
+            const seqkv_profile_field *f = seqkv_profile_field_at(i);
+            char v[SEQKV_PATH_MAX + 2];
+            if (seqkv_profile_field_format(p, i, v, sizeof v) < 0)
+                v[0] = 0;
+            printf("%s\"%s\":", i ? "," : "", f->name);
+            if (f->kind == SEQKV_FIELD_TEXT) {
+                printf("\"");
+                cli_json_chars(v);
+                printf("\"");
+            } else {
+                printf("%s", v);
+            }
+        }
         char lid[33];
         hex(p->lossy_id, 16, lid);
-        printf(",\"lossy\":");
-        if (p->lossy)
-            printf("\"q%d\"", p->lossy);
-        else
-            printf("null");
-        printf(",\"lossy_sink\":%d,\"lossy_recent\":%d,\"lossy_calibration\":",
-               window(p->lossy_sink, SEQKV_LOSSY_SINK_DEFAULT),
-               window(p->lossy_recent, SEQKV_LOSSY_RECENT_DEFAULT));
-        if (p->has_lossy)
-            printf("\"%s\"", lid);
-        else
-            printf("null");
-        printf(",\"vocab\":%d,\"auto_calibrate\":%d,\"id\":\"%s\"}\n", p->vocab,
-               p->auto_calibrate < 0 ? 0
-               : p->auto_calibrate ? p->auto_calibrate : SEQKV_AUTO_CALIBRATE_DEFAULT, id);
+        printf(",\"calibration\":");
+        printf(p->has_calib ? "\"%s\"" : "null", cid);
+        printf(",\"lossy_calibration\":");
+        printf(p->has_lossy ? "\"%s\"" : "null", lid);
+        printf("}\n");
         return;
     }
     printf("profile      %s\n", p->name);
@@ -323,13 +320,9 @@ static int do_profile_set(int argc, char **argv)
             cli_model_path(a.model, p.model);
         if (a.have_level)
             p.level = a.level;
-        if (a.have_vocab)
-            p.vocab = (int)a.vocab;
-        else if (a.model)
-            p.vocab = 0; /* the new model's */
-        if (a.have_autocal)
-            p.auto_calibrate = cli_auto_calibrate(&a);
-        cli_lossy_settings(&a, &p);
+        if (a.model)
+            p.vocab = 0; /* the new model's, unless --vocab */
+        cli_profile_fields(&a, &p);
         if (!r) {
             rc = seqkv_profile_set(db, &p);
             if (rc)
@@ -350,12 +343,53 @@ static int do_profile_set(int argc, char **argv)
     return r;
 }
 
+static const char *const field_flag_names[] = {"shape", "change", "store", "admin"};
+static const char *const field_kind_names[] = {"int", "float", "text"};
+
+/* The profile table, as words or as the Python client's module */
+static int do_profile_fields(int argc, char **argv)
+{
+    const int python = argc == 2 && strcmp(argv[1], "--python") == 0;
+    if (argc > 2 || (argc == 2 && !python)) {
+        if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+            printf("usage: seqkv profile fields [--python]\n");
+            return 0;
+        }
+        return cli_usage_error("profile fields", "it takes --python or nothing");
+    }
+    if (python)
+        printf("\"\"\"The profile fields: the names KV.PROFILE SET and GET use, each one's\n"
+               "kind (how GET returns it), flags and what it may be. Made by `seqkv\n"
+               "profile fields --python` from the one table in base/profile_fields.c; do\n"
+               "not edit (tests/profile_fields_test.sh checks it).\"\"\"\n\nFIELDS = (\n");
+    for (size_t i = 0; i < seqkv_profile_field_count(); i++) {
+        const seqkv_profile_field *f = seqkv_profile_field_at(i);
+        char flags[64] = "";
+        for (int b = 0; b < 4; b++)
+            if (f->flags >> b & 1)
+                snprintf(flags + strlen(flags), sizeof flags - strlen(flags), "%s%s",
+                         flags[0] ? "," : "", field_flag_names[b]);
+        if (python) {
+            printf("    (\"%s\", \"%s\", \"%s\", \"", f->name, field_kind_names[f->kind], flags);
+            for (const char *c = f->text; *c; c++)
+                printf(*c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+            printf("\"),\n");
+        } else {
+            printf("%-17s %-6s %-13s %s\n", f->name, field_kind_names[f->kind], flags, f->text);
+        }
+    }
+    if (python)
+        printf(")\n");
+    return 0;
+}
+
 int cmd_profile(int argc, char **argv)
 {
     static const cli_sub subs[] = {
         {"list", do_profile_list},
         {"get", do_profile_get},
         {"set", do_profile_set},
+        {"fields", do_profile_fields},
     };
     return cli_dispatch("profile", profile_usage, subs, sizeof subs / sizeof subs[0], argc, argv);
 }

@@ -82,6 +82,25 @@ static int parse_bytes(const char *s, uint64_t *out)
 }
 
 /* Parse argv; `positional` allows one NAME argument (a->name). */
+/* A profile field's option (--NAME VALUE) read through the profile table;
+ * the scalars other commands read kept beside it */
+static int field_opt(sargs *a, const char *cmd, const char *name, const char *v)
+{
+    size_t f;
+    if (seqkv_profile_field_find(name, &f) || seqkv_profile_field_parse(&a->pf, f, v))
+        return cli_usage_error(cmd, "--%s: %s", name, seqkv_error_detail());
+    a->pf_given |= 1u << f;
+    if (strcmp(name, "level") == 0)
+        a->level = a->pf.level, a->have_level = 1;
+    else if (strcmp(name, "dtype") == 0)
+        a->dtype = a->pf.dtype, a->have_dtype = 1;
+    else if (strcmp(name, "chunk") == 0)
+        a->chunk = a->pf.chunk ? a->pf.chunk : SEQKV_CHUNK_DEFAULT, a->have_chunk = 1;
+    else if (strcmp(name, "lossy") == 0)
+        a->lossy = a->pf.lossy;
+    return 0;
+}
+
 int cli_store_args(const char *cmd, int argc, char **argv, sargs *a, const char *usage,
                    unsigned allowed, int positional)
 {
@@ -118,46 +137,22 @@ int cli_store_args(const char *cmd, int argc, char **argv, sargs *a, const char 
         case S_READSHARED: a->read_shared = 1; break;
         case S_NOCENT: a->no_centroids = 1; break;
         case S_LEVEL:
-            if (seqkv_level_parse(optarg, &a->level))
-                return cli_usage_error(cmd, "--level wants raw, stat, ctx, spec or full");
-            a->have_level = 1;
-            break;
         case S_DTYPE:
-            if (skv_dtype_from_user(optarg, &a->dtype) || a->dtype == SEQKV_DT_I32)
-                return cli_usage_error(cmd, "--dtype wants bf16, fp16, fp8 or fp32");
-            a->have_dtype = 1;
-            break;
         case S_CHUNK:
-            if (cli_parse_long(optarg, 1, SEQKV_CHUNK_MAX, &a->chunk))
-                return cli_usage_error(cmd, "--chunk wants an integer in [1, %d]", SEQKV_CHUNK_MAX);
-            a->have_chunk = 1;
-            break;
         case S_VOCAB:
-            if (cli_parse_long(optarg, 1, SEQKV_VOCAB_MAX, &a->vocab))
-                return cli_usage_error(cmd, "--vocab wants an integer in [1, %d]", SEQKV_VOCAB_MAX);
-            a->have_vocab = 1;
-            break;
         case S_AUTOCAL:
-            if (cli_parse_long(optarg, 0, 1L << 30, &a->auto_calibrate))
-                return cli_usage_error(cmd, "--auto-calibrate wants a token count (0: never)");
-            a->have_autocal = 1;
+        case S_LSINK:
+        case S_LRECENT:
+            if (field_opt(a, cmd, argv[optind - 2] + 2, optarg))
+                return 2;
             break;
         case S_LOSSY:
             /* (get: "on" accepts a lossy prefix's reconstruction) */
-            a->lossy = strcmp(optarg, "off") == 0 ? 0 : strcmp(optarg, "on") == 0 ? -1
-                                                      : skv_lossy_level_parse(optarg);
-            if (!a->lossy && strcmp(optarg, "off") != 0)
-                return cli_usage_error(cmd, "--lossy wants q4, q3, q2 or off (get: on)");
             a->have_lossy = 1;
-            break;
-        case S_LSINK:
-        case S_LRECENT:
-            if (cli_parse_long(optarg, -1, 1L << 20, c == S_LSINK ? &a->lossy_sink : &a->lossy_recent))
-                return cli_usage_error(cmd, "%s wants a token count (-1: none)", argv[optind - 2]);
-            if (c == S_LSINK)
-                a->have_lsink = 1;
-            else
-                a->have_lrecent = 1;
+            if (strcmp(optarg, "on") == 0)
+                a->lossy = -1;
+            else if (field_opt(a, cmd, "lossy", optarg))
+                return 2;
             break;
         case S_N:
             if (cli_parse_long(optarg, 1, SEQKV_MAX_TOKENS, &a->n))
@@ -386,19 +381,23 @@ int cli_same_shape(const seqkv_profile *a, const seqkv_profile *b)
  * model). Imports --calib. A new profile's level is --level, else ctx
  * when a calibration was given (as calibrating raises a raw profile to),
  * else raw. *p receives the profile. */
-int cli_auto_calibrate(const sargs *a)
+void cli_profile_fields(const sargs *a, seqkv_profile *p)
 {
-    return !a->have_autocal ? 0 : a->auto_calibrate ? (int)a->auto_calibrate : -1;
+    for (size_t f = 0; f < seqkv_profile_field_count() && f < 32; f++) {
+        char v[SEQKV_PATH_MAX + 2];
+        if ((a->pf_given >> f & 1) && seqkv_profile_field_format(&a->pf, f, v, sizeof v) >= 0)
+            seqkv_profile_field_parse(p, f, v);
+    }
 }
 
-void cli_lossy_settings(const sargs *a, seqkv_profile *p)
+int cli_field_given(const sargs *a, const char *name, const seqkv_profile *p)
 {
-    if (a->have_lossy)
-        p->lossy = a->lossy; /* (profile set refuses get's "on" before) */
-    if (a->have_lsink)
-        p->lossy_sink = a->lossy_sink ? (int)a->lossy_sink : -1;
-    if (a->have_lrecent)
-        p->lossy_recent = a->lossy_recent ? (int)a->lossy_recent : -1;
+    size_t f;
+    char x[SEQKV_PATH_MAX + 2], y[SEQKV_PATH_MAX + 2];
+    if (seqkv_profile_field_find(name, &f) || f >= 32 || !(a->pf_given >> f & 1))
+        return 0;
+    return !p || seqkv_profile_field_format(&a->pf, f, x, sizeof x) < 0 ||
+           seqkv_profile_field_format(p, f, y, sizeof y) < 0 || strcmp(x, y) != 0;
 }
 
 int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *name,
@@ -410,13 +409,10 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
     if (rc == SKV_ERR_NOT_FOUND) {
         *p = *want;
         snprintf(p->name, sizeof p->name, "%s", name);
-        p->chunk = a->have_chunk ? (int)a->chunk : 0;
-        p->vocab = a->have_vocab ? (int)a->vocab : 0;
         /* ctx unless asked: raw records until the profile calibrates
          * itself (or --calib gives it a calibration) */
-        p->level = a->have_level ? a->level : SEQKV_CTX;
-        p->auto_calibrate = cli_auto_calibrate(a);
-        cli_lossy_settings(a, p);
+        p->level = SEQKV_CTX;
+        cli_profile_fields(a, p);
         rc = seqkv_profile_set(db, p);
         if (rc)
             return cli_fail(rc, "profile");
@@ -452,8 +448,12 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
             snprintf(p->model, sizeof p->model, "%s", want->model);
             change = 1;
         }
-        if (a->have_autocal && p->auto_calibrate != cli_auto_calibrate(a)) {
-            p->auto_calibrate = cli_auto_calibrate(a);
+        if (cli_field_given(a, "auto_calibrate", p)) {
+            size_t f;
+            char v[32];
+            seqkv_profile_field_find("auto_calibrate", &f);
+            if (seqkv_profile_field_format(&a->pf, f, v, sizeof v) >= 0)
+                seqkv_profile_field_parse(p, f, v);
             change = 1;
         }
         if (change && (rc = seqkv_profile_set(db, p)))

@@ -29,15 +29,18 @@ _Static_assert(S_HELP - S_DB < 32, "too many store options for an unsigned mask"
 
 typedef struct {
     const char *db, *tenant, *profile, *kv, *model, *tokens, *calib, *key, *out, *name;
-    long chunk, n, max_seq, threads, vocab, auto_calibrate;
+    long chunk, n, max_seq, threads;
     uint64_t budget;
     int shared, no_sync, quiet, json, verbose, read_shared, no_centroids;
-    int have_level, have_dtype, have_chunk, have_n, have_budget, have_tenant, have_vocab,
-        have_autocal, have_lossy, have_lsink, have_lrecent;
-    int lossy;                  /* --lossy: 0 off, 2..4 */
-    long lossy_sink, lossy_recent;
+    int have_level, have_dtype, have_chunk, have_n, have_budget, have_tenant, have_lossy;
+    int lossy;                  /* --lossy: 0 off, 2..4, -1 on (get: accept lossy) */
     seqkv_level level;
     seqkv_dtype dtype;
+    /* the profile fields given as options (--level, --dtype, --chunk,
+     * --vocab, --auto-calibrate, --lossy, --lossy-sink, --lossy-recent),
+     * read through the profile table: pf_given has bit i for field i */
+    seqkv_profile pf;
+    uint32_t pf_given;
 } sargs;
 
 /* Parse argv; `positional` allows one NAME argument (a->name). */
@@ -66,10 +69,11 @@ void cli_model_path(const char *path, char out[SEQKV_PATH_MAX + 1]);
 /* The profile's shape and RoPE from a model (dtype chosen by the caller). */
 void cli_shape_from_model(const skv_model *m, seqkv_dtype dt, seqkv_profile *p);
 int cli_same_shape(const seqkv_profile *a, const seqkv_profile *b);
-/* The profile setting --auto-calibrate N gives (0: off) */
-int cli_auto_calibrate(const sargs *a);
-/* --lossy, --lossy-sink, --lossy-recent into p (0 given: none, -1) */
-void cli_lossy_settings(const sargs *a, seqkv_profile *p);
+/* The profile fields given as options into p (through the profile table) */
+void cli_profile_fields(const sargs *a, seqkv_profile *p);
+/* Whether option field `name` was given (and so differs from p's, when p
+ * is given: 1 only when it does) */
+int cli_field_given(const sargs *a, const char *name, const seqkv_profile *p);
 /* Find the profile `name` or create it from `want` (cmd_store.c). */
 int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *name,
                        const seqkv_profile *want, seqkv_profile *p, int *created);

@@ -1,25 +1,8 @@
-/* The levels: their names, and what each asks of the codec (mixture
- * weights, stream version and states). */
+/* The levels: what each asks of the codec (mixture weights, stream
+ * version and states); their names are base/profile_fields.c's. */
 #include <string.h>
 
 #include "delta_int.h"
-
-static const char *const level_names[SEQKV_LEVELS + 1] = {"raw", "stat", "ctx", "spec", "full", "fast", "lossy"};
-
-const char *seqkv_level_name(seqkv_level l)
-{
-    return (unsigned)l <= SEQKV_LOSSY ? level_names[l] : "?";
-}
-
-int seqkv_level_parse(const char *s, seqkv_level *out)
-{
-    for (int i = 0; i < SEQKV_LEVELS; i++)
-        if (strcmp(s, level_names[i]) == 0) {
-            *out = (seqkv_level)i;
-            return SKV_OK;
-        }
-    return skv_error(SKV_ERR_ARG, "unknown level '%s' (raw, stat, ctx, spec, full, fast)", s);
-}
 
 /* Mixture weights per level. An escape weight w2 costs a floor of
  * -log2(1 - w2) bits per scalar, and real KV residuals are light-tailed

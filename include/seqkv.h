@@ -234,6 +234,33 @@ typedef struct {
 #define SEQKV_LOSSY_SINK_DEFAULT 4
 #define SEQKV_LOSSY_RECENT_DEFAULT 64
 
+/* Profiles as text: one table of seqkv_profile's fields -- the names
+ * KV.PROFILE, the CLI and the Python client use ('-' and '_' alike), what
+ * each may be, how it reads and prints. */
+enum { SEQKV_FIELD_INT, SEQKV_FIELD_FLOAT, SEQKV_FIELD_TEXT }; /* a field's kind */
+#define SEQKV_FIELD_SHAPE 1u  /* the profile's identity: fixed once it exists */
+#define SEQKV_FIELD_CHANGE 2u /* may change later (over the server: an admin's) */
+#define SEQKV_FIELD_STORE 4u  /* the store's to set: read, never written */
+#define SEQKV_FIELD_ADMIN 8u  /* set over the server by an admin only (a path it reads) */
+typedef struct {
+    const char *name;  /* "layers", "auto_calibrate", ... */
+    int kind;          /* SEQKV_FIELD_INT, _FLOAT or _TEXT: how it travels */
+    unsigned flags;    /* SEQKV_FIELD_SHAPE, _CHANGE, _STORE, _ADMIN */
+    const char *text;  /* what its value may be, in words */
+} seqkv_profile_field;
+size_t seqkv_profile_field_count(void);
+/* Field i (NULL past the last), in KV.PROFILE GET's order */
+const seqkv_profile_field *seqkv_profile_field_at(size_t i);
+/* The index of field `name`; SKV_ERR_ARG (listing the known ones) */
+int seqkv_profile_field_find(const char *name, size_t *index);
+/* Field i of p from its text form; SKV_ERR_ARG saying what it wants */
+int seqkv_profile_field_parse(seqkv_profile *p, size_t i, const char *value);
+/* Field i of p in its text form into buf (cap bytes): its length, or
+ * SKV_ERR_TOO_LARGE */
+int seqkv_profile_field_format(const seqkv_profile *p, size_t i, char *buf, size_t cap);
+/* Bytes of one token's KV: layers x K,V x kv_heads x head_dim x dtype */
+size_t seqkv_profile_token_bytes(const seqkv_profile *p);
+
 /* Create a profile, or update level/model of an existing one; *p is then
  * the stored profile. A profile whose model is given and whose shape
  * fields are 0 takes them from the model. A level above raw on a profile

@@ -50,16 +50,9 @@ int seqkv_client_ping(seqkv_client *c);
 int seqkv_client_profile_set(seqkv_client *c, const char *name, const char *const *keyvals,
                              size_t npairs);
 
-typedef struct {
-    char name[64];
-    int layers, kv_heads, head_dim, chunk, rope_dim, rope_half, calibrated, vocab;
-    char dtype[8], level[8];
-    double rope_theta;
-    size_t token_bytes; /* bytes of one token's KV (every layer, K and V) */
-    char model[1024];
-    char id[65];
-} seqkv_client_profile;
-int seqkv_client_profile_get(seqkv_client *c, const char *name, seqkv_client_profile *out);
+/* KV.PROFILE GET into *out (SEQKV_PROFILE_INIT): every field the server
+ * reports, read through the profile table (seqkv_profile_field_parse). */
+int seqkv_client_profile_get(seqkv_client *c, const char *name, seqkv_profile *out);
 
 /* KV.PUT: *stored (may be NULL) receives the tokens newly stored. */
 int seqkv_client_put(seqkv_client *c, const char *profile, const int32_t *tokens, size_t n,

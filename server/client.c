@@ -466,12 +466,17 @@ int seqkv_client_profile_set(seqkv_client *c, const char *name, const char *cons
     return run_ok(c, 3 + 2 * npairs, argv, argl);
 }
 
-int seqkv_client_profile_get(seqkv_client *c, const char *name, seqkv_client_profile *out)
+int seqkv_client_profile_get(seqkv_client *c, const char *name, seqkv_profile *out)
 {
     const void *argv[] = {"KV.PROFILE", "GET", name};
     size_t argl[] = {10, 3, strlen(name)};
     seqkv_reply *r;
+    size_t size = out->size ? out->size : sizeof *out;
+    if (size != sizeof *out)
+        return skv_error(SKV_ERR_ARG, "seqkv_profile.size is %zu (this client's is %zu): use "
+                                      "SEQKV_PROFILE_INIT", out->size, sizeof *out);
     memset(out, 0, sizeof *out);
+    out->size = size;
     int rc = run(c, 3, argv, argl, 0, &r);
     if (rc)
         return rc;
@@ -479,41 +484,26 @@ int seqkv_client_profile_get(seqkv_client *c, const char *name, seqkv_client_pro
         seqkv_reply_free(r);
         return broken(c, SKV_ERR_FORMAT, "unexpected reply type");
     }
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+    /* every field the table knows, through its text form (a field this
+     * client does not know, from a newer server, is passed over) */
+    for (size_t i = 0; i + 1 < r->elements && !rc; i += 2) {
         const seqkv_reply *k = r->element[i], *v = r->element[i + 1];
-        if (k->type != SEQKV_REPLY_STRING)
+        size_t f;
+        char text[SEQKV_PATH_MAX + 2];
+        if (k->type != SEQKV_REPLY_STRING || seqkv_profile_field_find(k->str, &f))
             continue;
-        long long iv = v->integer;
-        const char *sv = v->str ? v->str : "";
-#define INT_FIELD(f)                        \
-    if (strcmp(k->str, #f) == 0)            \
-        out->f = (int)iv;
-        INT_FIELD(layers)
-        INT_FIELD(kv_heads)
-        INT_FIELD(head_dim)
-        INT_FIELD(chunk)
-        INT_FIELD(rope_dim)
-        INT_FIELD(rope_half)
-        INT_FIELD(calibrated)
-        INT_FIELD(vocab)
-#undef INT_FIELD
-        if (strcmp(k->str, "token_bytes") == 0)
-            out->token_bytes = (size_t)iv;
-        else if (strcmp(k->str, "name") == 0)
-            snprintf(out->name, sizeof out->name, "%s", sv);
-        else if (strcmp(k->str, "dtype") == 0)
-            snprintf(out->dtype, sizeof out->dtype, "%s", sv);
-        else if (strcmp(k->str, "level") == 0)
-            snprintf(out->level, sizeof out->level, "%s", sv);
-        else if (strcmp(k->str, "model") == 0)
-            snprintf(out->model, sizeof out->model, "%s", sv);
-        else if (strcmp(k->str, "id") == 0)
-            snprintf(out->id, sizeof out->id, "%s", sv);
-        else if (strcmp(k->str, "rope_theta") == 0)
-            out->rope_theta = v->type == SEQKV_REPLY_DOUBLE ? v->dval : strtod(sv, NULL);
+        if (v->type == SEQKV_REPLY_INTEGER)
+            snprintf(text, sizeof text, "%lld", v->integer);
+        else if (v->type == SEQKV_REPLY_DOUBLE)
+            snprintf(text, sizeof text, "%.9g", v->dval);
+        else
+            snprintf(text, sizeof text, "%s", v->str ? v->str : "");
+        if (seqkv_profile_field_parse(out, f, text))
+            rc = broken(c, SKV_ERR_FORMAT, "profile %s: %s", name, seqkv_error_detail());
     }
+    seqkv_error_clear();
     seqkv_reply_free(r);
-    return 0;
+    return rc;
 }
 
 /* tokens as little-endian u32 (malloc'd) */

@@ -204,23 +204,6 @@ size_t srv_put_kv_len(const srv_job *j)
     return n;
 }
 
-size_t srv_token_bytes(const seqkv_profile *p)
-{
-    return (size_t)p->layers * 2 * (size_t)p->kv_heads * (size_t)p->head_dim *
-           skv_dtype_size(p->dtype);
-}
-
-const char *srv_dtype_name(seqkv_dtype d)
-{
-    switch (d) {
-    case SEQKV_DT_F32: return "fp32";
-    case SEQKV_DT_BF16: return "bf16";
-    case SEQKV_DT_F16: return "fp16";
-    case SEQKV_DT_F8E4M3: return "fp8";
-    default: return "?";
-    }
-}
-
 #define TS(s, j) (&(s)->ts[(j)->tenant])
 
 /* ------------------------------------------------------------------------
@@ -558,7 +541,7 @@ static void cmd_get(skv_server *s, srv_job *j)
         }
         want = m;
     }
-    const size_t tb = srv_token_bytes(&p);
+    const size_t tb = seqkv_profile_token_bytes(&p);
     const size_t bytes = want * tb;
     if (bytes > s->cfg.max_bulk || bytes + 64 > s->cfg.max_output) {
         skv_free(tok);

@@ -211,9 +211,6 @@ void srv_err_reply(srv_job *j, const char *code, const char *fmt, ...)
 int srv_parse_ll(const uint8_t *a, size_t len, long long lo, long long hi, long long *out);
 /* A profile name argument; replies and returns -1 when it is not one */
 int srv_name_arg(srv_job *j, size_t i, char out[SEQKV_NAME_MAX + 1]);
-/* Bytes of one token's KV under profile p; p's dtype as users write it */
-size_t srv_token_bytes(const seqkv_profile *p);
-const char *srv_dtype_name(seqkv_dtype d);
 /* KV.PROFILE SET|GET (cmd_profile.c) */
 void srv_cmd_profile(skv_server *s, srv_job *j);
 /* The Redis string commands over the blob namespace (cmd_blob.c) */

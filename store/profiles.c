@@ -247,6 +247,17 @@ int seqkv_profile_set(seqkv *db, seqkv_profile *p)
     if (!q.rope_dim)
         q.rope_dim = q.head_dim;
     q.has_calib = q.has_lossy = 0;
+    /* every field the caller sets reads back through the profile table
+     * (seqkv.h "Profiles as text": the bounds the server and CLI apply) */
+    for (size_t f = 0; f < seqkv_profile_field_count(); f++) {
+        char v[SEQKV_PATH_MAX + 2];
+        seqkv_profile scratch = q;
+        if (seqkv_profile_field_at(f)->flags & SEQKV_FIELD_STORE)
+            continue;
+        if (seqkv_profile_field_format(&q, f, v, sizeof v) < 0 ||
+            seqkv_profile_field_parse(&scratch, f, v))
+            return skv_error(SKV_ERR_ARG, "profile %s: %s", q.name, seqkv_error_detail());
+    }
     const char *bad = prof_invalid(&q); /* (the record could not be read back) */
     if (bad)
         return skv_error(SKV_ERR_ARG, "profile %s: %s", q.name, bad);

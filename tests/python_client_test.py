@@ -102,6 +102,16 @@ def run(c, sock):
     check(p["dtype"] == "bf16" and p["token_bytes"] == TB and p["chunk"] == 16,
           "profile_get dtype/token_bytes/chunk %r" % p)
     check(isinstance(p["rope_theta"], float) and len(p["id"]) == 64, "profile_get types %r" % p)
+    from seqkv.profile_fields import FIELDS
+    check(sorted(p) == sorted(f[0] for f in FIELDS), "profile_get: the table's fields %r" % sorted(p))
+    check(c.profile_set("py", **{"lossy-sink": 8}) == "OK", "a field named with '-' (lossy-sink)")
+    check(c.profile_get("py")["lossy_sink"] == 8, "lossy_sink set")
+    for bad in ({"token_bytes": 4}, {"id": "x"}, {"layer": 2}):
+        try:
+            c.profile_set("py", **bad)
+            check(False, "profile_set(%r) refused" % bad)
+        except ValueError as e:
+            check("layers" in str(e), "profile_set(%r): %s" % (bad, e))
 
     rng = random.Random(5)
     a = [rng.randrange(1000) for _ in range(50)]

@@ -39,14 +39,14 @@ Test(server, put_lookup_get_del_bit_exact, .timeout = 120)
     /* no config: own uid, tenant default, admin: a profile from the model */
     const char *kv[] = {"model", tm.path, "chunk", "16"};
     cr_assert_eq(seqkv_client_profile_set(c, "rm", kv, 2), 0, "%s", seqkv_error_detail());
-    seqkv_client_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_client_profile_get(c, "rm", &p), 0);
     cr_assert_eq(p.layers, tm.c->n_layers);
     cr_assert_eq(p.kv_heads, tm.c->n_kv_heads);
     cr_assert_eq(p.head_dim, tm.c->head_dim);
     cr_assert_eq(p.chunk, 16);
-    cr_assert_str_eq(p.dtype, "bf16");
-    cr_assert_eq(p.token_bytes, su_kv_len(&tm, 1));
+    cr_assert_eq(p.dtype, SEQKV_DT_BF16);
+    cr_assert_eq(seqkv_profile_token_bytes(&p), su_kv_len(&tm, 1));
 
     su_seq a, b, x;
     su_seq_make(&tm, NULL, 0, 40, 1, &a);
@@ -185,9 +185,10 @@ Test(server, profiles_and_shapes, .timeout = 60)
     cr_assert_eq(seqkv_client_profile_set(c, "q", noshape, 1), SKV_ERR_SERVER);
     const char *lvl[] = {"level", "stat"};
     cr_assert_eq(seqkv_client_profile_set(c, "p", lvl, 1), 0); /* admin may change it */
-    seqkv_client_profile p;
+    seqkv_profile p = SEQKV_PROFILE_INIT;
     cr_assert_eq(seqkv_client_profile_get(c, "p", &p), 0);
-    cr_assert_str_eq(p.level, "stat");
+    cr_assert_eq(p.level, SEQKV_STAT);
+    cr_assert_str_eq(p.name, "p");
     cr_assert_eq(seqkv_client_profile_get(c, "missing", &p), SKV_ERR_NOT_FOUND);
 
     /* KV whose size is not the profile's shape */
@@ -208,7 +209,7 @@ Test(server, profiles_and_shapes, .timeout = 60)
     /* calibration from the stored sequences (admin) */
     cr_assert_eq(seqkv_client_calibrate(c, "p", 0), 0, "%s", seqkv_error_detail());
     cr_assert_eq(seqkv_client_profile_get(c, "p", &p), 0);
-    cr_assert_eq(p.calibrated, 1);
+    cr_assert_eq(p.has_calib, 1);
     expect_get(c, "p", &tm, &a, 0);
     seqkv_client_close(c);
     cr_assert_eq(srv_stop(&s), 0);

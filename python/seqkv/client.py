@@ -27,10 +27,14 @@ strings; this module turns both into dicts with int/float/str values.
 import socket
 import struct
 
+from .profile_fields import FIELDS
+
 try:
     import numpy as _np
 except ImportError:  # pragma: no cover - numpy is optional
     _np = None
+
+_FIELDS = {f[0]: f for f in FIELDS}
 
 __all__ = ["Client", "Error", "LayerStream"]
 
@@ -191,19 +195,29 @@ class Client:
         return self.call("PING")
 
     def profile_set(self, name, **fields):
+        """Create profile name, or change one: fields are the profile
+        table's (profile_fields.FIELDS; '-' and '_' alike), values in their
+        text form or as numbers."""
         args = ["KV.PROFILE", "SET", name]
         for k, v in fields.items():
-            args += [k, str(v)]
+            f = _FIELDS.get(k.replace("-", "_"))
+            if f is None or "store" in f[2] or f[0] == "name":
+                settable = ", ".join(x[0] for x in FIELDS[1:] if "store" not in x[2])
+                raise ValueError("%r is not a profile field to set (%s)" % (k, settable))
+            args += [f[0], str(v)]
         self._profiles.pop(name, None)
         return self.call(*args)
 
     def profile_get(self, name):
-        """The profile as a dict: name, layers, kv_heads, head_dim, dtype,
-        level, rope_theta (float), rope_dim, rope_half, chunk, model,
-        calibrated, token_bytes, id."""
+        """The profile as a dict of the profile table's fields
+        (profile_fields.FIELDS), integers as int, rope_theta as float."""
         out = _as_dict(self.call("KV.PROFILE", "GET", name))
-        if "rope_theta" in out:
-            out["rope_theta"] = float(out["rope_theta"])
+        for k, v in out.items():
+            kind = _FIELDS[k][1] if k in _FIELDS else None
+            if kind == "float":
+                out[k] = float(v)
+            elif kind == "int" and not isinstance(v, int):
+                out[k] = int(v)
         return out
 
     def put(self, profile, tokens, kv):
