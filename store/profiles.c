@@ -350,7 +350,8 @@ int seqkv_profile_list(seqkv *db, seqkv_profile *out, size_t cap, size_t *n)
     pthread_rwlock_unlock(&db->rw);
     if (k && !all)
         return skv_error(SKV_ERR_NOMEM, "profile list");
-    qsort(all, k, sizeof *all, prof_by_name);
+    if (k > 1)
+        qsort(all, k, sizeof *all, prof_by_name);
     for (size_t i = 0; i < k; i++) {
         memcpy((uint8_t *)out + i * size, &size, sizeof size);
         prof_out(&all[i], (uint8_t *)out + i * size, size);

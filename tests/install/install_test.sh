@@ -24,8 +24,13 @@ n=$(find "$root/dest$prefix/include" -type f | wc -l)
 lib=$(find "$root/dest" -name 'libseqkv.so.*.*.*' | head -1)
 internal=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^seqkv_' || true)
 [ -z "$internal" ] || { echo "install: libseqkv exports more than seqkv_*:"; echo "$internal" | head; exit 1; }
-# strict C99 with every warning an error: the headers stand alone
-cc -std=c99 -pedantic -Wall -Wextra -Werror $(pkg --cflags) "$src/tests/install/use_seqkv.c" \
-    -o "$root/use_seqkv" $(pkg --libs)
+# strict C99 with every warning an error: the headers stand alone (a
+# sanitizer build's library wants its runtime in the program too)
+san=()
+if readelf -d "$lib" | grep -q 'libasan'; then
+    san=(-fsanitize=address,undefined)
+fi
+cc -std=c99 -pedantic -Wall -Wextra -Werror "${san[@]}" $(pkg --cflags) \
+    "$src/tests/install/use_seqkv.c" -o "$root/use_seqkv" $(pkg --libs)
 mkdir "$root/store"
 LD_LIBRARY_PATH=$(pkg --variable=libdir) "$root/use_seqkv" "$root/store"
