@@ -43,8 +43,8 @@ void skv_batch_drop(seqkv *db, struct skv_put_batch *pb, size_t from)
     pthread_rwlock_wrlock(&db->rw);
     while (pb->nrec > from) {
         pend_rec *p = &pb->rec[--pb->nrec];
-        skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
-        if (t && t->hidden)
+        skv_irec *t = skv_irec_find(p->e->trie, p->key);
+        if (t && t->tr.hidden)
             skv_store_unindex(db, p->e, t, 1);
         pb->bytes -= p->len;
         skv_free(p->img);
@@ -112,7 +112,7 @@ static int batch_body(seqkv *db, MDB_txn *txn, void *v)
     int mrc = 0;
     for (size_t j = 0; !mrc && j < pb->nrec; j++) {
         const pend_rec *p = &pb->rec[j];
-        const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
+        const skv_irec *t = skv_irec_find(p->e->trie, p->key);
         MDB_val k = {32, (void *)p->key};
         if (in_place) {
             int rc = skv_store_put_sealed(db, txn, p->key, p->img, p->len, MDB_NOOVERWRITE, &mrc);
@@ -132,12 +132,12 @@ static int batch_body(seqkv *db, MDB_txn *txn, void *v)
             mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
     }
     for (size_t j = 0; !mrc && j < pb->ntick; j++) {
-        const skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
-        if (!t || t->hidden)
+        const skv_irec *t = skv_irec_find(pb->tick[j].e->trie, pb->tick[j].key);
+        if (!t || t->tr.hidden)
             continue; /* evicted since, or one of the batch's own */
         uint8_t b[8];
         skv_store64_le(b, t->tick);
-        MDB_val k = {32, (void *)t->key}, tv = {8, b};
+        MDB_val k = {32, (void *)t->tr.key}, tv = {8, b};
         mrc = mdb_put(txn, db->db_evict, &k, &tv, 0);
     }
     return mrc ? skv_mdb_error(mrc, "write chunks") : SKV_OK;
@@ -160,9 +160,9 @@ static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *seal
     skv_tier_committed(db, pb, sealed, slen);
     pthread_rwlock_wrlock(&db->rw);
     for (size_t j = 0; j < pb->nrec; j++) {
-        skv_trie_rec *t = skv_trie_find(pb->rec[j].e->trie, pb->rec[j].key);
+        skv_irec *t = skv_irec_find(pb->rec[j].e->trie, pb->rec[j].key);
         if (t) {
-            t->hidden = 0;
+            t->tr.hidden = 0;
             t->tick_saved = t->tick;
             if (db->hot && pb->rec[j].hot)
                 skv_hot_put(db->hot, pb->rec[j].hot); /* recently put: hot */
@@ -172,7 +172,7 @@ static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *seal
         pb->rec[j].hot = NULL;
     }
     for (size_t j = 0; j < pb->ntick; j++) {
-        skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
+        skv_irec *t = skv_irec_find(pb->tick[j].e->trie, pb->tick[j].key);
         if (t)
             t->tick_saved = t->tick;
     }

@@ -15,10 +15,10 @@ typedef struct {
     int oom;
 } tips_ctx;
 
-static void collect_tip(void *vctx, skv_trie_rec *r)
+static void collect_tip(void *vctx, skv_irec *r)
 {
     tips_ctx *c = vctx;
-    if (r->deps || r->hidden)
+    if (r->deps || r->tr.hidden)
         return; /* (hidden: a put's record not committed yet, or one being deleted) */
     if (c->n == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 64;
@@ -42,7 +42,7 @@ static int by_content(const void *pa, const void *pb)
         return x->h < y->h ? -1 : 1;
     if (x->e->tenant != y->e->tenant)
         return x->e->tenant < y->e->tenant ? -1 : 1;
-    return memcmp(x->r->key, y->r->key, 32); /* (the same record below another prefix) */
+    return memcmp(x->r->tr.key, y->r->tr.key, 32); /* (the same record below another prefix) */
 }
 
 static int by_recent_use(const void *pa, const void *pb)
@@ -60,19 +60,19 @@ int skv_store_tips(seqkv *db, const uint8_t prof_id[32], int recent, size_t max,
     for (size_t i = 0; i < db->nns; i++) {
         tc.e = &db->ns[i];
         if (memcmp(tc.e->prof_id, prof_id, 32) == 0)
-            skv_trie_foreach(tc.e->trie, collect_tip, &tc);
+            skv_irec_foreach(tc.e->trie, collect_tip, &tc);
     }
     if (tc.oom) {
         skv_free(tc.tips);
         return skv_error(SKV_ERR_NOMEM, "the stored sequences");
     }
     for (size_t i = 0; i < tc.n; i++) { /* (the tokens little-endian, as on every CPU) */
-        const skv_trie_rec *r = tc.tips[i].r;
+        const skv_irec *r = tc.tips[i].r;
         uint8_t le[4 * SEQKV_CHUNK_MAX];
-        const size_t k = r->n < SEQKV_CHUNK_MAX ? r->n : SEQKV_CHUNK_MAX;
+        const size_t k = r->tr.n < SEQKV_CHUNK_MAX ? r->tr.n : SEQKV_CHUNK_MAX;
         for (size_t j = 0; j < k; j++)
-            skv_store32_le(le + 4 * j, (uint32_t)r->tokens[j]);
-        tc.tips[i].h = skv_checksum64(le, 4 * k, r->chunk_index);
+            skv_store32_le(le + 4 * j, (uint32_t)r->tr.tokens[j]);
+        tc.tips[i].h = skv_checksum64(le, 4 * k, r->tr.chunk_index);
     }
     const size_t m = max && tc.n > max ? max : tc.n;
     if (recent && tc.n) /* the m most recently used, then in the same order as the rest */
@@ -131,7 +131,7 @@ static int read_sample(seqkv *db, skv_role role, const seqkv_profile *pp, prof_e
     uint64_t *h = skv_malloc((ntips ? ntips : 1) * sizeof *h);
     int rc = T && h ? SKV_OK : skv_error(SKV_ERR_NOMEM, "calibration sample");
     for (size_t j = 0; !rc && j < ntips; j++) {
-        T[j] = (size_t)tips[j].r->chunk_index * CH + tips[j].r->n;
+        T[j] = (size_t)tips[j].r->tr.chunk_index * CH + tips[j].r->tr.n;
         h[j] = tips[j].h;
     }
     skv_kvshape sh = {pp->layers, pp->kv_heads, pp->head_dim, pp->vocab, pp->dtype,
@@ -257,9 +257,9 @@ typedef struct {
     uint64_t n;
 } count_ctx;
 
-static void count_rec(void *vctx, skv_trie_rec *r)
+static void count_rec(void *vctx, skv_irec *r)
 {
-    ((count_ctx *)vctx)->n += r->n - r->lo;
+    ((count_ctx *)vctx)->n += r->tr.n - r->tr.lo;
 }
 
 uint64_t skv_store_profile_positions(seqkv *db, const prof_ent *pe)
@@ -267,7 +267,7 @@ uint64_t skv_store_profile_positions(seqkv *db, const prof_ent *pe)
     count_ctx c = {0};
     for (size_t i = 0; i < db->nns; i++)
         if (!memcmp(db->ns[i].prof_id, pe->p.id, 32))
-            skv_trie_foreach(db->ns[i].trie, count_rec, &c);
+            skv_irec_foreach(db->ns[i].trie, count_rec, &c);
     return c.n;
 }
 

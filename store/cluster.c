@@ -37,11 +37,11 @@ void skv_centroid_free(skv_centroid *c)
     skv_free(c);
 }
 
-static double rec_bits(const skv_trie_rec *r, size_t from, size_t to)
+static double rec_bits(const skv_irec *r, size_t from, size_t to)
 {
     double b = 0;
     for (size_t i = from; i < to; i++)
-        b += r->surprisal ? (double)r->surprisal[i] : 16.0;
+        b += r->tr.surprisal ? (double)r->tr.surprisal[i] : 16.0;
     return b;
 }
 
@@ -49,29 +49,29 @@ static double rec_bits(const skv_trie_rec *r, size_t from, size_t to)
  * its extensions (siblings that start with all its tokens), a full one
  * through the most probable chunk below it. Members (centroid-coded
  * records) are not followed: centroids are sessions coded on their own. */
-static skv_trie_rec *extend_tip(const ns_ent *e, skv_trie_rec *r)
+static skv_irec *extend_tip(const ns_ent *e, skv_irec *r)
 {
-    skv_trie_rec *kids[64];
+    skv_irec *kids[64];
     for (int guard = 0; guard < 1 << 20; guard++) {
-        skv_trie_rec *best = NULL;
+        skv_irec *best = NULL;
         double bb = 0;
-        if (r->n < skv_trie_chunk(e->trie)) {
-            size_t nk = skv_trie_children(e->trie, r->parent, kids, 64);
+        if (r->tr.n < skv_trie_chunk(e->trie)) {
+            size_t nk = skv_irec_children(e->trie, r->tr.parent, kids, 64);
             for (size_t i = 0; i < nk && i < 64; i++) {
-                skv_trie_rec *k = kids[i];
-                if (k->has_centroid || k->n <= r->n || memcmp(k->tokens, r->tokens, r->n * 4) != 0)
+                skv_irec *k = kids[i];
+                if (k->has_centroid || k->tr.n <= r->tr.n || memcmp(k->tr.tokens, r->tr.tokens, r->tr.n * 4) != 0)
                     continue;
-                if (!best || k->n > best->n)
+                if (!best || k->tr.n > best->tr.n)
                     best = k;
             }
         } else {
-            size_t nk = skv_trie_children(e->trie, r->key, kids, 64);
+            size_t nk = skv_irec_children(e->trie, r->tr.key, kids, 64);
             for (size_t i = 0; i < nk && i < 64; i++) {
-                skv_trie_rec *k = kids[i];
-                if (k->has_centroid || k->lo)
+                skv_irec *k = kids[i];
+                if (k->has_centroid || k->tr.lo)
                     continue;
-                double b = rec_bits(k, 0, k->n) / k->n;
-                if (!best || b < bb || (b == bb && k->n > best->n))
+                double b = rec_bits(k, 0, k->tr.n) / k->tr.n;
+                if (!best || b < bb || (b == bb && k->tr.n > best->tr.n))
                     best = k, bb = b;
             }
         }
@@ -172,7 +172,7 @@ static double bits_upto(const skv_trie_step *path, size_t steps, size_t chunk, s
         size_t P = j * chunk, u = path[j].used;
         if (P >= upto)
             break;
-        b += rec_bits(path[j].rec, 0, P + u <= upto ? u : upto - P);
+        b += rec_bits(skv_irec_of(path[j].rec), 0, P + u <= upto ? u : upto - P);
     }
     return b;
 }
@@ -185,12 +185,12 @@ int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int
     const size_t CH = (size_t)pe->p.chunk;
     if (m == 0 || m >= n || steps == 0)
         return SKV_OK;
-    skv_trie_rec *best = NULL;
-    const skv_trie_rec *last = path[steps - 1].rec;
+    skv_irec *best = NULL;
+    const skv_irec *last = skv_irec_of(path[steps - 1].rec);
     if (last->has_centroid) {
         /* a member growing: it stays in its cluster, against the
          * centroid's longest stored continuation */
-        skv_trie_rec *t = skv_trie_find(e->trie, last->centroid);
+        skv_irec *t = skv_irec_find(e->trie, last->centroid);
         if (t)
             best = extend_tip(e, t);
     } else {
@@ -198,22 +198,22 @@ int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int
          * continues the shared prefix differently */
         const size_t i0 = m / CH, P = i0 * CH;
         const uint8_t *node = i0 == 0 ? skv_trie_root(e->trie) : path[i0 - 1].rec->key;
-        skv_trie_rec *kids[256];
-        size_t nk = skv_trie_children(e->trie, node, kids, 256);
+        skv_irec *kids[256];
+        size_t nk = skv_irec_children(e->trie, node, kids, 256);
         double bb = 0;
         size_t blen = 0;
         for (size_t i = 0; i < nk && i < 256; i++) {
-            skv_trie_rec *r = kids[i];
-            if (r->has_centroid || r->n <= m - P)
+            skv_irec *r = kids[i];
+            if (r->has_centroid || r->tr.n <= m - P)
                 continue;
             size_t c = 0;
-            while (c < r->n && P + c < n && r->tokens[c] == tok[P + c])
+            while (c < r->tr.n && P + c < n && r->tr.tokens[c] == tok[P + c])
                 c++;
             if (c != m - P)
                 continue;
-            skv_trie_rec *tip = extend_tip(e, r);
-            size_t len = (size_t)tip->chunk_index * CH + tip->n;
-            double per = (rec_bits(tip, 0, tip->n) + 1e-9) / tip->n;
+            skv_irec *tip = extend_tip(e, r);
+            size_t len = (size_t)tip->tr.chunk_index * CH + tip->tr.n;
+            double per = (rec_bits(tip, 0, tip->tr.n) + 1e-9) / tip->tr.n;
             if (!best || per < bb || (per == bb && len > blen))
                 best = tip, bb = per, blen = len;
         }
@@ -256,7 +256,7 @@ int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int
         skv_centroid_free(c);
         return rc;
     }
-    memcpy(c->tip_key, best->key, 32);
+    memcpy(c->tip_key, best->tr.key, 32);
     *out = c;
     return SKV_OK;
 }

@@ -26,10 +26,10 @@ typedef struct {
     int oom;
 } cand_ctx;
 
-static void add_cand(void *vctx, skv_trie_rec *r)
+static void add_cand(void *vctx, skv_irec *r)
 {
     cand_ctx *x = vctx;
-    if (r->hidden || r->has_centroid)
+    if (r->tr.hidden || r->has_centroid)
         return; /* (a member stays coded against its centroid) */
     if (x->n == x->cap) {
         size_t cap = x->cap ? x->cap * 2 : 256;
@@ -41,9 +41,9 @@ static void add_cand(void *vctx, skv_trie_rec *r)
         x->c = c;
         x->cap = cap;
     }
-    memcpy(x->c[x->n].key, r->key, 32);
+    memcpy(x->c[x->n].key, r->tr.key, 32);
     x->c[x->n].ns = x->ns;
-    x->c[x->n].chunk_index = r->chunk_index;
+    x->c[x->n].chunk_index = r->tr.chunk_index;
     x->n++;
 }
 
@@ -63,30 +63,30 @@ static int by_chunk(const void *a, const void *b)
 /* Whether t is the last of an append chain in its chunk: based on a record
  * whose tokens are its own first ones and that nothing else needs, and no
  * record based on t itself (that one is the chain's end). Caller holds rw. */
-static int chain_end(ns_ent *e, const skv_trie_rec *t)
+static int chain_end(ns_ent *e, const skv_irec *t)
 {
     if (!t->has_base)
         return 0;
-    const skv_trie_rec *b = skv_trie_find(e->trie, t->base);
-    if (!b || b->n > t->n || b->deps != 1 || memcmp(b->tokens, t->tokens, b->n * sizeof(int32_t)))
+    const skv_irec *b = skv_irec_find(e->trie, t->base);
+    if (!b || b->tr.n > t->tr.n || b->deps != 1 || memcmp(b->tr.tokens, t->tr.tokens, b->tr.n * sizeof(int32_t)))
         return 0;
-    skv_trie_rec *sib[64];
-    size_t k = skv_trie_children(e->trie, t->parent, sib, 64);
+    skv_irec *sib[64];
+    size_t k = skv_irec_children(e->trie, t->tr.parent, sib, 64);
     for (size_t i = 0; i < k && i < 64; i++)
-        if (sib[i]->has_base && memcmp(sib[i]->base, t->key, 32) == 0)
+        if (sib[i]->has_base && memcmp(sib[i]->base, t->tr.key, 32) == 0)
             return 0;
     return k <= 64;
 }
 
 /* The bases a merged record no longer needs: its base, that one's base...
  * while each holds the record's first tokens and nothing else needs it */
-static size_t dead_bases(ns_ent *e, const skv_trie_rec *t, skv_trie_rec **out, size_t cap)
+static size_t dead_bases(ns_ent *e, const skv_irec *t, skv_irec **out, size_t cap)
 {
     size_t k = 0;
-    const skv_trie_rec *x = t;
+    const skv_irec *x = t;
     while (k < cap && x->has_base) {
-        skv_trie_rec *b = skv_trie_find(e->trie, x->base);
-        if (!b || b->n > t->n || b->deps != 1 || memcmp(b->tokens, t->tokens, b->n * sizeof(int32_t)))
+        skv_irec *b = skv_irec_find(e->trie, x->base);
+        if (!b || b->tr.n > t->tr.n || b->deps != 1 || memcmp(b->tr.tokens, t->tr.tokens, b->tr.n * sizeof(int32_t)))
             break;
         out[k++] = b;
         x = b;
@@ -100,7 +100,7 @@ static size_t dead_bases(ns_ent *e, const skv_trie_rec *t, skv_trie_rec **out, s
 typedef struct {
     const uint8_t *key, *img;
     size_t len;
-    skv_trie_rec *const *dead;
+    skv_irec *const *dead;
     size_t nd;
 } recode_txn;
 
@@ -117,12 +117,12 @@ static int write_body(seqkv *db, MDB_txn *txn, void *v)
         mrc = mdb_put(txn, db->db_chunk, &k, &val, 0);
     }
     for (size_t i = 0; !mrc && i < w->nd; i++)
-        mrc = skv_store_del_rec(db, txn, w->dead[i]->key);
+        mrc = skv_store_del_rec(db, txn, w->dead[i]->tr.key);
     return mrc ? skv_mdb_error(mrc, "compaction") : SKV_OK;
 }
 
 static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,
-                     skv_trie_rec *const *dead, size_t nd, int held)
+                     skv_irec *const *dead, size_t nd, int held)
 {
     recode_txn w = {key, img, len, dead, nd};
     return skv_store_write(db, "compaction", write_body, NULL, &w, held ? SKV_WRITE_RW_HELD : 0);
@@ -136,16 +136,16 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
 {
     const int level = skv_store_put_level(pe, (int)pe->p.level);
     pthread_rwlock_rdlock(&db->rw);
-    skv_trie_rec *t = skv_trie_find(e->trie, key);
-    if (!t || t->hidden || t->evicting) {
+    skv_irec *t = skv_irec_find(e->trie, key);
+    if (!t || t->tr.hidden || t->evicting) {
         pthread_rwlock_unlock(&db->rw);
         return SKV_OK;
     }
     /* a merged record takes the place of the bases it makes dead: it
      * starts where the deepest of them started, on that one's base */
-    skv_trie_rec *dead[SEQKV_CHUNK_MAX];
+    skv_irec *dead[SEQKV_CHUNK_MAX];
     const size_t nd = chain_end(e, t) ? dead_bases(e, t, dead, SEQKV_CHUNK_MAX) : 0;
-    const skv_trie_rec *deep = nd ? dead[nd - 1] : NULL;
+    const skv_irec *deep = nd ? dead[nd - 1] : NULL;
     MDB_txn *txn = NULL;
     int mrc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
     int rc = mrc ? skv_mdb_error(mrc, "begin transaction") : SKV_OK;
@@ -203,7 +203,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         rc = skv_store_decode_tail(db, txn, &writer, e, pe, t, model_free, &T, &tok, &kk, &vv);
     }
     if (redo && !rc) {
-        const size_t P = (size_t)t->chunk_index * (size_t)pe->p.chunk, lo = deep ? deep->lo : r.lo;
+        const size_t P = (size_t)t->tr.chunk_index * (size_t)pe->p.chunk, lo = deep ? deep->tr.lo : r.lo;
         seqbuf s = {T, tok, {kk, vv}};
         q = r;
         rc = skv_store_code_record(db, txn, pe, level, &s, P + lo, P + r.n, &q, &ss);
@@ -281,7 +281,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         if (nd) {
             skv_store_deps(e, t, -1);
             t->has_base = deep->has_base;
-            t->lo = deep->lo;
+            t->tr.lo = deep->tr.lo;
             memcpy(t->base, deep->base, 32);
             skv_store_deps(e, t, +1);
             for (size_t i = 0; i < nd; i++) {
@@ -410,7 +410,7 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
         if (pe && memcmp(db->ns[i].prof_id, pe->p.id, 32) != 0)
             continue;
         cc.ns = i;
-        skv_trie_foreach(db->ns[i].trie, add_cand, &cc);
+        skv_irec_foreach(db->ns[i].trie, add_cand, &cc);
     }
     pthread_rwlock_unlock(&db->rw);
     if (!rc && cc.oom)

@@ -45,7 +45,7 @@ static int member_aux(dec_ctx *c, const skv_rec *r, skv_delta *d, size_t a, size
 {
     const prof_ent *pe = c->pe;
     const size_t n = b - a, L = (size_t)pe->p.layers, nw = L * 2 * (size_t)pe->p.kv_heads;
-    skv_trie_rec *tip = skv_trie_find(c->e->trie, r->centroid);
+    skv_irec *tip = skv_irec_find(c->e->trie, r->centroid);
     if (!tip)
         return skv_error(SKV_ERR_CORRUPT, "a member record's centroid is missing");
     int rc = SKV_OK;
@@ -123,14 +123,14 @@ static int raw_fused(const skv_rec *r)
  * when fused, a raw record's, which raw_copy verifies as
  * it copies -- and its fields checked against its index entry; r and *img (the
  * record's *len bytes) point into LMDB's map, valid while c->txn lives. */
-static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec *r,
+static int load_rec(const dec_ctx *c, const skv_irec *t, int fused, skv_rec *r,
                     const uint8_t **img, size_t *len, uint8_t **owned)
 {
-    MDB_val k = {32, (void *)t->key}, v;
-    if (t->hidden) {
+    MDB_val k = {32, (void *)t->tr.key}, v;
+    if (t->tr.hidden) {
         /* the writer's own uncommitted record, from an earlier put of its
          * batch; readers never reach one (skv_trie_match skips them) */
-        const pend_rec *p = c->role.writer ? skv_batch_find(c->db->batch, t->key) : NULL;
+        const pend_rec *p = c->role.writer ? skv_batch_find(c->db->batch, t->tr.key) : NULL;
         if (!p)
             return skv_error(SKV_ERR_CORRUPT, "a reader reached an uncommitted record");
         v.mv_data = p->img;
@@ -149,11 +149,11 @@ static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec 
          * sealed value (r's header is the clear one the test read) */
         *img = v.mv_data;
         *len = v.mv_size;
-        rc = skv_store_rec_head(c->db, t->key, v.mv_data, v.mv_size, owned, r);
+        rc = skv_store_rec_head(c->db, t->tr.key, v.mv_data, v.mv_size, owned, r);
     } else {
         /* a sealed record opens into a buffer of its own (its boxes' tags
          * are checked as it does), else its image is LMDB's */
-        if ((rc = skv_store_rec_read(c->db, t->key, v.mv_data, v.mv_size, c->role.rpool, owned, img, len)))
+        if ((rc = skv_store_rec_read(c->db, t->tr.key, v.mv_data, v.mv_size, c->role.rpool, owned, img, len)))
             return rc;
         rc = skv_rec_parse_ex(*img, *len, 0, r);
         /* (a parse error is damage or a newer writer: the trailer tells) */
@@ -164,18 +164,18 @@ static int load_rec(const dec_ctx *c, const skv_trie_rec *t, int fused, skv_rec 
         return rc == SKV_ERR_FORMAT ? skv_error(SKV_ERR_CORRUPT, "damaged chunk record: %s",
                                                 seqkv_error_detail())
                                     : rc;
-    if (r->tenant != c->e->tenant || memcmp(r->profile, c->pe->p.id, 32) != 0 || r->n != t->n ||
-        r->lo != t->lo || r->chunk_index != t->chunk_index)
+    if (r->tenant != c->e->tenant || memcmp(r->profile, c->pe->p.id, 32) != 0 || r->n != t->tr.n ||
+        r->lo != t->tr.lo || r->chunk_index != t->tr.chunk_index)
         return skv_error(SKV_ERR_CORRUPT, "chunk record does not match its index entry");
     for (uint32_t i = 0; i < r->n; i++)
-        if ((int32_t)skv_load32_le(r->tokens + 4 * (size_t)i) != t->tokens[i])
+        if ((int32_t)skv_load32_le(r->tokens + 4 * (size_t)i) != t->tr.tokens[i])
             return skv_error(SKV_ERR_CORRUPT, "chunk record tokens differ from its index entry");
     return SKV_OK;
 }
 
 /* Raw record r of record t, version 2 on (raw_fused): its streams are
  * the KV, verified (trailer and checksum) and copied in one pass */
-static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t *img, size_t len,
+static int raw_copy(dec_ctx *c, skv_irec *t, const skv_rec *r, const uint8_t *img, size_t len,
                     size_t P)
 {
     const prof_ent *pe = c->pe;
@@ -196,37 +196,37 @@ static int raw_copy(dec_ctx *c, skv_trie_rec *t, const skv_rec *r, const uint8_t
     } else {
         /* opened straight into place (the tags stand for the image's
          * trailer); the KV's own checksum still checked, end to end */
-        if ((rc = skv_store_rec_raw_open(c->db, t->key, img, len, r, c->role.rpool, dst)))
+        if ((rc = skv_store_rec_raw_open(c->db, t->tr.key, img, len, r, c->role.rpool, dst)))
             return rc;
         if (skv_seqbuf_checksum(pe, c->s, a, b) != r->checksum)
             return skv_error(SKV_ERR_CORRUPT, "decoded KV checksum mismatch (chunk %u)",
                              r->chunk_index);
     }
-    memcpy(c->s->tok + P, t->tokens, r->n * sizeof(int32_t));
+    memcpy(c->s->tok + P, t->tr.tokens, r->n * sizeof(int32_t));
     __atomic_store_n(&t->tick, c->tick, __ATOMIC_RELAXED);
     return SKV_OK;
 }
 
-int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, size_t *n)
+int skv_store_rec_chain(const dec_ctx *c, skv_irec *t, skv_irec **out, size_t *n)
 {
-    const size_t CH = (size_t)c->pe->p.chunk, P = (size_t)t->chunk_index * CH;
+    const size_t CH = (size_t)c->pe->p.chunk, P = (size_t)t->tr.chunk_index * CH;
     size_t k = 0;
-    for (skv_trie_rec *x = t;;) {
+    for (skv_irec *x = t;;) {
         if (k > CH)
             return skv_error(SKV_ERR_CORRUPT, "base records form a cycle");
-        if (P + x->n > c->s->stride)
+        if (P + x->tr.n > c->s->stride)
             return skv_error(SKV_ERR_CORRUPT, "record past the decoded range");
         out[k++] = x;
         if (!x->has_base)
             break;
-        skv_trie_rec *b = skv_trie_find(c->e->trie, x->base);
-        if (!b || b->chunk_index != x->chunk_index || b->n < x->lo ||
-            memcmp(b->parent, x->parent, 32) != 0)
+        skv_irec *b = skv_irec_find(c->e->trie, x->base);
+        if (!b || b->tr.chunk_index != x->tr.chunk_index || b->tr.n < x->tr.lo ||
+            memcmp(b->tr.parent, x->tr.parent, 32) != 0)
             return skv_error(SKV_ERR_CORRUPT, "record's base is missing or does not fit");
         x = b;
     }
     for (size_t i = 0; i < k / 2; i++) { /* base first */
-        skv_trie_rec *y = out[i];
+        skv_irec *y = out[i];
         out[i] = out[k - 1 - i];
         out[k - 1 - i] = y;
     }
@@ -234,13 +234,13 @@ int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, s
     return SKV_OK;
 }
 
-int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *share,
+int skv_store_rec_open(dec_ctx *c, skv_irec *t, int fused, const rec_dec *share,
                        skv_rec_sum *sum, rec_dec *x)
 {
     memset(x, 0, sizeof *x);
     x->t = t;
     x->sum = sum;
-    x->P = (size_t)t->chunk_index * (size_t)c->pe->p.chunk;
+    x->P = (size_t)t->tr.chunk_index * (size_t)c->pe->p.chunk;
     int rc = load_rec(c, t, fused, &x->r, &x->img, &x->len, &x->owned);
     if (rc)
         return rc;
@@ -293,7 +293,7 @@ int skv_store_rec_layered(const rec_dec *x)
  * the later ones: they are written just before x's are read) */
 static void rec_tokens(dec_ctx *c, const rec_dec *x)
 {
-    memcpy(c->s->tok + x->P, x->t->tokens, x->r.n * sizeof(int32_t));
+    memcpy(c->s->tok + x->P, x->t->tr.tokens, x->r.n * sizeof(int32_t));
 }
 
 int skv_store_rec_decode(dec_ctx *c, rec_dec *x)
@@ -397,7 +397,7 @@ int skv_store_recs_layers(dec_ctx *c, rec_dec *x, size_t n, size_t l0, size_t l1
     for (size_t i0 = 0, i1; i0 < n; i0 = i1 + 1) {
         /* a segment ends at a base record: the record after it overwrites
          * its later positions, so its layers are hashed before */
-        for (i1 = i0; i1 + 1 < n && x[i1 + 1].t->chunk_index != x[i1].t->chunk_index; i1++)
+        for (i1 = i0; i1 + 1 < n && x[i1 + 1].t->tr.chunk_index != x[i1].t->tr.chunk_index; i1++)
             ;
         int rc = SKV_OK;
         for (size_t i = i0; i <= i1 && !rc; i++) {
@@ -466,9 +466,9 @@ void skv_store_rec_close(dec_ctx *c, rec_dec *x)
 
 /* Load, verify and decode record t (and first its bases), given that
  * positions before its chunk are already decoded. */
-static int decode_rec(dec_ctx *c, skv_trie_rec *t)
+static int decode_rec(dec_ctx *c, skv_irec *t)
 {
-    skv_trie_rec *one[8], **chain = one;
+    skv_irec *one[8], **chain = one;
     size_t n = 0;
     if (t->has_base && !(chain = skv_malloc(((size_t)c->pe->p.chunk + 1) * sizeof *chain)))
         return skv_error(SKV_ERR_NOMEM, "base records");
@@ -488,7 +488,7 @@ static int decode_rec(dec_ctx *c, skv_trie_rec *t)
     return rc;
 }
 
-int skv_store_decode_rec(dec_ctx *c, skv_trie_rec *t)
+int skv_store_decode_rec(dec_ctx *c, skv_irec *t)
 {
     return decode_rec(c, t);
 }
@@ -501,7 +501,7 @@ int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, c
 {
     const size_t CH = (size_t)c->pe->p.chunk;
     for (size_t j = 0; j < steps; j++) {
-        int rc = decode_rec(c, path[j].rec);
+        int rc = decode_rec(c, skv_irec_of(path[j].rec));
         if (rc)
             return rc;
         size_t a = j * CH, b = a + path[j].used;
@@ -519,34 +519,34 @@ int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, c
 
 /* The records from the root to tip, one a chunk, into *path (skv_free
  * it): tip->chunk_index + 1 of them */
-static int chain_path(ns_ent *e, skv_trie_rec *tip, skv_trie_step **path)
+static int chain_path(ns_ent *e, skv_irec *tip, skv_trie_step **path)
 {
-    const size_t nst = (size_t)tip->chunk_index + 1;
+    const size_t nst = (size_t)tip->tr.chunk_index + 1;
     skv_trie_step *p = skv_malloc(nst * sizeof *p);
     if (!p)
         return skv_error(SKV_ERR_NOMEM, "chain");
-    skv_trie_rec *r = tip;
+    skv_irec *r = tip;
     for (size_t j = nst; j-- > 0;) {
-        if (!r || r->chunk_index != j) {
+        if (!r || r->tr.chunk_index != j) {
             skv_free(p);
             return skv_error(SKV_ERR_CORRUPT, "broken chain of chunk records");
         }
-        p[j].rec = r;
-        p[j].used = r->n;
+        p[j].rec = &r->tr;
+        p[j].used = r->tr.n;
         if (j > 0)
-            r = skv_trie_find(e->trie, r->parent);
+            r = skv_irec_find(e->trie, r->tr.parent);
     }
     *path = p;
     return SKV_OK;
 }
 
-int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
                             size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
 {
     *T = 0;
     *tok = NULL;
     *k = *v = NULL;
-    const size_t CH = (size_t)pe->p.chunk, nst = (size_t)tip->chunk_index + 1;
+    const size_t CH = (size_t)pe->p.chunk, nst = (size_t)tip->tr.chunk_index + 1;
     skv_trie_step *path = NULL;
     int rc = chain_path(e, tip, &path);
     if (rc)
@@ -581,19 +581,19 @@ int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_en
 /* Whether a record decodes from the previous position alone (stat, ctx)
  * or from nothing before it (raw): no model reads the whole prefix, and no
  * base or centroid is decoded first */
-static int prev_row_only(const skv_trie_rec *r)
+static int prev_row_only(const skv_irec *r)
 {
     return !r->has_centroid && !r->has_base &&
            (r->level == SEQKV_RAW || r->level == SEQKV_STAT || r->level == SEQKV_CTX);
 }
 
-int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
                           int model_free, size_t *stride, int32_t **tok, uint8_t **k, uint8_t **v)
 {
     *stride = 0;
     *tok = NULL;
     *k = *v = NULL;
-    const size_t CH = (size_t)pe->p.chunk, nst = (size_t)tip->chunk_index + 1;
+    const size_t CH = (size_t)pe->p.chunk, nst = (size_t)tip->tr.chunk_index + 1;
     skv_trie_step *path = NULL;
     int rc = chain_path(e, tip, &path);
     if (rc)
@@ -603,9 +603,9 @@ int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent 
      * before it alone (and the coder that reads them does: model_free) */
     size_t f = 0;
     for (size_t j = nst - 1; model_free && j-- > 0;) {
-        if (!prev_row_only(path[j + 1].rec))
+        if (!prev_row_only(skv_irec_of(path[j + 1].rec)))
             break;
-        if (path[j].rec->level == SEQKV_RAW && prev_row_only(path[j].rec)) {
+        if (skv_irec_of(path[j].rec)->level == SEQKV_RAW && prev_row_only(skv_irec_of(path[j].rec))) {
             f = j;
             break;
         }
@@ -629,7 +629,7 @@ int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent 
     return SKV_OK;
 }
 
-int skv_store_decode_chain(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_chain(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
                            size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
 {
     return skv_store_decode_prefix(db, txn, role, e, pe, tip, SIZE_MAX, T, tok, k, v);

@@ -23,21 +23,21 @@ int seqkv_del(seqkv *db, const char *tenant, const char *profile, const int32_t 
      * query covers all its tokens */
     size_t k = m.steps;
     while (!rc && k > 0) {
-        skv_trie_rec *r = m.path[k - 1].rec;
-        if (r->deps || m.path[k - 1].used != r->n)
+        skv_irec *r = skv_irec_of(m.path[k - 1].rec);
+        if (r->deps || m.path[k - 1].used != r->tr.n)
             break;
         /* hidden from readers first: one that matched it after the
          * delete commits would find its record missing */
         pthread_rwlock_wrlock(&db->rw);
-        r->hidden = 1;
+        r->tr.hidden = 1;
         pthread_rwlock_unlock(&db->rw);
-        if ((rc = skv_store_write_del(db, (const uint8_t(*)[32])r->key, 1, "delete"))) {
+        if ((rc = skv_store_write_del(db, (const uint8_t(*)[32])r->tr.key, 1, "delete"))) {
             pthread_rwlock_wrlock(&db->rw);
-            r->hidden = 0;
+            r->tr.hidden = 0;
             pthread_rwlock_unlock(&db->rw);
             break;
         }
-        *removed += r->n - r->lo;
+        *removed += r->tr.n - r->tr.lo;
         pthread_rwlock_wrlock(&db->rw);
         skv_store_unindex(db, m.e, r, 1);
         pthread_rwlock_unlock(&db->rw);

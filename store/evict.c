@@ -6,22 +6,22 @@
 typedef struct {
     seqkv *db;
     uint64_t tenant; /* 0: any */
-    skv_trie_rec *best;
+    skv_irec *best;
     ns_ent *best_ns;
     ns_ent *cur;
 } pick_ctx;
 
-static void pick_one(void *vctx, skv_trie_rec *r)
+static void pick_one(void *vctx, skv_irec *r)
 {
     pick_ctx *c = vctx;
-    if (r->deps || r->evicting || r->hidden)
+    if (r->deps || r->evicting || r->tr.hidden)
         return;
     if (!c->best || r->tick < c->best->tick)
         c->best = r, c->best_ns = c->cur;
 }
 
 typedef struct {
-    skv_trie_rec *r;
+    skv_irec *r;
     ns_ent *e;
 } victim;
 
@@ -32,7 +32,7 @@ static void show_victims(seqkv *db, victim *v, size_t n, int hide)
         return;
     pthread_rwlock_wrlock(&db->rw);
     for (size_t i = 0; i < n; i++)
-        v[i].r->hidden = (uint8_t)hide;
+        v[i].r->tr.hidden = (uint8_t)hide;
     pthread_rwlock_unlock(&db->rw);
 }
 
@@ -48,7 +48,7 @@ static int evict_body(seqkv *db, MDB_txn *txn, void *ctx)
     const size_t end = et->done + et->batch < et->n ? et->done + et->batch : et->n;
     int mrc = 0;
     for (size_t i = et->done; !mrc && i < end; i++)
-        mrc = skv_store_del_rec(db, txn, et->v[i].r->key);
+        mrc = skv_store_del_rec(db, txn, et->v[i].r->tr.key);
     uint8_t b8[8];
     MDB_val mk = {9, "evictions"}, mv = {8, b8};
     skv_store64_le(b8, db->evictions + end);
@@ -83,7 +83,7 @@ int skv_store_evict(seqkv *db, uint64_t tenant, uint64_t used, uint64_t limit, u
             if (tenant && db->ns[i].tenant != tenant)
                 continue;
             pc.cur = &db->ns[i];
-            skv_trie_foreach(db->ns[i].trie, pick_one, &pc);
+            skv_irec_foreach(db->ns[i].trie, pick_one, &pc);
         }
         if (!pc.best)
             break;

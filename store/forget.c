@@ -121,7 +121,7 @@ typedef struct {
     size_t n, cap;
 } key_list;
 
-static void collect(void *ctx, skv_trie_rec *r)
+static void collect(void *ctx, skv_irec *r)
 {
     key_list *l = ctx;
     if (l->n == l->cap) {
@@ -132,7 +132,7 @@ static void collect(void *ctx, skv_trie_rec *r)
         l->keys = nk;
         l->cap = nc;
     }
-    memcpy(l->keys[l->n++], r->key, 32);
+    memcpy(l->keys[l->n++], r->tr.key, 32);
 }
 
 /* Step 4: the tenant's namespaces out of memory (readers no longer find
@@ -148,9 +148,9 @@ static int drop_records(seqkv *db, uint64_t tid, uint64_t *records)
             continue;
         }
         size_t before = l.n;
-        skv_trie_foreach(e->trie, collect, &l);
+        skv_irec_foreach(e->trie, collect, &l);
         for (size_t j = before; j < l.n; j++) {
-            skv_trie_rec *r = skv_trie_find(e->trie, l.keys[j]);
+            skv_irec *r = skv_irec_find(e->trie, l.keys[j]);
             if (r)
                 skv_store_unindex(db, e, r, 0);
         }

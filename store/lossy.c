@@ -335,14 +335,14 @@ int skv_store_lossy_check(const match_res *m, size_t want, unsigned flags)
         return SKV_OK;
     const size_t CH = (size_t)m->pe->p.chunk;
     for (size_t j = 0; j < m->steps && j * CH < want; j++) {
-        const skv_trie_rec *x = m->path[j].rec;
+        const skv_irec *x = skv_irec_of(m->path[j].rec);
         for (size_t hops = 0; x && hops <= CH; hops++) {
             if (x->level == SEQKV_LOSSY)
                 return skv_error(SKV_ERR_LOSSY,
                                  "the cached prefix is stored lossy (profile %s's opt-in lossy "
                                  "tier); ask with LOSSY to accept its reconstruction",
                                  m->pe->p.name);
-            x = x->has_base && m->e ? skv_trie_find(m->e->trie, x->base) : NULL;
+            x = x->has_base && m->e ? skv_irec_find(m->e->trie, x->base) : NULL;
         }
     }
     return SKV_OK;

@@ -299,7 +299,7 @@ static int put_match(put_ctx *pc, int standalone, int *prefix)
     if (!standalone)
         *prefix = pc->steps > 0;
     for (size_t j = 0; j < pc->steps; j++)
-        pc->path[j].rec->tick = skv_store_tick(pc->db);
+        skv_irec_of(pc->path[j].rec)->tick = skv_store_tick(pc->db);
     pc->req->res.cached_tokens = pc->m;
     return SKV_OK;
 }
@@ -362,9 +362,9 @@ static int put_surprisal(put_ctx *pc)
         return rc;
     if (pc->sur && !given && m % CH) {
         /* the first new record repeats its base's tokens [P, m) */
-        const skv_trie_rec *b = pc->path[m / CH].rec;
+        const skv_irec *b = skv_irec_of(pc->path[m / CH].rec);
         for (size_t t = 0; t < m % CH; t++)
-            pc->sur[(m / CH) * CH + t] = b->surprisal ? b->surprisal[t] : 16.0f;
+            pc->sur[(m / CH) * CH + t] = b->tr.surprisal ? b->tr.surprisal[t] : 16.0f;
     }
     return SKV_OK;
 }
@@ -529,13 +529,13 @@ static int put_room(put_ctx *pc)
     seqkv_put_result *res = &pc->req->res;
     int rc = SKV_OK;
     for (size_t j = 0; j < pc->steps; j++)
-        pc->path[j].rec->evicting = 1;
+        skv_irec_of(pc->path[j].rec)->evicting = 1;
     if (db->o.budget)
         rc = skv_store_evict(db, 0, db->stored, db->o.budget, pc->total, &res->evicted);
     if (!rc && pc->te->budget)
         rc = skv_store_evict(db, pc->te->id, pc->te->used, pc->te->budget, pc->total, &res->evicted);
     for (size_t j = 0; j < pc->steps; j++)
-        pc->path[j].rec->evicting = 0;
+        skv_irec_of(pc->path[j].rec)->evicting = 0;
     return rc;
 }
 
@@ -581,13 +581,13 @@ static int put_index(put_ctx *pc)
     const uint64_t tk = skv_store_tick(db);
     for (size_t j = 0; j < pc->nnew && !rc; j++) {
         newrec *q = &pc->nr[j];
-        if (skv_trie_find(e->trie, q->key))
+        if (skv_irec_find(e->trie, q->key))
             continue; /* the same tokens under the same key: stored already */
         rc = skv_store_index(db, q->key, &q->r, skv_store_rec_bytes(db, q->len), tk);
-        skv_trie_rec *t = rc ? NULL : skv_trie_find(e->trie, q->key);
+        skv_irec *t = rc ? NULL : skv_irec_find(e->trie, q->key);
         if (!t)
             break;
-        t->hidden = 1;
+        t->tr.hidden = 1;
         skv_store_deps(e, t, +1);
         pend_rec *p = &pb->rec[pb->nrec++];
         p->e = e;

@@ -15,30 +15,30 @@ typedef struct {
 
 static int tok_cmp(const void *a, const void *b)
 {
-    const skv_trie_rec *x = *(skv_trie_rec *const *)a, *y = *(skv_trie_rec *const *)b;
-    size_t n = x->n < y->n ? x->n : y->n;
+    const skv_irec *x = *(skv_irec *const *)a, *y = *(skv_irec *const *)b;
+    size_t n = x->tr.n < y->tr.n ? x->tr.n : y->tr.n;
     for (size_t i = 0; i < n; i++)
-        if (x->tokens[i] != y->tokens[i])
-            return x->tokens[i] < y->tokens[i] ? -1 : 1;
-    return (x->n > y->n) - (x->n < y->n);
+        if (x->tr.tokens[i] != y->tr.tokens[i])
+            return x->tr.tokens[i] < y->tr.tokens[i] ? -1 : 1;
+    return (x->tr.n > y->tr.n) - (x->tr.n < y->tr.n);
 }
 
 /* Unique token positions below one node: the siblings' token strings
  * sorted, minus the common prefix of each neighbouring pair. */
 static uint64_t node_unique(const skv_trie *t, const uint8_t *node)
 {
-    size_t n = skv_trie_children(t, node, NULL, 0);
-    skv_trie_rec **v = skv_malloc(n * sizeof *v);
+    size_t n = skv_irec_children(t, node, NULL, 0);
+    skv_irec **v = skv_malloc(n * sizeof *v);
     if (!v)
         return 0;
-    skv_trie_children(t, node, v, n);
+    skv_irec_children(t, node, v, n);
     qsort(v, n, sizeof *v, tok_cmp);
     uint64_t u = 0;
     for (size_t i = 0; i < n; i++) {
-        u += v[i]->n;
+        u += v[i]->tr.n;
         if (i) {
-            size_t c = 0, m = v[i]->n < v[i - 1]->n ? v[i]->n : v[i - 1]->n;
-            while (c < m && v[i]->tokens[c] == v[i - 1]->tokens[c])
+            size_t c = 0, m = v[i]->tr.n < v[i - 1]->tr.n ? v[i]->tr.n : v[i - 1]->tr.n;
+            while (c < m && v[i]->tr.tokens[c] == v[i - 1]->tr.tokens[c])
                 c++;
             u -= c;
         }
@@ -47,14 +47,14 @@ static uint64_t node_unique(const skv_trie *t, const uint8_t *node)
     return u;
 }
 
-static void stat_one(void *vctx, skv_trie_rec *r)
+static void stat_one(void *vctx, skv_irec *r)
 {
     stat_ctx *c = vctx;
-    uint64_t tok = r->n - r->lo;
-    skv_trie_rec *head;
+    uint64_t tok = r->tr.n - r->tr.lo;
+    skv_irec *head;
     /* each node once: when r heads its sibling list */
-    if (skv_trie_children(c->t, r->parent, &head, 1) && head == r) {
-        uint64_t u = node_unique(c->t, r->parent);
+    if (skv_irec_children(c->t, r->tr.parent, &head, 1) && head == r) {
+        uint64_t u = node_unique(c->t, r->tr.parent);
         c->s->tokens += u;
         c->s->raw_bytes += u * c->per_token;
     }
@@ -90,7 +90,7 @@ int seqkv_stat(seqkv *db, const char *tenant, seqkv_stats *out)
             if (memcmp(db->prof[j].p.id, e->prof_id, 32) == 0)
                 pe = &db->prof[j];
         stat_ctx c = {out, pe ? (size_t)pe->p.layers * 2 * pe->C * pe->es : 0, e->trie};
-        skv_trie_foreach(e->trie, stat_one, &c);
+        skv_irec_foreach(e->trie, stat_one, &c);
     }
     out->evictions = db->evictions;
     out->tenants = (uint32_t)db->nten - (skv_store_find_tenant(db, SEQKV_SHARED_TENANT) != NULL);

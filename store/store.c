@@ -171,7 +171,7 @@ int skv_store_namespace(seqkv *db, uint64_t tenant, const prof_ent *pe, ns_ent *
     memcpy(e->secret, te->keys + 32, 32);
     uint8_t root[32];
     skv_chain_root(e->secret, pe->p.id, root);
-    int rc = skv_trie_create(root, (uint32_t)pe->p.chunk, &e->trie);
+    int rc = skv_trie_create(root, (uint32_t)pe->p.chunk, sizeof(skv_irec), &e->trie);
     if (rc)
         return rc;
     db->nns++;
@@ -182,14 +182,14 @@ int skv_store_namespace(seqkv *db, uint64_t tenant, const prof_ent *pe, ns_ent *
 /* Dependency counts: a record is needed by the records below its key (the
  * next chunk), by those that take their first positions from it (base)
  * and by those coded against it (centroid). */
-void skv_store_deps(ns_ent *e, const skv_trie_rec *r, int delta)
+void skv_store_deps(ns_ent *e, const skv_irec *r, int delta)
 {
-    skv_trie_rec *p;
-    if (memcmp(r->parent, skv_trie_root(e->trie), 32) != 0 && (p = skv_trie_find(e->trie, r->parent)))
+    skv_irec *p;
+    if (memcmp(r->tr.parent, skv_trie_root(e->trie), 32) != 0 && (p = skv_irec_find(e->trie, r->tr.parent)))
         p->deps = (uint32_t)((int)p->deps + delta);
-    if (r->has_base && (p = skv_trie_find(e->trie, r->base)))
+    if (r->has_base && (p = skv_irec_find(e->trie, r->base)))
         p->deps = (uint32_t)((int)p->deps + delta);
-    if (r->has_centroid && (p = skv_trie_find(e->trie, r->centroid)))
+    if (r->has_centroid && (p = skv_irec_find(e->trie, r->centroid)))
         p->deps = (uint32_t)((int)p->deps + delta);
 }
 
@@ -216,15 +216,15 @@ int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t b
         if (r->surprisal)
             sur[i] = skv_bits_f32(skv_load32_le(r->surprisal + 4 * (size_t)i));
     }
-    skv_trie_rec t;
+    skv_irec t;
     memset(&t, 0, sizeof t);
-    memcpy(t.key, key, 32);
-    memcpy(t.parent, r->parent, 32);
-    t.chunk_index = r->chunk_index;
-    t.n = r->n;
-    t.lo = r->lo;
-    t.tokens = tok;
-    t.surprisal = r->surprisal ? sur : NULL;
+    memcpy(t.tr.key, key, 32);
+    memcpy(t.tr.parent, r->parent, 32);
+    t.tr.chunk_index = r->chunk_index;
+    t.tr.n = r->n;
+    t.tr.lo = r->lo;
+    t.tr.tokens = tok;
+    t.tr.surprisal = r->surprisal ? sur : NULL;
     t.tick = tick;
     t.tick_saved = tick;
     t.bytes = bytes;
@@ -233,8 +233,7 @@ int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t b
     t.has_centroid = (r->flags & SKV_REC_CENTROID) != 0;
     memcpy(t.base, r->base, 32);
     memcpy(t.centroid, r->centroid, 32);
-    skv_trie_rec *in;
-    if ((rc = skv_trie_insert(e->trie, &t, &in)))
+    if ((rc = skv_trie_insert(e->trie, &t.tr, NULL)))
         return rc;
     db->stored += bytes;
     tenant_ent *te = tenant_by_id(db, r->tenant);
@@ -247,7 +246,7 @@ int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t b
  * never written): the byte counts, the dependency counts of the records it
  * needed (unless the caller took them already), the trie. Caller holds rw
  * exclusively. */
-void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps)
+void skv_store_unindex(seqkv *db, ns_ent *e, skv_irec *r, int deps)
 {
     if (deps)
         skv_store_deps(e, r, -1);
@@ -256,8 +255,8 @@ void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps)
     if (te)
         te->used -= r->bytes;
     if (db->hot)
-        skv_hot_drop(db->hot, r->key); /* under rw exclusively: no get sees it after */
-    skv_trie_remove(e->trie, r->key);
+        skv_hot_drop(db->hot, r->tr.key); /* under rw exclusively: no get sees it after */
+    skv_trie_remove(e->trie, r->tr.key);
 }
 
 int skv_store_del_rec(seqkv *db, MDB_txn *txn, const uint8_t key[32])
@@ -272,7 +271,7 @@ int skv_store_del_rec(seqkv *db, MDB_txn *txn, const uint8_t key[32])
     return mrc;
 }
 
-void skv_store_rebytes(seqkv *db, ns_ent *e, skv_trie_rec *r, uint64_t bytes)
+void skv_store_rebytes(seqkv *db, ns_ent *e, skv_irec *r, uint64_t bytes)
 {
     db->stored = db->stored - r->bytes + bytes;
     tenant_ent *te = tenant_by_id(db, e->tenant);
@@ -282,7 +281,7 @@ void skv_store_rebytes(seqkv *db, ns_ent *e, skv_trie_rec *r, uint64_t bytes)
 }
 
 /* After every record is indexed: dependency counts (order-independent). */
-static void dep_pass(void *ctx, skv_trie_rec *r)
+static void dep_pass(void *ctx, skv_irec *r)
 {
     skv_store_deps(ctx, r, +1);
 }
@@ -363,7 +362,7 @@ static int load_state(seqkv *db, MDB_txn *txn)
         fprintf(stderr, "seqkv: warning: %zu damaged chunk records are not indexed\n", bad);
     db->bad_records = bad;
     for (size_t i = 0; i < db->nns; i++)
-        skv_trie_foreach(db->ns[i].trie, dep_pass, &db->ns[i]);
+        skv_irec_foreach(db->ns[i].trie, dep_pass, &db->ns[i]);
     db->evictions = skv_store_meta_u64(txn, db->db_meta, "evictions");
     return SKV_OK;
 }
@@ -647,6 +646,38 @@ void seqkv_close(seqkv *db)
     skv_free(db);
 }
 
+/* ---- the index's records as the store's ------------------------------------ */
+
+typedef struct {
+    void (*fn)(void *ctx, skv_irec *r);
+    void *ctx;
+} irec_visit;
+
+static void irec_visit_one(void *v, skv_trie_rec *r)
+{
+    const irec_visit *x = v;
+    x->fn(x->ctx, skv_irec_of(r));
+}
+
+void skv_irec_foreach(const skv_trie *t, void (*fn)(void *ctx, skv_irec *r), void *ctx)
+{
+    irec_visit x = {fn, ctx};
+    skv_trie_foreach(t, irec_visit_one, &x);
+}
+
+size_t skv_irec_children(const skv_trie *t, const uint8_t node[32], skv_irec **out, size_t cap)
+{
+    /* the trie writes the addresses of its parts, which are the records'
+     * (an skv_irec begins with its skv_trie_rec): each is read back as the
+     * trie wrote it and stored as the store's (the project builds with
+     * -fno-strict-aliasing) */
+    skv_trie_rec **tr = (skv_trie_rec **)(void *)out;
+    const size_t n = skv_trie_children(t, node, out ? tr : NULL, out ? cap : 0);
+    for (size_t i = 0; out && i < n && i < cap; i++)
+        out[i] = skv_irec_of(tr[i]);
+    return n;
+}
+
 /* ---- LRU ticks: kept in memory, persisted with each put and at close ---- */
 
 typedef struct {
@@ -655,7 +686,7 @@ typedef struct {
     int mrc, saved; /* saved: the commit is done, the ticks are on disk */
 } tick_ctx;
 
-static void tick_one(void *vctx, skv_trie_rec *r)
+static void tick_one(void *vctx, skv_irec *r)
 {
     tick_ctx *c = vctx;
     if (c->mrc || r->tick == r->tick_saved)
@@ -666,7 +697,7 @@ static void tick_one(void *vctx, skv_trie_rec *r)
     }
     uint8_t b[8];
     skv_store64_le(b, r->tick);
-    MDB_val k = {32, r->key}, v = {8, b};
+    MDB_val k = {32, r->tr.key}, v = {8, b};
     c->mrc = mdb_put(c->txn, c->dbi, &k, &v, 0);
 }
 
@@ -675,7 +706,7 @@ static int ticks_body(seqkv *db, MDB_txn *txn, void *v)
     tick_ctx *c = v;
     *c = (tick_ctx){txn, db->db_evict, 0, 0};
     for (size_t i = 0; i < db->nns && !c->mrc; i++)
-        skv_trie_foreach(db->ns[i].trie, tick_one, c);
+        skv_irec_foreach(db->ns[i].trie, tick_one, c);
     return c->mrc ? skv_mdb_error(c->mrc, "eviction index") : SKV_OK;
 }
 
@@ -688,7 +719,7 @@ static void flush_ticks(seqkv *db)
         return;
     c.saved = 1;
     for (size_t i = 0; i < db->nns; i++)
-        skv_trie_foreach(db->ns[i].trie, tick_one, &c);
+        skv_irec_foreach(db->ns[i].trie, tick_one, &c);
 }
 
 uint64_t skv_store_tick(seqkv *db)

@@ -113,6 +113,34 @@ struct seqkv {
     int stop_bg;           /* seqkv_stop_background: calibrations and compactions stop */
 };
 
+/* A record in the index: the trie's part first (skv_trie.h: key, tokens,
+ * visibility), then the store's own. Every trie of the store holds these
+ * (skv_trie_create with sizeof(skv_irec)). */
+typedef struct skv_irec {
+    skv_trie_rec tr;
+    uint64_t tick;        /* last use (the store's logical clock) */
+    uint64_t tick_saved;  /* tick last persisted */
+    uint64_t bytes;       /* bytes of the stored record */
+    uint32_t deps;        /* records needing this one */
+    uint8_t level;        /* seqkv_level it was coded at */
+    uint8_t has_base, has_centroid;
+    uint8_t evicting;     /* chosen by an eviction in progress */
+    uint8_t base[32];     /* key of the sibling providing [0, lo) */
+    uint8_t centroid[32]; /* key of the centroid record it was coded against */
+} skv_irec;
+/* The store's record of one the trie hands back */
+static inline skv_irec *skv_irec_of(skv_trie_rec *r)
+{
+    return (skv_irec *)r;
+}
+static inline skv_irec *skv_irec_find(const skv_trie *t, const uint8_t key[32])
+{
+    return skv_irec_of(skv_trie_find(t, key));
+}
+/* skv_trie_foreach and skv_trie_children of the store's records (store.c) */
+void skv_irec_foreach(const skv_trie *t, void (*fn)(void *ctx, skv_irec *r), void *ctx);
+size_t skv_irec_children(const skv_trie *t, const uint8_t node[32], skv_irec **out, size_t cap);
+
 int skv_mdb_error(int rc, const char *what);
 /* Profile and tenant records (FORMAT.md; profiles.c packs them) */
 #define SKV_PROF_MAGIC 0x50564b53u  /* "SKVP" */
@@ -159,13 +187,13 @@ int skv_store_add_profile(seqkv *db, const seqkv_profile *p);
 int skv_store_add_tenant(seqkv *db, const tenant_ent *t);
 int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t bytes,
                     uint64_t tick);
-void skv_store_deps(ns_ent *e, const skv_trie_rec *r, int delta);
-void skv_store_unindex(seqkv *db, ns_ent *e, skv_trie_rec *r, int deps);
+void skv_store_deps(ns_ent *e, const skv_irec *r, int delta);
+void skv_store_unindex(seqkv *db, ns_ent *e, skv_irec *r, int deps);
 /* Delete record key and its LRU entry in txn: 0 or the LMDB error */
 int skv_store_del_rec(seqkv *db, MDB_txn *txn, const uint8_t key[32]);
 /* An indexed record's stored bytes are now `bytes` (the store's and its
  * tenant's counts follow). Caller holds rw exclusively. */
-void skv_store_rebytes(seqkv *db, ns_ent *e, skv_trie_rec *r, uint64_t bytes);
+void skv_store_rebytes(seqkv *db, ns_ent *e, skv_irec *r, uint64_t bytes);
 /* A record of `scalars` scalars coded into `bytes` of streams under the
  * profile's current calibration (caller: the writer) */
 void skv_store_drift(prof_ent *pe, uint64_t bytes, uint64_t scalars);
@@ -229,7 +257,7 @@ typedef struct {
 /* A stored sequence from the root to `tip`, decoded and verified: tokens
  * and K, V in the KV file layout [layers][T][C] (skv_free them). Caller
  * holds rw shared and a read transaction. */
-int skv_store_decode_chain(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_chain(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
                            size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
 /* The positions of `tip`'s chain that coding its record again at a level
  * without a model needs (model_free: the previous position's row alone):
@@ -237,17 +265,17 @@ int skv_store_decode_chain(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent
  * it left unwritten; with a model, or with no such record, the whole
  * chain. Layout [layers][*stride][C] (stride: the chain's chunks x chunk
  * positions); the tokens before it are 0. */
-int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
                           int model_free, size_t *stride, int32_t **tok, uint8_t **k, uint8_t **v);
 /* The same for its first positions: the chunks that hold the first upto
  * (*T: all their positions, at least upto where the sequence has them) */
-int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_trie_rec *tip,
+int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
                             size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
 
 /* A stored sequence: its last record (one no other record needs), its
  * namespace, and (skv_store_tips) the unkeyed hash of the record's tokens */
 typedef struct {
-    skv_trie_rec *r;
+    skv_irec *r;
     ns_ent *e;
     uint64_t h;
 } skv_tip;
@@ -406,10 +434,10 @@ int skv_store_decode_path(dec_ctx *c, const skv_trie_step *path, size_t steps, c
                           void *fctx, size_t want);
 /* Load, verify and decode record t into c->s, given that every position
  * before its chunk is there already (its base first, when it has one). */
-int skv_store_decode_rec(dec_ctx *c, skv_trie_rec *t);
+int skv_store_decode_rec(dec_ctx *c, skv_irec *t);
 
 /* Record t's records in decode order, its bases first (out holds chunk + 1) */
-int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, size_t *n);
+int skv_store_rec_chain(const dec_ctx *c, skv_irec *t, skv_irec **out, size_t *n);
 
 /* One record being decoded, in steps: open loads it (its trailer verified
  * unless fused, when a raw record is left for raw_copy;
@@ -423,7 +451,7 @@ int skv_store_rec_chain(const dec_ctx *c, skv_trie_rec *t, skv_trie_rec **out, s
  * time, when skv_store_rec_layered); check compares the checksum once
  * every layer is decoded; close releases what open took. */
 typedef struct {
-    skv_trie_rec *t;
+    skv_irec *t;
     skv_rec r;              /* pointing into img */
     const uint8_t *img;     /* the record (LMDB's map, valid while the txn lives) */
     size_t len;
@@ -440,7 +468,7 @@ typedef struct {
     int placed;             /* SKV_OPEN_PLACE: a raw record already in c->s, verified */
 } rec_dec;
 #define SKV_OPEN_PLACE 2 /* skv_store_rec_open's fused: raw records placed at once */
-int skv_store_rec_open(dec_ctx *c, skv_trie_rec *t, int fused, const rec_dec *share,
+int skv_store_rec_open(dec_ctx *c, skv_irec *t, int fused, const rec_dec *share,
                        skv_rec_sum *sum, rec_dec *x);
 int skv_store_rec_layered(const rec_dec *x);
 int skv_store_rec_decode(dec_ctx *c, rec_dec *x);

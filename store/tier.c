@@ -192,21 +192,21 @@ void skv_tier_on_commit(seqkv *db, skv_tier_fn fn, void *ctx)
 static void chain_tag(const ns_ent *e, const uint8_t node[32], uint32_t i, uint8_t tag[32])
 {
     const uint8_t *at = node;
-    const skv_trie_rec *r;
-    while (i > 1 && (r = skv_trie_find(e->trie, at)) != NULL) {
-        at = r->parent;
+    const skv_irec *r;
+    while (i > 1 && (r = skv_irec_find(e->trie, at)) != NULL) {
+        at = r->tr.parent;
         i--;
     }
     memcpy(tag, at, 32);
 }
 
 /* Record t's chain tag */
-static void rec_tag(const ns_ent *e, const skv_trie_rec *t, uint8_t tag[32])
+static void rec_tag(const ns_ent *e, const skv_irec *t, uint8_t tag[32])
 {
-    if (t->chunk_index == 0)
-        memcpy(tag, t->n == skv_trie_chunk(e->trie) ? t->key : t->parent, 32);
+    if (t->tr.chunk_index == 0)
+        memcpy(tag, t->tr.n == skv_trie_chunk(e->trie) ? t->tr.key : t->tr.parent, 32);
     else
-        chain_tag(e, t->parent, t->chunk_index, tag);
+        chain_tag(e, t->tr.parent, t->tr.chunk_index, tag);
 }
 
 static const char *tenant_name(const seqkv *db, uint64_t id)
@@ -264,10 +264,10 @@ static int ho_grow(handout *h)
 }
 
 /* Record t's chain tag: a listed parent's, else walked */
-static void ho_tag(const handout *h, const ns_ent *e, const skv_trie_rec *t, uint8_t tag[32])
+static void ho_tag(const handout *h, const ns_ent *e, const skv_irec *t, uint8_t tag[32])
 {
-    const skv_tier_rec *p = t->chunk_index > 0 ? ho_get(h, t->parent) : NULL;
-    if (p && p->chunk_index + 1 == t->chunk_index)
+    const skv_tier_rec *p = t->tr.chunk_index > 0 ? ho_get(h, t->tr.parent) : NULL;
+    if (p && p->chunk_index + 1 == t->tr.chunk_index)
         memcpy(tag, p->tag, 32);
     else
         rec_tag(e, t, tag);
@@ -276,30 +276,30 @@ static void ho_tag(const handout *h, const ns_ent *e, const skv_trie_rec *t, uin
 /* Record t of namespace e listed (once; bytes NULL until the caller sets
  * them): NULL when it was listed already or memory ran out (then one the
  * cluster lacks stays a miss there) */
-static skv_tier_rec *ho_add(const seqkv *db, handout *h, const ns_ent *e, const skv_trie_rec *t)
+static skv_tier_rec *ho_add(const seqkv *db, handout *h, const ns_ent *e, const skv_irec *t)
 {
     const char *tn = tenant_name(db, e->tenant);
-    if (!tn || ho_get(h, t->key) || (h->n == h->cap && ho_grow(h)))
+    if (!tn || ho_get(h, t->tr.key) || (h->n == h->cap && ho_grow(h)))
         return NULL;
     skv_tier_rec *o = &h->out[h->n];
     memset(o, 0, sizeof *o);
     o->tenant = tn;
-    memcpy(o->key, t->key, 32);
-    memcpy(o->parent, t->parent, 32);
-    o->chunk_index = t->chunk_index;
-    o->n = t->n;
-    o->lo = t->lo;
+    memcpy(o->key, t->tr.key, 32);
+    memcpy(o->parent, t->tr.parent, 32);
+    o->chunk_index = t->tr.chunk_index;
+    o->n = t->tr.n;
+    o->lo = t->tr.lo;
     ho_tag(h, e, t, o->tag);
     o->has_base = t->has_base;
     memcpy(o->base, t->base, 32);
-    const skv_trie_rec *c = t->has_centroid ? skv_trie_find(e->trie, t->centroid) : NULL;
+    const skv_irec *c = t->has_centroid ? skv_irec_find(e->trie, t->centroid) : NULL;
     if (c) {
         o->has_centroid = 1;
         memcpy(o->centroid, t->centroid, 32);
         rec_tag(e, c, o->cent_tag);
     }
     h->ns[h->n] = e;
-    h->slot[ho_find(h, t->key)] = (uint32_t)++h->n;
+    h->slot[ho_find(h, t->tr.key)] = (uint32_t)++h->n;
     return o;
 }
 
@@ -315,7 +315,7 @@ void skv_tier_committed(seqkv *db, const struct skv_put_batch *pb, uint8_t *cons
     pthread_rwlock_rdlock(&db->rw);
     for (size_t j = 0; j < pb->nrec; j++) {
         const pend_rec *p = &pb->rec[j];
-        const skv_trie_rec *t = skv_trie_find(p->e->trie, p->key);
+        const skv_irec *t = skv_irec_find(p->e->trie, p->key);
         skv_tier_rec *o = t && sealed[j] ? ho_add(db, &h, p->e, t) : NULL;
         if (!o)
             continue; /* (unsealed records never leave the host) */
@@ -328,21 +328,21 @@ void skv_tier_committed(seqkv *db, const struct skv_put_batch *pb, uint8_t *cons
     /* the records the batch's puts reused (their paths), and what every
      * record handed over needs (bases, centroid chains): keys and tags only */
     for (size_t j = 0; j < pb->ntick; j++) {
-        const skv_trie_rec *t = skv_trie_find(pb->tick[j].e->trie, pb->tick[j].key);
-        if (t && !t->hidden)
+        const skv_irec *t = skv_irec_find(pb->tick[j].e->trie, pb->tick[j].key);
+        if (t && !t->tr.hidden)
             ho_add(db, &h, pb->tick[j].e, t);
     }
     for (size_t j = 0; j < h.n; j++) {
         const ns_ent *e = h.ns[j];
-        const skv_trie_rec *t = skv_trie_find(e->trie, h.out[j].key);
-        const skv_trie_rec *b = t && t->has_base ? skv_trie_find(e->trie, t->base) : NULL;
-        if (b && !b->hidden)
+        const skv_irec *t = skv_irec_find(e->trie, h.out[j].key);
+        const skv_irec *b = t && t->has_base ? skv_irec_find(e->trie, t->base) : NULL;
+        if (b && !b->tr.hidden)
             ho_add(db, &h, e, b);
         /* a centroid's chain, tip to root (the walk stops at a record
          * listed already) */
-        for (const skv_trie_rec *c = t && t->has_centroid ? skv_trie_find(e->trie, t->centroid) : NULL;
-             c && !c->hidden && ho_add(db, &h, e, c);
-             c = c->chunk_index > 0 ? skv_trie_find(e->trie, c->parent) : NULL)
+        for (const skv_irec *c = t && t->has_centroid ? skv_irec_find(e->trie, t->centroid) : NULL;
+             c && !c->tr.hidden && ho_add(db, &h, e, c);
+             c = c->tr.chunk_index > 0 ? skv_irec_find(e->trie, c->tr.parent) : NULL)
             ;
     }
     pthread_rwlock_unlock(&db->rw);
@@ -404,8 +404,8 @@ int skv_tier_has(seqkv *db, const uint8_t key[32])
     int has = 0;
     pthread_rwlock_rdlock(&db->rw);
     for (size_t i = 0; i < db->nns && !has; i++) {
-        const skv_trie_rec *r = skv_trie_find(db->ns[i].trie, key);
-        has = r && !r->hidden;
+        const skv_irec *r = skv_irec_find(db->ns[i].trie, key);
+        has = r && !r->tr.hidden;
     }
     pthread_rwlock_unlock(&db->rw);
     return has;
@@ -423,19 +423,19 @@ static int installing(const skv_tier_in *recs, const skv_rec *r, size_t n, const
 /* Newly installed t's dependants that were here before it (fetched while
  * it was not: its children, siblings taking [0, lo) from it) counted, as
  * their indexing could not (store.c counts them so at open) */
-static void count_earlier(ns_ent *e, skv_trie_rec *t, const skv_tier_in *recs, const skv_rec *r,
+static void count_earlier(ns_ent *e, skv_irec *t, const skv_tier_in *recs, const skv_rec *r,
                           size_t n)
 {
-    const uint8_t *node[2] = {t->key, t->parent};
+    const uint8_t *node[2] = {t->tr.key, t->tr.parent};
     for (int k = 0; k < 2; k++) {
-        const size_t m = skv_trie_children(e->trie, node[k], NULL, 0);
-        skv_trie_rec **c = m ? skv_malloc(m * sizeof *c) : NULL;
+        const size_t m = skv_irec_children(e->trie, node[k], NULL, 0);
+        skv_irec **c = m ? skv_malloc(m * sizeof *c) : NULL;
         if (!c)
             continue;
-        skv_trie_children(e->trie, node[k], c, m);
+        skv_irec_children(e->trie, node[k], c, m);
         for (size_t i = 0; i < m; i++)
-            if ((k == 0 || (c[i]->has_base && memcmp(c[i]->base, t->key, 32) == 0)) &&
-                !installing(recs, r, n, c[i]->key))
+            if ((k == 0 || (c[i]->has_base && memcmp(c[i]->base, t->tr.key, 32) == 0)) &&
+                !installing(recs, r, n, c[i]->tr.key))
                 t->deps++;
         skv_free(c);
     }
@@ -523,7 +523,7 @@ int skv_tier_install(seqkv *db, const char *tenant, const char *profile, const s
                 rc = skv_store_index(db, recs[i].key, &r[i], recs[i].len, tick);
         for (size_t i = 0; i < db->nns; i++)
             for (size_t j = 0; j < n; j++) {
-                skv_trie_rec *t = r[j].n ? skv_trie_find(db->ns[i].trie, recs[j].key) : NULL;
+                skv_irec *t = r[j].n ? skv_irec_find(db->ns[i].trie, recs[j].key) : NULL;
                 if (t && db->ns[i].tenant == tid) {
                     skv_store_deps(&db->ns[i], t, +1);
                     count_earlier(&db->ns[i], t, recs, r, n);

@@ -93,14 +93,14 @@ static int view_decode(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
     dec_ctx c = {db, txn, m->e, m->pe, &v->s, skv_store_tick(db), NULL,
                  {0, skv_store_read_pool_take(db), 0}};
     for (size_t j = first; !rc && j < v->nchunks; j++) {
-        skv_trie_rec *t = m->path[j].rec;
+        skv_irec *t = skv_irec_of(m->path[j].rec);
         if (v->ch[j]) { /* hot again after a miss: context for the next */
             hot_to_seqbuf(pe, v->ch[j], j * CH, &v->s);
             continue;
         }
         if ((rc = skv_store_decode_rec(&c, t)))
             break;
-        if (db->hot && (v->ch[j] = skv_store_hot_entry(pe, t->key, t->n, &v->s, j * CH)))
+        if (db->hot && (v->ch[j] = skv_store_hot_entry(pe, t->tr.key, t->tr.n, &v->s, j * CH)))
             skv_hot_put(db->hot, v->ch[j]);
     }
     skv_store_read_pool_give(db, c.role.rpool);
@@ -153,7 +153,7 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
     for (size_t j = first; j < v->nchunks; j++)
         cap += v->ch[j] ? 0 : CH + 1;
     rec_dec *x = skv_calloc(cap ? cap : 1, sizeof *x);
-    skv_trie_rec **chain = skv_malloc((CH + 1) * sizeof *chain);
+    skv_irec **chain = skv_malloc((CH + 1) * sizeof *chain);
     /* (XXH3's state is 64-byte aligned) */
     skv_rec_sum *sums = aligned_alloc(_Alignof(skv_rec_sum), (cap ? cap : 1) * sizeof *sums);
     MDB_txn *txn = NULL;
@@ -167,7 +167,7 @@ static int view_stream(seqkv *db, const match_res *m, seqkv_view *v, size_t firs
     int layered = 1;
     for (size_t j = first; !rc && j < v->nchunks; j++) {
         size_t k = 0;
-        if (v->ch[j] || (rc = skv_store_rec_chain(&c, m->path[j].rec, chain, &k)))
+        if (v->ch[j] || (rc = skv_store_rec_chain(&c, skv_irec_of(m->path[j].rec), chain, &k)))
             continue;
         /* a chunk of one raw record is placed as it opens (a sealed one
          * straight from its boxes); one with bases waits for their layers */
@@ -247,7 +247,7 @@ static int get_view(seqkv *db, const char *tenant, const char *profile, const in
     for (size_t j = 0; !rc && db->hot && j < v->nchunks; j++) {
         if ((v->ch[j] = skv_hot_get(db->hot, m.path[j].rec->key))) {
             v->hot++;
-            __atomic_store_n(&m.path[j].rec->tick, tick, __ATOMIC_RELAXED);
+            __atomic_store_n(&skv_irec_of(m.path[j].rec)->tick, tick, __ATOMIC_RELAXED);
         } else if (first == v->nchunks) {
             first = j;
         }

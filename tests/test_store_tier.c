@@ -708,7 +708,7 @@ Test(tier, records_from_another_host_install_and_get_back_bit_exact, .timeout = 
 static long deps_of(seqkv *db, const uint8_t key[32])
 {
     for (size_t i = 0; i < db->nns; i++) {
-        const skv_trie_rec *r = skv_trie_find(db->ns[i].trie, key);
+        const skv_irec *r = skv_irec_find(db->ns[i].trie, key);
         if (r)
             return r->deps;
     }

@@ -38,16 +38,29 @@ static void make_key(uint8_t key[32], const uint8_t parent[32], const int32_t *t
 
 static const uint8_t ROOT[32] = {0x52, 0x4f, 0x4f, 0x54, 1, 2, 3, 4, 5, 6, 7, 8};
 
-/* Insert a record with the given parent and tokens; its key is returned. */
+/* An owner's record: the trie's part first, then fields it keeps and never
+ * reads (the store's skv_irec is one) */
+typedef struct {
+    skv_trie_rec tr;
+    uint64_t tick, bytes;
+    int level;
+} owned;
+
+/* Insert a record with the given parent and tokens (as an owner's record,
+ * its own part zero: any trie of these tests takes it); its key is
+ * returned. */
 static skv_trie_rec *add(skv_trie *t, const uint8_t parent[32], const int32_t *tok, uint32_t n)
 {
+    owned o;
+    memset(&o, 0, sizeof o);
     skv_trie_rec r = {0};
     memcpy(r.parent, parent, 32);
     make_key(r.key, parent, tok, n);
     r.n = n;
     r.tokens = (int32_t *)tok;
+    o.tr = r;
     skv_trie_rec *out = NULL;
-    cr_assert_eq(skv_trie_insert(t, &r, &out), 0, "%s", seqkv_error_detail());
+    cr_assert_eq(skv_trie_insert(t, &o.tr, &out), 0, "%s", seqkv_error_detail());
     cr_assert_not_null(out);
     cr_assert_neq(out->tokens, tok, "tokens are copied");
     cr_assert_eq(memcmp(out->tokens, tok, n * sizeof *tok), 0);
@@ -56,49 +69,63 @@ static skv_trie_rec *add(skv_trie *t, const uint8_t parent[32], const int32_t *t
     return out;
 }
 
-static skv_trie *new_trie(uint32_t chunk)
+static skv_trie *trie_of(uint32_t chunk, size_t rec_size)
 {
     skv_trie *t;
-    cr_assert_eq(skv_trie_create(ROOT, chunk, &t), 0);
+    cr_assert_eq(skv_trie_create(ROOT, chunk, rec_size, &t), 0);
     cr_assert_eq(memcmp(skv_trie_root(t), ROOT, 32), 0);
     cr_assert_eq(skv_trie_chunk(t), chunk);
     cr_assert_eq(skv_trie_count(t), 0);
     return t;
 }
 
+static skv_trie *new_trie(uint32_t chunk)
+{
+    return trie_of(chunk, sizeof(skv_trie_rec));
+}
+
 Test(trie, create_rejects_chunk_zero_and_free_accepts_null)
 {
     skv_trie *t = (skv_trie *)1;
-    cr_assert_eq(skv_trie_create(ROOT, 0, &t), SKV_ERR_ARG);
+    cr_assert_eq(skv_trie_create(ROOT, 0, sizeof(skv_trie_rec), &t), SKV_ERR_ARG);
+    cr_assert_null(t);
+    t = (skv_trie *)1;
+    cr_assert_eq(skv_trie_create(ROOT, 4, sizeof(skv_trie_rec) - 1, &t), SKV_ERR_ARG,
+                 "records smaller than the trie's part");
     cr_assert_null(t);
     skv_trie_free(NULL);
 }
 
 Test(trie, insert_find_remove)
 {
-    skv_trie *t = new_trie(4);
+    skv_trie *t = trie_of(4, sizeof(owned));
     int32_t a[4] = {1, 2, 3, 4}, b[2] = {5, 6};
     float s[4] = {1.5f, 2.5f, 3.5f, 4.5f};
+    owned ow;
+    memset(&ow, 0, sizeof ow);
     skv_trie_rec r = {0};
     memcpy(r.parent, ROOT, 32);
     make_key(r.key, ROOT, a, 4);
     r.n = 4;
     r.tokens = a;
     r.surprisal = s;
-    r.tick = 77;
-    r.bytes = 1234;
-    r.level = 2;
+    ow.tr = r;
+    ow.tick = 77;
+    ow.bytes = 1234;
+    ow.level = 2;
     skv_trie_rec *ra;
-    cr_assert_eq(skv_trie_insert(t, &r, &ra), 0);
+    cr_assert_eq(skv_trie_insert(t, &ow.tr, &ra), 0);
     /* owned copies: changing the caller's arrays changes nothing */
     a[0] = 99;
     s[0] = -1.0f;
     cr_assert_eq(ra->tokens[0], 1);
     cr_assert_eq(ra->surprisal[0], 1.5f);
     cr_assert_eq(ra->surprisal[3], 4.5f);
-    cr_assert_eq(ra->tick, 77);
-    cr_assert_eq(ra->bytes, 1234);
-    cr_assert_eq(ra->level, 2);
+    /* the owner's part is kept as it was given */
+    const owned *oa = (const owned *)ra;
+    cr_assert_eq(oa->tick, 77);
+    cr_assert_eq(oa->bytes, 1234);
+    cr_assert_eq(oa->level, 2);
     a[0] = 1;
     cr_assert_eq(skv_trie_count(t), 1);
 

@@ -28,38 +28,36 @@
 extern "C" {
 #endif
 
+/* A record as the trie sees it: where it hangs, its tokens, whether it is
+ * visible. An owner keeps its own fields beside these: its records begin
+ * with an skv_trie_rec and are rec_size bytes (skv_trie_create), which
+ * the trie copies, keeps and frees without reading past this part (the
+ * store's: store_priv.h's skv_irec). */
 typedef struct skv_trie_rec {
     uint8_t key[32];     /* record key (LMDB) */
     uint8_t parent[32];  /* node it hangs below */
     uint32_t chunk_index;
     uint32_t n;          /* tokens on the edge */
-    uint32_t lo;         /* positions [0, lo) come from its base */
+    uint32_t lo;         /* positions [0, lo) come from another record (its base) */
     int32_t *tokens;     /* owned copy [n] */
     float *surprisal;    /* owned copy [n], or NULL when unknown */
-    uint64_t tick;       /* last use (store's logical clock) */
-    uint64_t tick_saved; /* tick last persisted (store-maintained) */
-    uint64_t bytes;      /* bytes of the stored record */
-    uint32_t deps;       /* records needing this one (store-maintained) */
-    uint8_t level;       /* seqkv_level it was coded at */
-    uint8_t has_base, has_centroid;
-    uint8_t evicting;    /* store-internal mark */
     uint8_t hidden;      /* not visible: skv_trie_match skips it (the
                             store's uncommitted records of a put batch, and
                             records whose delete is committing) */
-    uint8_t base[32];    /* key of the sibling providing [0, lo) */
-    uint8_t centroid[32];/* key of the centroid record it was coded against */
     struct skv_trie_rec *next_sib; /* internal */
 } skv_trie_rec;
 
 typedef struct skv_trie skv_trie;
 
-int skv_trie_create(const uint8_t root[32], uint32_t chunk, skv_trie **out);
+/* A trie whose records are rec_size bytes (>= sizeof(skv_trie_rec)),
+ * each beginning with an skv_trie_rec */
+int skv_trie_create(const uint8_t root[32], uint32_t chunk, size_t rec_size, skv_trie **out);
 void skv_trie_free(skv_trie *t);
 const uint8_t *skv_trie_root(const skv_trie *t);
 uint32_t skv_trie_chunk(const skv_trie *t);
 size_t skv_trie_count(const skv_trie *t);
 
-/* Insert a copy of r (tokens and surprisal copied). SKV_ERR_ARG if the key
+/* Insert a copy of r (rec_size bytes; tokens and surprisal copied). SKV_ERR_ARG if the key
  * exists or n is 0 or above the chunk length. *out (may be NULL) points at
  * the stored record, valid until it is removed. */
 int skv_trie_insert(skv_trie *t, const skv_trie_rec *r, skv_trie_rec **out);

@@ -19,6 +19,7 @@ typedef struct {
 struct skv_trie {
     uint8_t root[32];
     uint32_t chunk;
+    size_t rec_size; /* an owner's record, beginning with an skv_trie_rec */
     table recs, nodes;
 };
 
@@ -96,16 +97,19 @@ static void tab_del(table *t, slot *s)
     t->tomb++;
 }
 
-int skv_trie_create(const uint8_t root[32], uint32_t chunk, skv_trie **out)
+int skv_trie_create(const uint8_t root[32], uint32_t chunk, size_t rec_size, skv_trie **out)
 {
     *out = NULL;
     if (chunk == 0)
         return skv_error(SKV_ERR_ARG, "chunk length 0");
+    if (rec_size < sizeof(skv_trie_rec))
+        return skv_error(SKV_ERR_ARG, "records of %zu bytes hold no skv_trie_rec", rec_size);
     skv_trie *t = skv_calloc(1, sizeof *t);
     if (!t)
         return skv_error(SKV_ERR_NOMEM, "trie");
     memcpy(t->root, root, 32);
     t->chunk = chunk;
+    t->rec_size = rec_size;
     *out = t;
     return SKV_OK;
 }
@@ -151,10 +155,10 @@ int skv_trie_insert(skv_trie *t, const skv_trie_rec *r, skv_trie_rec **out)
         return skv_error(SKV_ERR_ARG, "record base length %u past its %u tokens", r->lo, r->n);
     if (tab_find(&t->recs, r->key))
         return skv_error(SKV_ERR_ARG, "record already indexed");
-    skv_trie_rec *c = skv_malloc(sizeof *c);
+    skv_trie_rec *c = skv_malloc(t->rec_size);
     if (!c)
         return skv_error(SKV_ERR_NOMEM, "trie record");
-    *c = *r;
+    memcpy(c, r, t->rec_size);
     c->next_sib = NULL;
     c->tokens = skv_malloc(r->n * sizeof(int32_t));
     c->surprisal = r->surprisal ? skv_malloc(r->n * sizeof(float)) : NULL;
