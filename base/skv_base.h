@@ -1,6 +1,6 @@
 /*
  * skv_base.h - the bottom of seqkv, internal to it: error recording (the
- * codes are skv_error.h's), the heap wrapper, little-endian access,
+ * codes are seqkv.h's), the heap wrapper, byte-order access,
  * storage dtypes (seqkv_dtype.h), a fixed-partition thread pool, a seeded
  * RNG, deterministic elementary functions and files.
  *
@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-/* Errors (skv_error.h): internal code records a failure's detail with
+/* Errors (seqkv.h): internal code records a failure's detail with
  * skv_error and returns its code. */
 /* Record `err` with a printf-style detail for this thread; returns err so
  * callers can write `return skv_error(SKV_ERR_FORMAT, "...")`. */

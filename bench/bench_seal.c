@@ -2,7 +2,7 @@
  * store whose records are sealed (the default) and of one written with
  * sealing off (seqkv_options.no_seal), cold (no hot tier: every GET opens
  * and checks its records), hot (from the hot tier) and cold streamed by
- * layer (seqkv_get_view_stream, what KV.GET ... LAYERS serves), at the raw level,
+ * layer (seqkv_get_view with on_ready, what KV.GET ... LAYERS serves), at the raw level,
  * in process, the readers' pool on every CPU as the server has it; the
  * cipher's own speed (one thread over one hot part, and every CPU over
  * parts as cold as a store's: what bounds a cold sealed GET); and

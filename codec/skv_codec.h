@@ -24,7 +24,7 @@
  *    marginal p_emp, the rest as plain bits. Every bit pattern survives.
  *
  * The fast level's streams (below, "Fast streams") are a separate,
- * model-free format. Depends on skv_error.h and seqkv_dtype.h only.
+ * model-free format. Depends on seqkv.h (errors, dtypes) only.
  */
 #ifndef SKV_CODEC_H
 #define SKV_CODEC_H

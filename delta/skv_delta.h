@@ -34,7 +34,7 @@
 extern "C" {
 #endif
 
-/* The coder takes every level of seqkv_level.h but SEQKV_RAW. */
+/* The coder takes every level of seqkv.h but SEQKV_RAW. */
 
 /* The calibration file version this build writes and the only one it
  * reads (a sparse codebook, stat's atoms); 1 and 2 (dense codebooks) are

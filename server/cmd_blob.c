@@ -1,5 +1,5 @@
 /* The plain Redis string commands over the tenant's blob namespace
- * (seqkv_blob.h): GET, SET, MGET, MSET, EXISTS, DEL, UNLINK, STRLEN,
+ * (seqkv.h, the blob namespace): GET, SET, MGET, MSET, EXISTS, DEL, UNLINK, STRLEN,
  * EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, PERSIST, TYPE, SCAN,
  * DBSIZE and FLUSHDB, with Redis's arguments, reply types and error
  * words, so that a Redis client (redis-py, hiredis, LMCache's remote

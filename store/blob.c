@@ -1,4 +1,4 @@
-/* The blob namespace (seqkv_blob.h; FORMAT.md, "Blobs"): a tenant's named
+/* The blob namespace (seqkv.h; FORMAT.md, "Blobs"): a tenant's named
  * values in three LMDB tables --
  *   blobs:     tenant u64 BE | name hash u64 BE | name  ->  entry (blob_ent)
  *   blobvals:  tenant u64 BE | content id (16)          ->  stored image (blob_code.c)

@@ -1,4 +1,4 @@
-/* The blob namespace's deletes and upkeep (seqkv_blob.h): DEL, expiry,
+/* The blob namespace's deletes and upkeep (seqkv.h): DEL, expiry,
  * FLUSHDB, the sweep of expired keys, eviction under a budget, and the
  * counts made when a store opens. Bounded write transactions: other
  * writers go between them. */

@@ -1,4 +1,4 @@
-/* The blob namespace (seqkv_blob.h): exact values, deduplication by
+/* The blob namespace (seqkv.h, "the blob namespace"): exact values, deduplication by
  * content within a tenant, values with a KV layout coded as KV
  * (model KV in LMCache's KV_2LTD layout, either order of the two keys),
  * NX/XX/KEEPTTL, expiry and the sweep, SCAN's cursor, tenants kept apart,

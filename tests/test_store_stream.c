@@ -1,4 +1,4 @@
-/* Streamed views (seqkv_get_view_stream): the chunks missing from the hot
+/* Streamed views (seqkv_get_view with on_ready): the chunks missing from the hot
  * tier decode layer by layer, and each time the function hears that
  * layers [0, ready) are done, those layers' pieces already hold exactly
  * the KV put -- at every model-free level, with hot chunks before and
