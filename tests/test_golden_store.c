@@ -46,8 +46,10 @@ static void copy_file(const char *from, const char *to)
     skv_free(b);
 }
 
-/* Every sequence of the golden store looked up whole and got bit-exactly */
-static void check_all(seqkv *db, su_model *tm, const char *version)
+/* Every sequence of the golden store looked up whole and got bit-exactly
+ * (with_model 0: those the model-free levels hold; spec and full read the
+ * model at the path the profile records, where make_golden.sh ran) */
+static void check_all(seqkv *db, su_model *tm, const char *version, int with_model)
 {
     static const struct {
         const char *tenant, *file;
@@ -56,6 +58,8 @@ static void check_all(seqkv *db, su_model *tm, const char *version)
                 {"t_ctx", "ctx.txt", 0}, {"t_ctx", "near.txt", 0}, {"t_spec", "spec.txt", 0},
                 {"t_full", "full.txt", 0}, {"t_fast", "fast.txt", 0}};
     for (size_t i = 0; i < sizeof seqs / sizeof *seqs; i++) {
+        if (!with_model && (!strcmp(seqs[i].tenant, "t_spec") || !strcmp(seqs[i].tenant, "t_full")))
+            continue;
         int32_t all[512];
         size_t n = read_tokens(seqs[i].file, all, 512);
         /* raw.txt holds two lines of 96 */
@@ -113,7 +117,7 @@ static void golden_store(void)
     size_t bl[1] = {1}, nb = 9;
     cr_assert_eq(seqkv_blob_exists(db, "t_raw", 1, bk, bl, &nb), 0, "%s", seqkv_error_detail());
     cr_assert_eq(nb, 0);
-    check_all(db, &tm, version);
+    check_all(db, &tm, version, 0);
     seqkv_close(db);
     cr_assert_eq(su_chunk_unsealed(dir), 0, "every record of the golden store is sealed");
     o.read_only = 0;
@@ -131,17 +135,17 @@ static void golden_store(void)
         cr_assert_eq(st.level_tokens[l], want_tokens[l], "%s store: %llu %s tokens, wanted %llu", version,
                      (unsigned long long)st.level_tokens[l], seqkv_level_name((seqkv_level)l),
                      (unsigned long long)want_tokens[l]);
-    check_all(db, &tm, version);
+    check_all(db, &tm, version, 1);
     /* compaction finds nothing damaged and keeps every get exact, before
      * and after reopening */
     seqkv_compact_stats cs;
     cr_assert_eq(seqkv_compact(db, NULL, NULL, NULL, &cs), 0, "%s", seqkv_error_detail());
     cr_assert_eq(cs.damaged, 0);
-    check_all(db, &tm, version);
+    check_all(db, &tm, version, 1);
     seqkv_close(db);
     cr_assert_eq(su_chunk_unsealed(dir), 0, "compaction leaves every record sealed");
     cr_assert_eq(seqkv_open(dir, &o, &db), 0, "%s", seqkv_error_detail());
-    check_all(db, &tm, version);
+    check_all(db, &tm, version, 1);
     seqkv_close(db);
     su_model_free(&tm);
 }
