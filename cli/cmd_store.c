@@ -381,23 +381,20 @@ int cli_same_shape(const seqkv_profile *a, const seqkv_profile *b)
  * model). Imports --calib. A new profile's level is --level, else ctx
  * when a calibration was given (as calibrating raises a raw profile to),
  * else raw. *p receives the profile. */
-void cli_profile_fields(const sargs *a, seqkv_profile *p)
+/* Option field f, when given, into p: 1 when that changed p's */
+static int apply_field(const sargs *a, size_t f, seqkv_profile *p)
 {
-    for (size_t f = 0; f < seqkv_profile_field_count() && f < 32; f++) {
-        char v[SEQKV_PATH_MAX + 2];
-        if ((a->pf_given >> f & 1) && seqkv_profile_field_format(&a->pf, f, v, sizeof v) >= 0)
-            seqkv_profile_field_parse(p, f, v);
-    }
+    char v[SEQKV_PATH_MAX + 2], was[SEQKV_PATH_MAX + 2];
+    if (f >= 32 || !(a->pf_given >> f & 1) || seqkv_profile_field_format(&a->pf, f, v, sizeof v) < 0)
+        return 0;
+    const int known = seqkv_profile_field_format(p, f, was, sizeof was) >= 0;
+    return !seqkv_profile_field_parse(p, f, v) && (!known || strcmp(v, was) != 0);
 }
 
-int cli_field_given(const sargs *a, const char *name, const seqkv_profile *p)
+void cli_profile_fields(const sargs *a, seqkv_profile *p)
 {
-    size_t f;
-    char x[SEQKV_PATH_MAX + 2], y[SEQKV_PATH_MAX + 2];
-    if (seqkv_profile_field_find(name, &f) || f >= 32 || !(a->pf_given >> f & 1))
-        return 0;
-    return !p || seqkv_profile_field_format(&a->pf, f, x, sizeof x) < 0 ||
-           seqkv_profile_field_format(p, f, y, sizeof y) < 0 || strcmp(x, y) != 0;
+    for (size_t f = 0; f < seqkv_profile_field_count(); f++)
+        apply_field(a, f, p);
 }
 
 int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *name,
@@ -448,14 +445,9 @@ int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *n
             snprintf(p->model, sizeof p->model, "%s", want->model);
             change = 1;
         }
-        if (cli_field_given(a, "auto_calibrate", p)) {
-            size_t f;
-            char v[32];
-            seqkv_profile_field_find("auto_calibrate", &f);
-            if (seqkv_profile_field_format(&a->pf, f, v, sizeof v) >= 0)
-                seqkv_profile_field_parse(p, f, v);
+        size_t f;
+        if (!seqkv_profile_field_find("auto_calibrate", &f) && apply_field(a, f, p))
             change = 1;
-        }
         if (change && (rc = seqkv_profile_set(db, p)))
             return cli_fail(rc, "profile");
     }

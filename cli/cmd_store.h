@@ -71,9 +71,6 @@ void cli_shape_from_model(const skv_model *m, seqkv_dtype dt, seqkv_profile *p);
 int cli_same_shape(const seqkv_profile *a, const seqkv_profile *b);
 /* The profile fields given as options into p (through the profile table) */
 void cli_profile_fields(const sargs *a, seqkv_profile *p);
-/* Whether option field `name` was given (and so differs from p's, when p
- * is given: 1 only when it does) */
-int cli_field_given(const sargs *a, const char *name, const seqkv_profile *p);
 /* Find the profile `name` or create it from `want` (cmd_store.c). */
 int cli_ensure_profile(seqkv *db, const sargs *a, const char *cmd, const char *name,
                        const seqkv_profile *want, seqkv_profile *p, int *created);

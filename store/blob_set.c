@@ -378,20 +378,22 @@ static int relayout_prepare(seqkv *db, relayout_ctx *c, const seqkv_blob_layout 
         return skv_mdb_error(mrc, "begin transaction");
     blob_ent e;
     int rc = skvb_live(db, txn, &c->k, c->key, c->key_len, skv_now_ms(), &e, &found);
-    uint8_t vk[VKEY];
+    uint8_t vk[VKEY], *raw = NULL;
     MDB_val k = {VKEY, vk}, v;
-    uint8_t *raw = NULL;
     if (!rc && found && skv_blob_layout_ok(lay, e.len)) {
         skvb_val_key(c->k.tid, e.cid, vk);
-        if (!mdb_get(txn, db->db_bval, &k, &v) && skvb_enc_of(&v) != SKV_BLOB_ENC_KV &&
-            !(rc = (raw = skv_malloc(e.len)) ? SKV_OK : skv_error(SKV_ERR_NOMEM, "relayout")) &&
-            !(rc = skvb_val_decode(db, vk, &v, raw, e.len)) &&
-            !(rc = skv_blob_encode(raw, e.len, lay, 0, &c->img, &c->img_len)) &&
-            (c->img[5] != SKV_BLOB_ENC_KV || c->img_len >= v.mv_size)) {
-            skv_free(c->img); /* not smaller as KV */
-            c->img = NULL;
-        }
         memcpy(c->cid, e.cid, 16);
+        /* held as bytes still: decoded and coded as KV */
+        if (!mdb_get(txn, db->db_bval, &k, &v) && skvb_enc_of(&v) != SKV_BLOB_ENC_KV) {
+            raw = skv_malloc(e.len);
+            rc = raw ? skvb_val_decode(db, vk, &v, raw, e.len) : skv_error(SKV_ERR_NOMEM, "relayout");
+            if (!rc)
+                rc = skv_blob_encode(raw, e.len, lay, 0, &c->img, &c->img_len);
+            if (!rc && (c->img[5] != SKV_BLOB_ENC_KV || c->img_len >= v.mv_size)) {
+                skv_free(c->img); /* not smaller as KV */
+                c->img = NULL;
+            }
+        }
     }
     mdb_txn_abort(txn);
     skv_free(raw);
