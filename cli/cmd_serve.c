@@ -8,7 +8,7 @@
 #include "skv_server.h"
 
 static const char serve_usage[] =
-    "usage: seqkv serve --db DIR --socket PATH [--config FILE] [--threads N] [options]\n"
+    "usage: seqkv serve --db DIR --socket PATH [--port N] [--config FILE] [options]\n"
     "\n"
     "Serve the store DIR over RESP (the Redis protocol: redis-cli, hiredis and\n"
     "redis-py are clients) on the Unix socket PATH, created with mode 0600. A\n"
@@ -44,10 +44,15 @@ static const char serve_usage[] =
     "                    replica: a KV.PUT is acknowledged once the cluster has\n"
     "                    its records on a replica (WAIT); local (default): once\n"
     "                    committed here, the cluster written in the background\n"
+    "  --port N          RESP on loopback TCP too, on port N (config: port): for\n"
+    "                    clients that cannot reach a Unix socket (LMCache's MP\n"
+    "                    server, NIXL); a TCP peer must AUTH with a tenant's token\n"
+    "  --bind ADDR       the TCP address (default 127.0.0.1; loopback only:\n"
+    "                    127.0.0.0/8 or ::1, no TLS yet; config: bind)\n"
     "  --quiet           no log lines on stderr\n";
 
 enum { O_DB = 4000, O_SOCKET, O_CONFIG, O_THREADS, O_PUTBATCH, O_KEY, O_BUDGET, O_CACHE, O_NOSYNC, O_QUIET, O_HELP,
-       O_REMOTE, O_RKEY, O_RDUR };
+       O_REMOTE, O_RKEY, O_RDUR, O_PORT, O_BIND };
 
 static const struct option opts[] = {
     {"db", required_argument, NULL, O_DB},
@@ -63,6 +68,8 @@ static const struct option opts[] = {
     {"remote", required_argument, NULL, O_REMOTE},
     {"remote-key", required_argument, NULL, O_RKEY},
     {"remote-durability", required_argument, NULL, O_RDUR},
+    {"port", required_argument, NULL, O_PORT},
+    {"bind", required_argument, NULL, O_BIND},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -111,6 +118,12 @@ int cmd_serve(int argc, char **argv)
         case O_QUIET: o.quiet = 1; break;
         case O_REMOTE: o.remote = optarg; break;
         case O_RKEY: o.remote_key = optarg; break;
+        case O_BIND: o.bind = optarg; break;
+        case O_PORT:
+            if (cli_parse_long(optarg, 1, 65535, &th))
+                return cli_usage_error("serve", "--port wants an integer in [1, 65535]");
+            o.port = (int)th;
+            break;
         case O_RDUR:
             if (strcmp(optarg, "local") && strcmp(optarg, "replica"))
                 return cli_usage_error("serve", "--remote-durability wants local or replica");

@@ -2,7 +2,10 @@
  * connection and tying it to a tenant by its peer credentials, AUTH, and
  * the limits on connections that have not authenticated yet. Loop thread
  * only. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -97,18 +100,22 @@ static int evict_unauth(skv_server *s)
     return 1;
 }
 
-void srv_accept(skv_server *s)
+void srv_accept(skv_server *s, int lfd, int tcp)
 {
     for (;;) {
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
             return; /* EAGAIN, or out of descriptors: retried on the next event */
         }
-        struct ucred cr;
+        /* a TCP peer has no kernel identity: it is nobody until it AUTHs */
+        struct ucred cr = {.pid = 0, .uid = SRV_NO_UID, .gid = SRV_NO_UID};
         socklen_t cl = sizeof cr;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) {
+        if (tcp) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        } else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) {
             close(fd);
             continue;
         }
@@ -117,7 +124,7 @@ void srv_accept(skv_server *s)
             refuse(fd, "-ERR max number of clients reached\r\n");
             continue;
         }
-        int t = tenant_of_peer(s, cr.uid, cr.gid);
+        int t = tcp ? -1 : tenant_of_peer(s, cr.uid, cr.gid);
         if (t < 0 && s->have_tokens && s->nunauth >= s->cfg.max_unauth && !evict_unauth(s)) {
             s->rejected++;
             refuse(fd, "-BUSY too many connections waiting to authenticate (max-unauth-clients)\r\n");
@@ -156,6 +163,7 @@ void srv_accept(skv_server *s)
         c->gid = cr.gid;
         c->pid = cr.pid;
         c->tenant = -1;
+        c->tcp = tcp;
         s->nunauth++;
         srv_set_tenant(s, c, t);
         c->since = srv_now();
@@ -236,6 +244,57 @@ int srv_listen(skv_server *s, const char *path)
     s->sock_dev = st.st_dev;
     s->sock_ino = st.st_ino;
     s->lfd = fd;
+    return 0;
+}
+
+/* 1 when a is a loopback address: 127.0.0.0/8, ::1, or ::ffff:127.x.y.z */
+static int loopback(const struct sockaddr_storage *a)
+{
+    if (a->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    const struct in6_addr *x = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
+}
+
+int srv_listen_tcp(skv_server *s, const char *addr, int port)
+{
+    struct sockaddr_storage a;
+    socklen_t alen;
+    memset(&a, 0, sizeof a);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&a;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&a;
+    if (strcmp(addr, "localhost") == 0)
+        addr = "127.0.0.1";
+    if (inet_pton(AF_INET, addr, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)port);
+        alen = sizeof *a4;
+    } else if (inet_pton(AF_INET6, addr, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)port);
+        alen = sizeof *a6;
+    } else {
+        return skv_error(SKV_ERR_ARG, "bind %s: not a numeric IPv4 or IPv6 address", addr);
+    }
+    if (!loopback(&a))
+        return skv_error(SKV_ERR_ARG, "bind %s: not a loopback address; seqkv serves TCP on "
+                         "127.0.0.0/8 and ::1 only (no TLS yet): use the Unix socket, or a "
+                         "tunnel, to reach it from elsewhere", addr);
+    int fd = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return skv_error(SKV_ERR_IO, "socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (a.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&a, alen) != 0 || listen(fd, 256) != 0) {
+        int e = errno;
+        close(fd);
+        return skv_error(SKV_ERR_IO, "%s port %d: %s", addr, port, strerror(e));
+    }
+    snprintf(s->tcp_addr, sizeof s->tcp_addr, a.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d",
+             addr, port);
+    s->tfd = fd;
     return 0;
 }
 

@@ -201,7 +201,8 @@ void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n)
         if (!mset && set_parse(j, &flags, &at))
             continue;
         const size_t k = mset ? (j->cmd.argc - 1) / 2 : 1;
-        /* the items, then their layouts (LMCache's pairs: lmcache.c) */
+        /* the items, then their layouts (LMCache's pairs: lmcache.c; the
+         * config's kv-layout lines: kv_layout.c) */
         if (!(items[m] = malloc(k * (sizeof **items + sizeof(seqkv_blob_layout))))) {
             skv_rbuf_error(&j->reply, "ERR", "out of memory");
             continue;
@@ -211,6 +212,7 @@ void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n)
                                             j->cmd.argv[2 + 2 * x], j->cmd.argl[2 + 2 * x], NULL, 0};
         srv_lmcache_layouts(s, srv_tenant_name(s, j), items[m], k,
                             (seqkv_blob_layout *)(items[m] + k));
+        srv_kv_layouts(s, items[m], k, (seqkv_blob_layout *)(items[m] + k));
         q[m] = (seqkv_blob_set_req){.tenant = srv_tenant_name(s, j), .items = items[m], .n = k,
                                     .flags = flags, .expire_at = at};
         ok[m++] = j;

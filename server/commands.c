@@ -8,6 +8,7 @@
  * command takes a tenant argument. */
 #include <ctype.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -224,7 +225,7 @@ static void auth_failed(skv_server *s, srv_job *j, int rc)
         srv_err_reply(j, "BUSY", "that tenant has all the connections its max-clients allows");
         return;
     }
-    srv_err_reply(j, "WRONGPASS", "invalid token or tenant name");
+    srv_err_reply(j, "WRONGPASS", "invalid username-password pair or user is disabled.");
     if (j->c->auth_fails >= 3) {
         j->close_after = 1;
         srv_log(s, "client %llu (uid %u): %d failed AUTH attempts, closing",
@@ -243,6 +244,20 @@ static void cmd_auth(skv_server *s, srv_job *j)
         return;
     }
     skv_rbuf_simple(&j->reply, "OK");
+}
+
+/* SELECT db: one database, 0 (NIXL's Redis plugin selects it) */
+static void cmd_select(skv_server *s, srv_job *j)
+{
+    (void)s;
+    long long db;
+    const int neg = j->cmd.argl[1] > 1 && j->cmd.argv[1][0] == '-';
+    if (srv_parse_ll(j->cmd.argv[1] + neg, j->cmd.argl[1] - (size_t)neg, 0, LLONG_MAX, &db))
+        srv_err_reply(j, "ERR", "value is not an integer or out of range");
+    else if (neg || db != 0)
+        srv_err_reply(j, "ERR", "DB index is out of range");
+    else
+        skv_rbuf_simple(&j->reply, "OK");
 }
 
 /* HELLO [protover [AUTH user pass] [SETNAME name]] */
@@ -277,7 +292,10 @@ static void cmd_hello(skv_server *s, srv_job *j)
         }
     }
     if (c->tenant < 0) {
-        srv_err_reply(j, "NOAUTH", "HELLO must be called with AUTH (this peer has no tenant)");
+        srv_err_reply(j, "NOAUTH", "HELLO must be called with the client already authenticated, "
+                                   "otherwise the HELLO <proto> AUTH <user> <pass> option can be "
+                                   "used to authenticate the client and select the RESP protocol "
+                                   "version at the same time");
         return;
     }
     c->proto = proto;
@@ -762,6 +780,7 @@ static const srv_cmd cmds[] = {
     {"QUIT", 1, -1, SRV_F_LOOP | SRV_F_NOAUTH, cmd_quit, 0},
     {"COMMAND", 1, -1, SRV_F_LOOP | SRV_F_NOAUTH, cmd_command, 0},
     {"CLIENT", 2, -1, SRV_F_LOOP, cmd_client, 0},
+    {"SELECT", 2, 2, SRV_F_LOOP, cmd_select, 0},
     {"SHUTDOWN", 1, 2, SRV_F_LOOP | SRV_F_ADMIN, cmd_shutdown, 0},
     {"INFO", 1, 2, 0, cmd_info, 0},
     {"KV.PROFILE", 2, -1, 0, srv_cmd_profile, 0},

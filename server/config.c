@@ -17,6 +17,9 @@
  *   put-batch N              most KV.PUTs written by one commit (1: no batching)
  *   remote SEEDS | remote-key SPEC | remote-durability local|replica |
  *   remote-backlog BYTES | remote-timeout MS    the shared tier (remote.h)
+ *   port N | bind ADDR       RESP on loopback TCP too (its peers must AUTH)
+ *   kv-layout GLOB layers L kv-heads H head-dim D dtype DT [tokens T]
+ *            [order kv_2ltd|mla]   values under matching keys are KV
  * Tokens are kept only as their BLAKE2b-256 hash. */
 #include <errno.h>
 #include <stdio.h>
@@ -26,6 +29,7 @@
 #include <sodium.h>
 
 #include "skv_base.h"
+#include "skv_dtype.h"
 #include "skv_server.h"
 
 void skv_server_config_default(skv_server_config *c)
@@ -102,9 +106,63 @@ static int find_tenant(skv_server_config *c, const char *name, int create)
 }
 
 
+/* kv-layout GLOB layers L kv-heads H head-dim D dtype DT [tokens T] [order kv_2ltd|mla] */
+static int apply_kv_layout(skv_server_config *c, char **w, int nw, int ln)
+{
+    static const char usage[] = "'kv-layout GLOB layers L kv-heads H head-dim D dtype "
+                                "bf16|fp16|fp8 [tokens T] [order kv_2ltd|mla]'";
+    if (c->nkv_layouts == SKV_SERVER_MAX_KV_LAYOUTS)
+        return skv_error(SKV_ERR_FORMAT, "config line %d: more than %d kv-layout lines", ln,
+                         SKV_SERVER_MAX_KV_LAYOUTS);
+    skv_server_kv_layout k;
+    memset(&k, 0, sizeof k);
+    k.dtype = SEQKV_DT_COUNT;
+    if (nw < 2 || nw % 2 || strlen(w[1]) >= sizeof k.pattern)
+        return skv_error(SKV_ERR_FORMAT, "config line %d: %s", ln, usage);
+    strcpy(k.pattern, w[1]);
+    for (int i = 2; i < nw; i += 2) {
+        const char *name = w[i], *val = w[i + 1];
+        uint32_t *num = strcmp(name, "layers") == 0     ? &k.layers
+                      : strcmp(name, "kv-heads") == 0   ? &k.kv_heads
+                      : strcmp(name, "head-dim") == 0   ? &k.head_dim
+                      : strcmp(name, "tokens") == 0     ? &k.chunk_tokens
+                                                        : NULL;
+        uint64_t v;
+        if (num) {
+            if (parse_u64(val, 1, 1u << 20, 0, &v))
+                return skv_error(SKV_ERR_FORMAT, "config line %d: kv-layout %s wants 1..1048576",
+                                 ln, name);
+            *num = (uint32_t)v;
+        } else if (strcmp(name, "dtype") == 0) {
+            if (skv_dtype_from_user(val, &k.dtype) || k.dtype == SEQKV_DT_F32 ||
+                k.dtype == SEQKV_DT_I32)
+                return skv_error(SKV_ERR_FORMAT, "config line %d: kv-layout dtype wants bf16, "
+                                 "fp16 or fp8 (what the fast level codes)", ln);
+        } else if (strcmp(name, "order") == 0) {
+            if (strcmp(val, "kv_2ltd") && strcmp(val, "mla"))
+                return skv_error(SKV_ERR_FORMAT, "config line %d: kv-layout order wants kv_2ltd "
+                                 "or mla", ln);
+            k.mla = strcmp(val, "mla") == 0;
+        } else {
+            return skv_error(SKV_ERR_FORMAT, "config line %d: kv-layout has no '%s'; %s", ln,
+                             name, usage);
+        }
+    }
+    if (!k.layers || !k.kv_heads || !k.head_dim || k.dtype == SEQKV_DT_COUNT)
+        return skv_error(SKV_ERR_FORMAT, "config line %d: kv-layout needs layers, kv-heads, "
+                         "head-dim and dtype; %s", ln, usage);
+    if (k.mla && k.kv_heads != 1)
+        return skv_error(SKV_ERR_FORMAT, "config line %d: an mla kv-layout has one head "
+                         "(kv-heads 1, head-dim the latent's width)", ln);
+    c->kv_layouts[c->nkv_layouts++] = k;
+    return 0;
+}
+
 static int apply(skv_server_config *c, char **w, int nw, int ln)
 {
     uint64_t v;
+    if (strcmp(w[0], "kv-layout") == 0)
+        return apply_kv_layout(c, w, nw, ln);
     if (strcmp(w[0], "tenant") == 0) {
         if (nw < 2 || !valid_name(w[1]) || w[1][0] == '@')
             return skv_error(SKV_ERR_FORMAT,
@@ -236,6 +294,14 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
             return skv_error(SKV_ERR_FORMAT, "config line %d: remote-timeout wants 100..600000 ms",
                              ln);
         c->remote_timeout_ms = (int)v;
+    } else if (strcmp(w[0], "port") == 0) {
+        if (parse_u64(w[1], 1, 65535, 0, &v))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: port wants 1..65535", ln);
+        c->port = (int)v;
+    } else if (strcmp(w[0], "bind") == 0) {
+        if (strlen(w[1]) >= sizeof c->bind)
+            return skv_error(SKV_ERR_FORMAT, "config line %d: bind's address is too long", ln);
+        strcpy(c->bind, w[1]);
     } else if (strcmp(w[0], "put-batch") == 0) {
         if (parse_u64(w[1], 1, 4096, 0, &v))
             return skv_error(SKV_ERR_FORMAT, "config line %d: put-batch wants 1..4096", ln);
@@ -270,11 +336,11 @@ int skv_server_config_parse(const char *text, size_t len, skv_server_config *out
                 *h = 0;
                 break;
             }
-        char *w[8];
+        char *w[16];
         int nw = 0;
         char *save = NULL;
         for (char *tok = strtok_r(line, " \t\r", &save); tok; tok = strtok_r(NULL, " \t\r", &save)) {
-            if (nw == 8)
+            if (nw == 16)
                 return skv_error(SKV_ERR_FORMAT, "config line %d: too many words", ln);
             w[nw++] = tok;
         }

@@ -97,8 +97,9 @@ static void info_store(skv_server *s, skv_rbuf *b, const seqkv_stats *st)
 static void section_server(skv_server *s, srv_job *j, skv_rbuf *b)
 {
     skv_rbuf_fmt(b, "# Server\r\nseqkv_version:%s\r\nprocess_id:%ld\r\nuptime_in_seconds:%.0f\r\n"
-            "socket:%s\r\nworker_threads:%d\r\ntenant:%s\r\nadmin:%d\r\n\r\n",
-         SEQKV_VERSION, (long)getpid(), srv_now() - s->t_start, s->socket_path, s->nthreads,
+            "socket:%s\r\ntcp:%s\r\nworker_threads:%d\r\ntenant:%s\r\nadmin:%d\r\n\r\n",
+         SEQKV_VERSION, (long)getpid(), srv_now() - s->t_start, s->socket_path,
+         s->tcp_addr[0] ? s->tcp_addr : "none", s->nthreads,
          s->cfg.tenants[j->tenant].name, j->admin);
 }
 

@@ -441,7 +441,7 @@ static void dispatch(skv_server *s, srv_client *c, skv_resp_cmd *cmd)
         return;
     }
     if (c->tenant < 0 && !(def->flags & SRV_F_NOAUTH)) {
-        reply_now(s, c, "NOAUTH", "Authentication required (AUTH <token>).");
+        reply_now(s, c, "NOAUTH", "Authentication required.");
         skv_resp_cmd_free(cmd);
         return;
     }
@@ -607,7 +607,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     if (!s)
         return SKV_ERR_NOMEM;
     s->o = *o;
-    s->lfd = s->epfd = s->evfd = s->sigfd = -1;
+    s->lfd = s->tfd = s->epfd = s->evfd = s->sigfd = -1;
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
     pthread_mutex_init(&s->dmu, NULL);
@@ -703,8 +703,20 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     rc = srv_listen(s, o->socket_path);
     if (rc)
         goto fail;
+    const int port = o->port ? o->port : s->cfg.port;
+    if (port && !s->have_tokens) {
+        rc = skv_error(SKV_ERR_ARG, "TCP port %d: a TCP peer has no uid, so it must AUTH, and "
+                       "no tenant has a token (config: tenant NAME token SECRET)", port);
+        goto fail;
+    }
+    if (port && (rc = srv_listen_tcp(s, o->bind ? o->bind : s->cfg.bind[0] ? s->cfg.bind
+                                                                           : "127.0.0.1", port)))
+        goto fail;
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = &s->lfd};
     epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &e);
+    e.data.ptr = &s->tfd;
+    if (s->tfd >= 0)
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->tfd, &e);
     e.data.ptr = &s->evfd;
     epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &e);
     if (s->sigfd >= 0) {
@@ -726,8 +738,9 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     }
     if ((rc = srv_maintain_start(s)) || (rc = srv_remote_start(s)))
         goto fail;
-    srv_log(s, "listening on %s (store %s, %d worker threads, %zu tenants, max %zu clients, "
-            "hot tier %llu MiB)", o->socket_path, o->db, s->nthreads, s->cfg.ntenants,
+    srv_log(s, "listening on %s%s%s (store %s, %d worker threads, %zu tenants, max %zu clients, "
+            "hot tier %llu MiB)", o->socket_path, s->tfd >= 0 ? " and TCP " : "", s->tcp_addr,
+            o->db, s->nthreads, s->cfg.ntenants,
             s->cfg.max_clients, (unsigned long long)(so.cache_bytes >> 20));
     *out = s;
     return 0;
@@ -754,6 +767,11 @@ static void begin_stop(skv_server *s)
     /* a calibration or compaction, in the background or a request's, stops
      * now rather than after the drain */
     seqkv_stop_background(s->db);
+    if (s->tfd >= 0) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->tfd, NULL);
+        close(s->tfd);
+        s->tfd = -1;
+    }
     if (s->lfd >= 0) {
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
         close(s->lfd);
@@ -798,9 +816,9 @@ int skv_server_run(skv_server *s)
         }
         for (int i = 0; i < n; i++) {
             void *p = ev[i].data.ptr;
-            if (p == &s->lfd) {
-                if (s->lfd >= 0)
-                    srv_accept(s);
+            if (p == &s->lfd || p == &s->tfd) {
+                if (*(int *)p >= 0)
+                    srv_accept(s, *(int *)p, p == &s->tfd);
             } else if (p == &s->evfd) {
                 uint64_t cnt;
                 ssize_t r = read(s->evfd, &cnt, sizeof cnt);
@@ -893,6 +911,8 @@ void skv_server_free(skv_server *s)
     release_freed(s);
     if (s->lfd >= 0)
         close(s->lfd);
+    if (s->tfd >= 0)
+        close(s->tfd);
     if (s->socket_path && s->sock_ino) {
         struct stat st;
         if (lstat(s->socket_path, &st) == 0 && st.st_ino == s->sock_ino &&

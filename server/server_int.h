@@ -46,6 +46,7 @@ typedef struct srv_client {
     uint32_t uid, gid;
     int32_t pid;
     int tenant; /* -1: not authenticated yet */
+    int tcp;    /* came by TCP (uid and gid SRV_NO_UID) */
     int admin;
     int proto;  /* 2 or 3 */
     int auth_fails;
@@ -109,6 +110,8 @@ struct skv_server {
     char *socket_path;
     seqkv *db;
     int lfd, epfd, evfd, sigfd;
+    int tfd;           /* loopback TCP (-1: none) */
+    char tcp_addr[80]; /* its address and port */
     dev_t sock_dev;
     ino_t sock_ino;
     uint32_t own_uid;
@@ -169,7 +172,12 @@ void srv_client_free(skv_server *s, srv_client *c);
  * a stale one removed, a live one refused), accept what is pending, close
  * connections that have not authenticated within unauth-timeout */
 int srv_listen(skv_server *s, const char *path);
-void srv_accept(skv_server *s);
+/* RESP on TCP at addr:port too (SKV_ERR_ARG unless addr is loopback) */
+int srv_listen_tcp(skv_server *s, const char *addr, int port);
+/* accept what is pending on lfd (tcp: the TCP socket, whose peers are nobody
+ * until they AUTH) */
+#define SRV_NO_UID UINT32_MAX
+void srv_accept(skv_server *s, int lfd, int tcp);
 void srv_sweep_unauth(skv_server *s);
 /* AUTH: user NULL matches any tenant with that token. 0 and the client's
  * tenant/admin set, or -1. */
@@ -226,6 +234,13 @@ void srv_cmd_mset(skv_server *s, srv_job *j);
 void srv_lmcache_layouts(skv_server *s, const char *tenant, seqkv_blob_item *it, size_t n,
                          seqkv_blob_layout *lay);
 void srv_lmcache_relayout(skv_server *s, const char *tenant, const seqkv_blob_item *it, size_t n);
+/* The config's kv-layout lines (kv_layout.c): the layout the first line
+ * whose glob matches key gives a value of val_len bytes (1 and *out), or 0
+ * (no line matches, or the length is not whole tokens of the first that
+ * does); items with no layout yet given theirs (lay[i] holds item i's) */
+int srv_kv_layout_of(const skv_server_kv_layout *k, size_t n, const uint8_t *key, size_t key_len,
+                     size_t val_len, seqkv_blob_layout *out);
+void srv_kv_layouts(const skv_server *s, seqkv_blob_item *it, size_t n, seqkv_blob_layout *lay);
 void srv_blob_batch(skv_server *s, srv_job **jobs, size_t n);
 void srv_cmd_exists(skv_server *s, srv_job *j);
 void srv_cmd_bdel(skv_server *s, srv_job *j);

@@ -63,6 +63,10 @@ typedef struct {
     const char *remote_key;  /* the fleet key's source (NULL: the config's) */
     int remote_durability;   /* 0: the config's; 1 local; 2 replica (a PUT is acknowledged
                                 once the cluster has its records on a replica) */
+    int port;                /* RESP on loopback TCP too, on this port (0: the config's,
+                                else none); its peers must AUTH */
+    const char *bind;        /* the TCP address (NULL: the config's, else 127.0.0.1);
+                                loopback only (127.0.0.0/8, ::1) */
 } skv_server_options;
 
 /* Read the config, open the store, create the socket (mode 0600; a stale
@@ -102,6 +106,19 @@ typedef struct {
     int tenant; /* index into tenants */
 } skv_server_rule;
 
+/* kv-layout: values under keys matching a glob are KV of this shape, as
+ * an engine ships a chunk (LMCache's KV_2LTD [2, layers, tokens, kv_heads
+ * x head_dim], or MLA's [layers, tokens, head_dim]); a value whose length
+ * is not a whole number of tokens of it (at most chunk_tokens when set)
+ * stays bytes. */
+#define SKV_SERVER_MAX_KV_LAYOUTS 32
+typedef struct {
+    char pattern[256];
+    seqkv_dtype dtype;
+    uint32_t layers, kv_heads, head_dim, chunk_tokens;
+    int mla;
+} skv_server_kv_layout;
+
 typedef struct {
     skv_server_tenant tenants[SKV_SERVER_MAX_TENANTS];
     size_t ntenants;
@@ -126,6 +143,10 @@ typedef struct {
     int remote_durability;
     uint64_t remote_backlog;
     int remote_timeout_ms;
+    int port;       /* loopback TCP (0: none) */
+    char bind[64];  /* its address ("" : 127.0.0.1) */
+    skv_server_kv_layout kv_layouts[SKV_SERVER_MAX_KV_LAYOUTS];
+    size_t nkv_layouts;
 } skv_server_config;
 
 /* Defaults, then the config text's lines applied. SKV_ERR_FORMAT with the
