@@ -79,6 +79,10 @@ static void *get_one(void *vc, size_t i, int found, size_t len)
         skv_rbuf_null(r, c->j->proto);
         return NULL;
     }
+    if (c->j->on_loop && c->bytes + len > SRV_LOOP_BYTES) {
+        c->j->declined = 1; /* too large for the loop thread: a worker's */
+        return NULL;
+    }
     char head[32];
     int hl = snprintf(head, sizeof head, "$%zu\r\n", len);
     uint8_t *p = skv_rbuf_reserve(r, (size_t)hl + len + 2);
@@ -100,6 +104,10 @@ static void do_get(skv_server *s, srv_job *j, size_t first, size_t n, int array)
     const size_t mark = j->reply.len;
     int rc = seqkv_blob_get(s->db, srv_tenant_name(s, j), n, (const uint8_t *const *)j->cmd.argv + first,
                             j->cmd.argl + first, get_one, &c);
+    if (j->declined) {
+        seqkv_error_clear();
+        return;
+    }
     if (rc) {
         j->reply.len = array ? 0 : mark; /* the error replaces what was written */
         srv_store_err(s, j, rc, array ? "MGET" : "GET");

@@ -477,12 +477,17 @@ static void dispatch(skv_server *s, srv_client *c, skv_resp_cmd *cmd)
     j->snap.accepted = s->accepted;
     j->snap.proto_errors = s->proto_errors;
     j->snap.inflight = s->inflight;
-    if (def->flags & SRV_F_LOOP) {
+    if (def->flags & (SRV_F_LOOP | SRV_F_HOT)) {
         j->inline_ = 1;
+        j->on_loop = !(def->flags & SRV_F_LOOP);
         c->busy = 1;
         def->fn(s, j);
-        job_complete(s, j);
-        return;
+        if (!j->declined) {
+            job_complete(s, j);
+            return;
+        }
+        j->inline_ = j->on_loop = 0; /* a worker's after all */
+        j->reply.len = 0;
     }
     c->busy = 1;
     s->inflight++;

@@ -22,7 +22,14 @@ enum {
     SRV_F_ADMIN = 4,  /* admin tenants only */
     SRV_F_BATCH = 8,  /* KV.PUT, SET, MSET: join the group commit (srv_put_batch,
                          srv_blob_batch) */
+    SRV_F_HOT = 16,   /* a small read (GET, EXISTS, ...): run on the loop thread,
+                         where a hand-off to a worker would cost more than the
+                         work, unless it declines (srv_job.declined: values past
+                         SRV_LOOP_BYTES go to a worker) */
 };
+
+/* the most value bytes a read answers on the loop thread */
+#define SRV_LOOP_BYTES (64u << 10)
 
 typedef struct srv_cmd {
     const char *name;
@@ -90,6 +97,8 @@ struct srv_job {
     int stream_open;         /* loop: the array header and the view are queued */
     double t0;
     int inline_;
+    int on_loop;  /* an SRV_F_HOT command tried on the loop thread */
+    int declined; /* ... which left it to a worker (its reply is dropped) */
     int close_after;
     srv_snap snap;
 };
