@@ -1,9 +1,11 @@
 """seqkv: the Python side of the seqkv KV-cache store.
 
-- `seqkv.Client` (seqkv/client.py): the server's Unix-socket protocol
-  (RESP), standard library only, numpy when installed.
+- `seqkv.Client` (seqkv/client.py): the server's protocol (RESP) on its
+  Unix socket or loopback TCP port, standard library only, numpy when
+  installed.
 - `seqkv.connectors`: serving engines' storage interfaces on top of it
-  (SGLang HiCache, vLLM's KV connector); each imports only what it needs.
+  (SGLang HiCache, vLLM's KV connector, a vLLM offloading tier); each
+  imports only what it needs.
 """
 from .client import Client, Error
 

@@ -1,4 +1,5 @@
-"""seqkv client: the seqkvd Unix-socket protocol (RESP) from Python.
+"""seqkv client: the seqkvd protocol (RESP) from Python, over its Unix
+socket or its loopback TCP port (`seqkv serve --port N`).
 
 Standard library only; numpy is used when it is installed (get() then
 returns arrays shaped [layers, 2, n, kv_heads, head_dim]). Tokens travel
@@ -6,7 +7,8 @@ as little-endian u32, KV as raw bytes in the store layout
 [layer][k, v][token][kv_head][head_dim] of the profile's dtype.
 
     import seqkv
-    c = seqkv.Client("/tmp/seqkv.sock")
+    c = seqkv.Client("/tmp/seqkv.sock")          # or "unix:///tmp/seqkv.sock"
+    t = seqkv.Client("tcp://127.0.0.1:6400", auth=("batch", token))  # TCP: AUTH required
     c.profile_set("llama", layers=2, kv_heads=2, head_dim=8, dtype="bf16")
     c.put("llama", tokens, kv)          # -> tokens newly stored
     c.lookup("llama", tokens)           # -> longest cached prefix
@@ -16,6 +18,13 @@ as little-endian u32, KV as raw bytes in the store layout
     c.profile_get("llama")              # -> dict (layers, dtype, token_bytes, ...)
     c.stats()                           # -> dict (tokens, raw_bytes, ..., "level.raw": [...])
 
+Addresses: a path (or unix://PATH) is the Unix socket, whose peers the
+server knows by uid/gid; tcp://HOST:PORT (tcp://[::1]:PORT for IPv6) is
+the loopback TCP port, where every connection must AUTH with a tenant's
+token (config `tenant NAME token SECRET`): pass auth=token or
+auth=(tenant, token). call_many() pipelines commands (the Redis string
+commands of the blob namespace: EXISTS, MGET, MSET, ...) in one round trip.
+
 Errors from the server raise seqkv.Error (its .code is the reply's first
 word: NOTFOUND, SHAPE, CORRUPT, TOOLARGE, WRONGPASS, NOPERM, ERR, ...);
 get() of a prefix nobody cached raises Error with code NOTFOUND.
@@ -24,8 +33,10 @@ The server answers RESP2 unless HELLO 3 was sent: maps (KV.PROFILE GET,
 KV.STATS) arrive as flat [key, value, ...] arrays and doubles as bulk
 strings; this module turns both into dicts with int/float/str values.
 """
+import os
 import socket
 import struct
+from urllib.parse import unquote
 
 from .profile_fields import FIELDS
 
@@ -36,7 +47,7 @@ except ImportError:  # pragma: no cover - numpy is optional
 
 _FIELDS = {f[0]: f for f in FIELDS}
 
-__all__ = ["Client", "Error", "LayerStream"]
+__all__ = ["Client", "Error", "LayerStream", "parse_address"]
 
 
 class Error(Exception):
@@ -86,23 +97,69 @@ def _as_dict(r):
     return out
 
 
+def parse_address(address):
+    """(socket family, connect() address) of a seqkvd address: a path or
+    unix://PATH (AF_UNIX), tcp://HOST:PORT or tcp://[IPV6]:PORT."""
+    if isinstance(address, os.PathLike):
+        address = os.fspath(address)
+    if not isinstance(address, str) or not address:
+        raise ValueError("seqkv address must be a non-empty string, got %r" % (address,))
+    if address.startswith("unix://"):
+        path = unquote(address[len("unix://"):])
+        if not path:
+            raise ValueError("seqkv address %r: no socket path" % address)
+        return socket.AF_UNIX, path
+    if address.startswith("tcp://"):
+        rest = address[len("tcp://"):].rstrip("/")
+        if rest.startswith("["):
+            host, sep, port = rest[1:].partition("]:")
+            family = socket.AF_INET6
+        else:
+            host, sep, port = rest.rpartition(":")
+            family = socket.AF_INET
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("seqkv address %r: expected tcp://HOST:PORT "
+                             "(tcp://[IPV6]:PORT)" % address)
+        if host == "localhost":
+            host = "127.0.0.1"
+        return family, (host, int(port))
+    if "://" in address:
+        raise ValueError("seqkv address %r: unix://PATH, tcp://HOST:PORT or a "
+                         "socket path" % address)
+    return socket.AF_UNIX, address
+
+
 class Client:
     """A blocking connection to seqkvd."""
 
     def __init__(self, path, auth=None, timeout=None):
-        """auth: a token, or (tenant, token)."""
-        self._s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if timeout is not None:
-            self._s.settimeout(timeout)
-        self._s.connect(path)
+        """path: the Unix socket (a path, or unix://PATH) or tcp://HOST:PORT
+        (see the module); auth: a token, or (tenant, token) -- required over
+        TCP; timeout: seconds for connect and for each socket operation."""
+        family, addr = parse_address(path)
+        self.address = path
+        self._s = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            if timeout is not None:
+                self._s.settimeout(timeout)
+            self._s.connect(addr)
+            if family != socket.AF_UNIX:
+                self._s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except BaseException:
+            self._s.close()
+            raise
         self._buf = bytearray()
         self._profiles = {}
         self._stream = None     # the LayerStream being read, if any
         if auth is not None:
-            if isinstance(auth, (tuple, list)):
-                self.call("AUTH", *auth)
-            else:
-                self.call("AUTH", auth)
+            try:
+                if isinstance(auth, (tuple, list)):
+                    self.call("AUTH", *auth)
+                else:
+                    self.call("AUTH", auth)
+            except BaseException:
+                self._s.close()
+                raise
 
     def close(self):
         self._stream = None
@@ -116,16 +173,7 @@ class Client:
 
     # -- RESP ------------------------------------------------------------
     def _send(self, args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            if isinstance(a, str):
-                a = a.encode()
-            elif isinstance(a, int):
-                a = str(a).encode()
-            out.append(b"$%d\r\n" % len(a))
-            out.append(bytes(a))
-            out.append(b"\r\n")
-        self._s.sendall(b"".join(out))
+        self._send_many([args])
 
     def _fill(self, n):
         while len(self._buf) < n:
@@ -183,6 +231,53 @@ class Client:
         self._idle()
         self._send(args)
         return self._reply()
+
+    def call_many(self, commands):
+        """Pipeline commands (each a sequence of arguments): send them all,
+        then read every reply, in order. An error reply comes back as an
+        Error instance in its place (not raised), so one bad command does
+        not hide the others' replies; a lost connection raises."""
+        self._idle()
+        commands = list(commands)
+        out = []
+
+        def read_one():
+            try:
+                out.append(self._reply())
+            except Error as e:
+                out.append(e)
+
+        # in windows: at most 256 replies outstanding, so neither side's
+        # buffers fill while the other waits
+        for i in range(0, len(commands), 64):
+            self._send_many(commands[i:i + 64])
+            while i + 64 - len(out) > 256:
+                read_one()
+        while len(out) < len(commands):
+            read_one()
+        return out
+
+    def _send_many(self, commands):
+        # small arguments are joined into one write; a big one (a KV bulk, a
+        # block of vLLM's CPU cache) goes out from its own buffer, uncopied
+        out = []
+        for args in commands:
+            out.append(b"*%d\r\n" % len(args))
+            for a in args:
+                if isinstance(a, str):
+                    a = a.encode()
+                elif isinstance(a, int):
+                    a = str(a).encode()
+                n = a.nbytes if isinstance(a, memoryview) else len(a)
+                out.append(b"$%d\r\n" % n)
+                if n >= 65536:
+                    self._s.sendall(b"".join(out))
+                    out = []
+                    self._s.sendall(a)
+                else:
+                    out.append(bytes(a))
+                out.append(b"\r\n")
+        self._s.sendall(b"".join(out))
 
     def _idle(self):
         if self._stream is not None:
