@@ -4,6 +4,8 @@ and real KV caches of stories260K computed by `seqkv model kv`.
     from pyfixture import Server, model_path, model_kv
     with Server(seqkv_bin, config="...") as srv:   # srv.sock, srv.dir
         ...
+    with Server(seqkv_bin, config="...", port=True) as srv:  # + loopback TCP
+        socket.create_connection(("127.0.0.1", srv.port))
     kv = model_kv(seqkv_bin, [[1, 5, 9, ...], ...], dtype="bf16")
     # -> list of (tokens, k, v): numpy arrays, k and v [layers, T, kv_heads, head_dim]
     #    (uint16 bit patterns for bf16/fp16, uint8 for fp8, float32 for fp32)
@@ -81,6 +83,14 @@ def model_kv(seqkv_bin, seqs, dtype="bf16", model=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def free_port():
+    """A loopback TCP port nobody listens on now (bound to 127.0.0.1:0,
+    read, closed; another process could take it before it is used)"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def stop_process(proc, timeout=30):
     """SIGTERM, then SIGKILL after timeout seconds; waits for it"""
     if proc and proc.poll() is None:
@@ -97,15 +107,21 @@ class Server:
     (SIGTERM, then SIGKILL) and removed on exit. config: the text of a
     config file (--config), or None. extra: more serve arguments. db: the
     store's directory (default: one in the temporary directory; a given
-    one is left in place)."""
+    one is left in place). port: None (no TCP), True or 0 (a free loopback
+    port, picked here) or a port number: `--port N`, RESP on loopback TCP
+    beside the socket; srv.port is that port (None without)."""
 
-    def __init__(self, seqkv_bin, config=None, extra=(), threads=2, db=None):
+    def __init__(self, seqkv_bin, config=None, extra=(), threads=2, db=None, port=None):
         self.bin = seqkv_bin
         self.dir = tempfile.mkdtemp(prefix="seqkv-srv-")
         self.sock = os.path.join(self.dir, "s.sock")
         self.db = db or os.path.join(self.dir, "db")
+        self.port = None
         args = [seqkv_bin, "serve", "--db", self.db, "--socket", self.sock,
                 "--threads", str(threads), "--quiet"]
+        if port is not None and port is not False:
+            self.port = free_port() if port is True or port == 0 else int(port)
+            args += ["--port", str(self.port)]
         if config is not None:
             cf = os.path.join(self.dir, "seqkv.conf")
             with open(cf, "w") as f:
@@ -120,18 +136,23 @@ class Server:
             if self.proc.poll() is not None:
                 raise SystemExit("FAIL: the server exited at start-up (rc %d)"
                                  % self.proc.returncode)
-            try:
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(self.sock)
-                s.sendall(b"PING\r\n")
-                if s.recv(64).startswith(b"+PONG"):
-                    s.close()
-                    return
-                s.close()
-            except OSError:
-                pass
+            if self._ping(socket.AF_UNIX, self.sock) and (
+                    self.port is None or self._ping(socket.AF_INET, ("127.0.0.1", self.port))):
+                return
             time.sleep(0.025)
         raise SystemExit("FAIL: the server did not answer")
+
+    @staticmethod
+    def _ping(family, addr, replies=(b"+PONG",)):
+        """PING (seqkv allows it before AUTH) answered with +PONG"""
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.settimeout(5)
+                s.connect(addr)
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(replies)
+        except OSError:
+            return False
 
     def kill(self):
         """kill -9: nothing flushed, nothing cleaned up"""
@@ -194,3 +215,48 @@ class Cluster:
     def close(self):
         subprocess.run([self.script, "stop", self.dir], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisTcp:
+    """Debian's redis-server on a free loopback TCP port, in a temporary
+    directory: the reference a test's client side is checked against
+    (`--redis`). users: {name: password}, ACL users with every right;
+    requirepass: the default user's password (AUTH with the password
+    alone), None for none; databases: how many SELECT may name. srv.port;
+    close() (or `with`) stops it and removes the directory."""
+
+    def __init__(self, users=None, requirepass=None, databases=16):
+        self.dir = tempfile.mkdtemp(prefix="seqkv-redis-")
+        self.port = free_port()
+        conf = os.path.join(self.dir, "redis.conf")
+        with open(conf, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndir %s\n"
+                    "databases %d\n" % (self.port, self.dir, databases))
+            if requirepass is not None:
+                f.write("requirepass %s\n" % requirepass)
+            for name, password in (users or {}).items():
+                f.write("user %s on >%s ~* &* +@all\n" % (name, password))
+        os.chmod(conf, 0o600)
+        self.log = open(os.path.join(self.dir, "redis.log"), "w")
+        self.proc = subprocess.Popen(["redis-server", conf], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        for _ in range(400):
+            if self.proc.poll() is not None:
+                raise SystemExit("FAIL: redis-server exited at start-up")
+            # (Redis answers a PING before AUTH with -NOAUTH when it has a password)
+            if Server._ping(socket.AF_INET, ("127.0.0.1", self.port), (b"+PONG", b"-NOAUTH")):
+                return
+            time.sleep(0.025)
+        raise SystemExit("FAIL: redis-server did not answer")
+
+    def close(self):
+        stop_process(self.proc)
+        self.proc = None
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
