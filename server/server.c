@@ -498,6 +498,7 @@ static void dispatch(skv_server *s, srv_client *c, skv_resp_cmd *cmd)
  * what is pending. -1 when the client was freed. */
 static int client_process(skv_server *s, srv_client *c)
 {
+again:
     while (!c->busy && !c->closing && !s->stopping && c->in_len > 0 &&
            pending_out(c) < OUT_PAUSE) {
         size_t used = 0;
@@ -526,7 +527,14 @@ static int client_process(skv_server *s, srv_client *c)
         }
         dispatch(s, c, &cmd);
     }
-    return client_write(s, c);
+    /* parsing paused for the output may go on once a write drains it: no
+     * event would come for requests already buffered */
+    const int paused = !c->busy && c->in_len > 0 && pending_out(c) >= OUT_PAUSE;
+    if (client_write(s, c))
+        return -1;
+    if (paused && pending_out(c) < OUT_PAUSE)
+        goto again;
+    return 0;
 }
 
 static void client_read(skv_server *s, srv_client *c)
