@@ -46,6 +46,7 @@ import queue
 import shutil
 import socket
 import subprocess
+import struct
 import sys
 import tempfile
 import threading
@@ -73,7 +74,7 @@ STORIES = "stories260K"
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 L8, H8, D8, T8 = 32, 8, 128, 16  # the synthetic 8B chunk: layers, kv heads, head dim, tokens
 TOKENS = {"lmcache": "tok-lmcache-0123456789abcdef", "other": "tok-other-fedcba9876543210",
-          "ctl": "tok-ctl-00112233445566778899"}
+          "ctl": "tok-ctl-00112233445566778899", "meta": "tok-meta-99887766554433221100"}
 
 CRLF = b"\r\n"
 OK, ONE, ZERO, NIL, PONG = b"+OK\r\n", b":1\r\n", b":0\r\n", b"$-1\r\n", b"+PONG\r\n"
@@ -641,6 +642,31 @@ def control_ratio(port, r_ctl, kv_vals, kv_stored):
     check(all(c.close()), "control connections in sync")
 
 
+def metadata_size(port, kv_vals, kv_stored, dims):
+    """The same chunks through LMCache's legacy Redis connector in a tenant
+    of its own: `<key>metadata` (RemoteMetadata: KV_2LTD, bf16, [2, L, T,
+    H*D]) set first, then `<key>kv_bytes`, which the server codes by the
+    fast level in that layout. kv-layout must store them in exactly as many
+    bytes: the fast level's size"""
+    if not kv_vals or not dims:
+        return
+    L, H, D = dims
+    r = redis.Redis(host="127.0.0.1", port=port, username="meta", password=TOKENS["meta"])
+    meta = struct.pack("<7i", len(kv_vals[0]), 1, 3, 2, L, CHUNK, H * D)
+    for i in range(len(kv_vals)):
+        r.set("legacy%dmetadata" % i, meta)
+    b = blob_figures(r)
+    for i, v in enumerate(kv_vals):
+        r.set("legacy%dkv_bytes" % i, v)
+    a = blob_figures(r)
+    check(all(r.get("legacy%dkv_bytes" % i) == v for i, v in enumerate(kv_vals)),
+          "the chunks read back exact through the metadata path")
+    print("lmcache resp: the same chunks with LMCache's metadata key: %d stored; under "
+          "kv-layout: %d" % (a[1] - b[1], kv_stored))
+    check(a[1] - b[1] == kv_stored, "kv-layout stores the chunks at the fast level's size, as "
+          "with their metadata key (%d, %d)" % (kv_stored, a[1] - b[1]))
+
+
 def bind_refusals():
     """non-loopback addresses refused at start: non-zero exit, a message
     naming the address or loopback; the same command line with 127.0.0.1
@@ -694,9 +720,10 @@ def bind_refusals():
 def seqkv_config(dims):
     L, H, D = dims or (5, 4, 8)
     return ("tenant lmcache token %s\ntenant other token %s\ntenant ctl token %s\n"
+            "tenant meta token %s\n"
             "kv-layout %s@* layers %d kv-heads %d head-dim %d dtype bf16 order kv_2ltd\n"
             "kv-layout %s@* layers %d kv-heads %d head-dim %d dtype bf16 order kv_2ltd\n"
-            % (TOKENS["lmcache"], TOKENS["other"], TOKENS["ctl"],
+            % (TOKENS["lmcache"], TOKENS["other"], TOKENS["ctl"], TOKENS["meta"],
                STORIES, L, H, D, LLAMA, L8, H8, D8))
 
 
@@ -719,6 +746,7 @@ def main():
             r_ctl = redis.Redis(host="127.0.0.1", port=srv.port, username="ctl",
                                 password=TOKENS["ctl"])
             control_ratio(srv.port, r_ctl, kv_vals, kv_stored)
+            metadata_size(srv.port, kv_vals, kv_stored, dims)
     if failures:
         print("%d failures" % len(failures))
         sys.exit(1)
