@@ -6,7 +6,12 @@
  * once; uid and gid rules naming an existing tenant, no id given to two
  * tenants; every limit in its documented range (the defaults where not
  * set), max-bulk no larger than max-query; the remote settings NUL-ended;
- * no NUL byte in the text.
+ * no NUL byte in the text; a TCP port in 0..65535 and its address
+ * NUL-ended; kv-layout lines with a non-empty glob, dimensions in
+ * 1..2^20, a dtype the fast level codes, one head for mla. Each kv-layout
+ * is then matched (server/kv_layout.c) against keys and lengths taken
+ * from the text: a layout it gives must be exactly the value's bytes, of
+ * the first line whose glob matches, and whole tokens of it.
  * Parsing the same text again must give the same configuration. Any
  * violation aborts. */
 #include <stdint.h>
@@ -14,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server_int.h"
 #include "skv_base.h"
+#include "skv_dtype.h"
 #include "skv_server.h"
 #include "fuzz_check.h"
 
@@ -74,6 +81,50 @@ static void check_accepted(const skv_server_config *c)
     CHECK(c->remote_durability == 1 || c->remote_durability == 2);
     CHECK(c->remote_backlog >= 1u << 20 && c->remote_backlog <= 1ull << 40);
     CHECK(c->remote_timeout_ms >= 100 && c->remote_timeout_ms <= 600000);
+    CHECK(c->port >= 0 && c->port <= 65535 && memchr(c->bind, 0, sizeof c->bind));
+    CHECK(c->nkv_layouts <= SKV_SERVER_MAX_KV_LAYOUTS);
+    for (size_t i = 0; i < c->nkv_layouts; i++) {
+        const skv_server_kv_layout *k = &c->kv_layouts[i];
+        CHECK(memchr(k->pattern, 0, sizeof k->pattern) && k->pattern[0]);
+        CHECK(k->layers >= 1 && k->layers <= 1u << 20 && k->kv_heads >= 1 &&
+              k->kv_heads <= 1u << 20 && k->head_dim >= 1 && k->head_dim <= 1u << 20);
+        CHECK(k->chunk_tokens <= 1u << 20);
+        CHECK(k->dtype == SEQKV_DT_BF16 || k->dtype == SEQKV_DT_F16 || k->dtype == SEQKV_DT_F8E4M3);
+        CHECK(!k->mla || k->kv_heads == 1);
+    }
+}
+
+/* Every word of the text as a key, with lengths from the text's bytes */
+static void check_layouts(const skv_server_config *c, const uint8_t *data, size_t size)
+{
+    for (size_t at = 0, n = 0; at < size && n < 64; n++) {
+        size_t end = at;
+        while (end < size && data[end] != ' ' && data[end] != '\n')
+            end++;
+        uint64_t lens[3] = {0, 0, 0};
+        for (size_t i = 0; i < 8 && at + i < end; i++)
+            lens[0] = lens[0] << 8 | data[at + i];
+        for (size_t l = 0; l < 3; l++) {
+            if (l)
+                lens[l] = lens[0] % ((uint64_t)1 << (8 * l + 16));
+            seqkv_blob_layout out;
+            if (!srv_kv_layout_of(c->kv_layouts, c->nkv_layouts, data + at, end - at,
+                                  (size_t)lens[l], &out))
+                continue;
+            size_t first = 0;
+            while (!srv_glob((const uint8_t *)c->kv_layouts[first].pattern,
+                             strlen(c->kv_layouts[first].pattern), data + at, end - at))
+                first++; /* (one matches: a layout was given) */
+            const skv_server_kv_layout *k = &c->kv_layouts[first];
+            CHECK(out.dtype == k->dtype && out.rows >= 1);
+            CHECK(out.streams == (k->mla ? k->layers : 2 * k->layers));
+            CHECK(out.channels == k->kv_heads * k->head_dim);
+            CHECK(!k->chunk_tokens || out.rows <= k->chunk_tokens);
+            CHECK((uint64_t)out.streams * out.rows * out.channels * skv_dtype_size(out.dtype) ==
+                  lens[l]);
+        }
+        at = end + 1;
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -88,6 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     CHECK(!memchr(data, 0, size)); /* a NUL byte is refused, not read as a line's end */
     check_accepted(&a);
+    check_layouts(&a, data, size);
     CHECK(skv_server_config_parse((const char *)data, size, &b) == 0);
     /* the same text, the same configuration: compared field by field where
      * a struct's padding could differ */
@@ -104,5 +156,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
           a.unauth_timeout == b.unauth_timeout && strcmp(a.remote, b.remote) == 0 &&
           strcmp(a.remote_key, b.remote_key) == 0 && a.remote_durability == b.remote_durability &&
           a.remote_backlog == b.remote_backlog && a.remote_timeout_ms == b.remote_timeout_ms);
+    CHECK(a.port == b.port && strcmp(a.bind, b.bind) == 0 && a.nkv_layouts == b.nkv_layouts);
+    for (size_t i = 0; i < a.nkv_layouts; i++)
+        CHECK(strcmp(a.kv_layouts[i].pattern, b.kv_layouts[i].pattern) == 0 &&
+              a.kv_layouts[i].dtype == b.kv_layouts[i].dtype &&
+              a.kv_layouts[i].layers == b.kv_layouts[i].layers &&
+              a.kv_layouts[i].kv_heads == b.kv_layouts[i].kv_heads &&
+              a.kv_layouts[i].head_dim == b.kv_layouts[i].head_dim &&
+              a.kv_layouts[i].chunk_tokens == b.kv_layouts[i].chunk_tokens &&
+              a.kv_layouts[i].mla == b.kv_layouts[i].mla);
     return 0;
 }
