@@ -122,6 +122,17 @@ def main():
         check(drain(s) == b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
               "-WRONGPASS for a wrong token")
         s.close()
+        # HELLO 3 AUTH authenticates a TCP peer and switches it to RESP3
+        s = connect(srv, True)
+        s.sendall(b"*5\r\n$5\r\nHELLO\r\n$1\r\n3\r\n$4\r\nAUTH\r\n$8\r\ntenant-t\r\n"
+                  b"$15\r\ntcp-token-45678\r\n*2\r\n$3\r\nGET\r\n$4\r\nkeep\r\n")
+        out = drain(s)
+        check(out.startswith(b"%") and b"tenant-t" in out and
+              out.endswith(b"$%d\r\n%s\r\n" % (len(value), value)),
+              "HELLO 3 AUTH over TCP, then GET: %r" % out[:80])
+        s.sendall(b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n1\r\n")
+        check(drain(s) == b"+OK\r\n-ERR DB index is out of range\r\n", "SELECT 0 and SELECT 1")
+        s.close()
         # a TCP peer that never authenticates is closed after unauth-timeout
         s = connect(srv, True)
         out = drain(s, quiet=4.0, limit=6.0)
