@@ -83,12 +83,12 @@ static void *get_one(void *vc, size_t i, int found, size_t len)
         c->j->declined = 1; /* too large for the loop thread: a worker's */
         return NULL;
     }
-    char head[32];
-    int hl = snprintf(head, sizeof head, "$%zu\r\n", len);
-    uint8_t *p = skv_rbuf_reserve(r, (size_t)hl + len + 2);
+    uint8_t head[SKV_RESP_HEAD_MAX];
+    const size_t hl = skv_resp_head(head, '$', 0, len);
+    uint8_t *p = skv_rbuf_reserve(r, hl + len + 2);
     if (!p)
         return NULL;
-    memcpy(p, head, (size_t)hl);
+    memcpy(p, head, hl);
     p[hl + len] = '\r';
     p[hl + len + 1] = '\n';
     c->hits++;

@@ -445,16 +445,40 @@ void skv_rbuf_error(skv_rbuf *b, const char *code, const char *fmt, ...)
     skv_rbuf_raw(b, "\r\n", 2);
 }
 
+size_t skv_resp_head(uint8_t out[SKV_RESP_HEAD_MAX], char type, int neg, uint64_t n)
+{
+    char digits[20];
+    size_t nd = 0, len = 0;
+    do
+        digits[nd++] = (char)('0' + n % 10);
+    while ((n /= 10) != 0);
+    out[len++] = (uint8_t)type;
+    if (neg)
+        out[len++] = '-';
+    while (nd)
+        out[len++] = (uint8_t)digits[--nd];
+    out[len++] = '\r';
+    out[len++] = '\n';
+    return len;
+}
+
 void skv_rbuf_int(skv_rbuf *b, long long v)
 {
-    skv_rbuf_fmt(b, ":%lld\r\n", v);
+    uint8_t h[SKV_RESP_HEAD_MAX];
+    skv_rbuf_raw(b, h, skv_resp_head(h, ':', v < 0, v < 0 ? 0 - (uint64_t)v : (uint64_t)v));
 }
 
 void skv_rbuf_bulk(skv_rbuf *b, const void *s, size_t n)
 {
-    skv_rbuf_fmt(b, "$%zu\r\n", n);
-    skv_rbuf_raw(b, s, n);
-    skv_rbuf_raw(b, "\r\n", 2);
+    uint8_t h[SKV_RESP_HEAD_MAX];
+    const size_t hl = skv_resp_head(h, '$', 0, n);
+    uint8_t *d = skv_rbuf_reserve(b, hl + n + 2);
+    if (!d)
+        return;
+    memcpy(d, h, hl);
+    if (n)
+        memcpy(d + hl, s, n);
+    memcpy(d + hl + n, "\r\n", 2);
 }
 
 void skv_rbuf_bulk_str(skv_rbuf *b, const char *s)
@@ -464,7 +488,8 @@ void skv_rbuf_bulk_str(skv_rbuf *b, const char *s)
 
 void skv_rbuf_array(skv_rbuf *b, size_t n)
 {
-    skv_rbuf_fmt(b, "*%zu\r\n", n);
+    uint8_t h[SKV_RESP_HEAD_MAX];
+    skv_rbuf_raw(b, h, skv_resp_head(h, '*', 0, n));
 }
 
 void skv_rbuf_map(skv_rbuf *b, int proto, size_t n)

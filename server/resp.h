@@ -103,6 +103,10 @@ void skv_rbuf_simple(skv_rbuf *b, const char *s);
 void skv_rbuf_error(skv_rbuf *b, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void skv_rbuf_int(skv_rbuf *b, long long v);
+/* A reply's header, "<type>[-]<n>\r\n", into out: its length (written
+ * without printf: a GET's reply is mostly headers when values are small) */
+#define SKV_RESP_HEAD_MAX 24
+size_t skv_resp_head(uint8_t out[SKV_RESP_HEAD_MAX], char type, int neg, uint64_t n);
 void skv_rbuf_bulk(skv_rbuf *b, const void *s, size_t n);
 void skv_rbuf_bulk_str(skv_rbuf *b, const char *s);
 void skv_rbuf_array(skv_rbuf *b, size_t n);

@@ -99,16 +99,14 @@ int skv_store_hsec(seqkv *db, uint64_t tid, uint8_t hsec[32])
 
 static int tenant_key(seqkv *db, uint64_t tid, size_t at, uint8_t out[32])
 {
-    int rc = skv_error(SKV_ERR_CORRUPT, "tenant %llu has no keys", (unsigned long long)tid);
+    int found = 0;
     pthread_mutex_lock(&db->kmu);
-    for (size_t i = 0; i < db->nten; i++)
+    for (size_t i = 0; i < db->nten && !found; i++)
         if (db->ten[i].id == tid && db->ten[i].keys) {
             memcpy(out, db->ten[i].keys + at, 32);
-            rc = SKV_OK;
-            break;
+            found = 1;
         }
     pthread_mutex_unlock(&db->kmu);
-    if (!rc)
-        seqkv_error_clear();
-    return rc;
+    return found ? SKV_OK
+                 : skv_error(SKV_ERR_CORRUPT, "tenant %llu has no keys", (unsigned long long)tid);
 }
