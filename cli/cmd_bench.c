@@ -16,7 +16,7 @@
 static const char bench_usage[] =
     "usage: seqkv bench store --model PATH [--json] [--tenants N] [--sessions N]\n"
     "                         [--turns N] [--levels raw,stat,ctx,spec,full] [--chunk N]\n"
-    "                         [--seed S] [--threads N] [--keep DIR]\n"
+    "                         [--seed S] [--threads N] [--keep DIR] [--no-content-index]\n"
     "\n"
     "A multi-tenant chat workload made with the model: per tenant a system\n"
     "prompt of 64-256 sampled tokens, sessions of --turns turns (each turn's\n"
@@ -28,16 +28,19 @@ static const char bench_usage[] =
     "and (b) exact 256-token chunk dedup with raw chunks (LMCache-style), the\n"
     "near-duplicate members' bytes coded against their centroid vs alone, and\n"
     "PUT / LOOKUP / GET rates. Defaults: 8 tenants x 32 sessions x 4 turns.\n"
-    "Calibration: 32 separately sampled sequences of 256 tokens.\n";
+    "Calibration: 32 separately sampled sequences of 256 tokens. With\n"
+    "--no-content-index, centroids come from the prefix rule alone (the content\n"
+    "index's cost and gain: run both, compare). The content index's memory a\n"
+    "record is printed with each configuration that keeps one.\n";
 
 typedef struct {
     const char *model, *levels, *keep;
     long tenants, sessions, turns, chunk, seed, threads;
-    int json;
+    int json, no_cx;
 } bargs;
 
 enum { B_MODEL = 3000, B_JSON, B_TEN, B_SES, B_TURNS, B_LEVELS, B_CHUNK, B_SEED, B_THREADS,
-       B_KEEP, B_HELP };
+       B_KEEP, B_HELP, B_NOCX };
 
 static int bparse(int argc, char **argv, bargs *a)
 {
@@ -47,7 +50,8 @@ static int bparse(int argc, char **argv, bargs *a)
         {"turns", required_argument, NULL, B_TURNS},   {"levels", required_argument, NULL, B_LEVELS},
         {"chunk", required_argument, NULL, B_CHUNK},   {"seed", required_argument, NULL, B_SEED},
         {"threads", required_argument, NULL, B_THREADS}, {"keep", required_argument, NULL, B_KEEP},
-        {"help", no_argument, NULL, B_HELP},           {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, B_HELP},           {"no-content-index", no_argument, NULL, B_NOCX},
+        {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof *a);
     a->tenants = 8;
@@ -71,6 +75,7 @@ static int bparse(int argc, char **argv, bargs *a)
         case B_JSON: a->json = 1; break;
         case B_LEVELS: a->levels = optarg; break;
         case B_KEEP: a->keep = optarg; break;
+        case B_NOCX: a->no_cx = 1; break;
         case B_TEN: num = &a->tenants, hi = 1024; break;
         case B_SES: num = &a->sessions, hi = 4096; break;
         case B_TURNS: num = &a->turns, hi = 16; break;
@@ -136,6 +141,7 @@ static int run_config(const bargs *a, const char *dir, const char *cal_path, cli
     seqkv_options o = {0};
     o.quiet = 1;
     o.no_centroids = !rr->centroids;
+    o.no_content_index = a->no_cx;
     o.threads = (int)a->threads;
     seqkv *db;
     int rc = seqkv_open(dir, &o, &db);
@@ -321,7 +327,8 @@ static void report_run(const bargs *a, const run_res *rr, int cen, const run_res
                "\"ratio_vs_raw\":%.3f,\"ratio_vs_chunk_dedup\":%.3f,"
                "\"member_bytes\":%llu,\"member_tokens\":%llu,\"centroid_tokens\":%llu,"
                "\"member_bytes_vs_alone\":%.4f,\"put_per_s\":%.1f,\"lookup_per_s\":%.1f,"
-               "\"get_per_s\":%.1f,\"get_tokens_per_s\":%.0f,\"roundtrip\":\"ok\"}\n",
+               "\"get_per_s\":%.1f,\"get_tokens_per_s\":%.0f,\"content_chunks\":%llu,"
+               "\"content_index_bytes\":%llu,\"roundtrip\":\"ok\"}\n",
                seqkv_level_name(rr->level), cen ? "true" : "false",
                (unsigned long long)rr->st.stored_bytes, (unsigned long long)rr->st.tokens,
                (unsigned long long)rr->st.chunks, bits,
@@ -330,7 +337,9 @@ static void report_run(const bargs *a, const run_res *rr, int cen, const run_res
                (unsigned long long)rr->member_bytes, (unsigned long long)rr->member_tokens,
                (unsigned long long)rr->centroid_tokens, member_ratio,
                (double)rr->requests / rr->put_s, (double)rr->requests / rr->lookup_s,
-               (double)rr->requests / rr->get_s, (double)rr->get_tokens / rr->get_s);
+               (double)rr->requests / rr->get_s, (double)rr->get_tokens / rr->get_s,
+               (unsigned long long)rr->st.content_chunks,
+               (unsigned long long)rr->st.content_index_bytes);
     } else {
         char name[64];
         snprintf(name, sizeof name, "seqkv %s%s", seqkv_level_name(rr->level),
@@ -348,6 +357,13 @@ static void report_run(const bargs *a, const run_res *rr, int cen, const run_res
                    (unsigned long long)al->member_bytes, 100.0 * (member_ratio - 1.0),
                    (unsigned long long)rr->centroid_tokens,
                    (unsigned long long)rr->st.tokens);
+        if (cen && rr->st.chunks)
+            printf("%-28s %llu of %llu centroid-coded records found by content; the content "
+                   "index: %llu bytes, %.0f a record\n",
+                   "", (unsigned long long)rr->st.content_chunks,
+                   (unsigned long long)rr->st.centroid_chunks,
+                   (unsigned long long)rr->st.content_index_bytes,
+                   (double)rr->st.content_index_bytes / (double)rr->st.chunks);
         fflush(stdout);
     }
 }

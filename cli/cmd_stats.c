@@ -85,9 +85,10 @@ int cmd_stats(int argc, char **argv)
                (unsigned long long)s.tokens, (unsigned long long)s.chunks,
                (unsigned long long)s.raw_bytes, (unsigned long long)s.stored_bytes);
         print_ratio((double)s.raw_bytes, (double)s.stored_bytes, 1);
-        printf(",\"centroid_chunks\":%llu,\"evictions\":%llu,\"map_used\":%llu,\"map_size\":%llu,"
-               "\"tenants\":%u,\"profiles\":%u,\"levels\":{",
-               (unsigned long long)s.centroid_chunks, (unsigned long long)s.evictions,
+        printf(",\"centroid_chunks\":%llu,\"content_chunks\":%llu,\"evictions\":%llu,"
+               "\"map_used\":%llu,\"map_size\":%llu,\"tenants\":%u,\"profiles\":%u,\"levels\":{",
+               (unsigned long long)s.centroid_chunks, (unsigned long long)s.content_chunks,
+               (unsigned long long)s.evictions,
                (unsigned long long)s.map_used, (unsigned long long)s.map_size, s.tenants, s.profiles);
         for (int l = 0; l < SEQKV_LEVELS; l++) {
             printf("%s\"%s\":{\"tokens\":%llu,\"raw_bytes\":%llu,\"stored_bytes\":%llu,\"ratio\":",
@@ -107,8 +108,11 @@ int cmd_stats(int argc, char **argv)
     printf("store         %s%s%s\n", a.db, tenant ? ", tenant " : " (all tenants)",
            tenant ? tenant : "");
     printf("tokens        %llu unique\n", (unsigned long long)s.tokens);
-    printf("chunks        %llu (%llu coded against a centroid)\n", (unsigned long long)s.chunks,
-           (unsigned long long)s.centroid_chunks);
+    printf("chunks        %llu (%llu coded against a centroid: %llu found by the prefix trie, "
+           "%llu by content)\n", (unsigned long long)s.chunks,
+           (unsigned long long)s.centroid_chunks,
+           (unsigned long long)(s.centroid_chunks - s.content_chunks),
+           (unsigned long long)s.content_chunks);
     printf("raw bytes     %llu (%.2f MiB)\n", (unsigned long long)s.raw_bytes,
            (double)s.raw_bytes / 1048576.0);
     printf("stored bytes  %llu (%.2f MiB)\n", (unsigned long long)s.stored_bytes,

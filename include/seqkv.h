@@ -164,6 +164,8 @@ typedef struct {
     int quiet;              /* no progress lines on stderr */
     int no_centroids;       /* exact trie only: never code against a
                                centroid (for comparisons) */
+    int no_content_index;   /* centroids by the prefix rule only: no content
+                               index kept or asked (for comparisons) */
     uint64_t cache_bytes;   /* the hot tier: decoded, verified chunks kept in
                                memory up to this many bytes, LRU (0: none) */
     int read_threads;       /* a get that decodes splits a chunk's streams
@@ -541,6 +543,9 @@ typedef struct {
                                short shared start of a chunk is coded again
                                rather than tying two records together */
     uint64_t centroid_chunks; /* records coded against a centroid */
+    uint64_t content_chunks;  /* ... of them, those whose centroid the content
+                                 index found (the rest: the prefix rule) */
+    uint64_t content_index_bytes; /* the content indexes' memory */
     uint64_t level_tokens[SEQKV_LEVELS]; /* coded positions per level */
     uint64_t level_raw[SEQKV_LEVELS], level_stored[SEQKV_LEVELS];
     uint64_t lossy_tokens, lossy_raw, lossy_stored; /* the lossy tier's records

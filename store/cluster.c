@@ -16,7 +16,13 @@
  * the delta coder blends with the level's own by weights fitted per
  * (layer, k/v, head) on the record (stored in the record's side info).
  * The put keeps whichever coding of a record is smaller, so a centroid
- * never costs more than it saves. */
+ * never costs more than it saves.
+ *
+ * Where the prefix rule finds none (an edit in the first tokens, a
+ * swapped passage), the namespace's content index (content_index.c)
+ * offers the stored record sharing most of the put's first new chunk's
+ * tokens in any order of edits; its session is the centroid when most of
+ * the new positions align to it. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -177,25 +183,97 @@ static double bits_upto(const skv_trie_step *path, size_t steps, size_t chunk, s
     return b;
 }
 
+/* The content index's candidate for the put's first new chunk: the stored
+ * record sharing most of its tokens (none of the put's own prefix), grown
+ * to the longest stored session through it */
+static skv_irec *content_candidate(const ns_ent *e, const int32_t *tok, size_t n, size_t m,
+                                   size_t CH, const skv_trie_step *path, size_t steps)
+{
+    const size_t P = m / CH * CH, len = n - P < CH ? n - P : CH;
+    uint8_t keys[4][32];
+    const size_t nk = skv_cindex_query(e->cx, tok + P, len, keys, NULL, 4);
+    for (size_t i = 0; i < nk; i++) {
+        skv_irec *r = skv_irec_find(e->trie, keys[i]);
+        int mine = 0; /* (a record of the put's own prefix, matched whole) */
+        for (size_t j = 0; j < steps && !mine; j++)
+            mine = path[j].used == path[j].rec->n && memcmp(path[j].rec->key, keys[i], 32) == 0;
+        if (r && !mine && !r->has_centroid && !r->evicting)
+            return extend_tip(e, r);
+    }
+    return NULL;
+}
+
+/* best's session as the centroid of tok[0..n) (decoded, aligned), in
+ * *out when it fits: past the minimum shared code length and where a fair
+ * share of the new positions align to it (found by content: where most
+ * do), else *out NULL */
+static int centroid_of(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int32_t *tok,
+                       size_t n, size_t m, const skv_trie_step *path, size_t steps,
+                       skv_irec *best, int by_content, skv_centroid **out)
+{
+    const size_t CH = (size_t)pe->p.chunk;
+    skv_centroid *c = skv_calloc(1, sizeof *c);
+    if (!c)
+        return skv_error(SKV_ERR_NOMEM, "centroid");
+    const skv_role writer = SKV_WRITER; /* (a put's: the writer) */
+    int rc = skv_store_decode_chain(db, txn, &writer, e, pe, best, &c->nc, &c->tok, &c->k, &c->v);
+    if (!rc && !(c->align = skv_malloc(n * sizeof *c->align)))
+        rc = skv_error(SKV_ERR_NOMEM, "centroid");
+    size_t d0 = 0;
+    if (!rc) {
+        /* where the two sessions part */
+        while (d0 < n && d0 < c->nc && tok[d0] == c->tok[d0])
+            d0++;
+        for (size_t i = 0; i < n; i++)
+            c->align[i] = i < d0 ? (int32_t)i : -1;
+        c->d_bits = bits_upto(path, steps, CH, d0 < m ? d0 : m);
+        c->by_content = by_content;
+        if (d0 < n && d0 < c->nc && (by_content || c->d_bits >= SKV_CLUSTER_MIN_BITS)) {
+            /* the alignment ends inside the band: a member running on
+             * past the centroid leaves its tail unaligned */
+            size_t na = n - d0 < SKV_CLUSTER_MAX_ALIGN ? n - d0 : SKV_CLUSTER_MAX_ALIGN;
+            if (na > c->nc - d0 + BAND)
+                na = c->nc - d0 + BAND;
+            rc = align_suffix(tok + d0, na, c->tok + d0, c->nc - d0, c->align + d0);
+            for (size_t i = d0; !rc && i < n; i++)
+                if (c->align[i] >= 0)
+                    c->align[i] += (int32_t)d0;
+        }
+    }
+    size_t hits = 0;
+    for (size_t i = m; !rc && i < n; i++)
+        hits += c->align[i] >= 0 && tok[i] == c->tok[c->align[i]];
+    if (rc || (by_content ? hits * 2 < n - m : c->d_bits < SKV_CLUSTER_MIN_BITS || hits * 4 < n - m)) {
+        skv_centroid_free(c);
+        return rc;
+    }
+    memcpy(c->tip_key, best->tr.key, 32);
+    *out = c;
+    return SKV_OK;
+}
+
 int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int32_t *tok,
                      size_t n, size_t m, const skv_trie_step *path, size_t steps,
                      skv_centroid **out)
 {
     *out = NULL;
     const size_t CH = (size_t)pe->p.chunk;
-    if (m == 0 || m >= n || steps == 0)
+    if (m >= n)
         return SKV_OK;
     skv_irec *best = NULL;
-    const skv_irec *last = skv_irec_of(path[steps - 1].rec);
-    if (last->has_centroid) {
+    const skv_irec *last = steps ? skv_irec_of(path[steps - 1].rec) : NULL;
+    if (m == 0 || steps == 0) {
+        /* nothing shared through the trie: the content index alone */
+    } else if (last->has_centroid) {
         /* a member growing: it stays in its cluster, against the
          * centroid's longest stored continuation */
         skv_irec *t = skv_irec_find(e->trie, last->centroid);
         if (t)
             best = extend_tip(e, t);
-    } else {
-        /* leaving the exact trie: the most probable stored session that
-         * continues the shared prefix differently */
+    } else if (bits_upto(path, steps, CH, m) >= SKV_CLUSTER_MIN_BITS) {
+        /* leaving the exact trie past a shared prefix long enough to say
+         * the sessions are alike: the most probable stored session that
+         * continues it differently */
         const size_t i0 = m / CH, P = i0 * CH;
         const uint8_t *node = i0 == 0 ? skv_trie_root(e->trie) : path[i0 - 1].rec->key;
         skv_irec *kids[256];
@@ -218,47 +296,15 @@ int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int
                 best = tip, bb = per, blen = len;
         }
     }
-    if (!best)
-        return SKV_OK;
-    skv_centroid *c = skv_calloc(1, sizeof *c);
-    if (!c)
-        return skv_error(SKV_ERR_NOMEM, "centroid");
-    const skv_role writer = SKV_WRITER; /* (a put's: the writer) */
-    int rc = skv_store_decode_chain(db, txn, &writer, e, pe, best, &c->nc, &c->tok, &c->k, &c->v);
-    if (!rc && !(c->align = skv_malloc(n * sizeof *c->align)))
-        rc = skv_error(SKV_ERR_NOMEM, "centroid");
-    size_t d0 = 0;
-    if (!rc) {
-        /* where the two sessions part */
-        while (d0 < n && d0 < c->nc && tok[d0] == c->tok[d0])
-            d0++;
-        for (size_t i = 0; i < n; i++)
-            c->align[i] = i < d0 ? (int32_t)i : -1;
-        c->d_bits = bits_upto(path, steps, CH, d0 < m ? d0 : m);
-        if (d0 < n && d0 < c->nc && c->d_bits >= SKV_CLUSTER_MIN_BITS) {
-            /* the alignment ends inside the band: a member running on
-             * past the centroid leaves its tail unaligned */
-            size_t na = n - d0 < SKV_CLUSTER_MAX_ALIGN ? n - d0 : SKV_CLUSTER_MAX_ALIGN;
-            if (na > c->nc - d0 + BAND)
-                na = c->nc - d0 + BAND;
-            rc = align_suffix(tok + d0, na, c->tok + d0, c->nc - d0, c->align + d0);
-            for (size_t i = d0; !rc && i < n; i++)
-                if (c->align[i] >= 0)
-                    c->align[i] += (int32_t)d0;
-        }
-    }
-    size_t hits = 0;
-    for (size_t i = m; !rc && i < n; i++)
-        hits += c->align[i] >= 0 && tok[i] == c->tok[c->align[i]];
-    /* worth it only past the minimum shared code length and where a fair
-     * share of the new positions align */
-    if (rc || c->d_bits < SKV_CLUSTER_MIN_BITS || hits * 4 < n - m) {
-        skv_centroid_free(c);
-        return rc;
-    }
-    memcpy(c->tip_key, best->tr.key, 32);
-    *out = c;
-    return SKV_OK;
+    /* the prefix rule's candidate, else (none, or it does not fit: the
+     * shared prefix too short to tell) a session that shares most of the
+     * tokens wherever the edit is (content_index.c) */
+    int rc = best ? centroid_of(db, txn, e, pe, tok, n, m, path, steps, best, 0, out) : SKV_OK;
+    skv_irec *other = rc || *out || db->o.no_content_index
+                          ? NULL : content_candidate(e, tok, n, m, CH, path, steps);
+    if (other) /* (best's own session too: by content it needs no long prefix) */
+        rc = centroid_of(db, txn, e, pe, tok, n, m, path, steps, other, 1, out);
+    return rc;
 }
 
 /* Rotate the K rows of one position by RoPE angle delta * inv_freq. */

@@ -155,6 +155,7 @@ static int drop_records(seqkv *db, uint64_t tid, uint64_t *records)
                 skv_store_unindex(db, e, r, 0);
         }
         skv_trie_free(e->trie);
+        skv_cindex_free(e->cx);
         sodium_memzero(e->secret, sizeof e->secret);
         db->ns[i] = db->ns[--db->nns];
     }

@@ -186,7 +186,7 @@ static int try_centroid(seqkv *db, MDB_txn *txn, prof_ent *pe, const skv_centroi
             st2 = t;
             *side = sd;
             *side_len = sl;
-            q->r.flags |= SKV_REC_CENTROID;
+            q->r.flags |= SKV_REC_CENTROID | (cent->by_content ? SKV_REC_CONTENT : 0);
             memcpy(q->r.centroid, cent->tip_key, 32);
             *used = 1;
         }
@@ -501,7 +501,7 @@ static int put_code(put_ctx *pc)
      * put that names its level codes exactly at it) */
     pc->lossy = !rc && pc->pe->p.lossy && !pc->opts.has_level && skv_store_lossy_ready(db, rtxn, pc->pe);
     skv_centroid *cent = NULL;
-    if (!rc && seqkv_level_predictive(pc->level) && pc->m > 0 && !db->o.no_centroids && !pc->lossy)
+    if (!rc && seqkv_level_predictive(pc->level) && !db->o.no_centroids && !pc->lossy)
         rc = skv_cluster_find(db, rtxn, pc->e, pc->pe, pc->req->tokens, pc->req->n, pc->m, pc->path,
                               pc->steps, &cent);
     for (size_t i = pc->m / pc->CH; !rc && i < pc->nchunks; i++, pc->nnew++)

@@ -129,7 +129,8 @@ static int rec_fields(const uint8_t *buf, uint16_t ver, skv_rec *r)
     r->version = ver;
     r->level = buf[6];
     r->flags = buf[7];
-    if (r->level > SEQKV_LOSSY || (r->flags & ~15u))
+    if (r->level > SEQKV_LOSSY || (r->flags & ~31u) ||
+        ((r->flags & SKV_REC_CONTENT) && !(r->flags & SKV_REC_CENTROID)))
         return skv_error(SKV_ERR_FORMAT, "chunk record with level %u flags %#x", r->level, r->flags);
     r->tenant = skv_load64_le(buf + 8);
     memcpy(r->profile, buf + 16, 32);

@@ -62,6 +62,7 @@ static void stat_one(void *vctx, skv_irec *r)
     c->s->chunks++;
     c->s->stored_bytes += r->bytes;
     c->s->centroid_chunks += r->has_centroid;
+    c->s->content_chunks += r->by_content;
     if (r->level < SEQKV_LEVELS) {
         c->s->level_tokens[r->level] += tok;
         c->s->level_raw[r->level] += tok * c->per_token;
@@ -91,6 +92,7 @@ int seqkv_stat(seqkv *db, const char *tenant, seqkv_stats *out)
                 pe = &db->prof[j];
         stat_ctx c = {out, pe ? (size_t)pe->p.layers * 2 * pe->C * pe->es : 0, e->trie};
         skv_irec_foreach(e->trie, stat_one, &c);
+        out->content_index_bytes += skv_cindex_bytes(e->cx);
     }
     out->evictions = db->evictions;
     out->tenants = (uint32_t)db->nten - (skv_store_find_tenant(db, SEQKV_SHARED_TENANT) != NULL);

@@ -174,6 +174,10 @@ int skv_store_namespace(seqkv *db, uint64_t tenant, const prof_ent *pe, ns_ent *
     int rc = skv_trie_create(root, (uint32_t)pe->p.chunk, sizeof(skv_irec), &e->trie);
     if (rc)
         return rc;
+    if ((rc = skv_cindex_create(&e->cx))) {
+        skv_trie_free(e->trie);
+        return rc;
+    }
     db->nns++;
     *out = e;
     return SKV_OK;
@@ -231,10 +235,16 @@ int skv_store_index(seqkv *db, const uint8_t key[32], const skv_rec *r, size_t b
     t.level = r->level;
     t.has_base = (r->flags & SKV_REC_BASE) != 0;
     t.has_centroid = (r->flags & SKV_REC_CENTROID) != 0;
+    t.by_content = (r->flags & SKV_REC_CONTENT) != 0;
     memcpy(t.base, r->base, 32);
     memcpy(t.centroid, r->centroid, 32);
     if ((rc = skv_trie_insert(e->trie, &t.tr, NULL)))
         return rc;
+    /* members are coded against others, never others against them */
+    if (!t.has_centroid && !db->o.no_content_index && (rc = skv_cindex_add(e->cx, key, tok, r->n))) {
+        skv_trie_remove(e->trie, key);
+        return rc;
+    }
     db->stored += bytes;
     tenant_ent *te = tenant_by_id(db, r->tenant);
     if (te)
@@ -256,6 +266,7 @@ void skv_store_unindex(seqkv *db, ns_ent *e, skv_irec *r, int deps)
         te->used -= r->bytes;
     if (db->hot)
         skv_hot_drop(db->hot, r->tr.key); /* under rw exclusively: no get sees it after */
+    skv_cindex_remove(e->cx, r->tr.key);
     skv_trie_remove(e->trie, r->tr.key);
 }
 
@@ -620,8 +631,10 @@ void seqkv_close(seqkv *db)
         return;
     if (db->env && !db->o.read_only)
         flush_ticks(db);
-    for (size_t i = 0; i < db->nns; i++)
+    for (size_t i = 0; i < db->nns; i++) {
         skv_trie_free(db->ns[i].trie);
+        skv_cindex_free(db->ns[i].cx);
+    }
     skv_free(db->ns);
     for (size_t i = 0; i < db->nprof; i++)
         skv_model_free(db->prof[i].model), skv_lossy_cal_free(db->prof[i].lossy);

@@ -15,10 +15,12 @@ typedef struct skv_centroid {
     uint8_t *k, *v;      /* its KV, [layers][nc][C] */
     int32_t *align;      /* [n] member position -> centroid position or -1 */
     double d_bits;       /* code length of the shared prefix */
+    int by_content;      /* found by the content index, not the prefix rule */
 } skv_centroid;
 
 /* The centroid for a put of tok[0..n) whose longest cached prefix is m
- * (path/steps from skv_trie_match), or *out = NULL when none fits. */
+ * (path/steps from skv_trie_match; m may be 0), or *out = NULL when none
+ * fits: by the prefix rule, else by the namespace's content index. */
 int skv_cluster_find(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const int32_t *tok,
                      size_t n, size_t m, const skv_trie_step *path, size_t steps,
                      skv_centroid **out);

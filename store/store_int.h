@@ -20,6 +20,8 @@ enum {
     SKV_REC_BASE = 2,       /* positions [0, lo) come from the base record */
     SKV_REC_CENTROID = 4,   /* coded against a centroid (side info) */
     SKV_REC_SURPRISAL = 8,  /* per-token surprisal present */
+    SKV_REC_CONTENT = 16,   /* its centroid was found by the content index
+                               (with SKV_REC_CENTROID; for the counts) */
 };
 
 typedef struct {

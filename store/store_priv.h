@@ -7,6 +7,7 @@
 #include "skv_delta.h"
 #include "skv_lossy.h"
 #include "skv_model.h"
+#include "content_index.h"
 #include "hot.h"
 #include "skv_trie.h"
 #include "store_int.h"
@@ -58,6 +59,7 @@ typedef struct {
     uint8_t prof_id[32];
     uint8_t secret[32];
     skv_trie *trie;
+    skv_cindex *cx; /* its records by content (content_index.c) */
 } ns_ent;
 
 /* Cached coders: a calibration and one skv_delta per level, reused by one
@@ -124,6 +126,7 @@ typedef struct skv_irec {
     uint32_t deps;        /* records needing this one */
     uint8_t level;        /* seqkv_level it was coded at */
     uint8_t has_base, has_centroid;
+    uint8_t by_content; /* its centroid found by the content index */
     uint8_t evicting;     /* chosen by an eviction in progress */
     uint8_t base[32];     /* key of the sibling providing [0, lo) */
     uint8_t centroid[32]; /* key of the centroid record it was coded against */
