@@ -714,6 +714,7 @@ static void cmd_stats(skv_server *s, srv_job *j)
         {"ratio", st.raw_bytes, 1, st.stored_bytes},
         {"coded_tokens", st.coded_tokens, 0, 0},
         {"centroid_chunks", st.centroid_chunks, 0, 0},
+        {"content_chunks", st.content_chunks, 0, 0},
         {"evictions", st.evictions, 0, 0},
         /* the opt-in lossy tier (not in the figures of the levels) */
         {"lossy_tokens", st.lossy_tokens, 0, 0},

@@ -77,10 +77,11 @@ static void info_store(skv_server *s, skv_rbuf *b, const seqkv_stats *st)
 {
     skv_rbuf_fmt(b, "tokens:%" PRIu64 "\r\nchunks:%" PRIu64 "\r\nraw_bytes:%" PRIu64
             "\r\nstored_bytes:%" PRIu64 "\r\nratio:%.3f\r\ncoded_tokens:%" PRIu64
-            "\r\ncentroid_chunks:%" PRIu64 "\r\nevictions:%" PRIu64 "\r\n",
+            "\r\ncentroid_chunks:%" PRIu64 "\r\ncontent_chunks:%" PRIu64 "\r\nevictions:%" PRIu64
+            "\r\n",
          st->tokens, st->chunks, st->raw_bytes, st->stored_bytes,
          srv_ratio(st->raw_bytes, st->stored_bytes), st->coded_tokens, st->centroid_chunks,
-         st->evictions);
+         st->content_chunks, st->evictions);
     for (int l = 0; l < SEQKV_LEVELS; l++)
         skv_rbuf_fmt(b, "level_%s:tokens=%" PRIu64 ",raw_bytes=%" PRIu64 ",stored_bytes=%" PRIu64
                 ",ratio=%.3f\r\n",
