@@ -281,6 +281,19 @@ void skv_cindex_remove(skv_cindex *x, const uint8_t key[32])
     x->live--;
 }
 
+/* record a ranks before b among equals: by their anchors (their tokens),
+ * then by key */
+static int before(const skv_cindex *x, uint32_t a, uint32_t b)
+{
+    const cx_rec *A = &x->recs[a], *B = &x->recs[b];
+    for (uint32_t i = 0; i < A->nanchor && i < B->nanchor; i++)
+        if (A->anchor[i] != B->anchor[i])
+            return A->anchor[i] < B->anchor[i];
+    if (A->nanchor != B->nanchor)
+        return A->nanchor < B->nanchor;
+    return memcmp(A->key, B->key, 32) < 0;
+}
+
 size_t skv_cindex_query(const skv_cindex *x, const int32_t *tok, size_t n, uint8_t (*keys)[32],
                         unsigned *shared, size_t max)
 {
@@ -308,16 +321,16 @@ size_t skv_cindex_query(const skv_cindex *x, const int32_t *tok, size_t n, uint8
             cnt[j]++;
         }
     }
-    /* the best max, by count, ties to the lower key (the choice follows
-     * what is stored, not the order it came in) */
+    /* the best max, by count, ties to the lower anchors, then the lower
+     * key: the choice follows the tokens stored, not the master key that
+     * named their records (nor the order they came in) */
     size_t out = 0;
     while (out < max) {
         size_t b = ns;
         for (size_t j = 0; j < ns; j++) {
             if (cnt[j] < SKV_CX_MIN_SHARED)
                 continue;
-            if (b == ns || cnt[j] > cnt[b] ||
-                (cnt[j] == cnt[b] && memcmp(x->recs[seen[j]].key, x->recs[seen[b]].key, 32) < 0))
+            if (b == ns || cnt[j] > cnt[b] || (cnt[j] == cnt[b] && before(x, seen[j], seen[b])))
                 b = j;
         }
         if (b == ns)
