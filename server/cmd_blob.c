@@ -116,9 +116,33 @@ static void do_get(skv_server *s, srv_job *j, size_t first, size_t n, int array)
     counted(s, j, n, c.hits, 0, 0, c.bytes);
 }
 
+/* GET: a value the hot tier holds is sent straight from it (a view: no
+ * copy, on the loop thread whatever its size); one it does not is decoded
+ * by a worker into a view of its own, or copied when small enough to read
+ * on the loop (do_get) */
 void srv_cmd_bget(skv_server *s, srv_job *j)
 {
-    do_get(s, j, 1, 1, 0);
+    seqkv_view *v = NULL;
+    int found = 0;
+    int rc = seqkv_blob_get_view(s->db, srv_tenant_name(s, j), j->cmd.argv[1], j->cmd.argl[1],
+                                 j->on_loop ? SEQKV_BLOB_HOT_ONLY : 0, &v, &found);
+    if (rc) {
+        srv_store_err(s, j, rc, "GET");
+        return;
+    }
+    if (v) {
+        uint8_t head[SKV_RESP_HEAD_MAX];
+        const size_t len = seqkv_view_bytes(v);
+        skv_rbuf_raw(&j->reply, head, skv_resp_head(head, '$', 0, len));
+        j->view = v;
+        j->view_layers = 0;
+        counted(s, j, 1, 1, 0, 0, len);
+    } else if (!found) {
+        skv_rbuf_null(&j->reply, j->proto);
+        counted(s, j, 1, 0, 0, 0, 0);
+    } else {
+        do_get(s, j, 1, 1, 0); /* not in the tier, or empty */
+    }
 }
 
 void srv_cmd_mget(skv_server *s, srv_job *j)

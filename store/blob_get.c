@@ -110,6 +110,55 @@ int seqkv_blob_get(seqkv *db, const char *tenant, size_t n, const uint8_t *const
     return rc;
 }
 
+int seqkv_blob_get_view(seqkv *db, const char *tenant, const uint8_t *key, size_t key_len,
+                        unsigned flags, seqkv_view **out, int *found)
+{
+    *out = NULL;
+    *found = 0;
+    bkeys bk;
+    MDB_txn *txn;
+    int rc = skvb_begin(db, tenant, 1, &key, &key_len, 0, &bk, &txn), mrc;
+    if (rc || !txn)
+        return rc;
+    blob_ent e;
+    rc = skvb_live(db, txn, &bk, key, key_len, skv_now_ms(), &e, found);
+    if (rc || !*found || e.len == 0) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    uint8_t hk[32], vk[VKEY];
+    skvb_hot_key(bk.tid, e.cid, hk);
+    skvb_val_key(bk.tid, e.cid, vk);
+    MDB_val k = {VKEY, vk}, v;
+    hot_chunk *h = NULL;
+    if (db->hot && (h = skv_hot_get(db->hot, hk)) && h->bytes != e.len) {
+        skv_hot_unref(h); /* (cannot be: a content id names one value) */
+        h = NULL;
+    }
+    if (!h && (flags & SEQKV_BLOB_HOT_ONLY)) {
+        mdb_txn_abort(txn);
+        return SKV_OK;
+    }
+    if (!h) {
+        if ((mrc = mdb_get(txn, db->db_bval, &k, &v)))
+            rc = mrc == MDB_NOTFOUND ? skv_error(SKV_ERR_CORRUPT, "a blob's value is missing")
+                                     : skv_mdb_error(mrc, "blob value");
+        else if (!(h = skv_hot_new_bytes(hk, e.len)))
+            rc = skv_error(SKV_ERR_NOMEM, "value of %llu bytes", (unsigned long long)e.len);
+        else if (!(rc = skvb_val_decode(db, vk, &v, h->kv, e.len)) && db->hot &&
+                 skvb_enc_of(&v) != SKV_BLOB_ENC_RAW)
+            skv_hot_put(db->hot, h);
+    }
+    mdb_txn_abort(txn);
+    if (rc) {
+        skv_hot_unref(h);
+        return rc;
+    }
+    if (!(*out = skv_view_of_chunk(h, e.len)))
+        return skv_error(SKV_ERR_NOMEM, "view");
+    return SKV_OK;
+}
+
 int seqkv_blob_stat(seqkv *db, const char *tenant, const uint8_t *key, size_t key_len,
                     seqkv_blob_info *out)
 {

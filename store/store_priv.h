@@ -413,6 +413,10 @@ struct skv_centroid;
 hot_chunk *skv_store_hot_entry(const prof_ent *pe, const uint8_t key[32], size_t n,
                                const seqbuf *s, size_t P);
 
+/* A view of h's first len bytes, taking the caller's reference to h (freed
+ * with the view; NULL and h released without memory) (view.c) */
+seqkv_view *skv_view_of_chunk(hot_chunk *h, size_t len);
+
 /* seqkv_get with on_layer (get.c): each layer to fn as it is decoded */
 int skv_store_get_layers(seqkv *db, const char *tenant, const char *profile, const int32_t *tokens,
                          size_t n, size_t want, unsigned flags, seqkv_layer_fn fn, void *ctx,

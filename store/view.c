@@ -41,6 +41,28 @@ size_t seqkv_view_hot_chunks(const seqkv_view *v, size_t *chunks)
     return v->hot;
 }
 
+seqkv_view *skv_view_of_chunk(hot_chunk *h, size_t len)
+{
+    seqkv_view *v = skv_calloc(1, sizeof *v);
+    view_piece *pc = skv_malloc(sizeof *pc);
+    hot_chunk **ch = skv_malloc(sizeof *ch);
+    if (!v || !pc || !ch) {
+        skv_free(v);
+        skv_free(pc);
+        skv_free(ch);
+        skv_hot_unref(h);
+        return NULL;
+    }
+    pc[0] = (view_piece){h->kv, len};
+    ch[0] = h;
+    v->pc = pc;
+    v->ch = ch;
+    v->npieces = v->nchunks = 1;
+    v->hot = h->in_tier;
+    v->bytes = len;
+    return v;
+}
+
 void seqkv_view_free(seqkv_view *v)
 {
     if (!v)

@@ -419,3 +419,73 @@ Test(blob, damaged_values_are_refused, .timeout = 60)
         free(img);
     }
 }
+
+/* seqkv_blob_get_view: the value's exact bytes as one piece, straight from
+ * the hot tier when it holds it; HOT_ONLY leaves a value it does not hold
+ * undecoded; absent and empty values have no view */
+Test(blob, a_value_as_a_view, .timeout = 60)
+{
+    seqkv_options o = {.cache_bytes = 64u << 20};
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", tu_path(tu_tmpdir(), "db"));
+    seqkv *db = open_store(dir, &o);
+    static uint8_t text[300000], noise[70000];
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = (uint8_t)("seqkv blob view "[i % 16]);
+    uint64_t x = 7;
+    for (size_t i = 0; i < sizeof noise; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        noise[i] = (uint8_t)(x >> 56);
+    }
+    const struct {
+        const char *k;
+        const uint8_t *v;
+        size_t n;
+    } kv[] = {{"text", text, sizeof text}, {"noise", noise, sizeof noise}, {"empty", text, 0}};
+    for (size_t i = 0; i < 3; i++) {
+        seqkv_blob_item it = {(const uint8_t *)kv[i].k, strlen(kv[i].k), kv[i].v, kv[i].n, NULL, 0};
+        cr_assert_eq(seqkv_blob_set(db, "t", &it, 1, 0, 0, NULL), 0, "%s", seqkv_error_detail());
+    }
+    seqkv_close(db);
+    db = open_store(dir, &o); /* a cold tier */
+    for (size_t i = 0; i < 3; i++) {
+        const uint8_t *k = (const uint8_t *)kv[i].k;
+        seqkv_view *v = NULL;
+        int found = -1;
+        /* nothing decoded yet: HOT_ONLY gives no view */
+        cr_assert_eq(seqkv_blob_get_view(db, "t", k, strlen(kv[i].k), SEQKV_BLOB_HOT_ONLY, &v, &found), 0);
+        cr_assert(found == 1 && v == NULL, "%s: hot only, cold", kv[i].k);
+        cr_assert_eq(seqkv_blob_get_view(db, "t", k, strlen(kv[i].k), 0, &v, &found), 0);
+        cr_assert_eq(found, 1);
+        if (kv[i].n == 0) {
+            cr_assert_null(v, "an empty value has no view");
+            continue;
+        }
+        cr_assert_not_null(v);
+        size_t len = 0;
+        cr_assert_eq(seqkv_view_pieces(v), 1);
+        const void *p = seqkv_view_piece(v, 0, &len);
+        cr_assert(len == kv[i].n && memcmp(p, kv[i].v, len) == 0, "%s: the exact bytes", kv[i].k);
+        seqkv_view_free(v);
+        /* decoded: a coded value is in the tier now, a raw one never is */
+        cr_assert_eq(seqkv_blob_get_view(db, "t", k, strlen(kv[i].k), SEQKV_BLOB_HOT_ONLY, &v, &found), 0);
+        if (kv[i].v == text) {
+            cr_assert_not_null(v, "the coded value is hot after its first get");
+            p = seqkv_view_piece(v, 0, &len);
+            cr_assert(len == kv[i].n && memcmp(p, kv[i].v, len) == 0);
+            /* the view outlives the key */
+            size_t del = 0;
+            cr_assert_eq(seqkv_blob_del(db, "t", 1, &k, (size_t[]){strlen(kv[i].k)}, &del), 0);
+            cr_assert_eq(del, 1);
+            cr_assert_eq(memcmp(seqkv_view_piece(v, 0, &len), kv[i].v, len), 0);
+            seqkv_view_free(v);
+        }
+    }
+    seqkv_view *v = NULL;
+    int found = -1;
+    cr_assert_eq(seqkv_blob_get_view(db, "t", (const uint8_t *)"nope", 4, 0, &v, &found), 0);
+    cr_assert(found == 0 && v == NULL);
+    cr_assert_eq(seqkv_blob_get_view(db, "nobody", (const uint8_t *)"text", 4, 0, &v, &found), 0);
+    cr_assert(found == 0 && v == NULL);
+    seqkv_close(db);
+}
