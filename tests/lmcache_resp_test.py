@@ -533,7 +533,7 @@ def connector_flow(port, seqkv, r, stories, dims):
 
     # KV chunks under kv-layout patterns, no metadata key anywhere
     before = blob_figures(r) if seqkv else None
-    kv_keys, kv_vals, kv_stored = [], [], 0
+    kv_keys, kv_vals, kv_stored, l_stored = [], [], 0, 0
     if stories is not None:
         skeys = [object_key(STORIES, h) for h, _ in stories]
         svals = [v for _, v in stories]
@@ -572,6 +572,7 @@ def connector_flow(port, seqkv, r, stories, dims):
     if seqkv:
         mid = blob_figures(r)
         raw_d, stored_d = mid[0] - before[0], mid[1] - before[1]
+        l_stored = stored_d
         print("lmcache resp: 8 synthetic Llama-3.1-8B chunks (%d tokens, %d bytes): %d stored, "
               "%.3f of raw%s" % (T8, len(lvals[0]), stored_d, stored_d / max(raw_d, 1),
                                  "" if stored_d < raw_d * 0.85 else " (above the 0.85 expected)"))
@@ -618,7 +619,7 @@ def connector_flow(port, seqkv, r, stories, dims):
     check(len(synced) == WORKERS and all(synced),
           "every connection in sync after the run (PING -> exactly +PONG): %s" % synced)
     print("lmcache resp: %d of %d connections carried requests" % (len(c.used), WORKERS))
-    return kv_vals, kv_stored
+    return kv_vals, kv_stored, lvals, l_stored
 
 
 def control_ratio(port, r_ctl, kv_vals, kv_stored):
@@ -642,7 +643,7 @@ def control_ratio(port, r_ctl, kv_vals, kv_stored):
     check(all(c.close()), "control connections in sync")
 
 
-def metadata_size(port, kv_vals, kv_stored, dims):
+def metadata_size(port, kv_vals, kv_stored, dims, tokens=None, tag="stories260K"):
     """The same chunks through LMCache's legacy Redis connector in a tenant
     of its own: `<key>metadata` (RemoteMetadata: KV_2LTD, bf16, [2, L, T,
     H*D]) set first, then `<key>kv_bytes`, which the server codes by the
@@ -652,17 +653,17 @@ def metadata_size(port, kv_vals, kv_stored, dims):
         return
     L, H, D = dims
     r = redis.Redis(host="127.0.0.1", port=port, username="meta", password=TOKENS["meta"])
-    meta = struct.pack("<7i", len(kv_vals[0]), 1, 3, 2, L, CHUNK, H * D)
+    meta = struct.pack("<7i", len(kv_vals[0]), 1, 3, 2, L, tokens or CHUNK, H * D)
     for i in range(len(kv_vals)):
-        r.set("legacy%dmetadata" % i, meta)
+        r.set("%s-%dmetadata" % (tag, i), meta)
     b = blob_figures(r)
     for i, v in enumerate(kv_vals):
-        r.set("legacy%dkv_bytes" % i, v)
+        r.set("%s-%dkv_bytes" % (tag, i), v)
     a = blob_figures(r)
-    check(all(r.get("legacy%dkv_bytes" % i) == v for i, v in enumerate(kv_vals)),
+    check(all(r.get("%s-%dkv_bytes" % (tag, i)) == v for i, v in enumerate(kv_vals)),
           "the chunks read back exact through the metadata path")
-    print("lmcache resp: the same chunks with LMCache's metadata key: %d stored; under "
-          "kv-layout: %d" % (a[1] - b[1], kv_stored))
+    print("lmcache resp: the same %s chunks with LMCache's metadata key: %d stored; under "
+          "kv-layout: %d" % (tag, a[1] - b[1], kv_stored))
     check(a[1] - b[1] == kv_stored, "kv-layout stores the chunks at the fast level's size, as "
           "with their metadata key (%d, %d)" % (kv_stored, a[1] - b[1]))
 
@@ -742,11 +743,12 @@ def main():
             r = redis.Redis(host="127.0.0.1", port=srv.port, username="lmcache",
                             password=TOKENS["lmcache"])
             auth_checks(srv.port, True)
-            kv_vals, kv_stored = connector_flow(srv.port, True, r, stories, dims)
+            kv_vals, kv_stored, lvals, l_stored = connector_flow(srv.port, True, r, stories, dims)
             r_ctl = redis.Redis(host="127.0.0.1", port=srv.port, username="ctl",
                                 password=TOKENS["ctl"])
             control_ratio(srv.port, r_ctl, kv_vals, kv_stored)
             metadata_size(srv.port, kv_vals, kv_stored, dims)
+            metadata_size(srv.port, lvals, l_stored, (L8, H8, D8), T8, "llama-8b")
     if failures:
         print("%d failures" % len(failures))
         sys.exit(1)
