@@ -654,14 +654,14 @@ int seqkv_blob_get(seqkv *db, const char *tenant, size_t n, const uint8_t *const
 /* One key's value as a view (seqkv_view_piece: one piece, the value's
  * bytes; freed by seqkv_view_free), without copying it when the hot tier
  * holds it: a server sends it straight from there. *found: 0 when the key
- * is absent or expired (*out NULL). A value that was decoded enters the
- * hot tier, as with seqkv_blob_get; with SEQKV_BLOB_HOT_ONLY one the tier
- * does not hold is left alone (*found 1, *out NULL: nothing decoded, for
- * a caller that must not wait). An empty value has no view (*out NULL,
- * *found 1, whatever the flags). Errors as seqkv_blob_get's. */
-enum { SEQKV_BLOB_HOT_ONLY = 1 };
+ * is absent or expired (*out NULL). A value the tier does not hold is
+ * decoded (and, when coded, enters the tier, as with seqkv_blob_get) only
+ * when it has at most max_cold bytes (SIZE_MAX: any; 0: none, for a
+ * caller that must not wait); a larger one leaves *found 1, *out NULL.
+ * An empty value has no view (*found 1, *out NULL, whatever max_cold).
+ * Errors as seqkv_blob_get's. */
 int seqkv_blob_get_view(seqkv *db, const char *tenant, const uint8_t *key, size_t key_len,
-                        unsigned flags, seqkv_view **out, int *found);
+                        size_t max_cold, seqkv_view **out, int *found);
 
 typedef struct {
     int found;

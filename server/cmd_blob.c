@@ -118,14 +118,14 @@ static void do_get(skv_server *s, srv_job *j, size_t first, size_t n, int array)
 
 /* GET: a value the hot tier holds is sent straight from it (a view: no
  * copy, on the loop thread whatever its size); one it does not is decoded
- * by a worker into a view of its own, or copied when small enough to read
- * on the loop (do_get) */
+ * into a view of its own, on the loop when it has at most SRV_LOOP_BYTES,
+ * else by a worker (the loop declines it) */
 void srv_cmd_bget(skv_server *s, srv_job *j)
 {
     seqkv_view *v = NULL;
     int found = 0;
     int rc = seqkv_blob_get_view(s->db, srv_tenant_name(s, j), j->cmd.argv[1], j->cmd.argl[1],
-                                 j->on_loop ? SEQKV_BLOB_HOT_ONLY : 0, &v, &found);
+                                 j->on_loop ? SRV_LOOP_BYTES : SIZE_MAX, &v, &found);
     if (rc) {
         srv_store_err(s, j, rc, "GET");
         return;
@@ -140,8 +140,11 @@ void srv_cmd_bget(skv_server *s, srv_job *j)
     } else if (!found) {
         skv_rbuf_null(&j->reply, j->proto);
         counted(s, j, 1, 0, 0, 0, 0);
+    } else if (j->on_loop) {
+        j->declined = 1; /* cold and large (or empty): a worker's */
     } else {
-        do_get(s, j, 1, 1, 0); /* not in the tier, or empty */
+        skv_rbuf_bulk(&j->reply, "", 0); /* (empty: the one value with no view) */
+        counted(s, j, 1, 1, 0, 0, 0);
     }
 }
 

@@ -111,7 +111,7 @@ int seqkv_blob_get(seqkv *db, const char *tenant, size_t n, const uint8_t *const
 }
 
 int seqkv_blob_get_view(seqkv *db, const char *tenant, const uint8_t *key, size_t key_len,
-                        unsigned flags, seqkv_view **out, int *found)
+                        size_t max_cold, seqkv_view **out, int *found)
 {
     *out = NULL;
     *found = 0;
@@ -135,7 +135,7 @@ int seqkv_blob_get_view(seqkv *db, const char *tenant, const uint8_t *key, size_
         skv_hot_unref(h); /* (cannot be: a content id names one value) */
         h = NULL;
     }
-    if (!h && (flags & SEQKV_BLOB_HOT_ONLY)) {
+    if (!h && e.len > max_cold) {
         mdb_txn_abort(txn);
         return SKV_OK;
     }

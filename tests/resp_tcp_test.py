@@ -111,6 +111,10 @@ def main():
             check(a == b, "%s: the same reply over TCP as over the Unix socket\n  unix %r\n  tcp  %r"
                   % (name, a[:200], b[:200]))
         for tcp in (False, True):
+            r = session(srv, tcp, b"*3\r\n$3\r\nSET\r\n$5\r\nempty\r\n$0\r\n\r\n"
+                        b"*2\r\n$3\r\nGET\r\n$5\r\nempty\r\n")
+            check(r == b"+OK\r\n$0\r\n\r\n", "an empty value set and read back (tcp=%d): %r"
+                  % (tcp, r))
             r = session(srv, tcp, b"*2\r\n$3\r\nGET\r\n$4\r\nkeep\r\n")
             check(r == b"$%d\r\n%s\r\n" % (len(value), value),
                   "GET after the replay is exact (tcp=%d)" % tcp)

@@ -421,8 +421,8 @@ Test(blob, damaged_values_are_refused, .timeout = 60)
 }
 
 /* seqkv_blob_get_view: the value's exact bytes as one piece, straight from
- * the hot tier when it holds it; HOT_ONLY leaves a value it does not hold
- * undecoded; absent and empty values have no view */
+ * the hot tier when it holds it; max_cold leaves a larger value it does not
+ * hold undecoded; absent and empty values have no view */
 Test(blob, a_value_as_a_view, .timeout = 60)
 {
     seqkv_options o = {.cache_bytes = 64u << 20};
@@ -452,10 +452,14 @@ Test(blob, a_value_as_a_view, .timeout = 60)
         const uint8_t *k = (const uint8_t *)kv[i].k;
         seqkv_view *v = NULL;
         int found = -1;
-        /* nothing decoded yet: HOT_ONLY gives no view */
-        cr_assert_eq(seqkv_blob_get_view(db, "t", k, strlen(kv[i].k), SEQKV_BLOB_HOT_ONLY, &v, &found), 0);
-        cr_assert(found == 1 && v == NULL, "%s: hot only, cold", kv[i].k);
+        /* nothing decoded yet: max_cold 0 (or under the value) gives no view */
         cr_assert_eq(seqkv_blob_get_view(db, "t", k, strlen(kv[i].k), 0, &v, &found), 0);
+        cr_assert(found == 1 && v == NULL, "%s: hot only, cold", kv[i].k);
+        if (kv[i].n > 1) {
+            cr_assert_eq(seqkv_blob_get_view(db, "t", k, strlen(kv[i].k), kv[i].n - 1, &v, &found), 0);
+            cr_assert(found == 1 && v == NULL, "%s: one byte over max_cold", kv[i].k);
+        }
+        cr_assert_eq(seqkv_blob_get_view(db, "t", k, strlen(kv[i].k), SIZE_MAX, &v, &found), 0);
         cr_assert_eq(found, 1);
         if (kv[i].n == 0) {
             cr_assert_null(v, "an empty value has no view");
@@ -468,7 +472,7 @@ Test(blob, a_value_as_a_view, .timeout = 60)
         cr_assert(len == kv[i].n && memcmp(p, kv[i].v, len) == 0, "%s: the exact bytes", kv[i].k);
         seqkv_view_free(v);
         /* decoded: a coded value is in the tier now, a raw one never is */
-        cr_assert_eq(seqkv_blob_get_view(db, "t", k, strlen(kv[i].k), SEQKV_BLOB_HOT_ONLY, &v, &found), 0);
+        cr_assert_eq(seqkv_blob_get_view(db, "t", k, strlen(kv[i].k), 0, &v, &found), 0);
         if (kv[i].v == text) {
             cr_assert_not_null(v, "the coded value is hot after its first get");
             p = seqkv_view_piece(v, 0, &len);
@@ -483,9 +487,9 @@ Test(blob, a_value_as_a_view, .timeout = 60)
     }
     seqkv_view *v = NULL;
     int found = -1;
-    cr_assert_eq(seqkv_blob_get_view(db, "t", (const uint8_t *)"nope", 4, 0, &v, &found), 0);
+    cr_assert_eq(seqkv_blob_get_view(db, "t", (const uint8_t *)"nope", 4, SIZE_MAX, &v, &found), 0);
     cr_assert(found == 0 && v == NULL);
-    cr_assert_eq(seqkv_blob_get_view(db, "nobody", (const uint8_t *)"text", 4, 0, &v, &found), 0);
+    cr_assert_eq(seqkv_blob_get_view(db, "nobody", (const uint8_t *)"text", 4, SIZE_MAX, &v, &found), 0);
     cr_assert(found == 0 && v == NULL);
     seqkv_close(db);
 }
