@@ -172,14 +172,15 @@ static void section_cache(skv_server *s, skv_rbuf *b)
 }
 
 /* The shared tier (remote.c): what it wrote, what waits, what it found */
-static void section_remote(skv_server *s, skv_rbuf *b)
+static void section_remote(skv_server *s, srv_job *j, skv_rbuf *b)
 {
     srv_remote_stats r;
     srv_remote_stat(s, &r);
-    char cl[1024];
+    char cl[1024], loc[4096];
     srv_remote_client_info(s, cl, sizeof cl);
+    srv_remote_local_info(s, j->admin ? NULL : s->cfg.tenants[j->tenant].name, loc, sizeof loc);
     skv_rbuf_fmt(b, "# Remote\r\nremote_enabled:%d\r\n%sremote_tenants_shared:%zu\r\n"
-                    "remote_tenants_local:%zu\r\nremote_queued:%" PRIu64 "\r\nremote_backlog:%" PRIu64
+                    "remote_tenants_local:%zu\r\n%sremote_queued:%" PRIu64 "\r\nremote_backlog:%" PRIu64
                     "\r\nremote_backlog_bytes:%" PRIu64 "\r\nremote_written:%" PRIu64
                     "\r\nremote_written_bytes:%" PRIu64 "\r\nremote_write_failures:%" PRIu64
                     "\r\nremote_dropped:%" PRIu64 "\r\nremote_calibs_written:%" PRIu64
@@ -188,7 +189,7 @@ static void section_remote(skv_server *s, skv_rbuf *b)
                     "\r\nremote_fetched_bytes:%" PRIu64 "\r\nremote_fetch_misses:%" PRIu64
                     "\r\nremote_installed:%" PRIu64 "\r\nremote_install_failures:%" PRIu64
                     "\r\nremote_calibs_fetched:%" PRIu64 "\r\n\r\n",
-                 s->remote != NULL, s->remote ? cl : "", r.tenants_shared, r.tenants_local, r.queued,
+                 s->remote != NULL, s->remote ? cl : "", r.tenants_shared, r.tenants_local, loc, r.queued,
                  r.backlog, r.backlog_bytes, r.written, r.written_bytes, r.write_failures, r.dropped,
                  r.calibs_written, r.lookups, r.lookup_tokens, r.fills, r.fetched, r.fetched_bytes,
                  r.fetch_misses, r.installed, r.install_failures, r.calibs_fetched);
@@ -372,7 +373,7 @@ int srv_info_report(skv_server *s, srv_job *j, const char *secp, skv_rbuf *b)
     if (want_section(secp, "blobs"))
         section_blobs(s, j, b);
     if (want_section(secp, "remote"))
-        section_remote(s, b);
+        section_remote(s, j, b);
     if (want_section(secp, "tenants"))
         section_tenants(s, j, b);
     if (want_section(secp, "commandstats") || want_section(secp, "latencystats"))

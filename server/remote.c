@@ -54,29 +54,37 @@ redisReply *srv_rexec1(srv_remote *r, int argc, const char **argv, const size_t 
 
 int srv_rshared(srv_remote *r, const char *tenant)
 {
-    for (size_t i = 0; i < r->nshared; i++)
-        if (strcmp(r->shared[i], tenant) == 0)
-            return 1;
-    return 0;
+    int yes = 0;
+    pthread_mutex_lock(&r->tmu);
+    for (size_t i = 0; i < r->nshared && !yes; i++)
+        yes = strcmp(r->shared[i], tenant) == 0;
+    pthread_mutex_unlock(&r->tmu);
+    return yes;
 }
 
 /* ---- tenants ---------------------------------------------------------------- */
 
-/* A tenant new here: the fleet's entry taken, or one made with an id from
- * the fleet's counter (above every id of this store) */
-static int tenant_new(srv_remote *r, const char *name, const char *k, uint8_t mine[SEQKV_TIER_TENANT_BYTES])
+/* The fleet's entry of a tenant (1 and out), none (0), or -1: the cluster
+ * did not answer */
+static int entry_get(srv_remote *r, const char *k, uint8_t out[SEQKV_TIER_TENANT_BYTES])
 {
-    seqkv *db = r->s->db;
     const char *get[2] = {"GET", k};
     redisReply *g = srv_rexec1(r, 2, get, NULL, r->timeout_ms);
-    if (!g)
-        return skv_error(SKV_ERR_IO, "remote: cluster unreachable (%s)", seqkv_error_detail());
-    if (g->type == REDIS_REPLY_STRING && g->len == SEQKV_TIER_TENANT_BYTES) {
-        memcpy(mine, g->str, SEQKV_TIER_TENANT_BYTES);
+    int rc = !g ? -1 : g->type == REDIS_REPLY_NIL ? 0 : 1;
+    if (rc == 1 && (g->type != REDIS_REPLY_STRING || g->len != SEQKV_TIER_TENANT_BYTES))
+        rc = 2; /* another shape: import says so */
+    if (rc == 1)
+        memcpy(out, g->str, SEQKV_TIER_TENANT_BYTES);
+    if (g)
         freeReplyObject(g);
-        return skv_tier_tenant_import(db, name, r->fkey, mine);
-    }
-    freeReplyObject(g);
+    return rc;
+}
+
+/* A new entry offered for a tenant absent here: an id from the fleet's
+ * counter (moved past every id of this store), fresh keys, nothing stored */
+static int tenant_offer(srv_remote *r, const char *name, uint8_t mine[SEQKV_TIER_TENANT_BYTES])
+{
+    seqkv *db = r->s->db;
     const uint64_t want = skv_tier_next_tenant(db);
     const char *incr[2] = {"INCR", "skv:next_tenant"};
     redisReply *x = srv_rexec1(r, 2, incr, NULL, r->timeout_ms);
@@ -94,24 +102,66 @@ static int tenant_new(srv_remote *r, const char *name, const char *k, uint8_t mi
     }
     if (id <= 0)
         return skv_error(SKV_ERR_IO, "remote: no tenant id from the cluster");
-    return skv_tier_tenant_create(db, name, (uint64_t)id, r->fkey, mine);
+    return skv_tier_tenant_mint(db, name, (uint64_t)id, r->fkey, mine);
+}
+
+/* Why a tenant this store had before it joined cannot take the fleet's
+ * keys: what it holds here under its own */
+static void held_here(srv_remote *r, const char *name, char *why, size_t cap)
+{
+    seqkv_stats st;
+    seqkv_blob_stats bs;
+    memset(&st, 0, sizeof st);
+    memset(&bs, 0, sizeof bs);
+    if (seqkv_stat(r->s->db, name, &st))
+        memset(&st, 0, sizeof st);
+    seqkv_blob_stat_all(r->s->db, name, &bs);
+    snprintf(why, cap,
+             "it was made here before this host shared it and holds %llu tokens and %llu values "
+             "under keys other than the fleet's (KV.TENANT FORGET it, then restart, to share it)",
+             (unsigned long long)st.tokens, (unsigned long long)bs.keys);
+}
+
+static void note_local(srv_remote *r, const char *name, const char *why)
+{
+    pthread_mutex_lock(&r->tmu);
+    size_t i = 0;
+    while (i < r->nlocal && strcmp(r->local[i], name) != 0)
+        i++;
+    if (i < SKV_SERVER_MAX_TENANTS) {
+        memcpy(r->local[i], name, SEQKV_NAME_MAX + 1);
+        snprintf(r->local_why[i], sizeof r->local_why[i], "%s", why);
+        r->nlocal += i == r->nlocal;
+    }
+    pthread_mutex_unlock(&r->tmu);
 }
 
 /* Tenant name joins the fleet: 1 when its records are shared, 0 when it
- * stays local (logged), or an error when the cluster cannot be reached */
+ * stays local (logged, and said in INFO), or an error when the cluster
+ * cannot be reached. A tenant this store has offers its own keys; one it
+ * lacks takes the fleet's entry, or offers a new one -- and nothing is made
+ * here until SET NX has told which entry the fleet keeps, so hosts that
+ * start at the same moment all take the winner's. */
 static int tenant_join(srv_remote *r, const char *name)
 {
-    uint8_t nh[16], mine[SEQKV_TIER_TENANT_BYTES];
-    char hx[33], k[48];
+    uint8_t nh[16], mine[SEQKV_TIER_TENANT_BYTES], theirs[SEQKV_TIER_TENANT_BYTES];
+    char hx[33], k[48], why[400] = "";
+    if (srv_rshared(r, name))
+        return 1;
     skv_tier_tenant_name(r->fkey, name, nh);
     sodium_bin2hex(hx, sizeof hx, nh, 16);
     snprintf(k, sizeof k, "skv:t:%s", hx);
     int rc = skv_tier_tenant_export(r->s->db, name, r->fkey, mine);
-    if (rc == SKV_ERR_NOT_FOUND)
-        rc = tenant_new(r, name, k, mine);
-    if (rc == SKV_ERR_IO)
-        return rc;
-    if (!rc) {
+    const int had = rc == SKV_OK;
+    int fleet = 0; /* 1: the fleet's entry is in theirs */
+    if (rc == SKV_ERR_NOT_FOUND) {
+        fleet = entry_get(r, k, theirs);
+        rc = fleet < 0 ? skv_error(SKV_ERR_IO, "remote: cluster unreachable (%s)",
+                                   seqkv_error_detail())
+             : fleet ? SKV_OK
+                     : tenant_offer(r, name, mine);
+    }
+    if (!rc && !fleet) {
         const char *set[4] = {"SET", k, (const char *)mine, "NX"};
         const size_t len[4] = {3, strlen(k), sizeof mine, 2};
         redisReply *x = srv_rexec1(r, 4, set, len, r->timeout_ms);
@@ -121,24 +171,62 @@ static int tenant_join(srv_remote *r, const char *name)
             freeReplyObject(x);
         if (!won && !lost)
             return skv_error(SKV_ERR_IO, "remote: cluster unreachable (%s)", seqkv_error_detail());
-        if (lost) { /* the fleet has it: the same keys, or this one stays local */
-            const char *get[2] = {"GET", k};
-            redisReply *g = srv_rexec1(r, 2, get, NULL, r->timeout_ms);
-            rc = g && g->type == REDIS_REPLY_STRING && g->len == SEQKV_TIER_TENANT_BYTES
-                     ? skv_tier_tenant_import(r->s->db, name, r->fkey, (const uint8_t *)g->str)
-                     : skv_error(SKV_ERR_CORRUPT, "remote: tenant entry of another shape");
-            if (g)
-                freeReplyObject(g);
+        if (won) {
+            memcpy(theirs, mine, sizeof mine);
+            fleet = 1;
+        } else if ((fleet = entry_get(r, k, theirs)) <= 0) {
+            return skv_error(SKV_ERR_IO, "remote: the cluster did not give the fleet's entry of "
+                                         "'%s' (%s)", name, seqkv_error_detail());
         }
     }
+    if (rc == SKV_ERR_IO)
+        return rc;
+    if (!rc)
+        rc = fleet == 2 ? skv_error(SKV_ERR_CORRUPT, "remote: tenant entry of another shape")
+                        : skv_tier_tenant_import(r->s->db, name, r->fkey, theirs);
     if (rc) {
-        srv_log(r->s, "remote: tenant '%s' stays local: %s", name, seqkv_error_detail());
+        if (had && rc == SKV_ERR_ARG)
+            held_here(r, name, why, sizeof why);
+        else
+            snprintf(why, sizeof why, "%s", seqkv_error_detail());
+        srv_log(r->s, "remote: tenant '%s' stays local: %s", name, why);
+        note_local(r, name, why);
+        pthread_mutex_lock(&r->mu);
         r->st.tenants_local++;
+        pthread_mutex_unlock(&r->mu);
         return 0;
     }
+    pthread_mutex_lock(&r->tmu);
     memcpy(r->shared[r->nshared++], name, SEQKV_NAME_MAX + 1);
+    pthread_mutex_unlock(&r->tmu);
+    pthread_mutex_lock(&r->mu);
     r->st.tenants_shared++;
+    pthread_mutex_unlock(&r->mu);
     return 1;
+}
+
+int srv_remote_join(skv_server *s, const char *tenant)
+{
+    return s->remote ? tenant_join(s->remote, tenant) : 0;
+}
+
+size_t srv_remote_local_info(skv_server *s, const char *only, char *buf, size_t cap)
+{
+    srv_remote *r = s->remote;
+    size_t n = 0;
+    if (cap)
+        buf[0] = 0;
+    if (!r)
+        return 0;
+    pthread_mutex_lock(&r->tmu);
+    for (size_t i = 0; i < r->nlocal && n < cap; i++)
+        if (!only || strcmp(only, r->local[i]) == 0) {
+            int w = snprintf(buf + n, cap - n, "remote_tenant_local_%s:%s\r\n", r->local[i],
+                             r->local_why[i]);
+            n = w < 0 || (size_t)w >= cap - n ? n : n + (size_t)w;
+        }
+    pthread_mutex_unlock(&r->tmu);
+    return n;
 }
 
 /* ---- start, stop, figures ----------------------------------------------------- */
@@ -163,6 +251,7 @@ int srv_remote_start(skv_server *s)
     r->backlog_max = s->cfg.remote_backlog;
     r->next_seq = 1;
     pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->tmu, NULL);
     pthread_cond_init(&r->cv, NULL);
     pthread_cond_init(&r->dcv, NULL);
     s->remote = r;
@@ -210,6 +299,7 @@ void srv_remote_stop(skv_server *s)
     skv_free(r->cals);
     skv_free(r->unconf);
     pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->tmu);
     pthread_cond_destroy(&r->cv);
     pthread_cond_destroy(&r->dcv);
     skv_free(r);

@@ -25,6 +25,12 @@ typedef struct {
  * key, join every configured tenant to the fleet, start the writer and
  * hook the store's commits. Nothing to do (0) without a remote. */
 int srv_remote_start(skv_server *s);
+/* A tenant added since (a config reload) joins the fleet: 1 shared, 0
+ * local (or no remote tier), an error when the cluster cannot be reached */
+int srv_remote_join(skv_server *s, const char *tenant);
+/* INFO lines "remote_tenant_local_<name>:<why>" of the tenants that stay
+ * local (only: that tenant's alone, NULL: all) into buf; its length */
+size_t srv_remote_local_info(skv_server *s, const char *only, char *buf, size_t cap);
 /* Write what is queued (up to the timeout), stop the writer, unhook */
 void srv_remote_stop(skv_server *s);
 

@@ -53,8 +53,14 @@ struct srv_remote {
      * one writes it again with its own (open addressing, zero = empty) */
     uint8_t (*unconf)[32];
     size_t nunconf, unconf_cap;
+    /* tenants whose records are shared, and those that stay local with
+     * why (under tmu: a config reload joins tenants while workers read) */
+    pthread_mutex_t tmu;
     char shared[SKV_SERVER_MAX_TENANTS][SEQKV_NAME_MAX + 1];
     size_t nshared;
+    char local[SKV_SERVER_MAX_TENANTS][SEQKV_NAME_MAX + 1];
+    char local_why[SKV_SERVER_MAX_TENANTS][400];
+    size_t nlocal;
     srv_remote_stats st;
 };
 

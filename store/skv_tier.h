@@ -45,6 +45,12 @@ int skv_tier_tenant_import(seqkv *db, const char *tenant, const uint8_t fleet_ke
  * its fleet entry */
 int skv_tier_tenant_create(seqkv *db, const char *tenant, uint64_t min_id,
                              const uint8_t fleet_key[32], uint8_t out[SEQKV_TIER_TENANT_BYTES]);
+/* A fleet entry for tenant, absent here, with fresh keys and the smallest
+ * id >= min_id free here -- nothing stored: a host offers it to the fleet
+ * and then takes whichever entry the fleet kept (skv_tier_tenant_import),
+ * so hosts that start together agree on the tenant's keys */
+int skv_tier_tenant_mint(seqkv *db, const char *tenant, uint64_t min_id,
+                         const uint8_t fleet_key[32], uint8_t out[SEQKV_TIER_TENANT_BYTES]);
 /* The next id this store would give a tenant */
 uint64_t skv_tier_next_tenant(seqkv *db);
 /* Up to cap tenant names (not @shared) into names; returns how many there are */

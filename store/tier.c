@@ -109,6 +109,33 @@ int skv_tier_tenant_create(seqkv *db, const char *tenant, uint64_t min_id,
     return rc;
 }
 
+int skv_tier_tenant_mint(seqkv *db, const char *tenant, uint64_t min_id,
+                         const uint8_t fleet_key[32], uint8_t out[SEQKV_TIER_TENANT_BYTES])
+{
+    int rc = skv_store_check_name("tenant", tenant, 0);
+    if (rc)
+        return rc;
+    tenant_ent nt;
+    memset(&nt, 0, sizeof nt);
+    pthread_mutex_lock(&db->wlock);
+    if (skv_store_find_tenant(db, tenant))
+        rc = skv_error(SKV_ERR_ARG, "tenant '%s' exists", tenant);
+    nt.id = skv_store_next_tenant(db);
+    if (min_id > nt.id) {
+        nt.id = min_id;
+        for (size_t i = 0; i < db->nten; i++)
+            if (db->ten[i].id >= nt.id)
+                nt.id = db->ten[i].id + 1;
+    }
+    if (!rc)
+        rc = skv_tkeys_make(db, &nt);
+    if (!rc)
+        entry_make(fleet_key, &nt, out);
+    pthread_mutex_unlock(&db->wlock);
+    skv_tkeys_free(&nt);
+    return rc;
+}
+
 uint64_t skv_tier_next_tenant(seqkv *db)
 {
     pthread_mutex_lock(&db->wlock);
