@@ -49,10 +49,13 @@ static const char serve_usage[] =
     "                    server, NIXL); a TCP peer must AUTH with a tenant's token\n"
     "  --bind ADDR       the TCP address (default 127.0.0.1; loopback only:\n"
     "                    127.0.0.0/8 or ::1, no TLS yet; config: bind)\n"
+    "  --metrics ADDR:PORT  Prometheus's GET /metrics on ADDR:PORT (loopback\n"
+    "                    only, e.g. 127.0.0.1:9464; every tenant's figures: the\n"
+    "                    operator's endpoint; config: metrics)\n"
     "  --quiet           no log lines on stderr\n";
 
 enum { O_DB = 4000, O_SOCKET, O_CONFIG, O_THREADS, O_PUTBATCH, O_KEY, O_BUDGET, O_CACHE, O_NOSYNC, O_QUIET, O_HELP,
-       O_REMOTE, O_RKEY, O_RDUR, O_PORT, O_BIND };
+       O_REMOTE, O_RKEY, O_RDUR, O_PORT, O_BIND, O_METRICS };
 
 static const struct option opts[] = {
     {"db", required_argument, NULL, O_DB},
@@ -70,6 +73,7 @@ static const struct option opts[] = {
     {"remote-durability", required_argument, NULL, O_RDUR},
     {"port", required_argument, NULL, O_PORT},
     {"bind", required_argument, NULL, O_BIND},
+    {"metrics", required_argument, NULL, O_METRICS},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -119,6 +123,15 @@ int cmd_serve(int argc, char **argv)
         case O_REMOTE: o.remote = optarg; break;
         case O_RKEY: o.remote_key = optarg; break;
         case O_BIND: o.bind = optarg; break;
+        case O_METRICS: {
+            char host[64];
+            int port;
+            if (skv_server_split_addr(optarg, host, sizeof host, &port))
+                return cli_usage_error("serve", "--metrics wants ADDR:PORT (a loopback address, "
+                                                "e.g. 127.0.0.1:9464)");
+            o.metrics = optarg;
+            break;
+        }
         case O_PORT:
             if (cli_parse_long(optarg, 1, 65535, &th))
                 return cli_usage_error("serve", "--port wants an integer in [1, 65535]");

@@ -556,6 +556,15 @@ typedef struct {
 } seqkv_stats;
 /* For one tenant (NULL: all). SKV_ERR_NOT_FOUND for an unknown tenant. */
 int seqkv_stat(seqkv *db, const char *tenant, seqkv_stats *out);
+/* The figures of each (tenant, profile) pair that holds records, one call
+ * of fn each (the record counts and bytes of seqkv_stats; evictions, the
+ * map, tenants and profiles stay 0), in one pass over the store -- what a
+ * metrics scrape needs. fn runs under the store's read lock: it must not
+ * call into the store. A non-zero return of fn stops the pass and is
+ * returned. */
+typedef int (*seqkv_stat_fn)(void *ctx, const char *tenant, const char *profile,
+                             const seqkv_stats *st);
+int seqkv_stat_each(seqkv *db, seqkv_stat_fn fn, void *ctx);
 
 /* The hot tier (seqkv_options.cache_bytes); all 0 when it has none. */
 typedef struct {

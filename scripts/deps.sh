@@ -20,7 +20,11 @@ seqkv_need_packages() {
 # SGLang backends use it; numpy pages and paged caches). libhiredis-dev: the
 # remote tier's Redis Cluster client (remote/) speaks RESP through hiredis.
 # libssl-dev: OpenSSL's ChaCha20-Poly1305 opens sealed raw records on GET.
+# prometheus: a real scraper and promtool for the metrics endpoint's test.
+# python3-venv: `pip install ./python` into a fresh venv; systemd:
+# systemd-analyze verifies contrib/seqkv.service.
 SEQKV_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config liblmdb-dev libsodium-dev libssl-dev libcriterion-dev libzstd-dev libxxhash-dev redis-tools redis-server
-    libhiredis-dev python3-redis python3-numpy)
+    libhiredis-dev python3-redis python3-numpy prometheus
+    python3-venv systemd)
 # What the demo needs beyond the build: gnuplot draws its chart (PNG).
 SEQKV_DEMO_PACKAGES=(gnuplot-nox)

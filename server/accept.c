@@ -256,7 +256,7 @@ static int loopback(const struct sockaddr_storage *a)
     return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
 }
 
-int srv_listen_tcp(skv_server *s, const char *addr, int port)
+int srv_loopback_listen(const char *addr, int port, int *fd_out, char *name, size_t cap)
 {
     struct sockaddr_storage a;
     socklen_t alen;
@@ -292,10 +292,14 @@ int srv_listen_tcp(skv_server *s, const char *addr, int port)
         close(fd);
         return skv_error(SKV_ERR_IO, "%s port %d: %s", addr, port, strerror(e));
     }
-    snprintf(s->tcp_addr, sizeof s->tcp_addr, a.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d",
-             addr, port);
-    s->tfd = fd;
+    snprintf(name, cap, a.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", addr, port);
+    *fd_out = fd;
     return 0;
+}
+
+int srv_listen_tcp(skv_server *s, const char *addr, int port)
+{
+    return srv_loopback_listen(addr, port, &s->tfd, s->tcp_addr, sizeof s->tcp_addr);
 }
 
 /* Clients that have not authenticated within unauth-timeout are closed */

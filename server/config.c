@@ -18,6 +18,7 @@
  *   remote SEEDS | remote-key SPEC | remote-durability local|replica |
  *   remote-backlog BYTES | remote-timeout MS    the shared tier (remote.h)
  *   port N | bind ADDR       RESP on loopback TCP too (its peers must AUTH)
+ *   metrics ADDR:PORT        Prometheus's GET /metrics (loopback only)
  *   kv-layout GLOB layers L kv-heads H head-dim D dtype DT [tokens T]
  *            [order kv_2ltd|mla]   values under matching keys are KV
  * Tokens are kept only as their BLAKE2b-256 hash. */
@@ -302,6 +303,14 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
         if (strlen(w[1]) >= sizeof c->bind)
             return skv_error(SKV_ERR_FORMAT, "config line %d: bind's address is too long", ln);
         strcpy(c->bind, w[1]);
+    } else if (strcmp(w[0], "metrics") == 0) {
+        char host[64];
+        int port;
+        if (strlen(w[1]) >= sizeof c->metrics ||
+            skv_server_split_addr(w[1], host, sizeof host, &port))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: metrics wants ADDR:PORT (a loopback "
+                             "address, e.g. 127.0.0.1:9464)", ln);
+        strcpy(c->metrics, w[1]);
     } else if (strcmp(w[0], "put-batch") == 0) {
         if (parse_u64(w[1], 1, 4096, 0, &v))
             return skv_error(SKV_ERR_FORMAT, "config line %d: put-batch wants 1..4096", ln);
@@ -309,6 +318,28 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
     } else {
         return skv_error(SKV_ERR_FORMAT, "config line %d: unknown directive '%s'", ln, w[0]);
     }
+    return 0;
+}
+
+int skv_server_split_addr(const char *spec, char *host, size_t cap, int *port)
+{
+    const char *colon = strrchr(spec, ':'), *p = colon ? colon + 1 : spec;
+    size_t hl = colon ? (size_t)(colon - spec) : 0;
+    const char *h = colon ? spec : "127.0.0.1";
+    if (!colon)
+        hl = strlen(h);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') { /* [v6]:port */
+        h++;
+        hl -= 2;
+    } else if (colon && memchr(spec, ':', hl)) {
+        return -1; /* a bare v6 address: its port is ambiguous */
+    }
+    uint64_t v;
+    if (hl == 0 || hl >= cap || parse_u64(p, 1, 65535, 0, &v))
+        return -1;
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    *port = (int)v;
     return 0;
 }
 

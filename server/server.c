@@ -29,6 +29,7 @@
 
 #include <sodium.h>
 
+#include "metrics.h"
 #include "remote.h"
 #include "server_int.h"
 
@@ -749,7 +750,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
         }
         s->started++;
     }
-    if ((rc = srv_maintain_start(s)) || (rc = srv_remote_start(s)))
+    if ((rc = srv_maintain_start(s)) || (rc = srv_remote_start(s)) || (rc = srv_metrics_start(s)))
         goto fail;
     srv_log(s, "listening on %s%s%s (store %s, %d worker threads, %zu tenants, max %zu clients, "
             "hot tier %llu MiB)", o->socket_path, s->tfd >= 0 ? " and TCP " : "", s->tcp_addr,
@@ -883,6 +884,7 @@ int skv_server_run(skv_server *s)
             }
         }
         release_freed(s);
+        srv_metrics_publish(s);
     }
     for (srv_client *c = s->clients, *n; c; c = n) {
         n = c->next;
@@ -905,6 +907,7 @@ void skv_server_free(skv_server *s)
     pthread_mutex_unlock(&s->qmu);
     for (int i = 0; i < s->started; i++)
         pthread_join(s->thr[i], NULL);
+    srv_metrics_stop(s);
     srv_remote_stop(s); /* what it queued is written first */
     /* jobs still queued or done (a run that ended early) */
     for (srv_job *j = s->qhead, *n; j; j = n) {

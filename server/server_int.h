@@ -167,6 +167,9 @@ struct skv_server {
     uint64_t calls[SRV_NCMD], usec[SRV_NCMD], hist[SRV_NCMD][SRV_NBUCKETS];
     double t_start;
     struct srv_remote *remote; /* the shared tier (remote.c), or NULL */
+    struct srv_metrics *metrics; /* GET /metrics (metrics_http.c), or NULL */
+    srv_snap msnap;              /* the loop's figures for it, under smu */
+    size_t munauth;
 };
 
 /* A client's input buffer: a line or a bulk header fits it whole */
@@ -183,6 +186,9 @@ void srv_client_free(skv_server *s, srv_client *c);
 int srv_listen(skv_server *s, const char *path);
 /* RESP on TCP at addr:port too (SKV_ERR_ARG unless addr is loopback) */
 int srv_listen_tcp(skv_server *s, const char *addr, int port);
+/* A non-blocking listening TCP socket on loopback addr:port (*fd, and its
+ * "addr:port" in name), or SKV_ERR_ARG (not loopback) / SKV_ERR_IO */
+int srv_loopback_listen(const char *addr, int port, int *fd, char *name, size_t cap);
 /* accept what is pending on lfd (tcp: the TCP socket, whose peers are nobody
  * until they AUTH) */
 #define SRV_NO_UID UINT32_MAX

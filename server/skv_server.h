@@ -67,6 +67,8 @@ typedef struct {
                                 else none); its peers must AUTH */
     const char *bind;        /* the TCP address (NULL: the config's, else 127.0.0.1);
                                 loopback only (127.0.0.0/8, ::1) */
+    const char *metrics;     /* Prometheus's GET /metrics on ADDR:PORT (loopback only;
+                                NULL: the config's, else none) */
 } skv_server_options;
 
 /* Read the config, open the store, create the socket (mode 0600; a stale
@@ -145,6 +147,7 @@ typedef struct {
     int remote_timeout_ms;
     int port;       /* loopback TCP (0: none) */
     char bind[64];  /* its address ("" : 127.0.0.1) */
+    char metrics[80]; /* the metrics endpoint's ADDR:PORT ("": none) */
     skv_server_kv_layout kv_layouts[SKV_SERVER_MAX_KV_LAYOUTS];
     size_t nkv_layouts;
 } skv_server_config;
@@ -153,6 +156,9 @@ typedef struct {
  * line number and reason in the detail. */
 int skv_server_config_parse(const char *text, size_t len, skv_server_config *out);
 void skv_server_config_default(skv_server_config *out);
+/* "ADDR:PORT", "[V6]:PORT" or "PORT" (127.0.0.1) split into host and port;
+ * -1 when it is none of them (the address is checked when bound) */
+int skv_server_split_addr(const char *spec, char *host, size_t cap, int *port);
 
 #ifdef __cplusplus
 }

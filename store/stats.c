@@ -74,6 +74,31 @@ static void stat_one(void *vctx, skv_irec *r)
     }
 }
 
+int seqkv_stat_each(seqkv *db, seqkv_stat_fn fn, void *ctx)
+{
+    pthread_rwlock_rdlock(&db->rw);
+    int rc = SKV_OK;
+    for (size_t i = 0; !rc && i < db->nns; i++) {
+        ns_ent *e = &db->ns[i];
+        const prof_ent *pe = NULL;
+        const char *tn = "?";
+        for (size_t j = 0; j < db->nprof; j++)
+            if (memcmp(db->prof[j].p.id, e->prof_id, 32) == 0)
+                pe = &db->prof[j];
+        for (size_t j = 0; j < db->nten; j++)
+            if (db->ten[j].id == e->tenant)
+                tn = db->ten[j].name;
+        seqkv_stats st;
+        memset(&st, 0, sizeof st);
+        stat_ctx c = {&st, pe ? (size_t)pe->p.layers * 2 * pe->C * pe->es : 0, e->trie};
+        skv_irec_foreach(e->trie, stat_one, &c);
+        st.content_index_bytes = skv_cindex_bytes(e->cx);
+        rc = fn(ctx, tn, pe ? pe->p.name : "?", &st);
+    }
+    pthread_rwlock_unlock(&db->rw);
+    return rc;
+}
+
 int seqkv_stat(seqkv *db, const char *tenant, seqkv_stats *out)
 {
     memset(out, 0, sizeof *out);

@@ -7,7 +7,8 @@
  * tenants; every limit in its documented range (the defaults where not
  * set), max-bulk no larger than max-query; the remote settings NUL-ended;
  * no NUL byte in the text; a TCP port in 0..65535 and its address
- * NUL-ended; kv-layout lines with a non-empty glob, dimensions in
+ * NUL-ended; a metrics address that splits into a host and a port;
+ * kv-layout lines with a non-empty glob, dimensions in
  * 1..2^20, a dtype the fast level codes, one head for mla. Each kv-layout
  * is then matched (server/kv_layout.c) against keys and lengths taken
  * from the text: a layout it gives must be exactly the value's bytes, of
@@ -82,6 +83,13 @@ static void check_accepted(const skv_server_config *c)
     CHECK(c->remote_backlog >= 1u << 20 && c->remote_backlog <= 1ull << 40);
     CHECK(c->remote_timeout_ms >= 100 && c->remote_timeout_ms <= 600000);
     CHECK(c->port >= 0 && c->port <= 65535 && memchr(c->bind, 0, sizeof c->bind));
+    CHECK(memchr(c->metrics, 0, sizeof c->metrics));
+    if (c->metrics[0]) { /* what the server will bind: a host and a port */
+        char host[64];
+        int mport = 0;
+        CHECK(skv_server_split_addr(c->metrics, host, sizeof host, &mport) == 0);
+        CHECK(mport >= 1 && mport <= 65535 && host[0] && memchr(host, 0, sizeof host));
+    }
     CHECK(c->nkv_layouts <= SKV_SERVER_MAX_KV_LAYOUTS);
     for (size_t i = 0; i < c->nkv_layouts; i++) {
         const skv_server_kv_layout *k = &c->kv_layouts[i];
@@ -157,6 +165,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
           strcmp(a.remote_key, b.remote_key) == 0 && a.remote_durability == b.remote_durability &&
           a.remote_backlog == b.remote_backlog && a.remote_timeout_ms == b.remote_timeout_ms);
     CHECK(a.port == b.port && strcmp(a.bind, b.bind) == 0 && a.nkv_layouts == b.nkv_layouts);
+    CHECK(strcmp(a.metrics, b.metrics) == 0);
     for (size_t i = 0; i < a.nkv_layouts; i++)
         CHECK(strcmp(a.kv_layouts[i].pattern, b.kv_layouts[i].pattern) == 0 &&
               a.kv_layouts[i].dtype == b.kv_layouts[i].dtype &&
