@@ -561,10 +561,13 @@ static void cmd_get(skv_server *s, srv_job *j)
     }
     const size_t tb = seqkv_profile_token_bytes(&p);
     const size_t bytes = want * tb;
-    if (bytes > s->cfg.max_bulk || bytes + 64 > s->cfg.max_output) {
+    /* (a config reload may change them: reload.c) */
+    const uint64_t max_bulk = __atomic_load_n(&s->cfg.max_bulk, __ATOMIC_RELAXED),
+                   max_out = __atomic_load_n(&s->cfg.max_output, __ATOMIC_RELAXED);
+    if (bytes > max_bulk || bytes + 64 > max_out) {
         skv_free(tok);
         srv_err_reply(j, "TOOLARGE", "KV.GET: %zu tokens are %zu bytes, more than the server's reply "
-                                 "limit (max-bulk %" PRIu64 ")", want, bytes, s->cfg.max_bulk);
+                                 "limit (max-bulk %" PRIu64 ")", want, bytes, max_bulk);
         return;
     }
     /* a view of the store's memory (the hot tier's entries): the loop
@@ -793,6 +796,7 @@ static const srv_cmd cmds[] = {
     {"KV.COMPACT", 1, 2, SRV_F_ADMIN, cmd_compact, 0},
     {"KV.STATS", 1, 1, 0, cmd_stats, 0},
     {"KV.TENANT", 3, 3, SRV_F_ADMIN, srv_cmd_tenant, 0},
+    {"KV.CONFIG", 2, 2, SRV_F_LOOP | SRV_F_ADMIN, srv_cmd_config, 0},
     /* the blob namespace: Redis's string commands (cmd_blob.c) */
     {"GET", 2, 2, SRV_F_HOT, srv_cmd_bget, 0},
     {"MGET", 2, -1, SRV_F_HOT, srv_cmd_mget, 0},

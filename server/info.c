@@ -98,10 +98,18 @@ static void info_store(skv_server *s, skv_rbuf *b, const seqkv_stats *st)
 static void section_server(skv_server *s, srv_job *j, skv_rbuf *b)
 {
     skv_rbuf_fmt(b, "# Server\r\nseqkv_version:%s\r\nprocess_id:%ld\r\nuptime_in_seconds:%.0f\r\n"
-            "socket:%s\r\ntcp:%s\r\nworker_threads:%d\r\ntenant:%s\r\nadmin:%d\r\n\r\n",
+            "socket:%s\r\ntcp:%s\r\nworker_threads:%d\r\ntenant:%s\r\nadmin:%d\r\n",
          SEQKV_VERSION, (long)getpid(), srv_now() - s->t_start, s->socket_path,
          s->tcp_addr[0] ? s->tcp_addr : "none", s->nthreads,
          s->cfg.tenants[j->tenant].name, j->admin);
+    pthread_mutex_lock(&s->smu);
+    const uint64_t rl = s->reloads, rf = s->reload_failures;
+    char last[sizeof s->reload_last];
+    memcpy(last, s->reload_last, sizeof last);
+    pthread_mutex_unlock(&s->smu);
+    skv_rbuf_fmt(b, "config_file:%s\r\nconfig_reloads:%" PRIu64 "\r\nconfig_reload_failures:%" PRIu64
+                 "\r\nconfig_last_reload:%s\r\n\r\n",
+                 s->o.config ? s->o.config : "none", rl, rf, last[0] ? last : "none");
 }
 
 static void section_clients(skv_server *s, srv_job *j, skv_rbuf *b)
@@ -274,7 +282,10 @@ static void section_blobs(skv_server *s, srv_job *j, skv_rbuf *b)
 static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
 {
     skv_rbuf_fmt(b, "# Tenants\r\n");
-    for (size_t t = 0; t < s->cfg.ntenants; t++) {
+    pthread_mutex_lock(&s->smu); /* (a config reload adds tenants, changes limits) */
+    const size_t nt = s->cfg.ntenants;
+    pthread_mutex_unlock(&s->smu);
+    for (size_t t = 0; t < nt; t++) {
         if (!j->admin && (int)t != j->tenant)
             continue;
         seqkv_stats st;
@@ -283,6 +294,7 @@ static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
             memset(&st, 0, sizeof st);
         pthread_mutex_lock(&s->smu);
         srv_tstats x = s->ts[t];
+        const skv_server_tenant tcc = s->cfg.tenants[t];
         pthread_mutex_unlock(&s->smu);
         skv_rbuf_fmt(b, "tenant_%s:lookups=%" PRIu64 ",lookup_hits=%" PRIu64 ",lookup_misses=%" PRIu64
                 ",gets=%" PRIu64 ",get_hits=%" PRIu64 ",get_misses=%" PRIu64
@@ -294,7 +306,7 @@ static void section_tenants(skv_server *s, srv_job *j, skv_rbuf *b)
              x.get_hits, x.get_misses, x.tokens_served, x.bytes_served, x.puts, x.tokens_put,
              x.new_tokens, x.dels, x.errors, st.tokens, st.raw_bytes, st.stored_bytes,
              srv_ratio(st.raw_bytes, st.stored_bytes), st.evictions);
-        const skv_server_tenant *tc = &s->cfg.tenants[t];
+        const skv_server_tenant *tc = &tcc;
         skv_rbuf_fmt(b, "tenant_%s_limits:connections=%" PRIu64 "/%" PRIu64 ",inflight_bytes=%" PRIu64
                      "/%" PRIu64 ",put_rate=%" PRIu64 ",refused_busy=%" PRIu64 "\r\n",
                      tc->name, x.conns, tc->max_clients, x.inflight_bytes, tc->max_inflight,

@@ -43,6 +43,12 @@ int srv_over_limits(skv_server *s, srv_client *c, const srv_cmd *def, const skv_
                     char code[16], char *msg, size_t cap)
 {
     const skv_server_tenant *tc = &s->cfg.tenants[c->tenant];
+    if (s->tgone[c->tenant]) { /* a reload took it out of the config */
+        snprintf(code, 16, "NOPERM");
+        snprintf(msg, cap, "tenant %s is no longer in the config: AUTH as another tenant",
+                 tc->name);
+        return 1;
+    }
     uint64_t bytes = 0;
     for (size_t i = 1; i < cmd->argc; i++)
         bytes += cmd->argl[i];

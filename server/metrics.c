@@ -114,6 +114,16 @@ static void process(skv_server *s, skv_rbuf *b)
     one(b, "seqkv_protocol_errors_total", "counter", "Malformed requests.", sn.proto_errors);
     one(b, "seqkv_auth_failures_total", "counter", "Failed AUTHs.", af);
     one(b, "seqkv_requests_in_flight", "gauge", "Requests being worked on.", sn.inflight);
+    pthread_mutex_lock(&s->smu);
+    const uint64_t rl = s->reloads, rf = s->reload_failures;
+    const int last_ok = !strncmp(s->reload_last, "failed", 6) ? 0 : 1;
+    pthread_mutex_unlock(&s->smu);
+    family(b, "seqkv_config_reloads_total", "counter", "Config reloads (SIGHUP, KV.CONFIG RELOAD).");
+    const char *rk[] = {"result", NULL}, *ok[] = {"ok"}, *bad[] = {"failed"};
+    sample(b, "seqkv_config_reloads_total", rk, ok, rl);
+    sample(b, "seqkv_config_reloads_total", rk, bad, rf);
+    one(b, "seqkv_config_last_reload_successful", "gauge",
+        "1 unless the last config reload was refused.", (uint64_t)last_ok);
     one(b, "seqkv_put_commits_total", "counter", "Group commits of PUTs.", nb);
     one(b, "seqkv_batched_puts_total", "counter", "PUTs those commits wrote.", np);
 }

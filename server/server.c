@@ -588,19 +588,6 @@ static void client_read(skv_server *s, srv_client *c)
 /* ------------------------------------------------------------------------
  * Create, run, stop, free
  * ---------------------------------------------------------------------- */
-static int read_config(skv_server *s, const char *path)
-{
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int rc = skv_file_read(path, 1u << 20, &buf, &len);
-    if (!rc && (rc = skv_server_config_parse((const char *)buf, len, &s->cfg)))
-        rc = skv_error(rc, "%s: %s", path, seqkv_error_detail());
-    if (buf)
-        sodium_memzero(buf, len); /* (tokens) */
-    skv_free(buf);
-    return rc;
-}
-
 /* SKV_SERVER_CACHE_SHARE of physical memory (64 MiB when unknown) */
 static uint64_t default_cache_bytes(void)
 {
@@ -637,7 +624,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
         goto fail;
     }
     if (o->config) {
-        rc = read_config(s, o->config);
+        rc = srv_read_config(o->config, &s->cfg);
         if (rc)
             goto fail;
     } else {
@@ -651,7 +638,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     }
     for (size_t i = 0; i < s->cfg.ntenants; i++)
         s->have_tokens |= s->cfg.tenants[i].has_token;
-    s->ts = skv_calloc(s->cfg.ntenants ? s->cfg.ntenants : 1, sizeof *s->ts);
+    s->ts = skv_calloc(SKV_SERVER_MAX_TENANTS, sizeof *s->ts); /* (a reload adds tenants) */
     if (!s->ts) {
         rc = SKV_ERR_NOMEM;
         goto fail;
@@ -673,6 +660,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
         sigemptyset(&set);
         sigaddset(&set, SIGTERM);
         sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGHUP); /* a config reload */
         pthread_sigmask(SIG_BLOCK, &set, NULL);
     }
     /* A cold GET decodes into buffers of its reply's size and frees them
@@ -708,6 +696,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
         sigemptyset(&set);
         sigaddset(&set, SIGTERM);
         sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGHUP);
         s->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
         if (s->sigfd < 0) {
             rc = skv_error(SKV_ERR_IO, "signalfd: %s", strerror(errno));
@@ -859,9 +848,13 @@ int skv_server_run(skv_server *s)
                 }
             } else if (p == &s->sigfd) {
                 struct signalfd_siginfo si;
-                while (read(s->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
+                while (read(s->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
                     srv_log(s, "signal %u", si.ssi_signo);
-                atomic_store(&s->stop_req, 1);
+                    if (si.ssi_signo == SIGHUP)
+                        srv_reload(s); /* (logs what it did or why not) */
+                    else
+                        atomic_store(&s->stop_req, 1);
+                }
             } else {
                 srv_client *c = p;
                 if (c->fd < 0)

@@ -39,7 +39,7 @@ typedef struct srv_cmd {
     int idx; /* into the latency tables */
 } srv_cmd;
 
-#define SRV_NCMD 40
+#define SRV_NCMD 48
 #define SRV_NBUCKETS 32 /* bucket b: latency < 2^b microseconds */
 
 /* Case-insensitive; NULL when unknown. */
@@ -168,6 +168,11 @@ struct skv_server {
     double t_start;
     struct srv_remote *remote; /* the shared tier (remote.c), or NULL */
     struct srv_metrics *metrics; /* GET /metrics (metrics_http.c), or NULL */
+    /* config reloads (reload.c): tenants no longer in the file (loop
+     * thread), the outcomes (under smu) */
+    unsigned char tgone[SKV_SERVER_MAX_TENANTS];
+    uint64_t reloads, reload_failures;
+    char reload_last[320];
     srv_snap msnap;              /* the loop's figures for it, under smu */
     size_t munauth;
 };
@@ -266,6 +271,13 @@ void srv_cmd_expire(skv_server *s, srv_job *j);
 void srv_cmd_scan(skv_server *s, srv_job *j);
 void srv_cmd_dbsize(skv_server *s, srv_job *j);
 void srv_cmd_flushdb(skv_server *s, srv_job *j);
+/* The config file at path parsed into cfg (reload.c): SKV_ERR_FORMAT
+ * naming the file and the line, or the file's read error */
+int srv_read_config(const char *path, skv_server_config *cfg);
+/* Re-read s->o.config and apply it (loop thread; SIGHUP, KV.CONFIG
+ * RELOAD): 0, or the error (the detail says why) with nothing changed */
+int srv_reload(skv_server *s);
+void srv_cmd_config(skv_server *s, srv_job *j);
 /* KV.TENANT FORGET <tenant> (cmd_tenant.c) */
 void srv_cmd_tenant(skv_server *s, srv_job *j);
 /* Redis's glob match (SCAN ... MATCH) of s against pattern p */

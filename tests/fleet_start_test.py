@@ -7,7 +7,7 @@ without one (tenant "default"). Every round, every tenant is shared on every
 host, and a PUT through each host is a LOOKUP hit and a bit-exact GET through
 every other.
 
-Then a host whose store already holds a tenant's data under its own keys
+A tenant a config reload adds joins the fleet too. Then a host whose store already holds a tenant's data under its own keys
 joins a fleet that has other keys for it: that tenant stays local, and INFO
 and the log say why (what it holds), not "made before this host joined".
 
@@ -186,6 +186,33 @@ def stays_local(cl, rng, extra):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def reload_joins(cl, rng, extra):
+    """a tenant a config reload adds joins the fleet, as one at start does"""
+    flush(cl)
+    first = "tenant a token tok-a-000000000\ntenant a admin\n"
+    both = first + "tenant z token tok-z-000000000\n"
+    hosts = start_together(2, first, extra)
+    try:
+        for h in hosts:
+            with open(os.path.join(h.dir, "seqkv.conf"), "w") as f:
+                f.write(both)
+            with seqkv.Client(h.sock, timeout=30) as c:
+                c.call("AUTH", "a", "tok-a-000000000")
+                check(c.call("KV.CONFIG", "RELOAD") in ("OK", b"OK"), "reload adds tenant z")
+        cz = [client(h, "z", "tok-z-000000000") for h in hosts]
+        check(all(info(c)["remote_tenants_shared"] == "2" for c in cz),
+              "tenant z, added by a reload, is shared on both hosts")
+        toks, kv = prompt(rng, 3 * CHUNK)
+        cz[0].put("m", toks, kv)
+        check(cz[1].lookup("m", toks) == len(toks) and cz[1].get("m", toks, raw=True) == kv,
+              "z's PUT on one host is a hit and an exact GET on the other")
+        for c in cz:
+            c.close()
+    finally:
+        for h in hosts:
+            h.close()
+
+
 def main():
     if not shutil.which("redis-server") or not shutil.which("redis-cli"):
         print("SKIP: needs redis-server and redis-cli (Debian's redis-server, redis-tools)")
@@ -202,6 +229,7 @@ def main():
         print("%d rounds of 2-3 hosts started at once: %.1f s" % (ROUNDS, time.time() - t0),
               flush=True)
         stays_local(cl, rng, extra)
+        reload_joins(cl, rng, extra)
     finally:
         cl.close()
     if failures:
