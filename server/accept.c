@@ -235,7 +235,10 @@ int srv_listen(skv_server *s, const char *path)
         close(fd);
         return skv_error(SKV_ERR_IO, "%s: bind: %s", path, strerror(e));
     }
-    if (chmod(path, 0600) != 0 || listen(fd, 256) != 0 || lstat(path, &st) != 0) {
+    /* then the config's mode (socket-mode: the group, or everyone; the
+     * config's tenants still decide who is served) */
+    const mode_t mode = s->cfg.socket_mode ? (mode_t)s->cfg.socket_mode : 0600;
+    if (chmod(path, mode) != 0 || listen(fd, 256) != 0 || lstat(path, &st) != 0) {
         e = errno;
         close(fd);
         unlink(path);

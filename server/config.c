@@ -19,6 +19,7 @@
  *   remote-backlog BYTES | remote-timeout MS    the shared tier (remote.h)
  *   port N | bind ADDR       RESP on loopback TCP too (its peers must AUTH)
  *   metrics ADDR:PORT        Prometheus's GET /metrics (loopback only)
+ *   socket-mode 0600|0660|0666   who may connect to the Unix socket
  *   kv-layout GLOB layers L kv-heads H head-dim D dtype DT [tokens T]
  *            [order kv_2ltd|mla]   values under matching keys are KV
  * Tokens are kept only as their BLAKE2b-256 hash. */
@@ -44,6 +45,7 @@ void skv_server_config_default(skv_server_config *c)
     c->compact_interval = 60;
     c->max_unauth = SKV_SERVER_MAX_UNAUTH;
     c->unauth_timeout = 10;
+    c->socket_mode = 0600;
     c->remote_durability = 1;
     c->remote_backlog = SKV_SERVER_REMOTE_BACKLOG;
     c->remote_timeout_ms = SKV_SERVER_REMOTE_TIMEOUT_MS;
@@ -311,6 +313,11 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
             return skv_error(SKV_ERR_FORMAT, "config line %d: metrics wants ADDR:PORT (a loopback "
                              "address, e.g. 127.0.0.1:9464)", ln);
         strcpy(c->metrics, w[1]);
+    } else if (strcmp(w[0], "socket-mode") == 0) {
+        if (strcmp(w[1], "0600") && strcmp(w[1], "0660") && strcmp(w[1], "0666"))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: socket-mode wants 0600, 0660 (the "
+                             "server's group too) or 0666 (every local user)", ln);
+        c->socket_mode = (unsigned)strtoul(w[1], NULL, 8);
     } else if (strcmp(w[0], "put-batch") == 0) {
         if (parse_u64(w[1], 1, 4096, 0, &v))
             return skv_error(SKV_ERR_FORMAT, "config line %d: put-batch wants 1..4096", ln);

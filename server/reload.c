@@ -50,6 +50,7 @@ static void restart_only(const skv_server_config *a, const skv_server_config *b,
                        a->remote_timeout_ms != b->remote_timeout_ms},
         {"port", a->port != b->port || strcmp(a->bind, b->bind) != 0},
         {"metrics", strcmp(a->metrics, b->metrics) != 0},
+        {"socket-mode", a->socket_mode != b->socket_mode},
         {"kv-layout", a->nkv_layouts != b->nkv_layouts ||
                           memcmp(a->kv_layouts, b->kv_layouts,
                                  a->nkv_layouts * sizeof a->kv_layouts[0]) != 0},

@@ -148,6 +148,7 @@ typedef struct {
     int port;       /* loopback TCP (0: none) */
     char bind[64];  /* its address ("" : 127.0.0.1) */
     char metrics[80]; /* the metrics endpoint's ADDR:PORT ("": none) */
+    unsigned socket_mode; /* the Unix socket's mode: 0600 (default), 0660 or 0666 */
     skv_server_kv_layout kv_layouts[SKV_SERVER_MAX_KV_LAYOUTS];
     size_t nkv_layouts;
 } skv_server_config;

@@ -154,6 +154,11 @@ def main():
         for c in (ca, cb):
             c.close()
 
+    # socket-mode: the socket's mode at start (0600 by default)
+    for conf, want in ((FIRST, 0o600), (FIRST + "socket-mode 0660\n", 0o660)):
+        with Server(seqkv_bin, conf) as srv:
+            mode = os.stat(srv.sock).st_mode & 0o777
+            check(mode == want, "socket mode %o (want %o)" % (mode, want))
     # a server started without --config has nothing to re-read
     with Server(seqkv_bin) as srv:
         with client(srv) as c:

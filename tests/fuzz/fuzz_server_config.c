@@ -84,6 +84,7 @@ static void check_accepted(const skv_server_config *c)
     CHECK(c->remote_timeout_ms >= 100 && c->remote_timeout_ms <= 600000);
     CHECK(c->port >= 0 && c->port <= 65535 && memchr(c->bind, 0, sizeof c->bind));
     CHECK(memchr(c->metrics, 0, sizeof c->metrics));
+    CHECK(c->socket_mode == 0600 || c->socket_mode == 0660 || c->socket_mode == 0666);
     if (c->metrics[0]) { /* what the server will bind: a host and a port */
         char host[64];
         int mport = 0;
@@ -165,7 +166,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
           strcmp(a.remote_key, b.remote_key) == 0 && a.remote_durability == b.remote_durability &&
           a.remote_backlog == b.remote_backlog && a.remote_timeout_ms == b.remote_timeout_ms);
     CHECK(a.port == b.port && strcmp(a.bind, b.bind) == 0 && a.nkv_layouts == b.nkv_layouts);
-    CHECK(strcmp(a.metrics, b.metrics) == 0);
+    CHECK(strcmp(a.metrics, b.metrics) == 0 && a.socket_mode == b.socket_mode);
     for (size_t i = 0; i < a.nkv_layouts; i++)
         CHECK(strcmp(a.kv_layouts[i].pattern, b.kv_layouts[i].pattern) == 0 &&
               a.kv_layouts[i].dtype == b.kv_layouts[i].dtype &&
