@@ -9,4 +9,8 @@
 """
 from .client import Client, Error
 
+# include/seqkv.h's SEQKV_VERSION_MAJOR.MINOR.PATCH (tests/packaging_test.py
+# checks); the wheel's version (python/_build/seqkv_build.py reads it here)
+__version__ = "0.2.0"
+
 __all__ = ["Client", "Error"]
