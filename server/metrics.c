@@ -104,9 +104,12 @@ static void process(skv_server *s, skv_rbuf *b)
     const srv_snap sn = s->msnap;
     const size_t unauth = s->munauth;
     const uint64_t af = s->auth_failures, nb = s->batches, np = s->batched_puts;
+    const uint64_t max_clients = s->cfg.max_clients;
     pthread_mutex_unlock(&s->smu);
     one(b, "seqkv_connected_clients", "gauge", "Connected clients.", sn.clients);
-    one(b, "seqkv_max_clients", "gauge", "The max-clients limit.", s->cfg.max_clients);
+    one(b, "seqkv_max_clients", "gauge", "The max-clients limit.", max_clients);
+    one(b, "seqkv_store_budget_bytes", "gauge", "The store's byte budget (--budget; 0: none).",
+        s->o.budget);
     one(b, "seqkv_unauthenticated_clients", "gauge", "Clients not yet tied to a tenant.", unauth);
     one(b, "seqkv_connections_received_total", "counter", "Connections accepted.", sn.accepted);
     one(b, "seqkv_connections_rejected_total", "counter", "Connections refused by limits.",
@@ -331,6 +334,8 @@ static const mdef remote_defs[] = {
     {"seqkv_remote_dropped_total", "counter", "Records a full backlog refused.", R(dropped)},
     {"seqkv_remote_backlog", "gauge", "Records waiting for the cluster.", R(backlog)},
     {"seqkv_remote_backlog_bytes", "gauge", "Their bytes.", R(backlog_bytes)},
+    {"seqkv_remote_backlog_max_bytes", "gauge", "The backlog's budget (remote-backlog).",
+     R(backlog_max)},
     {"seqkv_remote_lookups_total", "counter", "LOOKUPs that asked the cluster.", R(lookups)},
     {"seqkv_remote_lookup_tokens_total", "counter", "Tokens the cluster added to LOOKUPs.",
      R(lookup_tokens)},

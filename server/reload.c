@@ -102,7 +102,7 @@ static void apply(skv_server *s, const skv_server_config *nc, const int *map, si
 {
     unsigned char keep[SKV_SERVER_MAX_TENANTS] = {0};
     const size_t old_n = s->cfg.ntenants;
-    pthread_mutex_lock(&s->smu); /* (workers read the names and their count under it) */
+    pthread_mutex_lock(&s->smu); /* (INFO and the metrics read what changes under it) */
     for (size_t i = 0; i < nc->ntenants; i++) {
         const int t = map[i];
         skv_server_tenant *d = &s->cfg.tenants[t];
@@ -128,7 +128,6 @@ static void apply(skv_server *s, const skv_server_config *nc, const int *map, si
             s->tgone[t] = 1;
             (*removed)++;
         }
-    pthread_mutex_unlock(&s->smu);
     s->cfg.nrules = nc->nrules;
     for (size_t i = 0; i < nc->nrules; i++) {
         s->cfg.rules[i] = nc->rules[i];
@@ -144,6 +143,7 @@ static void apply(skv_server *s, const skv_server_config *nc, const int *map, si
     __atomic_store_n(&s->cfg.max_output, nc->max_output, __ATOMIC_RELAXED);
     s->cfg.max_unauth = nc->max_unauth;
     s->cfg.unauth_timeout = nc->unauth_timeout;
+    pthread_mutex_unlock(&s->smu);
     s->have_tokens = 0;
     for (size_t t = 0; t < s->cfg.ntenants; t++)
         s->have_tokens |= s->cfg.tenants[t].has_token;

@@ -314,6 +314,7 @@ void srv_remote_stat(skv_server *s, srv_remote_stats *st)
         return;
     pthread_mutex_lock(&r->mu);
     *st = r->st;
+    st->backlog_max = r->backlog_max;
     pthread_mutex_unlock(&r->mu);
 }
 

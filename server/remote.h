@@ -15,6 +15,7 @@ typedef struct {
     uint64_t written, written_bytes;       /* confirmed by the cluster */
     uint64_t write_failures, dropped;      /* given up on; refused by a full backlog */
     uint64_t backlog, backlog_bytes;       /* waiting now */
+    uint64_t backlog_max;                  /* the bound of backlog_bytes */
     uint64_t lookups, lookup_tokens;       /* LOOKUPs that asked it; tokens it added */
     uint64_t fills, fetched, fetched_bytes, fetch_misses, installed, install_failures;
     uint64_t calibs_written, calibs_fetched;
