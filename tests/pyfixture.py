@@ -128,8 +128,13 @@ class Server:
                 f.write(config)
             os.chmod(cf, 0o600)
             args += ["--config", cf]
-        self.proc = subprocess.Popen(args + list(extra))
-        self._wait()
+        self.proc = None
+        try:
+            self.proc = subprocess.Popen(args + list(extra))
+            self._wait()
+        except BaseException:
+            self.close()  # (a server that did not start leaves nothing behind)
+            raise
 
     def _wait(self):
         for _ in range(800):
