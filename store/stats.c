@@ -51,9 +51,11 @@ static void stat_one(void *vctx, skv_irec *r)
 {
     stat_ctx *c = vctx;
     uint64_t tok = r->tr.n - r->tr.lo;
-    skv_irec *head;
-    /* each node once: when r heads its sibling list */
-    if (skv_irec_children(c->t, r->tr.parent, &head, 1) && head == r) {
+    /* each node once: when r heads its sibling list (asked in O(1): a
+     * count of the siblings for each of them made a store of many
+     * prompts below one root quadratic) */
+    skv_trie_rec *head = skv_trie_first_child(c->t, r->tr.parent);
+    if (head && skv_irec_of(head) == r) {
         uint64_t u = node_unique(c->t, r->tr.parent);
         c->s->tokens += u;
         c->s->raw_bytes += u * c->per_token;

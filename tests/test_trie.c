@@ -240,6 +240,8 @@ Test(trie, siblings_sharing_a_prefix_and_tie_rules)
                 (kids[i] == r4) << 3 | (kids[i] == r5) << 4;
     cr_assert_eq(seen, 31);
     cr_assert_eq(skv_trie_children(t, ROOT, kids, 2), 5, "count beyond cap");
+    cr_assert_eq(skv_trie_first_child(t, ROOT), kids[0], "the head of the sibling list");
+    cr_assert_null(skv_trie_first_child(t, r5->key), "a node with no records below");
 
     skv_trie_step p[2];
     size_t st;

@@ -83,6 +83,8 @@ size_t skv_trie_match_all(const skv_trie *t, const int32_t *tokens, size_t n, sk
 /* Records hanging below node: up to cap into out; returns their number. */
 size_t skv_trie_children(const skv_trie *t, const uint8_t node[32], skv_trie_rec **out,
                          size_t cap);
+/* The first of them (the head of node's sibling list), or NULL: O(1) */
+skv_trie_rec *skv_trie_first_child(const skv_trie *t, const uint8_t node[32]);
 /* Every record, in no particular order; fn may not insert or remove. */
 void skv_trie_foreach(const skv_trie *t, void (*fn)(void *ctx, skv_trie_rec *r), void *ctx);
 

@@ -285,6 +285,12 @@ size_t skv_trie_children(const skv_trie *t, const uint8_t node[32], skv_trie_rec
     return k;
 }
 
+skv_trie_rec *skv_trie_first_child(const skv_trie *t, const uint8_t node[32])
+{
+    slot *ns = tab_find(&t->nodes, node);
+    return ns ? ns->r : NULL;
+}
+
 void skv_trie_foreach(const skv_trie *t, void (*fn)(void *ctx, skv_trie_rec *r), void *ctx)
 {
     for (size_t i = 0; i < t->recs.cap; i++)
