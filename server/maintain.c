@@ -46,8 +46,13 @@ static void run_once(skv_server *s, int compact)
         srv_log(s, "%d profile%s calibrated %s", learned, learned > 1 ? "s" : "",
                 learned > 1 ? "themselves" : "itself");
     /* the learning's memory (its sample, hundreds of MiB at a real
-     * model's shape) back to the system, not kept in the allocator's arenas */
-    malloc_trim(0);
+     * model's shape) back to the system, not kept in the allocator's
+     * arenas -- but not after a kick that learned nothing: the memory the
+     * puts just freed is what the next put reuses warm (a fresh page costs
+     * ~15x a warm one here), and it goes back once puts pause
+     * (SRV_IDLE_TRIM) */
+    if (learned)
+        malloc_trim(0);
     if (stop || !(learned || compact))
         return;
     seqkv_compact_stats st;
@@ -77,13 +82,15 @@ static void run_once(skv_server *s, int compact)
 }
 
 #define SRV_SWEEP_EVERY 1.0 /* seconds between sweeps of expired blobs */
+#define SRV_IDLE_TRIM 5.0   /* seconds without puts before their freed memory goes back */
 #define SRV_SWEEP_MAX 1000  /* keys a sweep removes at most */
 
 static void *maintain_main(void *arg)
 {
     skv_server *s = arg;
     const double every = (double)s->cfg.compact_interval;
-    double next = srv_now() + every, next_sweep = srv_now() + SRV_SWEEP_EVERY;
+    double next = srv_now() + every, next_sweep = srv_now() + SRV_SWEEP_EVERY, last_put = 0;
+    int untrimmed = 0; /* puts came since the last malloc_trim */
     pthread_mutex_lock(&s->mmu);
     while (!s->mstop) {
         if (!s->mkick) {
@@ -111,12 +118,20 @@ static void *maintain_main(void *arg)
             if (seqkv_blob_sweep(s->db, SRV_SWEEP_MAX, &removed))
                 srv_log(s, "expiry sweep: %s", seqkv_error_detail());
             next_sweep = srv_now() + SRV_SWEEP_EVERY;
+            if (untrimmed && srv_now() - last_put >= SRV_IDLE_TRIM) {
+                malloc_trim(0);
+                untrimmed = 0;
+            }
             pthread_mutex_lock(&s->mmu);
             continue;
         }
         const int compact = every > 0 && srv_now() >= next;
         if (!s->mkick && !compact)
             continue;
+        if (s->mkick) {
+            untrimmed = 1;
+            last_put = srv_now();
+        }
         s->mkick = 0;
         pthread_mutex_unlock(&s->mmu);
         run_once(s, compact);
