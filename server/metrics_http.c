@@ -1,6 +1,6 @@
 /* GET /metrics over HTTP/1.x on a loopback address (metrics.h): one thread
  * that accepts a connection, reads one request head (SRV_HTTP_HEAD_MAX
- * bytes, 5 s at most), answers it and closes -- Prometheus scrapes every
+ * bytes, within 2 s), answers it and closes -- Prometheus scrapes every
  * few seconds, so one at a time is plenty, and nothing here touches the
  * event loop's state: the loop publishes its few figures (srv_snap) under
  * smu, the rest comes from the store and the counters' own locks. */
@@ -18,7 +18,9 @@
 #include "metrics.h"
 #include "server_int.h"
 
-#define IO_TIMEOUT_S 5
+#define IO_TIMEOUT_S 5   /* sending the reply */
+#define HEAD_DEADLINE_S 2.0 /* the whole request head, however it trickles in: one
+                               slow client holds the endpoint no longer */
 
 struct srv_metrics {
     int fd;
@@ -64,17 +66,21 @@ static void plain(int fd, const char *status, const char *extra, const char *tex
 static void serve_one(skv_server *s, int fd)
 {
     struct timeval tv = {IO_TIMEOUT_S, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     char buf[SRV_HTTP_HEAD_MAX];
     size_t len = 0;
     srv_http_req q;
     int rc = 0;
+    const double deadline = srv_now() + HEAD_DEADLINE_S;
     while (rc == 0) {
         if (len == sizeof buf) {
             plain(fd, "431 Request Header Fields Too Large", "", "request head too large\n");
             return;
         }
+        const double left = deadline - srv_now();
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0)
+            return; /* silent, or trickling, past the deadline */
         ssize_t r = recv(fd, buf + len, sizeof buf - len, 0);
         if (r < 0 && errno == EINTR)
             continue;

@@ -142,6 +142,18 @@ def http_errors(mport):
         check(status.split(" ")[1:2] == [code], "%r... answered %s (%s)" % (raw[:20], code, status))
     status, head, _ = http(mport, b"HEAD /metrics HTTP/1.0\r\n\r\n")
     check(status.endswith("200 OK") and "Content-Length" in head, "HEAD /metrics")
+    # a client trickling its head is cut off at the deadline, and the next is served
+    t0 = time.time()
+    with socket.create_connection(("127.0.0.1", mport), timeout=10) as s:
+        try:
+            for ch in b"GET /metrics HTTP/1.1\r\nX: " + b"y" * 40:
+                s.sendall(bytes([ch]))
+                time.sleep(0.1)
+            got = s.recv(100)
+        except OSError:
+            got = b""
+    check(got == b"" and time.time() - t0 < 6, "a trickling client is dropped (%r, %.1f s)"
+          % (got, time.time() - t0))
     status, _, _ = http(mport, b"GET /metrics HTTP/1.1\r\n\r\n")
     check(status.endswith("200 OK"), "the endpoint still serves after bad requests")
 
