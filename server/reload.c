@@ -6,7 +6,8 @@
  * applies what can change under connected clients -- tenants, tokens,
  * uid/gid rules, admins and the limits -- for new connections and
  * requests: a tenant keeps its slot (its index in s->ts, the clients tied
- * to it) by name, a new one takes a free slot and joins the fleet, one no
+ * to it) by name, a new one joins the fleet (or the reload is refused)
+ * and takes a free slot, one no
  * longer in the file is refused (NOPERM) until it is back, and connected
  * clients are never closed. What the server was built around (threads,
  * the hot tier, the sockets, the remote tier, kv-layout) is logged as
@@ -183,6 +184,13 @@ int srv_reload(skv_server *s)
         has_tokens |= nc->tenants[i].has_token;
     if (!rc && s->tfd >= 0 && !has_tokens)
         rc = skv_error(SKV_ERR_ARG, "%s: no tenant has a token, and TCP peers must AUTH", path);
+    /* new tenants join the fleet first: one the cluster cannot take now
+     * refuses the reload, rather than a tenant served here that the fleet
+     * does not know */
+    for (size_t i = 0; !rc && i < nc->ntenants; i++)
+        if ((size_t)map[i] >= s->cfg.ntenants && srv_remote_join(s, nc->tenants[i].name) < 0)
+            rc = skv_error(SKV_ERR_IO, "tenant '%s' could not join the fleet (%s)",
+                           nc->tenants[i].name, seqkv_error_detail());
     if (rc) {
         char why[300];
         snprintf(why, sizeof why, "failed: %s", seqkv_error_detail());
@@ -192,13 +200,8 @@ int srv_reload(skv_server *s)
     } else {
         char later[200], msg[300];
         size_t added = 0, removed = 0, changed = 0;
-        const size_t old_n = s->cfg.ntenants;
         restart_only(&s->cfg, nc, later, sizeof later);
         apply(s, nc, map, &added, &removed, &changed);
-        for (size_t i = 0; i < nc->ntenants; i++) /* new tenants join the fleet */
-            if ((size_t)map[i] >= old_n && srv_remote_join(s, nc->tenants[i].name) < 0)
-                srv_log(s, "config reload: tenant '%s' did not join the fleet: %s",
-                        nc->tenants[i].name, seqkv_error_detail());
         snprintf(msg, sizeof msg, "ok: %zu tenants (%zu added, %zu removed, %zu changed)",
                  nc->ntenants, added, removed, changed);
         srv_log(s, "config reloaded from %s: %s%s%s%s", path, msg + 4, later[0] ? "; " : "",

@@ -69,7 +69,7 @@ int srv_rshared(srv_remote *r, const char *tenant)
 static int entry_get(srv_remote *r, const char *k, uint8_t out[SEQKV_TIER_TENANT_BYTES])
 {
     const char *get[2] = {"GET", k};
-    redisReply *g = srv_rexec1(r, 2, get, NULL, r->timeout_ms);
+    redisReply *g = srv_rexec1(r, 2, get, NULL, r->join_ms);
     int rc = !g ? -1 : g->type == REDIS_REPLY_NIL ? 0 : 1;
     if (rc == 1 && (g->type != REDIS_REPLY_STRING || g->len != SEQKV_TIER_TENANT_BYTES))
         rc = 2; /* another shape: import says so */
@@ -87,7 +87,7 @@ static int tenant_offer(srv_remote *r, const char *name, uint8_t mine[SEQKV_TIER
     seqkv *db = r->s->db;
     const uint64_t want = skv_tier_next_tenant(db);
     const char *incr[2] = {"INCR", "skv:next_tenant"};
-    redisReply *x = srv_rexec1(r, 2, incr, NULL, r->timeout_ms);
+    redisReply *x = srv_rexec1(r, 2, incr, NULL, r->join_ms);
     long long id = x && x->type == REDIS_REPLY_INTEGER ? x->integer : -1;
     if (x)
         freeReplyObject(x);
@@ -95,7 +95,7 @@ static int tenant_offer(srv_remote *r, const char *name, uint8_t mine[SEQKV_TIER
         char by[24];
         snprintf(by, sizeof by, "%llu", (unsigned long long)(want - (uint64_t)id));
         const char *ib[3] = {"INCRBY", "skv:next_tenant", by};
-        x = srv_rexec1(r, 3, ib, NULL, r->timeout_ms);
+        x = srv_rexec1(r, 3, ib, NULL, r->join_ms);
         id = x && x->type == REDIS_REPLY_INTEGER ? x->integer : -1;
         if (x)
             freeReplyObject(x);
@@ -164,7 +164,7 @@ static int tenant_join(srv_remote *r, const char *name)
     if (!rc && !fleet) {
         const char *set[4] = {"SET", k, (const char *)mine, "NX"};
         const size_t len[4] = {3, strlen(k), sizeof mine, 2};
-        redisReply *x = srv_rexec1(r, 4, set, len, r->timeout_ms);
+        redisReply *x = srv_rexec1(r, 4, set, len, r->join_ms);
         const int won = x && x->type == REDIS_REPLY_STATUS;
         const int lost = x && x->type == REDIS_REPLY_NIL;
         if (x)
@@ -207,7 +207,15 @@ static int tenant_join(srv_remote *r, const char *name)
 
 int srv_remote_join(skv_server *s, const char *tenant)
 {
-    return s->remote ? tenant_join(s->remote, tenant) : 0;
+    srv_remote *r = s->remote;
+    if (!r)
+        return 0;
+    /* (on the loop thread: a cluster that does not answer stalls it no
+     * longer than this a call) */
+    r->join_ms = r->timeout_ms < SRV_RELOAD_JOIN_MS ? r->timeout_ms : SRV_RELOAD_JOIN_MS;
+    const int rc = tenant_join(r, tenant);
+    r->join_ms = r->timeout_ms;
+    return rc;
 }
 
 size_t srv_remote_local_info(skv_server *s, const char *only, char *buf, size_t cap)
@@ -247,7 +255,7 @@ int srv_remote_start(skv_server *s)
     r->s = s;
     r->replica = s->o.remote_durability ? s->o.remote_durability == 2
                                         : s->cfg.remote_durability == 2;
-    r->timeout_ms = s->cfg.remote_timeout_ms;
+    r->timeout_ms = r->join_ms = s->cfg.remote_timeout_ms;
     r->backlog_max = s->cfg.remote_backlog;
     r->next_seq = 1;
     pthread_mutex_init(&r->mu, NULL);

@@ -27,7 +27,8 @@ typedef struct {
  * hook the store's commits. Nothing to do (0) without a remote. */
 int srv_remote_start(skv_server *s);
 /* A tenant added since (a config reload) joins the fleet: 1 shared, 0
- * local (or no remote tier), an error when the cluster cannot be reached */
+ * local (or no remote tier), an error when the cluster does not answer
+ * within 2 s a call (the caller is the event loop) */
 int srv_remote_join(skv_server *s, const char *tenant);
 /* INFO lines "remote_tenant_local_<name>:<why>" of the tenants that stay
  * local (only: that tenant's alone, NULL: all) into buf; its length */

@@ -21,6 +21,7 @@
 #define READ_DEADLINE_MS 1000 /* a LOOKUP's or GET's cluster calls: past it, a miss */
 #define STOP_DEADLINE_MS 2000 /* a write batch's deadline once the server stops */
 #define UNCONF_MAX (1u << 20) /* unconfirmed records remembered */
+#define SRV_RELOAD_JOIN_MS 2000 /* a reload's tenant joins, each cluster call */
 
 typedef struct rq_item {
     struct rq_item *next;
@@ -37,6 +38,7 @@ struct srv_remote {
     skv_rc *rc;
     uint8_t *fkey; /* the fleet key (sodium_malloc'd) */
     int replica, timeout_ms;
+    int join_ms; /* a tenant join's calls (a reload's: SRV_RELOAD_JOIN_MS at most) */
     uint64_t backlog_max;
     pthread_t thr;
     int started, stop;

@@ -213,6 +213,38 @@ def reload_joins(cl, rng, extra):
             h.close()
 
 
+def reload_unreachable(cl, extra):
+    """with the cluster gone, a reload that adds a tenant is refused within
+    seconds (the loop is not held for the remote timeout) and the config in
+    force stays; the cluster is stopped for good here"""
+    flush(cl)
+    first = "tenant a token tok-a-000000000\ntenant a admin\nremote-timeout 30000\n"
+    with Server(seqkv_bin, first, extra=extra) as h:
+        with seqkv.Client(h.sock, timeout=60) as c:
+            c.call("AUTH", "a", "tok-a-000000000")
+            cl.run("stop", cl.dir)
+            with open(os.path.join(h.dir, "seqkv.conf"), "w") as f:
+                f.write(first + "tenant y token tok-y-000000000\n")
+            t0 = time.time()
+            try:
+                c.call("KV.CONFIG", "RELOAD")
+                e = None
+            except seqkv.Error as x:
+                e = str(x)
+            took = time.time() - t0
+            print("reload with the cluster gone: refused in %.2f s" % took, flush=True)
+            check(e is not None and "could not join the fleet" in e,
+                  "a reload whose new tenant cannot join is refused (%s)" % e)
+            check(took < 20, "... within seconds, not the 30 s remote-timeout a call (%.1f s)"
+                  % took)
+            check(c.call("PING") in ("PONG", b"PONG"), "the server serves on")
+            try:
+                client(h, "y", "tok-y-000000000")
+                check(False, "tenant y is not in force")
+            except seqkv.Error as x:
+                check("WRONGPASS" in str(x), "tenant y cannot AUTH (%s)" % x)
+
+
 def main():
     if not shutil.which("redis-server") or not shutil.which("redis-cli"):
         print("SKIP: needs redis-server and redis-cli (Debian's redis-server, redis-tools)")
@@ -230,6 +262,7 @@ def main():
               flush=True)
         stays_local(cl, rng, extra)
         reload_joins(cl, rng, extra)
+        reload_unreachable(cl, extra)
     finally:
         cl.close()
     if failures:
