@@ -114,21 +114,24 @@ static void section_server(skv_server *s, srv_job *j, skv_rbuf *b)
 
 static void section_clients(skv_server *s, srv_job *j, skv_rbuf *b)
 {
-    pthread_mutex_lock(&s->smu);
+    pthread_mutex_lock(&s->smu); /* (a config reload changes the limits under it) */
     uint64_t af = s->auth_failures;
-    size_t unauth = s->nunauth;
+    const skv_server_config *cf = &s->cfg;
+    const size_t max_unauth = cf->max_unauth, max_clients = cf->max_clients,
+                 max_args = cf->max_args;
+    const uint64_t unauth_timeout = cf->unauth_timeout, max_bulk = cf->max_bulk,
+                   max_query = cf->max_query, max_output = cf->max_output;
     pthread_mutex_unlock(&s->smu);
     skv_rbuf_fmt(b, "# Clients\r\nwaiting_to_authenticate:%zu\r\nmax_unauth_clients:%zu\r\n"
                  "unauth_timeout_seconds:%" PRIu64 "\r\n",
-                 unauth, s->cfg.max_unauth, s->cfg.unauth_timeout);
+                 j->snap.unauth, max_unauth, unauth_timeout);
     skv_rbuf_fmt(b, "connected_clients:%zu\r\nmax_clients:%zu\r\n"
             "total_connections_received:%" PRIu64 "\r\nrejected_connections:%" PRIu64
             "\r\nprotocol_errors:%" PRIu64 "\r\nauth_failures:%" PRIu64
             "\r\nrequests_in_flight:%zu\r\nmax_bulk:%" PRIu64 "\r\nmax_query:%" PRIu64
             "\r\nmax_output:%" PRIu64 "\r\nmax_args:%zu\r\n\r\n",
-         j->snap.clients, s->cfg.max_clients, j->snap.accepted, j->snap.rejected,
-         j->snap.proto_errors, af, j->snap.inflight, s->cfg.max_bulk, s->cfg.max_query,
-         s->cfg.max_output, s->cfg.max_args);
+         j->snap.clients, max_clients, j->snap.accepted, j->snap.rejected,
+         j->snap.proto_errors, af, j->snap.inflight, max_bulk, max_query, max_output, max_args);
 }
 
 /* A "Key:   N kB" line of /proc/self/status, in bytes (0: none) */

@@ -102,7 +102,6 @@ static void process(skv_server *s, skv_rbuf *b)
     one(b, "seqkv_worker_threads", "gauge", "Worker threads.", (uint64_t)s->nthreads);
     pthread_mutex_lock(&s->smu);
     const srv_snap sn = s->msnap;
-    const size_t unauth = s->munauth;
     const uint64_t af = s->auth_failures, nb = s->batches, np = s->batched_puts;
     const uint64_t max_clients = s->cfg.max_clients;
     pthread_mutex_unlock(&s->smu);
@@ -110,7 +109,7 @@ static void process(skv_server *s, skv_rbuf *b)
     one(b, "seqkv_max_clients", "gauge", "The max-clients limit.", max_clients);
     one(b, "seqkv_store_budget_bytes", "gauge", "The store's byte budget (--budget; 0: none).",
         s->o.budget);
-    one(b, "seqkv_unauthenticated_clients", "gauge", "Clients not yet tied to a tenant.", unauth);
+    one(b, "seqkv_unauthenticated_clients", "gauge", "Clients not yet tied to a tenant.", sn.unauth);
     one(b, "seqkv_connections_received_total", "counter", "Connections accepted.", sn.accepted);
     one(b, "seqkv_connections_rejected_total", "counter", "Connections refused by limits.",
         sn.rejected);

@@ -177,6 +177,6 @@ void srv_metrics_publish(skv_server *s)
     s->msnap.accepted = s->accepted;
     s->msnap.rejected = s->rejected;
     s->msnap.proto_errors = s->proto_errors;
-    s->munauth = s->nunauth;
+    s->msnap.unauth = s->nunauth;
     pthread_mutex_unlock(&s->smu);
 }

@@ -114,7 +114,15 @@ static void apply(skv_server *s, const skv_server_config *nc, const int *map, si
         } else if (s->tgone[t] || memcmp(d, &nc->tenants[i], sizeof *d) != 0) {
             (*changed)++;
         }
-        *d = nc->tenants[i];
+        /* field by field: workers read the name of a slot in use */
+        if ((size_t)t >= old_n)
+            memcpy(d->name, nc->tenants[i].name, sizeof d->name);
+        d->admin = nc->tenants[i].admin;
+        d->has_token = nc->tenants[i].has_token;
+        memcpy(d->token_hash, nc->tenants[i].token_hash, sizeof d->token_hash);
+        d->max_clients = nc->tenants[i].max_clients;
+        d->max_inflight = nc->tenants[i].max_inflight;
+        d->put_rate = nc->tenants[i].put_rate;
         keep[t] = 1;
         s->tgone[t] = 0;
         if ((size_t)t >= s->cfg.ntenants)

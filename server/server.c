@@ -478,6 +478,7 @@ static void dispatch(skv_server *s, srv_client *c, skv_resp_cmd *cmd)
     j->snap.accepted = s->accepted;
     j->snap.proto_errors = s->proto_errors;
     j->snap.inflight = s->inflight;
+    j->snap.unauth = s->nunauth;
     if (def->flags & (SRV_F_LOOP | SRV_F_HOT)) {
         j->inline_ = 1;
         j->on_loop = !(def->flags & SRV_F_LOOP);

@@ -70,7 +70,7 @@ typedef struct srv_client {
 /* Loop-side figures copied into a job when it is made (INFO reads these,
  * so that workers never read the loop's state). */
 typedef struct {
-    size_t clients, inflight;
+    size_t clients, inflight, unauth;
     uint64_t accepted, rejected, proto_errors;
 } srv_snap;
 
@@ -174,7 +174,6 @@ struct skv_server {
     uint64_t reloads, reload_failures;
     char reload_last[320];
     srv_snap msnap;              /* the loop's figures for it, under smu */
-    size_t munauth;
 };
 
 /* A client's input buffer: a line or a bulk header fits it whole */

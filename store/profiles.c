@@ -384,7 +384,11 @@ static int put_calib(seqkv *db, prof_ent *pe, const uint8_t id[16], const uint8_
     MDB_val ck = {16, (void *)id}, cv = {len, (void *)img};
     int rc = skv_store_profile_write(db, &q, &ck, &cv);
     if (!rc) {
+        /* readers (a GET's profile copy, a lookup by name) hold rw: the
+         * caller holds the writer lock only */
+        pthread_rwlock_wrlock(&db->rw);
         pe->p = q;
+        pthread_rwlock_unlock(&db->rw);
         memset(&pe->drift, 0, sizeof pe->drift); /* measured again under the new one */
     }
     return rc;
