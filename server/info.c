@@ -18,19 +18,6 @@ double srv_ratio(uint64_t raw, uint64_t stored)
     return stored ? (double)raw / (double)stored : 0.0;
 }
 
-static uint64_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long long size = 0, res = 0;
-    if (!f)
-        return 0;
-    if (fscanf(f, "%llu %llu", &size, &res) != 2)
-        res = 0;
-    fclose(f);
-    long pg = sysconf(_SC_PAGESIZE);
-    return (uint64_t)res * (uint64_t)(pg > 0 ? pg : 4096);
-}
-
 static void human(uint64_t v, char *out, size_t cap)
 {
     const char *u[] = {"B", "K", "M", "G", "T"};
@@ -43,8 +30,7 @@ static void human(uint64_t v, char *out, size_t cap)
     snprintf(out, cap, "%.2f%s", x, u[i]);
 }
 
-/* Command names in INFO are lower case, as Redis writes them. */
-static const char *lower(const char *name, char *buf, size_t cap)
+const char *srv_cmd_lower(const char *name, char *buf, size_t cap)
 {
     size_t i = 0;
     for (; name[i] && i + 1 < cap; i++)
@@ -134,8 +120,7 @@ static void section_clients(skv_server *s, srv_job *j, skv_rbuf *b)
          j->snap.proto_errors, af, j->snap.inflight, max_bulk, max_query, max_output, max_args);
 }
 
-/* A "Key:   N kB" line of /proc/self/status, in bytes (0: none) */
-static uint64_t status_kb(const char *key)
+uint64_t srv_status_bytes(const char *key)
 {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
@@ -158,14 +143,14 @@ static uint64_t status_kb(const char *key)
 static void section_memory(skv_server *s, skv_rbuf *b)
 {
     char h[32];
-    uint64_t rss = rss_bytes();
+    uint64_t rss = srv_status_bytes("VmRSS");
     human(rss, h, sizeof h);
     seqkv_cache_stats c;
     seqkv_cache_stat(s->db, &c);
     skv_rbuf_fmt(b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n"
                  "used_memory_rss_anon:%" PRIu64 "\r\nused_memory_rss_file:%" PRIu64 "\r\n"
                  "used_memory_peak_rss:%" PRIu64 "\r\nhot_tier_budget_bytes:%" PRIu64 "\r\n\r\n",
-                 rss, h, status_kb("RssAnon"), status_kb("RssFile"), status_kb("VmHWM"), c.budget);
+                 rss, h, srv_status_bytes("RssAnon"), srv_status_bytes("RssFile"), srv_status_bytes("VmHWM"), c.budget);
 }
 
 /* The hot tier (store-wide: its chunks are every tenant's) */
@@ -349,7 +334,7 @@ static void section_cmdstats(skv_server *s, const char *secp, skv_rbuf *b)
             const srv_cmd *d = srv_cmd_at(i);
             if (d && calls[i])
                 skv_rbuf_fmt(b, "cmdstat_%s:calls=%" PRIu64 ",usec=%" PRIu64 ",usec_per_call=%.2f\r\n",
-                     lower(d->name, lc, sizeof lc), calls[i], usec[i], (double)usec[i] / (double)calls[i]);
+                     srv_cmd_lower(d->name, lc, sizeof lc), calls[i], usec[i], (double)usec[i] / (double)calls[i]);
         }
         skv_rbuf_fmt(b, "\r\n");
     }
@@ -360,7 +345,7 @@ static void section_cmdstats(skv_server *s, const char *secp, skv_rbuf *b)
             if (d && calls[i])
                 skv_rbuf_fmt(b, "latency_percentiles_usec_%s:p50=%" PRIu64 ",p99=%" PRIu64
                         ",p99.9=%" PRIu64 "\r\n",
-                     lower(d->name, lc, sizeof lc), percentile(hh[i], calls[i], 0.50),
+                     srv_cmd_lower(d->name, lc, sizeof lc), percentile(hh[i], calls[i], 0.50),
                      percentile(hh[i], calls[i], 0.99), percentile(hh[i], calls[i], 0.999));
         }
         skv_rbuf_fmt(b, "\r\n");

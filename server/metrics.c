@@ -68,22 +68,6 @@ static uint64_t field(const void *base, size_t off)
 
 /* ---- the process, its clients ------------------------------------------------ */
 
-static uint64_t status_kb(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    uint64_t v = 0;
-    const size_t n = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && line[n] == ':') {
-            v = strtoull(line + n + 1, NULL, 10) * 1024;
-            break;
-        }
-    if (f)
-        fclose(f);
-    return v;
-}
-
 static void process(skv_server *s, skv_rbuf *b)
 {
     const char *vk[] = {"version", NULL}, *vv[] = {SEQKV_VERSION};
@@ -93,12 +77,12 @@ static void process(skv_server *s, skv_rbuf *b)
     one(b, "process_start_time_seconds", "gauge", "Start time of the process since the epoch.",
         (uint64_t)((double)time(NULL) - up));
     one(b, "seqkv_uptime_seconds", "gauge", "Seconds since the server started.", (uint64_t)up);
-    one(b, "process_resident_memory_bytes", "gauge", "Resident memory.", status_kb("VmRSS"));
+    one(b, "process_resident_memory_bytes", "gauge", "Resident memory.", srv_status_bytes("VmRSS"));
     one(b, "seqkv_resident_anon_bytes", "gauge",
-        "Resident anonymous memory (what the server allocated).", status_kb("RssAnon"));
+        "Resident anonymous memory (what the server allocated).", srv_status_bytes("RssAnon"));
     one(b, "seqkv_resident_file_bytes", "gauge",
-        "Resident file pages (LMDB's map, the kernel's to drop).", status_kb("RssFile"));
-    one(b, "seqkv_resident_peak_bytes", "gauge", "Peak resident memory.", status_kb("VmHWM"));
+        "Resident file pages (LMDB's map, the kernel's to drop).", srv_status_bytes("RssFile"));
+    one(b, "seqkv_resident_peak_bytes", "gauge", "Peak resident memory.", srv_status_bytes("VmHWM"));
     one(b, "seqkv_worker_threads", "gauge", "Worker threads.", (uint64_t)s->nthreads);
     pthread_mutex_lock(&s->smu);
     const srv_snap sn = s->msnap;
@@ -407,14 +391,6 @@ static void tiers(skv_server *s, skv_rbuf *b)
 #define LE_FIRST 4
 #define LE_LAST 26
 
-static void lower(const char *name, char *buf, size_t cap)
-{
-    size_t i = 0;
-    for (; name[i] && i + 1 < cap; i++)
-        buf[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]);
-    buf[i] = 0;
-}
-
 static void commands(skv_server *s, skv_rbuf *b)
 {
     uint64_t calls[SRV_NCMD], usec[SRV_NCMD];
@@ -434,7 +410,7 @@ static void commands(skv_server *s, skv_rbuf *b)
     for (int i = 0; i < SRV_NCMD; i++) {
         const srv_cmd *d = srv_cmd_at(i);
         if (d && calls[i]) {
-            lower(d->name, lc, sizeof lc);
+            srv_cmd_lower(d->name, lc, sizeof lc);
             const char *v[] = {lc};
             sample(b, "seqkv_commands_total", k, v, calls[i]);
         }
@@ -445,7 +421,7 @@ static void commands(skv_server *s, skv_rbuf *b)
         const srv_cmd *d = srv_cmd_at(i);
         if (!d || !calls[i])
             continue;
-        lower(d->name, lc, sizeof lc);
+        srv_cmd_lower(d->name, lc, sizeof lc);
         uint64_t acc = 0;
         for (int bk = 0; bk <= LE_LAST; bk++) {
             acc += hh[i][bk];

@@ -171,12 +171,9 @@ void srv_metrics_publish(skv_server *s)
 {
     if (!s->metrics)
         return;
+    srv_snap sn;
+    srv_snap_take(s, &sn);
     pthread_mutex_lock(&s->smu);
-    s->msnap.clients = s->nclients;
-    s->msnap.inflight = s->inflight;
-    s->msnap.accepted = s->accepted;
-    s->msnap.rejected = s->rejected;
-    s->msnap.proto_errors = s->proto_errors;
-    s->msnap.unauth = s->nunauth;
+    s->msnap = sn;
     pthread_mutex_unlock(&s->smu);
 }

@@ -108,6 +108,13 @@ void srv_client_free(skv_server *s, srv_client *c)
     s->freed = c;
 }
 
+void srv_snap_take(const skv_server *s, srv_snap *out)
+{
+    *out = (srv_snap){.clients = s->nclients, .inflight = s->inflight, .unauth = s->nunauth,
+                      .accepted = s->accepted, .rejected = s->rejected,
+                      .proto_errors = s->proto_errors};
+}
+
 static void release_freed(skv_server *s)
 {
     for (srv_client *c = s->freed, *n; c; c = n) {
@@ -473,12 +480,7 @@ static void dispatch(skv_server *s, srv_client *c, skv_resp_cmd *cmd)
     j->admin = c->admin;
     j->proto = c->proto;
     j->t0 = srv_now();
-    j->snap.clients = s->nclients;
-    j->snap.rejected = s->rejected;
-    j->snap.accepted = s->accepted;
-    j->snap.proto_errors = s->proto_errors;
-    j->snap.inflight = s->inflight;
-    j->snap.unauth = s->nunauth;
+    srv_snap_take(s, &j->snap);
     if (def->flags & (SRV_F_LOOP | SRV_F_HOT)) {
         j->inline_ = 1;
         j->on_loop = !(def->flags & SRV_F_LOOP);

@@ -283,4 +283,10 @@ void srv_cmd_tenant(skv_server *s, srv_job *j);
 int srv_glob(const uint8_t *p, size_t pl, const uint8_t *s, size_t sl);
 /* raw / stored, 0 when nothing is stored */
 double srv_ratio(uint64_t raw, uint64_t stored);
+/* A "Key:   N kB" line of /proc/self/status in bytes, 0 when absent; a
+ * command's name in lower case, as Redis writes it (info.c) */
+uint64_t srv_status_bytes(const char *key);
+const char *srv_cmd_lower(const char *name, char *buf, size_t cap);
+/* The loop's figures a job or the metrics copy (server.c, loop thread) */
+void srv_snap_take(const skv_server *s, srv_snap *out);
 #endif

@@ -41,10 +41,6 @@ int skv_tier_tenant_export(seqkv *db, const char *tenant, const uint8_t fleet_ke
  * or the id belongs to another tenant here: that tenant cannot share. */
 int skv_tier_tenant_import(seqkv *db, const char *tenant, const uint8_t fleet_key[32],
                              const uint8_t in[SEQKV_TIER_TENANT_BYTES]);
-/* Make tenant here (absent) with the smallest free id >= min_id, and give
- * its fleet entry */
-int skv_tier_tenant_create(seqkv *db, const char *tenant, uint64_t min_id,
-                             const uint8_t fleet_key[32], uint8_t out[SEQKV_TIER_TENANT_BYTES]);
 /* A fleet entry for tenant, absent here, with fresh keys and the smallest
  * id >= min_id free here -- nothing stored: a host offers it to the fleet
  * and then takes whichever entry the fleet kept (skv_tier_tenant_import),

@@ -88,27 +88,6 @@ int skv_tier_tenant_import(seqkv *db, const char *tenant, const uint8_t fleet_ke
     return rc;
 }
 
-int skv_tier_tenant_create(seqkv *db, const char *tenant, uint64_t min_id,
-                             const uint8_t fleet_key[32], uint8_t out[SEQKV_TIER_TENANT_BYTES])
-{
-    pthread_mutex_lock(&db->wlock);
-    tenant_ent *t = skv_store_find_tenant(db, tenant);
-    int rc = t ? skv_error(SKV_ERR_ARG, "tenant '%s' exists", tenant) : SKV_OK;
-    uint64_t id = skv_store_next_tenant(db);
-    if (min_id > id) {
-        id = min_id;
-        for (size_t i = 0; i < db->nten; i++)
-            if (db->ten[i].id >= id)
-                id = db->ten[i].id + 1;
-    }
-    if (!rc)
-        rc = skv_store_tenant_new(db, tenant, id, NULL, &t);
-    if (!rc)
-        entry_make(fleet_key, t, out);
-    pthread_mutex_unlock(&db->wlock);
-    return rc;
-}
-
 int skv_tier_tenant_mint(seqkv *db, const char *tenant, uint64_t min_id,
                          const uint8_t fleet_key[32], uint8_t out[SEQKV_TIER_TENANT_BYTES])
 {

@@ -10,7 +10,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pyfixture import Server  # noqa: E402
+from pyfixture import Server, info_fields  # noqa: E402
 
 seqkv_bin, python_dir = sys.argv[1], sys.argv[2]
 sys.path.insert(0, python_dir)
@@ -62,12 +62,7 @@ def client(srv, tenant=None, token=None):
 
 
 def info(c):
-    out = {}
-    for line in c.info("server").splitlines():
-        if ":" in line:
-            k, v = line.split(":", 1)
-            out[k] = v.strip()
-    return out
+    return info_fields(c, "server")
 
 
 def write_config(srv, text):

@@ -22,7 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pyfixture import Cluster, Server  # noqa: E402
+from pyfixture import Cluster, Server, info_fields  # noqa: E402
 
 seqkv_bin, source_root = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(source_root, "python"))
@@ -40,12 +40,7 @@ def check(cond, what):
 
 
 def info(c, section="remote"):
-    out = {}
-    for line in c.info(section).splitlines():
-        if ":" in line:
-            k, v = line.split(":", 1)
-            out[k] = v.strip()
-    return out
+    return info_fields(c, section)
 
 
 def start_together(n, config, extra):

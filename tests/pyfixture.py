@@ -83,6 +83,16 @@ def model_kv(seqkv_bin, seqs, dtype="bf16", model=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def info_fields(client, section):
+    """INFO <section> of a seqkv.Client as a dict of its key:value lines"""
+    out = {}
+    for line in client.info(section).splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out[k] = v.strip()
+    return out
+
+
 def free_port():
     """A loopback TCP port nobody listens on now (bound to 127.0.0.1:0,
     read, closed; another process could take it before it is used)"""

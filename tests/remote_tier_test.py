@@ -23,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pyfixture import Cluster, Server, model_kv, model_path, sample  # noqa: E402
+from pyfixture import Cluster, Server, model_kv, model_path, sample, info_fields  # noqa: E402
 
 try:
     import numpy as np
@@ -75,12 +75,7 @@ def prefix_kv(kv, L, T, n):
 
 def info(c):
     """INFO remote as a dict"""
-    out = {}
-    for line in c.info("remote").splitlines():
-        if ":" in line:
-            k, v = line.split(":", 1)
-            out[k] = v.strip()
-    return out
+    return info_fields(c, "remote")
 
 
 def part1(cl, keyfile, data, L):

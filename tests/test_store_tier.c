@@ -63,11 +63,27 @@ static void host_reopen(host *h)
     h->db = open_store(h->dir, NULL);
 }
 
+/* A fleet entry minted on db for tenant (an id >= min_id) and taken there,
+ * as a host that wins the cluster's SET NX does; skv_tier_tenant_mint's rc */
+static int make_tenant(seqkv *db, const char *tenant, uint64_t min_id,
+                       uint8_t e[SEQKV_TIER_TENANT_BYTES])
+{
+    int rc = skv_tier_tenant_mint(db, tenant, min_id, FLEET, e);
+    if (rc)
+        return rc;
+    uint8_t none[SEQKV_TIER_TENANT_BYTES];
+    cr_assert_eq(skv_tier_tenant_export(db, tenant, FLEET, none), SKV_ERR_NOT_FOUND,
+                 "a minted entry stores nothing");
+    rc = skv_tier_tenant_import(db, tenant, FLEET, e);
+    cr_assert_eq(rc, 0, "import %s where it was minted: %s", tenant, seqkv_error_detail());
+    return rc;
+}
+
 /* tenant made on a for the fleet (an id >= min_id) and taken by b; its id */
 static uint64_t share_tenant(seqkv *a, seqkv *b, const char *tenant, uint64_t min_id)
 {
     uint8_t e[SEQKV_TIER_TENANT_BYTES];
-    int rc = skv_tier_tenant_create(a, tenant, min_id, FLEET, e);
+    int rc = make_tenant(a, tenant, min_id, e);
     cr_assert_eq(rc, 0, "create %s: %d %s", tenant, rc, seqkv_error_detail());
     rc = skv_tier_tenant_import(b, tenant, FLEET, e);
     cr_assert_eq(rc, 0, "import %s: %d %s", tenant, rc, seqkv_error_detail());
@@ -277,14 +293,13 @@ Test(tier, a_tenant_from_the_fleet_is_the_same_tenant_on_every_host, .timeout = 
 
     /* a fleet tenant made on A, with an id the fleet chose */
     uint8_t ea[SEQKV_TIER_TENANT_BYTES], e2[SEQKV_TIER_TENANT_BYTES];
-    cr_assert_eq(skv_tier_tenant_create(A.db, "alice", 100, FLEET, ea), 0, "%s",
-                 seqkv_error_detail());
+    cr_assert_eq(make_tenant(A.db, "alice", 100, ea), 0, "%s", seqkv_error_detail());
     const uint64_t id = skv_load64_le(ea);
     cr_assert_geq(id, 100);
     cr_assert_gt(skv_tier_next_tenant(A.db), id);
-    cr_assert_eq(skv_tier_tenant_create(A.db, "alice", 100, FLEET, e2), SKV_ERR_ARG,
+    cr_assert_eq(skv_tier_tenant_mint(A.db, "alice", 100, FLEET, e2), SKV_ERR_ARG,
                  "alice exists");
-    cr_assert_eq(skv_tier_tenant_create(A.db, "frank", 7, FLEET, e2), 0);
+    cr_assert_eq(make_tenant(A.db, "frank", 7, e2), 0);
     cr_assert_gt(skv_load64_le(e2), id, "min_id below the next id: the next id");
     put(A.db, "alice", "p", &s, 0);
 

@@ -667,7 +667,14 @@ res = list(tier.get_finished_jobs())
 assert len(res) == 1 and type(res[0]) is JobResult and res[0].job_id == 5 \
     and not res[0].success, "result %r" % (res,)
 tier.shutdown()
-
+# the tier's first non-empty get_finished_jobs(), polled for up to 5 s
+def finished(t):
+    for _ in range(500):
+        res = list(t.get_finished_jobs())
+        if res:
+            return res
+        time.sleep(0.01)
+    return []
 # against the live server: KV events of stored blocks, vLLM's HIT, a load
 # (the tip's TransferJob: chunk_ids)
 config.update(address=sys.argv[1], enable_kv_events=True)
@@ -679,11 +686,7 @@ keys = [bytes([i]) * 32 + (0).to_bytes(4, "big") for i in (1, 2)]
 tier.submit_store(types.SimpleNamespace(job_id=7, keys=keys,
                   chunk_ids=np.array([2, 3], dtype=np.int32), is_promotion=False,
                   req_context=ctx))
-for _ in range(500):
-    res = list(tier.get_finished_jobs())
-    if res:
-        break
-    time.sleep(0.01)
+res = finished(tier)
 assert [(r.job_id, r.success) for r in res] == [(7, True)], "store %r" % (res,)
 ev = list(tier.take_events())
 assert len(ev) == 1 and type(ev[0]) is OffloadingEvent and ev[0].keys == keys \
@@ -694,11 +697,7 @@ assert tier.lookup(keys[1], ctx) is LookupResult.HIT, "lookup of a stored key"
 tier.submit_load(types.SimpleNamespace(job_id=8, keys=keys[::-1],
                  chunk_ids=np.array([0, 1], dtype=np.int32), is_promotion=True,
                  req_context=ctx))
-for _ in range(500):
-    res = list(tier.get_finished_jobs())
-    if res:
-        break
-    time.sleep(0.01)
+res = finished(tier)
 assert [(r.job_id, r.success) for r in res] == [(8, True)], "load %r" % (res,)
 assert (prim[0] == prim[3]).all() and (prim[1] == prim[2]).all(), "rows loaded"
 tier.on_request_finished(ctx)
