@@ -509,7 +509,8 @@ typedef struct {
     uint64_t bytes_before; /* of the replaced and merged records */
     uint64_t bytes_after;  /* of what replaced them */
     uint64_t calibrations_deleted;
-    uint64_t damaged;      /* records that failed their checks: left as they are */
+    uint64_t damaged;      /* records that failed their checks, or whose
+                              decode needs one that did: left as they are */
 } seqkv_compact_stats;
 typedef int (*seqkv_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ctx,

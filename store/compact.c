@@ -172,10 +172,14 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
      * coded again */
     const int reseal = !rc && !bad && !redo && !db->o.no_seal &&
                        !skv_rec_is_sealed(v.mv_data, v.mv_size);
-    if (redo || reseal) {
+    /* (a sealed record coded again is opened, its tags checked, by the
+     * decode below: only one sealed as it is, or one stored unsealed and
+     * kept when coding does not shrink it, needs its image here) */
+    const int unsealed = !rc && !db->o.no_seal && !skv_rec_is_sealed(v.mv_data, v.mv_size);
+    if (reseal || (redo && (unsealed || db->o.no_seal))) {
         skv_free(head);
         head = NULL;
-        bad = skv_store_rec_read(db, key, v.mv_data, v.mv_size, NULL, &plain, &pimg, &plen) != SKV_OK ||
+        bad = skv_store_rec_read(db, key, v.mv_data, v.mv_size, db->pool, &plain, &pimg, &plen) != SKV_OK ||
               skv_rec_parse(pimg, plen, &r) != SKV_OK;
     }
     if (!rc && bad) {
@@ -193,16 +197,26 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     uint8_t *kk = NULL, *vv = NULL, *img = NULL;
     skv_streams ss = {0};
     skv_rec q;
+    int redo_ok = redo;
     if (redo) {
-        st->examined++;
         /* (a model-free level codes from the row before the record alone: the
          * chain from its last raw record on, not from position 0, so a long
          * sequence's compaction stays linear in its chunks) */
         const int model_free = level == SEQKV_RAW || level == SEQKV_STAT || level == SEQKV_CTX;
-        const skv_role writer = SKV_WRITER;
+        /* (the writer holds the store's pool: its sealed parts open on it) */
+        const skv_role writer = {1, db->pool, 0};
         rc = skv_store_decode_tail(db, txn, &writer, e, pe, t, model_free, &T, &tok, &kk, &vv);
+        /* damage in the chain (the record's tags are checked here): left
+         * as it is, as above */
+        if (rc == SKV_ERR_CORRUPT) {
+            st->damaged++;
+            rc = SKV_OK;
+            redo_ok = 0;
+        } else {
+            st->examined++;
+        }
     }
-    if (redo && !rc) {
+    if (redo_ok && !rc) {
         const size_t P = (size_t)t->tr.chunk_index * (size_t)pe->p.chunk, lo = deep ? deep->tr.lo : r.lo;
         seqbuf s = {T, tok, {kk, vv}};
         q = r;
@@ -224,7 +238,9 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
             }
             if (!seqkv_level_predictive((seqkv_level)q.level))
                 memset(q.calib, 0, 16);
-            q.checksum = skv_seqbuf_checksum(pe, &s, P + q.lo, P + q.n);
+            /* (the same positions: the checksum the decode verified) */
+            if (deep)
+                q.checksum = skv_seqbuf_checksum(pe, &s, P + q.lo, P + q.n);
             q.nstreams = (uint32_t)ss.nstreams;
             q.sizes = sz;
             q.streams = ss.data;
@@ -238,9 +254,8 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         skv_free(sz);
     }
     const size_t old_len = v.mv_size;
-    const int unsealed = !db->o.no_seal && !skv_rec_is_sealed(v.mv_data, v.mv_size);
     int as_is = reseal;
-    if (redo && !rc && img && !nd && !stale && len >= old_len && unsealed) {
+    if (redo_ok && !rc && img && !nd && !stale && len >= old_len && unsealed) {
         /* coded again it is no smaller: sealed as it was instead */
         skv_free(img);
         img = NULL;
@@ -264,7 +279,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     skv_streams_free(&ss);
     /* a re-coding that does not shrink the record is kept only to retire
      * an old calibration */
-    if (rc || !(redo || as_is) || (redo && !as_is && !nd && !stale && len >= old_len)) {
+    if (rc || !(redo_ok || as_is) || (redo_ok && !as_is && !nd && !stale && len >= old_len)) {
         skv_free(img);
         return rc;
     }

@@ -242,3 +242,59 @@ Test(store_corrupt, a_coded_record_damaged_while_closed_fails_get_with_corrupt_a
 {
     corruption_on(SEQKV_CTX, REOPENED);
 }
+
+/* Compaction meets a damaged raw record: it leaves it as it is (counted
+ * damaged, its gets still fail), codes the others again, and loses
+ * nothing. The record's tags are checked where compaction decodes it. */
+Test(store_corrupt, compaction_leaves_a_damaged_record_and_codes_the_others, .timeout = 120)
+{
+    test_cache_bytes = 0;
+    const char *tmp = tu_tmpdir();
+    const char *dir = tu_path(tmp, "db");
+    char dirc[4200];
+    snprintf(dirc, sizeof dirc, "%s", dir);
+    su_model tm;
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
+    seqkv *db = open_store(dirc, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    su_seq a, b, c[4];
+    su_seq_make(&tm, NULL, 0, 60, 21, &a);
+    int32_t first = (a.tok[0] + 1) % tm.c->vocab_size;
+    su_seq_make(&tm, &first, 1, 40, 22, &b);
+    put(db, "t", "p", &a, SEQKV_RAW + 1);
+    put(db, "t", "p", &b, SEQKV_RAW + 1);
+    for (int i = 0; i < 4; i++) {
+        su_seq_make(&tm, NULL, 0, 40, 30 + (uint64_t)i, &c[i]);
+        put(db, "cal", "p", &c[i], SEQKV_RAW + 1);
+        su_seq_free(&c[i]);
+    }
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
+    uint8_t key[32];
+    cr_assert_eq(su_chunk_find(dirc, 2, a.tok + 32, CHUNK, key), 0, "chunk 2 of a in LMDB");
+    size_t len;
+    uint8_t *orig = su_chunk_get(dirc, key, &len);
+    cr_assert_not_null(orig);
+    orig[len / 2] ^= 0x24;
+    put_from_child(dirc, key, orig, len);
+    seqkv_compact_stats cs;
+    cr_assert_eq(seqkv_compact(db, "p", NULL, NULL, &cs), 0, "%s", seqkv_error_detail());
+    /* it, and chunk 3, whose coding starts from chunk 2's last row */
+    cr_assert_eq(cs.damaged, 2, "the damaged record and the one after it (%llu)",
+                 (unsigned long long)cs.damaged);
+    cr_assert_geq(cs.recoded, 2, "the others are coded again (%llu)", (unsigned long long)cs.recoded);
+    size_t len2;
+    uint8_t *now = su_chunk_get(dirc, key, &len2);
+    cr_assert(now && len2 == len && !memcmp(now, orig, len), "the damaged record is left as it is");
+    free(now);
+    seqkv_stats st = stats(db, "t");
+    cr_assert_gt(st.level_tokens[SEQKV_CTX], 0, "records of t were coded at ctx");
+    assert_whole(db, "t", "p", &tm, &b, "b after compaction");
+    cr_assert_eq(su_get_check(db, "t", "p", &tm, &a, 32, NULL), 0, "a's first 32 tokens are exact");
+    cr_assert_eq(su_get_check(db, "t", "p", &tm, &a, a.n, NULL), SKV_ERR_CORRUPT,
+                 "a GET that needs the damaged record still fails");
+    seqkv_close(db);
+    free(orig);
+    su_seq_free(&a);
+    su_seq_free(&b);
+    su_model_free(&tm);
+}
