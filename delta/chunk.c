@@ -142,6 +142,7 @@ typedef struct {
     float mu[512], s[512], wc[2 * NF * 256];
     uint32_t x[512];
     float muc[2][512];
+    float ring[2 * 512];
 } row_stack;
 
 /* The stream (layer l, kv) of the current chunk: its slice of the
@@ -154,7 +155,11 @@ typedef struct {
     const float *mean;       /* [C] */
     const float *S;          /* [2][C]: s per seen-class */
     const float *W;          /* [H][2][NF]: weights per (head, seen-class) */
-    float *X;                /* exact floats [T][C] */
+    float *X;                /* exact floats: [T][C] with a model, else
+                                the row before and this one (row t at
+                                X + (t & 1) * C): predictions read nothing
+                                older, and the floats of the whole range
+                                would be fresh memory each call */
     uint8_t *B;              /* dtype bytes [stride][C] */
     const float *model_pred; /* the model's rows of the chunk, or NULL */
     /* range coding: an optional second prediction (a centroid) blended per
@@ -237,7 +242,7 @@ static inline __attribute__((always_inline)) int stream_rows_open(const seq_ctx 
     r->mean = c->mean + lk * C;
     r->S = c->s[d->level] + lk * 2 * C;
     r->W = c->w[d->level] + lk * H * 2 * NF;
-    r->X = q->kvf[kv] + (size_t)l * q->T * C;
+    r->X = r->lazy_x ? stk->ring : q->kvf[kv] + (size_t)l * q->T * C;
     r->B = q->kvb[kv] + (size_t)l * q->stride * C * es;
     r->apred = q->aux ? q->aux->pred[kv] + (size_t)l * naux * C : NULL;
     r->aw = q->aux ? q->aux->w + lk * H * 2 : NULL;
@@ -249,7 +254,9 @@ static inline __attribute__((always_inline)) int stream_rows_open(const seq_ctx 
         r->mu_row = skv_malloc(C * sizeof *r->mu_row);
         r->s_row = skv_malloc(C * sizeof *r->s_row);
         r->x_row = skv_malloc(C * sizeof *r->x_row);
-        if (!r->mu_row || !r->s_row || !r->x_row)
+        if (r->lazy_x)
+            r->X = skv_malloc(2 * C * sizeof *r->X);
+        if (!r->mu_row || !r->s_row || !r->x_row || !r->X)
             return skv_error(SKV_ERR_NOMEM, "row buffers");
     }
     if (C > 256 && !(r->wc = skv_malloc(2 * NF * C * sizeof *r->wc)))
@@ -269,15 +276,23 @@ static inline __attribute__((always_inline)) void stream_rows_close(stream_rows 
         skv_free(r->mu_row);
         skv_free(r->s_row);
         skv_free(r->x_row);
+        if (r->lazy_x)
+            skv_free(r->X);
     }
     if (r->wc != stk->wc)
         skv_free(r->wc);
 }
 
+/* Row t's floats in X */
+static inline __attribute__((always_inline)) float *x_row_at(const stream_rows *r, size_t t)
+{
+    return r->X + (r->lazy_x ? t & 1 : t) * r->C;
+}
+
 /* Row t's floats in X, from its bytes */
 static inline __attribute__((always_inline)) void make_row(const stream_rows *r, size_t t)
 {
-    skv_cast_to_f32(r->dt, r->X + t * r->C, r->B + t * r->C * r->es, r->C);
+    skv_cast_to_f32(r->dt, x_row_at(r, t), r->B + t * r->C * r->es, r->C);
 }
 
 /* Decode k rows of the constant prediction muc[seen] from row t (at
@@ -389,7 +404,7 @@ static inline __attribute__((always_inline)) int decode_row(struct coder_ws *ws,
     int rc = skv_decoder_get_n(ws->dec, mu, sv, r->x_row, r->C);
     if (rc)
         return rc;
-    *small = store_row(r->dt, r->B + t * r->C * r->es, r->X + t * r->C, r->x_row, r->C);
+    *small = store_row(r->dt, r->B + t * r->C * r->es, x_row_at(r, t), r->x_row, r->C);
     return SKV_OK;
 }
 
@@ -421,7 +436,7 @@ static inline __attribute__((always_inline)) int code_rows(const seq_ctx *q, str
                 __builtin_prefetch((const char *)(r->cb_lk + (size_t)q->row[t + 1] * 2 * C) + o);
         const size_t seen = row >= 0;
         const float *sv = r->S + seen * C;
-        const float *prev = t ? r->X + (t - 1) * C : r->mean;
+        const float *prev = t ? x_row_at(r, t - 1) : r->mean;
         const int ps = prev_small;
         prev_small = -1;
         /* (prev and the codebook row: finite, with a margin) */

@@ -207,7 +207,8 @@ typedef struct {
     int32_t *row;           /* [T] each token's codebook row (-1: unseen), made once */
     size_t T;
     uint8_t *kvb[2];        /* dtype bytes [L][T][C] (encode: input; decode: output) */
-    float *kvf[2];          /* exact floats [L][T][C], filled as decoded */
+    float *kvf[2];          /* exact floats [L][T][C], filled as decoded (a
+                               model's levels; NULL without one) */
     size_t t0, t1;
     code_mode mode;
     const skv_streams *in;

@@ -18,11 +18,14 @@ static int seq_begin(seq_ctx *q)
         if (q->tok[t] < 0 || q->tok[t] >= c->sh.vocab)
             return skv_error(SKV_ERR_ARG, "token id %d at %zu outside the calibration's vocabulary [0, %d)",
                              q->tok[t], t, c->sh.vocab);
-    for (int kv = 0; kv < 2; kv++)
-        q->kvf[kv] = skv_malloc((L * T * C > 0 ? L * T * C : 1) * sizeof(float));
+    /* the exact floats of every position, for a model's hook (without
+     * one, a stream keeps its last two rows: code_stream, code_pair) */
+    for (int kv = 0; kv < 2 && d->model; kv++)
+        if (!(q->kvf[kv] = skv_malloc((L * T * C > 0 ? L * T * C : 1) * sizeof(float))))
+            return skv_error(SKV_ERR_NOMEM, "sequence buffers");
     /* each token's codebook row, looked up once for every layer's stream */
     q->row = skv_malloc((T ? T : 1) * sizeof *q->row);
-    if (!q->kvf[0] || !q->kvf[1] || !q->row)
+    if (!q->row)
         return skv_error(SKV_ERR_NOMEM, "sequence buffers");
     for (size_t t = q->start; t < T; t++)
         q->row[t] = calib_row(c, q->tok[t]);
