@@ -37,6 +37,18 @@ static void refresh_trailer(uint8_t *rec, size_t len)
     skv_rec_seal(rec, len);
 }
 
+/* A store in a temporary directory (its path in dirc) with profile "p"
+ * of a random bf16 model at `level`, chunks of CHUNK */
+static seqkv *fresh_store(char *dirc, size_t cap, su_model *tm, seqkv_level level)
+{
+    const char *tmp = tu_tmpdir();
+    snprintf(dirc, cap, "%s", tu_path(tmp, "db"));
+    su_random_model(tm, tmp, SEQKV_DT_BF16);
+    seqkv *db = open_store(dirc, NULL);
+    add_profile(db, tm, "p", CHUNK, level, 0);
+    return db;
+}
+
 enum { LIVE, VERSION_BYTE, REOPENED, OLD_VERSION };
 
 /* Store a and b at `level`, then damage the record of a's chunk 2
@@ -50,14 +62,9 @@ static void corruption_on(seqkv_level level, int part)
     /* no hot tier: each get reads the record again (test_store_hot checks
      * that damage is caught on the read into the tier) */
     test_cache_bytes = 0;
-    const char *tmp = tu_tmpdir();
-    const char *dir = tu_path(tmp, "db");
     char dirc[4200];
-    snprintf(dirc, sizeof dirc, "%s", dir);
     su_model tm;
-    su_random_model(&tm, tmp, SEQKV_DT_BF16);
-    seqkv *db = open_store(dirc, NULL);
-    add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
+    seqkv *db = fresh_store(dirc, sizeof dirc, &tm, SEQKV_RAW);
     su_seq a, b;
     su_seq_make(&tm, NULL, 0, 60, 21, &a);
     int32_t first = (a.tok[0] + 1) % tm.c->vocab_size; /* b shares nothing with a */
@@ -249,14 +256,9 @@ Test(store_corrupt, a_coded_record_damaged_while_closed_fails_get_with_corrupt_a
 Test(store_corrupt, compaction_leaves_a_damaged_record_and_codes_the_others, .timeout = 120)
 {
     test_cache_bytes = 0;
-    const char *tmp = tu_tmpdir();
-    const char *dir = tu_path(tmp, "db");
     char dirc[4200];
-    snprintf(dirc, sizeof dirc, "%s", dir);
     su_model tm;
-    su_random_model(&tm, tmp, SEQKV_DT_BF16);
-    seqkv *db = open_store(dirc, NULL);
-    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    seqkv *db = fresh_store(dirc, sizeof dirc, &tm, SEQKV_CTX);
     su_seq a, b, c[4];
     su_seq_make(&tm, NULL, 0, 60, 21, &a);
     int32_t first = (a.tok[0] + 1) % tm.c->vocab_size;
