@@ -115,7 +115,7 @@ static int batch_body(seqkv *db, MDB_txn *txn, void *v)
         const skv_irec *t = skv_irec_find(p->e->trie, p->key);
         MDB_val k = {32, (void *)p->key};
         if (in_place) {
-            int rc = skv_store_put_sealed(db, txn, p->key, p->img, p->len, MDB_NOOVERWRITE, &mrc);
+            int rc = skv_store_put_sealed(db, txn, p->key, p->img, p->len, MDB_NOOVERWRITE, db->pool, &mrc);
             if (rc)
                 return rc;
         } else {

@@ -5,6 +5,7 @@
  * Each step is its own transaction, so a kill at any point loses nothing:
  * a record is replaced by one that decodes to the same bytes, or not at
  * all. Then calibrations no record or profile uses are deleted. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +110,7 @@ static int write_body(seqkv *db, MDB_txn *txn, void *v)
     const recode_txn *w = v;
     int mrc = 0;
     if (!db->o.no_seal) { /* sealed straight into the transaction's pages */
-        int rc = skv_store_put_sealed(db, txn, w->key, w->img, w->len, 0, &mrc);
+        int rc = skv_store_put_sealed(db, txn, w->key, w->img, w->len, 0, db->pool, &mrc);
         if (rc)
             return rc;
     } else {
@@ -128,12 +129,109 @@ static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_
     return skv_store_write(db, "compaction", write_body, NULL, &w, held ? SKV_WRITE_RW_HELD : 0);
 }
 
-/* Code record t of namespace e again when that helps -- merged with the
- * bases it makes dead when it ends an append chain. Caller holds wlock
- * (writer). */
-static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
-                      seqkv_compact_stats *st)
+/* ---- the write behind ------------------------------------------------------- */
+
+/* A big record coded again is written by a thread of its own while the
+ * loop's next step codes the next one: the writer lock is held for both
+ * (the step's), but nothing held the record between the two steps, so the
+ * write checks first that it is still indexed and its value still the one
+ * that was coded again (a DEL, an eviction or a put in between: it is left
+ * to the next compaction). Its parts are sealed on that thread: the pool
+ * is the coder's. Smaller records, and merges, are written at once. */
+size_t skv_compact_behind_min = (size_t)1 << 20;
+
+typedef struct {
+    seqkv *db;
+    size_t ns;
+    uint8_t key[32];
+    uint8_t *img;
+    size_t len, old_len, head_n;
+    uint8_t head[64]; /* the first bytes of the value it replaces */
+    uint8_t level;
+    int rc, written, running;
+    pthread_t th;
+} behind;
+
+static int behind_body(seqkv *db, MDB_txn *txn, void *v)
 {
+    behind *b = v;
+    /* (a tenant forgotten in between moves the last namespace into its slot) */
+    const skv_irec *t = b->ns < db->nns ? skv_irec_find(db->ns[b->ns].trie, b->key) : NULL;
+    MDB_val k = {32, b->key}, cur = {0, NULL};
+    int mrc = t && !t->tr.hidden && !t->evicting ? mdb_get(txn, db->db_chunk, &k, &cur) : MDB_NOTFOUND;
+    if (mrc == MDB_NOTFOUND || (!mrc && (cur.mv_size != b->old_len || memcmp(cur.mv_data, b->head, b->head_n))))
+        return SKV_OK; /* (not written: b->written stays 0) */
+    if (!mrc && !db->o.no_seal) {
+        int rc = skv_store_put_sealed(db, txn, b->key, b->img, b->len, 0, NULL, &mrc);
+        if (rc)
+            return rc;
+    } else if (!mrc) {
+        MDB_val val = {b->len, b->img};
+        mrc = mdb_put(txn, db->db_chunk, &k, &val, 0);
+    }
+    b->written = !mrc;
+    return mrc ? skv_mdb_error(mrc, "compaction") : SKV_OK;
+}
+
+/* Write b's record (on its thread, or the caller's), then its index entry */
+static void *behind_write(void *v)
+{
+    behind *b = v;
+    seqkv *db = b->db;
+    b->written = 0;
+    b->rc = skv_store_write(db, "compaction", behind_body, NULL, b, 0);
+    if (!b->rc && b->written) {
+        pthread_rwlock_wrlock(&db->rw);
+        ns_ent *e = &db->ns[b->ns];
+        skv_irec *t = b->ns < db->nns ? skv_irec_find(e->trie, b->key) : NULL;
+        if (t) { /* (it is: the body found it, and the step's writer lock holds) */
+            skv_store_rebytes(db, e, t, skv_store_rec_bytes(db, b->len));
+            t->level = b->level;
+        }
+        pthread_rwlock_unlock(&db->rw);
+    }
+    skv_free(b->img);
+    b->img = NULL;
+    return NULL;
+}
+
+/* Start writing the record b holds, if any (on the caller's thread when no
+ * thread starts) */
+static void behind_start(behind *b)
+{
+    if (!b->img)
+        return;
+    b->running = pthread_create(&b->th, NULL, behind_write, b) == 0;
+    if (!b->running)
+        behind_write(b);
+}
+
+/* Wait for b's write; its result, its figures added to st */
+static int behind_join(behind *b, seqkv_compact_stats *st)
+{
+    if (b->running)
+        pthread_join(b->th, NULL);
+    b->running = 0;
+    if (b->written) {
+        st->recoded++;
+        st->bytes_before += b->old_len;
+        st->bytes_after += skv_store_rec_bytes(b->db, b->len);
+        b->written = 0;
+    }
+    int rc = b->rc;
+    b->rc = SKV_OK;
+    return rc;
+}
+
+/* Code record t of namespace e (db->ns[ns]) again when that helps --
+ * merged with the bases it makes dead when it ends an append chain. A big
+ * one that merges nothing is left in *next to be written behind; before
+ * any write here, the write behind (*run) ends. Caller holds wlock
+ * (writer). */
+static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
+                      seqkv_compact_stats *st, behind *run, behind *next)
+{
+    ns_ent *e = &db->ns[ns];
     const int level = skv_store_put_level(pe, (int)pe->p.level);
     pthread_rwlock_rdlock(&db->rw);
     skv_irec *t = skv_irec_find(e->trie, key);
@@ -153,6 +251,11 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
     skv_rec r;
     if (!rc && (mrc = mdb_get(txn, db->db_chunk, &k, &v)))
         rc = skv_mdb_error(mrc, "read chunk");
+    /* (what a write behind checks is still there) */
+    uint8_t vhead[64];
+    const size_t vhead_n = v.mv_size < sizeof vhead ? v.mv_size : sizeof vhead;
+    if (!rc)
+        memcpy(vhead, v.mv_data, vhead_n);
     /* the header decides (cheap: a sealed record's box 0 only); a record
      * to code again, or to seal, is opened and verified whole */
     uint8_t *head = NULL, *plain = NULL;
@@ -283,6 +386,19 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
         skv_free(img);
         return rc;
     }
+    /* (sealed as it was, the record keeps its level) */
+    const uint8_t new_level = as_is ? r.level : q.level;
+    if (!nd && next && len >= skv_compact_behind_min) {
+        *next = (behind){.db = db, .ns = ns, .img = img, .len = len, .old_len = old_len,
+                         .head_n = vhead_n, .level = new_level};
+        memcpy(next->key, key, 32);
+        memcpy(next->head, vhead, vhead_n);
+        return SKV_OK;
+    }
+    if ((rc = behind_join(run, st))) {
+        skv_free(img);
+        return rc;
+    }
     /* merging: readers are out while the record and the index change
      * together (a reader that matched a base would find it gone; one that
      * matched t would find fields other than its index entry's) */
@@ -306,7 +422,7 @@ static int recode_one(seqkv *db, ns_ent *e, prof_ent *pe, const uint8_t key[32],
             st->merged += nd;
         }
         skv_store_rebytes(db, e, t, skv_store_rec_bytes(db, len));
-        t->level = q.level;
+        t->level = new_level;
         st->recoded++;
         st->bytes_before += old_len + freed;
         st->bytes_after += skv_store_rec_bytes(db, len);
@@ -432,20 +548,36 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
         rc = skv_error(SKV_ERR_NOMEM, "compaction");
     if (!rc)
         qsort(cc.c, cc.n, sizeof *cc.c, by_chunk);
-    /* one record a step, each under the writer lock (puts go between) */
+    /* one record a step, each under the writer lock (puts go between); a
+     * big one is written while the next step codes the next (run) */
+    behind run = {0}, next = {0};
     for (size_t i = 0; !rc && i < cc.n; i++) {
         pthread_mutex_lock(&db->wlock);
-        ns_ent *e = &db->ns[cc.c[i].ns];
+        behind_start(&run);
+        /* (a tenant forgotten between two steps moves the last namespace
+         * into its slot: a key then finds nothing there) */
+        ns_ent *e = cc.c[i].ns < db->nns ? &db->ns[cc.c[i].ns] : NULL;
         prof_ent *p = NULL;
-        for (size_t j = 0; j < db->nprof; j++)
+        for (size_t j = 0; e && j < db->nprof; j++)
             if (!memcmp(db->prof[j].p.id, e->prof_id, 32))
                 p = &db->prof[j];
         if (p)
-            rc = recode_one(db, e, p, cc.c[i].key, &st);
+            rc = recode_one(db, cc.c[i].ns, p, cc.c[i].key, &st, &run, &next);
+        const int jrc = behind_join(&run, &st);
+        rc = rc ? rc : jrc;
         pthread_mutex_unlock(&db->wlock);
+        run = next;
+        next = (behind){0};
         if ((fn && fn(ctx, i + 1, cc.n)) || __atomic_load_n(&db->stop_bg, __ATOMIC_RELAXED))
             break;
     }
+    if (run.img && !rc) { /* the last step's record */
+        pthread_mutex_lock(&db->wlock);
+        behind_write(&run);
+        rc = behind_join(&run, &st);
+        pthread_mutex_unlock(&db->wlock);
+    }
+    skv_free(run.img);
     st.records = cc.n;
     skv_free(cc.c);
     if (!rc) {

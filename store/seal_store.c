@@ -36,7 +36,7 @@ int skv_store_rec_seal(seqkv *db, const uint8_t key[32], const uint8_t *img, siz
 }
 
 int skv_store_put_sealed(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t *img,
-                         size_t len, unsigned flags, int *mrc)
+                         size_t len, unsigned flags, skv_pool *pool, int *mrc)
 {
     skv_rec r;
     uint8_t dek[32];
@@ -46,7 +46,7 @@ int skv_store_put_sealed(seqkv *db, MDB_txn *txn, const uint8_t key[32], const u
     MDB_val k = {32, (void *)key}, v = {skv_rec_sealed_size(&r, len), NULL};
     *mrc = mdb_put(txn, db->db_chunk, &k, &v, flags | MDB_RESERVE);
     if (!*mrc)
-        skv_rec_seal_into_pool(key, dek, &r, img, len, v.mv_data, db->pool);
+        skv_rec_seal_into_pool(key, dek, &r, img, len, v.mv_data, pool);
     sodium_memzero(dek, sizeof dek);
     return SKV_OK;
 }

@@ -107,4 +107,9 @@ void skv_profile_id(const seqkv_profile *p, uint8_t out[32]);
 /* 16-byte check value of a master key (stored in the store's meta). */
 void skv_master_check(const uint8_t master[32], uint8_t out[16]);
 
+/* Compaction writes a record of at least this many bytes on a thread of
+ * its own while it codes the next (store/compact.c; 1 MiB); tests lower it
+ * to take that path with small records */
+extern size_t skv_compact_behind_min;
+
 #endif

@@ -338,10 +338,11 @@ int skv_store_calib_read(seqkv *db, const uint8_t id[16], const uint8_t *v, size
 /* The bytes a record image of len bytes takes stored (sealed or not) */
 size_t skv_store_rec_bytes(const seqkv *db, size_t len);
 /* Record image img (version 2) of key put in txn sealed, straight into the
- * space mdb_put reserves (flags: MDB_NOOVERWRITE or 0); *mrc: mdb_put's
- * result (MDB_KEYEXIST, MDB_MAP_FULL: nothing written); the writer calls it */
+ * space mdb_put reserves (flags: MDB_NOOVERWRITE or 0), its parts over pool
+ * (the writer's, or NULL: this thread); *mrc: mdb_put's result
+ * (MDB_KEYEXIST, MDB_MAP_FULL: nothing written); the writer calls it */
 int skv_store_put_sealed(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t *img,
-                         size_t len, unsigned flags, int *mrc);
+                         size_t len, unsigned flags, skv_pool *pool, int *mrc);
 /* Record image img (version 2) of key sealed under its tenant's data key,
  * its parts over the writer's pool: the writer calls it (wlock held) */
 int skv_store_rec_seal(seqkv *db, const uint8_t key[32], const uint8_t *img, size_t len,

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "seqkv.h"
+#include "store_int.h"
 #include "storetest.h"
 #include "storeutil.h"
 #include "testutil.h"
@@ -45,9 +46,12 @@ static int has_calib(seqkv *db)
     return p.has_calib;
 }
 
-Test(compact, a_profile_calibrates_itself_at_its_threshold_and_raw_records_are_recoded,
-     .timeout = 120)
+/* behind_min: skv_compact_behind_min for the compactions (0: every record
+ * written behind, while the next is coded) */
+static void calibrates_and_recodes(size_t behind_min)
 {
+    const size_t was = skv_compact_behind_min;
+    skv_compact_behind_min = behind_min;
     const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
     su_model tm;
     su_random_model(&tm, tmp, SEQKV_DT_BF16);
@@ -96,6 +100,77 @@ Test(compact, a_profile_calibrates_itself_at_its_threshold_and_raw_records_are_r
     for (int i = 0; i < N; i++)
         su_seq_free(&s[i]);
     su_model_free(&tm);
+    skv_compact_behind_min = was;
+}
+
+Test(compact, a_profile_calibrates_itself_at_its_threshold_and_raw_records_are_recoded,
+     .timeout = 120)
+{
+    calibrates_and_recodes((size_t)-1);
+}
+
+Test(compact, written_behind_every_record_is_recoded_the_same, .timeout = 120)
+{
+    calibrates_and_recodes(0);
+}
+
+static int del_all_once(void *vctx, uint64_t done, uint64_t total)
+{
+    void **c = vctx;
+    seqkv *db = c[0];
+    const su_seq *s = c[1];
+    int *n = c[2];
+    (void)total;
+    if (done == 1) /* the first step's record waits to be written */
+        for (int i = 0; i < *n; i++) {
+            size_t removed = 0;
+            cr_assert_eq(seqkv_del(db, "t", "p", s[i].tok, s[i].n, &removed), 0, "%s",
+                         seqkv_error_detail());
+            cr_assert_eq(removed, s[i].n);
+        }
+    return 0;
+}
+
+/* Every sequence deleted between the first step and the second, as a DEL
+ * between two of a server's steps would: the record the first step coded,
+ * waiting to be written behind, is not written back (nor is anything
+ * else), so the store is empty, before and after a reopen */
+Test(compact, a_record_deleted_before_its_write_behind_is_not_written_back, .timeout = 120)
+{
+    const size_t was = skv_compact_behind_min;
+    skv_compact_behind_min = 0;
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    su_model tm;
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
+    seqkv *db = open_store(dir, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    enum { N = 6 };
+    su_seq s[N];
+    for (int i = 0; i < N; i++) {
+        su_seq_make(&tm, NULL, 0, 48, 300 + (uint64_t)i, &s[i]);
+        put(db, "t", "p", &s[i], SEQKV_RAW + 1);
+    }
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
+    cr_assert_gt(stats(db, "t").chunks, 0);
+    int n = N;
+    void *c[3] = {db, s, &n};
+    seqkv_compact_stats cs;
+    cr_assert_eq(seqkv_compact(db, "p", del_all_once, c, &cs), 0, "%s", seqkv_error_detail());
+    cr_assert_eq(cs.recoded, 0, "nothing written back (%llu)", (unsigned long long)cs.recoded);
+    seqkv_stats st = stats(db, "t");
+    cr_assert_eq(st.chunks, 0);
+    cr_assert_eq(st.stored_bytes, 0);
+    seqkv_close(db);
+    db = open_store(dir, NULL);
+    st = stats(db, "t");
+    cr_assert_eq(st.chunks, 0, "no record came back at the reopen (%llu)", (unsigned long long)st.chunks);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(lookup(db, "t", "p", s[i].tok, s[i].n), 0);
+    seqkv_close(db);
+    for (int i = 0; i < N; i++)
+        su_seq_free(&s[i]);
+    su_model_free(&tm);
+    skv_compact_behind_min = was;
 }
 
 /* What a profile learns from its stored sequences, and so what its records
