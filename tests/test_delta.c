@@ -166,6 +166,28 @@ Test(delta, ctx_round_trips_rows_wider_than_256)
     skv_model_free(m);
 }
 
+/* Rows of 640 scalars (20 KV heads of 32), wider than the stack buffers
+ * of code_stream (512): the row before and this one then live on the heap.
+ * Bit-exact at stat and ctx, in bf16 (decoded by code_pair) and in f16
+ * (decoded by code_stream), chunks of 24 (the row before a chunk from its
+ * bytes) */
+Test(delta, model_free_levels_round_trip_rows_wider_than_512)
+{
+    rm_shape sh = {0, 640, 64, 2, 20, 20, 32, 40, 64, 1, 10000.0f, 1e-5f};
+    skv_model *m = model_of(&sh, 44);
+    cr_assert_eq(skv_model_cfg(m)->n_kv_heads * skv_model_cfg(m)->head_dim, 640);
+    const seqkv_dtype dts[2] = {SEQKV_DT_BF16, SEQKV_DT_F16};
+    for (int i = 0; i < 2; i++) {
+        kvset test = {0};
+        skv_calib *c = learned(m, dts[i], 4, 2, 40, 78, &test);
+        for (int lv = SEQKV_STAT; lv <= SEQKV_CTX; lv++)
+            cr_expect_lt(round_trip(c, (seqkv_level)lv, m, &test, dts[i], 24), 17.0);
+        skv_calib_free(c);
+        free_kv(&test);
+    }
+    skv_model_free(m);
+}
+
 Test(delta, every_level_and_dtype_round_trips_on_random_model_kv)
 {
     skv_model *m = random_model();
