@@ -274,7 +274,7 @@ size_t seqkv_put_batch(seqkv *db, seqkv_put_req *req, size_t n)
         skv_free(prefix);
         return n;
     }
-    pthread_mutex_lock(&db->wlock);
+    skv_store_wlock_client(db);
     struct skv_put_batch pb = {0};
     db->batch = &pb;
     size_t first = 0;

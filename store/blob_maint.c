@@ -209,6 +209,7 @@ int seqkv_blob_flush(seqkv *db, const char *tenant, uint64_t *deleted)
     int rc = SKV_OK;
     do {
         /* one bounded transaction a round; other writers go between */
+        skv_store_wlock_yield(db);
         pthread_mutex_lock(&db->wlock);
         c->from_len = 0;
         rc = skvb_txn(db, tid, pass_txn, c);

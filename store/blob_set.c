@@ -311,7 +311,7 @@ int seqkv_blob_set_batch(seqkv *db, seqkv_blob_set_req *q, size_t n)
         if (rc)
             req_fail(&q[i], rc);
     }
-    pthread_mutex_lock(&db->wlock);
+    skv_store_wlock_client(db);
     for (size_t i = 0; i < n; i++) {
         int rc = q[i].rc ? q[i].rc : set_locked(db, &q[i], &c[i]);
         if (rc && !q[i].rc)
@@ -441,7 +441,7 @@ int seqkv_blob_relayout(seqkv *db, const char *tenant, const uint8_t *key, size_
         skv_free(c.img);
         return rc;
     }
-    pthread_mutex_lock(&db->wlock);
+    skv_store_wlock_client(db);
     rc = skvb_txn(db, tid, relayout_txn, &c);
     pthread_mutex_unlock(&db->wlock);
     skv_free(c.img);

@@ -552,6 +552,7 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
      * big one is written while the next step codes the next (run) */
     behind run = {0}, next = {0};
     for (size_t i = 0; !rc && i < cc.n; i++) {
+        skv_store_wlock_yield(db);
         pthread_mutex_lock(&db->wlock);
         behind_start(&run);
         /* (a tenant forgotten between two steps moves the last namespace

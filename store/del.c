@@ -7,7 +7,7 @@ int seqkv_del(seqkv *db, const char *tenant, const char *profile, const int32_t 
               size_t n, size_t *removed)
 {
     *removed = 0;
-    pthread_mutex_lock(&db->wlock);
+    skv_store_wlock_client(db);
     match_res m;
     pthread_rwlock_rdlock(&db->rw);
     int rc = skv_store_match(db, tenant, profile, tokens, n, &m);

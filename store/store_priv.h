@@ -113,6 +113,7 @@ struct seqkv {
     skv_pool *rpool;       /* read_threads > 1: the gets' pool, one get at a time */
     pthread_mutex_t rpool_mu;
     int stop_bg;           /* seqkv_stop_background: calibrations and compactions stop */
+    int wwait;             /* clients' writers waiting for wlock (skv_store_wlock_client) */
 };
 
 /* A record in the index: the trie's part first (skv_trie.h: key, tokens,
@@ -205,6 +206,13 @@ int skv_store_put_level(const prof_ent *pe, int asked);
 
 uint64_t skv_store_tick(seqkv *db);
 
+/* wlock for a writer a client waits on (a put batch, DEL, SET): counted
+ * while it waits, so that a background loop lets it in between two steps */
+void skv_store_wlock_client(seqkv *db);
+/* Between two steps of a background loop (compaction, blob maintenance),
+ * wlock not held: while a client's writer waits for wlock, let it take it
+ * first (up to 1 s a step; a mutex alone hands it back to the loop). */
+void skv_store_wlock_yield(seqkv *db);
 /* ---- the one write path (write.c) ---- */
 /* A write transaction's body: its puts and deletes in txn, SKV_OK or a
  * negative SKV_ERR_* (LMDB's through skv_mdb_error, so a full map reads

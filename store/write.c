@@ -3,8 +3,23 @@
  * the remote tier's installs, profiles, tenants, calibrations) hands its
  * writes to skv_store_write as a body; no writer grows the map itself. */
 #include <stdio.h>
+#include <time.h>
 
 #include "store_priv.h"
+
+void skv_store_wlock_client(seqkv *db)
+{
+    __atomic_add_fetch(&db->wwait, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_lock(&db->wlock);
+    __atomic_sub_fetch(&db->wwait, 1, __ATOMIC_ACQ_REL);
+}
+
+void skv_store_wlock_yield(seqkv *db)
+{
+    const struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 1000 && __atomic_load_n(&db->wwait, __ATOMIC_ACQUIRE) > 0; i++)
+        nanosleep(&ms, NULL);
+}
 
 /* Double the map (up to map_max); SKV_ERR_MAP_FULL at the limit. Caller
  * holds no transaction, and rw exclusively when held says so. */

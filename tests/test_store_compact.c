@@ -6,6 +6,8 @@
  * and after a reopen, and a kill -9 at any point of a compaction loses
  * nothing. */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 
 #include "seqkv.h"
 #include "store_int.h"
+#include "store_priv.h"
 #include "storetest.h"
 #include "storeutil.h"
 #include "testutil.h"
@@ -259,6 +262,80 @@ Test(compact, never_when_off_and_not_below_the_threshold, .timeout = 60)
     cr_assert(has_calib(db));
     seqkv_close(db);
     su_seq_free(&s);
+    su_model_free(&tm);
+}
+
+typedef struct {
+    seqkv *db;
+    su_seq *s;
+    uint64_t step;      /* the compaction's last step done */
+    uint64_t wait_from; /* the step after which the put began to wait */
+    uint64_t put_after; /* the step after which the put returned */
+    pthread_t th;
+    int started;
+} fair_ctx;
+
+static void *fair_put(void *v)
+{
+    fair_ctx *f = v;
+    /* (while a step holds the writer lock: the put then waits for it) */
+    while (pthread_mutex_trylock(&f->db->wlock) == 0) {
+        pthread_mutex_unlock(&f->db->wlock);
+        sched_yield();
+    }
+    __atomic_store_n(&f->wait_from, __atomic_load_n(&f->step, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+    put(f->db, "t", "p", f->s, 0);
+    __atomic_store_n(&f->put_after, __atomic_load_n(&f->step, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* After the first step, a client's put that waits for the writer lock */
+static int fair_step(void *vctx, uint64_t done, uint64_t total)
+{
+    fair_ctx *f = vctx;
+    (void)total;
+    __atomic_store_n(&f->step, done, __ATOMIC_RELEASE);
+    if (done == 1) {
+        cr_assert_eq(pthread_create(&f->th, NULL, fair_put, f), 0);
+        f->started = 1;
+    }
+    return 0;
+}
+
+/* A client's writer waiting for the writer lock gets it between two steps
+ * of a compaction, not after the last (the loop lets it in first: a mutex
+ * alone hands the lock back to the thread that just let it go) */
+Test(compact, a_put_waiting_for_the_writer_lock_goes_between_two_steps, .timeout = 120)
+{
+    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    su_model tm;
+    su_random_model(&tm, tmp, SEQKV_DT_BF16);
+    seqkv *db = open_store(dir, NULL);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
+    enum { N = 8 };
+    su_seq s[N + 1];
+    for (int i = 0; i <= N; i++)
+        su_seq_make(&tm, NULL, 0, 48, 500 + (uint64_t)i, &s[i]);
+    for (int i = 0; i < N; i++)
+        put(db, "t", "p", &s[i], SEQKV_RAW + 1);
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
+    fair_ctx f = {db, &s[N], 0, 0, 0, 0, 0};
+    seqkv_compact_stats cs;
+    cr_assert_eq(seqkv_compact(db, "p", fair_step, &f, &cs), 0, "%s", seqkv_error_detail());
+    cr_assert(f.started);
+    pthread_join(f.th, NULL);
+    cr_assert_geq(cs.records, 3 * N, "a compaction of many steps (%llu)", (unsigned long long)cs.records);
+    /* (the step it waited in, or the next when the lock came free before it
+     * was counted as waiting) */
+    cr_assert_leq(f.put_after, f.wait_from + 2,
+                  "the put waited from step %llu and returned after step %llu of %llu",
+                  (unsigned long long)f.wait_from, (unsigned long long)f.put_after,
+                  (unsigned long long)cs.records);
+    for (int i = 0; i <= N; i++)
+        assert_whole(db, "t", "p", &tm, &s[i], "after the compaction");
+    seqkv_close(db);
+    for (int i = 0; i <= N; i++)
+        su_seq_free(&s[i]);
     su_model_free(&tm);
 }
 
