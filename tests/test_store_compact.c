@@ -117,6 +117,25 @@ Test(compact, written_behind_every_record_is_recoded_the_same, .timeout = 120)
     calibrates_and_recodes(0);
 }
 
+/* A store in a temporary directory (*dir) with profile "p" at ctx, n
+ * sequences s of 48 tokens (seeds seed0, seed0 + 1, ...; the last `spare`
+ * made but not put) put raw by tenant t, and a calibration learned */
+static seqkv *raw_and_calibrated(const char **dir, su_model *tm, su_seq *s, int n, int spare,
+                                 uint64_t seed0)
+{
+    const char *tmp = tu_tmpdir();
+    *dir = tu_path(tmp, "db");
+    su_random_model(tm, tmp, SEQKV_DT_BF16);
+    seqkv *db = open_store(*dir, NULL);
+    add_profile(db, tm, "p", CHUNK, SEQKV_CTX, 0);
+    for (int i = 0; i < n + spare; i++)
+        su_seq_make(tm, NULL, 0, 48, seed0 + (uint64_t)i, &s[i]);
+    for (int i = 0; i < n; i++)
+        put(db, "t", "p", &s[i], SEQKV_RAW + 1);
+    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
+    return db;
+}
+
 static int del_all_once(void *vctx, uint64_t done, uint64_t total)
 {
     void **c = vctx;
@@ -142,18 +161,11 @@ Test(compact, a_record_deleted_before_its_write_behind_is_not_written_back, .tim
 {
     const size_t was = skv_compact_behind_min;
     skv_compact_behind_min = 0;
-    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    const char *dir;
     su_model tm;
-    su_random_model(&tm, tmp, SEQKV_DT_BF16);
-    seqkv *db = open_store(dir, NULL);
-    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
     enum { N = 6 };
     su_seq s[N];
-    for (int i = 0; i < N; i++) {
-        su_seq_make(&tm, NULL, 0, 48, 300 + (uint64_t)i, &s[i]);
-        put(db, "t", "p", &s[i], SEQKV_RAW + 1);
-    }
-    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
+    seqkv *db = raw_and_calibrated(&dir, &tm, s, N, 0, 300);
     cr_assert_gt(stats(db, "t").chunks, 0);
     int n = N;
     void *c[3] = {db, s, &n};
@@ -307,18 +319,11 @@ static int fair_step(void *vctx, uint64_t done, uint64_t total)
  * alone hands the lock back to the thread that just let it go) */
 Test(compact, a_put_waiting_for_the_writer_lock_goes_between_two_steps, .timeout = 120)
 {
-    const char *tmp = tu_tmpdir(), *dir = tu_path(tmp, "db");
+    const char *dir;
     su_model tm;
-    su_random_model(&tm, tmp, SEQKV_DT_BF16);
-    seqkv *db = open_store(dir, NULL);
-    add_profile(db, &tm, "p", CHUNK, SEQKV_CTX, 0);
     enum { N = 8 };
     su_seq s[N + 1];
-    for (int i = 0; i <= N; i++)
-        su_seq_make(&tm, NULL, 0, 48, 500 + (uint64_t)i, &s[i]);
-    for (int i = 0; i < N; i++)
-        put(db, "t", "p", &s[i], SEQKV_RAW + 1);
-    cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
+    seqkv *db = raw_and_calibrated(&dir, &tm, s, N, 1, 500);
     fair_ctx f = {db, &s[N], 0, 0, 0, 0, 0};
     seqkv_compact_stats cs;
     cr_assert_eq(seqkv_compact(db, "p", fair_step, &f, &cs), 0, "%s", seqkv_error_detail());
