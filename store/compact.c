@@ -105,18 +105,26 @@ typedef struct {
     size_t nd;
 } recode_txn;
 
+/* Put img as record key in txn: sealed (its parts over pool, or on this
+ * thread) straight into the transaction's pages, unless sealing is off;
+ * *mrc: mdb_put's result */
+static int put_img(seqkv *db, MDB_txn *txn, const uint8_t *key, const uint8_t *img, size_t len,
+                   skv_pool *pool, int *mrc)
+{
+    if (!db->o.no_seal)
+        return skv_store_put_sealed(db, txn, key, img, len, 0, pool, mrc);
+    MDB_val k = {32, (void *)key}, val = {len, (void *)img};
+    *mrc = mdb_put(txn, db->db_chunk, &k, &val, 0);
+    return SKV_OK;
+}
+
 static int write_body(seqkv *db, MDB_txn *txn, void *v)
 {
     const recode_txn *w = v;
     int mrc = 0;
-    if (!db->o.no_seal) { /* sealed straight into the transaction's pages */
-        int rc = skv_store_put_sealed(db, txn, w->key, w->img, w->len, 0, db->pool, &mrc);
-        if (rc)
-            return rc;
-    } else {
-        MDB_val k = {32, (void *)w->key}, val = {w->len, (void *)w->img};
-        mrc = mdb_put(txn, db->db_chunk, &k, &val, 0);
-    }
+    int rc = put_img(db, txn, w->key, w->img, w->len, db->pool, &mrc);
+    if (rc)
+        return rc;
     for (size_t i = 0; !mrc && i < w->nd; i++)
         mrc = skv_store_del_rec(db, txn, w->dead[i]->tr.key);
     return mrc ? skv_mdb_error(mrc, "compaction") : SKV_OK;
@@ -161,13 +169,10 @@ static int behind_body(seqkv *db, MDB_txn *txn, void *v)
     int mrc = t && !t->tr.hidden && !t->evicting ? mdb_get(txn, db->db_chunk, &k, &cur) : MDB_NOTFOUND;
     if (mrc == MDB_NOTFOUND || (!mrc && (cur.mv_size != b->old_len || memcmp(cur.mv_data, b->head, b->head_n))))
         return SKV_OK; /* (not written: b->written stays 0) */
-    if (!mrc && !db->o.no_seal) {
-        int rc = skv_store_put_sealed(db, txn, b->key, b->img, b->len, 0, NULL, &mrc);
+    if (!mrc) {
+        int rc = put_img(db, txn, b->key, b->img, b->len, NULL, &mrc);
         if (rc)
             return rc;
-    } else if (!mrc) {
-        MDB_val val = {b->len, b->img};
-        mrc = mdb_put(txn, db->db_chunk, &k, &val, 0);
     }
     b->written = !mrc;
     return mrc ? skv_mdb_error(mrc, "compaction") : SKV_OK;
@@ -182,8 +187,8 @@ static void *behind_write(void *v)
     b->rc = skv_store_write(db, "compaction", behind_body, NULL, b, 0);
     if (!b->rc && b->written) {
         pthread_rwlock_wrlock(&db->rw);
-        ns_ent *e = &db->ns[b->ns];
-        skv_irec *t = b->ns < db->nns ? skv_irec_find(e->trie, b->key) : NULL;
+        ns_ent *e = b->ns < db->nns ? &db->ns[b->ns] : NULL;
+        skv_irec *t = e ? skv_irec_find(e->trie, b->key) : NULL;
         if (t) { /* (it is: the body found it, and the step's writer lock holds) */
             skv_store_rebytes(db, e, t, skv_store_rec_bytes(db, b->len));
             t->level = b->level;
