@@ -29,7 +29,11 @@ Each (shape, N stored tokens) point, in a fresh temporary directory (under
      (bs=1M conv=fdatasync); redis-server on a Unix socket (no persistence):
      timed SETs of one sequence's KV, then timed GETs of it, with the client
      code the seqkv PUTs and GETs use (a minimal RESP client: arguments sent
-     from their own buffers, replies received into one reused buffer).
+     from their own buffers, replies received into one reused buffer); once
+     a shape, the coder's encode rate on one thread at ctx (`seqkv codec
+     bench --level ctx --no-zstd`, calibrated on two sequences of the shape
+     and coding a third, at most 256 tokens each), the baseline of the
+     compaction's target (one core's encode rate x the server's threads).
   2. `seqkv serve` with a config that makes this uid an admin tenant and
      sets compact-interval 0 (compaction only after a self-calibration);
      KV.PROFILE SET ... level ctx chunk 256 auto-calibrate <positions the N
@@ -76,9 +80,11 @@ ROOT = os.path.abspath(os.environ.get("SEQKV_SOURCE_ROOT", os.path.join(HERE, ".
 sys.dont_write_bytecode = True
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
-from scale_kv import SHAPES, StoriesSource, SynthSource, positions_held  # noqa: E402
+from scale_kv import (SHAPES, StoriesSource, SynthSource, positions_held,  # noqa: E402
+                      write_kvfile)
 from scale_report import draw_png, fmt_bytes, print_tables  # noqa: E402
-from scale_resp import Resp, RespError, info, info_fields, proc_status, server_usec  # noqa: E402
+from scale_resp import (Resp, RespError, info, info_fields, proc_cpu, proc_status,  # noqa: E402
+                        server_usec)
 
 DD_BYTES = 64 << 20
 POLL_S = 0.05
@@ -178,6 +184,34 @@ def dd_baseline(tmp):
     if r.returncode != 0 or not m:
         raise Fail("dd failed: %s" % r.stderr.strip())
     return mb(int(m.group(1)), float(m.group(2)))
+
+
+def encode_baseline(args, src, tmp):
+    """one thread's ctx encode rate on this shape's KV, in MB/s of raw bf16
+    (`seqkv codec bench`: the best of 3 passes on the thread's CPU clock);
+    measured once a shape and kept in args.encode_mbps"""
+    if src.name in args.encode_mbps:
+        return args.encode_mbps[src.name]
+    n = getattr(src, "seqs", None)
+    idx = [0, 1, 2] if n is None or len(n) >= 3 else [0, 0, 0]
+    cal, test = os.path.join(tmp, "enc-cal.safetensors"), os.path.join(tmp, "enc-test.safetensors")
+    write_kvfile(cal, [lambda i=i: src.seq(i) for i in idx[:2]], 256)
+    write_kvfile(test, [lambda: src.seq(idx[2])], 256)
+    cmd = [args.seqkv, "codec", "bench", "--calib", cal, "--test", test, "--level", "ctx",
+           "--no-zstd", "--json"]
+    if getattr(src, "model", None):
+        cmd += ["--model", src.model]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode and "--no-zstd" in r.stderr:  # (a build before that option)
+        r = subprocess.run([a for a in cmd if a != "--no-zstd"], capture_output=True, text=True)
+    os.unlink(cal)
+    os.unlink(test)
+    rows = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    rows = [x for x in rows if x.get("level") == "ctx" and "encode_msps" in x]
+    if r.returncode or not rows:
+        raise Fail("seqkv codec bench failed (%d): %s" % (r.returncode, r.stderr.strip()[-400:]))
+    args.encode_mbps[src.name] = rows[0]["encode_msps"] * 2.0  # bf16: 2 bytes a scalar
+    return args.encode_mbps[src.name]
 
 
 def redis_baseline(args, tmp, kv, reps):
@@ -291,6 +325,11 @@ def run_point(args, shape_name, n_tokens, seq_len, tmp_root):
         log("%s dd %.0f MB/s, redis SET %.0f MB/s, GET %.0f MB/s (%s a value)"
             % (tag, res["dd_mbps"], res["redis_set_mbps"], res["redis_get_mbps"],
                fmt_bytes(seq_bytes)))
+        res["encode_mbps"] = encode_baseline(args, src, tmp)
+        res["server_threads"] = args.threads or os.cpu_count()
+        log("%s one thread encodes ctx at %.0f MB/s (x %d threads: %.0f MB/s)"
+            % (tag, res["encode_mbps"], res["server_threads"],
+               res["encode_mbps"] * res["server_threads"]))
 
         # 2. the server
         cfg = os.path.join(tmp, "seqkv.conf")
@@ -379,10 +418,10 @@ def run_point(args, shape_name, n_tokens, seq_len, tmp_root):
                             "compaction_progress": m.get("compaction_progress")})
             check_log()
             if t_cal is None and cal >= 1:
-                t_cal = now
+                t_cal, cpu_cal = now, proc_cpu(srv.pid)
                 log("%s calibrated itself in %.1f s; compacting" % (tag, now - t_cross))
             if t_cal is not None and comps >= 1 and not running:
-                t_comp = now
+                t_comp, cpu_comp = now, proc_cpu(srv.pid)
                 break
             if srv.poll() is not None:
                 raise Fail("%s the server exited (rc %d):\n%s" % (tag, srv.returncode, tail(slog)))
@@ -413,16 +452,22 @@ def run_point(args, shape_name, n_tokens, seq_len, tmp_root):
         res["calibration"] = {"seconds": t_cal_rel, "rss_anon_before": anon0, "vmrss_before": vm0,
                               "rss_anon_before_crossing_put": rss_before_cross[1],
                               "rss_anon_peak": max(cal_anon + [anon0])}
+        cpu_s = cpu_comp - cpu_cal if cpu_comp is not None and cpu_cal is not None else None
         res["compaction"] = {"seconds": comp_s, "raw_bytes": recode_bytes,
-                             "mbps": mb(recode_bytes, comp_s),
+                             "mbps": mb(recode_bytes, comp_s), "cpu_seconds": cpu_s,
+                             "mbps_per_cpu": mb(recode_bytes, cpu_s) if cpu_s else None,
                              "rss_anon_peak": max(comp_anon or [anon0]),
                              "records_recoded": int(m["records_recoded"]),
                              "bytes_saved": int(m["compaction_bytes_saved"])}
         res["rss_anon_after"], res["vmrss_after"] = anon1, vm1
         res["poll_samples"] = samples
-        log("%s compacted %s in %.1f s; RssAnon %s before, peak %s calibrating, "
+        log("%s compacted %s in %.1f s (%.1f CPU s in the server: %.0f MB/s a CPU s, "
+            "%.2fx one thread's encode rate); RssAnon %s before, peak %s calibrating, "
             "%s compacting, %s after"
-            % (tag, fmt_bytes(recode_bytes), comp_s, fmt_bytes(anon0),
+            % (tag, fmt_bytes(recode_bytes), comp_s, cpu_s or float("nan"),
+               res["compaction"]["mbps_per_cpu"] or float("nan"),
+               (res["compaction"]["mbps_per_cpu"] or float("nan")) / res["encode_mbps"],
+               fmt_bytes(anon0),
                fmt_bytes(res["calibration"]["rss_anon_peak"]),
                fmt_bytes(res["compaction"]["rss_anon_peak"]), fmt_bytes(anon1)))
 
@@ -617,6 +662,7 @@ def main():
         ap.error("--coded-puts >= 0 and --redis-reps >= 1")
 
     args.seqkv = os.path.join(args.build, "cli", "seqkv")
+    args.encode_mbps = {}
     if not os.access(args.seqkv, os.X_OK):
         sys.exit("scale.py: no %s (build it: meson compile -C %s)" % (args.seqkv, args.build))
     args.redis_server = shutil.which("redis-server") or "/usr/bin/redis-server"

@@ -204,6 +204,33 @@ class SynthSource:
         return toks, self.buf
 
 
+def write_kvfile(path, seqs, max_tokens=None):
+    """a KV file (tensor/kvfile.c: seq<i>.tokens I32 [T], seq<i>.k and
+    seq<i>.v BF16 [layers, T, kv_heads, head_dim]) of the (tokens, kv in the
+    store layout) pairs that the callables in seqs return, each cut to its
+    first max_tokens tokens; written one sequence at a time"""
+    metas, blobs, off = {}, [], 0
+    for j, get in enumerate(seqs):
+        toks, kv = get()
+        t = len(toks) if max_tokens is None else min(len(toks), max_tokens)
+        parts = [("tokens", "I32", [t], toks[:t].astype(np.int32).tobytes())]
+        for which, name in ((0, "k"), (1, "v")):
+            a = np.ascontiguousarray(kv[:, which, :t])
+            parts.append((name, "BF16", list(a.shape), a.tobytes()))
+        for name, dtype, shape, data in parts:
+            metas["seq%d.%s" % (j, name)] = {"dtype": dtype, "shape": shape,
+                                             "data_offsets": [off, off + len(data)]}
+            off += len(data)
+            blobs.append(data)
+    head = json.dumps(metas).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(len(head).to_bytes(8, "little"))
+        f.write(head)
+        for b in blobs:
+            f.write(b)
+
+
 def read_safetensors(path):
     """{name: numpy array} of a safetensors file: an 8-byte little-endian
     header length, a JSON header (name -> dtype, shape, data_offsets), the

@@ -52,6 +52,8 @@ COLUMNS = [  # (header, width, value of a point)
     ("cmp s", 7, lambda r: f1(r["compaction"]["seconds"] or None) if r["compaction"]["seconds"]
      else "<0.05"),
     ("cmp MB/s", 8, lambda r: f0(r["compaction"]["mbps"])),
+    ("/enc", 5, lambda r: f2(r["compaction"]["mbps"] / (r["encode_mbps"] * r["server_threads"]))
+     if r["compaction"]["mbps"] else "-"),
     ("cmp +MiB", 8, lambda r: f0(cmp_up(r))),
     ("anon/budget MiB", 15,
      lambda r: "%s/%s" % (f0(r["rss_anon_after"] / MIB), f0(r["cache_budget_bytes"] / MIB))),
@@ -73,7 +75,8 @@ PUTs after the calibration (coded at ctx); cal s: from the PUT crossing auto-cal
 self_calibrations 1; cal +MiB, cmp +MiB: the server's peak RssAnon during the calibration
 and the compaction above its RssAnon at the crossing PUT's reply; cmp s, cmp MB/s: the
 compaction re-coding what was stored raw (raw bytes / its time; both seen by polls 50 ms
-apart, so "<0.05" and no MB/s when one poll saw both); anon/budget: RssAnon after both
+apart, so "<0.05" and no MB/s when one poll saw both); /enc: cmp MB/s over one thread's
+ctx encode rate on the shape's KV (seqkv codec bench, once a shape) x the server's threads; anon/budget: RssAnon after both
 against the hot tier's budget; GET hot: MB/s of a second KV.GET of each sequence; GET
 cold: the server restarted with --cache-bytes 0 (the OS page cache stays warm); redis:
 GET MB/s of one sequence's KV from redis-server on a Unix socket, same client code (at

@@ -5,6 +5,7 @@ are sent from their own buffers, big replies are received into one buffer
 reused from GET to GET (no copies). Beside it, INFO parsing (sections,
 comma-separated fields, INFO commandstats) and the /proc readings of a
 server's memory (VmRSS, RssAnon)."""
+import os
 import socket
 
 import numpy as np
@@ -152,6 +153,16 @@ def server_usec(c, cmd):
     the request's parse, the whole bulk received, to its reply being ready)"""
     v = info(c, "commandstats").get("cmdstat_" + cmd)
     return info_fields(v).get("usec", 0.0) if v else 0.0
+
+
+def proc_cpu(pid):
+    """user + system CPU seconds of a process so far (its threads'), or None"""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def proc_status(pid):

@@ -43,7 +43,7 @@ static const char decode_usage[] =
 static const char bench_usage[] =
     "usage: seqkv codec bench --calib CAL.safetensors --test TEST.safetensors\n"
     "                         [--model PATH] [--level stat|ctx|spec|full|fast|all] [--json]\n"
-    "                         [--chunk N] [--cal C.cal] [--reps N]\n"
+    "                         [--chunk N] [--cal C.cal] [--reps N] [--no-zstd]\n"
     "       seqkv codec bench --calib CAL --test TEST --model PATH --level q4,q3,q2\n"
     "                         [--sink N] [--recent N] [--json]\n"
     "\n"
@@ -51,9 +51,11 @@ static const char bench_usage[] =
     "ideal bits per scalar (overall, per layer and k/v), encode and decode\n"
     "M scalars/s on one thread (spec/full also tokens/s), a bit-exact round\n"
     "trip check, and in the same run zstd -1, -3 and -19 on the raw bytes and\n"
-    "on byte planes (the planes' decode speed too, one thread). fast (no\n"
-    "calibration) is coded whole-set and per chunk stream, in MB/s. Rates are the best of N passes over the test set (default 3;\n"
-    "the first builds the coding tables), timed on the thread's CPU clock (the\n"
+    "on byte planes (the planes' decode speed too, one thread; --no-zstd\n"
+    "leaves them out). fast (no calibration) is coded whole-set and per chunk\n"
+    "stream, in MB/s. Rates are the best of N passes over the test set\n"
+    "(default 3; the first builds the coding tables), timed on the thread's\n"
+    "CPU clock (the\n"
     "decode on all cores on the wall clock); output buffers are allocated and\n"
     "the round trip compared outside the timed part. Timed encodes run as the\n"
     "store's do, without adding up the ideal code length; one more pass, not\n"
@@ -73,7 +75,7 @@ static const char bench_usage[] =
 
 enum {
     O_CALIB = 2000, O_MODEL, O_OUT, O_CAL, O_KV, O_IN, O_LEVEL, O_CHUNK, O_TEST, O_JSON, O_REPS,
-    O_SINK, O_RECENT, O_SAMPLE, O_FITS, O_HELP
+    O_SINK, O_RECENT, O_SAMPLE, O_FITS, O_NOZSTD, O_HELP
 };
 static const struct option opts[] = {
     {"calib", required_argument, NULL, O_CALIB}, {"model", required_argument, NULL, O_MODEL},
@@ -84,6 +86,7 @@ static const struct option opts[] = {
     {"reps", required_argument, NULL, O_REPS},   {"help", no_argument, NULL, O_HELP},
     {"sink", required_argument, NULL, O_SINK},   {"recent", required_argument, NULL, O_RECENT},
     {"sample", required_argument, NULL, O_SAMPLE}, {"fit-samples", required_argument, NULL, O_FITS},
+    {"no-zstd", no_argument, NULL, O_NOZSTD},
     {NULL, 0, NULL, 0},
 };
 
@@ -91,7 +94,7 @@ typedef struct {
     const char *calib, *model, *out, *cal, *kv, *in, *level, *test;
     long chunk, reps, sink, recent, fit_samples;
     size_t sample;
-    int json;
+    int json, no_zstd;
 } cargs;
 
 static int cparse(const char *cmd, int argc, char **argv, cargs *a, const char *usage,
@@ -125,6 +128,7 @@ static int cparse(const char *cmd, int argc, char **argv, cargs *a, const char *
         case O_LEVEL: a->level = optarg; break;
         case O_TEST: a->test = optarg; break;
         case O_JSON: a->json = 1; break;
+        case O_NOZSTD: a->no_zstd = 1; break;
         case O_CHUNK:
             if (cli_parse_long(optarg, 1, 1 << 20, &a->chunk))
                 return cli_usage_error(cmd, "--chunk wants a positive integer");
@@ -537,7 +541,8 @@ static int bench_baselines(const bench_run *b, int fast)
     const cb_input in = {all, b->tot_sc, es, b->sh->dtype, (size_t)b->sh->layers,
                          (size_t)b->sh->kv_heads * (size_t)b->sh->head_dim, (size_t)b->a->chunk,
                          b->n_seq, T, k, v, b->a->reps, b->a->json};
-    cli_codec_baselines(&in);
+    if (!b->a->no_zstd)
+        cli_codec_baselines(&in);
     int rc = fast ? cli_codec_fast(&in) : SKV_OK;
     free(all);
     free(T);
@@ -684,7 +689,7 @@ static int do_bench(int argc, char **argv)
     cargs a;
     int r = cparse("codec bench", argc, argv, &a, bench_usage,
                    A(O_CALIB) | A(O_TEST) | A(O_MODEL) | A(O_LEVEL) | A(O_JSON) | A(O_CHUNK) | A(O_CAL) |
-                       A(O_REPS) | A(O_SINK) | A(O_RECENT));
+                       A(O_REPS) | A(O_SINK) | A(O_RECENT) | A(O_NOZSTD));
     if (r)
         return r;
     if (a.level && a.level[0] == 'q')
