@@ -559,8 +559,11 @@ int code_one_stream(seq_ctx *q, int worker, int l, int kv)
     return rc ? rc : code_stream(q, ws, l, 1, NULL, NULL, NULL);
 }
 
-/* The streams of one chunk of a model-free level, in parallel over
- * (layer, kv); encoded streams are appended afterwards in order. */
+/* The streams of one chunk of a model-free level, in parallel over its
+ * layers (a layer's K and V stream together: code_pair decodes them in one
+ * pass), handed out one at a time so that a thread held up elsewhere does
+ * not hold up the chunk (each stream's bytes are the same whichever thread
+ * codes it); encoded streams are appended afterwards in order. */
 typedef struct {
     seq_ctx *q;
     uint8_t **bufs;
@@ -572,13 +575,14 @@ static void par_task(void *vctx, size_t b, size_t e, int worker)
 {
     par_ctx *p = vctx;
     struct coder_ws *ws = &p->q->d->ws[worker];
-    for (size_t j = b; j < e; j++) {
-        if (j % 2 == 0 && j + 1 < e && pair_rows(p->q, (int)(j / 2))) { /* K and V of layer j / 2 */
-            p->rcs[j] = p->rcs[j + 1] = code_pair(p->q, ws, (int)(j / 2));
-            j++;
+    for (size_t l = b; l < e; l++) {
+        const size_t j = 2 * l;
+        if (pair_rows(p->q, (int)l)) {
+            p->rcs[j] = p->rcs[j + 1] = code_pair(p->q, ws, (int)l);
             continue;
         }
-        p->rcs[j] = code_stream(p->q, ws, (int)(j / 2), (int)(j & 1), NULL, &p->bufs[j], &p->lens[j]);
+        for (int kv = 0; kv < 2; kv++)
+            p->rcs[j + kv] = code_stream(p->q, ws, (int)l, kv, NULL, &p->bufs[j + kv], &p->lens[j + kv]);
     }
 }
 
@@ -589,7 +593,7 @@ int code_chunk_parallel(seq_ctx *q)
                  skv_calloc(n, sizeof(int))};
     int rc = (p.bufs && p.lens && p.rcs) ? SKV_OK : skv_error(SKV_ERR_NOMEM, "chunk jobs");
     if (!rc)
-        skv_pool_run(q->d->nws > 1 ? q->d->pool : NULL, n, par_task, &p);
+        skv_pool_run_any(q->d->nws > 1 ? q->d->pool : NULL, n / 2, par_task, &p);
     for (size_t j = 0; !rc && j < n; j++)
         rc = p.rcs[j];
     for (size_t j = 0; !rc && q->mode == CODE_ENCODE && j < n; j++)
