@@ -139,6 +139,8 @@ typedef struct {
     size_t nstreams, ncap;
 } skv_streams;
 void skv_streams_free(skv_streams *s);
+/* No streams, the memory kept for the next appends (s owns its data) */
+void skv_streams_clear(skv_streams *s);
 /* Append one stream of n bytes (copied). */
 int skv_streams_append(skv_streams *s, const uint8_t *p, size_t n);
 

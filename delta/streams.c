@@ -11,6 +11,14 @@ void skv_streams_free(skv_streams *s)
     memset(s, 0, sizeof *s);
 }
 
+void skv_streams_clear(skv_streams *s)
+{
+    s->len = 0;
+    s->nstreams = 0;
+    if (s->offs)
+        s->offs[0] = 0;
+}
+
 int skv_streams_append(skv_streams *s, const uint8_t *p, size_t n)
 {
     if (s->nstreams + 2 > s->ncap) {

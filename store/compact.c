@@ -7,6 +7,7 @@
  * all. Then calibrations no record or profile uses are deleted. */
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +60,61 @@ static int by_chunk(const void *a, const void *b)
     if (x->ns != y->ns)
         return x->ns < y->ns ? -1 : 1;
     return (x->chunk_index < y->chunk_index) - (x->chunk_index > y->chunk_index);
+}
+
+/* By namespace, then key: the order the chains' lookups search */
+static int by_key(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->ns != y->ns)
+        return x->ns < y->ns ? -1 : 1;
+    return memcmp(x->key, y->key, 32);
+}
+
+/* The steps' order: by_chunk's, but each record followed at once by the
+ * record before it in its sequence when that one is a candidate with no
+ * other record after it (one not followed so comes later, by_chunk's
+ * place: every record after it is coded first). So a chain's records come
+ * one after another, the deepest first, and a step decodes only the record
+ * before its own (held_tail). The bytes stored do not depend on the order.
+ * Caller holds rw shared. */
+static int order_chains(seqkv *db, cand *c, size_t n)
+{
+    cand *by = skv_malloc((n ? n : 1) * sizeof *by), *out = skv_malloc((n ? n : 1) * sizeof *out);
+    uint8_t *done = skv_calloc(n ? n : 1, 1);
+    if (!by || !out || !done) {
+        skv_free(by);
+        skv_free(out);
+        skv_free(done);
+        return skv_error(SKV_ERR_NOMEM, "compaction");
+    }
+    /* (by[k].chunk_index holds k's place in c: by_chunk's order) */
+    memcpy(by, c, n * sizeof *by);
+    for (size_t i = 0; i < n; i++)
+        by[i].chunk_index = (uint32_t)i;
+    qsort(by, n, sizeof *by, by_key);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t x = i; !done[x];) {
+            done[x] = 1;
+            out[m++] = c[x];
+            const ns_ent *e = &db->ns[c[x].ns];
+            const skv_irec *t = skv_irec_find(e->trie, c[x].key);
+            if (!t || t->tr.chunk_index == 0 || skv_irec_children(e->trie, t->tr.parent, NULL, 0) != 1)
+                break;
+            cand want = {.ns = c[x].ns};
+            memcpy(want.key, t->tr.parent, 32);
+            const cand *p = bsearch(&want, by, n, sizeof *by, by_key);
+            if (!p)
+                break;
+            x = p->chunk_index;
+        }
+    }
+    memcpy(c, out, n * sizeof *c);
+    skv_free(by);
+    skv_free(out);
+    skv_free(done);
+    return SKV_OK;
 }
 
 /* Whether t is the last of an append chain in its chunk: based on a record
@@ -147,6 +203,8 @@ static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_
  * to the next compaction). Its parts are sealed on that thread: the pool
  * is the coder's. Smaller records, and merges, are written at once. */
 size_t skv_compact_behind_min = (size_t)1 << 20;
+int skv_compact_hold = 1;
+size_t skv_compact_held;
 
 typedef struct {
     seqkv *db;
@@ -228,13 +286,50 @@ static int behind_join(behind *b, seqkv_compact_stats *st)
     return rc;
 }
 
+/* The decoded tail a step leaves for the next: the rows of the record
+ * before its own (key; its value's length and first bytes as that step
+ * read them) are verified in s, from position from on. The next step,
+ * when it codes that record and finds its value unchanged, decodes only
+ * the records before it (a chain's records come one after another, its
+ * deepest first: see order_chains). */
+typedef struct {
+    size_t ns, from, len, head_n;
+    uint8_t key[32];
+    uint8_t head[64];
+    seqbuf s;
+} held_tail;
+
+static void held_drop(held_tail *h)
+{
+    skv_seqbuf_free(&h->s);
+    memset(h, 0, sizeof *h);
+}
+
+/* Give back the pages of s's rows from position pos on (a held tail's
+ * rows past the record it holds: a long chain's steps would otherwise
+ * touch the whole chain's rows) */
+static void rows_release(const prof_ent *pe, const seqbuf *s, size_t pos)
+{
+    const size_t row = pe->C * pe->es, pg = 4096;
+    for (int kv = 0; kv < 2; kv++)
+        for (size_t l = 0; l < (size_t)pe->p.layers; l++) {
+            uintptr_t a = (uintptr_t)(s->kv[kv] + (l * s->stride + pos) * row),
+                      b = (uintptr_t)(s->kv[kv] + (l + 1) * s->stride * row);
+            a = (a + pg - 1) & ~(uintptr_t)(pg - 1);
+            b &= ~(uintptr_t)(pg - 1);
+            if (a < b)
+                madvise((void *)a, b - a, MADV_DONTNEED);
+        }
+}
+
 /* Code record t of namespace e (db->ns[ns]) again when that helps --
  * merged with the bases it makes dead when it ends an append chain. A big
  * one that merges nothing is left in *next to be written behind; before
  * any write here, the write behind (*run) ends. Caller holds wlock
  * (writer). */
 static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
-                      seqkv_compact_stats *st, behind *run, behind *next)
+                      seqkv_compact_stats *st, behind *run, behind *next, held_tail *held,
+                      skv_streams *ss)
 {
     ns_ent *e = &db->ns[ns];
     const int level = skv_store_put_level(pe, (int)pe->p.level);
@@ -300,20 +395,31 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
         pthread_rwlock_unlock(&db->rw);
         return SKV_OK;
     }
-    size_t T = 0, len = 0;
-    int32_t *tok = NULL;
-    uint8_t *kk = NULL, *vv = NULL, *img = NULL;
-    skv_streams ss = {0};
+    size_t len = 0, from = 0;
+    seqbuf sb = {0};
+    uint8_t *img = NULL;
+    skv_streams_clear(ss); /* (the compaction's, warm from the step before) */
     skv_rec q;
     int redo_ok = redo;
+    /* (a model-free level codes from the row before the record alone: the
+     * chain from its last raw record on, not from position 0, so a long
+     * sequence's compaction stays linear in its chunks) */
+    const int model_free = level == SEQKV_RAW || level == SEQKV_STAT || level == SEQKV_CTX;
+    /* this record's rows, held from the step before when its value is the
+     * one that step read */
+    const int tip_held = redo && !nd && model_free && held->s.tok && held->ns == ns &&
+                         !memcmp(held->key, key, 32) && held->len == v.mv_size &&
+                         held->head_n == vhead_n && !memcmp(held->head, vhead, vhead_n);
+    if (tip_held) {
+        sb = held->s;
+        held->s = (seqbuf){0};
+        __atomic_fetch_add(&skv_compact_held, 1, __ATOMIC_RELAXED);
+    }
+    held_drop(held);
     if (redo) {
-        /* (a model-free level codes from the row before the record alone: the
-         * chain from its last raw record on, not from position 0, so a long
-         * sequence's compaction stays linear in its chunks) */
-        const int model_free = level == SEQKV_RAW || level == SEQKV_STAT || level == SEQKV_CTX;
         /* (the writer holds the store's pool: its sealed parts open on it) */
         const skv_role writer = {1, db->pool, 0};
-        rc = skv_store_decode_tail(db, txn, &writer, e, pe, t, model_free, &T, &tok, &kk, &vv);
+        rc = skv_store_decode_tail(db, txn, &writer, e, pe, t, model_free, tip_held, &sb, &from);
         /* damage in the chain (the record's tags are checked here): left
          * as it is, as above */
         if (rc == SKV_ERR_CORRUPT) {
@@ -326,15 +432,14 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
     }
     if (redo_ok && !rc) {
         const size_t P = (size_t)t->tr.chunk_index * (size_t)pe->p.chunk, lo = deep ? deep->tr.lo : r.lo;
-        seqbuf s = {T, tok, {kk, vv}};
         q = r;
-        rc = skv_store_code_record(db, txn, pe, level, &s, P + lo, P + r.n, &q, &ss);
-        uint8_t *sz = rc ? NULL : skv_malloc(ss.nstreams * 4 + 4);
+        rc = skv_store_code_record(db, txn, pe, level, &sb, P + lo, P + r.n, &q, ss);
+        uint8_t *sz = rc ? NULL : skv_malloc(ss->nstreams * 4 + 4);
         if (!rc && !sz)
             rc = skv_error(SKV_ERR_NOMEM, "compaction");
         if (!rc) {
-            for (size_t j = 0; j < ss.nstreams; j++)
-                skv_store32_le(sz + 4 * j, (uint32_t)(ss.offs[j + 1] - ss.offs[j]));
+            for (size_t j = 0; j < ss->nstreams; j++)
+                skv_store32_le(sz + 4 * j, (uint32_t)(ss->offs[j + 1] - ss->offs[j]));
             if (deep) {
                 q.lo = (uint32_t)lo;
                 q.flags &= (uint8_t)~SKV_REC_BASE;
@@ -348,11 +453,11 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
                 memset(q.calib, 0, 16);
             /* (the same positions: the checksum the decode verified) */
             if (deep)
-                q.checksum = skv_seqbuf_checksum(pe, &s, P + q.lo, P + q.n);
-            q.nstreams = (uint32_t)ss.nstreams;
+                q.checksum = skv_seqbuf_checksum(pe, &sb, P + q.lo, P + q.n);
+            q.nstreams = (uint32_t)ss->nstreams;
             q.sizes = sz;
-            q.streams = ss.data;
-            q.streams_len = ss.len;
+            q.streams = ss->data;
+            q.streams_len = ss->len;
             len = skv_rec_size(&q);
             if (!(img = skv_malloc(len)))
                 rc = skv_error(SKV_ERR_NOMEM, "compaction");
@@ -376,15 +481,28 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
         else
             memcpy(img, pimg, len);
     }
+    /* the rows of the record before this one, decoded and verified here,
+     * held for the next step (its value as read in this transaction) */
+    const skv_irec *pr = redo_ok && !rc && !nd && sb.tok && t->tr.chunk_index > 0
+                             ? skv_irec_find(e->trie, t->tr.parent) : NULL;
+    const size_t CH = (size_t)pe->p.chunk;
+    MDB_val pk = {32, pr ? (void *)pr->tr.key : NULL}, pv = {0, NULL};
+    if (pr && skv_compact_hold && from <= (size_t)pr->tr.chunk_index * CH && !pr->tr.hidden &&
+        !pr->has_base && !pr->has_centroid &&
+        !mdb_get(txn, db->db_chunk, &pk, &pv)) {
+        rows_release(pe, &sb, (size_t)t->tr.chunk_index * CH);
+        *held = (held_tail){.ns = ns, .from = from, .len = pv.mv_size,
+                            .head_n = pv.mv_size < 64 ? pv.mv_size : 64, .s = sb};
+        memcpy(held->key, pr->tr.key, 32);
+        memcpy(held->head, pv.mv_data, held->head_n);
+        sb = (seqbuf){0};
+    }
     if (txn)
         mdb_txn_abort(txn);
     skv_free(head);
     skv_free(plain);
     pthread_rwlock_unlock(&db->rw);
-    skv_free(tok);
-    skv_free(kk);
-    skv_free(vv);
-    skv_streams_free(&ss);
+    skv_seqbuf_free(&sb);
     /* a re-coding that does not shrink the record is kept only to retire
      * an old calibration */
     if (rc || !(redo_ok || as_is) || (redo_ok && !as_is && !nd && !stale && len >= old_len)) {
@@ -548,14 +666,18 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
         cc.ns = i;
         skv_irec_foreach(db->ns[i].trie, add_cand, &cc);
     }
-    pthread_rwlock_unlock(&db->rw);
     if (!rc && cc.oom)
         rc = skv_error(SKV_ERR_NOMEM, "compaction");
-    if (!rc)
+    if (!rc) {
         qsort(cc.c, cc.n, sizeof *cc.c, by_chunk);
+        rc = order_chains(db, cc.c, cc.n);
+    }
+    pthread_rwlock_unlock(&db->rw);
     /* one record a step, each under the writer lock (puts go between); a
      * big one is written while the next step codes the next (run) */
     behind run = {0}, next = {0};
+    held_tail held = {0};
+    skv_streams ss = {0}; /* each step's coded streams (their memory reused) */
     for (size_t i = 0; !rc && i < cc.n; i++) {
         skv_store_wlock_yield(db);
         pthread_mutex_lock(&db->wlock);
@@ -568,7 +690,7 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
             if (!memcmp(db->prof[j].p.id, e->prof_id, 32))
                 p = &db->prof[j];
         if (p)
-            rc = recode_one(db, cc.c[i].ns, p, cc.c[i].key, &st, &run, &next);
+            rc = recode_one(db, cc.c[i].ns, p, cc.c[i].key, &st, &run, &next, &held, &ss);
         const int jrc = behind_join(&run, &st);
         rc = rc ? rc : jrc;
         pthread_mutex_unlock(&db->wlock);
@@ -584,6 +706,8 @@ int seqkv_compact(seqkv *db, const char *profile, seqkv_progress_fn fn, void *ct
         pthread_mutex_unlock(&db->wlock);
     }
     skv_free(run.img);
+    held_drop(&held);
+    skv_streams_free(&ss);
     st.records = cc.n;
     skv_free(cc.c);
     if (!rc) {

@@ -588,12 +588,14 @@ static int prev_row_only(const skv_irec *r)
 }
 
 int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
-                          int model_free, size_t *stride, int32_t **tok, uint8_t **k, uint8_t **v)
+                          int model_free, int tip_held, seqbuf *s, size_t *from)
 {
-    *stride = 0;
-    *tok = NULL;
-    *k = *v = NULL;
     const size_t CH = (size_t)pe->p.chunk, nst = (size_t)tip->tr.chunk_index + 1;
+    *from = 0;
+    if (tip_held && (!model_free || !prev_row_only(tip) || !s->tok || s->stride < nst * CH)) {
+        skv_seqbuf_free(s); /* (decoded whole instead) */
+        tip_held = 0;
+    }
     skv_trie_step *path = NULL;
     int rc = chain_path(e, tip, &path);
     if (rc)
@@ -610,22 +612,21 @@ int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent 
             break;
         }
     }
-    seqbuf s = {0};
-    rc = skv_seqbuf_init(&s, pe, nst * CH); /* (the rows before step f stay untouched) */
-    if (!rc) {
-        dec_ctx c = {db, txn, e, pe, &s, skv_store_tick(db), NULL, *role};
-        rc = skv_store_decode_path(&c, path + f, nst - f, NULL, NULL, SIZE_MAX);
+    /* (a tip's rows held from the step before: only the records before it) */
+    const size_t steps = nst - f - (tip_held ? 1 : 0);
+    if (!tip_held)
+        rc = skv_seqbuf_init(s, pe, nst * CH); /* (the rows before step f stay untouched) */
+    if (!rc && steps) {
+        dec_ctx c = {db, txn, e, pe, s, skv_store_tick(db), NULL, *role};
+        rc = skv_store_decode_path(&c, path + f, steps, NULL, NULL, SIZE_MAX);
         skv_centroid_free(c.cent);
     }
     skv_free(path);
     if (rc) {
-        skv_seqbuf_free(&s);
+        skv_seqbuf_free(s);
         return rc;
     }
-    *stride = s.stride;
-    *tok = s.tok;
-    *k = s.kv[0];
-    *v = s.kv[1];
+    *from = f * CH;
     return SKV_OK;
 }
 

@@ -112,4 +112,10 @@ void skv_master_check(const uint8_t master[32], uint8_t out[16]);
  * to take that path with small records */
 extern size_t skv_compact_behind_min;
 
+/* Compaction's steps keep the rows of the record before theirs for the
+ * next step (store/compact.c, held_tail): on unless a test turns it off
+ * (0) to compare; skv_compact_held counts the steps that used such rows */
+extern int skv_compact_hold;
+extern size_t skv_compact_held;
+
 #endif

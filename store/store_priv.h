@@ -270,14 +270,26 @@ typedef struct {
  * holds rw shared and a read transaction. */
 int skv_store_decode_chain(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
                            size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
+/* Tokens and KV of positions [0, stride) in the coder's layout: K and V
+ * each [layers][stride][C] dtype elements. */
+typedef struct {
+    size_t stride;
+    int32_t *tok;
+    uint8_t *kv[2];
+} seqbuf;
 /* The positions of `tip`'s chain that coding its record again at a level
  * without a model needs (model_free: the previous position's row alone):
- * decoded from the deepest raw record before its chunk on, the rows before
- * it left unwritten; with a model, or with no such record, the whole
- * chain. Layout [layers][*stride][C] (stride: the chain's chunks x chunk
- * positions); the tokens before it are 0. */
+ * decoded into *s from the deepest raw record before its chunk on, the
+ * rows before it left unwritten (*from: the first one written); with a
+ * model, or with no such record, the whole chain. Layout [layers][stride]
+ * [C]; the tokens before *from are 0. A fresh *s (stride: the chain's
+ * chunks x chunk positions) unless tip_held: then *s (stride at least
+ * that) already holds the tip's own positions, verified, and only the
+ * records before it are decoded into it (or, when the tip's record is not
+ * one that decodes from the row before it, it is freed and a fresh one
+ * decoded). *s is freed on an error. */
 int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
-                          int model_free, size_t *stride, int32_t **tok, uint8_t **k, uint8_t **v);
+                          int model_free, int tip_held, seqbuf *s, size_t *from);
 /* The same for its first positions: the chunks that hold the first upto
  * (*T: all their positions, at least upto where the sequence has them) */
 int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
@@ -372,13 +384,6 @@ int skv_store_rec_raw_open(seqkv *db, const uint8_t key[32], const uint8_t *v, s
 
 /* ---- access: get.c, put.c, batch.c, evict.c, del.c, decode.c ---------------- */
 
-/* Tokens and KV of positions [0, stride) in the coder's layout: K and V
- * each [layers][stride][C] dtype elements. */
-typedef struct {
-    size_t stride;
-    int32_t *tok;
-    uint8_t *kv[2];
-} seqbuf;
 
 int skv_seqbuf_init(seqbuf *s, const prof_ent *pe, size_t stride);
 void skv_seqbuf_free(seqbuf *s);
