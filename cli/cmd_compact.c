@@ -1,6 +1,7 @@
 /* seqkv compact, and what put does when a profile calibrates itself. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd_store.h"
 
@@ -20,6 +21,8 @@ static const char compact_usage[] =
     "\n" COMMON_OPTS
     "  --profile NAME    this profile only (default: every profile)\n"
     "  --no-sync         no fsync: NOT durable, a power loss loses the last steps\n"
+    "  --threads N       coder threads (default: every CPU, as the server's\n"
+    "                    compaction codes on all of them)\n"
     "  --quiet           no progress or summary\n";
 
 typedef struct {
@@ -86,9 +89,14 @@ int cmd_compact(int argc, char **argv)
 {
     sargs a;
     int r = cli_store_args("compact", argc, argv, &a, compact_usage,
-                           SA(S_DB) | SA(S_KEY) | SA(S_PROFILE) | SA(S_NOSYNC) | SA(S_QUIET), 0);
+                           SA(S_DB) | SA(S_KEY) | SA(S_PROFILE) | SA(S_NOSYNC) | SA(S_QUIET) |
+                               SA(S_THREADS), 0);
     if (r)
         return r;
+    if (!a.threads) {
+        const long n = sysconf(_SC_NPROCESSORS_ONLN);
+        a.threads = n < 1 ? 1 : n > 256 ? 256 : n;
+    }
     seqkv *db;
     if ((r = cli_store_open(&a, DB_USE, &db)))
         return r;

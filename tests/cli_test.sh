@@ -337,6 +337,14 @@ if [ -r "$models/stories260K.bin" ]; then
     cmp -s "$tmp/grest.kv" "$tmp/rest.kv" && ok || bad "the other sequences changed when the first was deleted"
     # calibrate from the stored sequences, then coded puts round-trip
     expect_rc 0 "calibrate" "$bin" calibrate --db "$db" --profile stories260K
+    # the raw records coded again at the profile's level, on two threads:
+    # what a get returns is the same before and after
+    expect_rc 0 "get before compact" "$bin" get --db "$db" --model "$m" --tokens "$tmp/s.txt" --out "$tmp/gb.kv"
+    expect_rc 2 "compact --threads 0" "$bin" compact --db "$db" --threads 0
+    expect_rc 0 "compact on two threads" "$bin" compact --db "$db" --threads 2
+    grep -q "^compact: [1-9][0-9]* of [0-9]* records coded again" "$tmp/err" && ok || bad "compact codes the raw records again: $(cat "$tmp/err")"
+    expect_rc 0 "get after compact" "$bin" get --db "$db" --model "$m" --tokens "$tmp/s.txt" --out "$tmp/gc.kv"
+    [ -s "$tmp/gb.kv" ] && cmp -s "$tmp/gc.kv" "$tmp/gb.kv" && ok || bad "get after compact differs from the get before it"
     expect_rc 0 "profile get --json" "$bin" profile get --db "$db" stories260K --json
     grep -q '"calibration":"[0-9a-f]\{32\}"' "$tmp/out" && ok || bad "profile has a calibration: $(cat "$tmp/out")"
     grep -q '"layers":5,"kv_heads":4,"head_dim":8,"dtype":"bf16"' "$tmp/out" && ok || bad "profile shape: $(cat "$tmp/out")"
