@@ -203,6 +203,13 @@ static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_
  * to the next compaction). Its parts are sealed on that thread: the pool
  * is the coder's. Smaller records, and merges, are written at once. */
 size_t skv_compact_behind_min = (size_t)1 << 20;
+
+/* How many first bytes of a record's value, with its length, tell that it
+ * is still the value a step read: a sealed value's nonce (random at each
+ * write) is in them, and an unsealed record's header up to its KV
+ * checksum (offset 184, FORMAT.md "Chunk records") -- a record put again
+ * between two steps with other KV of the same size differs there */
+#define VALUE_CHECK 192
 int skv_compact_hold = 1;
 size_t skv_compact_held;
 
@@ -212,26 +219,40 @@ typedef struct {
     uint8_t key[32];
     uint8_t *img;
     size_t len, old_len, head_n;
-    uint8_t head[64]; /* the first bytes of the value it replaces */
+    uint8_t head[VALUE_CHECK]; /* the first bytes of the value it replaces */
+    /* the record before it, whose last row its coding read (has_prev) */
+    int has_prev;
+    uint8_t prev_key[32];
+    size_t prev_len, prev_head_n;
+    uint8_t prev_head[VALUE_CHECK];
     uint8_t level;
     int rc, written, running;
     pthread_t th;
 } behind;
+
+/* Whether the value under key is still the one of len bytes that began
+ * with head (head_n of them) */
+static int value_same(seqkv *db, MDB_txn *txn, const uint8_t key[32], size_t len,
+                      const uint8_t *head, size_t head_n)
+{
+    MDB_val k = {32, (void *)key}, cur = {0, NULL};
+    return !mdb_get(txn, db->db_chunk, &k, &cur) && cur.mv_size == len &&
+           !memcmp(cur.mv_data, head, head_n);
+}
 
 static int behind_body(seqkv *db, MDB_txn *txn, void *v)
 {
     behind *b = v;
     /* (a tenant forgotten in between moves the last namespace into its slot) */
     const skv_irec *t = b->ns < db->nns ? skv_irec_find(db->ns[b->ns].trie, b->key) : NULL;
-    MDB_val k = {32, b->key}, cur = {0, NULL};
-    int mrc = t && !t->tr.hidden && !t->evicting ? mdb_get(txn, db->db_chunk, &k, &cur) : MDB_NOTFOUND;
-    if (mrc == MDB_NOTFOUND || (!mrc && (cur.mv_size != b->old_len || memcmp(cur.mv_data, b->head, b->head_n))))
-        return SKV_OK; /* (not written: b->written stays 0) */
-    if (!mrc) {
-        int rc = put_img(db, txn, b->key, b->img, b->len, NULL, &mrc);
-        if (rc)
-            return rc;
-    }
+    /* (the record, and the one before it whose row its coding read, as
+     * the step read them: else not written, b->written stays 0) */
+    if (!t || t->tr.hidden || t->evicting || !value_same(db, txn, b->key, b->old_len, b->head, b->head_n) ||
+        (b->has_prev && !value_same(db, txn, b->prev_key, b->prev_len, b->prev_head, b->prev_head_n)))
+        return SKV_OK;
+    int mrc = 0, rc = put_img(db, txn, b->key, b->img, b->len, NULL, &mrc);
+    if (rc)
+        return rc;
     b->written = !mrc;
     return mrc ? skv_mdb_error(mrc, "compaction") : SKV_OK;
 }
@@ -295,7 +316,7 @@ static int behind_join(behind *b, seqkv_compact_stats *st)
 typedef struct {
     size_t ns, from, len, head_n;
     uint8_t key[32];
-    uint8_t head[64];
+    uint8_t head[VALUE_CHECK];
     seqbuf s;
 } held_tail;
 
@@ -352,7 +373,7 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
     if (!rc && (mrc = mdb_get(txn, db->db_chunk, &k, &v)))
         rc = skv_mdb_error(mrc, "read chunk");
     /* (what a write behind checks is still there) */
-    uint8_t vhead[64];
+    uint8_t vhead[VALUE_CHECK];
     const size_t vhead_n = v.mv_size < sizeof vhead ? v.mv_size : sizeof vhead;
     if (!rc)
         memcpy(vhead, v.mv_data, vhead_n);
@@ -481,21 +502,29 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
         else
             memcpy(img, pimg, len);
     }
-    /* the rows of the record before this one, decoded and verified here,
-     * held for the next step (its value as read in this transaction) */
+    /* the record before this one (its last row coded this one), its value
+     * as read in this transaction */
     const skv_irec *pr = redo_ok && !rc && !nd && sb.tok && t->tr.chunk_index > 0
                              ? skv_irec_find(e->trie, t->tr.parent) : NULL;
-    const size_t CH = (size_t)pe->p.chunk;
     MDB_val pk = {32, pr ? (void *)pr->tr.key : NULL}, pv = {0, NULL};
-    if (pr && skv_compact_hold && from <= (size_t)pr->tr.chunk_index * CH && !pr->tr.hidden &&
-        !pr->has_base && !pr->has_centroid &&
-        !mdb_get(txn, db->db_chunk, &pk, &pv)) {
+    if (pr && (pr->tr.hidden || mdb_get(txn, db->db_chunk, &pk, &pv)))
+        pr = NULL;
+    const size_t CH = (size_t)pe->p.chunk, pv_n = pv.mv_size < VALUE_CHECK ? pv.mv_size : VALUE_CHECK;
+    /* its rows, decoded and verified here, held for the next step (a raw
+     * record's rows are its own bytes alone) */
+    if (pr && skv_compact_hold && from <= (size_t)pr->tr.chunk_index * CH && pr->level == SEQKV_RAW &&
+        !pr->has_base && !pr->has_centroid) {
         rows_release(pe, &sb, (size_t)t->tr.chunk_index * CH);
-        *held = (held_tail){.ns = ns, .from = from, .len = pv.mv_size,
-                            .head_n = pv.mv_size < 64 ? pv.mv_size : 64, .s = sb};
+        *held = (held_tail){.ns = ns, .from = from, .len = pv.mv_size, .head_n = pv_n, .s = sb};
         memcpy(held->key, pr->tr.key, 32);
-        memcpy(held->head, pv.mv_data, held->head_n);
+        memcpy(held->head, pv.mv_data, pv_n);
         sb = (seqbuf){0};
+    }
+    uint8_t prev_key[32], prev_head[VALUE_CHECK];
+    const size_t prev_len = pv.mv_size;
+    if (pr) {
+        memcpy(prev_key, pr->tr.key, 32);
+        memcpy(prev_head, pv.mv_data, pv_n);
     }
     if (txn)
         mdb_txn_abort(txn);
@@ -511,11 +540,22 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
     }
     /* (sealed as it was, the record keeps its level) */
     const uint8_t new_level = as_is ? r.level : q.level;
-    if (!nd && next && len >= skv_compact_behind_min) {
+    /* written behind: a big record that merges nothing, at a level whose
+     * coding read no more than the row before it -- the record that row is
+     * in checked again with it (coded again, a first chunk, or sealed as
+     * it was, with nothing before it to check) */
+    const int coded = redo_ok && !as_is;
+    if (!nd && next && len >= skv_compact_behind_min && model_free && !t->has_base &&
+        (!coded || t->tr.chunk_index == 0 || pr)) {
         *next = (behind){.db = db, .ns = ns, .img = img, .len = len, .old_len = old_len,
-                         .head_n = vhead_n, .level = new_level};
+                         .head_n = vhead_n, .level = new_level, .has_prev = coded && pr,
+                         .prev_len = prev_len, .prev_head_n = pv_n};
         memcpy(next->key, key, 32);
         memcpy(next->head, vhead, vhead_n);
+        if (next->has_prev) {
+            memcpy(next->prev_key, prev_key, 32);
+            memcpy(next->prev_head, prev_head, pv_n);
+        }
         return SKV_OK;
     }
     if ((rc = behind_join(run, st))) {

@@ -119,13 +119,13 @@ Test(compact, written_behind_every_record_is_recoded_the_same, .timeout = 120)
 /* A store in a temporary directory (*dir) with profile "p" at ctx, n
  * sequences s of 48 tokens (seeds seed0, seed0 + 1, ...; the last `spare`
  * made but not put) put raw by tenant t, and a calibration learned */
-static seqkv *raw_and_calibrated(const char **dir, su_model *tm, su_seq *s, int n, int spare,
-                                 uint64_t seed0)
+static seqkv *raw_and_calibrated_o(const char **dir, su_model *tm, su_seq *s, int n, int spare,
+                                   uint64_t seed0, const seqkv_options *o)
 {
     const char *tmp = tu_tmpdir();
     *dir = tu_path(tmp, "db");
     su_random_model(tm, tmp, SEQKV_DT_BF16);
-    seqkv *db = open_store(*dir, NULL);
+    seqkv *db = open_store(*dir, o);
     add_profile(db, tm, "p", CHUNK, SEQKV_CTX, 0);
     for (int i = 0; i < n + spare; i++)
         su_seq_make(tm, NULL, 0, 48, seed0 + (uint64_t)i, &s[i]);
@@ -133,6 +133,12 @@ static seqkv *raw_and_calibrated(const char **dir, su_model *tm, su_seq *s, int 
         put(db, "t", "p", &s[i], SEQKV_RAW + 1);
     cr_assert_eq(seqkv_calibrate(db, "p", 0), 0, "%s", seqkv_error_detail());
     return db;
+}
+
+static seqkv *raw_and_calibrated(const char **dir, su_model *tm, su_seq *s, int n, int spare,
+                                 uint64_t seed0)
+{
+    return raw_and_calibrated_o(dir, tm, s, n, spare, seed0, NULL);
 }
 
 static int del_all_once(void *vctx, uint64_t done, uint64_t total)
@@ -247,17 +253,23 @@ static int put_again_once(void *vctx, uint64_t done, uint64_t total)
     return 0;
 }
 
-/* The rows a step holds for the next are used only when the record they
- * came from is still the one that step read: a sequence put again between
- * two steps, with other KV, is decoded again, and every GET returns the
- * KV put last */
-Test(compact, rows_held_from_a_record_put_again_between_two_steps_are_not_used, .timeout = 120)
+/* The rows a step holds for the next, and a record written behind, are
+ * used only when the record they came from (or replace) is still the one
+ * the step read: a sequence put again between two steps, with other KV of
+ * the same size, is decoded again and not overwritten, and every GET
+ * returns the KV put last -- sealed (a value's nonce differs) and unsealed
+ * (its KV checksum does) */
+static void put_again_between_steps(int no_seal, size_t behind_min)
 {
+    const size_t was = skv_compact_behind_min;
+    skv_compact_behind_min = behind_min;
     const char *dir;
     su_model tm;
     enum { N = 6 };
     su_seq s[N];
-    seqkv *db = raw_and_calibrated(&dir, &tm, s, N, 0, 300);
+    seqkv_options o = SEQKV_OPTIONS_INIT;
+    o.no_seal = no_seal;
+    seqkv *db = raw_and_calibrated_o(&dir, &tm, s, N, 0, 300, &o);
     void *c[3] = {db, s, &tm};
     const size_t h0 = skv_compact_held;
     seqkv_compact_stats cs;
@@ -267,13 +279,30 @@ Test(compact, rows_held_from_a_record_put_again_between_two_steps_are_not_used, 
     for (int i = 0; i < N; i++)
         assert_whole(db, "t", "p", &tm, &s[i], "the KV put again");
     seqkv_close(db);
-    db = open_store(dir, NULL);
+    db = open_store(dir, &o);
     for (int i = 0; i < N; i++)
         assert_whole(db, "t", "p", &tm, &s[i], "the KV put again, after a reopen");
     seqkv_close(db);
     for (int i = 0; i < N; i++)
         su_seq_free(&s[i]);
     su_model_free(&tm);
+    skv_compact_behind_min = was;
+}
+
+Test(compact, rows_held_from_a_record_put_again_between_two_steps_are_not_used, .timeout = 120)
+{
+    put_again_between_steps(0, (size_t)-1);
+}
+
+Test(compact, unsealed_rows_held_from_a_record_put_again_are_not_used, .timeout = 120)
+{
+    put_again_between_steps(1, (size_t)-1);
+}
+
+Test(compact, a_record_put_again_before_its_write_behind_is_not_overwritten, .timeout = 120)
+{
+    put_again_between_steps(0, 0);
+    put_again_between_steps(1, 0);
 }
 
 /* What a profile learns from its stored sequences, and so what its records
