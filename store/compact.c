@@ -62,10 +62,11 @@ static int by_chunk(const void *a, const void *b)
     return (x->chunk_index < y->chunk_index) - (x->chunk_index > y->chunk_index);
 }
 
-/* By namespace, then key: the order the chains' lookups search */
-static int by_key(const void *a, const void *b)
+/* By namespace, then key, of the candidates their indices name: the order
+ * the chains' lookups search */
+static int by_key(const void *a, const void *b, void *vc)
 {
-    const cand *x = a, *y = b;
+    const cand *c = vc, *x = &c[*(const uint32_t *)a], *y = &c[*(const uint32_t *)b];
     if (x->ns != y->ns)
         return x->ns < y->ns ? -1 : 1;
     return memcmp(x->key, y->key, 32);
@@ -77,42 +78,68 @@ static int by_key(const void *a, const void *b)
  * place: every record after it is coded first). So a chain's records come
  * one after another, the deepest first, and a step decodes only the record
  * before its own (held_tail). The bytes stored do not depend on the order.
- * Caller holds rw shared. */
+ * 9 bytes a candidate besides c. Caller holds rw shared. */
 static int order_chains(seqkv *db, cand *c, size_t n)
 {
-    cand *by = skv_malloc((n ? n : 1) * sizeof *by), *out = skv_malloc((n ? n : 1) * sizeof *out);
+    if (n > UINT32_MAX)
+        return SKV_OK; /* (by_chunk's order alone) */
+    uint32_t *by = skv_malloc((n ? n : 1) * sizeof *by), *order = skv_malloc((n ? n : 1) * sizeof *order);
     uint8_t *done = skv_calloc(n ? n : 1, 1);
-    if (!by || !out || !done) {
+    if (!by || !order || !done) {
         skv_free(by);
-        skv_free(out);
+        skv_free(order);
         skv_free(done);
         return skv_error(SKV_ERR_NOMEM, "compaction");
     }
-    /* (by[k].chunk_index holds k's place in c: by_chunk's order) */
-    memcpy(by, c, n * sizeof *by);
     for (size_t i = 0; i < n; i++)
-        by[i].chunk_index = (uint32_t)i;
-    qsort(by, n, sizeof *by, by_key);
+        by[i] = (uint32_t)i;
+    qsort_r(by, n, sizeof *by, by_key, c);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         for (size_t x = i; !done[x];) {
             done[x] = 1;
-            out[m++] = c[x];
+            order[m++] = (uint32_t)x;
             const ns_ent *e = &db->ns[c[x].ns];
             const skv_irec *t = skv_irec_find(e->trie, c[x].key);
             if (!t || t->tr.chunk_index == 0 || skv_irec_children(e->trie, t->tr.parent, NULL, 0) != 1)
                 break;
-            cand want = {.ns = c[x].ns};
-            memcpy(want.key, t->tr.parent, 32);
-            const cand *p = bsearch(&want, by, n, sizeof *by, by_key);
-            if (!p)
+            /* the record before it among the candidates (by: their order
+             * by namespace and key) */
+            size_t lo = 0, hi = n;
+            while (lo < hi) {
+                const size_t mid = lo + (hi - lo) / 2;
+                const cand *y = &c[by[mid]];
+                const int d = y->ns != c[x].ns ? (y->ns < c[x].ns ? -1 : 1) : memcmp(y->key, t->tr.parent, 32);
+                if (d < 0)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (lo == n || c[by[lo]].ns != c[x].ns || memcmp(c[by[lo]].key, t->tr.parent, 32))
                 break;
-            x = p->chunk_index;
+            x = by[lo];
         }
     }
-    memcpy(c, out, n * sizeof *c);
+    /* c[j] = the candidate order[j] names, in place, cycle by cycle */
+    memset(done, 0, n);
+    for (size_t i = 0; i < n; i++) {
+        if (done[i])
+            continue;
+        const cand first = c[i];
+        size_t j = i;
+        for (;;) {
+            done[j] = 1;
+            const size_t k = order[j];
+            if (k == i) {
+                c[j] = first;
+                break;
+            }
+            c[j] = c[k];
+            j = k;
+        }
+    }
     skv_free(by);
-    skv_free(out);
+    skv_free(order);
     skv_free(done);
     return SKV_OK;
 }
