@@ -22,7 +22,7 @@ def f1(x):
 
 
 def f2(x):
-    return "-" if x is None else "%.2f" % x
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else "%.2f" % x
 
 
 MIB = 1 << 20
@@ -52,8 +52,7 @@ COLUMNS = [  # (header, width, value of a point)
     ("cmp s", 7, lambda r: f1(r["compaction"]["seconds"] or None) if r["compaction"]["seconds"]
      else "<0.05"),
     ("cmp MB/s", 8, lambda r: f0(r["compaction"]["mbps"])),
-    ("/enc", 5, lambda r: f2(r["compaction"]["mbps"] / (r["encode_mbps"] * r["server_threads"]))
-     if r["compaction"]["mbps"] else "-"),
+    ("/enc", 5, lambda r: f2(r["compaction"]["mbps"] / (r["encode_mbps"] * r["server_threads"]))),
     ("cmp +MiB", 8, lambda r: f0(cmp_up(r))),
     ("anon/budget MiB", 15,
      lambda r: "%s/%s" % (f0(r["rss_anon_after"] / MIB), f0(r["cache_budget_bytes"] / MIB))),
