@@ -598,8 +598,10 @@ int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent 
     }
     skv_trie_step *path = NULL;
     int rc = chain_path(e, tip, &path);
-    if (rc)
+    if (rc) {
+        skv_seqbuf_free(s);
         return rc;
+    }
     /* the first step to decode: the deepest raw record, with no base, before
      * the tip's chunk when every record after it decodes from the position
      * before it alone (and the coder that reads them does: model_free) */
