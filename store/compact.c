@@ -7,9 +7,9 @@
  * all. Then calibrations no record or profile uses are deleted. */
 #include <pthread.h>
 #include <stdio.h>
-#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "seal.h"
 #include "store_priv.h"
@@ -226,9 +226,10 @@ static int write_txn(seqkv *db, const uint8_t key[32], const uint8_t *img, size_
  * loop's next step codes the next one: the writer lock is held for both
  * (the step's), but nothing held the record between the two steps, so the
  * write checks first that it is still indexed and its value still the one
- * that was coded again (a DEL, an eviction or a put in between: it is left
- * to the next compaction). Its parts are sealed on that thread: the pool
- * is the coder's. Smaller records, and merges, are written at once. */
+ * that was coded again, and the record before it (whose last row its
+ * coding read) too (a DEL, an eviction or a put in between: it is left to
+ * the next compaction). Its parts are sealed on that thread: the pool is
+ * the coder's. Smaller records, and merges, are written at once. */
 size_t skv_compact_behind_min = (size_t)1 << 20;
 
 /* How many first bytes of a record's value, with its length, tell that it
@@ -240,44 +241,57 @@ size_t skv_compact_behind_min = (size_t)1 << 20;
 int skv_compact_hold = 1;
 size_t skv_compact_held;
 
+/* A record's value as a step read it: its key, length and first bytes */
+typedef struct {
+    uint8_t key[32];
+    size_t len, n;
+    uint8_t head[VALUE_CHECK];
+} value_seen;
+
+static void seen_take(value_seen *s, const uint8_t key[32], const MDB_val *v)
+{
+    memcpy(s->key, key, 32);
+    s->len = v->mv_size;
+    s->n = v->mv_size < VALUE_CHECK ? v->mv_size : VALUE_CHECK;
+    memcpy(s->head, v->mv_data, s->n);
+}
+
+static int seen_same(const value_seen *s, const MDB_val *v)
+{
+    return v->mv_size == s->len && !memcmp(v->mv_data, s->head, s->n);
+}
+
+/* Whether s's record still holds the value s saw */
+static int seen_still(seqkv *db, MDB_txn *txn, const value_seen *s)
+{
+    MDB_val k = {32, (void *)s->key}, cur = {0, NULL};
+    return !mdb_get(txn, db->db_chunk, &k, &cur) && seen_same(s, &cur);
+}
+
 typedef struct {
     seqkv *db;
     size_t ns;
-    uint8_t key[32];
     uint8_t *img;
-    size_t len, old_len, head_n;
-    uint8_t head[VALUE_CHECK]; /* the first bytes of the value it replaces */
-    /* the record before it, whose last row its coding read (has_prev) */
+    size_t len;
+    value_seen was;  /* the value it replaces (its key the record's) */
+    value_seen prev; /* the record before it, whose last row its coding read (has_prev) */
     int has_prev;
-    uint8_t prev_key[32];
-    size_t prev_len, prev_head_n;
-    uint8_t prev_head[VALUE_CHECK];
     uint8_t level;
     int rc, written, running;
     pthread_t th;
 } behind;
 
-/* Whether the value under key is still the one of len bytes that began
- * with head (head_n of them) */
-static int value_same(seqkv *db, MDB_txn *txn, const uint8_t key[32], size_t len,
-                      const uint8_t *head, size_t head_n)
-{
-    MDB_val k = {32, (void *)key}, cur = {0, NULL};
-    return !mdb_get(txn, db->db_chunk, &k, &cur) && cur.mv_size == len &&
-           !memcmp(cur.mv_data, head, head_n);
-}
-
 static int behind_body(seqkv *db, MDB_txn *txn, void *v)
 {
     behind *b = v;
     /* (a tenant forgotten in between moves the last namespace into its slot) */
-    const skv_irec *t = b->ns < db->nns ? skv_irec_find(db->ns[b->ns].trie, b->key) : NULL;
+    const skv_irec *t = b->ns < db->nns ? skv_irec_find(db->ns[b->ns].trie, b->was.key) : NULL;
     /* (the record, and the one before it whose row its coding read, as
      * the step read them: else not written, b->written stays 0) */
-    if (!t || t->tr.hidden || t->evicting || !value_same(db, txn, b->key, b->old_len, b->head, b->head_n) ||
-        (b->has_prev && !value_same(db, txn, b->prev_key, b->prev_len, b->prev_head, b->prev_head_n)))
+    if (!t || t->tr.hidden || t->evicting || !seen_still(db, txn, &b->was) ||
+        (b->has_prev && !seen_still(db, txn, &b->prev)))
         return SKV_OK;
-    int mrc = 0, rc = put_img(db, txn, b->key, b->img, b->len, NULL, &mrc);
+    int mrc = 0, rc = put_img(db, txn, b->was.key, b->img, b->len, NULL, &mrc);
     if (rc)
         return rc;
     b->written = !mrc;
@@ -294,7 +308,7 @@ static void *behind_write(void *v)
     if (!b->rc && b->written) {
         pthread_rwlock_wrlock(&db->rw);
         ns_ent *e = b->ns < db->nns ? &db->ns[b->ns] : NULL;
-        skv_irec *t = e ? skv_irec_find(e->trie, b->key) : NULL;
+        skv_irec *t = e ? skv_irec_find(e->trie, b->was.key) : NULL;
         if (t) { /* (it is: the body found it, and the step's writer lock holds) */
             skv_store_rebytes(db, e, t, skv_store_rec_bytes(db, b->len));
             t->level = b->level;
@@ -325,7 +339,7 @@ static int behind_join(behind *b, seqkv_compact_stats *st)
     b->running = 0;
     if (b->written) {
         st->recoded++;
-        st->bytes_before += b->old_len;
+        st->bytes_before += b->was.len;
         st->bytes_after += skv_store_rec_bytes(b->db, b->len);
         b->written = 0;
     }
@@ -341,9 +355,8 @@ static int behind_join(behind *b, seqkv_compact_stats *st)
  * the records before it (a chain's records come one after another, its
  * deepest first: see order_chains). */
 typedef struct {
-    size_t ns, from, len, head_n;
-    uint8_t key[32];
-    uint8_t head[VALUE_CHECK];
+    size_t ns, from;
+    value_seen rec;
     seqbuf s;
 } held_tail;
 
@@ -399,11 +412,10 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
     skv_rec r;
     if (!rc && (mrc = mdb_get(txn, db->db_chunk, &k, &v)))
         rc = skv_mdb_error(mrc, "read chunk");
-    /* (what a write behind checks is still there) */
-    uint8_t vhead[VALUE_CHECK];
-    const size_t vhead_n = v.mv_size < sizeof vhead ? v.mv_size : sizeof vhead;
+    /* (what a write behind, or the next step's held rows, check is still there) */
+    value_seen seen = {0};
     if (!rc)
-        memcpy(vhead, v.mv_data, vhead_n);
+        seen_take(&seen, key, &v);
     /* the header decides (cheap: a sealed record's box 0 only); a record
      * to code again, or to seal, is opened and verified whole */
     uint8_t *head = NULL, *plain = NULL;
@@ -456,8 +468,7 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
     /* this record's rows, held from the step before when its value is the
      * one that step read */
     const int tip_held = redo && !nd && model_free && held->s.tok && held->ns == ns &&
-                         !memcmp(held->key, key, 32) && held->len == v.mv_size &&
-                         held->head_n == vhead_n && !memcmp(held->head, vhead, vhead_n);
+                         !memcmp(held->rec.key, key, 32) && seen_same(&held->rec, &v);
     if (tip_held) {
         sb = held->s;
         held->s = (seqbuf){0};
@@ -536,22 +547,17 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
     MDB_val pk = {32, pr ? (void *)pr->tr.key : NULL}, pv = {0, NULL};
     if (pr && (pr->tr.hidden || mdb_get(txn, db->db_chunk, &pk, &pv)))
         pr = NULL;
-    const size_t CH = (size_t)pe->p.chunk, pv_n = pv.mv_size < VALUE_CHECK ? pv.mv_size : VALUE_CHECK;
+    value_seen prev = {0};
+    if (pr)
+        seen_take(&prev, pr->tr.key, &pv);
+    const size_t CH = (size_t)pe->p.chunk;
     /* its rows, decoded and verified here, held for the next step (a raw
      * record's rows are its own bytes alone) */
     if (pr && skv_compact_hold && from <= (size_t)pr->tr.chunk_index * CH && pr->level == SEQKV_RAW &&
         !pr->has_base && !pr->has_centroid) {
         rows_release(pe, &sb, (size_t)t->tr.chunk_index * CH);
-        *held = (held_tail){.ns = ns, .from = from, .len = pv.mv_size, .head_n = pv_n, .s = sb};
-        memcpy(held->key, pr->tr.key, 32);
-        memcpy(held->head, pv.mv_data, pv_n);
+        *held = (held_tail){.ns = ns, .from = from, .rec = prev, .s = sb};
         sb = (seqbuf){0};
-    }
-    uint8_t prev_key[32], prev_head[VALUE_CHECK];
-    const size_t prev_len = pv.mv_size;
-    if (pr) {
-        memcpy(prev_key, pr->tr.key, 32);
-        memcpy(prev_head, pv.mv_data, pv_n);
     }
     if (txn)
         mdb_txn_abort(txn);
@@ -574,15 +580,8 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
     const int coded = redo_ok && !as_is;
     if (!nd && next && len >= skv_compact_behind_min && model_free && !t->has_base &&
         (!coded || t->tr.chunk_index == 0 || pr)) {
-        *next = (behind){.db = db, .ns = ns, .img = img, .len = len, .old_len = old_len,
-                         .head_n = vhead_n, .level = new_level, .has_prev = coded && pr,
-                         .prev_len = prev_len, .prev_head_n = pv_n};
-        memcpy(next->key, key, 32);
-        memcpy(next->head, vhead, vhead_n);
-        if (next->has_prev) {
-            memcpy(next->prev_key, prev_key, 32);
-            memcpy(next->prev_head, prev_head, pv_n);
-        }
+        *next = (behind){.db = db, .ns = ns, .img = img, .len = len, .was = seen, .prev = prev,
+                         .has_prev = coded && pr, .level = new_level};
         return SKV_OK;
     }
     if ((rc = behind_join(run, st))) {

@@ -384,7 +384,6 @@ int skv_store_rec_raw_open(seqkv *db, const uint8_t key[32], const uint8_t *v, s
 
 /* ---- access: get.c, put.c, batch.c, evict.c, del.c, decode.c ---------------- */
 
-
 int skv_seqbuf_init(seqbuf *s, const prof_ent *pe, size_t stride);
 void skv_seqbuf_free(seqbuf *s);
 /* Checksum of positions [a, b) in stream order (layer, K then V), as a
