@@ -35,7 +35,6 @@ typedef struct {
     size_t len[RING];
     int last[RING]; /* the value's last piece */
     size_t head, tail;  /* pieces received, pieces written */
-    int fd, done, failed;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     const char *dir;
@@ -87,6 +86,8 @@ static void value_path(const floor_ctx *x, uint64_t n, char *out, size_t cap)
     snprintf(out, cap, "%s/v%llu", x->dir, (unsigned long long)n);
 }
 
+/* Seal and write the pieces as they come, until the process exits (the
+ * client leaving ends it: read_full) */
 static void *writer_main(void *v)
 {
     floor_ctx *x = v;
@@ -102,12 +103,8 @@ static void *writer_main(void *v)
     int fd = -1;
     for (;;) {
         pthread_mutex_lock(&x->mu);
-        while (x->tail == x->head && !x->done)
+        while (x->tail == x->head)
             pthread_cond_wait(&x->cv, &x->mu);
-        if (x->tail == x->head && x->done) {
-            pthread_mutex_unlock(&x->mu);
-            break;
-        }
         const size_t slot = x->tail % RING, n = x->len[slot];
         const int last = x->last[slot];
         pthread_mutex_unlock(&x->mu);
@@ -158,9 +155,7 @@ static void *writer_main(void *v)
                 die("reply");
         }
     }
-    EVP_CIPHER_CTX_free(cc);
-    free(out);
-    return NULL;
+    return NULL; /* (not reached) */
 }
 
 /* receive n bytes of a value into the ring, a piece at a time */

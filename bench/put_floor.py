@@ -34,9 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
-from scale import Fail, dd_baseline, start_seqkv, stop  # noqa: E402
+from scale import Fail, cpu_name, dd_baseline, start_seqkv, stop  # noqa: E402
 from scale_resp import Resp  # noqa: E402
-from scale import cpu_name  # noqa: E402
 
 
 def main():
