@@ -177,6 +177,10 @@ typedef struct {
     size_t calib_sample;    /* token positions a calibration learns from, at
                                most (0: 16384, and no more than 256 MiB of
                                KV: 2,048 positions of Llama-3-8B's 128 KiB) */
+    uint64_t file_min;      /* chunk records of at least this many stored
+                               bytes are written to files of their own
+                               under DIR/values, LMDB naming them (0: 8
+                               MiB; UINT64_MAX: none) */
 } seqkv_options;
 #define SEQKV_OPTIONS_INIT {.size = sizeof(seqkv_options)}
 

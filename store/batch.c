@@ -114,15 +114,13 @@ static int batch_body(seqkv *db, MDB_txn *txn, void *v)
         const pend_rec *p = &pb->rec[j];
         const skv_irec *t = skv_irec_find(p->e->trie, p->key);
         MDB_val k = {32, (void *)p->key};
-        if (in_place) {
-            int rc = skv_store_put_sealed(db, txn, p->key, p->img, p->len, MDB_NOOVERWRITE, db->pool, &mrc);
-            if (rc)
-                return rc;
-        } else {
-            MDB_val val = bt->sealed[j] ? (MDB_val){bt->slen[j], bt->sealed[j]}
-                                        : (MDB_val){p->len, p->img};
-            mrc = mdb_put(txn, db->db_chunk, &k, &val, MDB_NOOVERWRITE);
-        }
+        /* (sealed here, or before the transaction for the remote tier, or
+         * with sealing off stored as it is) */
+        const int pre = !in_place && bt->sealed[j];
+        int rc = skv_chunk_put(db, txn, p->key, pre ? bt->sealed[j] : p->img, pre ? bt->slen[j] : p->len,
+                               in_place, MDB_NOOVERWRITE, db->pool, &mrc);
+        if (rc)
+            return rc;
         if (mrc == MDB_KEYEXIST)
             mrc = 0; /* the same tokens under the same key: already stored */
         uint8_t b[8];

@@ -194,11 +194,7 @@ typedef struct {
 static int put_img(seqkv *db, MDB_txn *txn, const uint8_t *key, const uint8_t *img, size_t len,
                    skv_pool *pool, int *mrc)
 {
-    if (!db->o.no_seal)
-        return skv_store_put_sealed(db, txn, key, img, len, 0, pool, mrc);
-    MDB_val k = {32, (void *)key}, val = {len, (void *)img};
-    *mrc = mdb_put(txn, db->db_chunk, &k, &val, 0);
-    return SKV_OK;
+    return skv_chunk_put(db, txn, key, img, len, !db->o.no_seal, 0, pool, mrc);
 }
 
 static int write_body(seqkv *db, MDB_txn *txn, void *v)
@@ -241,11 +237,14 @@ size_t skv_compact_behind_min = (size_t)1 << 20;
 int skv_compact_hold = 1;
 size_t skv_compact_held;
 
-/* A record's value as a step read it: its key, length and first bytes */
+/* A record's value in LMDB as a step read it: its key, length and first
+ * bytes (a value file's stub whole: its generation changes with every
+ * write), and the record's stored bytes */
 typedef struct {
     uint8_t key[32];
     size_t len, n;
     uint8_t head[VALUE_CHECK];
+    uint64_t bytes;
 } value_seen;
 
 static void seen_take(value_seen *s, const uint8_t key[32], const MDB_val *v)
@@ -254,11 +253,17 @@ static void seen_take(value_seen *s, const uint8_t key[32], const MDB_val *v)
     s->len = v->mv_size;
     s->n = v->mv_size < VALUE_CHECK ? v->mv_size : VALUE_CHECK;
     memcpy(s->head, v->mv_data, s->n);
+    s->bytes = skv_vf_stored(v->mv_data, v->mv_size);
 }
 
 static int seen_same(const value_seen *s, const MDB_val *v)
 {
     return v->mv_size == s->len && !memcmp(v->mv_data, s->head, s->n);
+}
+
+static int seen_eq(const value_seen *a, const value_seen *b)
+{
+    return a->len == b->len && a->n == b->n && !memcmp(a->head, b->head, a->n);
 }
 
 /* Whether s's record still holds the value s saw */
@@ -339,7 +344,7 @@ static int behind_join(behind *b, seqkv_compact_stats *st)
     b->running = 0;
     if (b->written) {
         st->recoded++;
-        st->bytes_before += b->was.len;
+        st->bytes_before += b->was.bytes;
         st->bytes_after += skv_store_rec_bytes(b->db, b->len);
         b->written = 0;
     }
@@ -414,8 +419,11 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
         rc = skv_mdb_error(mrc, "read chunk");
     /* (what a write behind, or the next step's held rows, check is still there) */
     value_seen seen = {0};
+    skv_vmap vm = {0}; /* (a value file's bytes, mapped while the step reads them) */
     if (!rc)
         seen_take(&seen, key, &v);
+    if (!rc)
+        rc = skv_vf_resolve(db, key, &v, 1, &vm);
     /* the header decides (cheap: a sealed record's box 0 only); a record
      * to code again, or to seal, is opened and verified whole */
     uint8_t *head = NULL, *plain = NULL;
@@ -468,7 +476,7 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
     /* this record's rows, held from the step before when its value is the
      * one that step read */
     const int tip_held = redo && !nd && model_free && held->s.tok && held->ns == ns &&
-                         !memcmp(held->rec.key, key, 32) && seen_same(&held->rec, &v);
+                         !memcmp(held->rec.key, key, 32) && seen_eq(&held->rec, &seen);
     if (tip_held) {
         sb = held->s;
         held->s = (seqbuf){0};
@@ -559,6 +567,7 @@ static int recode_one(seqkv *db, size_t ns, prof_ent *pe, const uint8_t key[32],
         *held = (held_tail){.ns = ns, .from = from, .rec = prev, .s = sb};
         sb = (seqbuf){0};
     }
+    skv_vf_release(&vm);
     if (txn)
         mdb_txn_abort(txn);
     skv_free(head);
@@ -665,10 +674,12 @@ static int gc_body(seqkv *db, MDB_txn *txn, void *v)
     while (!rc && !(mrc = mdb_cursor_get(cur, &k, &val, MDB_NEXT))) {
         skv_rec r;
         uint8_t *head = NULL;
-        const int prc = k.mv_size == 32 ? skv_store_rec_head(db, k.mv_data, val.mv_data, val.mv_size,
-                                                             &head, &r)
-                                        : SKV_ERR_CORRUPT;
+        skv_vmap vm = {0};
+        int prc = k.mv_size == 32 ? skv_vf_resolve(db, k.mv_data, &val, 0, &vm) : SKV_ERR_CORRUPT;
+        if (!prc)
+            prc = skv_store_rec_head(db, k.mv_data, val.mv_data, val.mv_size, &head, &r);
         skv_free(head); /* (r's header fields are copies) */
+        skv_vf_release(&vm);
         if (prc != SKV_OK)
             rc = skv_error(SKV_ERR_CORRUPT, "compaction: a chunk record does not parse: no "
                                             "calibration is deleted");

@@ -124,7 +124,7 @@ static int raw_fused(const skv_rec *r)
  * it copies -- and its fields checked against its index entry; r and *img (the
  * record's *len bytes) point into LMDB's map, valid while c->txn lives. */
 static int load_rec(const dec_ctx *c, const skv_irec *t, int fused, skv_rec *r,
-                    const uint8_t **img, size_t *len, uint8_t **owned)
+                    const uint8_t **img, size_t *len, uint8_t **owned, skv_vmap *vm)
 {
     MDB_val k = {32, (void *)t->tr.key}, v;
     if (t->tr.hidden) {
@@ -141,6 +141,10 @@ static int load_rec(const dec_ctx *c, const skv_irec *t, int fused, skv_rec *r,
             return skv_error(SKV_ERR_CORRUPT, "an indexed chunk record is missing from LMDB");
         if (mrc)
             return skv_mdb_error(mrc, "read chunk");
+        /* (a value file's bytes mapped, until the record closes) */
+        int rc = skv_vf_resolve(c->db, t->tr.key, &v, 1, vm);
+        if (rc)
+            return rc;
     }
     int rc;
     if (fused && skv_store_rec_sealed_raw(v.mv_data, v.mv_size)) {
@@ -241,7 +245,7 @@ int skv_store_rec_open(dec_ctx *c, skv_irec *t, int fused, const rec_dec *share,
     x->t = t;
     x->sum = sum;
     x->P = (size_t)t->tr.chunk_index * (size_t)c->pe->p.chunk;
-    int rc = load_rec(c, t, fused, &x->r, &x->img, &x->len, &x->owned);
+    int rc = load_rec(c, t, fused, &x->r, &x->img, &x->len, &x->owned, &x->vm);
     if (rc)
         return rc;
     const skv_rec *r = &x->r;
@@ -455,6 +459,7 @@ int skv_store_rec_check(dec_ctx *c, rec_dec *x)
 void skv_store_rec_close(dec_ctx *c, rec_dec *x)
 {
     skv_free(x->owned);
+    skv_vf_release(&x->vm);
     skv_delta_range_free(x->dr);
     skv_free(x->offs);
     if (x->ce && !x->shared)

@@ -9,11 +9,13 @@
  * a record copied under another key or tenant, or a box swapped between
  * records, does not open. Box 1's parts go through OpenSSL (below); the
  * rest through libsodium. */
+#include <errno.h>
 #include <limits.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "seal.h"
 
@@ -173,10 +175,13 @@ static void seal_parts(void *ctx, size_t b, size_t e, int worker)
     }
 }
 
-void skv_rec_seal_into_pool(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
-                            const uint8_t *img, size_t len, uint8_t *out, skv_pool *pool)
+/* The clear head and box 0 of record img (parsed as r) sealed into out;
+ * box 1's plain length into *b1; *pk keyed for its parts (wipe it) */
+static size_t seal_head(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
+                        const uint8_t *img, size_t len, uint8_t *out, part_key *pk, size_t *b1)
 {
-    const size_t b0 = box0_len(r, img), b1 = len - SKV_REC_HEADER - (b0 - 8);
+    const size_t b0 = box0_len(r, img);
+    *b1 = len - SKV_REC_HEADER - (b0 - 8);
     skv_store32_le(out, SKV_SEAL_MAGIC);
     skv_store16_le(out + 4, SKV_SEAL_VERSION);
     skv_store16_le(out + 6, 0);
@@ -194,17 +199,124 @@ void skv_rec_seal_into_pool(const uint8_t key[32], const uint8_t dek[32], const 
     box_ad(key, out, 0, ad);
     box_nonce(out + 8, 0, nonce);
     crypto_aead_xchacha20poly1305_ietf_encrypt(c0, NULL, c0, b0, ad, sizeof ad, NULL, nonce, dek);
+    sodium_memzero(ad, sizeof ad);
+    part_key_init(pk, dek, out + 8);
+    return b0;
+}
+
+void skv_rec_seal_into_pool(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
+                            const uint8_t *img, size_t len, uint8_t *out, skv_pool *pool)
+{
+    part_key pk;
+    size_t b1;
+    const size_t b0 = seal_head(key, dek, r, img, len, out, &pk, &b1);
     /* boxes 1..SKV_SEAL_SEGS: the streams and the trailer in as many
      * equal parts (the last one shorter), which seal and open side by side */
-    part_key pk;
-    part_key_init(&pk, dek, out + 8);
-    seal_job j = {&pk, key, out, img + SKV_REC_HEADER + (b0 - 8), c0 + b0 + SKV_SEAL_TAG, b1};
+    seal_job j = {&pk, key, out, img + SKV_REC_HEADER + (b0 - 8), out + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1};
     if (pool && b1 >= ((size_t)1 << 20))
         skv_pool_run_any(pool, SKV_SEAL_SEGS, seal_parts, &j);
     else
         seal_parts(&j, 0, SKV_SEAL_SEGS, 0);
     sodium_memzero(&pk, sizeof pk);
-    sodium_memzero(ad, sizeof ad);
+}
+
+/* n bytes from b written at off: 0, or errno */
+static int pwrite_all(int fd, const uint8_t *b, size_t n, off_t off)
+{
+    while (n) {
+        ssize_t w = pwrite(fd, b, n, off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? errno : EIO;
+        b += w;
+        n -= (size_t)w;
+        off += w;
+    }
+    return 0;
+}
+
+/* Box 1's parts sealed into a file, one a task: each in pieces through
+ * the thread's warm buffer, written while the piece is in cache */
+typedef struct {
+    const part_key *pk;
+    const uint8_t *key, *head, *m; /* head: the sealed head; m: the plain parts */
+    size_t b1, piece;
+    off_t at0; /* part 0's place in the file */
+    int fd;
+    uint8_t *const *bufs;
+    int err;
+} file_job;
+
+/* Part k (m, n bytes) sealed into the file at off, then its tag: 0, or errno */
+static int part_to_file(const file_job *j, const uint8_t nonce[SKV_SEAL_NONCE], const uint8_t *ad,
+                        const uint8_t *m, size_t n, off_t off, uint8_t *buf)
+{
+    uint8_t n12[12], tag[SKV_SEAL_TAG];
+    ietf_nonce(nonce, n12);
+    EVP_CIPHER_CTX *x = evp_cc20 ? EVP_CIPHER_CTX_new() : NULL;
+    int o, err = 0;
+    if (!x) { /* (libsodium seals a part whole: through a buffer of its size) */
+        uint8_t *c = skv_malloc(n + SKV_SEAL_TAG);
+        if (!c)
+            return ENOMEM;
+        part_seal(j->pk, nonce, ad, BOX_AD, m, n, c);
+        err = pwrite_all(j->fd, c, n + SKV_SEAL_TAG, off);
+        skv_free(c);
+        return err;
+    }
+    int ok = EVP_EncryptInit_ex2(x, evp_cc20, j->pk->subkey, n12, NULL) == 1 &&
+             EVP_EncryptUpdate(x, NULL, &o, ad, BOX_AD) == 1;
+    for (size_t p = 0, len; ok && !err && p < n; p += len) {
+        len = n - p < j->piece ? n - p : j->piece;
+        ok = EVP_EncryptUpdate(x, buf, &o, m + p, (int)len) == 1 && (size_t)o == len;
+        err = ok ? pwrite_all(j->fd, buf, len, off + (off_t)p) : 0;
+    }
+    ok = ok && EVP_EncryptFinal_ex(x, buf, &o) == 1 && o == 0 &&
+         EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, SKV_SEAL_TAG, tag) == 1;
+    EVP_CIPHER_CTX_free(x);
+    if (!err && !ok)
+        err = EIO;
+    return err ? err : pwrite_all(j->fd, tag, SKV_SEAL_TAG, off + (off_t)n);
+}
+
+static void file_parts(void *ctx, size_t b, size_t e, int worker)
+{
+    file_job *j = ctx;
+    for (size_t k = b; k < e; k++) {
+        size_t at, n;
+        seg_span(j->b1, (int)k, &at, &n);
+        uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
+        box_ad(j->key, j->head, 1 + (int)k, ad);
+        box_nonce(j->head + 8, 1 + (int)k, nonce);
+        int err = part_to_file(j, nonce, ad, j->m + at, n, j->at0 + (off_t)(at + k * SKV_SEAL_TAG),
+                               j->bufs[worker]);
+        sodium_memzero(ad, sizeof ad);
+        if (err)
+            __atomic_store_n(&j->err, err, __ATOMIC_RELAXED);
+    }
+}
+
+int skv_rec_seal_to_fd(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
+                       const uint8_t *img, size_t len, int fd, skv_pool *pool, uint8_t *const *bufs,
+                       size_t piece)
+{
+    const size_t hn = SKV_SEAL_HEAD + box0_len(r, img) + SKV_SEAL_TAG;
+    uint8_t *head = skv_malloc(hn);
+    if (!head)
+        return skv_error(SKV_ERR_NOMEM, "sealed record");
+    part_key pk;
+    size_t b1;
+    const size_t b0 = seal_head(key, dek, r, img, len, head, &pk, &b1);
+    file_job j = {&pk, key, head, img + SKV_REC_HEADER + (b0 - 8), b1, piece, (off_t)hn, fd, bufs, 0};
+    j.err = pwrite_all(fd, head, hn, 0);
+    if (!j.err && pool && b1 >= ((size_t)1 << 20))
+        skv_pool_run_any(pool, SKV_SEAL_SEGS, file_parts, &j);
+    else if (!j.err)
+        file_parts(&j, 0, SKV_SEAL_SEGS, 0);
+    sodium_memzero(&pk, sizeof pk);
+    skv_free(head);
+    return j.err ? skv_error(SKV_ERR_IO, "write a sealed record: %s", strerror(j.err)) : SKV_OK;
 }
 
 void skv_rec_seal_into(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,

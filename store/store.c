@@ -273,6 +273,8 @@ void skv_store_unindex(seqkv *db, ns_ent *e, skv_irec *r, int deps)
 int skv_store_del_rec(seqkv *db, MDB_txn *txn, const uint8_t key[32])
 {
     MDB_val k = {32, (void *)key};
+    if (skv_vf_forget(db, txn, key) != SKV_OK)
+        return ENOMEM; /* (its only failure) */
     int mrc = mdb_del(txn, db->db_chunk, &k, NULL);
     if (!mrc) {
         mrc = mdb_del(txn, db->db_evict, &k, NULL);
@@ -347,8 +349,11 @@ static int load_state(seqkv *db, MDB_txn *txn)
          * header still parses, and the GET that needs it fails with
          * SKV_ERR_CORRUPT rather than the prefix silently shrinking */
         uint8_t *head = NULL;
-        int prc = k.mv_size == 32 ? skv_store_rec_head(db, k.mv_data, v.mv_data, v.mv_size, &head, &r)
+        skv_vmap vm = {0};
+        int prc = k.mv_size == 32 ? skv_vf_resolve(db, k.mv_data, &v, 0, &vm)
                                   : skv_error(SKV_ERR_CORRUPT, "bad key size");
+        if (!prc)
+            prc = skv_store_rec_head(db, k.mv_data, v.mv_data, v.mv_size, &head, &r);
         uint64_t tick = 0;
         MDB_val tv;
         if (!mdb_get(txn, db->db_evict, &k, &tv) && tv.mv_size == 8)
@@ -356,6 +361,7 @@ static int load_state(seqkv *db, MDB_txn *txn)
         if (!prc)
             prc = skv_store_index(db, k.mv_data, &r, v.mv_size, tick);
         skv_free(head);
+        skv_vf_release(&vm); /* (r's tokens point into an unsealed record) */
         if (prc) {
             if (prc == SKV_ERR_NOMEM) {
                 rc = prc;
@@ -436,6 +442,7 @@ static seqkv *handle_new(const seqkv_options *o)
     if (db->o.map_max < db->o.map_size)
         db->o.map_max = db->o.map_size;
     db->lock_fd = -1;
+    db->vf.dir_fd = -1;
     pthread_mutex_init(&db->wlock, NULL);
     pthread_mutex_init(&db->rpool_mu, NULL);
     /* writers first: a stream of readers must not starve puts (no thread
@@ -597,7 +604,8 @@ int seqkv_open(const char *dir, const seqkv_options *opts, seqkv **out)
         return skv_error(SKV_ERR_NOMEM, "store handle");
     MDB_txn *txn = NULL;
     if ((rc = open_dir(db, dir)) || (rc = open_env(db, dir)) || (rc = skv_store_txn_begin(db, db->o.read_only, &txn)) ||
-        (rc = open_tables(db, txn, dir)) || (rc = check_format(db, txn, dir)) || (rc = load_state(db, txn)) ||
+        (rc = open_tables(db, txn, dir)) || (rc = check_format(db, txn, dir)) || (rc = skv_vf_open(db, txn)) ||
+        (rc = load_state(db, txn)) ||
         (rc = skv_blob_load(db, txn)))
         goto fail;
     /* committed even when read-only: an aborted transaction would close
@@ -648,6 +656,7 @@ void seqkv_close(seqkv *db)
     if (db->env)
         mdb_env_close(db->env);
     skv_pool_free(db->pool);
+    skv_vf_close(db);
     if (db->lock_fd >= 0)
         close(db->lock_fd); /* releases the flock */
     pthread_mutex_destroy(&db->wlock);

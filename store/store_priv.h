@@ -12,6 +12,7 @@
 #include "skv_trie.h"
 #include "store_int.h"
 #include "skv_tier.h"
+#include "vfile.h"
 
 /* Drift of a profile's coding (store/calibrate.c): bits per scalar of the
  * records of at least half a chunk coded under its current calibration --
@@ -114,6 +115,7 @@ struct seqkv {
     pthread_mutex_t rpool_mu;
     int stop_bg;           /* seqkv_stop_background: calibrations and compactions stop */
     int wwait;             /* clients' writers waiting for wlock (skv_store_wlock_client) */
+    skv_vf_state vf;       /* big records' value files (vfile.c) */
 };
 
 /* A record in the index: the trie's part first (skv_trie.h: key, tokens,
@@ -486,6 +488,7 @@ typedef struct {
     skv_streams in;
     skv_delta_range *dr;    /* decoding in layer groups */
     int placed;             /* SKV_OPEN_PLACE: a raw record already in c->s, verified */
+    skv_vmap vm;            /* its value file, mapped */
 } rec_dec;
 #define SKV_OPEN_PLACE 2 /* skv_store_rec_open's fused: raw records placed at once */
 int skv_store_rec_open(dec_ctx *c, skv_irec *t, int fused, const rec_dec *share,

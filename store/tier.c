@@ -393,14 +393,16 @@ int skv_tier_read(seqkv *db, const uint8_t key[32], uint8_t **out, size_t *len)
     if (mrc)
         return skv_mdb_error(mrc, "read record");
     MDB_val k = {32, (void *)key}, v;
+    skv_vmap vm = {0};
     int rc = mdb_get(txn, db->db_chunk, &k, &v) ? skv_error(SKV_ERR_NOT_FOUND, "no such record")
-                                                : SKV_OK;
+                                                : skv_vf_resolve(db, key, &v, 1, &vm);
     if (!rc && !(*out = skv_malloc(v.mv_size ? v.mv_size : 1)))
         rc = skv_error(SKV_ERR_NOMEM, "record");
     if (!rc) {
         memcpy(*out, v.mv_data, v.mv_size);
         *len = v.mv_size;
     }
+    skv_vf_release(&vm);
     mdb_txn_abort(txn);
     return rc;
 }
@@ -485,9 +487,11 @@ static int install_body(seqkv *db, MDB_txn *txn, void *v)
     skv_store64_le(tb, it->tick);
     int mrc = 0;
     for (size_t i = 0; i < it->n && !mrc; i++) {
-        MDB_val k = {32, (void *)it->recs[i].key}, val = {it->recs[i].len, (void *)it->recs[i].bytes},
-                tv = {8, tb};
-        mrc = mdb_put(txn, db->db_chunk, &k, &val, MDB_NOOVERWRITE);
+        MDB_val k = {32, (void *)it->recs[i].key}, tv = {8, tb};
+        int rc = skv_chunk_put(db, txn, it->recs[i].key, it->recs[i].bytes, it->recs[i].len, 0,
+                               MDB_NOOVERWRITE, NULL, &mrc);
+        if (rc)
+            return rc;
         if (mrc == MDB_KEYEXIST) {
             mrc = 0;
             it->r[i].n = 0; /* stored here already */

@@ -60,10 +60,22 @@ int skv_store_write(seqkv *db, const char *what, skv_write_fn body, skv_full_fn 
             pthread_rwlock_rdlock(&db->rw);
         int mrc = mdb_txn_begin(db->env, NULL, 0, &txn);
         int rc = mrc ? skv_mdb_error(mrc, what) : body(db, txn, ctx);
-        if (!mrc && rc)
+        /* (what it did to value files, taken while the transaction is
+         * held: after it another writer's begins) */
+        skv_vf_txn vt = {0};
+        if (!mrc) {
+            int vrc = skv_vf_txn_take(db, &vt);
+            rc = rc ? rc : vrc;
+        }
+        if (!mrc && rc) {
             mdb_txn_abort(txn);
-        else if (!mrc && (mrc = mdb_txn_commit(txn)))
+            skv_vf_txn_end(db, &vt, SKV_VF_ABORTED);
+        } else if (!mrc && (mrc = mdb_txn_commit(txn))) {
             rc = skv_mdb_error(mrc, what);
+            skv_vf_txn_end(db, &vt, SKV_VF_UNKNOWN); /* (the next open sweeps) */
+        } else if (!mrc) {
+            skv_vf_txn_end(db, &vt, SKV_VF_COMMITTED);
+        }
         if (!held)
             pthread_rwlock_unlock(&db->rw);
         if (rc != SKV_ERR_MAP_FULL || tries >= SKV_WRITE_TRIES)

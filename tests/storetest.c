@@ -22,6 +22,11 @@ seqkv *open_store(const char *dir, const seqkv_options *o)
     if (o)
         d = *o;
     d.quiet = 1;
+    /* SEQKV_TEST_FILE_MIN: the suites run again with every record of that
+     * many bytes in a value file (tests/meson.build's _vfile runs) */
+    const char *fm = getenv("SEQKV_TEST_FILE_MIN");
+    if (!d.file_min && fm)
+        d.file_min = strtoull(fm, NULL, 0);
     const char *env = getenv("SEQKV_TEST_CACHE");
     if (!d.cache_bytes && test_cache_bytes)
         d.cache_bytes = env ? strtoull(env, NULL, 0) : test_cache_bytes;

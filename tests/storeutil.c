@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "seal.h"
+#include "vfile.h"
 
 #include "randmodel.h"
 #include "testutil.h"
@@ -250,11 +251,47 @@ static int tenant_dek(const char *dir, MDB_txn *txn, uint64_t tid, uint8_t dek[3
     return 0;
 }
 
-/* The image of stored value v (malloc'd; unsealed when sealed) */
+/* A value file's bytes (store/vfile.h: the stub v names it), malloc'd */
+static uint8_t *value_file(const char *dir, const uint8_t key[32], const MDB_val *v, size_t *len)
+{
+    char path[4200];
+    int at = snprintf(path, sizeof path, "%s/values/", dir);
+    for (int i = 0; i < 32; i++)
+        at += snprintf(path + at, sizeof path - (size_t)at, "%02x", key[i]);
+    snprintf(path + at, sizeof path - (size_t)at, "-%016llx",
+             (unsigned long long)skv_load64_le((const uint8_t *)v->mv_data + 8));
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = n > 0 ? malloc((size_t)n) : NULL;
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *len = b ? (size_t)n : 0;
+    return b;
+}
+
+/* The image of stored value v (malloc'd; read from its value file when v
+ * is a stub, unsealed when sealed) */
 static uint8_t *image_of(const char *dir, MDB_txn *txn, const uint8_t key[32], const MDB_val *v,
                          size_t *len)
 {
     uint8_t *out = NULL, dek[32];
+    if (skv_vf_is_stub(v->mv_data, v->mv_size)) {
+        size_t flen;
+        uint8_t *file = value_file(dir, key, v, &flen);
+        if (!file)
+            return NULL;
+        MDB_val fv = {flen, file};
+        out = image_of(dir, txn, key, &fv, len);
+        free(file);
+        return out;
+    }
     if (skv_rec_is_sealed(v->mv_data, v->mv_size)) {
         uint8_t *img;
         SU_CHECK(tenant_dek(dir, txn, skv_rec_sealed_tenant(v->mv_data, v->mv_size), dek) == 0,
