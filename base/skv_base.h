@@ -46,6 +46,22 @@ void skv_free(void *p);
  * 2 MiB touched costs 2 MiB. Freed by skv_free_huge with the same n. */
 void *skv_calloc_huge(size_t n);
 void skv_free_huge(void *p, size_t n);
+/* Warm big buffers (base/warm.c): a block of SKV_WARM_MIN bytes or more
+ * given back with skv_warm_free is kept (SKV_WARM_KEEP blocks and
+ * SKV_WARM_BYTES at most) for the next skv_warm_alloc of as many bytes,
+ * whose pages are then already there. skv_warm_alloc: a kept block of at
+ * least n bytes (the smallest), else a fresh one; *cap its size, which
+ * skv_warm_free wants back. skv_warm_take: a kept block only (NULL when
+ * none fits). skv_warm_trim gives every kept block back to the system
+ * (when the server is idle). Thread-safe. */
+#define SKV_WARM_MIN ((size_t)1 << 20)
+#define SKV_WARM_KEEP 8
+#define SKV_WARM_BYTES ((size_t)256 << 20)
+void *skv_warm_alloc(size_t n, size_t *cap);
+void *skv_warm_take(size_t n, size_t *cap);
+void skv_warm_free(void *p, size_t cap);
+void skv_warm_trim(void);
+size_t skv_warm_bytes(void);
 /* Make the allocation `n` calls from now fail (n = 0: the next one), and
  * every later one while `sticky` is set; n < 0 turns injection off. */
 void skv_alloc_fail_after(long n, int sticky);

@@ -58,6 +58,7 @@ static void run_once(skv_server *s, int compact)
     seqkv_compact_stats st;
     double t0 = srv_now();
     rc = seqkv_compact(s->db, NULL, on_progress, s, &st);
+    skv_warm_trim();
     malloc_trim(0);
     pthread_mutex_lock(&s->mmu);
     s->mstat.running = 0;
@@ -119,6 +120,7 @@ static void *maintain_main(void *arg)
                 srv_log(s, "expiry sweep: %s", seqkv_error_detail());
             next_sweep = srv_now() + SRV_SWEEP_EVERY;
             if (untrimmed && srv_now() - last_put >= SRV_IDLE_TRIM) {
+                skv_warm_trim(); /* (the big buffers kept warm for the next put) */
                 malloc_trim(0);
                 untrimmed = 0;
             }

@@ -17,9 +17,10 @@ void skv_resp_cmd_free(skv_resp_cmd *c)
     if (!c)
         return;
     for (size_t i = 0; i < c->argc; i++)
-        skv_free(c->argv[i]);
+        skv_warm_free(c->argv[i], c->argcap ? c->argcap[i] : 0);
     skv_free(c->argv);
     skv_free(c->argl);
+    skv_free(c->argcap);
     memset(c, 0, sizeof *c);
 }
 
@@ -35,7 +36,7 @@ void skv_resp_reset(skv_resp_parser *p)
     /* a bulk being received sits one past the counted arguments (the
      * table is zeroed, so the slot is NULL otherwise) */
     if (p->cmd.argv && p->cmd.argc < p->want)
-        skv_free(p->cmd.argv[p->cmd.argc]);
+        skv_warm_free(p->cmd.argv[p->cmd.argc], p->bulk_cap);
     skv_resp_cmd_free(&p->cmd);
     skv_resp_init(p, &lim);
 }
@@ -86,7 +87,8 @@ static int start_cmd(skv_resp_parser *p, size_t argc)
 {
     p->cmd.argv = skv_calloc(argc, sizeof *p->cmd.argv);
     p->cmd.argl = skv_calloc(argc, sizeof *p->cmd.argl);
-    if (!p->cmd.argv || !p->cmd.argl) {
+    p->cmd.argcap = skv_calloc(argc, sizeof *p->cmd.argcap);
+    if (!p->cmd.argv || !p->cmd.argl || !p->cmd.argcap) {
         skv_resp_cmd_free(&p->cmd);
         return fail(p, "out of memory");
     }
@@ -145,12 +147,25 @@ static int parse_inline(skv_resp_parser *p, const uint8_t *line, size_t n, skv_r
 }
 
 /* Make sure the bulk buffer has room for at least one more byte of the
- * body (and always for the final NUL). */
+ * body (and always for the final NUL). It doubles as the body arrives (a
+ * client that announces a length and sends nothing holds nothing), but a
+ * big body moves at once into a warm block of its whole length when one
+ * is kept (memory that is there already: no pages to fault in, no more
+ * doublings to copy). */
 static int bulk_grow(skv_resp_parser *p)
 {
     size_t idx = p->cmd.argc;
-    if (p->bulk_have < p->bulk_cap - 1 || p->bulk_cap == p->bulk_len + 1)
+    if (p->bulk_have < p->bulk_cap - 1 || p->bulk_cap >= p->bulk_len + 1)
         return 0;
+    size_t wcap;
+    uint8_t *w = skv_warm_take(p->bulk_len + 1, &wcap);
+    if (w) {
+        memcpy(w, p->cmd.argv[idx], p->bulk_have);
+        skv_warm_free(p->cmd.argv[idx], p->bulk_cap);
+        p->cmd.argv[idx] = w;
+        p->bulk_cap = wcap;
+        return 0;
+    }
     size_t ncap = p->bulk_cap * 2;
     if (ncap > p->bulk_len + 1 || ncap < p->bulk_cap)
         ncap = p->bulk_len + 1;
@@ -291,6 +306,7 @@ int skv_resp_feed(skv_resp_parser *p, const uint8_t *buf, size_t len, size_t *us
             size_t idx = p->cmd.argc;
             p->cmd.argv[idx][p->bulk_len] = 0;
             p->cmd.argl[idx] = p->bulk_len;
+            p->cmd.argcap[idx] = p->bulk_cap;
             p->cmd.argc++;
             p->bulk_len = p->bulk_have = p->bulk_cap = 0;
             if (p->cmd.argc == p->want) {

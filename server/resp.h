@@ -34,6 +34,7 @@ typedef struct {
     size_t argc;
     uint8_t **argv;
     size_t *argl;
+    size_t *argcap; /* each argument's block (a big one: skv_warm_free) */
 } skv_resp_cmd;
 void skv_resp_cmd_free(skv_resp_cmd *c);
 

@@ -8,12 +8,26 @@
 /* A put batch commits early once its records reach this many bytes. */
 #define SKV_BATCH_BYTES (64u << 20)
 
-const pend_rec *skv_batch_find(const struct skv_put_batch *pb, const uint8_t key[32])
+pend_rec *skv_batch_find(struct skv_put_batch *pb, const uint8_t key[32])
 {
     for (size_t i = pb ? pb->nrec : 0; i-- > 0;)
         if (memcmp(pb->rec[i].key, key, 32) == 0)
             return &pb->rec[i];
     return NULL;
+}
+
+int skv_batch_whole(pend_rec *p)
+{
+    if (!p->at.src)
+        return SKV_OK;
+    uint8_t *w = skv_rec_gather(p->img, p->len, &p->at);
+    if (!w)
+        return skv_error(SKV_ERR_NOMEM, "record");
+    skv_free(p->img);
+    skv_free((void *)p->at.src);
+    p->img = w;
+    p->at = (skv_rec_at){0};
+    return SKV_OK;
 }
 
 /* Room in the array *p (capacity *cap, elements of size sz) for need
@@ -48,6 +62,8 @@ void skv_batch_drop(seqkv *db, struct skv_put_batch *pb, size_t from)
             skv_store_unindex(db, p->e, t, 1);
         pb->bytes -= p->len;
         skv_free(p->img);
+        skv_free((void *)p->at.src);
+        p->at.src = NULL;
         skv_hot_unref(p->hot);
         p->hot = NULL;
     }
@@ -78,8 +94,9 @@ static int batch_commit(seqkv *db, struct skv_put_batch *pb, int *evicted)
     size_t *slen = skv_calloc(pb->nrec, sizeof *slen);
     int src = sealed && slen ? SKV_OK : skv_error(SKV_ERR_NOMEM, "sealed records");
     for (size_t j = 0; !src && !db->o.no_seal && db->tier_fn && j < pb->nrec; j++)
-        src = skv_store_rec_seal(db, pb->rec[j].key, pb->rec[j].img, pb->rec[j].len, &sealed[j],
-                                 &slen[j]);
+        if (!(src = skv_batch_whole(&pb->rec[j])))
+            src = skv_store_rec_seal(db, pb->rec[j].key, pb->rec[j].img, pb->rec[j].len, &sealed[j],
+                                     &slen[j]);
     if (src) {
         for (size_t j = 0; sealed && j < pb->nrec; j++)
             skv_free(sealed[j]);
@@ -118,7 +135,8 @@ static int batch_body(seqkv *db, MDB_txn *txn, void *v)
          * with sealing off stored as it is) */
         const int pre = !in_place && bt->sealed[j];
         int rc = skv_chunk_put(db, txn, p->key, pre ? bt->sealed[j] : p->img, pre ? bt->slen[j] : p->len,
-                               in_place, MDB_NOOVERWRITE, db->pool, &mrc);
+                               pre || !p->at.src ? NULL : &p->at, in_place, MDB_NOOVERWRITE, db->pool,
+                               &mrc);
         if (rc)
             return rc;
         if (mrc == MDB_KEYEXIST)
@@ -166,6 +184,8 @@ static int batch_write(seqkv *db, struct skv_put_batch *pb, uint8_t *const *seal
                 skv_hot_put(db->hot, pb->rec[j].hot); /* recently put: hot */
         }
         skv_free(pb->rec[j].img);
+        skv_free((void *)pb->rec[j].at.src);
+        pb->rec[j].at.src = NULL;
         skv_hot_unref(pb->rec[j].hot);
         pb->rec[j].hot = NULL;
     }

@@ -194,7 +194,7 @@ typedef struct {
 static int put_img(seqkv *db, MDB_txn *txn, const uint8_t *key, const uint8_t *img, size_t len,
                    skv_pool *pool, int *mrc)
 {
-    return skv_chunk_put(db, txn, key, img, len, !db->o.no_seal, 0, pool, mrc);
+    return skv_chunk_put(db, txn, key, img, len, NULL, !db->o.no_seal, 0, pool, mrc);
 }
 
 static int write_body(seqkv *db, MDB_txn *txn, void *v)

@@ -7,8 +7,8 @@
 void skv_seqbuf_free(seqbuf *s)
 {
     skv_free(s->tok);
-    skv_free(s->kv[0]);
-    skv_free(s->kv[1]);
+    skv_warm_free(s->kv[0], s->cap[0]);
+    skv_warm_free(s->kv[1], s->cap[1]);
     memset(s, 0, sizeof *s);
 }
 
@@ -18,8 +18,9 @@ int skv_seqbuf_init(seqbuf *s, const prof_ent *pe, size_t stride)
     size_t bytes = (size_t)pe->p.layers * (stride ? stride : 1) * pe->C * pe->es;
     s->stride = stride;
     s->tok = skv_calloc(stride ? stride : 1, sizeof(int32_t));
-    s->kv[0] = skv_malloc(bytes);
-    s->kv[1] = skv_malloc(bytes);
+    /* (warm blocks: a big put's or get's buffers are the last one's) */
+    s->kv[0] = skv_warm_alloc(bytes, &s->cap[0]);
+    s->kv[1] = skv_warm_alloc(bytes, &s->cap[1]);
     if (!s->tok || !s->kv[0] || !s->kv[1]) {
         skv_seqbuf_free(s);
         return skv_error(SKV_ERR_NOMEM, "KV buffers for %zu tokens", stride);
@@ -130,9 +131,12 @@ static int load_rec(const dec_ctx *c, const skv_irec *t, int fused, skv_rec *r,
     if (t->tr.hidden) {
         /* the writer's own uncommitted record, from an earlier put of its
          * batch; readers never reach one (skv_trie_match skips them) */
-        const pend_rec *p = c->role.writer ? skv_batch_find(c->db->batch, t->tr.key) : NULL;
+        pend_rec *p = c->role.writer ? skv_batch_find(c->db->batch, t->tr.key) : NULL;
         if (!p)
             return skv_error(SKV_ERR_CORRUPT, "a reader reached an uncommitted record");
+        int wrc = skv_batch_whole(p); /* (a raw one's streams gathered from its put) */
+        if (wrc)
+            return wrc;
         v.mv_data = p->img;
         v.mv_size = p->len;
     } else {

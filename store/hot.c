@@ -59,11 +59,14 @@ int skv_hot_create(uint64_t budget, skv_hot **out)
 
 hot_chunk *skv_hot_new_bytes(const uint8_t key[32], size_t len)
 {
-    uint8_t *m = skv_malloc(HOT_HEAD + (len ? len : 1));
+    /* (a big entry on memory an evicted one, or a put's buffers, left warm) */
+    size_t cap;
+    uint8_t *m = skv_warm_alloc(HOT_HEAD + (len ? len : 1), &cap);
     if (!m)
         return NULL;
     hot_chunk *c = (hot_chunk *)m;
     memset(c, 0, sizeof *c);
+    c->cap = cap;
     atomic_init(&c->refs, 1);
     memcpy(c->key, key, 32);
     c->bytes = len;
@@ -90,7 +93,7 @@ void skv_hot_ref(hot_chunk *c)
 void skv_hot_unref(hot_chunk *c)
 {
     if (c && atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
-        skv_free(c);
+        skv_warm_free(c, c->cap);
 }
 
 /* ---- a shard's table and LRU list (its lock held) ---------------------------------- */

@@ -28,6 +28,7 @@ typedef struct hot_chunk {
     uint32_t layers;
     size_t row;         /* bytes of one position of one of K, V */
     size_t bytes;       /* layers * 2 * n * row */
+    size_t cap;         /* the block it lives in (skv_warm_alloc) */
     uint8_t *kv;        /* [layers][2][n][row] */
 } hot_chunk;
 

@@ -14,6 +14,7 @@ typedef struct {
     skv_rec r;
     uint8_t *img;
     size_t len;
+    skv_rec_at at; /* a raw record's streams left in the put's KV (src NULL: none) */
     float *sur;
 } newrec;
 
@@ -406,14 +407,15 @@ static size_t record_header(put_ctx *pc, size_t i, size_t hi, newrec *q)
     return lo;
 }
 
-/* The image of new record q (positions [P, P + hi), streams st) */
+/* The image of new record q (positions [P, P + hi), streams st; or,
+ * when q->at.src, streams that stay where they are: its image less them) */
 static int record_image(put_ctx *pc, newrec *q, const skv_streams *st, size_t P, size_t hi)
 {
     const int32_t *tokens = pc->req->tokens;
     const float *sur = pc->sur;
     int rc = SKV_OK;
-    uint8_t *tb = skv_malloc(hi * 4), *sb = sur ? skv_malloc(hi * 4) : NULL,
-            *sz = skv_malloc(st->nstreams * 4 + 4);
+    const size_t ns = q->at.src ? q->at.nstreams : st->nstreams;
+    uint8_t *tb = skv_malloc(hi * 4), *sb = sur ? skv_malloc(hi * 4) : NULL, *sz = skv_malloc(ns * 4 + 4);
     if (!tb || (sur && !sb) || !sz)
         rc = skv_error(SKV_ERR_NOMEM, "record");
     if (!rc) {
@@ -422,18 +424,21 @@ static int record_image(put_ctx *pc, newrec *q, const skv_streams *st, size_t P,
             if (sb)
                 skv_store32_le(sb + 4 * t, skv_f32_bits(sur[P + t]));
         }
-        for (size_t j = 0; j < st->nstreams; j++)
-            skv_store32_le(sz + 4 * j, (uint32_t)(st->offs[j + 1] - st->offs[j]));
+        for (size_t j = 0; j < ns; j++)
+            skv_store32_le(sz + 4 * j, (uint32_t)(q->at.src ? q->at.sz : st->offs[j + 1] - st->offs[j]));
         q->r.tokens = tb;
         q->r.surprisal = sb;
-        q->r.nstreams = (uint32_t)st->nstreams;
+        q->r.nstreams = (uint32_t)ns;
         q->r.sizes = sz;
-        q->r.streams = st->data;
-        q->r.streams_len = st->len;
+        q->r.streams = q->at.src ? NULL : st->data;
+        q->r.streams_len = q->at.src ? ns * q->at.sz : st->len;
         q->len = skv_rec_size(&q->r);
-        q->img = skv_malloc(q->len);
+        q->at.head_len = q->len - q->r.streams_len - SKV_REC_TRAILER;
+        q->img = skv_malloc(q->at.src ? q->at.head_len + SKV_REC_TRAILER : q->len);
         if (!q->img)
             rc = skv_error(SKV_ERR_NOMEM, "record");
+        else if (q->at.src)
+            skv_rec_write_at(&q->r, &q->at, q->img);
         else
             skv_rec_write(&q->r, q->img);
         pc->total += skv_store_rec_bytes(pc->db, q->len);
@@ -442,6 +447,32 @@ static int record_image(put_ctx *pc, newrec *q, const skv_streams *st, size_t P,
     skv_free(sb);
     skv_free(sz);
     return rc;
+}
+
+size_t skv_put_in_place;
+
+/* A raw record of positions [a, b) whose streams stay in the put's KV
+ * until the batch commits, where they are sealed straight into its value
+ * file (vfile.c): no copy of them into streams and an image first. Only
+ * for positions the put brought (its bytes are the ones stored), and for
+ * a record bound sealed for a file (else the batch gathers it again). */
+static int raw_in_place(put_ctx *pc, size_t a, size_t b, newrec *q)
+{
+    const seqkv *db = pc->db;
+    const size_t L = pc->L, n = pc->req->n, row = pc->row, ns = 2 * L;
+    if (pc->level != SEQKV_RAW || pc->lossy || a < pc->m || db->o.no_seal || db->tier_fn ||
+        db->vf.dir_fd < 0 || ns * (b - a) * row < db->vf.min)
+        return SKV_OK;
+    const uint8_t **src = skv_malloc(ns * sizeof *src);
+    if (!src)
+        return skv_error(SKV_ERR_NOMEM, "record");
+    /* the put's KV: [layers][K, V][n][row] */
+    for (size_t j = 0; j < ns; j++)
+        src[j] = (const uint8_t *)pc->req->kv + (j * n + a) * row;
+    q->at = (skv_rec_at){src, (b - a) * row, (uint32_t)ns, 0};
+    q->r.level = SEQKV_RAW;
+    __atomic_fetch_add(&skv_put_in_place, 1, __ATOMIC_RELAXED);
+    return SKV_OK;
 }
 
 /* New record nr[nnew], chunk i: coded (against the centroid cent when
@@ -454,10 +485,13 @@ static int put_chunk(put_ctx *pc, MDB_txn *rtxn, const skv_centroid *cent, size_
     const size_t lo = record_header(pc, i, hi, q);
     skv_streams st = {0};
     int rc = SKV_OK, lossy = 0;
+    q->at = (skv_rec_at){0};
     if (pc->lossy)
         rc = skv_store_lossy_code(pc->db, rtxn, pc->pe, &pc->s, P + lo, P + hi, pc->req->n, &q->r, &st,
                                   &lossy);
     if (!rc && !lossy)
+        rc = raw_in_place(pc, P + lo, P + hi, q);
+    if (!rc && !lossy && !q->at.src)
         rc = skv_store_code_record(pc->db, rtxn, pc->pe, pc->level, &pc->s, P + lo, P + hi, &q->r, &st);
     /* the checksum of what a get decodes: after coding, as a lossy record
      * leaves its reconstruction in s */
@@ -479,10 +513,10 @@ static int put_chunk(put_ctx *pc, MDB_txn *rtxn, const skv_centroid *cent, size_
         rc = record_image(pc, q, &st, P, hi);
     skv_free(side);
     skv_streams_free(&st);
-    if (!rc) {
-        /* keep what the index needs; the image holds the rest */
+    if (!rc && q->at.src) /* (what the index needs: the head) */
+        rc = skv_rec_parse_head(q->img, q->at.head_len, q->r.streams_len, &q->r);
+    else if (!rc) /* keep what the index needs; the image holds the rest */
         skv_rec_parse(q->img, q->len, &q->r);
-    }
     res->new_tokens += hi - lo;
     return rc;
 }
@@ -594,8 +628,10 @@ static int put_index(put_ctx *pc)
         memcpy(p->key, q->key, 32);
         p->img = q->img;
         p->len = q->len;
+        p->at = q->at;
         p->hot = put_hot(pc, q);
         q->img = NULL;
+        q->at.src = NULL;
         pb->bytes += skv_store_rec_bytes(db, p->len);
         res->chunks++;
         res->bytes += skv_store_rec_bytes(db, p->len);
@@ -640,8 +676,10 @@ static int put_prepare(seqkv *db, seqkv_put_req *req, int standalone, int *again
     if (!rc)
         rc = put_index(&pc);
 done:
-    for (size_t j = 0; j < pc.nchunks && pc.nr; j++)
+    for (size_t j = 0; j < pc.nchunks && pc.nr; j++) {
         skv_free(pc.nr[j].img);
+        skv_free((void *)pc.nr[j].at.src);
+    }
     skv_free(pc.nr);
     skv_free(pc.path);
     skv_free(pc.sur);

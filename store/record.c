@@ -57,7 +57,8 @@ size_t skv_rec_size(const skv_rec *r)
            r->side_len + (size_t)r->nstreams * 4 + r->streams_len + SKV_REC_TRAILER;
 }
 
-void skv_rec_write(const skv_rec *r, uint8_t *dst)
+/* r's image up to its streams into dst; the end */
+static uint8_t *write_head(const skv_rec *r, uint8_t *dst)
 {
     uint8_t *p = dst;
     memset(p, 0, SKV_REC_HEADER);
@@ -88,7 +89,25 @@ void skv_rec_write(const skv_rec *r, uint8_t *dst)
         memcpy(p, r->side, r->side_len);
     p += r->side_len;
     memcpy(p, r->sizes, (size_t)r->nstreams * 4);
-    p += (size_t)r->nstreams * 4;
+    return p + (size_t)r->nstreams * 4;
+}
+
+void skv_rec_write_at(const skv_rec *r, const skv_rec_at *at, uint8_t *dst)
+{
+    const uint8_t *end = write_head(r, dst);
+    XXH3_state_t t;
+    XXH3_128bits_reset(&t);
+    XXH3_128bits_update(&t, dst, (size_t)(end - dst));
+    for (uint32_t j = 0; j < at->nstreams; j++)
+        XXH3_128bits_update(&t, at->src[j], at->sz);
+    XXH128_hash_t h = XXH3_128bits_digest(&t);
+    skv_store64_le(dst + (end - dst), h.low64);
+    skv_store64_le(dst + (end - dst) + 8, h.high64);
+}
+
+void skv_rec_write(const skv_rec *r, uint8_t *dst)
+{
+    uint8_t *p = write_head(r, dst);
     if (r->streams_len)
         memcpy(p, r->streams, r->streams_len);
     p += r->streams_len;

@@ -10,6 +10,7 @@
  * records, does not open. Box 1's parts go through OpenSSL (below); the
  * rest through libsodium. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -175,12 +176,11 @@ static void seal_parts(void *ctx, size_t b, size_t e, int worker)
     }
 }
 
-/* The clear head and box 0 of record img (parsed as r) sealed into out;
+/* The clear head and box 0 (b0 plain bytes) of record img sealed into out;
  * box 1's plain length into *b1; *pk keyed for its parts (wipe it) */
-static size_t seal_head(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
-                        const uint8_t *img, size_t len, uint8_t *out, part_key *pk, size_t *b1)
+static void seal_head(const uint8_t key[32], const uint8_t dek[32], const uint8_t *img, size_t len,
+                      size_t b0, uint8_t *out, part_key *pk, size_t *b1)
 {
-    const size_t b0 = box0_len(r, img);
     *b1 = len - SKV_REC_HEADER - (b0 - 8);
     skv_store32_le(out, SKV_SEAL_MAGIC);
     skv_store16_le(out + 4, SKV_SEAL_VERSION);
@@ -201,7 +201,6 @@ static size_t seal_head(const uint8_t key[32], const uint8_t dek[32], const skv_
     crypto_aead_xchacha20poly1305_ietf_encrypt(c0, NULL, c0, b0, ad, sizeof ad, NULL, nonce, dek);
     sodium_memzero(ad, sizeof ad);
     part_key_init(pk, dek, out + 8);
-    return b0;
 }
 
 void skv_rec_seal_into_pool(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
@@ -209,7 +208,8 @@ void skv_rec_seal_into_pool(const uint8_t key[32], const uint8_t dek[32], const 
 {
     part_key pk;
     size_t b1;
-    const size_t b0 = seal_head(key, dek, r, img, len, out, &pk, &b1);
+    const size_t b0 = box0_len(r, img);
+    seal_head(key, dek, img, len, b0, out, &pk, &b1);
     /* boxes 1..SKV_SEAL_SEGS: the streams and the trailer in as many
      * equal parts (the last one shorter), which seal and open side by side */
     seal_job j = {&pk, key, out, img + SKV_REC_HEADER + (b0 - 8), out + SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG, b1};
@@ -237,10 +237,16 @@ static int pwrite_all(int fd, const uint8_t *b, size_t n, off_t off)
 }
 
 /* Box 1's parts sealed into a file, one a task: each in pieces through
- * the thread's warm buffer, written while the piece is in cache */
+ * the thread's warm buffer, written while the piece is in cache. Box 1's
+ * plain bytes lie in one run (m), or (src) as nstreams streams of sz bytes
+ * each where they are, then the image's trailer. */
 typedef struct {
     const part_key *pk;
-    const uint8_t *key, *head, *m; /* head: the sealed head; m: the plain parts */
+    const uint8_t *key, *head, *m; /* head: the sealed head */
+    const uint8_t *const *src;
+    size_t sz;
+    uint32_t nstreams;
+    const uint8_t *trailer;
     size_t b1, piece;
     off_t at0; /* part 0's place in the file */
     int fd;
@@ -248,29 +254,66 @@ typedef struct {
     int err;
 } file_job;
 
-/* Part k (m, n bytes) sealed into the file at off, then its tag: 0, or errno */
+/* Where box 1's plain byte p lies, and how many from it lie in one run
+ * (end: the part's end) */
+static size_t gather(const file_job *j, size_t p, size_t end, const uint8_t **from)
+{
+    if (!j->src) {
+        *from = j->m + p;
+        return end - p;
+    }
+    const size_t all = (size_t)j->nstreams * j->sz;
+    if (p >= all) {
+        *from = j->trailer + (p - all);
+        return end - p;
+    }
+    const size_t in = p % j->sz;
+    *from = j->src[p / j->sz] + in;
+    return j->sz - in < end - p ? j->sz - in : end - p;
+}
+
+/* Part [at, at + n) of box 1 sealed into the file at off, then its tag:
+ * 0, or errno */
 static int part_to_file(const file_job *j, const uint8_t nonce[SKV_SEAL_NONCE], const uint8_t *ad,
-                        const uint8_t *m, size_t n, off_t off, uint8_t *buf)
+                        size_t at, size_t n, off_t off, uint8_t *buf)
 {
     uint8_t n12[12], tag[SKV_SEAL_TAG];
+    const uint8_t *from;
     ietf_nonce(nonce, n12);
     EVP_CIPHER_CTX *x = evp_cc20 ? EVP_CIPHER_CTX_new() : NULL;
     int o, err = 0;
-    if (!x) { /* (libsodium seals a part whole: through a buffer of its size) */
-        uint8_t *c = skv_malloc(n + SKV_SEAL_TAG);
-        if (!c)
-            return ENOMEM;
-        part_seal(j->pk, nonce, ad, BOX_AD, m, n, c);
-        err = pwrite_all(j->fd, c, n + SKV_SEAL_TAG, off);
+    if (!x) { /* (libsodium seals a part whole: gathered into a buffer of its size) */
+        uint8_t *m = skv_malloc(n + 1), *c = skv_malloc(n + SKV_SEAL_TAG);
+        for (size_t p = at, len; m && p < at + n; p += len) {
+            len = gather(j, p, at + n, &from);
+            memcpy(m + (p - at), from, len);
+        }
+        if (m && c) {
+            part_seal(j->pk, nonce, ad, BOX_AD, m, n, c);
+            err = pwrite_all(j->fd, c, n + SKV_SEAL_TAG, off);
+        }
+        skv_free(m);
         skv_free(c);
-        return err;
+        return m && c ? err : ENOMEM;
     }
     int ok = EVP_EncryptInit_ex2(x, evp_cc20, j->pk->subkey, n12, NULL) == 1 &&
              EVP_EncryptUpdate(x, NULL, &o, ad, BOX_AD) == 1;
-    for (size_t p = 0, len; ok && !err && p < n; p += len) {
-        len = n - p < j->piece ? n - p : j->piece;
-        ok = EVP_EncryptUpdate(x, buf, &o, m + p, (int)len) == 1 && (size_t)o == len;
-        err = ok ? pwrite_all(j->fd, buf, len, off + (off_t)p) : 0;
+    /* pieces of at most j->piece bytes, each gathered from runs */
+    for (size_t p = at; ok && !err && p < at + n;) {
+        const size_t end = p + (at + n - p < j->piece ? at + n - p : j->piece);
+        size_t got = 0;
+        for (size_t q = p, len; ok && q < end; q += len, got += len) {
+            len = gather(j, q, end, &from);
+            ok = EVP_EncryptUpdate(x, buf + got, &o, from, (int)len) == 1 && (size_t)o == len;
+        }
+        err = ok ? pwrite_all(j->fd, buf, got, off + (off_t)(p - at)) : 0;
+#ifdef SYNC_FILE_RANGE_WRITE
+        /* its writeback begins now, behind the pieces still to seal: the
+         * caller's fdatasync then waits for the last ones only */
+        if (!err)
+            sync_file_range(j->fd, off + (off_t)(p - at), (off_t)got, SYNC_FILE_RANGE_WRITE);
+#endif
+        p = end;
     }
     ok = ok && EVP_EncryptFinal_ex(x, buf, &o) == 1 && o == 0 &&
          EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, SKV_SEAL_TAG, tag) == 1;
@@ -289,7 +332,7 @@ static void file_parts(void *ctx, size_t b, size_t e, int worker)
         uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
         box_ad(j->key, j->head, 1 + (int)k, ad);
         box_nonce(j->head + 8, 1 + (int)k, nonce);
-        int err = part_to_file(j, nonce, ad, j->m + at, n, j->at0 + (off_t)(at + k * SKV_SEAL_TAG),
+        int err = part_to_file(j, nonce, ad, at, n, j->at0 + (off_t)(at + k * SKV_SEAL_TAG),
                                j->bufs[worker]);
         sodium_memzero(ad, sizeof ad);
         if (err)
@@ -298,17 +341,21 @@ static void file_parts(void *ctx, size_t b, size_t e, int worker)
 }
 
 int skv_rec_seal_to_fd(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
-                       const uint8_t *img, size_t len, int fd, skv_pool *pool, uint8_t *const *bufs,
-                       size_t piece)
+                       const uint8_t *img, size_t len, const skv_rec_at *at, int fd, skv_pool *pool,
+                       uint8_t *const *bufs, size_t piece)
 {
-    const size_t hn = SKV_SEAL_HEAD + box0_len(r, img) + SKV_SEAL_TAG;
+    /* (box 0: the image's bytes from the header to the stream sizes) */
+    const size_t b0 = at ? at->head_len - SKV_REC_HEADER + 8 : box0_len(r, img),
+                 hn = SKV_SEAL_HEAD + b0 + SKV_SEAL_TAG;
     uint8_t *head = skv_malloc(hn);
     if (!head)
         return skv_error(SKV_ERR_NOMEM, "sealed record");
     part_key pk;
     size_t b1;
-    const size_t b0 = seal_head(key, dek, r, img, len, head, &pk, &b1);
-    file_job j = {&pk, key, head, img + SKV_REC_HEADER + (b0 - 8), b1, piece, (off_t)hn, fd, bufs, 0};
+    seal_head(key, dek, img, len, b0, head, &pk, &b1);
+    file_job j = {&pk, key, head, img + SKV_REC_HEADER + (b0 - 8), at ? at->src : NULL, at ? at->sz : 0,
+                  at ? at->nstreams : 0, at ? img + at->head_len : NULL, b1, piece, (off_t)hn, fd,
+                  bufs, 0};
     j.err = pwrite_all(fd, head, hn, 0);
     if (!j.err && pool && b1 >= ((size_t)1 << 20))
         skv_pool_run_any(pool, SKV_SEAL_SEGS, file_parts, &j);

@@ -55,10 +55,12 @@ void skv_rec_seal_into_pool(const uint8_t key[32], const uint8_t dek[32], const 
 /* The same bytes (but for the random nonce) written to file fd from
  * offset 0 instead: box 1's parts sealed over pool in pieces of at most
  * `piece` bytes through bufs[worker] (one warm buffer a pool thread), each
- * written while it is in cache. SKV_ERR_IO with errno's message. */
+ * written while it is in cache. at (or NULL): img holds the image less its
+ * streams, which lie at at->src (a raw record's, skv_rec_write_at).
+ * SKV_ERR_IO with errno's message. */
 int skv_rec_seal_to_fd(const uint8_t key[32], const uint8_t dek[32], const skv_rec *r,
-                       const uint8_t *img, size_t len, int fd, skv_pool *pool, uint8_t *const *bufs,
-                       size_t piece);
+                       const uint8_t *img, size_t len, const skv_rec_at *at, int fd, skv_pool *pool,
+                       uint8_t *const *bufs, size_t piece);
 /* The record image (version 2) of sealed value v, skv_malloc'd into *img.
  * SKV_ERR_CORRUPT when it does not open (damaged, moved to another key or
  * tenant, another data key), SKV_ERR_FORMAT / SKV_ERR_VERSION. */

@@ -49,6 +49,19 @@ size_t skv_rec_size(const skv_rec *r);
 /* Serialise into dst (skv_rec_size bytes); tokens/surprisal/side/sizes/
  * streams are read from the pointers in r. */
 void skv_rec_write(const skv_rec *r, uint8_t *dst);
+/* A raw record's image with its streams where they lie: the image less
+ * its streams (header through stream sizes, head_len bytes, then the
+ * trailer) in one buffer, stream j's sz bytes at src[j] */
+typedef struct {
+    const uint8_t *const *src;
+    size_t sz;
+    uint32_t nstreams;
+    size_t head_len;
+} skv_rec_at;
+/* Serialise r less its streams into dst (skv_rec_size(r) - r->streams_len
+ * bytes): its head, then the trailer of the whole image, hashed over the
+ * head and at's streams (r->nstreams of at->sz bytes; r->streams unused) */
+void skv_rec_write_at(const skv_rec *r, const skv_rec_at *at, uint8_t *dst);
 /* Recompute the trailer of a record image of len bytes (at least a header
  * and a trailer; tests and fuzzing). */
 void skv_rec_seal(uint8_t *buf, size_t len);
@@ -117,5 +130,8 @@ extern size_t skv_compact_behind_min;
  * (0) to compare; skv_compact_held counts the steps that used such rows */
 extern int skv_compact_hold;
 extern size_t skv_compact_held;
+/* Raw records whose streams stayed in their put's KV until sealed into
+ * their value files (put.c; for tests) */
+extern size_t skv_put_in_place;
 
 #endif

@@ -278,6 +278,7 @@ typedef struct {
     size_t stride;
     int32_t *tok;
     uint8_t *kv[2];
+    size_t cap[2]; /* kv's blocks (skv_warm_alloc) */
 } seqbuf;
 /* The positions of `tip`'s chain that coding its record again at a level
  * without a model needs (model_free: the previous position's row alone):
@@ -530,6 +531,8 @@ typedef struct {
     uint8_t key[32];
     uint8_t *img;
     size_t len;
+    skv_rec_at at;  /* a raw record's streams in the put's KV, img its image
+                       less them (skv_rec_write_at); src NULL: img whole */
     hot_chunk *hot; /* its KV for the hot tier once committed, or NULL */
 } pend_rec;
 
@@ -547,7 +550,10 @@ struct skv_put_batch {
 };
 
 /* The batch's record of key, or NULL */
-const pend_rec *skv_batch_find(const struct skv_put_batch *pb, const uint8_t key[32]);
+pend_rec *skv_batch_find(struct skv_put_batch *pb, const uint8_t key[32]);
+/* p's image made whole (its streams gathered from its put's KV): every
+ * use of a pending image but the batch's own sealed write needs it */
+int skv_batch_whole(pend_rec *p);
 /* Room for nrec more records and ntick more recency entries */
 int skv_batch_reserve(struct skv_put_batch *pb, size_t nrec, size_t ntick);
 /* Forget the batch's records from `from` on (batch.c) */

@@ -488,7 +488,7 @@ static int install_body(seqkv *db, MDB_txn *txn, void *v)
     int mrc = 0;
     for (size_t i = 0; i < it->n && !mrc; i++) {
         MDB_val k = {32, (void *)it->recs[i].key}, tv = {8, tb};
-        int rc = skv_chunk_put(db, txn, it->recs[i].key, it->recs[i].bytes, it->recs[i].len, 0,
+        int rc = skv_chunk_put(db, txn, it->recs[i].key, it->recs[i].bytes, it->recs[i].len, NULL, 0,
                                MDB_NOOVERWRITE, NULL, &mrc);
         if (rc)
             return rc;

@@ -184,9 +184,23 @@ static int vf_bufs(seqkv *db, skv_pool *pool)
     return SKV_OK;
 }
 
-/* img's stored bytes (sealed when seal) into file fd */
+uint8_t *skv_rec_gather(const uint8_t *img, size_t len, const skv_rec_at *at)
+{
+    uint8_t *w = skv_malloc(len);
+    if (!w)
+        return NULL;
+    uint8_t *p = w;
+    memcpy(p, img, at->head_len);
+    p += at->head_len;
+    for (uint32_t j = 0; j < at->nstreams; j++, p += at->sz)
+        memcpy(p, at->src[j], at->sz);
+    memcpy(p, img + at->head_len, SKV_REC_TRAILER);
+    return w;
+}
+
+/* img's stored bytes (sealed when seal; its streams at at) into file fd */
 static int vf_write(seqkv *db, int fd, const uint8_t key[32], const uint8_t *img, size_t len,
-                    int seal, skv_pool *pool)
+                    const skv_rec_at *at, int seal, skv_pool *pool)
 {
     if (!seal) {
         for (size_t p = 0; p < len;) {
@@ -201,23 +215,42 @@ static int vf_write(seqkv *db, int fd, const uint8_t key[32], const uint8_t *img
     }
     skv_rec r;
     uint8_t dek[32];
-    int rc = skv_rec_parse_ex(img, len, 0, &r);
+    int rc = at ? skv_rec_parse_head(img, at->head_len, (size_t)at->nstreams * at->sz, &r)
+                : skv_rec_parse_ex(img, len, 0, &r);
     if (!rc && !(rc = vf_bufs(db, pool)) && !(rc = skv_store_dek(db, r.tenant, dek)))
-        rc = skv_rec_seal_to_fd(key, dek, &r, img, len, fd, pool, db->vf.bufs, VF_PIECE);
+        rc = skv_rec_seal_to_fd(key, dek, &r, img, len, at, fd, pool, db->vf.bufs, VF_PIECE);
     sodium_memzero(dek, sizeof dek);
     return rc;
 }
 
+/* A value bound for LMDB, or a plain one for a file, whose streams lie
+ * elsewhere: gathered into one image first (rare: a raw record keeps its
+ * streams in place only when it goes sealed to a file) */
+static int chunk_put_whole(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t *img,
+                           size_t len, const skv_rec_at *at, int seal, unsigned flags, skv_pool *pool,
+                           int *mrc)
+{
+    uint8_t *w = skv_rec_gather(img, len, at);
+    if (!w)
+        return skv_error(SKV_ERR_NOMEM, "record");
+    int rc = skv_chunk_put(db, txn, key, w, len, NULL, seal, flags, pool, mrc);
+    skv_free(w);
+    return rc;
+}
+
 int skv_chunk_put(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t *img, size_t len,
-                  int seal, unsigned flags, skv_pool *pool, int *mrc)
+                  const skv_rec_at *at, int seal, unsigned flags, skv_pool *pool, int *mrc)
 {
     MDB_val k = {32, (void *)key}, v;
     int rc;
     *mrc = 0;
+    const size_t stored = seal ? len + SKV_SEAL_OVERHEAD : len;
+    const int to_file = stored >= db->vf.min && db->vf.dir_fd >= 0;
+    if (at && !(to_file && seal))
+        return chunk_put_whole(db, txn, key, img, len, at, seal, flags, pool, mrc);
     if (!(flags & MDB_NOOVERWRITE) && (rc = skv_vf_forget(db, txn, key)))
         return rc;
-    const size_t stored = seal ? len + SKV_SEAL_OVERHEAD : len;
-    if (stored < db->vf.min || db->vf.dir_fd < 0) {
+    if (!to_file) {
         if (seal)
             return skv_store_put_sealed(db, txn, key, img, len, flags, pool, mrc);
         v = (MDB_val){len, (void *)img};
@@ -246,7 +279,7 @@ int skv_chunk_put(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t 
         unlinkat(db->vf.dir_fd, name, 0);
         return rc;
     }
-    rc = vf_write(db, fd, key, img, len, seal, pool);
+    rc = vf_write(db, fd, key, img, len, at, seal, pool);
     if (!rc && !db->o.no_sync && fdatasync(fd) != 0)
         rc = skv_error(SKV_ERR_IO, "sync value file values/%s: %s", name, strerror(errno));
     if (close(fd) != 0 && !rc)

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "skv_base.h"
+#include "store_int.h"
 
 #define SKV_VF_MAGIC 0x4f564b53u /* "SKVO" */
 #define SKV_VF_VERSION 1
@@ -72,13 +73,18 @@ int skv_vf_resolve(seqkv *db, const uint8_t key[32], MDB_val *v, int whole, skv_
 void skv_vf_release(skv_vmap *m);
 
 /* Put record key's value in txn (flags: MDB_NOOVERWRITE or 0): img, a
- * plain record image sealed under its tenant's key first when seal, else
- * stored as it is; to a value file when it reaches file_min (its parts
- * sealed over pool: the writer's, or NULL), else into LMDB. A value
- * replaced is forgotten (skv_vf_forget). *mrc: mdb_put's result
+ * plain record image of len bytes sealed under its tenant's key first
+ * when seal, else stored as it is; to a value file when it reaches
+ * file_min (its parts sealed over pool: the writer's, or NULL), else into
+ * LMDB. at (or NULL): img is the image less its streams, which lie at
+ * at->src (sealed into a value file from there; else gathered first). A
+ * value replaced is forgotten (skv_vf_forget). *mrc: mdb_put's result
  * (MDB_KEYEXIST, MDB_MAP_FULL: nothing put). */
 int skv_chunk_put(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t *img, size_t len,
-                  int seal, unsigned flags, skv_pool *pool, int *mrc);
+                  const skv_rec_at *at, int seal, unsigned flags, skv_pool *pool, int *mrc);
+/* The whole image of a record kept less its streams (img, at: see
+ * skv_rec_at), skv_malloc'd; NULL when out of memory */
+uint8_t *skv_rec_gather(const uint8_t *img, size_t len, const skv_rec_at *at);
 /* Before record key's value is deleted in txn: its file (when it has one)
  * is unlinked once txn commits */
 int skv_vf_forget(seqkv *db, MDB_txn *txn, const uint8_t key[32]);

@@ -19,6 +19,7 @@
 #include "storetest.h"
 #include "storeutil.h"
 #include "testutil.h"
+#include "seal.h"
 #include "vfile.h"
 
 #define NSEQ 6
@@ -136,7 +137,14 @@ static void round_trip(seqkv_level level, int no_seal)
     fixture x;
     fixture_make(&x);
     const char *dir = tu_path(tu_tmpdir(), "db"), *ref = tu_path(tu_tmpdir(), "ref");
+    const size_t in_place = skv_put_in_place;
     seqkv *db = filled(dir, &x, level, 1, no_seal);
+    /* (a sealed raw record is sealed into its file from the put's own KV;
+     * an unsealed one is written whole) */
+    if (level == SEQKV_RAW && !no_seal)
+        cr_assert_gt(skv_put_in_place, in_place, "raw records sealed from where they lie");
+    else if (level == SEQKV_RAW)
+        cr_assert_eq(skv_put_in_place, in_place);
     all_exact(db, &x, "records in value files");
     seqkv_stats st = stats(db, NULL);
     seqkv_close(db);
@@ -370,4 +378,127 @@ Test(vfile, a_missing_or_cut_value_file_is_a_clear_error_and_nothing_else_is_los
     seqkv_close(db);
     free(out);
     fixture_free(&x);
+}
+
+/* ---- a raw record sealed from its streams where they lie ---------------------- */
+
+/* A raw record of ns streams of sz bytes, whole (*img) and less its
+ * streams (*head), the streams at src */
+static void raw_record(uint32_t ns, size_t sz, uint64_t seed, uint8_t **whole, size_t *len,
+                       uint8_t **head, skv_rec_at *at, uint8_t **body)
+{
+    skv_rng g;
+    skv_rng_seed(&g, seed);
+    *body = malloc(ns * sz + 1);
+    for (size_t i = 0; i < ns * sz; i++)
+        (*body)[i] = (uint8_t)skv_rng_next(&g);
+    static uint8_t tok[4 * 40], sizes[4 * 64];
+    skv_rec r = {.level = SEQKV_RAW, .tenant = 3, .chunk_index = 2, .n = 40, .checksum = 77};
+    for (int i = 0; i < 40; i++)
+        skv_store32_le(tok + 4 * i, (uint32_t)(i * 7));
+    for (uint32_t j = 0; j < ns; j++)
+        skv_store32_le(sizes + 4 * j, (uint32_t)sz);
+    r.tokens = tok;
+    r.nstreams = ns;
+    r.sizes = sizes;
+    r.streams = *body;
+    r.streams_len = ns * sz;
+    *len = skv_rec_size(&r);
+    *whole = malloc(*len);
+    skv_rec_write(&r, *whole);
+    /* the streams elsewhere, in reverse order of memory (as a put's KV
+     * need not keep them in a row) */
+    const uint8_t **src = malloc(ns * sizeof *src);
+    uint8_t *far = malloc(ns * sz + 1);
+    for (uint32_t j = 0; j < ns; j++) {
+        memcpy(far + (ns - 1 - j) * sz, *body + j * sz, sz);
+        src[j] = far + (ns - 1 - j) * sz;
+    }
+    free(*body);
+    *body = far;
+    *at = (skv_rec_at){src, sz, ns, *len - ns * sz - SKV_REC_TRAILER};
+    *head = malloc(at->head_len + SKV_REC_TRAILER);
+    skv_rec_write_at(&r, at, *head);
+}
+
+Test(vfile, an_image_written_less_its_streams_is_the_image_written_whole)
+{
+    uint8_t *whole, *head, *body;
+    size_t len;
+    skv_rec_at at;
+    raw_record(64, 1000, 5, &whole, &len, &head, &at, &body);
+    uint8_t *g = skv_rec_gather(head, len, &at);
+    cr_assert_not_null(g);
+    cr_assert_eq(memcmp(g, whole, len), 0, "gathered, it is the same image, trailer and all");
+    skv_rec r;
+    cr_assert_eq(skv_rec_parse(g, len, &r), 0, "it verifies: %s", seqkv_error_detail());
+    skv_free(g);
+    free(whole);
+    free(head);
+    free(body);
+    free((void *)at.src);
+}
+
+/* The sealed file of a record (at: from its streams where they lie) */
+static uint8_t *sealed_file(const uint8_t *key, const uint8_t *dek, const uint8_t *img, size_t len,
+                            const skv_rec_at *at, size_t piece, size_t *flen)
+{
+    skv_rec r;
+    cr_assert_eq(at ? skv_rec_parse_head(img, at->head_len, (size_t)at->nstreams * at->sz, &r)
+                    : skv_rec_parse_ex(img, len, 0, &r),
+                 0);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/sealed-%d", tu_tmpdir(), at != NULL);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    cr_assert_geq(fd, 0);
+    uint8_t *bufs[2] = {malloc(piece), malloc(piece)};
+    cr_assert_eq(skv_rec_seal_to_fd(key, dek, &r, img, len, at, fd, NULL, bufs, piece), 0, "%s",
+                 seqkv_error_detail());
+    close(fd);
+    free(bufs[0]);
+    free(bufs[1]);
+    uint8_t *b = tu_read(path, flen);
+    cr_assert_not_null(b);
+    unlink(path);
+    return b;
+}
+
+Test(vfile, a_record_sealed_into_a_file_from_its_streams_opens_to_the_same_image)
+{
+    uint8_t *whole, *head, *body, key[32], dek[32];
+    size_t len;
+    skv_rec_at at;
+    /* pieces that end inside streams and parts, streams that span parts */
+    raw_record(24, 70001, 9, &whole, &len, &head, &at, &body);
+    for (int i = 0; i < 32; i++)
+        key[i] = (uint8_t)i, dek[i] = (uint8_t)(100 + i);
+    const size_t pieces[] = {4093, 1 << 20};
+    for (int p = 0; p < 2; p++) {
+        size_t l1, l2;
+        uint8_t *f1 = sealed_file(key, dek, whole, len, NULL, pieces[p], &l1);
+        uint8_t *f2 = sealed_file(key, dek, head, len, &at, pieces[p], &l2);
+        cr_assert_eq(l1, len + SKV_SEAL_OVERHEAD);
+        cr_assert_eq(l2, l1);
+        for (int k = 0; k < 2; k++) {
+            uint8_t *img;
+            size_t il;
+            cr_assert_eq(skv_rec_unseal(key, dek, k ? f2 : f1, l1, NULL, &img, &il), 0, "%s",
+                         seqkv_error_detail());
+            cr_assert_eq(il, len);
+            cr_assert_eq(memcmp(img, whole, len), 0, "%s file opens to the image",
+                         k ? "in place" : "whole");
+            skv_free(img);
+        }
+        /* a byte changed in a part's ciphertext: it does not open */
+        f2[l2 / 2] ^= 1;
+        uint8_t *img;
+        size_t il;
+        cr_assert_eq(skv_rec_unseal(key, dek, f2, l2, NULL, &img, &il), SKV_ERR_CORRUPT);
+        free(f1);
+        free(f2);
+    }
+    free(whole);
+    free(head);
+    free(body);
+    free((void *)at.src);
 }

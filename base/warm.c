@@ -1,0 +1,106 @@
+/* Warm big buffers (skv_base.h): blocks of SKV_WARM_MIN bytes or more that
+ * their users are done with are kept, up to SKV_WARM_KEEP of them and
+ * SKV_WARM_BYTES in all, and handed to the next user that needs as many
+ * bytes. glibc maps every block of 32 MiB or more afresh and unmaps it
+ * when freed, so without this each big PUT's receive buffer, sequence
+ * buffer and hot-tier entry would be memory the kernel faults in and
+ * zeroes page by page -- a third of a raw PUT's CPU at 64 MiB. */
+#include <pthread.h>
+#include <string.h>
+
+#include "skv_base.h"
+
+typedef struct {
+    void *p;
+    size_t cap;
+} warm_block;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static warm_block g_kept[SKV_WARM_KEEP];
+static size_t g_n, g_bytes;
+
+/* The smallest kept block of at least n bytes (caller holds g_mu), or -1 */
+static long best_fit(size_t n)
+{
+    long best = -1;
+    for (size_t i = 0; i < g_n; i++)
+        if (g_kept[i].cap >= n && (best < 0 || g_kept[i].cap < g_kept[best].cap))
+            best = (long)i;
+    return best;
+}
+
+void *skv_warm_take(size_t n, size_t *cap)
+{
+    void *p = NULL;
+    if (n < SKV_WARM_MIN)
+        return NULL;
+    pthread_mutex_lock(&g_mu);
+    long i = best_fit(n);
+    if (i >= 0) {
+        p = g_kept[i].p;
+        *cap = g_kept[i].cap;
+        g_bytes -= g_kept[i].cap;
+        g_kept[i] = g_kept[--g_n];
+    }
+    pthread_mutex_unlock(&g_mu);
+    return p;
+}
+
+void *skv_warm_alloc(size_t n, size_t *cap)
+{
+    void *p = skv_warm_take(n, cap);
+    if (p)
+        return p;
+    *cap = n;
+    return skv_malloc(n);
+}
+
+void skv_warm_free(void *p, size_t cap)
+{
+    if (!p)
+        return;
+    if (cap < SKV_WARM_MIN || cap > SKV_WARM_BYTES) {
+        skv_free(p);
+        return;
+    }
+    void *drop = p;
+    pthread_mutex_lock(&g_mu);
+    /* full: the block makes room by pushing out smaller ones (the big ones
+     * cost the most to fault in again), or goes itself */
+    while (g_n && (g_n == SKV_WARM_KEEP || g_bytes + cap > SKV_WARM_BYTES)) {
+        size_t s = 0;
+        for (size_t i = 1; i < g_n; i++)
+            if (g_kept[i].cap < g_kept[s].cap)
+                s = i;
+        if (g_kept[s].cap > cap)
+            break;
+        skv_free(g_kept[s].p);
+        g_bytes -= g_kept[s].cap;
+        g_kept[s] = g_kept[--g_n];
+    }
+    if (g_n < SKV_WARM_KEEP && g_bytes + cap <= SKV_WARM_BYTES) {
+        g_kept[g_n++] = (warm_block){p, cap};
+        g_bytes += cap;
+        drop = NULL;
+    }
+    pthread_mutex_unlock(&g_mu);
+    skv_free(drop);
+}
+
+void skv_warm_trim(void)
+{
+    pthread_mutex_lock(&g_mu);
+    for (size_t i = 0; i < g_n; i++)
+        skv_free(g_kept[i].p);
+    g_n = 0;
+    g_bytes = 0;
+    pthread_mutex_unlock(&g_mu);
+}
+
+size_t skv_warm_bytes(void)
+{
+    pthread_mutex_lock(&g_mu);
+    size_t b = g_bytes;
+    pthread_mutex_unlock(&g_mu);
+    return b;
+}
