@@ -15,17 +15,15 @@
 
 /* A piece sealed and written at a time: a warm buffer a thread, in cache */
 #define VF_PIECE ((size_t)1 << 20)
-/* "<64 hex digits>-<16 hex digits>" */
-#define VF_NAME_LEN (64 + 1 + 16)
 
-static void vf_name(const skv_vf_name *n, char out[VF_NAME_LEN + 1])
+void skv_vf_name_format(const skv_vf_name *n, char out[SKV_VF_NAME_LEN + 1])
 {
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < 32; i++) {
         out[2 * i] = hex[n->key[i] >> 4];
         out[2 * i + 1] = hex[n->key[i] & 15];
     }
-    snprintf(out + 64, VF_NAME_LEN + 1 - 64, "-%016llx", (unsigned long long)n->gen);
+    snprintf(out + 64, SKV_VF_NAME_LEN + 1 - 64, "-%016llx", (unsigned long long)n->gen);
 }
 
 static int hexval(char c)
@@ -33,10 +31,9 @@ static int hexval(char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-/* A file's name as a value file's, or -1 (not one of ours) */
-static int vf_parse(const char *s, skv_vf_name *n)
+int skv_vf_name_parse(const char *s, skv_vf_name *n)
 {
-    if (strlen(s) != VF_NAME_LEN || s[64] != '-')
+    if (strlen(s) != SKV_VF_NAME_LEN || s[64] != '-')
         return -1;
     for (int i = 0; i < 32; i++) {
         int a = hexval(s[2 * i]), b = hexval(s[2 * i + 1]);
@@ -45,7 +42,7 @@ static int vf_parse(const char *s, skv_vf_name *n)
         n->key[i] = (uint8_t)(a << 4 | b);
     }
     n->gen = 0;
-    for (int i = 65; i < VF_NAME_LEN; i++) {
+    for (int i = 65; i < SKV_VF_NAME_LEN; i++) {
         int a = hexval(s[i]);
         if (a < 0)
             return -1;
@@ -64,8 +61,7 @@ uint64_t skv_vf_stored(const uint8_t *v, size_t len)
     return skv_vf_is_stub(v, len) ? skv_load64_le(v + 16) : len;
 }
 
-/* A stub's fields: SKV_ERR_VERSION / SKV_ERR_CORRUPT when they do not parse */
-static int stub_parse(const uint8_t *key, const uint8_t *v, skv_vf_name *n, uint64_t *len)
+int skv_vf_stub_parse(const uint8_t key[32], const uint8_t *v, skv_vf_name *n, uint64_t *len)
 {
     if (skv_load16_le(v + 4) != SKV_VF_VERSION)
         return skv_error(skv_load16_le(v + 4) > SKV_VF_VERSION ? SKV_ERR_VERSION : SKV_ERR_CORRUPT,
@@ -96,11 +92,11 @@ int skv_vf_resolve(seqkv *db, const uint8_t key[32], MDB_val *v, int whole, skv_
         return SKV_OK;
     skv_vf_name n;
     uint64_t len;
-    int rc = stub_parse(key, v->mv_data, &n, &len);
+    int rc = skv_vf_stub_parse(key, v->mv_data, &n, &len);
     if (rc)
         return rc;
-    char name[VF_NAME_LEN + 1];
-    vf_name(&n, name);
+    char name[SKV_VF_NAME_LEN + 1];
+    skv_vf_name_format(&n, name);
     int fd = db->vf.dir_fd >= 0 ? openat(db->vf.dir_fd, name, O_RDONLY | O_CLOEXEC) : -1;
     if (fd < 0)
         return skv_error(SKV_ERR_CORRUPT, "value file values/%s: %s", name,
@@ -146,9 +142,9 @@ static int list_add(skv_vf_list *l, const skv_vf_name *n)
 
 static void list_unlink(seqkv *db, skv_vf_list *l)
 {
-    char name[VF_NAME_LEN + 1];
+    char name[SKV_VF_NAME_LEN + 1];
     for (size_t i = 0; i < l->n; i++) {
-        vf_name(&l->v[i], name);
+        skv_vf_name_format(&l->v[i], name);
         if (unlinkat(db->vf.dir_fd, name, 0) != 0 && errno != ENOENT && !db->o.quiet)
             fprintf(stderr, "seqkv: warning: cannot remove value file values/%s: %s\n", name,
                     strerror(errno));
@@ -163,7 +159,7 @@ int skv_vf_forget(seqkv *db, MDB_txn *txn, const uint8_t key[32])
         return SKV_OK;
     skv_vf_name n;
     uint64_t len;
-    int rc = stub_parse(key, v.mv_data, &n, &len);
+    int rc = skv_vf_stub_parse(key, v.mv_data, &n, &len);
     /* (a damaged stub names no file to remove) */
     return rc ? SKV_OK : list_add(&db->vf.cur.gone, &n);
 }
@@ -268,8 +264,8 @@ int skv_chunk_put(seqkv *db, MDB_txn *txn, const uint8_t key[32], const uint8_t 
     skv_vf_name n;
     memcpy(n.key, key, 32);
     randombytes_buf(&n.gen, sizeof n.gen);
-    char name[VF_NAME_LEN + 1];
-    vf_name(&n, name);
+    char name[SKV_VF_NAME_LEN + 1];
+    skv_vf_name_format(&n, name);
     int fd = openat(db->vf.dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return skv_error(SKV_ERR_IO, "create value file values/%s: %s", name, strerror(errno));
@@ -329,11 +325,11 @@ static int vf_sweep(seqkv *db, MDB_txn *txn)
     while ((de = readdir(d))) {
         skv_vf_name n, s;
         uint64_t len;
-        if (vf_parse(de->d_name, &n))
+        if (skv_vf_name_parse(de->d_name, &n))
             continue; /* not a value file's name: left alone */
         MDB_val k = {32, n.key}, v;
         if (!mdb_get(txn, db->db_chunk, &k, &v) && skv_vf_is_stub(v.mv_data, v.mv_size) &&
-            !stub_parse(n.key, v.mv_data, &s, &len) && s.gen == n.gen)
+            !skv_vf_stub_parse(n.key, v.mv_data, &s, &len) && s.gen == n.gen)
             continue;
         if (unlinkat(db->vf.dir_fd, de->d_name, 0) == 0)
             db->vf.removed++;

@@ -61,6 +61,16 @@ typedef struct {
     size_t len;
 } skv_vmap;
 
+/* A value file's name: "<key, 64 hex digits>-<generation, 16 hex digits>" */
+#define SKV_VF_NAME_LEN (64 + 1 + 16)
+void skv_vf_name_format(const skv_vf_name *n, char out[SKV_VF_NAME_LEN + 1]);
+/* A directory entry's name as a value file's: 0, or -1 (not one of ours:
+ * any other name, upper-case hex included) */
+int skv_vf_name_parse(const char *s, skv_vf_name *n);
+/* A stub (SKV_VF_STUB bytes at v) of record key: the file it names and
+ * its stored bytes; SKV_ERR_VERSION (a newer stub) / SKV_ERR_CORRUPT */
+int skv_vf_stub_parse(const uint8_t key[32], const uint8_t *v, skv_vf_name *n, uint64_t *len);
+
 /* 1 when stored value v is a stub */
 int skv_vf_is_stub(const uint8_t *v, size_t len);
 /* The record's stored bytes: a stub's file's length, else len */

@@ -1,5 +1,6 @@
 #include "storeutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -377,8 +378,12 @@ size_t su_chunk_unsealed(const char *dir)
     SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
     MDB_val k, v;
     size_t n = 0;
-    while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0)
-        n += !skv_rec_is_sealed(v.mv_data, v.mv_size);
+    while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+        size_t fl;
+        uint8_t *f = skv_vf_is_stub(v.mv_data, v.mv_size) ? value_file(dir, k.mv_data, &v, &fl) : NULL;
+        n += !(f ? skv_rec_is_sealed(f, fl) : skv_rec_is_sealed(v.mv_data, v.mv_size));
+        free(f);
+    }
     mdb_cursor_close(cur);
     mdb_txn_abort(txn);
     mdb_env_close(env);
@@ -395,11 +400,16 @@ uint64_t su_chunk_tokens(const char *dir)
     MDB_val k, v;
     uint64_t sum = 0;
     while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+        size_t fl;
+        uint8_t *f = skv_vf_is_stub(v.mv_data, v.mv_size) ? value_file(dir, k.mv_data, &v, &fl) : NULL;
+        if (f)
+            v = (MDB_val){fl, f}; /* (a value file's bytes) */
         SU_CHECK(v.mv_size >= 192, "chunk record of %zu bytes", v.mv_size);
         /* (a sealed record's header is in the clear, after its nonce) */
         const uint8_t *b = (const uint8_t *)v.mv_data +
                            (skv_rec_is_sealed(v.mv_data, v.mv_size) ? 8 + SKV_SEAL_NONCE : 0);
         sum += skv_load32_le(b + 164) - skv_load32_le(b + 168);
+        free(f);
     }
     mdb_cursor_close(cur);
     mdb_txn_abort(txn);
@@ -477,4 +487,37 @@ int su_chunk_find(const char *dir, uint32_t ci, const int32_t *tok, uint32_t n, 
     mdb_txn_abort(txn);
     mdb_env_close(env);
     return found;
+}
+
+size_t su_vfile_unmatched(const char *dir)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
+    MDB_cursor *cur;
+    SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
+    MDB_val k, v;
+    size_t bad = 0, stubs = 0;
+    while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+        if (!skv_vf_is_stub(v.mv_data, v.mv_size))
+            continue;
+        stubs++;
+        size_t fl;
+        uint8_t *f = value_file(dir, k.mv_data, &v, &fl);
+        bad += !f || fl != skv_vf_stored(v.mv_data, v.mv_size); /* a stub without its file */
+        free(f);
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    /* files no stub names */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/values", dir);
+    DIR *d = opendir(path);
+    size_t files = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        files += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return bad + (files > stubs ? files - stubs : stubs - files);
 }

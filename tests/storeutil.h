@@ -84,6 +84,10 @@ size_t su_chunk_unsealed(const char *dir);
 uint8_t *su_calib_get(const char *dir, const uint8_t id[16], size_t *len);
 /* Overwrite the chunk record under key (one write transaction). */
 void su_chunk_put(const char *dir, const uint8_t key[32], const uint8_t *rec, size_t len);
+/* Value files out of step with their stubs (store/vfile.c): stubs whose
+ * file is missing or of another length, plus the difference between the
+ * files in DIR/values and the stubs; 0 when every file is a stub's */
+size_t su_vfile_unmatched(const char *dir);
 /* Find the record of chunk index ci whose tokens equal tok[0..n): its key
  * into key; 0 found, -1 not. */
 int su_chunk_find(const char *dir, uint32_t ci, const int32_t *tok, uint32_t n, uint8_t key[32]);

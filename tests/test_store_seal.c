@@ -74,7 +74,8 @@ static void ws_add_all(winset *w, const uint8_t *b, size_t len)
     }
 }
 
-/* How many windows of the data directory's files are in w */
+/* How many windows of the data directory's files are in w (its
+ * directories' too: DIR/values holds the value files) */
 static size_t found_in_dir(const char *dir, const winset *w)
 {
     DIR *d = opendir(dir);
@@ -87,6 +88,11 @@ static size_t found_in_dir(const char *dir, const winset *w)
         size_t len;
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            hits += found_in_dir(path, w);
+            continue;
+        }
         uint8_t *b = tu_read(path, &len);
         for (size_t i = 0; b && i + WIN <= len; i++)
             hits += ws_has(w, XXH3_64bits(b + i, WIN));
@@ -97,13 +103,14 @@ static size_t found_in_dir(const char *dir, const winset *w)
 }
 
 /* Puts of KV at raw and at ctx, blobs holding KV; the windows of it all */
-static void fill(const char *dir, int no_seal, winset *w)
+static void fill(const char *dir, int no_seal, uint64_t file_min, winset *w)
 {
     const char *tmp = tu_tmpdir();
     su_model tm;
     su_random_model(&tm, tmp, SEQKV_DT_BF16);
     seqkv_options o = {0};
     o.no_seal = no_seal;
+    o.file_min = file_min;
     seqkv *db = store_at_level(dir, &o, &tm, SEQKV_CTX, 0, CHUNK);
     seqkv_profile p = SEQKV_PROFILE_INIT;
     su_profile(&tm, "r", CHUNK, SEQKV_RAW, 0, &p);
@@ -130,23 +137,39 @@ static void fill(const char *dir, int no_seal, winset *w)
     su_model_free(&tm);
 }
 
-Test(seal, no_window_of_the_kv_or_tokens_is_in_the_data_directory, .timeout = 120)
+static void no_window(uint64_t file_min)
 {
     const char *tmp = tu_tmpdir();
     char *sealed = strdup(tu_path(tmp, "sealed")), *open = strdup(tu_path(tmp, "open"));
     winset w = {0}, w2 = {0};
-    fill(sealed, 0, &w);
+    fill(sealed, 0, file_min, &w);
     cr_assert_gt(w.n, 10000, "%zu windows", w.n);
     size_t hits = found_in_dir(sealed, &w);
     cr_assert_eq(hits, 0, "%zu windows of the KV or tokens are in the sealed store's files", hits);
     /* the check finds them where nothing is sealed */
-    fill(open, 1, &w2);
+    fill(open, 1, file_min, &w2);
     hits = found_in_dir(open, &w2);
     cr_assert_gt(hits, 1000, "an unsealed store shows its KV (%zu windows found)", hits);
+    if (file_min) { /* ... in its value files */
+        char values[4200];
+        snprintf(values, sizeof values, "%s/values", open);
+        hits = found_in_dir(values, &w2);
+        cr_assert_gt(hits, 1000, "unsealed value files show their KV (%zu windows found)", hits);
+    }
     free(w.h);
     free(w2.h);
     free(sealed);
     free(open);
+}
+
+Test(seal, no_window_of_the_kv_or_tokens_is_in_the_data_directory, .timeout = 120)
+{
+    no_window(0);
+}
+
+Test(seal, no_window_of_the_kv_or_tokens_is_in_the_value_files_either, .timeout = 120)
+{
+    no_window(1); /* every record in a value file of its own */
 }
 
 Test(seal, a_record_moved_to_another_key_or_tenant_does_not_open, .timeout = 60)
