@@ -264,6 +264,11 @@ static int apply(skv_server_config *c, char **w, int nw, int ln)
                              "(0: no hot tier; suffix K, M or G)", ln);
         c->cache_bytes = v;
         c->has_cache_bytes = 1;
+    } else if (strcmp(w[0], "value-file-min") == 0) {
+        if (parse_u64(w[1], 0, 1ull << 50, 1, &v))
+            return skv_error(SKV_ERR_FORMAT, "config line %d: value-file-min wants a byte count "
+                             "(0: the default, 8M; suffix K, M or G)", ln);
+        c->value_file_min = v;
     } else if (strcmp(w[0], "compact-interval") == 0) {
         if (parse_u64(w[1], 0, 1ull << 31, 0, &v))
             return skv_error(SKV_ERR_FORMAT, "config line %d: compact-interval wants seconds "

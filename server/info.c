@@ -149,8 +149,10 @@ static void section_memory(skv_server *s, skv_rbuf *b)
     seqkv_cache_stat(s->db, &c);
     skv_rbuf_fmt(b, "# Memory\r\nused_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n"
                  "used_memory_rss_anon:%" PRIu64 "\r\nused_memory_rss_file:%" PRIu64 "\r\n"
-                 "used_memory_peak_rss:%" PRIu64 "\r\nhot_tier_budget_bytes:%" PRIu64 "\r\n\r\n",
-                 rss, h, srv_status_bytes("RssAnon"), srv_status_bytes("RssFile"), srv_status_bytes("VmHWM"), c.budget);
+                 "used_memory_peak_rss:%" PRIu64 "\r\nhot_tier_budget_bytes:%" PRIu64
+                 "\r\nwarm_buffer_bytes:%zu\r\nwarm_buffer_budget_bytes:%zu\r\n\r\n",
+                 rss, h, srv_status_bytes("RssAnon"), srv_status_bytes("RssFile"), srv_status_bytes("VmHWM"), c.budget,
+                 skv_warm_bytes(), (size_t)SKV_WARM_BYTES);
 }
 
 /* The hot tier (store-wide: its chunks are every tenant's) */

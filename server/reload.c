@@ -45,6 +45,7 @@ static void restart_only(const skv_server_config *a, const skv_server_config *b,
         {"put-batch", a->put_batch != b->put_batch},
         {"cache-bytes", a->has_cache_bytes != b->has_cache_bytes || a->cache_bytes != b->cache_bytes},
         {"compact-interval", a->compact_interval != b->compact_interval},
+        {"value-file-min", a->value_file_min != b->value_file_min},
         {"remote", strcmp(a->remote, b->remote) != 0 || strcmp(a->remote_key, b->remote_key) != 0 ||
                        a->remote_durability != b->remote_durability ||
                        a->remote_backlog != b->remote_backlog ||

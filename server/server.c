@@ -676,6 +676,7 @@ int skv_server_create(const skv_server_options *o, skv_server **out)
     so.cache_bytes = o->has_cache_bytes ? o->cache_bytes
                    : s->cfg.has_cache_bytes ? s->cfg.cache_bytes : default_cache_bytes();
     so.master_key = o->master_key;
+    so.file_min = s->cfg.value_file_min;
     so.no_sync = o->no_sync;
     so.budget = o->budget;
     /* the writer (one at a time: a group commit's puts, a compaction step)

@@ -134,6 +134,8 @@ typedef struct {
     int put_batch; /* 0: not set */
     int has_cache_bytes;
     uint64_t cache_bytes;
+    uint64_t value_file_min;   /* records of this many stored bytes on in files of
+                                  their own (0: the store's default, 8 MiB) */
     uint64_t compact_interval; /* seconds between background compactions (0: none but
                                   after a self-calibration; default 60) */
     size_t max_unauth;         /* connections not yet tied to a tenant (default 64) */

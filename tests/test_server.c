@@ -3,6 +3,7 @@
  * RESP bytes. KV comes from the seeded random model of the store suites,
  * so every GET is compared bit-exactly with the KV that was PUT. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -139,6 +140,10 @@ Test(server, put_lookup_get_del_bit_exact, .timeout = 120)
               (unsigned long long)rss, (unsigned long long)anon, (unsigned long long)peak);
     cr_assert_eq(srv_info_num(c, "memory", "hot_tier_budget_bytes"),
                  srv_info_num(c, "cache", "cache_budget_bytes"));
+    /* big buffers kept warm for the next put, within their budget */
+    cr_assert_leq(srv_info_num(c, "memory", "warm_buffer_bytes"),
+                  srv_info_num(c, "memory", "warm_buffer_budget_bytes"));
+    cr_assert_gt(srv_info_num(c, "memory", "warm_buffer_budget_bytes"), 0);
     cr_assert_eq(seqkv_client_info(c, "clients", &info), 0);
     cr_assert(strstr(info, "# Clients") && !strstr(info, "# Server"), "%s", info);
     seqkv_client_free(info);
@@ -870,5 +875,53 @@ Test(server, profiles_calibrate_themselves_and_compact_in_the_background, .timeo
     cr_assert_eq(srv_stop(&s), 0);
     for (int i = 0; i < N; i++)
         su_seq_free(&a[i]);
+    su_model_free(&tm);
+}
+
+/* value-file-min: records from that size on in files of their own
+ * (DIR/values), served exact by the server that wrote them, with no hot
+ * tier to answer for them, and after a restart */
+Test(server, value_file_min_puts_records_in_files_and_gets_stay_exact, .timeout = 120)
+{
+    srv s;
+    char cfg[160];
+    snprintf(cfg, sizeof cfg, "tenant default uid %u\ntenant default admin\ncache-bytes 0\n"
+                              "value-file-min 1K\n", (unsigned)getuid());
+    srv_start(&s, cfg);
+    su_model tm;
+    su_random_model(&tm, s.dir, SEQKV_DT_BF16);
+    seqkv_client *c = conn(&s);
+    make_profile(c, &tm, "p", 16);
+    su_seq q[3];
+    for (int i = 0; i < 3; i++) {
+        su_seq_make(&tm, NULL, 0, 70, 40 + (uint64_t)i, &q[i]);
+        size_t stored = 0;
+        cr_assert_eq(seqkv_client_put(c, "p", q[i].tok, q[i].n, q[i].kv, q[i].kv_len, &stored), 0, "%s",
+                     seqkv_error_detail());
+        cr_assert_gt(stored, 0);
+        expect_get(c, "p", &tm, &q[i], 0);
+    }
+    char values[700];
+    snprintf(values, sizeof values, "%s/db/values", s.dir);
+    DIR *d = opendir(values);
+    cr_assert_not_null(d, "%s", values);
+    size_t files = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        files += e->d_name[0] != '.';
+    closedir(d);
+    /* a whole chunk's raw record is 16 rows (over 1K for the random model) */
+    cr_assert_geq(files, 3 * 4, "%zu value files", files);
+    seqkv_client_close(c);
+    cr_assert_eq(srv_stop(&s), 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", s.dir);
+    srv_start_in(&s, dir, cfg);
+    c = conn(&s);
+    for (int i = 0; i < 3; i++) {
+        expect_get(c, "p", &tm, &q[i], 0);
+        su_seq_free(&q[i]);
+    }
+    seqkv_client_close(c);
+    cr_assert_eq(srv_stop(&s), 0);
     su_model_free(&tm);
 }
