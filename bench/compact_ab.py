@@ -10,8 +10,10 @@ figure moves with the machine from run to run.
 
 usage: /usr/bin/python3 bench/compact_ab.py BEFORE_SEQKV AFTER_SEQKV
            [--shape llama3-8b] [--seqs 16] [--seq-len 512] [--rounds 3]
-           [--threads N] [--tmpdir DIR]
-The store is made by AFTER_SEQKV (its format must be one BEFORE reads);
+           [--threads N] [--tmpdir DIR] [--made-by before|after]
+The store is made by AFTER_SEQKV (--made-by: by either; its format must be
+one the other reads: a store with value files, FORMAT 18, is not one that
+a build before reads, so make it with BEFORE then);
 --threads is passed to both compactions only when given (a build before
 `seqkv compact --threads` codes on one thread)."""
 import argparse
@@ -84,10 +86,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--tmpdir", default=None)
+    ap.add_argument("--made-by", choices=("before", "after"), default="after")
     args = ap.parse_args()
     if args.seqs < 1 or args.seq_len < 1 or args.rounds < 1 or args.threads < 0:
         ap.error("--seqs, --seq-len and --rounds want positive integers")
-    args.seqkv, args.max_wait = args.after, 60
+    args.seqkv, args.max_wait = getattr(args, args.made_by), 60
     tmp = tempfile.mkdtemp(prefix="seqkv-compact-ab-", dir=args.tmpdir)
     try:
         store = os.path.join(tmp, "db")
