@@ -255,26 +255,14 @@ static int tenant_dek(const char *dir, MDB_txn *txn, uint64_t tid, uint8_t dek[3
 /* A value file's bytes (store/vfile.h: the stub v names it), malloc'd */
 static uint8_t *value_file(const char *dir, const uint8_t key[32], const MDB_val *v, size_t *len)
 {
-    char path[4200];
-    int at = snprintf(path, sizeof path, "%s/values/", dir);
-    for (int i = 0; i < 32; i++)
-        at += snprintf(path + at, sizeof path - (size_t)at, "%02x", key[i]);
-    snprintf(path + at, sizeof path - (size_t)at, "-%016llx",
-             (unsigned long long)skv_load64_le((const uint8_t *)v->mv_data + 8));
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    skv_vf_name n;
+    uint64_t stored;
+    if (skv_vf_stub_parse(key, v->mv_data, &n, &stored))
         return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = n > 0 ? malloc((size_t)n) : NULL;
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = b ? (size_t)n : 0;
-    return b;
+    char name[SKV_VF_NAME_LEN + 1], path[4200];
+    skv_vf_name_format(&n, name);
+    snprintf(path, sizeof path, "%s/values/%s", dir, name);
+    return tu_read(path, len);
 }
 
 /* The image of stored value v (malloc'd; read from its value file when v
@@ -318,6 +306,31 @@ static MDB_dbi read_table(const char *dir, const char *name, MDB_env **env, MDB_
     return open_db(*txn, name);
 }
 
+/* Every record of table chunks, read in one read transaction */
+typedef struct {
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_cursor *cur;
+} chunk_scan;
+
+static void scan_begin(const char *dir, chunk_scan *c)
+{
+    MDB_dbi dbi = read_table(dir, "chunks", &c->env, &c->txn);
+    SU_CHECK(mdb_cursor_open(c->txn, dbi, &c->cur) == 0, "cursor");
+}
+
+static int scan_next(chunk_scan *c, MDB_val *k, MDB_val *v)
+{
+    return mdb_cursor_get(c->cur, k, v, MDB_NEXT) == 0;
+}
+
+static void scan_end(chunk_scan *c)
+{
+    mdb_cursor_close(c->cur);
+    mdb_txn_abort(c->txn);
+    mdb_env_close(c->env);
+}
+
 uint8_t *su_calib_get(const char *dir, const uint8_t id[16], size_t *len)
 {
     MDB_env *env;
@@ -348,58 +361,45 @@ uint8_t *su_calib_get(const char *dir, const uint8_t id[16], size_t *len)
 
 uint8_t *su_chunk_keys(const char *dir, size_t *n)
 {
-    MDB_env *env;
-    MDB_txn *txn;
-    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
+    chunk_scan sc;
+    scan_begin(dir, &sc);
     MDB_stat st;
-    mdb_stat(txn, dbi, &st);
+    mdb_stat(sc.txn, mdb_cursor_dbi(sc.cur), &st);
     uint8_t *keys = malloc(32 * (st.ms_entries + 1));
-    MDB_cursor *cur;
-    SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
     MDB_val k, v;
     size_t i = 0;
-    while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+    while (scan_next(&sc, &k, &v)) {
         SU_CHECK(k.mv_size == 32 && i < st.ms_entries, "chunk key of %zu bytes", k.mv_size);
         memcpy(keys + 32 * i++, k.mv_data, 32);
     }
-    mdb_cursor_close(cur);
-    mdb_txn_abort(txn);
-    mdb_env_close(env);
+    scan_end(&sc);
     *n = i;
     return keys;
 }
 
 size_t su_chunk_unsealed(const char *dir)
 {
-    MDB_env *env;
-    MDB_txn *txn;
-    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
-    MDB_cursor *cur;
-    SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
+    chunk_scan sc;
+    scan_begin(dir, &sc);
     MDB_val k, v;
     size_t n = 0;
-    while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+    while (scan_next(&sc, &k, &v)) {
         size_t fl;
         uint8_t *f = skv_vf_is_stub(v.mv_data, v.mv_size) ? value_file(dir, k.mv_data, &v, &fl) : NULL;
         n += !(f ? skv_rec_is_sealed(f, fl) : skv_rec_is_sealed(v.mv_data, v.mv_size));
         free(f);
     }
-    mdb_cursor_close(cur);
-    mdb_txn_abort(txn);
-    mdb_env_close(env);
+    scan_end(&sc);
     return n;
 }
 
 uint64_t su_chunk_tokens(const char *dir)
 {
-    MDB_env *env;
-    MDB_txn *txn;
-    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
-    MDB_cursor *cur;
-    SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
+    chunk_scan sc;
+    scan_begin(dir, &sc);
     MDB_val k, v;
     uint64_t sum = 0;
-    while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+    while (scan_next(&sc, &k, &v)) {
         size_t fl;
         uint8_t *f = skv_vf_is_stub(v.mv_data, v.mv_size) ? value_file(dir, k.mv_data, &v, &fl) : NULL;
         if (f)
@@ -411,9 +411,7 @@ uint64_t su_chunk_tokens(const char *dir)
         sum += skv_load32_le(b + 164) - skv_load32_le(b + 168);
         free(f);
     }
-    mdb_cursor_close(cur);
-    mdb_txn_abort(txn);
-    mdb_env_close(env);
+    scan_end(&sc);
     return sum;
 }
 
@@ -458,16 +456,13 @@ void su_chunk_put(const char *dir, const uint8_t key[32], const uint8_t *rec, si
 
 int su_chunk_find(const char *dir, uint32_t ci, const int32_t *tok, uint32_t n, uint8_t key[32])
 {
-    MDB_env *env;
-    MDB_txn *txn;
-    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
-    MDB_cursor *cur;
-    SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
+    chunk_scan sc;
+    scan_begin(dir, &sc);
     MDB_val k, v;
     int found = -1;
-    while (found && mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+    while (found && scan_next(&sc, &k, &v)) {
         size_t len = 0;
-        uint8_t *b = image_of(dir, txn, k.mv_data, &v, &len);
+        uint8_t *b = image_of(dir, sc.txn, k.mv_data, &v, &len);
         /* chunk record header: chunk_index at 160, n at 164, tokens at 192 */
         if (!b || len < 192 + 4 * (size_t)n || skv_load32_le(b + 160) != ci ||
             skv_load32_le(b + 164) != n) {
@@ -483,22 +478,17 @@ int su_chunk_find(const char *dir, uint32_t ci, const int32_t *tok, uint32_t n, 
         }
         free(b);
     }
-    mdb_cursor_close(cur);
-    mdb_txn_abort(txn);
-    mdb_env_close(env);
+    scan_end(&sc);
     return found;
 }
 
 size_t su_vfile_unmatched(const char *dir)
 {
-    MDB_env *env;
-    MDB_txn *txn;
-    MDB_dbi dbi = read_table(dir, "chunks", &env, &txn);
-    MDB_cursor *cur;
-    SU_CHECK(mdb_cursor_open(txn, dbi, &cur) == 0, "cursor");
+    chunk_scan sc;
+    scan_begin(dir, &sc);
     MDB_val k, v;
     size_t bad = 0, stubs = 0;
-    while (mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+    while (scan_next(&sc, &k, &v)) {
         if (!skv_vf_is_stub(v.mv_data, v.mv_size))
             continue;
         stubs++;
@@ -507,9 +497,7 @@ size_t su_vfile_unmatched(const char *dir)
         bad += !f || fl != skv_vf_stored(v.mv_data, v.mv_size); /* a stub without its file */
         free(f);
     }
-    mdb_cursor_close(cur);
-    mdb_txn_abort(txn);
-    mdb_env_close(env);
+    scan_end(&sc);
     /* files no stub names */
     char path[4200];
     snprintf(path, sizeof path, "%s/values", dir);
