@@ -49,8 +49,8 @@ void skv_free_huge(void *p, size_t n);
 /* Warm big buffers (base/warm.c): a block of SKV_WARM_MIN bytes or more
  * given back with skv_warm_free is kept (SKV_WARM_KEEP blocks and
  * SKV_WARM_BYTES at most) for the next skv_warm_alloc of as many bytes,
- * whose pages are then already there. skv_warm_alloc: a kept block of at
- * least n bytes (the smallest), else a fresh one; *cap its size, which
+ * whose pages are then already there. skv_warm_alloc: a kept block of n
+ * to n + n/4 bytes (the smallest), else a fresh one; *cap its size, which
  * skv_warm_free wants back. skv_warm_take: a kept block only (NULL when
  * none fits). skv_warm_trim gives every kept block back to the system
  * (when the server is idle). Thread-safe. */

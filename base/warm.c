@@ -19,12 +19,15 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static warm_block g_kept[SKV_WARM_KEEP];
 static size_t g_n, g_bytes;
 
-/* The smallest kept block of at least n bytes (caller holds g_mu), or -1 */
+/* The smallest kept block of n to n + n/4 bytes (caller holds g_mu), or
+ * -1: a much bigger one would sit under-used in a user that keeps it long
+ * (a hot-tier entry), beyond what that user counts */
 static long best_fit(size_t n)
 {
     long best = -1;
     for (size_t i = 0; i < g_n; i++)
-        if (g_kept[i].cap >= n && (best < 0 || g_kept[i].cap < g_kept[best].cap))
+        if (g_kept[i].cap >= n && g_kept[i].cap - n <= n / 4 &&
+            (best < 0 || g_kept[i].cap < g_kept[best].cap))
             best = (long)i;
     return best;
 }

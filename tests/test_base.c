@@ -366,3 +366,74 @@ Test(error, every_code_has_its_identifier)
     cr_assert_null(seqkv_error_name(SKV_ERR_MIN_ - 1));
     cr_assert_null(seqkv_error_name(1));
 }
+
+/* ---- warm big buffers (base/warm.c) ---------------------------------------- */
+
+Test(warm, a_big_block_given_back_is_the_next_one_of_its_size_and_small_ones_are_not_kept)
+{
+    skv_warm_trim();
+    const size_t mib = (size_t)1 << 20;
+    size_t cap;
+    uint8_t *a = skv_warm_alloc(3 * mib, &cap);
+    cr_assert_not_null(a);
+    cr_assert_eq(cap, 3 * mib);
+    memset(a, 7, cap);
+    skv_warm_free(a, cap);
+    cr_assert_eq(skv_warm_bytes(), 3 * mib);
+    /* the same block again for as many bytes, or a few fewer */
+    size_t cap2;
+    uint8_t *b = skv_warm_alloc(3 * mib - 100, &cap2);
+    cr_assert_eq(b, a, "the kept block is handed out again");
+    cr_assert_eq(cap2, 3 * mib);
+    cr_assert_eq(skv_warm_bytes(), 0);
+    skv_warm_free(b, cap2);
+    /* not for far fewer bytes (it would sit half used), nor for more */
+    size_t cap3;
+    uint8_t *c = skv_warm_alloc(mib + 1, &cap3);
+    cr_assert_neq(c, a);
+    cr_assert_eq(cap3, mib + 1);
+    cr_assert_null(skv_warm_take(3 * mib + 1, &cap3));
+    skv_warm_free(c, mib + 1);
+    cr_assert_eq(skv_warm_bytes(), 4 * mib + 1);
+    /* below SKV_WARM_MIN: freed, not kept */
+    uint8_t *s = skv_warm_alloc(1000, &cap);
+    cr_assert_eq(cap, 1000);
+    skv_warm_free(s, cap);
+    cr_assert_eq(skv_warm_bytes(), 4 * mib + 1);
+    skv_warm_trim();
+    cr_assert_eq(skv_warm_bytes(), 0);
+    cr_assert_null(skv_warm_take(3 * mib, &cap));
+}
+
+Test(warm, what_is_kept_stays_within_its_count_and_bytes)
+{
+    skv_warm_trim();
+    const size_t mib = (size_t)1 << 20;
+    /* more blocks than it keeps: at most SKV_WARM_KEEP, the biggest */
+    uint8_t *p[SKV_WARM_KEEP + 4];
+    for (size_t i = 0; i < SKV_WARM_KEEP + 4; i++) {
+        size_t cap;
+        p[i] = skv_warm_alloc((i + 1) * mib, &cap);
+    }
+    for (size_t i = 0; i < SKV_WARM_KEEP + 4; i++)
+        skv_warm_free(p[i], (i + 1) * mib);
+    size_t want = 0;
+    for (size_t i = 4; i < SKV_WARM_KEEP + 4; i++)
+        want += (i + 1) * mib;
+    cr_assert_eq(skv_warm_bytes(), want, "the %d biggest kept", SKV_WARM_KEEP);
+    size_t cap;
+    /* a block over the whole budget is never kept */
+    uint8_t *huge = skv_warm_alloc(SKV_WARM_BYTES + mib, &cap);
+    skv_warm_free(huge, cap);
+    cr_assert_eq(skv_warm_bytes(), want);
+    /* blocks up to the budget's bytes: the total never passes it */
+    skv_warm_trim();
+    for (int i = 0; i < 6; i++) {
+        uint8_t *b = skv_warm_alloc(SKV_WARM_BYTES / 4, &cap);
+        skv_warm_free(b, cap);
+        uint8_t *b2 = skv_warm_alloc(SKV_WARM_BYTES / 4 + mib, &cap);
+        skv_warm_free(b2, cap);
+        cr_assert_leq(skv_warm_bytes(), SKV_WARM_BYTES);
+    }
+    skv_warm_trim();
+}
