@@ -85,10 +85,10 @@ static int by_name(const void *a, const void *b)
 /* The files are exactly the ones the stubs name; their count */
 static size_t files_match_stubs(const char *dir, const char *when)
 {
-    static char f[256][96], s[256][96];
+    static char f[1024][96], s[1024][96];
     size_t records;
-    const size_t nf = value_files(dir, f, 256), ns = stubs(dir, s, 256, &records);
-    cr_assert_leq(nf, 256);
+    const size_t nf = value_files(dir, f, 1024), ns = stubs(dir, s, 1024, &records);
+    cr_assert_leq(nf, 1024);
     cr_assert_eq(nf, ns, "%s: %zu value files, %zu stubs", when, nf, ns);
     qsort(f, nf, 96, by_name);
     qsort(s, ns, 96, by_name);
@@ -501,4 +501,55 @@ Test(vfile, a_record_sealed_into_a_file_from_its_streams_opens_to_the_same_image
     free(head);
     free(body);
     free((void *)at.src);
+}
+
+/* ---- a put that fails takes its files with it ------------------------------------ */
+
+Test(vfile, a_put_failing_anywhere_leaves_no_file_behind_and_loses_nothing, .timeout = 240)
+{
+    su_model tm;
+    su_random_model(&tm, tu_tmpdir(), SEQKV_DT_BF16);
+    const char *dir = tu_path(tu_tmpdir(), "db");
+    seqkv_options o = {.file_min = 1};
+    seqkv *db = open_store(dir, &o);
+    add_profile(db, &tm, "p", CHUNK, SEQKV_RAW, 0);
+    static char f[256][96];
+    enum { N = 160 };
+    su_seq *s = calloc(N, sizeof *s);
+    int ok[N] = {0}, failed = 0;
+    /* put n makes the n-th allocation from its start fail (a new sequence
+     * each time, so that no put is cut short by an earlier one's success):
+     * before, while or after its files are written, the store keeps what
+     * committed and no other file */
+    for (int n = 0; n < N; n++) {
+        su_seq_make(&tm, NULL, 0, 2 * CHUNK + 3, 5000 + (uint64_t)n, &s[n]);
+        skv_alloc_fail_after(n, 0);
+        seqkv_put_result r;
+        int rc = seqkv_put(db, "t", "p", s[n].tok, s[n].n, s[n].kv, s[n].kv_len, NULL, &r);
+        skv_alloc_fail_after(-1, 0);
+        if (rc) {
+            cr_assert(rc == SKV_ERR_NOMEM || rc == SKV_ERR_IO, "put %d: %s (%s)", n, seqkv_error_name(rc),
+                      seqkv_error_detail());
+            failed++;
+        }
+        ok[n] = rc == 0;
+        const uint64_t chunks = stats(db, NULL).chunks;
+        const size_t files = value_files(dir, f, 256);
+        cr_assert_eq(files, (size_t)chunks, "put %d (rc %d): %zu value files for %llu records", n, rc,
+                     files, (unsigned long long)chunks);
+    }
+    cr_assert_gt(failed, 20, "allocations failed in many places: %d", failed);
+    cr_assert_lt(failed, N, "and past the last one the puts succeed");
+    for (int n = 0; n < N; n++) {
+        size_t m = lookup(db, "t", "p", s[n].tok, s[n].n);
+        cr_assert_eq(m, ok[n] ? s[n].n : m, "put %d", n);
+        if (ok[n])
+            assert_whole(db, "t", "p", &tm, &s[n], "a put that succeeded");
+    }
+    seqkv_close(db);
+    files_match_stubs(dir, "after the failed puts");
+    for (int n = 0; n < N; n++)
+        su_seq_free(&s[n]);
+    free(s);
+    su_model_free(&tm);
 }
