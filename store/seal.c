@@ -45,6 +45,16 @@ static void box_ad(const uint8_t key[32], const uint8_t *clear, int box, uint8_t
     out[BOX_AD - 1] = (uint8_t)box;
 }
 
+/* Part k of box 1 (b1 plain bytes) of the record whose clear head is
+ * head: its span, its associated data and its nonce */
+static void part_of(const uint8_t key[32], const uint8_t *head, size_t b1, size_t k, size_t *at,
+                    size_t *n, uint8_t ad[BOX_AD], uint8_t nonce[SKV_SEAL_NONCE])
+{
+    seg_span(b1, (int)k, at, n);
+    box_ad(key, head, 1 + (int)k, ad);
+    box_nonce(head + 8, 1 + (int)k, nonce);
+}
+
 void skv_tkeys_wrap(const uint8_t master[32], uint64_t tid, const uint8_t keys[SKV_TKEYS],
                     uint8_t out[SKV_TKEYS_WRAPPED])
 {
@@ -166,10 +176,8 @@ static void seal_parts(void *ctx, size_t b, size_t e, int worker)
     const seal_job *j = ctx;
     for (size_t k = b; k < e; k++) {
         size_t at, n;
-        seg_span(j->b1, (int)k, &at, &n);
         uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
-        box_ad(j->key, j->out, 1 + (int)k, ad);
-        box_nonce(j->out + 8, 1 + (int)k, nonce);
+        part_of(j->key, j->out, j->b1, k, &at, &n, ad, nonce);
         /* part k's ciphertext follows parts 0..k-1 and their tags */
         part_seal(j->pk, nonce, ad, sizeof ad, j->m + at, n, j->c + at + k * SKV_SEAL_TAG);
         sodium_memzero(ad, sizeof ad);
@@ -328,10 +336,8 @@ static void file_parts(void *ctx, size_t b, size_t e, int worker)
     file_job *j = ctx;
     for (size_t k = b; k < e; k++) {
         size_t at, n;
-        seg_span(j->b1, (int)k, &at, &n);
         uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
-        box_ad(j->key, j->head, 1 + (int)k, ad);
-        box_nonce(j->head + 8, 1 + (int)k, nonce);
+        part_of(j->key, j->head, j->b1, k, &at, &n, ad, nonce);
         int err = part_to_file(j, nonce, ad, at, n, j->at0 + (off_t)(at + k * SKV_SEAL_TAG),
                                j->bufs[worker]);
         sodium_memzero(ad, sizeof ad);
@@ -484,10 +490,8 @@ static void parts_task(void *ctx, size_t begin, size_t end, int worker)
     parts_job *j = ctx;
     for (size_t k = begin; k < end; k++) {
         size_t at, n;
-        seg_span(j->b1, (int)k, &at, &n);
         uint8_t ad[BOX_AD], nonce[SKV_SEAL_NONCE];
-        box_ad(j->key, j->v, 1 + (int)k, ad);
-        box_nonce(j->v + 8, 1 + (int)k, nonce);
+        part_of(j->key, j->v, j->b1, k, &at, &n, ad, nonce);
         j->bad[k] = part_open(j, nonce, ad, sizeof ad, j->c + at + k * SKV_SEAL_TAG, at, n) != 0;
         sodium_memzero(ad, sizeof ad);
     }
