@@ -56,6 +56,22 @@ int skv_file_read(const char *path, size_t max_len, uint8_t **out, size_t *out_l
     return SKV_OK;
 }
 
+int skv_pwrite_all(int fd, const void *b, size_t n, long long off)
+{
+    const uint8_t *p = b;
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? errno : EIO;
+        p += w;
+        n -= (size_t)w;
+        off += w;
+    }
+    return 0;
+}
+
 int skv_file_write(const char *path, const void *data, size_t len)
 {
     /* the rename below would replace whatever path names: never a device,
@@ -70,20 +86,11 @@ int skv_file_write(const char *path, const void *data, size_t len)
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return skv_error(SKV_ERR_IO, "%s: %s", tmp, strerror(errno));
-    const uint8_t *p = data;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : EIO;
-            close(fd);
-            unlink(tmp);
-            return skv_error(SKV_ERR_IO, "%s: write: %s", tmp, strerror(e));
-        }
-        p += w;
-        left -= (size_t)w;
+    const int we = skv_pwrite_all(fd, data, len, 0);
+    if (we) {
+        close(fd);
+        unlink(tmp);
+        return skv_error(SKV_ERR_IO, "%s: write: %s", tmp, strerror(we));
     }
     if (fsync(fd) != 0) {
         int e = errno;

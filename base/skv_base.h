@@ -244,6 +244,8 @@ int skv_file_read(const char *path, size_t max_len, uint8_t **out, size_t *out_l
  * exists and is not a regular file (a device, a directory, a symlink) is
  * refused with SKV_ERR_ARG. */
 int skv_file_write(const char *path, const void *data, size_t len);
+/* All n bytes of b written to fd at off (EINTR retried): 0, or the errno */
+int skv_pwrite_all(int fd, const void *b, size_t n, long long off);
 
 #ifdef __cplusplus
 }

@@ -228,21 +228,6 @@ void skv_rec_seal_into_pool(const uint8_t key[32], const uint8_t dek[32], const 
     sodium_memzero(&pk, sizeof pk);
 }
 
-/* n bytes from b written at off: 0, or errno */
-static int pwrite_all(int fd, const uint8_t *b, size_t n, off_t off)
-{
-    while (n) {
-        ssize_t w = pwrite(fd, b, n, off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? errno : EIO;
-        b += w;
-        n -= (size_t)w;
-        off += w;
-    }
-    return 0;
-}
 
 /* Box 1's parts sealed into a file, one a task: each in pieces through
  * the thread's warm buffer, written while the piece is in cache. Box 1's
@@ -298,7 +283,7 @@ static int part_to_file(const file_job *j, const uint8_t nonce[SKV_SEAL_NONCE], 
         }
         if (m && c) {
             part_seal(j->pk, nonce, ad, BOX_AD, m, n, c);
-            err = pwrite_all(j->fd, c, n + SKV_SEAL_TAG, off);
+            err = skv_pwrite_all(j->fd, c, n + SKV_SEAL_TAG, off);
         }
         skv_free(m);
         skv_free(c);
@@ -314,7 +299,7 @@ static int part_to_file(const file_job *j, const uint8_t nonce[SKV_SEAL_NONCE], 
             len = gather(j, q, end, &from);
             ok = EVP_EncryptUpdate(x, buf + got, &o, from, (int)len) == 1 && (size_t)o == len;
         }
-        err = ok ? pwrite_all(j->fd, buf, got, off + (off_t)(p - at)) : 0;
+        err = ok ? skv_pwrite_all(j->fd, buf, got, off + (off_t)(p - at)) : 0;
 #ifdef SYNC_FILE_RANGE_WRITE
         /* its writeback begins now, behind the pieces still to seal: the
          * caller's fdatasync then waits for the last ones only */
@@ -328,7 +313,7 @@ static int part_to_file(const file_job *j, const uint8_t nonce[SKV_SEAL_NONCE], 
     EVP_CIPHER_CTX_free(x);
     if (!err && !ok)
         err = EIO;
-    return err ? err : pwrite_all(j->fd, tag, SKV_SEAL_TAG, off + (off_t)n);
+    return err ? err : skv_pwrite_all(j->fd, tag, SKV_SEAL_TAG, off + (off_t)n);
 }
 
 static void file_parts(void *ctx, size_t b, size_t e, int worker)
@@ -362,7 +347,7 @@ int skv_rec_seal_to_fd(const uint8_t key[32], const uint8_t dek[32], const skv_r
     file_job j = {&pk, key, head, img + SKV_REC_HEADER + (b0 - 8), at ? at->src : NULL, at ? at->sz : 0,
                   at ? at->nstreams : 0, at ? img + at->head_len : NULL, b1, piece, (off_t)hn, fd,
                   bufs, 0};
-    j.err = pwrite_all(fd, head, hn, 0);
+    j.err = skv_pwrite_all(fd, head, hn, 0);
     if (!j.err && pool && b1 >= ((size_t)1 << 20))
         skv_pool_run_any(pool, SKV_SEAL_SEGS, file_parts, &j);
     else if (!j.err)

@@ -199,15 +199,8 @@ static int vf_write(seqkv *db, int fd, const uint8_t key[32], const uint8_t *img
                     const skv_rec_at *at, int seal, skv_pool *pool)
 {
     if (!seal) {
-        for (size_t p = 0; p < len;) {
-            ssize_t w = pwrite(fd, img + p, len - p, (off_t)p);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                return skv_error(SKV_ERR_IO, "write a value file: %s", w < 0 ? strerror(errno) : "short write");
-            p += (size_t)w;
-        }
-        return SKV_OK;
+        int e = skv_pwrite_all(fd, img, len, 0);
+        return e ? skv_error(SKV_ERR_IO, "write a value file: %s", strerror(e)) : SKV_OK;
     }
     skv_rec r;
     uint8_t dek[32];
