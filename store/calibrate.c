@@ -152,21 +152,22 @@ static int read_sample(seqkv *db, skv_role role, const seqkv_profile *pp, prof_e
         size_t n;
         int32_t *tok;
         uint8_t *k, *v;
+        size_t cap[2];
         const size_t end = skv_calib_sample_end(s, j);
         if (end == 0) { /* (not in the sample: nothing to decode) */
             skv_kvseq none = {0, NULL, pp->dtype, pp->layers, pp->kv_heads, pp->head_dim, NULL, NULL};
             rc = skv_calib_sample_add(s, j, &none);
             continue;
         }
-        rc = skv_store_decode_prefix(db, txn, &role, tips[j].e, pe, tips[j].r, end, &n, &tok, &k, &v);
+        rc = skv_store_decode_prefix(db, txn, &role, tips[j].e, pe, tips[j].r, end, &n, &tok, &k, &v, cap);
         if (!rc) {
             skv_kvseq q = {n, tok, pp->dtype, pp->layers, pp->kv_heads, pp->head_dim, k, v};
             rc = skv_calib_sample_add(s, j, &q);
             (*nused)++;
         }
         skv_free(tok);
-        skv_free(k);
-        skv_free(v);
+        skv_warm_free(k, cap[0]);
+        skv_warm_free(v, cap[1]);
     }
     if (txn)
         mdb_txn_abort(txn);

@@ -37,8 +37,8 @@ void skv_centroid_free(skv_centroid *c)
     if (!c)
         return;
     skv_free(c->tok);
-    skv_free(c->k);
-    skv_free(c->v);
+    skv_warm_free(c->k, c->cap[0]);
+    skv_warm_free(c->v, c->cap[1]);
     skv_free(c->align);
     skv_free(c);
 }
@@ -216,7 +216,7 @@ static int centroid_of(seqkv *db, MDB_txn *txn, ns_ent *e, prof_ent *pe, const i
     if (!c)
         return skv_error(SKV_ERR_NOMEM, "centroid");
     const skv_role writer = SKV_WRITER; /* (a put's: the writer) */
-    int rc = skv_store_decode_chain(db, txn, &writer, e, pe, best, &c->nc, &c->tok, &c->k, &c->v);
+    int rc = skv_store_decode_chain(db, txn, &writer, e, pe, best, &c->nc, &c->tok, &c->k, &c->v, c->cap);
     if (!rc && !(c->align = skv_malloc(n * sizeof *c->align)))
         rc = skv_error(SKV_ERR_NOMEM, "centroid");
     size_t d0 = 0;

@@ -60,7 +60,7 @@ static int member_aux(dec_ctx *c, const skv_rec *r, skv_delta *d, size_t a, size
             rc = skv_error(SKV_ERR_CORRUPT, "centroid references nest too deep");
         else
             rc = skv_store_decode_chain(c->db, c->txn, &inner, c->e, c->pe, tip, &c->cent->nc,
-                                        &c->cent->tok, &c->cent->k, &c->cent->v);
+                                        &c->cent->tok, &c->cent->k, &c->cent->v, c->cent->cap);
         if (rc) {
             skv_centroid_free(c->cent);
             c->cent = NULL;
@@ -550,11 +550,12 @@ static int chain_path(ns_ent *e, skv_irec *tip, skv_trie_step **path)
 }
 
 int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
-                            size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
+                            size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v, size_t cap[2])
 {
     *T = 0;
     *tok = NULL;
     *k = *v = NULL;
+    cap[0] = cap[1] = 0;
     const size_t CH = (size_t)pe->p.chunk, nst = (size_t)tip->tr.chunk_index + 1;
     skv_trie_step *path = NULL;
     int rc = chain_path(e, tip, &path);
@@ -584,6 +585,8 @@ int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_en
     *tok = s.tok;
     *k = s.kv[0];
     *v = s.kv[1];
+    cap[0] = s.cap[0];
+    cap[1] = s.cap[1];
     return SKV_OK;
 }
 
@@ -642,7 +645,7 @@ int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent 
 }
 
 int skv_store_decode_chain(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
-                           size_t *T, int32_t **tok, uint8_t **k, uint8_t **v)
+                           size_t *T, int32_t **tok, uint8_t **k, uint8_t **v, size_t cap[2])
 {
-    return skv_store_decode_prefix(db, txn, role, e, pe, tip, SIZE_MAX, T, tok, k, v);
+    return skv_store_decode_prefix(db, txn, role, e, pe, tip, SIZE_MAX, T, tok, k, v, cap);
 }

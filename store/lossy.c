@@ -155,9 +155,11 @@ static int learn(seqkv *db, const char *profile, size_t max_seq, int background)
     size_t nseq = 0, ntok = 0;
     for (size_t j = 0; !rc && j < ntips; j++) {
         uint8_t *k = NULL, *v = NULL;
-        rc = skv_store_decode_chain(db, txn, &role, tips[j].e, pe, tips[j].r, &len[nseq], &tok[nseq], &k, &v);
-        skv_free(k);
-        skv_free(v);
+        size_t cap[2];
+        rc = skv_store_decode_chain(db, txn, &role, tips[j].e, pe, tips[j].r, &len[nseq], &tok[nseq], &k, &v,
+                                    cap);
+        skv_warm_free(k, cap[0]);
+        skv_warm_free(v, cap[1]);
         if (!rc)
             ntok += len[nseq++];
     }

@@ -13,6 +13,7 @@ typedef struct skv_centroid {
     size_t nc;           /* its tokens */
     int32_t *tok;
     uint8_t *k, *v;      /* its KV, [layers][nc][C] */
+    size_t cap[2];       /* k's and v's blocks (skv_warm_free) */
     int32_t *align;      /* [n] member position -> centroid position or -1 */
     double d_bits;       /* code length of the shared prefix */
     int by_content;      /* found by the content index, not the prefix rule */

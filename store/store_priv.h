@@ -268,10 +268,11 @@ typedef struct {
 #define SKV_READER ((skv_role){0, NULL, 0})
 
 /* A stored sequence from the root to `tip`, decoded and verified: tokens
- * and K, V in the KV file layout [layers][T][C] (skv_free them). Caller
- * holds rw shared and a read transaction. */
+ * (skv_free them) and K, V in the KV file layout [layers][T][C], warm
+ * blocks of cap[0] and cap[1] bytes (skv_warm_free them). Caller holds rw
+ * shared and a read transaction. */
 int skv_store_decode_chain(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
-                           size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
+                           size_t *T, int32_t **tok, uint8_t **k, uint8_t **v, size_t cap[2]);
 /* Tokens and KV of positions [0, stride) in the coder's layout: K and V
  * each [layers][stride][C] dtype elements. */
 typedef struct {
@@ -296,7 +297,7 @@ int skv_store_decode_tail(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent 
 /* The same for its first positions: the chunks that hold the first upto
  * (*T: all their positions, at least upto where the sequence has them) */
 int skv_store_decode_prefix(seqkv *db, MDB_txn *txn, const skv_role *role, ns_ent *e, prof_ent *pe, skv_irec *tip,
-                            size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v);
+                            size_t upto, size_t *T, int32_t **tok, uint8_t **k, uint8_t **v, size_t cap[2]);
 
 /* A stored sequence: its last record (one no other record needs), its
  * namespace, and (skv_store_tips) the unkeyed hash of the record's tokens */
