@@ -59,6 +59,7 @@ void skv_free(void *p)
 }
 
 #define HUGE_PAGE ((size_t)2 << 20)
+#define SMALL_PAGE ((size_t)4096)
 #if defined(__SANITIZE_ADDRESS__)
 #define HUGE_PLAIN 1 /* the sanitizer's checks of the heap rather than pages of its own */
 #elif defined(__has_feature)
@@ -76,9 +77,11 @@ void *skv_calloc_huge(size_t n)
 #else
     if (should_fail())
         return NULL;
-    /* a mapping one page longer, trimmed to a 2 MiB boundary (anonymous
-     * mappings are zero) */
-    const size_t len = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    /* a mapping 2 MiB longer, trimmed to start on a 2 MiB boundary and to
+     * end at its last 4 KiB page (anonymous mappings are zero): the whole
+     * 2 MiB spans inside take huge pages, the tail ordinary ones, so the
+     * block costs no more than its pages */
+    const size_t len = skv_huge_len(n);
     uint8_t *raw = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
         return NULL;
@@ -101,6 +104,15 @@ void skv_free_huge(void *p, size_t n)
     skv_free(p);
 #else
     if (p)
-        munmap(p, (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
+        munmap(p, skv_huge_len(n));
+#endif
+}
+
+size_t skv_huge_len(size_t n)
+{
+#ifdef HUGE_PLAIN
+    return n ? n : 1;
+#else
+    return ((n ? n : 1) + SMALL_PAGE - 1) & ~(SMALL_PAGE - 1);
 #endif
 }

@@ -148,27 +148,31 @@ static int parse_inline(skv_resp_parser *p, const uint8_t *line, size_t n, skv_r
 
 /* Make sure the bulk buffer has room for at least one more byte of the
  * body (and always for the final NUL). It doubles as the body arrives (a
- * client that announces a length and sends nothing holds nothing), but a
- * big body moves at once into a warm block of its whole length when one
- * is kept (memory that is there already: no pages to fault in, no more
- * doublings to copy). */
+ * client that announces a length and sends nothing holds nothing) until
+ * it would reach SKV_WARM_MIN; a big body then moves at once into a warm
+ * block of its whole length: one kept already (no pages to fault in), or a
+ * fresh mapping, whose pages are made only as the body arrives and on
+ * 2 MiB pages -- so no more doublings to copy, and still no memory for
+ * bytes not sent. */
 static int bulk_grow(skv_resp_parser *p)
 {
     size_t idx = p->cmd.argc;
     if (p->bulk_have < p->bulk_cap - 1 || p->bulk_cap >= p->bulk_len + 1)
         return 0;
-    size_t wcap;
-    uint8_t *w = skv_warm_take(p->bulk_len + 1, &wcap);
-    if (w) {
+    size_t ncap = p->bulk_cap * 2;
+    if (ncap > p->bulk_len + 1 || ncap < p->bulk_cap)
+        ncap = p->bulk_len + 1;
+    if (ncap >= SKV_WARM_MIN) {
+        size_t wcap;
+        uint8_t *w = skv_warm_alloc(p->bulk_len + 1, &wcap);
+        if (!w)
+            return fail(p, "out of memory");
         memcpy(w, p->cmd.argv[idx], p->bulk_have);
         skv_warm_free(p->cmd.argv[idx], p->bulk_cap);
         p->cmd.argv[idx] = w;
         p->bulk_cap = wcap;
         return 0;
     }
-    size_t ncap = p->bulk_cap * 2;
-    if (ncap > p->bulk_len + 1 || ncap < p->bulk_cap)
-        ncap = p->bulk_len + 1;
     uint8_t *np = skv_realloc(p->cmd.argv[idx], ncap);
     if (!np)
         return fail(p, "out of memory");
