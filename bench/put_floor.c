@@ -13,7 +13,14 @@
  * ignored), and replies :0. Each value goes to DIR/v<n> (the file of the
  * value before the last is removed, so two stay on disk).
  *
- * usage: put_floor SOCKET DIR [--no-seal]   (serves one client, then exits) */
+ * --writeback: start each piece's writeback as soon as it is written
+ * (sync_file_range), so the disk works while the value still arrives and
+ * the closing fdatasync waits for the last pieces only -- what a PUT that
+ * seals as it receives could reach; without it the page cache holds the
+ * whole value until the fdatasync, as dd's does until its own.
+ *
+ * usage: put_floor SOCKET DIR [--no-seal] [--writeback]
+ *   (serves one client, then exits) */
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -38,7 +45,7 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     const char *dir;
-    int seal;
+    int seal, writeback;
     uint64_t values;  /* values written (their files) */
     int replied_fd;   /* the client: the writer replies when a value is durable */
 } floor_ctx;
@@ -136,6 +143,8 @@ static void *writer_main(void *v)
             o += (size_t)k;
             at += k;
         }
+        if (x->writeback && sync_file_range(fd, at - (off_t)wn, (off_t)wn, SYNC_FILE_RANGE_WRITE))
+            die("sync_file_range");
         pthread_mutex_lock(&x->mu);
         x->tail++;
         pthread_cond_broadcast(&x->cv);
@@ -181,11 +190,20 @@ static void receive_value(floor_ctx *x, int c, size_t n)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "--no-seal"))) {
-        fprintf(stderr, "usage: put_floor SOCKET DIR [--no-seal]\n");
+    floor_ctx x = {.dir = argc >= 3 ? argv[2] : NULL, .seal = 1};
+    int bad = argc < 3;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "--no-seal"))
+            x.seal = 0;
+        else if (!strcmp(argv[i], "--writeback"))
+            x.writeback = 1;
+        else
+            bad = 1;
+    }
+    if (bad) {
+        fprintf(stderr, "usage: put_floor SOCKET DIR [--no-seal] [--writeback]\n");
         return 2;
     }
-    floor_ctx x = {.dir = argv[2], .seal = argc == 3};
     pthread_mutex_init(&x.mu, NULL);
     pthread_cond_init(&x.cv, NULL);
     for (int i = 0; i < RING; i++) {

@@ -4,13 +4,16 @@
 a server that only receives the value, seals it in 1 MiB pieces
 (ChaCha20-Poly1305, as seqkv's records are sealed), writes it to a file
 of its own and fdatasyncs it before replying -- and the same without the
-sealing. All three servers get the same bytes from the same client
+sealing, and the same with each piece's writeback started as it is
+written (sync_file_range: the disk works while the value still arrives).
+All the servers get the same bytes from the same client
 (bench/scale_resp.py's: arguments sent from their own buffers), on the
 same filesystem, in alternating rounds; each figure is the median of its
 rounds and each ratio is over dd's median in the same run.
 
 The floor is what any durable, encrypted PUT over a Unix socket costs on
-this machine whatever the store's design; seqkv's figure over the
+this machine whatever the store's design (the writeback row: one that
+also seals and writes as it receives); seqkv's figure over the
 floor's is what its own design adds (the record, LMDB's pages, the hot
 tier's copy).
 
@@ -69,7 +72,8 @@ def main():
         seqkv.call("KV.PROFILE", "SET", "p", "layers", L, "kv_heads", H, "head_dim", D,
                    "dtype", "bf16", "level", "ctx", "chunk", 256, "auto-calibrate", -1)
         floors = {}
-        for name, extra in (("floor", []), ("floor, no seal", ["--no-seal"])):
+        for name, extra in (("floor", []), ("floor, no seal", ["--no-seal"]),
+                            ("floor, writeback", ["--writeback"])):
             d = os.path.join(tmp, name.replace(", ", "-").replace(" ", "-"))
             os.mkdir(d)
             fs = os.path.join(d, "s.sock")
@@ -79,7 +83,7 @@ def main():
                     break
                 time.sleep(0.01)
             floors[name] = Resp(fs)
-        times = {k: [] for k in ("dd", "seqkv", "floor", "floor, no seal")}
+        times = {k: [] for k in ("dd", "seqkv", "floor", "floor, no seal", "floor, writeback")}
         rng = np.random.Generator(np.random.SFC64(7))
         for r in range(args.rounds):
             times["dd"].append(args.mib * 1048576 / 1e6 / dd_baseline(tmp))
@@ -98,7 +102,7 @@ def main():
         print("raw PUT of %d MiB (%d tokens of the 8B shape), %d rounds, %s, %d CPUs, under %s"
               % (args.mib, ntok, args.rounds, cpu_name(), os.cpu_count(), tmp))
         print("%-16s %8s %6s %8s" % ("", "MB/s", "/dd", "ms"))
-        for name in ("dd", "seqkv", "floor", "floor, no seal"):
+        for name in ("dd", "seqkv", "floor", "floor, no seal", "floor, writeback"):
             s = statistics.median(times[name])
             print("%-16s %8.0f %6.2f %8.1f" % (name, nb / s / 1e6, nb / s / 1e6 / dd, s * 1e3))
         print("(medians of the rounds; dd: bs=1M conv=fdatasync of the same size; floor: "
