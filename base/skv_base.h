@@ -51,8 +51,9 @@ void skv_free(void *p);
 void *skv_calloc_huge(size_t n);
 void skv_free_huge(void *p, size_t n);
 size_t skv_huge_len(size_t n);
-/* Warm big buffers (base/warm.c): a block of SKV_WARM_MIN bytes or more
- * is a skv_calloc_huge block; given back with skv_warm_free it is kept
+/* Warm big buffers (base/warm.c): a fresh block of SKV_WARM_HUGE bytes or
+ * more is a skv_calloc_huge block, a smaller one skv_malloc's; a block of
+ * SKV_WARM_MIN or more given back with skv_warm_free is kept
  * (SKV_WARM_KEEP blocks and SKV_WARM_BYTES at most) for the next
  * skv_warm_alloc of as many bytes, whose pages are then already there.
  * skv_warm_alloc: a kept block of n to n + n/4 bytes (the smallest), else
@@ -63,6 +64,7 @@ size_t skv_huge_len(size_t n);
  * skv_warm_trim gives every kept block back to the system (when the
  * server is idle). Thread-safe. */
 #define SKV_WARM_MIN ((size_t)1 << 20)
+#define SKV_WARM_HUGE ((size_t)2 << 20)
 #define SKV_WARM_KEEP 8
 #define SKV_WARM_BYTES ((size_t)256 << 20)
 void *skv_warm_alloc(size_t n, size_t *cap);

@@ -1,7 +1,9 @@
 /* Warm big buffers (skv_base.h): blocks of SKV_WARM_MIN bytes or more that
  * their users are done with are kept, up to SKV_WARM_KEEP of them and
  * SKV_WARM_BYTES in all, and handed to the next user that needs as many
- * bytes. Fresh blocks are mapped on huge pages (skv_calloc_huge). A block
+ * bytes. Fresh blocks of SKV_WARM_HUGE or more are mapped on huge pages
+ * (skv_calloc_huge; a smaller one would hold no whole 2 MiB page, and
+ * comes from the heap, which reuses what it has). A block
  * of 4 KiB pages that is new memory costs a page fault a page, which on
  * this project's VMs made a 64 MiB copy into it 40x slower than into
  * memory already there (160 ms against 4 ms); on 2 MiB pages the first
@@ -55,7 +57,7 @@ void *skv_warm_alloc(size_t n, size_t *cap)
     void *p = skv_warm_take(n, cap);
     if (p)
         return p;
-    if (n < SKV_WARM_MIN) {
+    if (n < SKV_WARM_HUGE) {
         *cap = n;
         return skv_malloc(n);
     }
@@ -66,7 +68,7 @@ void *skv_warm_alloc(size_t n, size_t *cap)
 /* Give a block back to the system */
 static void drop_block(void *p, size_t cap)
 {
-    if (cap < SKV_WARM_MIN)
+    if (cap < SKV_WARM_HUGE)
         skv_free(p);
     else
         skv_free_huge(p, cap);

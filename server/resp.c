@@ -151,9 +151,9 @@ static int parse_inline(skv_resp_parser *p, const uint8_t *line, size_t n, skv_r
  * client that announces a length and sends nothing holds nothing) until
  * it would reach SKV_WARM_MIN; a big body then moves at once into a warm
  * block of its whole length: one kept already (no pages to fault in), or a
- * fresh mapping, whose pages are made only as the body arrives and on
- * 2 MiB pages -- so no more doublings to copy, and still no memory for
- * bytes not sent. */
+ * fresh one, whose pages are made only as the body arrives (on 2 MiB pages
+ * from SKV_WARM_HUGE on) -- so no more doublings to copy, and still no
+ * memory for bytes not sent. */
 static int bulk_grow(skv_resp_parser *p)
 {
     size_t idx = p->cmd.argc;
