@@ -3,11 +3,11 @@
  * SKV_WARM_BYTES in all, and handed to the next user that needs as many
  * bytes. Fresh blocks of SKV_WARM_HUGE or more are mapped on huge pages
  * (skv_calloc_huge; a smaller one would hold no whole 2 MiB page, and
- * comes from the heap, which reuses what it has). A block
- * of 4 KiB pages that is new memory costs a page fault a page, which on
- * this project's VMs made a 64 MiB copy into it 40x slower than into
- * memory already there (160 ms against 4 ms); on 2 MiB pages the first
- * copy takes 5-8 ms. What is kept costs no faults at all. */
+ * comes from the heap, which reuses what it has). A block of 4 KiB pages
+ * that is new memory costs a page fault a page, which on this project's
+ * VMs made a 64 MiB copy into it 40x slower than into memory already there
+ * (160 ms against 4 ms); on 2 MiB pages the first copy takes 5-8 ms. What
+ * is kept costs no faults at all. */
 #include <pthread.h>
 #include <string.h>
 
