@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
-from scale import Fail, cpu_name, dd_baseline, start_seqkv, stop  # noqa: E402
+from scale import Fail, cpu_name, dd_seconds, dd_source, start_seqkv, stop  # noqa: E402
 from scale_resp import Resp  # noqa: E402
 
 
@@ -85,8 +85,9 @@ def main():
             floors[name] = Resp(fs)
         times = {k: [] for k in ("dd", "seqkv", "floor", "floor, no seal", "floor, writeback")}
         rng = np.random.Generator(np.random.SFC64(7))
+        dd_src = dd_source(tmp, args.mib << 20)
         for r in range(args.rounds):
-            times["dd"].append(args.mib * 1048576 / 1e6 / dd_baseline(tmp))
+            times["dd"].append(dd_seconds(tmp, dd_src))
             toks = rng.integers(0, 128256, ntok, dtype=np.uint32)
             toks[0] = r  # (every PUT new from its first token)
             for name, c in [("seqkv", seqkv)] + list(floors.items()):

@@ -26,7 +26,7 @@ scale_report.py (the tables, their legend, the PNG); scale.sh runs it.
 Each (shape, N stored tokens) point, in a fresh temporary directory (under
 --tmpdir, the filesystem the store is on):
   1. baselines: dd of 64 MiB of random bytes to that filesystem
-     (bs=1M conv=fdatasync); redis-server on a Unix socket (no persistence):
+     (bs=1M conv=fdatasync; the JSON's dd_first_mbps); redis-server on a Unix socket (no persistence):
      timed SETs of one sequence's KV, then timed GETs of it, with the client
      code the seqkv PUTs and GETs use (a minimal RESP client: arguments sent
      from their own buffers, replies received into one reused buffer); once
@@ -39,7 +39,10 @@ Each (shape, N stored tokens) point, in a fresh temporary directory (under
      KV.PROFILE SET ... level ctx chunk 256 auto-calibrate <positions the N
      tokens will hold>.
   3. N/seq-len KV.PUTs, each timed: raw PUT MB/s and tokens/s (the profile
-     stores raw until it is calibrated).
+     stores raw until it is calibrated); before each, a dd of the same
+     size to the same filesystem, timed (the table's dd: a disk's write
+     cache makes a dd on an idle disk several times faster than one after
+     gigabytes of PUTs, so PUTs and dds alternate, as in put_floor.py).
   4. the PUT that crosses the threshold makes the server's background thread
      calibrate the profile, then compact (re-code what was stored raw):
      INFO maintenance and /proc/<pid>/status (VmRSS, RssAnon) are polled
@@ -170,20 +173,34 @@ def tail(path, n=20):
         return ""
 
 
-def dd_baseline(tmp):
-    src = os.path.join(tmp, "rand.bin")
+def dd_seconds(tmp, src):
+    """seconds of dd bs=1M conv=fdatasync of file src to tmp (removed after)"""
     dst = os.path.join(tmp, "dd.bin")
-    with open(src, "wb") as f:
-        f.write(os.urandom(DD_BYTES))
     r = subprocess.run(["dd", "if=" + src, "of=" + dst, "bs=1M", "conv=fdatasync"],
                        capture_output=True, text=True)
-    os.unlink(src)
     if os.path.exists(dst):
         os.unlink(dst)
     m = re.search(r"^(\d+) bytes.*copied, ([0-9.eE+-]+) s", r.stderr, re.M)
     if r.returncode != 0 or not m:
         raise Fail("dd failed: %s" % r.stderr.strip())
-    return mb(int(m.group(1)), float(m.group(2)))
+    return float(m.group(2))
+
+
+def dd_source(tmp, nbytes):
+    """a file of nbytes random bytes in tmp for dd_seconds"""
+    src = os.path.join(tmp, "rand.bin")
+    with open(src, "wb") as f:
+        f.write(os.urandom(nbytes))
+    return src
+
+
+def dd_baseline(tmp):
+    """MB/s of one dd of DD_BYTES to tmp"""
+    src = dd_source(tmp, DD_BYTES)
+    try:
+        return mb(DD_BYTES, dd_seconds(tmp, src))
+    finally:
+        os.unlink(src)
 
 
 def encode_baseline(args, src, tmp):
@@ -316,14 +333,14 @@ def run_point(args, shape_name, n_tokens, seq_len, tmp_root):
                    auto_calibrate=autocal)
 
         # 1. baselines
-        res["dd_mbps"] = dd_baseline(tmp)
+        res["dd_first_mbps"] = dd_baseline(tmp)
         t0 = time.perf_counter()
         toks0, kv0 = src.seq(0)
         gen = [time.perf_counter() - t0]
         res["redis_set_mbps"], res["redis_get_mbps"], res["redis_version"] = \
             redis_baseline(args, tmp, kv0, args.redis_reps)
         log("%s dd %.0f MB/s, redis SET %.0f MB/s, GET %.0f MB/s (%s a value)"
-            % (tag, res["dd_mbps"], res["redis_set_mbps"], res["redis_get_mbps"],
+            % (tag, res["dd_first_mbps"], res["redis_set_mbps"], res["redis_get_mbps"],
                fmt_bytes(seq_bytes)))
         res["encode_mbps"] = encode_baseline(args, src, tmp)
         res["server_threads"] = args.threads or os.cpu_count()
@@ -355,6 +372,9 @@ def run_point(args, shape_name, n_tokens, seq_len, tmp_root):
         us0 = server_usec(mon, "kv.put")
         digests = {}
         put_s, held = [], 0
+        # dd of the same size before each PUT, so that both see the disk
+        # (and its write cache) in the same state
+        dd_src, dd_s = dd_source(tmp, seq_bytes), []
         rss_before_cross = None
         t_cross = None
         for i in range(nseq):
@@ -365,6 +385,7 @@ def run_point(args, shape_name, n_tokens, seq_len, tmp_root):
             else:
                 toks, kv = toks0, kv0
             digests[i] = digest(kv)
+            dd_s.append(dd_seconds(tmp, dd_src))
             if i == nseq - 1:
                 rss_before_cross = proc_status(srv.pid)
             t0 = time.perf_counter()
@@ -380,14 +401,18 @@ def run_point(args, shape_name, n_tokens, seq_len, tmp_root):
             raise Fail("%s the store holds %d positions after the puts, expected %d"
                        % (tag, held, autocal))
         raw_bytes = nseq * seq_bytes
+        os.unlink(dd_src)
+        res["dd_mbps"] = mb(raw_bytes, sum(dd_s))
+        res["dd_seconds"] = dd_s
         srv_s = (server_usec(mon, "kv.put") - us0) / 1e6
         res["put_raw"] = {"bytes": raw_bytes, "seconds": sum(put_s),
                           "mbps": mb(raw_bytes, sum(put_s)), "server_seconds": srv_s,
                           "server_mbps": mb(raw_bytes, srv_s),
                           "tokens_per_s": n_tokens / sum(put_s), "per_put_seconds": put_s}
         res["generate_seconds_per_seq"] = sum(gen) / len(gen)
-        log("%s raw PUTs: %.0f MB/s, %.0f MB/s in the server (INFO commandstats)"
-            % (tag, res["put_raw"]["mbps"], res["put_raw"]["server_mbps"]))
+        log("%s raw PUTs: %.0f MB/s, %.0f MB/s in the server (INFO commandstats); dd of "
+            "the same size before each: %.0f MB/s"
+            % (tag, res["put_raw"]["mbps"], res["put_raw"]["server_mbps"], res["dd_mbps"]))
 
         # 4. calibration and compaction in the background
         vm0, anon0 = proc_status(srv.pid)

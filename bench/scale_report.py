@@ -68,7 +68,8 @@ COLUMNS = [  # (header, width, value of a point)
 
 LEGEND = """columns: tokens stored N (N/seq-len sequences); PUT raw: MB/s of the KV.PUTs before
 the profile is calibrated (stored raw), tok/s the same in tokens; dd: MB/s of dd bs=1M
-conv=fdatasync to the same filesystem, /dd: PUT raw over it; rd SET: MB/s of redis-server
+conv=fdatasync of a sequence's KV size to the same filesystem, one before each of those
+PUTs (the disk's write cache in the same state), /dd: PUT raw over it; rd SET: MB/s of redis-server
 SETs of one sequence's KV (no persistence; the same client code); PUT ctx: MB/s of the
 PUTs after the calibration (coded at ctx); cal s: from the PUT crossing auto-calibrate to
 self_calibrations 1; cal +MiB, cmp +MiB: the server's peak RssAnon during the calibration
