@@ -26,14 +26,15 @@ scale_report.py (the tables, their legend, the PNG); scale.sh runs it.
 Each (shape, N stored tokens) point, in a fresh temporary directory (under
 --tmpdir, the filesystem the store is on):
   1. baselines: dd of 64 MiB of random bytes to that filesystem
-     (bs=1M conv=fdatasync; the JSON's dd_first_mbps); redis-server on a Unix socket (no persistence):
-     timed SETs of one sequence's KV, then timed GETs of it, with the client
-     code the seqkv PUTs and GETs use (a minimal RESP client: arguments sent
-     from their own buffers, replies received into one reused buffer); once
-     a shape, the coder's encode rate on one thread at ctx (`seqkv codec
-     bench --level ctx --no-zstd`, calibrated on two sequences of the shape
-     and coding a third, at most 256 tokens each), the baseline of the
-     compaction's target (one core's encode rate x the server's threads).
+     (bs=1M conv=fdatasync; the JSON's dd_first_mbps); redis-server on a
+     Unix socket (no persistence): timed SETs of one sequence's KV, then
+     timed GETs of it, with the client code the seqkv PUTs and GETs use (a
+     minimal RESP client: arguments sent from their own buffers, replies
+     received into one reused buffer); once a shape, the coder's encode
+     rate on one thread at ctx (`seqkv codec bench --level ctx --no-zstd`,
+     calibrated on two sequences of the shape and coding a third, at most
+     256 tokens each), the baseline of the compaction's target (one core's
+     encode rate x the server's threads).
   2. `seqkv serve` with a config that makes this uid an admin tenant and
      sets compact-interval 0 (compaction only after a self-calibration);
      KV.PROFILE SET ... level ctx chunk 256 auto-calibrate <positions the N
